@@ -1,0 +1,146 @@
+/* microview.h: the pod-side API of libmicroview.
+ *
+ * A process opens the shared-memory segment it was given (MICROVIEW_SEGMENT),
+ * registers metrics once, and then updates them with one or a few plain
+ * stores: no syscalls, no locks and no allocation on the update path. A
+ * collector reads the segment from outside the process (RDMA READ or a
+ * same-host copy); the process never serves or renders anything.
+ *
+ * Threads: counter add/inc, gauge set/add and histogram observe are safe from
+ * any number of threads on the same metric. The *_local variants are cheaper
+ * and correct only when a single thread updates that metric.
+ *
+ * Errors: functions returning int give MV_OK (0) or a negative MV_ERR_* code;
+ * mv_strerror() names the code and mv_errdetail() explains the last failure of
+ * the calling thread. A failed registration still yields a usable handle that
+ * writes to a private scratch word, so an application never crashes because
+ * its metrics could not be set up.
+ */
+#ifndef MICROVIEW_H
+#define MICROVIEW_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define MV_API __attribute__((visibility("default")))
+#else
+#define MV_API
+#endif
+
+#define MICROVIEW_ENV_SEGMENT "MICROVIEW_SEGMENT"
+
+enum {
+    MV_OK = 0,
+    MV_ERR_NOENV = -1,     /* MICROVIEW_SEGMENT is not set */
+    MV_ERR_NOSEGMENT = -2, /* the segment file does not exist or cannot be opened */
+    MV_ERR_FORMAT = -3,    /* the file is not a valid MicroView segment */
+    MV_ERR_FULL = -4,      /* no room left in the segment's value or catalog area */
+    MV_ERR_NAME = -5,      /* invalid metric or label name */
+    MV_ERR_INVALID = -6,   /* other invalid argument (help, unit, buckets, NULL) */
+    MV_ERR_CONFLICT = -7,  /* name already registered with another type or buckets */
+    MV_ERR_BUSY = -8,      /* another process held the registration lock too long */
+    MV_ERR_NOMEM = -9,     /* out of memory */
+    MV_ERR_IO = -10,       /* mmap/stat/lock failed (see mv_errdetail) */
+};
+
+typedef struct mv_segment mv_segment;
+typedef struct mv_histogram mv_histogram;
+
+typedef struct mv_label {
+    const char *key;
+    const char *value;
+} mv_label;
+
+/* A counter or gauge handle: a pointer to its 8-byte value word. */
+typedef struct mv_counter {
+    uint64_t *slot;
+} mv_counter;
+typedef struct mv_gauge {
+    uint64_t *slot;
+} mv_gauge;
+
+/* Opens the segment named by $MICROVIEW_SEGMENT. Free with mv_close. */
+MV_API int mv_open_from_env(mv_segment **out);
+
+/* Opens (and, if it is still all zeros, formats) the segment file at `path`.
+ * The file's size is the segment's size. Free with mv_close. */
+MV_API int mv_open(const char *path, mv_segment **out);
+
+/* Unmaps the segment and frees histogram handles. Values already written stay
+ * in the segment. NULL is accepted. */
+MV_API void mv_close(mv_segment *s);
+
+/* Stores the current time as the writer heartbeat (one store). */
+MV_API void mv_heartbeat(mv_segment *s);
+
+/* Registration: `help` and `unit` may be NULL; `labels` has `nlabels`
+ * constant labels of this series. Registering the same name and labels again
+ * returns the existing slot (values are kept, e.g. across a restart). */
+MV_API int mv_counter_register(mv_segment *s, const char *name, const char *help,
+                               const char *unit, const mv_label *labels, size_t nlabels,
+                               mv_counter *out);
+MV_API int mv_gauge_register(mv_segment *s, const char *name, const char *help,
+                             const char *unit, const mv_label *labels, size_t nlabels,
+                             mv_gauge *out);
+/* `bounds` are the finite upper bounds (le) of the buckets, strictly
+ * increasing; a +Inf bucket is implied. The handle is owned by `s`. */
+MV_API int mv_histogram_register(mv_segment *s, const char *name, const char *help,
+                                 const char *unit, const mv_label *labels, size_t nlabels,
+                                 const double *bounds, size_t nbounds, mv_histogram **out);
+
+/* Fills `out` with `count` bounds start, start*factor, start*factor^2, ...
+ * Returns MV_ERR_INVALID unless start > 0, factor > 1 and count in [1, 160]. */
+MV_API int mv_exponential_buckets(double start, double factor, size_t count, double *out);
+
+MV_API const char *mv_strerror(int err);
+MV_API const char *mv_errdetail(void);
+
+/* Segment facts, for tools. */
+MV_API size_t mv_segment_size(const mv_segment *s);
+MV_API const char *mv_segment_path(const mv_segment *s);
+
+/* ---- Updates ------------------------------------------------------------ */
+
+/* Adds `n` to a counter: one atomic add, safe from many threads. */
+static inline void mv_counter_add(mv_counter c, uint64_t n)
+{
+    __atomic_fetch_add(c.slot, n, __ATOMIC_RELAXED);
+}
+
+static inline void mv_counter_inc(mv_counter c)
+{
+    __atomic_fetch_add(c.slot, 1, __ATOMIC_RELAXED);
+}
+
+/* Single-writer add: a load and a store, no bus lock. Only one thread may
+ * update this counter. */
+static inline void mv_counter_add_local(mv_counter c, uint64_t n)
+{
+    __atomic_store_n(c.slot, __atomic_load_n(c.slot, __ATOMIC_RELAXED) + n, __ATOMIC_RELAXED);
+}
+
+/* Sets a gauge: one 8-byte store. Safe from many threads (last store wins). */
+static inline void mv_gauge_set(mv_gauge g, double v)
+{
+    uint64_t bits;
+    memcpy(&bits, &v, sizeof bits);
+    __atomic_store_n(g.slot, bits, __ATOMIC_RELAXED);
+}
+
+/* Adds to a gauge with a compare-and-swap loop; safe from many threads. */
+MV_API void mv_gauge_add(mv_gauge g, double delta);
+
+/* Records one observation. NaN is ignored. Safe from many threads; the
+ * segment format lets a reader detect and skip a copy caught mid-update. */
+MV_API void mv_histogram_observe(mv_histogram *h, double v);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
