@@ -1,0 +1,25 @@
+/* microviewctl's agent-facing commands (list, segment leases for gen). */
+#ifndef MV_CTL_H
+#define MV_CTL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define MV_CTL_DEFAULT_AGENT "unix:/run/microview/agent.sock"
+
+typedef struct mv_ctl_lease {
+    char *id;
+    char *path;
+    void *client;
+} mv_ctl_lease;
+
+/* Asks the agent for a segment owned by this process. Prints the reason on
+ * failure and returns -1. */
+int mv_ctl_lease_segment(const char *target, uint64_t size, const char *const *label_kv,
+                         size_t nlabels, mv_ctl_lease *out);
+/* Releases a lease (no-op on a zeroed lease). */
+void mv_ctl_lease_release(mv_ctl_lease *l);
+/* `microviewctl list` */
+int mv_ctl_list(int argc, char **argv);
+
+#endif

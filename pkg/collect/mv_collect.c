@@ -1,0 +1,624 @@
+/* mv_collect: segment table, tick loop (copy, validate, publish) and snapshots. */
+#include "mv_collect.h"
+#include "mv_log.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define TORN_RETRIES 3
+
+/* A parsed catalog shared by the table and snapshots. */
+typedef struct cat_ref {
+    int refs; /* atomic */
+    mv_seg_catalog *cat;
+} cat_ref;
+
+typedef struct seg {
+    char *id;
+    mv_seg_label *labels;
+    size_t nlabels;
+    uint64_t size;
+    const mv_coll_transport *t;
+    void *src;
+
+    /* Tick-thread state. */
+    void *full;      /* whole-segment buffer for catalog reads */
+    void *work;      /* hot copy being validated */
+    uint32_t work_cap;
+    cat_ref *cat;    /* current catalog (tick's reference) */
+    uint64_t fail_since_ns, next_recheck_ns;
+    int refs; /* atomic: the list holds one, a running tick another */
+
+    /* Published state, under mu. */
+    pthread_mutex_t mu;
+    mv_coll_state state;
+    mv_seg_reason reason;
+    char detail[192];
+    cat_ref *pub_cat;
+    void *pub_hot;
+    uint32_t pub_len;
+    uint64_t read_ns, heartbeat_ns, reads, read_errors, torn;
+
+    struct seg *next;
+} seg;
+
+struct mv_coll {
+    mv_coll_opts o;
+    pthread_mutex_t mu; /* protects the list and stats */
+    seg *segs;
+    size_t nsegs;
+    mv_coll_stats stats;
+    pthread_t thread;
+    int running, stop; /* stop is atomic */
+    seg **tick_segs;   /* tick thread's scratch array */
+    size_t tick_cap;
+};
+
+struct mv_coll_snap {
+    mv_coll_seg_view *v;
+    cat_ref **cats;
+    size_t n;
+    mv_coll_stats stats;
+};
+
+static uint64_t now_ns(clockid_t clk)
+{
+    struct timespec ts;
+    clock_gettime(clk, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void cat_put(cat_ref *r)
+{
+    if (r && __atomic_sub_fetch(&r->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+        mv_seg_catalog_free(r->cat);
+        free(r);
+    }
+}
+
+static cat_ref *cat_get(cat_ref *r)
+{
+    if (r)
+        __atomic_add_fetch(&r->refs, 1, __ATOMIC_RELAXED);
+    return r;
+}
+
+void mv_coll_opts_default(mv_coll_opts *o)
+{
+    o->tick_us = 10000;
+    o->quarantine_after_ms = 1000;
+    o->recheck_ms = 5000;
+    o->max_segment_size = 64ull << 20;
+}
+
+int mv_coll_create(const mv_coll_opts *o, mv_coll **out)
+{
+    mv_coll *c = calloc(1, sizeof *c);
+    if (!c)
+        return -ENOMEM;
+    if (o)
+        c->o = *o;
+    else
+        mv_coll_opts_default(&c->o);
+    if (c->o.tick_us < 1000)
+        c->o.tick_us = 1000;
+    if (!c->o.max_segment_size)
+        c->o.max_segment_size = 64ull << 20;
+    pthread_mutex_init(&c->mu, NULL);
+    *out = c;
+    return 0;
+}
+
+static void seg_free(seg *s)
+{
+    if (!s)
+        return;
+    if (s->t && s->t->src_close)
+        s->t->src_close(s->t->ctx, s->src);
+    for (size_t i = 0; i < s->nlabels; i++) {
+        free((char *)s->labels[i].key);
+        free((char *)s->labels[i].value);
+    }
+    free(s->labels);
+    free(s->id);
+    free(s->full);
+    free(s->work);
+    free(s->pub_hot);
+    cat_put(s->cat);
+    cat_put(s->pub_cat);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+static void seg_put(seg *s)
+{
+    if (s && __atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL) == 0)
+        seg_free(s);
+}
+
+void mv_coll_destroy(mv_coll *c)
+{
+    if (!c)
+        return;
+    if (c->running) {
+        __atomic_store_n(&c->stop, 1, __ATOMIC_RELEASE);
+        pthread_join(c->thread, NULL);
+    }
+    for (seg *s = c->segs, *n; s; s = n) {
+        n = s->next;
+        seg_put(s);
+    }
+    free(c->tick_segs);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}
+
+int mv_coll_add(mv_coll *c, const char *id, uint64_t size, const mv_seg_label *labels,
+                size_t nlabels, const mv_coll_transport *t, void *src)
+{
+    seg *s = calloc(1, sizeof *s);
+    if (!s) {
+        if (t && t->src_close)
+            t->src_close(t->ctx, src);
+        return -ENOMEM;
+    }
+    s->t = t;
+    s->src = src;
+    s->size = size;
+    s->refs = 1;
+    pthread_mutex_init(&s->mu, NULL);
+    if (size > c->o.max_segment_size || size < MV_SEG_MIN_SIZE) {
+        MV_WARN("segment.refused", "id=%s size=%llu max=%llu", mv_log_q(id),
+                (unsigned long long)size, (unsigned long long)c->o.max_segment_size);
+        seg_free(s);
+        return -EFBIG;
+    }
+    s->id = strdup(id);
+    s->labels = calloc(nlabels ? nlabels : 1, sizeof *s->labels);
+    if (!s->id || !s->labels) {
+        seg_free(s);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < nlabels; i++) {
+        s->labels[i].key = strdup(labels[i].key);
+        s->labels[i].value = strdup(labels[i].value ? labels[i].value : "");
+        s->nlabels = i + 1;
+        if (!s->labels[i].key || !s->labels[i].value) {
+            seg_free(s);
+            return -ENOMEM;
+        }
+    }
+    pthread_mutex_lock(&c->mu);
+    for (seg *p = c->segs; p; p = p->next) {
+        if (strcmp(p->id, id) == 0) {
+            pthread_mutex_unlock(&c->mu);
+            seg_free(s);
+            return -EEXIST;
+        }
+    }
+    s->next = c->segs;
+    c->segs = s;
+    c->nsegs++;
+    c->stats.segments_added++;
+    pthread_mutex_unlock(&c->mu);
+    MV_INFO("segment.added", "id=%s size=%llu transport=%s", mv_log_q(id),
+            (unsigned long long)size, t->name);
+    return 0;
+}
+
+/* Unlinks segments matching `pred` under the lock, frees them outside it. */
+static size_t remove_if(mv_coll *c, int (*pred)(const seg *, const void *), const void *arg)
+{
+    seg *dead = NULL;
+    size_t n = 0;
+    pthread_mutex_lock(&c->mu);
+    for (seg **pp = &c->segs; *pp;) {
+        seg *s = *pp;
+        if (pred(s, arg)) {
+            *pp = s->next;
+            s->next = dead;
+            dead = s;
+            c->nsegs--;
+            c->stats.segments_removed++;
+            n++;
+        } else {
+            pp = &s->next;
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    for (seg *s = dead, *nx; s; s = nx) {
+        nx = s->next;
+        MV_INFO("segment.removed", "id=%s", mv_log_q(s->id));
+        seg_put(s);
+    }
+    return n;
+}
+
+static int id_is(const seg *s, const void *arg)
+{
+    return strcmp(s->id, arg) == 0;
+}
+
+int mv_coll_remove(mv_coll *c, const char *id)
+{
+    return remove_if(c, id_is, id) ? 0 : -ENOENT;
+}
+
+typedef struct keep_set {
+    const char *const *ids;
+    size_t n;
+} keep_set;
+
+static int not_kept(const seg *s, const void *arg)
+{
+    const keep_set *k = arg;
+    for (size_t i = 0; i < k->n; i++)
+        if (strcmp(k->ids[i], s->id) == 0)
+            return 0;
+    return 1;
+}
+
+void mv_coll_retain(mv_coll *c, const char *const *keep, size_t n)
+{
+    keep_set k = {keep, n};
+    remove_if(c, not_kept, &k);
+}
+
+/* ---- Tick ------------------------------------------------------------------------ */
+
+static void set_failure(mv_coll *c, seg *s, mv_seg_reason r, const char *detail, uint64_t now)
+{
+    if (!s->fail_since_ns)
+        s->fail_since_ns = now;
+    pthread_mutex_lock(&s->mu);
+    s->reason = r;
+    snprintf(s->detail, sizeof s->detail, "%s", detail);
+    s->read_errors++;
+    int quarantine = s->state != MV_COLL_QUARANTINED &&
+                     now - s->fail_since_ns >= (uint64_t)c->o.quarantine_after_ms * 1000000ull;
+    if (quarantine) {
+        s->state = MV_COLL_QUARANTINED;
+        cat_put(s->pub_cat);
+        s->pub_cat = NULL;
+        free(s->pub_hot);
+        s->pub_hot = NULL;
+        s->pub_len = 0;
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (quarantine) {
+        s->next_recheck_ns = now + (uint64_t)c->o.recheck_ms * 1000000ull;
+        cat_put(s->cat);
+        s->cat = NULL;
+        pthread_mutex_lock(&c->mu);
+        c->stats.errors[r < MV_SEG_REASON_COUNT_ ? r : MV_SEG_E_INVAL]++;
+        pthread_mutex_unlock(&c->mu);
+        MV_WARN("segment.quarantined", "id=%s reason=%s detail=%s", mv_log_q(s->id),
+                mv_seg_reason_name(r), mv_log_q(detail));
+    }
+}
+
+static int ensure_buf(void **buf, uint32_t *cap, uint32_t need)
+{
+    if (*buf && *cap >= need)
+        return 0;
+    void *p = aligned_alloc(64, ((size_t)need + 63) & ~(size_t)63);
+    if (!p)
+        return -ENOMEM;
+    free(*buf);
+    *buf = p;
+    *cap = need;
+    return 0;
+}
+
+/* Reads the whole segment and parses its catalog; retries transient reasons a
+ * few times since a writer's append takes microseconds. */
+static int load_catalog(mv_coll *c, seg *s, uint64_t now)
+{
+    mv_seg_error err = {0};
+    mv_seg_reason r = MV_SEG_OK;
+    mv_seg_catalog *cat = NULL;
+
+    if (!s->full && !(s->full = aligned_alloc(64, (s->size + 63) & ~(uint64_t)63))) {
+        set_failure(c, s, MV_SEG_E_NOMEM, "cannot allocate the segment buffer", now);
+        return -1;
+    }
+    for (int attempt = 0; attempt < 4; attempt++) {
+        mv_coll_read rq = {.src = s->src, .off = 0, .len = (uint32_t)s->size, .dst = s->full};
+        s->t->read_many(s->t->ctx, &rq, 1);
+        if (rq.status) {
+            snprintf(err.detail, sizeof err.detail, "read failed: %s", strerror(-rq.status));
+            r = MV_SEG_E_TRUNCATED;
+            break;
+        }
+        r = mv_seg_catalog_parse(s->full, s->size, s->size, &cat, &err);
+        if (r == MV_SEG_OK || r == MV_SEG_E_MAGIC || r == MV_SEG_E_VERSION)
+            break;
+        usleep(100);
+    }
+    pthread_mutex_lock(&c->mu);
+    c->stats.catalog_reads++;
+    pthread_mutex_unlock(&c->mu);
+    if (r != MV_SEG_OK) {
+        set_failure(c, s, r, err.detail, now);
+        return -1;
+    }
+    cat_ref *ref = malloc(sizeof *ref);
+    if (!ref) {
+        mv_seg_catalog_free(cat);
+        set_failure(c, s, MV_SEG_E_NOMEM, "out of memory", now);
+        return -1;
+    }
+    ref->refs = 1;
+    ref->cat = cat;
+    cat_put(s->cat);
+    s->cat = ref;
+    if (s->fail_since_ns || s->state == MV_COLL_QUARANTINED)
+        MV_INFO("segment.recovered", "id=%s metrics=%zu", mv_log_q(s->id),
+                mv_seg_catalog_count(cat));
+    else
+        MV_DEBUG("segment.catalog", "id=%s generation=%llu metrics=%zu", mv_log_q(s->id),
+                 (unsigned long long)mv_seg_catalog_generation(cat), mv_seg_catalog_count(cat));
+    s->fail_since_ns = 0;
+    return 0;
+}
+
+/* Re-reads torn histogram records; falls back to the last published words. */
+static uint64_t fix_torn(seg *s, const mv_seg_catalog *cat)
+{
+    uint64_t torn = 0;
+    const mv_seg_header *h = s->work;
+    for (size_t i = 0; i < mv_seg_catalog_count(cat); i++) {
+        const mv_seg_metric *m = mv_seg_catalog_metric(cat, i);
+        mv_seg_hist_view hv;
+        if (m->type != MV_SEG_HISTOGRAM || mv_seg_read_histogram(s->work, m, &hv) == MV_SEG_OK)
+            continue;
+        torn++;
+        uint64_t off = (uint64_t)h->values_offset + m->value_offset;
+        int ok = 0;
+        for (int k = 0; k < TORN_RETRIES && !ok; k++) {
+            mv_coll_read rq = {.src = s->src,
+                               .off = off,
+                               .len = m->value_size,
+                               .dst = (char *)s->work + off};
+            s->t->read_many(s->t->ctx, &rq, 1);
+            ok = rq.status == 0 && mv_seg_read_histogram(s->work, m, &hv) == MV_SEG_OK;
+        }
+        if (!ok) {
+            /* Keep the previous good words (or zeros) so published copies are consistent. */
+            pthread_mutex_lock(&s->mu);
+            if (s->pub_hot && s->pub_cat && s->pub_cat->cat == cat && s->pub_len >= off + m->value_size)
+                memcpy((char *)s->work + off, (char *)s->pub_hot + off, m->value_size);
+            else
+                memset((char *)s->work + off, 0, m->value_size);
+            pthread_mutex_unlock(&s->mu);
+        }
+    }
+    return torn;
+}
+
+static void publish(seg *s, uint64_t now, uint64_t hb, uint64_t torn)
+{
+    uint32_t len = mv_seg_catalog_hot_size(s->cat->cat);
+    pthread_mutex_lock(&s->mu);
+    if (s->pub_cat != s->cat) {
+        cat_put(s->pub_cat);
+        s->pub_cat = cat_get(s->cat);
+    }
+    /* Swap buffers: the old published copy becomes the next work buffer. */
+    void *old = s->pub_hot;
+    uint32_t old_cap = s->pub_len;
+    s->pub_hot = s->work;
+    s->pub_len = len;
+    s->state = MV_COLL_OK;
+    s->read_ns = now;
+    s->heartbeat_ns = hb;
+    s->reads++;
+    s->torn += torn;
+    pthread_mutex_unlock(&s->mu);
+    s->work = old;
+    s->work_cap = old ? old_cap : 0;
+}
+
+static void tick_segment(mv_coll *c, seg *s, uint64_t *torn_total)
+{
+    uint64_t now = now_ns(CLOCK_REALTIME);
+    mv_seg_error err = {0};
+
+    if (s->state == MV_COLL_QUARANTINED && now < s->next_recheck_ns)
+        return;
+    if (s->state == MV_COLL_QUARANTINED)
+        s->next_recheck_ns = now + (uint64_t)c->o.recheck_ms * 1000000ull;
+    for (int pass = 0; pass < 2; pass++) {
+        if (!s->cat && load_catalog(c, s, now) != 0)
+            return;
+        uint32_t len = mv_seg_catalog_hot_size(s->cat->cat);
+        if (ensure_buf(&s->work, &s->work_cap, len) != 0) {
+            set_failure(c, s, MV_SEG_E_NOMEM, "out of memory", now);
+            return;
+        }
+        mv_coll_read rq = {.src = s->src, .off = 0, .len = len, .dst = s->work};
+        s->t->read_many(s->t->ctx, &rq, 1);
+        if (rq.status) {
+            snprintf(err.detail, sizeof err.detail, "read failed: %s", strerror(-rq.status));
+            set_failure(c, s, MV_SEG_E_TRUNCATED, err.detail, now);
+            return;
+        }
+        uint64_t hb = 0;
+        mv_seg_reason r = mv_seg_hot_check(s->cat->cat, s->work, len, &hb, &err);
+        if (r == MV_SEG_E_CHANGED) {
+            cat_put(s->cat);
+            s->cat = NULL;
+            continue; /* re-read the catalog in this same tick */
+        }
+        if (r != MV_SEG_OK) {
+            cat_put(s->cat);
+            s->cat = NULL;
+            set_failure(c, s, r, err.detail, now);
+            return;
+        }
+        uint64_t torn = fix_torn(s, s->cat->cat);
+        *torn_total += torn;
+        s->fail_since_ns = 0;
+        publish(s, now, hb, torn);
+        return;
+    }
+}
+
+void mv_coll_tick(mv_coll *c)
+{
+    uint64_t t0 = now_ns(CLOCK_MONOTONIC), torn = 0;
+    /* Hold the list lock only to take references; reads, validation and
+     * catalog parsing run unlocked, so snapshots and add/remove never wait
+     * for a whole tick. A segment removed meanwhile is freed by seg_put. */
+    pthread_mutex_lock(&c->mu);
+    size_t n = 0;
+    if (c->tick_cap < c->nsegs) {
+        seg **v = realloc(c->tick_segs, c->nsegs * sizeof *v);
+        if (v) {
+            c->tick_segs = v;
+            c->tick_cap = c->nsegs;
+        }
+    }
+    for (seg *s = c->segs; s && n < c->tick_cap; s = s->next) {
+        __atomic_add_fetch(&s->refs, 1, __ATOMIC_RELAXED);
+        c->tick_segs[n++] = s;
+    }
+    pthread_mutex_unlock(&c->mu);
+    for (size_t i = 0; i < n; i++) {
+        tick_segment(c, c->tick_segs[i], &torn);
+        seg_put(c->tick_segs[i]);
+    }
+    pthread_mutex_lock(&c->mu);
+    c->stats.ticks++;
+    c->stats.torn_retries += torn;
+    c->stats.last_tick_seconds = (double)(now_ns(CLOCK_MONOTONIC) - t0) / 1e9;
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void *tick_main(void *arg)
+{
+    mv_coll *c = arg;
+    uint64_t period = (uint64_t)c->o.tick_us * 1000ull;
+    uint64_t next = now_ns(CLOCK_MONOTONIC);
+    while (!__atomic_load_n(&c->stop, __ATOMIC_ACQUIRE)) {
+        mv_coll_tick(c);
+        next += period;
+        uint64_t now = now_ns(CLOCK_MONOTONIC);
+        if (next < now) {
+            next = now; /* overrun: do not try to catch up in a burst */
+            continue;
+        }
+        struct timespec ts = {.tv_sec = (time_t)(next / 1000000000ull),
+                              .tv_nsec = (long)(next % 1000000000ull)};
+        clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+    }
+    return NULL;
+}
+
+int mv_coll_start(mv_coll *c)
+{
+    if (c->running)
+        return -EALREADY;
+    int rc = pthread_create(&c->thread, NULL, tick_main, c);
+    if (rc)
+        return -rc;
+    c->running = 1;
+    return 0;
+}
+
+/* ---- Snapshots ---------------------------------------------------------------------- */
+
+mv_coll_snap *mv_coll_snapshot(mv_coll *c)
+{
+    mv_coll_snap *sn = calloc(1, sizeof *sn);
+    if (!sn)
+        return NULL;
+    pthread_mutex_lock(&c->mu);
+    size_t n = c->nsegs;
+    sn->v = calloc(n ? n : 1, sizeof *sn->v);
+    sn->cats = calloc(n ? n : 1, sizeof *sn->cats);
+    if (!sn->v || !sn->cats) {
+        pthread_mutex_unlock(&c->mu);
+        mv_coll_snap_free(sn);
+        return NULL;
+    }
+    sn->stats = c->stats;
+    size_t i = 0;
+    for (seg *s = c->segs; s && i < n; s = s->next, i++) {
+        mv_coll_seg_view *v = &sn->v[i];
+        pthread_mutex_lock(&s->mu);
+        v->id = strdup(s->id);
+        v->nlabels = s->nlabels;
+        mv_seg_label *l = calloc(s->nlabels ? s->nlabels : 1, sizeof *l);
+        for (size_t k = 0; l && k < s->nlabels; k++) {
+            l[k].key = strdup(s->labels[k].key);
+            l[k].value = strdup(s->labels[k].value);
+        }
+        v->labels = l;
+        v->state = s->state;
+        v->reason = s->reason;
+        v->detail = strdup(s->detail);
+        if (s->pub_cat && s->pub_hot) {
+            void *hot = aligned_alloc(64, ((size_t)s->pub_len + 63) & ~(size_t)63);
+            if (hot) {
+                memcpy(hot, s->pub_hot, s->pub_len);
+                sn->cats[i] = cat_get(s->pub_cat);
+                v->cat = s->pub_cat->cat;
+                v->hot = hot;
+                v->hot_len = s->pub_len;
+            }
+        }
+        v->read_ns = s->read_ns;
+        v->heartbeat_ns = s->heartbeat_ns;
+        v->reads = s->reads;
+        v->read_errors = s->read_errors;
+        v->torn = s->torn;
+        v->size = s->size;
+        v->transport = s->t->name;
+        pthread_mutex_unlock(&s->mu);
+    }
+    sn->n = i;
+    pthread_mutex_unlock(&c->mu);
+    return sn;
+}
+
+void mv_coll_snap_free(mv_coll_snap *sn)
+{
+    if (!sn)
+        return;
+    for (size_t i = 0; i < sn->n; i++) {
+        mv_coll_seg_view *v = &sn->v[i];
+        free((char *)v->id);
+        free((char *)v->detail);
+        for (size_t k = 0; v->labels && k < v->nlabels; k++) {
+            free((char *)v->labels[k].key);
+            free((char *)v->labels[k].value);
+        }
+        free((void *)v->labels);
+        free((void *)v->hot);
+        cat_put(sn->cats[i]);
+    }
+    free(sn->v);
+    free(sn->cats);
+    free(sn);
+}
+
+size_t mv_coll_snap_count(const mv_coll_snap *s)
+{
+    return s->n;
+}
+
+const mv_coll_seg_view *mv_coll_snap_seg(const mv_coll_snap *s, size_t i)
+{
+    return i < s->n ? &s->v[i] : NULL;
+}
+
+const mv_coll_stats *mv_coll_snap_stats(const mv_coll_snap *s)
+{
+    return &s->stats;
+}

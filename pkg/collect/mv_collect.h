@@ -1,0 +1,134 @@
+/* mv_collect: the collector's segment table, tick loop and snapshots.
+ *
+ * Segments come and go (from an agent's catalog watch or static paths). Each
+ * tick copies every segment's hot area (header + values) through its
+ * transport, validates it with the segment reader (the single gate between
+ * segment bytes and everything else), re-reads the catalog when the
+ * generation moves, and publishes the copy. Consumers (exposition, the
+ * analytics pipeline) take snapshots; a snapshot never blocks the tick for
+ * longer than a few small memcpy calls.
+ *
+ * Transports only move bytes: the shm transport maps a file read-only; the
+ * verbs transport posts RDMA READs. Both implement mv_coll_transport.
+ */
+#ifndef MV_COLLECT_H
+#define MV_COLLECT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mv_segment.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Transports ------------------------------------------------------------ */
+
+/* One read request: copy `len` bytes at `off` of source `src` into `dst`
+ * (8-aligned). The transport sets `status`: 0, or a negative errno
+ * (-ENOENT/-EACCES: the segment is gone or revoked; -EIO: transient). */
+typedef struct mv_coll_read {
+    void *src;
+    uint64_t off;
+    uint32_t len;
+    void *dst;
+    int status;
+} mv_coll_read;
+
+typedef struct mv_coll_transport {
+    const char *name;
+    void *ctx;
+    /* Performs all reads (in any order, possibly in parallel). */
+    void (*read_many)(void *ctx, mv_coll_read *reqs, size_t n);
+    /* Releases a source handle given to mv_coll_add. */
+    void (*src_close)(void *ctx, void *src);
+} mv_coll_transport;
+
+/* The same-host transport: segments are files mapped read-only. Copies use
+ * 8-byte atomic loads, and a SIGBUS from a file truncated under us turns
+ * into -EIO instead of a crash. */
+const mv_coll_transport *mv_coll_shm_transport(void);
+/* Opens `path` for the shm transport; the file must be exactly `size` bytes
+ * (0 = take the file's size). Returns 0 and a source, or -errno with a
+ * message in errbuf. */
+int mv_coll_shm_open(const char *path, uint64_t size, void **src, uint64_t *size_out, char *errbuf,
+                     size_t errlen);
+
+/* ---- The table --------------------------------------------------------------- */
+
+typedef struct mv_coll_opts {
+    uint32_t tick_us;             /* default 10000 (10 ms); minimum 1000 */
+    uint32_t quarantine_after_ms; /* failures persisting this long quarantine; default 1000 */
+    uint32_t recheck_ms;          /* quarantined segments are re-validated this often; 5000 */
+    uint64_t max_segment_size;    /* larger segments are refused; default 64 MiB */
+} mv_coll_opts;
+
+typedef struct mv_coll mv_coll;
+
+void mv_coll_opts_default(mv_coll_opts *o);
+/* Creates a table; free with mv_coll_destroy (which stops the tick thread). */
+int mv_coll_create(const mv_coll_opts *o, mv_coll **out);
+void mv_coll_destroy(mv_coll *c);
+/* Starts the tick thread. */
+int mv_coll_start(mv_coll *c);
+/* Runs one tick synchronously (for tests and benchmarks; not with start). */
+void mv_coll_tick(mv_coll *c);
+
+/* Adds a segment; `src` (owned by the table from now on, even on error) is
+ * read through `t`. `labels` are identity labels copied by the table.
+ * Returns 0, -EEXIST if `id` is present, -ENOMEM. */
+int mv_coll_add(mv_coll *c, const char *id, uint64_t size, const mv_seg_label *labels,
+                size_t nlabels, const mv_coll_transport *t, void *src);
+/* Removes a segment (e.g. released or its rkey revoked). Returns 0 or -ENOENT. */
+int mv_coll_remove(mv_coll *c, const char *id);
+/* Removes every segment whose id is not in `keep` (used after a resync). */
+void mv_coll_retain(mv_coll *c, const char *const *keep, size_t n);
+
+/* ---- Snapshots ---------------------------------------------------------------- */
+
+typedef enum mv_coll_state {
+    MV_COLL_PENDING = 0,     /* no valid catalog yet */
+    MV_COLL_OK = 1,          /* values published */
+    MV_COLL_QUARANTINED = 2, /* invalid for longer than quarantine_after_ms */
+} mv_coll_state;
+
+typedef struct mv_coll_seg_view {
+    const char *id;
+    const mv_seg_label *labels; /* identity labels */
+    size_t nlabels;
+    mv_coll_state state;
+    mv_seg_reason reason;       /* last rejection reason, if any */
+    const char *detail;         /* its detail text */
+    const mv_seg_catalog *cat;  /* NULL unless a catalog was ever valid */
+    const void *hot;            /* copy of header + values matching cat, or NULL */
+    uint32_t hot_len;
+    uint64_t read_ns;           /* CLOCK_REALTIME of the copy */
+    uint64_t heartbeat_ns;
+    uint64_t reads, read_errors, torn;
+    uint64_t size;
+    const char *transport;
+} mv_coll_seg_view;
+
+typedef struct mv_coll_stats {
+    uint64_t ticks;
+    uint64_t errors[MV_SEG_REASON_COUNT_]; /* quarantine events by reason */
+    uint64_t torn_retries;                 /* histogram copies caught mid-update */
+    uint64_t catalog_reads;
+    uint64_t segments_added, segments_removed;
+    double last_tick_seconds;
+} mv_coll_stats;
+
+typedef struct mv_coll_snap mv_coll_snap;
+
+/* Takes a consistent copy of every segment's latest published values. */
+mv_coll_snap *mv_coll_snapshot(mv_coll *c);
+void mv_coll_snap_free(mv_coll_snap *s);
+size_t mv_coll_snap_count(const mv_coll_snap *s);
+const mv_coll_seg_view *mv_coll_snap_seg(const mv_coll_snap *s, size_t i);
+const mv_coll_stats *mv_coll_snap_stats(const mv_coll_snap *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,155 @@
+/* shm transport: same-host segments mapped read-only, copied word by word. */
+#include "mv_collect.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+typedef struct shm_src {
+    const unsigned char *base;
+    uint64_t size;
+} shm_src;
+
+/* A pod can truncate its segment file; touching the vanished pages raises
+ * SIGBUS. Copies run under a per-thread jump buffer so that turns into an
+ * error for that segment only. */
+static _Thread_local sigjmp_buf *tl_guard;
+static struct sigaction old_bus;
+static pthread_once_t bus_once = PTHREAD_ONCE_INIT;
+
+static void on_sigbus(int sig, siginfo_t *si, void *uc)
+{
+    if (tl_guard)
+        siglongjmp(*tl_guard, 1);
+    /* Not ours: behave as before. */
+    sigaction(SIGBUS, &old_bus, NULL);
+    (void)si;
+    (void)uc;
+    raise(sig);
+}
+
+static void install_bus_handler(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_sigbus;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGBUS, &sa, &old_bus);
+}
+
+static int guarded_copy(void *dst, const void *src, size_t len)
+{
+    sigjmp_buf jb;
+    volatile int faulted = 0;
+    if (sigsetjmp(jb, 1) == 0) {
+        tl_guard = &jb;
+        mv_seg_copy_words(dst, src, len);
+    } else {
+        faulted = 1;
+    }
+    tl_guard = NULL;
+    return faulted ? -EIO : 0;
+}
+
+static void shm_read_many(void *ctx, mv_coll_read *reqs, size_t n)
+{
+    (void)ctx;
+    for (size_t i = 0; i < n; i++) {
+        mv_coll_read *r = &reqs[i];
+        shm_src *s = r->src;
+        if (!s || r->off > s->size || r->len > s->size - r->off || (r->off | r->len) % 8) {
+            r->status = -EINVAL;
+            continue;
+        }
+        r->status = guarded_copy(r->dst, s->base + r->off, r->len);
+    }
+}
+
+static void shm_src_close(void *ctx, void *src)
+{
+    shm_src *s = src;
+    (void)ctx;
+    if (!s)
+        return;
+    munmap((void *)s->base, s->size);
+    free(s);
+}
+
+static const mv_coll_transport shm_transport = {
+    .name = "shm",
+    .ctx = NULL,
+    .read_many = shm_read_many,
+    .src_close = shm_src_close,
+};
+
+const mv_coll_transport *mv_coll_shm_transport(void)
+{
+    pthread_once(&bus_once, install_bus_handler);
+    return &shm_transport;
+}
+
+int mv_coll_shm_open(const char *path, uint64_t size, void **src, uint64_t *size_out, char *errbuf,
+                     size_t errlen)
+{
+    struct stat st;
+    int fd, rc;
+    shm_src *s;
+
+    *src = NULL;
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) {
+        rc = -errno;
+        snprintf(errbuf, errlen, "open %s: %s", path, strerror(errno));
+        return rc;
+    }
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        snprintf(errbuf, errlen, "%s is not a regular file", path);
+        rc = -EINVAL;
+        goto close_fd;
+    }
+    if (size && (uint64_t)st.st_size != size) {
+        snprintf(errbuf, errlen, "%s is %lld bytes, the catalog says %llu", path,
+                 (long long)st.st_size, (unsigned long long)size);
+        rc = -EINVAL;
+        goto close_fd;
+    }
+    if (st.st_size < (off_t)MV_SEG_MIN_SIZE || st.st_size > (off_t)MV_SEG_MAX_SIZE ||
+        st.st_size % 8) {
+        snprintf(errbuf, errlen, "%s: size %lld is not a segment size", path,
+                 (long long)st.st_size);
+        rc = -EINVAL;
+        goto close_fd;
+    }
+    s = calloc(1, sizeof *s);
+    if (!s) {
+        rc = -ENOMEM;
+        snprintf(errbuf, errlen, "out of memory");
+        goto close_fd;
+    }
+    s->size = (uint64_t)st.st_size;
+    s->base = mmap(NULL, s->size, PROT_READ, MAP_SHARED, fd, 0);
+    if (s->base == MAP_FAILED) {
+        rc = -errno;
+        snprintf(errbuf, errlen, "mmap %s: %s", path, strerror(errno));
+        free(s);
+        goto close_fd;
+    }
+    close(fd);
+    *src = s;
+    if (size_out)
+        *size_out = s->size;
+    return 0;
+
+close_fd:
+    close(fd);
+    return rc;
+}
