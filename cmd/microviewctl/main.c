@@ -41,9 +41,8 @@ static void usage(FILE *f)
 static int cmd_dump(int argc, char **argv)
 {
     int json = 0, opt;
-    static const struct option opts[] = {{"json", no_argument, 0, 'j'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        {"json", no_argument, 0, 'j'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     while ((opt = getopt_long(argc, argv, "jh", opts, NULL)) != -1) {
         if (opt == 'j')
             json = 1;
@@ -75,8 +74,7 @@ static int cmd_dump(int argc, char **argv)
     return 0;
 }
 
-static int parse_u(const char *s, const char *what, unsigned long long max,
-                   unsigned long long *out)
+static int parse_u(const char *s, const char *what, unsigned long long max, unsigned long long *out)
 {
     char *end;
     errno = 0;
@@ -110,13 +108,17 @@ static int cmd_gen(int argc, char **argv)
     const char *labels[2 * 16];
     size_t nlabels = 0;
     int opt;
-    static const struct option opts[] = {
-        {"agent", required_argument, 0, 'a'},    {"segment", required_argument, 0, 's'},
-        {"size", required_argument, 0, 'S'},     {"counters", required_argument, 0, 'c'},
-        {"gauges", required_argument, 0, 'g'},   {"histograms", required_argument, 0, 'H'},
-        {"rate", required_argument, 0, 'r'},     {"duration", required_argument, 0, 'd'},
-        {"label", required_argument, 0, 'l'},    {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
+    static const struct option opts[] = {{"agent", required_argument, 0, 'a'},
+                                         {"segment", required_argument, 0, 's'},
+                                         {"size", required_argument, 0, 'S'},
+                                         {"counters", required_argument, 0, 'c'},
+                                         {"gauges", required_argument, 0, 'g'},
+                                         {"histograms", required_argument, 0, 'H'},
+                                         {"rate", required_argument, 0, 'r'},
+                                         {"duration", required_argument, 0, 'd'},
+                                         {"label", required_argument, 0, 'l'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
     while ((opt = getopt_long(argc, argv, "a:s:S:c:g:H:r:d:l:h", opts, NULL)) != -1) {
         switch (opt) {
         case 'a':
@@ -186,8 +188,8 @@ static int cmd_gen(int argc, char **argv)
     mv_segment *seg;
     int rc = mv_open(segpath, &seg);
     if (rc != MV_OK) {
-        fprintf(stderr, "microviewctl: cannot open segment %s: %s: %s\n", segpath,
-                mv_strerror(rc), mv_errdetail());
+        fprintf(stderr, "microviewctl: cannot open segment %s: %s: %s\n", segpath, mv_strerror(rc),
+                mv_errdetail());
         mv_ctl_lease_release(&lease);
         return 1;
     }

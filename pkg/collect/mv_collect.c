@@ -27,10 +27,10 @@ typedef struct seg {
     void *src;
 
     /* Tick-thread state. */
-    void *full;      /* whole-segment buffer for catalog reads */
-    void *work;      /* hot copy being validated */
+    void *full; /* whole-segment buffer for catalog reads */
+    void *work; /* hot copy being validated */
     uint32_t work_cap;
-    cat_ref *cat;    /* current catalog (tick's reference) */
+    cat_ref *cat; /* current catalog (tick's reference) */
     uint64_t fail_since_ns, next_recheck_ns;
     int refs; /* atomic: the list holds one, a running tick another */
 
@@ -206,8 +206,8 @@ int mv_coll_add(mv_coll *c, const char *id, uint64_t size, const mv_seg_label *l
     c->nsegs++;
     c->stats.segments_added++;
     pthread_mutex_unlock(&c->mu);
-    MV_INFO("segment.added", "id=%s size=%llu transport=%s", mv_log_q(id),
-            (unsigned long long)size, t->name);
+    MV_INFO("segment.added", "id=%s size=%llu transport=%s", mv_log_q(id), (unsigned long long)size,
+            t->name);
     return 0;
 }
 
@@ -381,17 +381,16 @@ static uint64_t fix_torn(seg *s, const mv_seg_catalog *cat)
         uint64_t off = (uint64_t)h->values_offset + m->value_offset;
         int ok = 0;
         for (int k = 0; k < TORN_RETRIES && !ok; k++) {
-            mv_coll_read rq = {.src = s->src,
-                               .off = off,
-                               .len = m->value_size,
-                               .dst = (char *)s->work + off};
+            mv_coll_read rq = {
+                .src = s->src, .off = off, .len = m->value_size, .dst = (char *)s->work + off};
             s->t->read_many(s->t->ctx, &rq, 1);
             ok = rq.status == 0 && mv_seg_read_histogram(s->work, m, &hv) == MV_SEG_OK;
         }
         if (!ok) {
             /* Keep the previous good words (or zeros) so published copies are consistent. */
             pthread_mutex_lock(&s->mu);
-            if (s->pub_hot && s->pub_cat && s->pub_cat->cat == cat && s->pub_len >= off + m->value_size)
+            if (s->pub_hot && s->pub_cat && s->pub_cat->cat == cat &&
+                s->pub_len >= off + m->value_size)
                 memcpy((char *)s->work + off, (char *)s->pub_hot + off, m->value_size);
             else
                 memset((char *)s->work + off, 0, m->value_size);

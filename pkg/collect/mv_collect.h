@@ -98,12 +98,12 @@ typedef struct mv_coll_seg_view {
     const mv_seg_label *labels; /* identity labels */
     size_t nlabels;
     mv_coll_state state;
-    mv_seg_reason reason;       /* last rejection reason, if any */
-    const char *detail;         /* its detail text */
-    const mv_seg_catalog *cat;  /* NULL unless a catalog was ever valid */
-    const void *hot;            /* copy of header + values matching cat, or NULL */
+    mv_seg_reason reason;      /* last rejection reason, if any */
+    const char *detail;        /* its detail text */
+    const mv_seg_catalog *cat; /* NULL unless a catalog was ever valid */
+    const void *hot;           /* copy of header + values matching cat, or NULL */
     uint32_t hot_len;
-    uint64_t read_ns;           /* CLOCK_REALTIME of the copy */
+    uint64_t read_ns; /* CLOCK_REALTIME of the copy */
     uint64_t heartbeat_ns;
     uint64_t reads, read_errors, torn;
     uint64_t size;

@@ -74,10 +74,11 @@ static json_object *metric_json(const void *buf, const mv_seg_metric *m)
         json_object_object_add(o, "value", json_object_new_uint64(mv_seg_read_counter(buf, m)));
     } else if (m->type == MV_SEG_GAUGE) {
         double v = mv_seg_read_gauge(buf, m);
-        json_object_object_add(o, "value", isfinite(v) ? json_object_new_double(v)
-                                                       : json_object_new_string(isnan(v) ? "NaN"
-                                                                                : v > 0 ? "+Inf"
-                                                                                        : "-Inf"));
+        json_object_object_add(o, "value",
+                               isfinite(v) ? json_object_new_double(v)
+                                           : json_object_new_string(isnan(v) ? "NaN"
+                                                                    : v > 0  ? "+Inf"
+                                                                             : "-Inf"));
     } else {
         mv_seg_hist_view hv;
         json_object *bounds = json_object_new_array(), *buckets = json_object_new_array();

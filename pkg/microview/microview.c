@@ -341,8 +341,8 @@ static int do_register(mv_segment *s, const mv_seg_metric_desc *d, uint64_t **sl
         goto free_cat;
     }
     if ((uint64_t)coff + rsize > h->catalog_size || h->metric_count >= MV_SEG_METRICS_MAX) {
-        rc = fail(MV_ERR_FULL, "%s: catalog area full (%u of %u bytes used, %s needs %u)",
-                  s->path, coff, h->catalog_size, d->name, rsize);
+        rc = fail(MV_ERR_FULL, "%s: catalog area full (%u of %u bytes used, %s needs %u)", s->path,
+                  coff, h->catalog_size, d->name, rsize);
         goto free_cat;
     }
     __atomic_store_n(&h->generation, gen + 1, __ATOMIC_RELEASE);
@@ -376,8 +376,8 @@ static int register_scalar(mv_segment *s, uint8_t type, const char *name, const 
 {
     *slot = &g_scratch[0];
     if (nlabels > MV_SEG_LABELS_MAX)
-        return fail(MV_ERR_INVALID, "metric %s: %zu labels (at most %d)", name ? name : "",
-                    nlabels, MV_SEG_LABELS_MAX);
+        return fail(MV_ERR_INVALID, "metric %s: %zu labels (at most %d)", name ? name : "", nlabels,
+                    MV_SEG_LABELS_MAX);
     mv_seg_metric_desc d = {
         .type = type,
         .name = name,
@@ -458,8 +458,7 @@ int mv_exponential_buckets(double start, double factor, size_t count, double *ou
 {
     if (!(start > 0) || !(factor > 1) || !isfinite(start) || !isfinite(factor) || count == 0 ||
         count > MV_SEG_BUCKETS_MAX || !out)
-        return fail(MV_ERR_INVALID,
-                    "exponential buckets need start > 0, factor > 1, 1..%d buckets",
+        return fail(MV_ERR_INVALID, "exponential buckets need start > 0, factor > 1, 1..%d buckets",
                     MV_SEG_BUCKETS_MAX);
     double b = start;
     for (size_t i = 0; i < count; i++, b *= factor) {
@@ -480,8 +479,7 @@ void mv_gauge_add(mv_gauge g, double delta)
         memcpy(&v, &old, 8);
         v += delta;
         memcpy(&nw, &v, 8);
-    } while (!__atomic_compare_exchange_n(g.slot, &old, nw, 1, __ATOMIC_RELAXED,
-                                          __ATOMIC_RELAXED));
+    } while (!__atomic_compare_exchange_n(g.slot, &old, nw, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
 }
 
 /* Every change to the record also adds (new - old) * weight(word) to the
@@ -510,8 +508,7 @@ void mv_histogram_observe(mv_histogram *h, double v)
         memcpy(&sum, &old, 8);
         sum += v;
         memcpy(&nw, &sum, 8);
-    } while (!__atomic_compare_exchange_n(&w[1], &old, nw, 1, __ATOMIC_RELAXED,
-                                          __ATOMIC_RELAXED));
+    } while (!__atomic_compare_exchange_n(&w[1], &old, nw, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
     __atomic_fetch_add(&w[h->check_index], h->bucket_wt[lo] + (nw - old) * h->sum_wt,
                        __ATOMIC_RELEASE);
 }

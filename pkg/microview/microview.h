@@ -82,12 +82,10 @@ MV_API void mv_heartbeat(mv_segment *s);
 /* Registration: `help` and `unit` may be NULL; `labels` has `nlabels`
  * constant labels of this series. Registering the same name and labels again
  * returns the existing slot (values are kept, e.g. across a restart). */
-MV_API int mv_counter_register(mv_segment *s, const char *name, const char *help,
-                               const char *unit, const mv_label *labels, size_t nlabels,
-                               mv_counter *out);
-MV_API int mv_gauge_register(mv_segment *s, const char *name, const char *help,
-                             const char *unit, const mv_label *labels, size_t nlabels,
-                             mv_gauge *out);
+MV_API int mv_counter_register(mv_segment *s, const char *name, const char *help, const char *unit,
+                               const mv_label *labels, size_t nlabels, mv_counter *out);
+MV_API int mv_gauge_register(mv_segment *s, const char *name, const char *help, const char *unit,
+                             const mv_label *labels, size_t nlabels, mv_gauge *out);
 /* `bounds` are the finite upper bounds (le) of the buckets, strictly
  * increasing; a +Inf bucket is implied. The handle is owned by `s`. */
 MV_API int mv_histogram_register(mv_segment *s, const char *name, const char *help,

@@ -51,8 +51,7 @@ int mv_seg_reason_transient(mv_seg_reason r)
     return r == MV_SEG_E_BUSY || r == MV_SEG_E_TORN || r == MV_SEG_E_CHANGED;
 }
 
-__attribute__((format(printf, 3, 4))) static mv_seg_reason fail(mv_seg_error *err,
-                                                                mv_seg_reason r,
+__attribute__((format(printf, 3, 4))) static mv_seg_reason fail(mv_seg_error *err, mv_seg_reason r,
                                                                 const char *fmt, ...)
 {
     if (err) {
@@ -299,12 +298,11 @@ mv_seg_reason mv_seg_desc_check(const mv_seg_metric_desc *d, mv_seg_error *err)
                         d->name);
         if (vl > MV_SEG_LABEL_VALUE_MAX || (vl && !mv_seg_valid_utf8(v, vl)))
             return fail(err, MV_SEG_E_STRING,
-                        "metric %s: value of label %s is not UTF-8 of at most %d bytes", d->name,
-                        k, MV_SEG_LABEL_VALUE_MAX);
+                        "metric %s: value of label %s is not UTF-8 of at most %d bytes", d->name, k,
+                        MV_SEG_LABEL_VALUE_MAX);
         for (uint16_t j = 0; j < i; j++)
             if (strcmp(d->labels[j].key, k) == 0)
-                return fail(err, MV_SEG_E_DUPLICATE, "metric %s: label %s given twice",
-                            d->name, k);
+                return fail(err, MV_SEG_E_DUPLICATE, "metric %s: label %s given twice", d->name, k);
     }
     if (d->type == MV_SEG_HISTOGRAM) {
         if (d->bucket_count == 0 || d->bucket_count > MV_SEG_BUCKETS_MAX || !d->bounds)
@@ -484,8 +482,8 @@ static mv_seg_reason get_str(const char *rec, uint32_t *pos, uint32_t end, uint3
         return fail(err, MV_SEG_E_RECORD, "record %zu: %s runs past the record", idx, what);
     memcpy(&n, rec + *pos, 2);
     if (n > max)
-        return fail(err, MV_SEG_E_STRING, "record %zu: %s is %u bytes (at most %u)", idx, what,
-                    n, max);
+        return fail(err, MV_SEG_E_STRING, "record %zu: %s is %u bytes (at most %u)", idx, what, n,
+                    max);
     if ((uint64_t)*pos + 2 + n + 1 > end)
         return fail(err, MV_SEG_E_RECORD, "record %zu: %s runs past the record", idx, what);
     const char *p = rec + *pos + 2;
@@ -512,9 +510,8 @@ static mv_seg_reason parse_record(mv_seg_catalog *c, size_t idx, const char *rec
         return fail(err, MV_SEG_E_RECORD, "record %zu: header runs past catalog_used", idx);
     memcpy(&hd, rec, sizeof hd);
     if (hd.record_size < MV_SEG_RECORD_MIN || hd.record_size % 8 || hd.record_size > avail)
-        return fail(err, MV_SEG_E_RECORD,
-                    "record %zu: size %u is not a multiple of 8 in [%d, %u]", idx,
-                    hd.record_size, MV_SEG_RECORD_MIN, avail);
+        return fail(err, MV_SEG_E_RECORD, "record %zu: size %u is not a multiple of 8 in [%d, %u]",
+                    idx, hd.record_size, MV_SEG_RECORD_MIN, avail);
     uint64_t sum;
     memcpy(&sum, rec + hd.record_size - 8, 8);
     if (sum != mv_seg_fnv1a64(rec, hd.record_size - 8))
@@ -524,8 +521,8 @@ static mv_seg_reason parse_record(mv_seg_catalog *c, size_t idx, const char *rec
     if (hd.type != MV_SEG_COUNTER && hd.type != MV_SEG_GAUGE && hd.type != MV_SEG_HISTOGRAM)
         return fail(err, MV_SEG_E_TYPE, "record %zu: unknown type %u", idx, hd.type);
     if (hd.label_count > MV_SEG_LABELS_MAX)
-        return fail(err, MV_SEG_E_COUNT, "record %zu: %u labels (at most %d)", idx,
-                    hd.label_count, MV_SEG_LABELS_MAX);
+        return fail(err, MV_SEG_E_COUNT, "record %zu: %u labels (at most %d)", idx, hd.label_count,
+                    MV_SEG_LABELS_MAX);
     if (hd.type == MV_SEG_HISTOGRAM ? (hd.bucket_count == 0 || hd.bucket_count > MV_SEG_BUCKETS_MAX)
                                     : hd.bucket_count != 0)
         return fail(err, MV_SEG_E_COUNT, "record %zu: bucket_count %u invalid for type %u", idx,
@@ -535,8 +532,8 @@ static mv_seg_reason parse_record(mv_seg_catalog *c, size_t idx, const char *rec
         return fail(err, MV_SEG_E_RECORD, "record %zu: value_size %u, expected %u", idx,
                     hd.value_size, want);
     if (hd.value_offset % 8)
-        return fail(err, MV_SEG_E_VALUE_RANGE, "record %zu: value_offset %u is not 8-aligned",
-                    idx, hd.value_offset);
+        return fail(err, MV_SEG_E_VALUE_RANGE, "record %zu: value_offset %u is not 8-aligned", idx,
+                    hd.value_offset);
     if (hd.value_offset < *value_end)
         return fail(err, MV_SEG_E_OVERLAP,
                     "record %zu: value slot at %u overlaps the previous one (ends at %u)", idx,
@@ -569,8 +566,7 @@ static mv_seg_reason parse_record(mv_seg_catalog *c, size_t idx, const char *rec
             (hd.type == MV_SEG_HISTOGRAM && kl == 2 && memcmp(k, "le", 2) == 0))
             return fail(err, MV_SEG_E_NAME, "record %zu: invalid label name %s", idx,
                         kl ? k : "(empty)");
-        if ((r = get_str(rec, &pos, end, MV_SEG_LABEL_VALUE_MAX, &v, &vl, "label value", idx,
-                         err)))
+        if ((r = get_str(rec, &pos, end, MV_SEG_LABEL_VALUE_MAX, &v, &vl, "label value", idx, err)))
             return r;
         for (uint16_t j = 0; j < i; j++)
             if (strcmp(labels[j].key, k) == 0)
@@ -743,8 +739,7 @@ mv_seg_reason mv_seg_hot_check(const mv_seg_catalog *c, const void *buf, size_t 
 static inline const uint64_t *slot(const void *hot, const mv_seg_metric *m)
 {
     const mv_seg_header *h = hot;
-    return (const uint64_t *)(const void *)((const char *)hot + h->values_offset +
-                                            m->value_offset);
+    return (const uint64_t *)(const void *)((const char *)hot + h->values_offset + m->value_offset);
 }
 
 uint64_t mv_seg_read_counter(const void *hot, const mv_seg_metric *m)
@@ -759,8 +754,7 @@ double mv_seg_read_gauge(const void *hot, const mv_seg_metric *m)
     return d;
 }
 
-mv_seg_reason mv_seg_read_histogram(const void *hot, const mv_seg_metric *m,
-                                    mv_seg_hist_view *out)
+mv_seg_reason mv_seg_read_histogram(const void *hot, const mv_seg_metric *m, mv_seg_hist_view *out)
 {
     const uint64_t *w = slot(hot, m);
     uint32_t nwords = MV_SEG_HIST_WORDS(m->bucket_count), nb = m->bucket_count + 1u;

@@ -20,14 +20,14 @@ extern "C" {
 
 /* ---- Layout constants (see docs/segment-format.md) ---------------------- */
 
-#define MV_SEG_MAGIC        "MVIEWSEG" /* 8 bytes, no terminator in the segment */
-#define MV_SEG_VERSION      1
-#define MV_SEG_HEADER_SIZE  128
-#define MV_SEG_ALIGN        8
-#define MV_SEG_MIN_SIZE     1024u
-#define MV_SEG_MAX_SIZE     (1u << 30) /* 1 GiB: offsets are 32-bit */
-#define MV_SEG_RECORD_HEAD  24         /* fixed part of a catalog record */
-#define MV_SEG_RECORD_MIN   40         /* head + shortest strings + checksum */
+#define MV_SEG_MAGIC       "MVIEWSEG" /* 8 bytes, no terminator in the segment */
+#define MV_SEG_VERSION     1
+#define MV_SEG_HEADER_SIZE 128
+#define MV_SEG_ALIGN       8
+#define MV_SEG_MIN_SIZE    1024u
+#define MV_SEG_MAX_SIZE    (1u << 30) /* 1 GiB: offsets are 32-bit */
+#define MV_SEG_RECORD_HEAD 24         /* fixed part of a catalog record */
+#define MV_SEG_RECORD_MIN  40         /* head + shortest strings + checksum */
 
 /* Limits a writer must respect and a reader enforces. */
 #define MV_SEG_NAME_MAX        255  /* metric name bytes */
@@ -94,28 +94,28 @@ _Static_assert(sizeof(mv_seg_record_head) == MV_SEG_RECORD_HEAD, "record head is
  * used in microview_segment_errors_total{reason=...}. */
 typedef enum mv_seg_reason {
     MV_SEG_OK = 0,
-    MV_SEG_E_TRUNCATED = 1,   /* fewer bytes than the header/areas claim */
-    MV_SEG_E_MAGIC = 2,       /* not "MVIEWSEG" */
-    MV_SEG_E_VERSION = 3,     /* unsupported format version */
-    MV_SEG_E_HEADER = 4,      /* header_size, flags or reserved fields wrong */
-    MV_SEG_E_SIZE = 5,        /* segment_size out of range or != mapped size */
-    MV_SEG_E_LAYOUT = 6,      /* an area is misaligned or outside the segment */
-    MV_SEG_E_OVERLAP = 7,     /* areas or value ranges overlap */
-    MV_SEG_E_COUNT = 8,       /* absurd metric/label/bucket count or used bytes */
-    MV_SEG_E_RECORD = 9,      /* a catalog record's size or fields are wrong */
-    MV_SEG_E_STRING = 10,     /* string too long, unterminated or not UTF-8 */
-    MV_SEG_E_NAME = 11,       /* invalid metric or label name */
-    MV_SEG_E_TYPE = 12,       /* unknown metric type or type conflict */
+    MV_SEG_E_TRUNCATED = 1,    /* fewer bytes than the header/areas claim */
+    MV_SEG_E_MAGIC = 2,        /* not "MVIEWSEG" */
+    MV_SEG_E_VERSION = 3,      /* unsupported format version */
+    MV_SEG_E_HEADER = 4,       /* header_size, flags or reserved fields wrong */
+    MV_SEG_E_SIZE = 5,         /* segment_size out of range or != mapped size */
+    MV_SEG_E_LAYOUT = 6,       /* an area is misaligned or outside the segment */
+    MV_SEG_E_OVERLAP = 7,      /* areas or value ranges overlap */
+    MV_SEG_E_COUNT = 8,        /* absurd metric/label/bucket count or used bytes */
+    MV_SEG_E_RECORD = 9,       /* a catalog record's size or fields are wrong */
+    MV_SEG_E_STRING = 10,      /* string too long, unterminated or not UTF-8 */
+    MV_SEG_E_NAME = 11,        /* invalid metric or label name */
+    MV_SEG_E_TYPE = 12,        /* unknown metric type or type conflict */
     MV_SEG_E_VALUE_RANGE = 13, /* value slot outside the used value area */
-    MV_SEG_E_CHECKSUM = 14,   /* catalog record checksum mismatch */
-    MV_SEG_E_BUSY = 15,       /* catalog being appended (odd generation): retry */
-    MV_SEG_E_TORN = 16,       /* a histogram copy was torn: retry */
-    MV_SEG_E_DUPLICATE = 17,  /* same name and labels twice */
-    MV_SEG_E_BUCKETS = 18,    /* bounds not finite and strictly increasing */
-    MV_SEG_E_CHANGED = 19,    /* instance changed under a cached catalog */
-    MV_SEG_E_NOMEM = 20,      /* reader could not allocate */
-    MV_SEG_E_FULL = 21,       /* writer: no room left in an area */
-    MV_SEG_E_INVAL = 22,      /* writer/caller: invalid argument */
+    MV_SEG_E_CHECKSUM = 14,    /* catalog record checksum mismatch */
+    MV_SEG_E_BUSY = 15,        /* catalog being appended (odd generation): retry */
+    MV_SEG_E_TORN = 16,        /* a histogram copy was torn: retry */
+    MV_SEG_E_DUPLICATE = 17,   /* same name and labels twice */
+    MV_SEG_E_BUCKETS = 18,     /* bounds not finite and strictly increasing */
+    MV_SEG_E_CHANGED = 19,     /* instance changed under a cached catalog */
+    MV_SEG_E_NOMEM = 20,       /* reader could not allocate */
+    MV_SEG_E_FULL = 21,        /* writer: no room left in an area */
+    MV_SEG_E_INVAL = 22,       /* writer/caller: invalid argument */
     MV_SEG_REASON_COUNT_
 } mv_seg_reason;
 
@@ -215,7 +215,7 @@ typedef struct mv_seg_metric {
     uint16_t label_count;
     const mv_seg_label *labels; /* label_count entries, validated */
     uint16_t bucket_count;
-    const double *bounds; /* bucket_count finite, increasing bounds */
+    const double *bounds;  /* bucket_count finite, increasing bounds */
     uint32_t value_offset; /* bytes from the start of the value area */
     uint32_t value_size;
 } mv_seg_metric;
@@ -263,8 +263,7 @@ typedef struct mv_seg_hist_view {
 uint64_t mv_seg_read_counter(const void *hot, const mv_seg_metric *m);
 double mv_seg_read_gauge(const void *hot, const mv_seg_metric *m);
 /* MV_SEG_OK, or MV_SEG_E_TORN when the copy caught an update half-way. */
-mv_seg_reason mv_seg_read_histogram(const void *hot, const mv_seg_metric *m,
-                                    mv_seg_hist_view *out);
+mv_seg_reason mv_seg_read_histogram(const void *hot, const mv_seg_metric *m, mv_seg_hist_view *out);
 
 #ifdef __cplusplus
 }

@@ -86,8 +86,8 @@ int mv_workload_create(mv_segment *seg, const mv_workload_opts *o, mv_workload *
     for (unsigned i = 0; i < o->histograms; i++) {
         snprintf(worker, sizeof worker, "%u", i);
         rc = mv_histogram_register(seg, "gen_latency_seconds",
-                                   "Latency of the generator's requests.", "seconds", &l, 1,
-                                   bounds, HIST_BUCKETS, &w->hists[i]);
+                                   "Latency of the generator's requests.", "seconds", &l, 1, bounds,
+                                   HIST_BUCKETS, &w->hists[i]);
         if (rc != MV_OK)
             goto fail;
     }

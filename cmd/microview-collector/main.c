@@ -1,0 +1,339 @@
+/* microview-collector: read segments every tick, validate, serve /metrics. */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "mv_collect.h"
+#include "mv_discovery.h"
+#include "mv_export.h"
+#include "mv_expo.h"
+#include "mv_httpd.h"
+#include "mv_log.h"
+
+#define DEFAULT_AGENT "unix:/run/microview/agent.sock"
+#define MAX_STATIC    256
+
+static volatile sig_atomic_t g_stop;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    g_stop = 1;
+}
+
+typedef struct app {
+    mv_coll *coll;
+    size_t body_cap;
+    mv_export_stats export_stats; /* under render_mu */
+    pthread_mutex_t render_mu;
+} app;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: microview-collector [options]\n"
+            "  --transport shm          how segments are read (shm: same host; default)\n"
+            "  --agent TARGET           follow this agent's catalog (default " DEFAULT_AGENT ")\n"
+            "  --no-agent               do not follow an agent (use --segment only)\n"
+            "  --segment PATH[,k=v...]  also read this segment file, with identity labels\n"
+            "  --listen HOST:PORT       HTTP address for /metrics (default 0.0.0.0:9469)\n"
+            "  --tick-ms N              read every segment every N ms (1..60000, default 10)\n"
+            "  --quarantine-after-ms N  quarantine segments invalid this long (default 1000)\n"
+            "  --max-body-bytes N       cap on a /metrics body (default 67108864)\n"
+            "  --log-level LEVEL        debug, info, warn, error (default info)\n");
+}
+
+static int parse_ulong(const char *s, unsigned long lo, unsigned long hi, unsigned long *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* ---- Discovery → table ------------------------------------------------------------ */
+
+static void disc_added(void *arg, const mv_disc_segment *s)
+{
+    app *a = arg;
+    char err[256];
+    void *src;
+    uint64_t size;
+    int rc = mv_coll_shm_open(s->path, s->size, &src, &size, err, sizeof err);
+    if (rc != 0) {
+        MV_WARN("segment.open_failed", "id=%s path=%s error=%s", mv_log_q(s->id), mv_log_q(s->path),
+                mv_log_q(err));
+        return;
+    }
+    rc = mv_coll_add(a->coll, s->id, size, s->labels, s->nlabels, mv_coll_shm_transport(), src);
+    if (rc != 0 && rc != -EEXIST)
+        MV_WARN("segment.add_failed", "id=%s error=%s", mv_log_q(s->id), mv_log_q(strerror(-rc)));
+}
+
+static void disc_removed(void *arg, const char *id)
+{
+    app *a = arg;
+    mv_coll_remove(a->coll, id);
+}
+
+static void disc_synced(void *arg, const char *const *ids, size_t n)
+{
+    app *a = arg;
+    mv_coll_retain(a->coll, ids, n);
+}
+
+/* ---- HTTP ---------------------------------------------------------------------------- */
+
+static int h_metrics(void *arg, const mv_httpd_request *req, mv_httpd_response *resp)
+{
+    app *a = arg;
+    mv_expo_format fmt = mv_expo_negotiate(mv_httpd_header(req, "Accept"));
+    mv_coll_snap *snap = mv_coll_snapshot(a->coll);
+    if (!snap)
+        return mv_httpd_respond_text(resp, 503, "snapshot failed: out of memory\n");
+    mv_expo *e = mv_expo_create(fmt, a->body_cap);
+    if (!e) {
+        mv_coll_snap_free(snap);
+        return mv_httpd_respond_text(resp, 503, "out of memory\n");
+    }
+    pthread_mutex_lock(&a->render_mu);
+    int rc = mv_export_render(e, snap, &a->export_stats);
+    pthread_mutex_unlock(&a->render_mu);
+    mv_coll_snap_free(snap);
+    if (rc == -ENOSPC)
+        MV_WARN("metrics.truncated", "cap_bytes=%zu hint=%s", a->body_cap,
+                mv_log_q("raise --max-body-bytes"));
+    size_t len;
+    const char *data = mv_expo_data(e, &len);
+    rc = mv_httpd_respond(resp, 200, mv_expo_content_type(fmt), data, len);
+    mv_expo_destroy(e);
+    return rc;
+}
+
+static int h_segments(void *arg, const mv_httpd_request *req, mv_httpd_response *resp)
+{
+    app *a = arg;
+    (void)req;
+    mv_coll_snap *snap = mv_coll_snapshot(a->coll);
+    char *json = snap ? mv_export_segments_json(snap) : NULL;
+    mv_coll_snap_free(snap);
+    if (!json)
+        return mv_httpd_respond_text(resp, 503, "out of memory\n");
+    int rc = mv_httpd_respond(resp, 200, "application/json", json, strlen(json));
+    free(json);
+    return rc;
+}
+
+static int h_health(void *arg, const mv_httpd_request *req, mv_httpd_response *resp)
+{
+    (void)arg;
+    (void)req;
+    return mv_httpd_respond_text(resp, 200, "ok\n");
+}
+
+static int h_index(void *arg, const mv_httpd_request *req, mv_httpd_response *resp)
+{
+    (void)arg;
+    (void)req;
+    return mv_httpd_respond_text(resp, 200,
+                                 "microview-collector\n"
+                                 "  /metrics          Prometheus text 0.0.4 / OpenMetrics 1.0\n"
+                                 "  /debug/segments   segments, state and read statistics (JSON)\n"
+                                 "  /healthz          liveness\n");
+}
+
+/* ---- main ------------------------------------------------------------------------------ */
+
+static int add_static(app *a, char *spec)
+{
+    mv_seg_label labels[MV_SEG_LABELS_MAX];
+    size_t n = 0;
+    char *save = NULL, *path = strtok_r(spec, ",", &save), *kv;
+    char err[256], id[300];
+    while ((kv = strtok_r(NULL, ",", &save))) {
+        char *eq = strchr(kv, '=');
+        if (!eq || eq == kv || n == MV_SEG_LABELS_MAX) {
+            fprintf(stderr, "microview-collector: --segment labels are k=v (at most %d): %s\n",
+                    MV_SEG_LABELS_MAX, kv);
+            return -1;
+        }
+        *eq = '\0';
+        labels[n].key = kv;
+        labels[n++].value = eq + 1;
+    }
+    void *src;
+    uint64_t size;
+    if (mv_coll_shm_open(path, 0, &src, &size, err, sizeof err) != 0) {
+        fprintf(stderr, "microview-collector: --segment %s: %s\n", path, err);
+        return -1;
+    }
+    snprintf(id, sizeof id, "static:%s", path);
+    return mv_coll_add(a->coll, id, size, labels, n, mv_coll_shm_transport(), src);
+}
+
+int main(int argc, char **argv)
+{
+    const char *agent = DEFAULT_AGENT, *listen = "0.0.0.0:9469", *transport = "shm";
+    char *statics[MAX_STATIC];
+    size_t nstatic = 0;
+    unsigned long v;
+    mv_coll_opts co;
+    mv_log_level level = MV_LOG_INFO;
+    app a = {.body_cap = 64u << 20};
+    int opt;
+
+    mv_coll_opts_default(&co);
+    static const struct option opts[] = {{"transport", required_argument, 0, 't'},
+                                         {"agent", required_argument, 0, 'a'},
+                                         {"no-agent", no_argument, 0, 'N'},
+                                         {"segment", required_argument, 0, 's'},
+                                         {"listen", required_argument, 0, 'l'},
+                                         {"tick-ms", required_argument, 0, 'T'},
+                                         {"quarantine-after-ms", required_argument, 0, 'Q'},
+                                         {"max-body-bytes", required_argument, 0, 'B'},
+                                         {"log-level", required_argument, 0, 'L'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (opt) {
+        case 't':
+            transport = optarg;
+            break;
+        case 'a':
+            agent = optarg;
+            break;
+        case 'N':
+            agent = NULL;
+            break;
+        case 's':
+            if (nstatic == MAX_STATIC) {
+                fprintf(stderr, "microview-collector: at most %d --segment\n", MAX_STATIC);
+                return 2;
+            }
+            statics[nstatic++] = optarg;
+            break;
+        case 'l':
+            listen = optarg;
+            break;
+        case 'T':
+            if (parse_ulong(optarg, 1, 60000, &v)) {
+                fprintf(stderr, "microview-collector: --tick-ms must be 1..60000\n");
+                return 2;
+            }
+            co.tick_us = (uint32_t)(v * 1000);
+            break;
+        case 'Q':
+            if (parse_ulong(optarg, 0, 3600000, &v)) {
+                fprintf(stderr, "microview-collector: --quarantine-after-ms must be 0..3600000\n");
+                return 2;
+            }
+            co.quarantine_after_ms = (uint32_t)v;
+            break;
+        case 'B':
+            if (parse_ulong(optarg, 4096, 1ul << 32, &v)) {
+                fprintf(stderr, "microview-collector: --max-body-bytes must be 4096..4294967296\n");
+                return 2;
+            }
+            a.body_cap = v;
+            break;
+        case 'L':
+            if (mv_log_parse_level(optarg, &level)) {
+                fprintf(stderr, "microview-collector: unknown log level %s\n", optarg);
+                return 2;
+            }
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (optind != argc) {
+        usage(stderr);
+        return 2;
+    }
+    mv_log_init("collector", level);
+    if (strcmp(transport, "shm") != 0) {
+        fprintf(stderr, "microview-collector: transport '%s' is not available (use shm)\n",
+                transport);
+        return 2;
+    }
+
+    char host[256];
+    unsigned long port;
+    const char *colon = strrchr(listen, ':');
+    if (!colon || (size_t)(colon - listen) >= sizeof host ||
+        parse_ulong(colon + 1, 0, 65535, &port)) {
+        fprintf(stderr, "microview-collector: --listen wants HOST:PORT, got %s\n", listen);
+        return 2;
+    }
+    memcpy(host, listen, (size_t)(colon - listen));
+    host[colon - listen] = '\0';
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    int rc = 1;
+    pthread_mutex_init(&a.render_mu, NULL);
+    if (mv_coll_create(&co, &a.coll) != 0) {
+        MV_ERROR("collector.failed", "error=%s", mv_log_q("out of memory"));
+        return 1;
+    }
+    for (size_t i = 0; i < nstatic; i++)
+        if (add_static(&a, statics[i]) != 0)
+            goto destroy_coll;
+    if (mv_coll_start(a.coll) != 0) {
+        MV_ERROR("collector.failed", "error=%s", mv_log_q("cannot start the tick thread"));
+        goto destroy_coll;
+    }
+    mv_httpd *httpd = NULL;
+    char err[256] = "";
+    if (mv_httpd_create(host[0] ? host : "0.0.0.0", (uint16_t)port, &httpd, err, sizeof err) != 0) {
+        MV_ERROR("http.failed", "listen=%s error=%s", mv_log_q(listen), mv_log_q(err));
+        goto destroy_coll;
+    }
+    mv_httpd_route(httpd, "/metrics", h_metrics, &a);
+    mv_httpd_route(httpd, "/debug/segments", h_segments, &a);
+    mv_httpd_route(httpd, "/healthz", h_health, &a);
+    mv_httpd_route(httpd, "/", h_index, &a);
+    if (mv_httpd_start(httpd, err, sizeof err) != 0) {
+        MV_ERROR("http.failed", "listen=%s error=%s", mv_log_q(listen), mv_log_q(err));
+        goto destroy_httpd;
+    }
+    mv_disc *disc = NULL;
+    if (agent) {
+        mv_disc_callbacks cb = {
+            .arg = &a, .added = disc_added, .removed = disc_removed, .synced = disc_synced};
+        if (mv_disc_start(agent, &cb, &disc) != 0) {
+            MV_ERROR("collector.failed", "error=%s", mv_log_q("cannot start agent discovery"));
+            goto destroy_httpd;
+        }
+    }
+    MV_INFO("collector.started", "transport=%s listen=%s:%u tick_ms=%.3f agent=%s statics=%zu",
+            transport, host, mv_httpd_port(httpd), co.tick_us / 1000.0,
+            agent ? mv_log_q(agent) : "none", nstatic);
+    while (!g_stop)
+        pause();
+    MV_INFO("collector.stopping", "%s", "");
+    rc = 0;
+    mv_disc_destroy(disc);
+destroy_httpd:
+    mv_httpd_destroy(httpd);
+destroy_coll:
+    mv_coll_destroy(a.coll);
+    pthread_mutex_destroy(&a.render_mu);
+    return rc;
+}

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Installs what the tests need, builds, and runs the whole suite:
+#   1. clang-format check
+#   2. -Werror build + every ctest test (unit, integration, real Prometheus, real RDMA in VMs)
+#   3. the same suite built with AddressSanitizer + UndefinedBehaviorSanitizer
+#   4. each libFuzzer driver for a short run on its committed corpus
+# Prints a final "N passed, N failed" line and exits nonzero if anything failed.
+#
+# Environment: MV_TEST_SKIP_ASAN=1 / MV_TEST_SKIP_FUZZ=1 skip stages (reported as skipped),
+# MV_FUZZ_SECONDS (default 20) per fuzz driver, JOBS (default nproc).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+jobs=${JOBS:-$(nproc)}
+
+passed=0 failed=0 skipped=0
+stage_fail=()
+note() { printf '\n=== %s\n' "$*"; }
+record_ctest() { # <stage> <logfile> <rc>
+  local line p f t
+  line=$(grep -E '[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$2" | tail -n 1)
+  if [ -n "$line" ]; then
+    t=$(sed -E 's/.*out of ([0-9]+).*/\1/' <<<"$line")
+    f=$(sed -E 's/.* ([0-9]+) tests? failed.*/\1/' <<<"$line")
+    p=$((t - f))
+    passed=$((passed + p)); failed=$((failed + f))
+    [ "$f" -eq 0 ] && [ "$3" -eq 0 ] || stage_fail+=("$1")
+  else
+    failed=$((failed + 1)); stage_fail+=("$1 (no ctest summary)")
+  fi
+  s=$(grep -c -- '\*\*\*Skipped\|SKIPPED' "$2" || true)
+  skipped=$((skipped + s))
+}
+record() { # <stage> <rc>
+  if [ "$2" -eq 0 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); stage_fail+=("$1"); fi
+}
+
+note "dependencies"
+./scripts/deps.sh test || { echo "dependency install failed" >&2; exit 1; }
+
+note "format"
+./scripts/check-format.sh; record format $?
+
+note "build (-Werror)"
+cmake -S . -B build -DMV_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null &&
+  cmake --build build -j"$jobs"
+rc=$?; record build $rc
+if [ $rc -eq 0 ]; then
+  note "tests (build)"
+  ctest --test-dir build --output-on-failure -j1 2>&1 | tee build/ctest.log
+  record_ctest tests "build/ctest.log" "${PIPESTATUS[0]}"
+fi
+
+if [ "${MV_TEST_SKIP_ASAN:-0}" = 1 ]; then
+  note "ASan+UBSan: SKIPPED (MV_TEST_SKIP_ASAN=1)"; skipped=$((skipped + 1))
+else
+  note "build (ASan+UBSan)"
+  cmake -S . -B build-asan -DMV_WERROR=ON -DMV_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null &&
+    cmake --build build-asan -j"$jobs"
+  rc=$?; record build-asan $rc
+  if [ $rc -eq 0 ]; then
+    note "tests (ASan+UBSan)"
+    ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+      MV_SANITIZED=1 ctest --test-dir build-asan --output-on-failure -j1 -LE no-sanitize 2>&1 |
+      tee build-asan/ctest.log
+    record_ctest tests-asan "build-asan/ctest.log" "${PIPESTATUS[0]}"
+  fi
+fi
+
+if [ "${MV_TEST_SKIP_FUZZ:-0}" = 1 ]; then
+  note "fuzz: SKIPPED (MV_TEST_SKIP_FUZZ=1)"; skipped=$((skipped + 1))
+elif [ -x scripts/fuzz.sh ]; then
+  note "fuzz (${MV_FUZZ_SECONDS:-20}s per driver)"
+  ./scripts/fuzz.sh "${MV_FUZZ_SECONDS:-20}"; record fuzz $?
+fi
+
+note "summary"
+if [ ${#stage_fail[@]} -gt 0 ]; then
+  echo "failed stages: ${stage_fail[*]}"
+fi
+[ "$skipped" -gt 0 ] && echo "note: $skipped test(s) or stage(s) reported SKIPPED above"
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,277 @@
+/* Unit tests for mv_collect: tick, catalog reload, quarantine, recovery, SIGBUS guard. */
+#include <CUnit/Basic.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "microview.h"
+#include "mv_collect.h"
+
+static char g_dir[] = "/tmp/mv-test-collect-XXXXXX";
+
+static char *make_segment(const char *name, size_t size)
+{
+    static char path[256];
+    snprintf(path, sizeof path, "%s/%s", g_dir, name);
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    CU_ASSERT_FATAL(fd >= 0);
+    CU_ASSERT_FATAL(ftruncate(fd, (off_t)size) == 0);
+    close(fd);
+    return path;
+}
+
+static mv_coll *new_coll(uint32_t quarantine_ms, uint32_t recheck_ms)
+{
+    mv_coll_opts o;
+    mv_coll *c;
+    mv_coll_opts_default(&o);
+    o.quarantine_after_ms = quarantine_ms;
+    o.recheck_ms = recheck_ms;
+    CU_ASSERT_FATAL(mv_coll_create(&o, &c) == 0);
+    return c;
+}
+
+static void add_path(mv_coll *c, const char *id, const char *path)
+{
+    void *src;
+    uint64_t size;
+    char err[256];
+    mv_seg_label l = {"service", id};
+    CU_ASSERT_FATAL(mv_coll_shm_open(path, 0, &src, &size, err, sizeof err) == 0);
+    CU_ASSERT_FATAL(mv_coll_add(c, id, size, &l, 1, mv_coll_shm_transport(), src) == 0);
+}
+
+/* Value of the first metric named `name` in segment `id`, via a snapshot. */
+static int snap_value(mv_coll *c, const char *id, const char *name, double *out,
+                      mv_coll_state *state)
+{
+    mv_coll_snap *s = mv_coll_snapshot(c);
+    int found = 0;
+    for (size_t i = 0; i < mv_coll_snap_count(s); i++) {
+        const mv_coll_seg_view *v = mv_coll_snap_seg(s, i);
+        if (strcmp(v->id, id) != 0)
+            continue;
+        if (state)
+            *state = v->state;
+        if (!v->cat || !v->hot)
+            break;
+        for (size_t k = 0; k < mv_seg_catalog_count(v->cat); k++) {
+            const mv_seg_metric *m = mv_seg_catalog_metric(v->cat, k);
+            if (strcmp(m->name, name) != 0)
+                continue;
+            if (m->type == MV_SEG_COUNTER)
+                *out = (double)mv_seg_read_counter(v->hot, m);
+            else if (m->type == MV_SEG_GAUGE)
+                *out = mv_seg_read_gauge(v->hot, m);
+            else {
+                mv_seg_hist_view hv;
+                CU_ASSERT(mv_seg_read_histogram(v->hot, m, &hv) == MV_SEG_OK);
+                *out = (double)hv.count;
+            }
+            found = 1;
+            break;
+        }
+    }
+    mv_coll_snap_free(s);
+    return found;
+}
+
+static void test_tick_and_reload(void)
+{
+    char *path = make_segment("a.seg", 16384);
+    mv_segment *seg;
+    mv_counter ctr;
+    mv_gauge g;
+    CU_ASSERT_FATAL(mv_open(path, &seg) == MV_OK);
+    CU_ASSERT_FATAL(mv_counter_register(seg, "reqs_total", "r", NULL, NULL, 0, &ctr) == MV_OK);
+    mv_counter_add(ctr, 41);
+    mv_coll *c = new_coll(1000, 5000);
+    add_path(c, "a", path);
+    mv_coll_tick(c);
+    double v = 0;
+    mv_coll_state st;
+    CU_ASSERT(snap_value(c, "a", "reqs_total", &v, &st));
+    CU_ASSERT_EQUAL(st, MV_COLL_OK);
+    CU_ASSERT_EQUAL(v, 41);
+    mv_counter_inc(ctr);
+    mv_coll_tick(c);
+    CU_ASSERT(snap_value(c, "a", "reqs_total", &v, NULL));
+    CU_ASSERT_EQUAL(v, 42);
+
+    /* A metric registered later appears after the next tick (generation moved). */
+    CU_ASSERT(!snap_value(c, "a", "temp", &v, NULL));
+    CU_ASSERT_FATAL(mv_gauge_register(seg, "temp", NULL, NULL, NULL, 0, &g) == MV_OK);
+    mv_gauge_set(g, 21.5);
+    mv_coll_tick(c);
+    CU_ASSERT(snap_value(c, "a", "temp", &v, NULL));
+    CU_ASSERT_EQUAL(v, 21.5);
+    mv_coll_snap *s = mv_coll_snapshot(c);
+    CU_ASSERT(mv_coll_snap_stats(s)->catalog_reads >= 2);
+    mv_coll_snap_free(s);
+
+    CU_ASSERT_EQUAL(mv_coll_remove(c, "a"), 0);
+    CU_ASSERT_EQUAL(mv_coll_remove(c, "a"), -ENOENT);
+    mv_coll_destroy(c);
+    mv_close(seg);
+}
+
+static void test_quarantine_and_recover(void)
+{
+    char *p = make_segment("b.seg", 8192);
+    char path[256];
+    snprintf(path, sizeof path, "%s", p);
+    mv_segment *seg;
+    mv_counter ctr;
+    CU_ASSERT_FATAL(mv_open(path, &seg) == MV_OK);
+    CU_ASSERT_FATAL(mv_counter_register(seg, "x_total", NULL, NULL, NULL, 0, &ctr) == MV_OK);
+    mv_coll *c = new_coll(0, 0);
+    add_path(c, "b", path);
+    mv_coll_tick(c);
+
+    /* Scribble over the magic like a broken pod would. */
+    int fd = open(path, O_RDWR);
+    CU_ASSERT_FATAL(fd >= 0);
+    char saved[8];
+    CU_ASSERT_FATAL(pread(fd, saved, 8, 0) == 8);
+    CU_ASSERT_FATAL(pwrite(fd, "garbage!", 8, 0) == 8);
+    mv_coll_tick(c);
+    mv_coll_tick(c);
+    double v;
+    mv_coll_state st = MV_COLL_OK;
+    CU_ASSERT(!snap_value(c, "b", "x_total", &v, &st));
+    CU_ASSERT_EQUAL(st, MV_COLL_QUARANTINED);
+    mv_coll_snap *s = mv_coll_snapshot(c);
+    CU_ASSERT_EQUAL(mv_coll_snap_stats(s)->errors[MV_SEG_E_MAGIC], 1);
+    CU_ASSERT_EQUAL(mv_coll_snap_seg(s, 0)->reason, MV_SEG_E_MAGIC);
+    mv_coll_snap_free(s);
+
+    /* Repaired: the recheck brings it back. */
+    CU_ASSERT_FATAL(pwrite(fd, saved, 8, 0) == 8);
+    close(fd);
+    mv_counter_add(ctr, 7);
+    mv_coll_tick(c);
+    CU_ASSERT(snap_value(c, "b", "x_total", &v, &st));
+    CU_ASSERT_EQUAL(st, MV_COLL_OK);
+    CU_ASSERT_EQUAL(v, 7);
+    mv_coll_destroy(c);
+    mv_close(seg);
+}
+
+static void test_truncated_file_is_an_error_not_a_crash(void)
+{
+    char *p = make_segment("c.seg", 65536);
+    char path[256];
+    snprintf(path, sizeof path, "%s", p);
+    mv_segment *seg;
+    mv_counter ctr;
+    CU_ASSERT_FATAL(mv_open(path, &seg) == MV_OK);
+    CU_ASSERT_FATAL(mv_counter_register(seg, "y_total", NULL, NULL, NULL, 0, &ctr) == MV_OK);
+    mv_close(seg);
+    mv_coll *c = new_coll(0, 60000);
+    add_path(c, "c", path);
+    mv_coll_tick(c);
+    /* Shrink the file under the collector's mapping: touching it raises SIGBUS. */
+    CU_ASSERT_FATAL(truncate(path, 0) == 0);
+    mv_coll_tick(c);
+    mv_coll_tick(c);
+    double v;
+    mv_coll_state st = MV_COLL_OK;
+    snap_value(c, "c", "y_total", &v, &st);
+    CU_ASSERT_EQUAL(st, MV_COLL_QUARANTINED);
+    mv_coll_snap *s = mv_coll_snapshot(c);
+    CU_ASSERT_EQUAL(mv_coll_snap_stats(s)->errors[MV_SEG_E_TRUNCATED], 1);
+    mv_coll_snap_free(s);
+    mv_coll_destroy(c);
+}
+
+static void test_retain_and_duplicates(void)
+{
+    char paths[3][256];
+    mv_coll *c = new_coll(1000, 5000);
+    const char *ids[3] = {"s0", "s1", "s2"};
+    for (int i = 0; i < 3; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "r%d.seg", i);
+        snprintf(paths[i], sizeof paths[i], "%s", make_segment(name, 4096));
+        add_path(c, ids[i], paths[i]);
+    }
+    void *src;
+    uint64_t size;
+    char err[256];
+    CU_ASSERT_FATAL(mv_coll_shm_open(paths[0], 0, &src, &size, err, sizeof err) == 0);
+    CU_ASSERT_EQUAL(mv_coll_add(c, "s0", size, NULL, 0, mv_coll_shm_transport(), src), -EEXIST);
+    const char *keep[1] = {"s1"};
+    mv_coll_retain(c, keep, 1);
+    mv_coll_snap *s = mv_coll_snapshot(c);
+    CU_ASSERT_EQUAL(mv_coll_snap_count(s), 1);
+    CU_ASSERT_STRING_EQUAL(mv_coll_snap_seg(s, 0)->id, "s1");
+    /* A zero-filled (unformatted) file is pending, not published. */
+    mv_coll_snap_free(s);
+    mv_coll_tick(c);
+    s = mv_coll_snapshot(c);
+    CU_ASSERT_EQUAL(mv_coll_snap_seg(s, 0)->state, MV_COLL_PENDING);
+    CU_ASSERT_PTR_NULL(mv_coll_snap_seg(s, 0)->hot);
+    mv_coll_snap_free(s);
+    CU_ASSERT(mv_coll_shm_open("/nonexistent/x", 0, &src, &size, err, sizeof err) == -ENOENT);
+    CU_ASSERT(strstr(err, "/nonexistent/x") != NULL);
+    mv_coll_destroy(c);
+}
+
+static void test_background_thread(void)
+{
+    char *p = make_segment("d.seg", 8192);
+    char path[256];
+    snprintf(path, sizeof path, "%s", p);
+    mv_segment *seg;
+    mv_counter ctr;
+    CU_ASSERT_FATAL(mv_open(path, &seg) == MV_OK);
+    CU_ASSERT_FATAL(mv_counter_register(seg, "z_total", NULL, NULL, NULL, 0, &ctr) == MV_OK);
+    mv_coll_opts o;
+    mv_coll *c;
+    mv_coll_opts_default(&o);
+    o.tick_us = 1000;
+    CU_ASSERT_FATAL(mv_coll_create(&o, &c) == 0);
+    add_path(c, "d", path);
+    CU_ASSERT_FATAL(mv_coll_start(c) == 0);
+    double v = 0;
+    for (int i = 1; i <= 50; i++) {
+        mv_counter_inc(ctr);
+        usleep(2000);
+    }
+    usleep(20000);
+    CU_ASSERT(snap_value(c, "d", "z_total", &v, NULL));
+    CU_ASSERT_EQUAL(v, 50);
+    mv_coll_snap *s = mv_coll_snapshot(c);
+    CU_ASSERT(mv_coll_snap_stats(s)->ticks >= 50);
+    mv_coll_snap_free(s);
+    mv_coll_destroy(c);
+    mv_close(seg);
+}
+
+int main(void)
+{
+    CU_pSuite suite;
+    if (!mkdtemp(g_dir))
+        return 1;
+    if (CU_initialize_registry() != CUE_SUCCESS)
+        return 1;
+    suite = CU_add_suite("collect", NULL, NULL);
+    CU_add_test(suite, "tick and catalog reload", test_tick_and_reload);
+    CU_add_test(suite, "quarantine and recovery", test_quarantine_and_recover);
+    CU_add_test(suite, "truncated file (SIGBUS guard)",
+                test_truncated_file_is_an_error_not_a_crash);
+    CU_add_test(suite, "retain, duplicates, pending", test_retain_and_duplicates);
+    CU_add_test(suite, "background tick thread", test_background_thread);
+    CU_basic_set_mode(CU_BRM_VERBOSE);
+    CU_basic_run_tests();
+    unsigned failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
+    CU_cleanup_registry();
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", g_dir);
+    return failed ? 1 : 0;
+}
