@@ -27,6 +27,8 @@ UNHEALTHY = "Unhealthy"
 KUBELET_SOCKET = "kubelet.sock"
 CHECKPOINT = "kubelet_internal_checkpoint"
 PRESTART_TIMEOUT_S = 30.0  # the kubelet's deadline for PreStartContainer
+MAX_CONTROL_LINE = 1 << 20  # longest control request accepted
+MAX_RECORDS = 10000  # cap on each recorded history list
 
 _QNAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -188,6 +190,7 @@ class FakeKubelet:
         rec["error"] = err
         with self._cond:
             self._registrations.append(rec)
+            del self._registrations[:-MAX_RECORDS]
             self._cond.notify_all()
         log("fake-kubelet", "register", resource=request.resource_name,
             endpoint=request.endpoint, accepted=rec["accepted"], error=err or "")
@@ -397,6 +400,7 @@ class FakeKubelet:
             self._calls.append({"rpc": rpc, "resource": resource, "devices": list(devices),
                                 "error": None if err is None else
                                 "%s %s" % (err.code().name, err.details()), "t": time.time()})
+            del self._calls[:-MAX_RECORDS]
             self._cond.notify_all()
 
     def remove_pod(self, namespace, pod):
@@ -619,8 +623,11 @@ def _dispatch(kubelet, req, stop_event):
 
 class _ControlHandler(socketserver.StreamRequestHandler):
     def handle(self):
-        for line in self.rfile:
-            if len(line) > 1 << 20:
+        while True:
+            line = self.rfile.readline(MAX_CONTROL_LINE + 1)
+            if not line:
+                return
+            if len(line) > MAX_CONTROL_LINE:
                 self._reply({"ok": False, "error": "request line too long"})
                 return
             try:
