@@ -137,13 +137,15 @@ int main(int argc, char **argv)
     mv_agentsvc *svc;
     if (mv_agentsvc_register(srv, store, &svc) < 0)
         goto destroy_server;
+    int port = 0;
     if (mv_rpc_server_listen(srv, unixaddr) < 0 ||
-        (tcp_listen && mv_rpc_server_listen(srv, tcp_listen) < 0))
+        (tcp_listen && (port = mv_rpc_server_listen(srv, tcp_listen)) < 0))
         goto destroy_svc;
     if (mv_rpc_server_start(srv) < 0)
         goto destroy_svc;
-    MV_INFO("agent.started", "mode=standalone dir=%s socket=%s listen=%s pid=%d", mv_log_q(dir),
-            mv_log_q(sock), mv_log_q(tcp_listen ? tcp_listen : "off"), (int)getpid());
+    MV_INFO("agent.started", "mode=standalone dir=%s socket=%s listen=%s tcp_port=%d pid=%d",
+            mv_log_q(dir), mv_log_q(sock), mv_log_q(tcp_listen ? tcp_listen : "off"), port,
+            (int)getpid());
 
     int sig = 0;
     sigwait(&sigs, &sig);

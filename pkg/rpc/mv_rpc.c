@@ -770,7 +770,7 @@ int mv_rpc_server_listen(mv_rpc_server *s, const char *addr)
         MV_ERROR("rpc.listen_failed", "addr=%s", mv_log_q(addr));
         return -EADDRNOTAVAIL;
     }
-    return 0;
+    return strncmp(addr, "unix:", 5) == 0 ? 0 : port;
 }
 
 static int add_method(mv_rpc_server *s, const char *path, int streaming, mv_rpc_unary_fn u,
@@ -958,6 +958,12 @@ static void fill_status(mv_rpc_status *st, grpc_status_code code, grpc_slice det
 int mv_rpc_unary(mv_rpc_channel *ch, const char *method, const void *req, size_t len,
                  int timeout_ms, mv_rpc_buf *resp, mv_rpc_status *st)
 {
+    return mv_rpc_unary_ex(ch, method, req, len, timeout_ms, 0, resp, st);
+}
+
+int mv_rpc_unary_ex(mv_rpc_channel *ch, const char *method, const void *req, size_t len,
+                    int timeout_ms, unsigned flags, mv_rpc_buf *resp, mv_rpc_status *st)
+{
     int rc;
     if (resp) {
         resp->data = NULL;
@@ -988,6 +994,8 @@ int mv_rpc_unary(mv_rpc_channel *ch, const char *method, const void *req, size_t
     grpc_op ops[6];
     memset(ops, 0, sizeof ops);
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    if (flags & MV_RPC_WAIT_FOR_READY)
+        ops[0].flags = GRPC_INITIAL_METADATA_WAIT_FOR_READY;
     ops[1].op = GRPC_OP_SEND_MESSAGE;
     ops[1].data.send_message.send_message = send;
     ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;

@@ -100,7 +100,8 @@ typedef void (*mv_rpc_close_fn)(void *arg, mv_rpc_stream *st, int cancelled);
 /* Creates a server (opts may be NULL). Returns 0 or a negative errno. */
 int mv_rpc_server_create(const mv_rpc_server_opts *opts, mv_rpc_server **out);
 
-/* Adds "unix:/path" or "host:port". Before start. Returns 0 or -EADDRNOTAVAIL. */
+/* Adds "unix:/path" or "host:port" (port 0 = any free port). Before start.
+ * Returns the TCP port bound (0 for unix sockets), or -EADDRNOTAVAIL. */
 int mv_rpc_server_listen(mv_rpc_server *s, const char *addr);
 
 /* Registers a method by full path ("/microview.v1.Agent/ListSegments"). Before
@@ -153,6 +154,12 @@ void mv_rpc_channel_close(mv_rpc_channel *ch); /* NULL-safe; no calls may be ope
  * the status code (0 = OK) or a negative errno for local failures. */
 int mv_rpc_unary(mv_rpc_channel *ch, const char *method, const void *req, size_t len,
                  int timeout_ms, mv_rpc_buf *resp, mv_rpc_status *st);
+
+/* Flags for mv_rpc_unary_ex. WAIT_FOR_READY: wait (up to the deadline) for the
+ * peer to appear instead of failing fast with UNAVAILABLE; keep the deadline short. */
+#define MV_RPC_WAIT_FOR_READY 1u
+int mv_rpc_unary_ex(mv_rpc_channel *ch, const char *method, const void *req, size_t len,
+                    int timeout_ms, unsigned flags, mv_rpc_buf *resp, mv_rpc_status *st);
 
 /* Starts a server-streaming call. `timeout_ms` <= 0: no deadline. Returns 0 or a
  * negative errno; call failures show up in mv_rpc_cstream_next. */

@@ -293,6 +293,27 @@ static void test_stream_overflow(void)
     teardown(&f);
 }
 
+static void test_tcp_listen(void)
+{
+    mv_rpc_server *srv;
+    CU_ASSERT_FATAL(mv_rpc_server_create(NULL, &srv) == 0);
+    CU_ASSERT_FATAL(mv_rpc_server_add_unary(srv, "/t.T/Echo", echo, NULL) == 0);
+    int port = mv_rpc_server_listen(srv, "127.0.0.1:0");
+    CU_ASSERT_FATAL(port > 0);
+    CU_ASSERT_FATAL(mv_rpc_server_start(srv) == 0);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    mv_rpc_channel *ch;
+    CU_ASSERT_FATAL(mv_rpc_channel_open(addr, 0, &ch) == 0);
+    mv_rpc_buf resp;
+    mv_rpc_status st;
+    CU_ASSERT_EQUAL(mv_rpc_unary(ch, "/t.T/Echo", "tcp", 3, 5000, &resp, &st), MV_RPC_OK);
+    CU_ASSERT(resp.len == 3 && memcmp(resp.data, "tcp", 3) == 0);
+    mv_rpc_buf_free(&resp);
+    mv_rpc_channel_close(ch);
+    mv_rpc_server_destroy(srv);
+}
+
 static void test_unreachable(void)
 {
     mv_rpc_channel *ch;
@@ -302,6 +323,12 @@ static void test_unreachable(void)
     mv_rpc_buf resp;
     mv_rpc_status st;
     CU_ASSERT_EQUAL(mv_rpc_unary(ch, "/t.T/Echo", "x", 1, 5000, &resp, &st), MV_RPC_UNAVAILABLE);
+    /* Waiting for readiness turns the same call into a bounded wait. */
+    double t0 = now_s();
+    CU_ASSERT_EQUAL(
+        mv_rpc_unary_ex(ch, "/t.T/Echo", "x", 1, 300, MV_RPC_WAIT_FOR_READY, &resp, &st),
+        MV_RPC_DEADLINE_EXCEEDED);
+    CU_ASSERT(now_s() - t0 >= 0.25);
     mv_rpc_channel_close(ch);
 }
 
@@ -322,6 +349,7 @@ int main(void)
     CU_add_test(s, "client cancel seen by server", test_client_cancel_seen);
     CU_add_test(s, "shutdown with an open stream", test_shutdown_with_open_stream);
     CU_add_test(s, "stream queue overflow", test_stream_overflow);
+    CU_add_test(s, "TCP listen on loopback", test_tcp_listen);
     CU_add_test(s, "unreachable server", test_unreachable);
     CU_basic_set_mode(CU_BRM_VERBOSE);
     CU_basic_run_tests();
