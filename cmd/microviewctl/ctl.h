@@ -19,7 +19,9 @@ int mv_ctl_lease_segment(const char *target, uint64_t size, const char *const *l
                          size_t nlabels, mv_ctl_lease *out);
 /* Releases a lease (no-op on a zeroed lease). */
 void mv_ctl_lease_release(mv_ctl_lease *l);
-/* `microviewctl list` */
+/* `microviewctl list`, `create`, `release` */
 int mv_ctl_list(int argc, char **argv);
+int mv_ctl_create(int argc, char **argv);
+int mv_ctl_release(int argc, char **argv);
 
 #endif

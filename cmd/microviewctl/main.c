@@ -29,6 +29,8 @@ static void usage(FILE *f)
             "commands:\n"
             "  list  [--agent TARGET] [--json]     segments in the agent's catalog\n"
             "  dump  [--json] <segment-path>       decode a segment (catalog and values)\n"
+            "  create [--agent T] [--size B] [--label K=V]   a segment kept until released\n"
+            "  release [--agent T] <id>            release a segment (the agent unlinks it)\n"
             "  gen   [options]                     run a synthetic workload that writes metrics\n"
             "        --agent TARGET | --segment PATH   where the segment comes from\n"
             "        --size BYTES (65536)  --counters N (4)  --gauges N (2)  --histograms N (1)\n"
@@ -239,6 +241,10 @@ int main(int argc, char **argv)
         return cmd_gen(argc, argv);
     if (strcmp(cmd, "list") == 0)
         return mv_ctl_list(argc, argv);
+    if (strcmp(cmd, "create") == 0)
+        return mv_ctl_create(argc, argv);
+    if (strcmp(cmd, "release") == 0)
+        return mv_ctl_release(argc, argv);
     fprintf(stderr, "microviewctl: unknown command '%s'\n", cmd);
     usage(stderr);
     return 2;

@@ -1,0 +1,205 @@
+/* microviewctl commands that talk to the agent: list, create, release, gen's lease. */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ctl.h"
+#include "mv_agentc.h"
+
+static mv_agentc *connect_agent(const char *target)
+{
+    mv_agentc *c = NULL;
+    if (mv_agentc_open(target, &c) != 0) {
+        fprintf(stderr, "microviewctl: %s\n",
+                c ? mv_agentc_error(c) : "cannot create an agent client");
+        mv_agentc_close(c);
+        return NULL;
+    }
+    return c;
+}
+
+int mv_ctl_lease_segment(const char *target, uint64_t size, const char *const *label_kv,
+                         size_t nlabels, mv_ctl_lease *out)
+{
+    mv_agentc_segment seg = {0};
+    mv_agentc *c = connect_agent(target);
+    if (!c)
+        return -1;
+    if (mv_agentc_create(c, size, (uint32_t)getpid(), label_kv, nlabels, &seg) != 0) {
+        fprintf(stderr, "microviewctl: cannot get a segment from %s: %s\n", target,
+                mv_agentc_error(c));
+        mv_agentc_close(c);
+        return -1;
+    }
+    out->id = strdup(seg.id);
+    out->path = strdup(seg.path);
+    out->client = c;
+    mv_agentc_segment_clear(&seg);
+    if (!out->id || !out->path) {
+        mv_ctl_lease_release(out);
+        return -1;
+    }
+    return 0;
+}
+
+void mv_ctl_lease_release(mv_ctl_lease *l)
+{
+    if (!l || !l->client)
+        return;
+    if (l->id && mv_agentc_release(l->client, l->id) != 0)
+        fprintf(stderr, "microviewctl: releasing %s: %s\n", l->id, mv_agentc_error(l->client));
+    mv_agentc_close(l->client);
+    free(l->id);
+    free(l->path);
+    memset(l, 0, sizeof *l);
+}
+
+static void print_segment(const mv_agentc_segment *s, int json)
+{
+    if (json) {
+        printf("{\"id\":\"%s\",\"path\":\"%s\",\"size\":%" PRIu64 ",\"owner_pid\":%u,\"labels\":{",
+               s->id, s->path, s->size, s->owner_pid);
+        for (size_t i = 0; i < s->nlabels; i++)
+            printf("%s\"%s\":\"%s\"", i ? "," : "", s->labels[i].name, s->labels[i].value);
+        printf("}}");
+        return;
+    }
+    printf("%-22s %8" PRIu64 "  %-7u ", s->id, s->size, s->owner_pid);
+    for (size_t i = 0; i < s->nlabels; i++)
+        printf("%s%s=%s", i ? "," : "", s->labels[i].name, s->labels[i].value);
+    printf("  %s\n", s->path);
+}
+
+static const char *parse_agent_opt(int argc, char **argv, int *json, int *ok)
+{
+    const char *target = MV_CTL_DEFAULT_AGENT;
+    int opt;
+    static const struct option opts[] = {
+        {"agent", required_argument, 0, 'a'}, {"json", no_argument, 0, 'j'}, {0, 0, 0, 0}};
+    *ok = 1;
+    while ((opt = getopt_long(argc, argv, "a:j", opts, NULL)) != -1) {
+        if (opt == 'a')
+            target = optarg;
+        else if (opt == 'j' && json)
+            *json = 1;
+        else
+            *ok = 0;
+    }
+    return target;
+}
+
+int mv_ctl_list(int argc, char **argv)
+{
+    int json = 0, ok;
+    const char *target = parse_agent_opt(argc, argv, &json, &ok);
+    if (!ok || optind != argc) {
+        fprintf(stderr, "usage: microviewctl list [--agent TARGET] [--json]\n");
+        return 2;
+    }
+    mv_agentc *c = connect_agent(target);
+    if (!c)
+        return 1;
+    mv_agentc_segment *v = NULL;
+    size_t n = 0;
+    uint64_t rev = 0;
+    if (mv_agentc_list(c, &v, &n, &rev) != 0) {
+        fprintf(stderr, "microviewctl: list: %s\n", mv_agentc_error(c));
+        mv_agentc_close(c);
+        return 1;
+    }
+    if (json) {
+        printf("{\"revision\":%" PRIu64 ",\"segments\":[", rev);
+        for (size_t i = 0; i < n; i++) {
+            printf(i ? "," : "");
+            print_segment(&v[i], 1);
+        }
+        printf("]}\n");
+    } else {
+        printf("%-22s %8s  %-7s %s  %s\n", "ID", "BYTES", "OWNER", "LABELS", "PATH");
+        for (size_t i = 0; i < n; i++)
+            print_segment(&v[i], 0);
+        printf("(%zu segments, catalog revision %" PRIu64 ")\n", n, rev);
+    }
+    mv_agentc_segments_free(v, n);
+    mv_agentc_close(c);
+    return 0;
+}
+
+int mv_ctl_create(int argc, char **argv)
+{
+    const char *target = MV_CTL_DEFAULT_AGENT, *labels[32];
+    unsigned long long size = 65536;
+    size_t nlabels = 0;
+    int opt;
+    static const struct option opts[] = {{"agent", required_argument, 0, 'a'},
+                                         {"size", required_argument, 0, 's'},
+                                         {"label", required_argument, 0, 'l'},
+                                         {0, 0, 0, 0}};
+    while ((opt = getopt_long(argc, argv, "a:s:l:", opts, NULL)) != -1) {
+        char *end, *eq;
+        switch (opt) {
+        case 'a':
+            target = optarg;
+            break;
+        case 's':
+            errno = 0;
+            size = strtoull(optarg, &end, 10);
+            if (errno || *end || end == optarg) {
+                fprintf(stderr, "microviewctl: --size takes bytes\n");
+                return 2;
+            }
+            break;
+        case 'l':
+            eq = strchr(optarg, '=');
+            if (!eq || eq == optarg || nlabels == 16) {
+                fprintf(stderr, "microviewctl: --label takes KEY=VALUE (at most 16)\n");
+                return 2;
+            }
+            *eq = '\0';
+            labels[2 * nlabels] = optarg;
+            labels[2 * nlabels + 1] = eq + 1;
+            nlabels++;
+            break;
+        default:
+            fprintf(stderr,
+                    "usage: microviewctl create [--agent T] [--size BYTES] [--label K=V]\n");
+            return 2;
+        }
+    }
+    mv_agentc *c = connect_agent(target);
+    if (!c)
+        return 1;
+    mv_agentc_segment seg = {0};
+    /* owner 0: the segment stays until `microviewctl release`. */
+    if (mv_agentc_create(c, size, 0, labels, nlabels, &seg) != 0) {
+        fprintf(stderr, "microviewctl: create: %s\n", mv_agentc_error(c));
+        mv_agentc_close(c);
+        return 1;
+    }
+    printf("id=%s\npath=%s\nsize=%" PRIu64 "\n", seg.id, seg.path, seg.size);
+    mv_agentc_segment_clear(&seg);
+    mv_agentc_close(c);
+    return 0;
+}
+
+int mv_ctl_release(int argc, char **argv)
+{
+    int ok;
+    const char *target = parse_agent_opt(argc, argv, NULL, &ok);
+    if (!ok || optind != argc - 1) {
+        fprintf(stderr, "usage: microviewctl release [--agent TARGET] <segment-id>\n");
+        return 2;
+    }
+    mv_agentc *c = connect_agent(target);
+    if (!c)
+        return 1;
+    int rc = mv_agentc_release(c, argv[optind]);
+    if (rc != 0)
+        fprintf(stderr, "microviewctl: release %s: %s\n", argv[optind], mv_agentc_error(c));
+    mv_agentc_close(c);
+    return rc ? 1 : 0;
+}

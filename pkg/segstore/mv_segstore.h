@@ -1,0 +1,114 @@
+/* mv_segstore: the agent's segment manager: segment files in a directory, the
+ * persisted catalog (catalog.json), watchers, and reaping of dead owners.
+ *
+ * Thread-safe. Watcher callbacks run with the store's lock held: they must be
+ * quick and must not call back into the store.
+ *
+ * Ownership: mv_segstore_seg values handed out are deep copies owned by the
+ * caller; free their contents with mv_segstore_seg_clear (or a whole array with
+ * mv_segstore_segs_free). Segments passed to watcher callbacks belong to the
+ * store and are valid only during the callback.
+ */
+#ifndef MV_SEGSTORE_H
+#define MV_SEGSTORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define MV_SEGSTORE_DEFAULT_DIR      "/run/microview"
+#define MV_SEGSTORE_PAGE             4096u
+#define MV_SEGSTORE_MIN_SIZE         MV_SEGSTORE_PAGE
+#define MV_SEGSTORE_DEFAULT_MAX_SIZE (64u << 20)
+#define MV_SEGSTORE_ID_LEN           20 /* "seg-" + 16 hex digits */
+#define MV_SEGSTORE_LABELS_MAX       16
+#define MV_SEGSTORE_LABEL_NAME_MAX   127
+#define MV_SEGSTORE_LABEL_VALUE_MAX  255
+#define MV_SEGSTORE_SEGMENTS_MAX     65536
+#define MV_SEGSTORE_CATALOG_MAX      (16u << 20) /* bytes of catalog.json accepted */
+
+typedef struct mv_segstore mv_segstore;
+
+typedef struct mv_segstore_label {
+    char *name;
+    char *value;
+} mv_segstore_label;
+
+typedef struct mv_segstore_seg {
+    char id[MV_SEGSTORE_ID_LEN + 1];
+    char *path; /* host path of the segment file */
+    uint64_t size;
+    uint32_t owner_pid; /* 0 = no owner to watch */
+    uint64_t created_ns;
+    size_t nlabels;
+    mv_segstore_label *labels;
+} mv_segstore_seg;
+
+typedef struct mv_segstore_opts {
+    const char *dir;      /* NULL = MV_SEGSTORE_DEFAULT_DIR */
+    uint64_t max_size;    /* 0 = MV_SEGSTORE_DEFAULT_MAX_SIZE; at most 1 GiB */
+    mode_t file_mode;     /* 0 = 0660 */
+    int reap_interval_ms; /* 0 = 2000; < 0 disables the reaper thread */
+} mv_segstore_opts;
+
+/* Opens the store: creates the directory (0755) if needed, reloads catalog.json
+ * (dropping entries whose file is gone), and starts the reaper. Returns 0 or a
+ * negative errno (the reason is logged). */
+int mv_segstore_open(const mv_segstore_opts *opts, mv_segstore **out);
+
+/* Stops the reaper and frees the store. Segment files are kept. NULL-safe. */
+void mv_segstore_close(mv_segstore *st);
+
+const char *mv_segstore_dir(const mv_segstore *st);
+
+/* Creates a segment of `size` bytes rounded up to 4 KiB (must be within
+ * [4 KiB, max_size]) with the given labels (validated: label names as in
+ * Prometheus, values UTF-8, at most MV_SEGSTORE_LABELS_MAX). The file is
+ * zero-filled and formatted with mv_seg_format. `out` may be NULL. On error
+ * returns -EINVAL (bad argument), -EFBIG (too big), -ENOSPC, -EIO... and writes a
+ * human-readable reason into `err` (may be NULL). */
+int mv_segstore_create(mv_segstore *st, uint64_t size, uint32_t owner_pid,
+                       const mv_segstore_label *labels, size_t nlabels, mv_segstore_seg *out,
+                       char *err, size_t errlen);
+
+/* Removes a segment from the catalog and unlinks its file. 0 or -ENOENT. */
+int mv_segstore_release(mv_segstore *st, const char *id);
+
+/* Copies the catalog. *out is malloc'd (free with mv_segstore_segs_free). */
+int mv_segstore_list(mv_segstore *st, mv_segstore_seg **out, size_t *n, uint64_t *revision);
+
+/* Runs one reaping pass now (what the reaper thread does every interval).
+ * Returns the number of segments released. */
+int mv_segstore_reap(mv_segstore *st);
+
+void mv_segstore_seg_clear(mv_segstore_seg *s);
+void mv_segstore_segs_free(mv_segstore_seg *v, size_t n);
+int mv_segstore_seg_copy(mv_segstore_seg *dst, const mv_segstore_seg *src);
+
+/* ---- Watchers --------------------------------------------------------------- */
+
+enum { MV_SEGSTORE_ADDED = 1, MV_SEGSTORE_REMOVED = 2, MV_SEGSTORE_SYNCED = 3 };
+
+/* `seg` is NULL for SYNCED. `revision` is the catalog revision after the event. */
+typedef void (*mv_segstore_watch_fn)(void *arg, int event, const mv_segstore_seg *seg,
+                                     uint64_t revision);
+
+typedef struct mv_segstore_sub mv_segstore_sub;
+
+/* Subscribes: `fn` first gets one ADDED per existing segment and a SYNCED, then
+ * every later change, in order. Returns 0 or -ENOMEM. */
+int mv_segstore_subscribe(mv_segstore *st, mv_segstore_watch_fn fn, void *arg,
+                          mv_segstore_sub **out);
+/* After this returns, `fn` is not running and will not be called again. */
+void mv_segstore_unsubscribe(mv_segstore *st, mv_segstore_sub *sub);
+
+/* ---- Catalog file ------------------------------------------------------------ */
+
+/* Parses catalog.json text (untrusted): validates every field and builds segment
+ * entries whose paths are `dir`/id (paths in the file are ignored). Returns 0 and
+ * a malloc'd array (free with mv_segstore_segs_free), or -EINVAL with a reason in
+ * `err`. Exposed for tests and fuzzing. */
+int mv_segstore_catalog_parse(const char *text, size_t len, const char *dir, mv_segstore_seg **out,
+                              size_t *n, uint64_t *revision, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,472 @@
+/* Tests for the agent: segment store + Agent service + agent client, in-process
+ * over a unix socket in a temporary directory. */
+#include <CUnit/Basic.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "microview/v1/agent.pb-c.h"
+#include "mv_agentc.h"
+#include "mv_agentsvc.h"
+#include "mv_log.h"
+#include "mv_rpc.h"
+#include "mv_segment.h"
+#include "mv_segstore.h"
+
+static char tmpdir[256];
+static int dir_seq;
+
+typedef struct agent {
+    char dir[400];
+    char target[500];
+    mv_segstore *store;
+    mv_rpc_server *srv;
+    mv_agentsvc *svc;
+    mv_agentc *cli;
+} agent;
+
+static void agent_start(agent *a, const char *dir, int reap_ms)
+{
+    if (dir != a->dir) {
+        memset(a, 0, sizeof *a);
+        if (dir)
+            snprintf(a->dir, sizeof a->dir, "%s", dir);
+        else
+            snprintf(a->dir, sizeof a->dir, "%s/agent%d/run", tmpdir, dir_seq++);
+    }
+    snprintf(a->target, sizeof a->target, "unix:%s/agent.sock", a->dir);
+    mv_segstore_opts o = {.dir = a->dir, .max_size = 1u << 20, .reap_interval_ms = reap_ms};
+    CU_ASSERT_FATAL(mv_segstore_open(&o, &a->store) == 0);
+    CU_ASSERT_FATAL(mv_rpc_server_create(NULL, &a->srv) == 0);
+    CU_ASSERT_FATAL(mv_agentsvc_register(a->srv, a->store, &a->svc) == 0);
+    CU_ASSERT_FATAL(mv_rpc_server_listen(a->srv, a->target) == 0);
+    CU_ASSERT_FATAL(mv_rpc_server_start(a->srv) == 0);
+    CU_ASSERT_FATAL(mv_agentc_open(a->target, &a->cli) == 0);
+}
+
+static void agent_stop(agent *a)
+{
+    mv_agentc_close(a->cli);
+    mv_rpc_server_destroy(a->srv);
+    mv_agentsvc_destroy(a->svc);
+    mv_segstore_close(a->store);
+    a->cli = NULL;
+    a->srv = NULL;
+    a->svc = NULL;
+    a->store = NULL;
+}
+
+static int file_size(const char *path, off_t *size)
+{
+    struct stat sb;
+    if (stat(path, &sb) < 0)
+        return -errno;
+    *size = sb.st_size;
+    return 0;
+}
+
+/* Reads a segment file and validates it with the format's reader. */
+static int segment_valid(const char *path, uint64_t size)
+{
+    int fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return 0;
+    uint8_t *buf = aligned_alloc(8, size);
+    ssize_t r = buf ? pread(fd, buf, size, 0) : -1;
+    close(fd);
+    int ok = 0;
+    if (r == (ssize_t)size) {
+        mv_seg_catalog *cat = NULL;
+        mv_seg_error err;
+        ok = mv_seg_catalog_parse(buf, size, size, &cat, &err) == MV_SEG_OK &&
+             mv_seg_catalog_count(cat) == 0 && mv_seg_catalog_segment_size(cat) == size;
+        mv_seg_catalog_free(cat);
+    }
+    free(buf);
+    return ok;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static int list_has(agent *a, const char *id)
+{
+    mv_agentc_segment *v;
+    size_t n;
+    if (mv_agentc_list(a->cli, &v, &n, NULL) < 0)
+        return -1;
+    int found = 0;
+    for (size_t i = 0; i < n; i++)
+        found |= strcmp(v[i].id, id) == 0;
+    mv_agentc_segments_free(v, n);
+    return found;
+}
+
+/* ---- Tests --------------------------------------------------------------------------- */
+
+static void test_create_list_release(void)
+{
+    agent a;
+    agent_start(&a, NULL, -1);
+    const char *labels[] = {"namespace", "default", "pod", "web-0"};
+    mv_agentc_segment seg;
+    int rc = mv_agentc_create(a.cli, 10000, 0, labels, 2, &seg);
+    CU_ASSERT_EQUAL_FATAL(rc, 0);
+    CU_ASSERT_EQUAL(seg.size, 12288); /* rounded up to 4 KiB */
+    CU_ASSERT_EQUAL(strncmp(seg.id, "seg-", 4), 0);
+    CU_ASSERT_EQUAL(strlen(seg.id), 20);
+    CU_ASSERT_EQUAL(seg.nlabels, 2);
+    CU_ASSERT(seg.nlabels == 2 && strcmp(seg.labels[1].value, "web-0") == 0);
+    CU_ASSERT(seg.created_ns > 0);
+    off_t sz = 0;
+    CU_ASSERT_EQUAL(file_size(seg.path, &sz), 0);
+    CU_ASSERT_EQUAL(sz, 12288);
+    CU_ASSERT(segment_valid(seg.path, seg.size));
+    struct stat sb;
+    CU_ASSERT(stat(seg.path, &sb) == 0 && (sb.st_mode & 0777) == 0660);
+
+    mv_agentc_segment *v;
+    size_t n;
+    uint64_t rev = 0;
+    CU_ASSERT_EQUAL(mv_agentc_list(a.cli, &v, &n, &rev), 0);
+    CU_ASSERT_EQUAL(n, 1);
+    CU_ASSERT(rev >= 1);
+    CU_ASSERT(n == 1 && strcmp(v[0].id, seg.id) == 0 && strcmp(v[0].path, seg.path) == 0);
+    mv_agentc_segments_free(v, n);
+
+    CU_ASSERT_EQUAL(mv_agentc_release(a.cli, seg.id), 0);
+    CU_ASSERT_EQUAL(file_size(seg.path, &sz), -ENOENT);
+    CU_ASSERT_EQUAL(list_has(&a, seg.id), 0);
+    mv_agentc_segment_clear(&seg);
+    agent_stop(&a);
+}
+
+static void test_bad_requests(void)
+{
+    agent a;
+    agent_start(&a, NULL, -1);
+    mv_agentc_segment seg;
+    CU_ASSERT_EQUAL(mv_agentc_create(a.cli, 0, 0, NULL, 0, &seg), -EINVAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(mv_agentc_error(a.cli), "size_bytes"));
+    CU_ASSERT_EQUAL(mv_agentc_create(a.cli, (2u << 20), 0, NULL, 0, &seg), -EINVAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(mv_agentc_error(a.cli), "outside"));
+    const char *bad[] = {"__reserved", "x"};
+    CU_ASSERT_EQUAL(mv_agentc_create(a.cli, 4096, 0, bad, 1, &seg), -EINVAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(mv_agentc_error(a.cli), "label"));
+    CU_ASSERT_EQUAL(mv_agentc_release(a.cli, "seg-0000000000000000"), -ENOENT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(mv_agentc_error(a.cli), "no segment"));
+    /* Nothing was left behind by the failures. */
+    mv_agentc_segment *v;
+    size_t n = 99;
+    CU_ASSERT_EQUAL(mv_agentc_list(a.cli, &v, &n, NULL), 0);
+    CU_ASSERT_EQUAL(n, 0);
+    mv_agentc_segments_free(v, n);
+    agent_stop(&a);
+}
+
+static void test_unreachable(void)
+{
+    mv_agentc *c;
+    char target[400];
+    snprintf(target, sizeof target, "%s/nowhere.sock", tmpdir);
+    CU_ASSERT_FATAL(mv_agentc_open(target, &c) == 0);
+    mv_agentc_segment *v;
+    size_t n;
+    CU_ASSERT_EQUAL(mv_agentc_list(c, &v, &n, NULL), -ECONNREFUSED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(mv_agentc_error(c), "is microview-agent running?"));
+    mv_agentc_close(c);
+}
+
+/* Watch events collected by a watcher thread. */
+typedef struct watcher {
+    agent *a;
+    pthread_t th;
+    volatile int stop;
+    int rc;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int ev[64];
+    char id[64][24];
+    int n;
+} watcher;
+
+static void on_event(void *arg, int event, const mv_agentc_segment *s)
+{
+    watcher *w = arg;
+    pthread_mutex_lock(&w->mu);
+    if (w->n < 64) {
+        w->ev[w->n] = event;
+        snprintf(w->id[w->n], sizeof w->id[0], "%s", s->id ? s->id : "");
+        w->n++;
+    }
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+static void *watch_main(void *arg)
+{
+    watcher *w = arg;
+    mv_agentc *c;
+    if (mv_agentc_open(w->a->target, &c) < 0) {
+        w->rc = -1;
+        return NULL;
+    }
+    w->rc = mv_agentc_watch(c, on_event, w, &w->stop);
+    mv_agentc_close(c);
+    return NULL;
+}
+
+/* Waits (bounded) for at least n events. */
+static int wait_events(watcher *w, int n)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 5;
+    pthread_mutex_lock(&w->mu);
+    while (w->n < n && pthread_cond_timedwait(&w->cv, &w->mu, &ts) == 0)
+        ;
+    int got = w->n;
+    pthread_mutex_unlock(&w->mu);
+    return got;
+}
+
+static void test_watch(void)
+{
+    agent a;
+    agent_start(&a, NULL, -1);
+    mv_agentc_segment s1, s2;
+    CU_ASSERT_FATAL(mv_agentc_create(a.cli, 4096, 0, NULL, 0, &s1) == 0);
+
+    watcher w;
+    memset(&w, 0, sizeof w);
+    w.a = &a;
+    pthread_mutex_init(&w.mu, NULL);
+    pthread_cond_init(&w.cv, NULL);
+    CU_ASSERT_FATAL(pthread_create(&w.th, NULL, watch_main, &w) == 0);
+    CU_ASSERT_EQUAL(wait_events(&w, 2), 2);
+    CU_ASSERT_EQUAL(w.ev[0], MV_AGENTC_ADDED);
+    CU_ASSERT_STRING_EQUAL(w.id[0], s1.id);
+    CU_ASSERT_EQUAL(w.ev[1], MV_AGENTC_SYNCED);
+
+    CU_ASSERT_FATAL(mv_agentc_create(a.cli, 8192, 0, NULL, 0, &s2) == 0);
+    CU_ASSERT_EQUAL(wait_events(&w, 3), 3);
+    CU_ASSERT_EQUAL(w.ev[2], MV_AGENTC_ADDED);
+    CU_ASSERT_STRING_EQUAL(w.id[2], s2.id);
+
+    CU_ASSERT_EQUAL(mv_agentc_release(a.cli, s1.id), 0);
+    CU_ASSERT_EQUAL(wait_events(&w, 4), 4);
+    CU_ASSERT_EQUAL(w.ev[3], MV_AGENTC_REMOVED);
+    CU_ASSERT_STRING_EQUAL(w.id[3], s1.id);
+
+    w.stop = 1;
+    double t0 = now_s();
+    pthread_join(w.th, NULL);
+    CU_ASSERT(now_s() - t0 < 1.0); /* stop is noticed within the poll period */
+    CU_ASSERT_EQUAL(w.rc, 0);
+    mv_agentc_segment_clear(&s1);
+    mv_agentc_segment_clear(&s2);
+    pthread_mutex_destroy(&w.mu);
+    pthread_cond_destroy(&w.cv);
+    agent_stop(&a);
+}
+
+static void test_watch_survives_agent_stop(void)
+{
+    agent a;
+    agent_start(&a, NULL, -1);
+    watcher w;
+    memset(&w, 0, sizeof w);
+    w.a = &a;
+    pthread_mutex_init(&w.mu, NULL);
+    pthread_cond_init(&w.cv, NULL);
+    CU_ASSERT_FATAL(pthread_create(&w.th, NULL, watch_main, &w) == 0);
+    CU_ASSERT_EQUAL(wait_events(&w, 1), 1); /* SYNCED */
+    double t0 = now_s();
+    agent_stop(&a); /* the server shuts down with the watch open */
+    CU_ASSERT(now_s() - t0 < 1.0);
+    pthread_join(w.th, NULL);
+    CU_ASSERT(w.rc < 0); /* the watcher learns the stream is gone */
+    pthread_mutex_destroy(&w.mu);
+    pthread_cond_destroy(&w.cv);
+}
+
+static void test_reap_dead_owner(void)
+{
+    agent a;
+    agent_start(&a, NULL, 100);
+    pid_t child = fork();
+    CU_ASSERT_FATAL(child >= 0);
+    if (child == 0) {
+        pause();
+        _exit(0);
+    }
+    mv_agentc_segment seg;
+    CU_ASSERT_FATAL(mv_agentc_create(a.cli, 4096, (uint32_t)child, NULL, 0, &seg) == 0);
+    /* Alive owner: kept across several reap intervals (a pass is run directly too). */
+    CU_ASSERT_EQUAL(mv_segstore_reap(a.store), 0);
+    CU_ASSERT_EQUAL(list_has(&a, seg.id), 1);
+
+    kill(child, SIGKILL);
+    waitpid(child, NULL, 0);
+    double deadline = now_s() + 2.0; /* 20 reap intervals */
+    int present = 1;
+    while (present == 1 && now_s() < deadline) {
+        present = list_has(&a, seg.id);
+        if (present == 1)
+            usleep(20000);
+    }
+    CU_ASSERT_EQUAL(present, 0);
+    off_t sz;
+    CU_ASSERT_EQUAL(file_size(seg.path, &sz), -ENOENT);
+    mv_agentc_segment_clear(&seg);
+    agent_stop(&a);
+}
+
+static void test_restart_keeps_catalog(void)
+{
+    agent a;
+    agent_start(&a, NULL, -1);
+    const char *labels[] = {"pod", "p1"};
+    mv_agentc_segment s1, s2;
+    CU_ASSERT_FATAL(mv_agentc_create(a.cli, 4096, 0, labels, 1, &s1) == 0);
+    CU_ASSERT_FATAL(mv_agentc_create(a.cli, 4096, 0, NULL, 0, &s2) == 0);
+    uint64_t rev1;
+    mv_agentc_segment *v;
+    size_t n;
+    CU_ASSERT_EQUAL(mv_agentc_list(a.cli, &v, &n, &rev1), 0);
+    mv_agentc_segments_free(v, n);
+    agent_stop(&a);
+
+    /* Same directory: same catalog. */
+    agent_start(&a, a.dir, -1);
+    uint64_t rev2;
+    CU_ASSERT_EQUAL(mv_agentc_list(a.cli, &v, &n, &rev2), 0);
+    CU_ASSERT_EQUAL(n, 2);
+    CU_ASSERT_EQUAL(rev2, rev1);
+    int found = 0;
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(v[i].id, s1.id) == 0 && v[i].nlabels == 1 &&
+            strcmp(v[i].labels[0].value, "p1") == 0 && v[i].created_ns == s1.created_ns)
+            found = 1;
+    CU_ASSERT(found);
+    mv_agentc_segments_free(v, n);
+    agent_stop(&a);
+
+    /* A segment whose file vanished is dropped on reload; a stray file is kept. */
+    CU_ASSERT_EQUAL(unlink(s2.path), 0);
+    char stray[600];
+    snprintf(stray, sizeof stray, "%s/stray", a.dir);
+    FILE *f = fopen(stray, "w");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    fclose(f);
+    agent_start(&a, a.dir, -1);
+    CU_ASSERT_EQUAL(list_has(&a, s1.id), 1);
+    CU_ASSERT_EQUAL(list_has(&a, s2.id), 0);
+    CU_ASSERT_EQUAL(access(stray, F_OK), 0);
+    agent_stop(&a);
+    mv_agentc_segment_clear(&s1);
+    mv_agentc_segment_clear(&s2);
+}
+
+static void test_catalog_parse(void)
+{
+    mv_segstore_seg *v;
+    size_t n;
+    uint64_t rev;
+    char err[256];
+    static const char good[] =
+        "{\"version\":1,\"revision\":7,\"segments\":[{\"id\":\"seg-0123456789abcdef\","
+        "\"path\":\"/etc/passwd\",\"size_bytes\":8192,\"owner_pid\":0,\"created_unix_ns\":5,"
+        "\"labels\":[{\"name\":\"pod\",\"value\":\"a\"}]}]}\n";
+    CU_ASSERT_EQUAL(
+        mv_segstore_catalog_parse(good, strlen(good), "/d", &v, &n, &rev, err, sizeof err), 0);
+    CU_ASSERT_EQUAL(n, 1);
+    CU_ASSERT_EQUAL(rev, 7);
+    /* The path is derived from the directory, never taken from the file. */
+    CU_ASSERT(n == 1 && strcmp(v[0].path, "/d/seg-0123456789abcdef") == 0);
+    mv_segstore_segs_free(v, n);
+
+    static const char *const bad[] = {
+        "",
+        "[]",
+        "{\"version\":2,\"revision\":1,\"segments\":[]}",
+        "{\"version\":1,\"revision\":-1,\"segments\":[]}",
+        "{\"version\":1,\"revision\":1,\"segments\":[{\"id\":\"../../etc\",\"size_bytes\":4096,"
+        "\"owner_pid\":0,\"created_unix_ns\":0}]}",
+        "{\"version\":1,\"revision\":1,\"segments\":[{\"id\":\"seg-0123456789abcdef\","
+        "\"size_bytes\":4097,\"owner_pid\":0,\"created_unix_ns\":0}]}",
+        "{\"version\":1,\"revision\":1,\"segments\":[{\"id\":\"seg-0123456789abcdef\","
+        "\"size_bytes\":4096,\"owner_pid\":-5,\"created_unix_ns\":0}]}",
+        "{\"version\":1,\"revision\":1,\"segments\":[{\"id\":\"seg-0123456789abcdef\","
+        "\"size_bytes\":4096,\"owner_pid\":0,\"created_unix_ns\":0,\"labels\":[{\"name\":\"1x\","
+        "\"value\":\"v\"}]}]}",
+        "{\"version\":1,\"revision\":1,\"segments\":[]} trailing",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int rc =
+            mv_segstore_catalog_parse(bad[i], strlen(bad[i]), "/d", &v, &n, &rev, err, sizeof err);
+        CU_ASSERT_EQUAL(rc, -EINVAL);
+        if (rc == 0)
+            mv_segstore_segs_free(v, n);
+    }
+}
+
+static void test_proto_unpack_cap(void)
+{
+    Microview__V1__ReleaseSegmentRequest r = MICROVIEW__V1__RELEASE_SEGMENT_REQUEST__INIT;
+    r.id = "seg-0123456789abcdef";
+    mv_rpc_buf b;
+    CU_ASSERT_FATAL(mv_rpc_pack(&r.base, &b) == 0);
+    ProtobufCMessage *m =
+        mv_rpc_unpack(&microview__v1__release_segment_request__descriptor, b.data, b.len, 0);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    CU_ASSERT_STRING_EQUAL(((Microview__V1__ReleaseSegmentRequest *)m)->id, r.id);
+    protobuf_c_message_free_unpacked(m, NULL);
+    CU_ASSERT_PTR_NULL(
+        mv_rpc_unpack(&microview__v1__release_segment_request__descriptor, b.data, b.len, 4));
+    static const uint8_t junk[] = {0x0a, 0x7f, 'x'}; /* length runs past the end */
+    CU_ASSERT_PTR_NULL(
+        mv_rpc_unpack(&microview__v1__release_segment_request__descriptor, junk, sizeof junk, 0));
+    mv_rpc_buf_free(&b);
+}
+
+int main(void)
+{
+    mv_log_init("test", MV_LOG_WARN);
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/mv-agent-XXXXXX");
+    if (!mkdtemp(tmpdir))
+        return 1;
+    if (CU_initialize_registry() != CUE_SUCCESS)
+        return 1;
+    CU_pSuite s = CU_add_suite("agent", NULL, NULL);
+    CU_add_test(s, "create, list, release", test_create_list_release);
+    CU_add_test(s, "bad requests get clear errors", test_bad_requests);
+    CU_add_test(s, "agent not reachable", test_unreachable);
+    CU_add_test(s, "watch: ADDED, SYNCED, ADDED, REMOVED", test_watch);
+    CU_add_test(s, "watch ends when the agent stops", test_watch_survives_agent_stop);
+    CU_add_test(s, "dead owner's segment is reaped", test_reap_dead_owner);
+    CU_add_test(s, "restart keeps the catalog", test_restart_keeps_catalog);
+    CU_add_test(s, "catalog.json validation", test_catalog_parse);
+    CU_add_test(s, "protobuf unpack with a cap", test_proto_unpack_cap);
+    CU_basic_set_mode(CU_BRM_VERBOSE);
+    CU_basic_run_tests();
+    unsigned fails = CU_get_number_of_failures();
+    CU_cleanup_registry();
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (!fails && system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", tmpdir);
+    return fails ? 1 : 0;
+}
