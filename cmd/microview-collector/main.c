@@ -1,5 +1,6 @@
 /* microview-collector: read segments every tick, validate, serve /metrics. */
 #include <errno.h>
+#include <pthread.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
@@ -91,17 +92,30 @@ static void disc_synced(void *arg, const char *const *ids, size_t n)
 
 /* ---- HTTP ---------------------------------------------------------------------------- */
 
+static int respond(mv_httpd_response *resp, unsigned status, const char *ctype, const void *body,
+                   size_t len)
+{
+    mv_httpd_set_status(resp, status);
+    int rc = mv_httpd_set_content_type(resp, ctype);
+    return rc ? rc : mv_httpd_copy_body(resp, body, len);
+}
+
+static int respond_text(mv_httpd_response *resp, unsigned status, const char *text)
+{
+    return respond(resp, status, "text/plain; charset=utf-8", text, strlen(text));
+}
+
 static int h_metrics(void *arg, const mv_httpd_request *req, mv_httpd_response *resp)
 {
     app *a = arg;
     mv_expo_format fmt = mv_expo_negotiate(mv_httpd_header(req, "Accept"));
     mv_coll_snap *snap = mv_coll_snapshot(a->coll);
     if (!snap)
-        return mv_httpd_respond_text(resp, 503, "snapshot failed: out of memory\n");
+        return respond_text(resp, 503, "snapshot failed: out of memory\n");
     mv_expo *e = mv_expo_create(fmt, a->body_cap);
     if (!e) {
         mv_coll_snap_free(snap);
-        return mv_httpd_respond_text(resp, 503, "out of memory\n");
+        return respond_text(resp, 503, "out of memory\n");
     }
     pthread_mutex_lock(&a->render_mu);
     int rc = mv_export_render(e, snap, &a->export_stats);
@@ -112,7 +126,7 @@ static int h_metrics(void *arg, const mv_httpd_request *req, mv_httpd_response *
                 mv_log_q("raise --max-body-bytes"));
     size_t len;
     const char *data = mv_expo_data(e, &len);
-    rc = mv_httpd_respond(resp, 200, mv_expo_content_type(fmt), data, len);
+    rc = respond(resp, 200, mv_expo_content_type(fmt), data, len);
     mv_expo_destroy(e);
     return rc;
 }
@@ -125,8 +139,8 @@ static int h_segments(void *arg, const mv_httpd_request *req, mv_httpd_response 
     char *json = snap ? mv_export_segments_json(snap) : NULL;
     mv_coll_snap_free(snap);
     if (!json)
-        return mv_httpd_respond_text(resp, 503, "out of memory\n");
-    int rc = mv_httpd_respond(resp, 200, "application/json", json, strlen(json));
+        return respond_text(resp, 503, "out of memory\n");
+    int rc = respond(resp, 200, "application/json", json, strlen(json));
     free(json);
     return rc;
 }
@@ -135,18 +149,18 @@ static int h_health(void *arg, const mv_httpd_request *req, mv_httpd_response *r
 {
     (void)arg;
     (void)req;
-    return mv_httpd_respond_text(resp, 200, "ok\n");
+    return respond_text(resp, 200, "ok\n");
 }
 
 static int h_index(void *arg, const mv_httpd_request *req, mv_httpd_response *resp)
 {
     (void)arg;
     (void)req;
-    return mv_httpd_respond_text(resp, 200,
-                                 "microview-collector\n"
-                                 "  /metrics          Prometheus text 0.0.4 / OpenMetrics 1.0\n"
-                                 "  /debug/segments   segments, state and read statistics (JSON)\n"
-                                 "  /healthz          liveness\n");
+    return respond_text(resp, 200,
+                        "microview-collector\n"
+                        "  /metrics          Prometheus text 0.0.4 / OpenMetrics 1.0\n"
+                        "  /debug/segments   segments, state and read statistics (JSON)\n"
+                        "  /healthz          liveness\n");
 }
 
 /* ---- main ------------------------------------------------------------------------------ */
@@ -300,17 +314,22 @@ int main(int argc, char **argv)
         goto destroy_coll;
     }
     mv_httpd *httpd = NULL;
-    char err[256] = "";
-    if (mv_httpd_create(host[0] ? host : "0.0.0.0", (uint16_t)port, &httpd, err, sizeof err) != 0) {
-        MV_ERROR("http.failed", "listen=%s error=%s", mv_log_q(listen), mv_log_q(err));
+    mv_httpd_config hc;
+    mv_httpd_config_default(&hc);
+    hc.addr = host[0] ? host : "0.0.0.0";
+    hc.port = (uint16_t)port;
+    if (mv_httpd_create(&hc, &httpd) != 0) {
+        MV_ERROR("http.failed", "listen=%s error=%s", mv_log_q(listen),
+                 mv_log_q("invalid listen address"));
         goto destroy_coll;
     }
     mv_httpd_route(httpd, "/metrics", h_metrics, &a);
     mv_httpd_route(httpd, "/debug/segments", h_segments, &a);
     mv_httpd_route(httpd, "/healthz", h_health, &a);
     mv_httpd_route(httpd, "/", h_index, &a);
-    if (mv_httpd_start(httpd, err, sizeof err) != 0) {
-        MV_ERROR("http.failed", "listen=%s error=%s", mv_log_q(listen), mv_log_q(err));
+    if ((rc = mv_httpd_start(httpd)) != 0) {
+        MV_ERROR("http.failed", "listen=%s error=%s", mv_log_q(listen), mv_log_q(strerror(-rc)));
+        rc = 1;
         goto destroy_httpd;
     }
     mv_disc *disc = NULL;

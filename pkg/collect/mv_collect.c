@@ -193,6 +193,13 @@ int mv_coll_add(mv_coll *c, const char *id, uint64_t size, const mv_seg_label *l
             return -ENOMEM;
         }
     }
+    /* Identity labels in name order, so every series renders the same way. */
+    for (size_t i = 1; i < s->nlabels; i++)
+        for (size_t j = i; j > 0 && strcmp(s->labels[j - 1].key, s->labels[j].key) > 0; j--) {
+            mv_seg_label tmp = s->labels[j];
+            s->labels[j] = s->labels[j - 1];
+            s->labels[j - 1] = tmp;
+        }
     pthread_mutex_lock(&c->mu);
     for (seg *p = c->segs; p; p = p->next) {
         if (strcmp(p->id, id) == 0) {

@@ -1,0 +1,143 @@
+/* mv_expo: streaming renderer for Prometheus text 0.0.4 and OpenMetrics 1.0 expositions.
+ *
+ * The renderer writes families and samples, in the order the caller gives them, into a
+ * growable buffer with a hard size cap. It knows no transport and no segment format.
+ *
+ * Ownership: mv_expo_create() returns a renderer the caller frees with mv_expo_destroy().
+ * mv_expo_data() returns a pointer into the renderer's buffer; it stays valid until the next
+ * call that writes, resets or destroys the renderer. All strings passed in are only read
+ * during the call. A renderer is not thread-safe; use one per thread (or per scrape).
+ *
+ * Usage per scrape:
+ *     mv_expo_reset(e, mv_expo_negotiate(accept_header));
+ *     mv_expo_family(e, "http_requests_total", MV_EXPO_COUNTER, "Requests served.", NULL);
+ *     mv_expo_sample_u64(e, NULL, id, nid, lbl, nlbl, NULL, 0, 1027, MV_EXPO_NO_TS);
+ *     ...
+ *     mv_expo_finish(e);
+ *     body = mv_expo_data(e, &len);   content type: mv_expo_content_type(format)
+ *
+ * Errors: functions returning int give 0 on success or a negative errno value:
+ *   -EINVAL  invalid input (bad metric or label name, sample without family, suffix not
+ *            allowed for the family type, duplicate label name). Nothing was written; the
+ *            exposition is still well formed. mv_expo_errmsg() says what was wrong.
+ *   -ENOSPC  the cap was reached. The renderer drops the family being written (it rolls the
+ *            buffer back to where that family started) and refuses further output; the
+ *            buffer then holds only complete families. In OpenMetrics, room for "# EOF\n"
+ *            is always reserved, so mv_expo_finish() still terminates the exposition.
+ *            mv_expo_truncated() stays set until the next reset; the caller decides whether
+ *            to serve the partial body (and should log or count it).
+ *   -ENOMEM  allocation failed; handled like -ENOSPC.
+ *
+ * Names must match [a-zA-Z_:][a-zA-Z0-9_:]* (metrics) and [a-zA-Z_][a-zA-Z0-9_]* (labels);
+ * mv_expo_sanitize_name() maps any string to a valid name. Label values and HELP text may be
+ * any bytes: they are escaped for the format, and invalid UTF-8 is replaced by U+FFFD.
+ */
+#ifndef MV_EXPO_H
+#define MV_EXPO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    MV_EXPO_TEXT = 0,        /* text/plain; version=0.0.4 */
+    MV_EXPO_OPENMETRICS = 1, /* application/openmetrics-text; version=1.0.0 */
+} mv_expo_format;
+
+typedef enum {
+    MV_EXPO_COUNTER = 0,
+    MV_EXPO_GAUGE,
+    MV_EXPO_HISTOGRAM,
+    MV_EXPO_SUMMARY,
+    MV_EXPO_UNKNOWN, /* "untyped" in text 0.0.4, "unknown" in OpenMetrics */
+} mv_expo_type;
+
+typedef struct {
+    const char *name;
+    const char *value;
+} mv_expo_label;
+
+/* Pass as ts_ms for a sample without a timestamp. */
+#define MV_EXPO_NO_TS INT64_MIN
+
+/* Default and smallest accepted caps. */
+#define MV_EXPO_CAP_DEFAULT (16u << 20)
+#define MV_EXPO_CAP_MIN     64u
+
+typedef struct mv_expo mv_expo;
+
+/* Picks the format for an HTTP Accept header (may be NULL). Follows the media ranges, their
+ * parameters (version) and q-values, with wildcards; the more specific range wins for a
+ * format, the higher q wins between formats, text 0.0.4 wins ties and is the fallback.
+ * Any byte string is accepted. Prometheus 3's default Accept header selects OpenMetrics. */
+mv_expo_format mv_expo_negotiate(const char *accept);
+
+/* The Content-Type header value for a format, e.g. "text/plain; version=0.0.4; charset=utf-8". */
+const char *mv_expo_content_type(mv_expo_format f);
+
+/* Creates a renderer for `f` whose output never exceeds `cap` bytes (0 = default; caps below
+ * MV_EXPO_CAP_MIN are raised to it). Returns NULL on allocation failure. */
+mv_expo *mv_expo_create(mv_expo_format f, size_t cap);
+void mv_expo_destroy(mv_expo *e);
+
+/* Empties the buffer (keeping its memory), clears errors and truncation, sets the format. */
+void mv_expo_reset(mv_expo *e, mv_expo_format f);
+
+mv_expo_format mv_expo_get_format(const mv_expo *e);
+
+/* Starts a family: writes TYPE, then UNIT (OpenMetrics only, and only when `name` ends with
+ * "_<unit>"; otherwise UNIT is silently omitted), then HELP (omitted when help is NULL).
+ * `help` and `unit` may be NULL or empty. Counters: give the name with or without "_total";
+ * text 0.0.4 uses it as given for TYPE/HELP and samples, OpenMetrics names the family without
+ * "_total" and the samples with it. The caller must not start the same family twice. */
+int mv_expo_family(mv_expo *e, const char *name, mv_expo_type type, const char *help,
+                   const char *unit);
+
+/* Writes one sample of the current family: name + suffix, labels `a` then `b` then the
+ * extra label (e.g. "le" or "quantile", rendered canonically; NULL for none), the value and
+ * an optional timestamp (milliseconds since the epoch; MV_EXPO_NO_TS for none).
+ * Allowed suffixes: counter NULL or "_created"; gauge/unknown NULL; histogram "_bucket",
+ * "_sum", "_count", "_created"; summary NULL (a quantile), "_sum", "_count", "_created".
+ * "_created" samples are skipped (return 0) in text 0.0.4, which has no such sample.
+ * Samples are written in call order; a histogram needs its +Inf bucket, _sum and _count.
+ * OpenMetrics also requires the samples of one label set to be adjacent (all buckets, _sum,
+ * _count and _created of one series before the next series; a counter's _created right
+ * after its _total). */
+int mv_expo_sample(mv_expo *e, const char *suffix, const mv_expo_label *a, size_t na,
+                   const mv_expo_label *b, size_t nb, const char *extra_name, double extra_value,
+                   double value, int64_t ts_ms);
+/* Same, with an exact integer value (counters, bucket counts, integer gauges). */
+int mv_expo_sample_u64(mv_expo *e, const char *suffix, const mv_expo_label *a, size_t na,
+                       const mv_expo_label *b, size_t nb, const char *extra_name,
+                       double extra_value, uint64_t value, int64_t ts_ms);
+int mv_expo_sample_i64(mv_expo *e, const char *suffix, const mv_expo_label *a, size_t na,
+                       const mv_expo_label *b, size_t nb, const char *extra_name,
+                       double extra_value, int64_t value, int64_t ts_ms);
+
+/* Ends the exposition: OpenMetrics writes "# EOF\n"; text writes nothing. Idempotent. */
+int mv_expo_finish(mv_expo *e);
+
+/* The rendered bytes (not NUL-terminated) and their length. */
+const char *mv_expo_data(const mv_expo *e, size_t *len);
+int mv_expo_truncated(const mv_expo *e);
+/* The last error as text ("" if none). Valid until the next call on `e`. */
+const char *mv_expo_errmsg(const mv_expo *e);
+
+/* Writes into out (size outsz >= 2) a valid metric name (label_name=0) or label name
+ * (label_name=1) derived from `s`: invalid characters become '_', a leading digit gets a
+ * '_' prefix, an empty input becomes "_". Truncates to outsz-1 bytes. Returns the length. */
+size_t mv_expo_sanitize_name(const char *s, int label_name, char *out, size_t outsz);
+
+/* Formats a double the way the exposition does (shortest round-trip, Go %g style, NaN,
+ * +Inf, -Inf). canonical=1 adds ".0" to integral values (OpenMetrics le/quantile).
+ * Returns the length written (out needs 32 bytes). Exposed for tests and callers. */
+size_t mv_expo_format_double(double v, int canonical, char *out, size_t outsz);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
