@@ -47,6 +47,8 @@ static void on_event(void *arg, int event, const mv_agentc_segment *s)
 {
     mv_disc *d = arg;
     if (event == MV_AGENTC_SYNCED) {
+        if (!d->synced)
+            MV_INFO("agent.synced", "target=%s segments=%zu", mv_log_q(d->target), d->nseen);
         d->synced = 1;
         if (d->cb.synced)
             d->cb.synced(d->cb.arg, (const char *const *)d->seen, d->nseen);
@@ -99,8 +101,6 @@ static void *disc_main(void *arg)
             mv_agentc_close(c);
             if (d->synced) {
                 backoff = 100;
-                if (was_up != 1)
-                    MV_INFO("agent.connected", "target=%s", mv_log_q(d->target));
                 was_up = 1;
             }
         }

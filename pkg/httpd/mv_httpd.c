@@ -455,12 +455,12 @@ int mv_httpd_start(mv_httpd *h)
     if (h->v6)
         flags |= MHD_USE_DUAL_STACK;
     errno = 0;
-    h->d = MHD_start_daemon(flags, h->cfg.port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR,
+    h->d = MHD_start_daemon(flags, h->cfg.port, NULL, NULL, on_request, h,
+                            MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h, MHD_OPTION_SOCK_ADDR,
                             (struct sockaddr *)&h->sa, MHD_OPTION_THREAD_POOL_SIZE, h->cfg.threads,
                             MHD_OPTION_CONNECTION_LIMIT, h->cfg.max_conns,
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, h->cfg.max_request_bytes,
-                            MHD_OPTION_CONNECTION_TIMEOUT, h->cfg.timeout_s,
-                            MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h, MHD_OPTION_END);
+                            MHD_OPTION_CONNECTION_TIMEOUT, h->cfg.timeout_s, MHD_OPTION_END);
     if (!h->d) {
         int err = errno == EADDRINUSE || errno == EACCES ? errno : EIO;
         MV_ERROR("httpd_start_failed", "addr=%s port=%u err=%s msg=%s", mv_log_q(h->addr),
