@@ -63,7 +63,7 @@ echo
 for i in $(seq "$seconds"); do
   sleep 1
   echo "--- live values, t=${i}s"
-  curl -s "$url" | grep -E '^gen_(requests_total|queue_depth)\{' | head -n 6
+  curl -s "$url" | grep -E '^gen_(requests_total|queue_depth|latency_seconds_count)\{.*worker="0"'
 done
 
 if [ $once -eq 1 ]; then
