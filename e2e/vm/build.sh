@@ -79,7 +79,7 @@ if [ ! -s "$vmlinux" ]; then
   vmlinuz=$root/boot/vmlinuz-$kver
   [ -f "$vmlinuz" ] || die "no $vmlinuz in the kernel package"
   found=0
-  for off in $(grep -aobP '\xfd7zXZ\x00' "$vmlinuz" | cut -d: -f1); do
+  while read -r off; do
     # xz stops after the first stream; read through a process substitution so tail's SIGPIPE
     # does not trip pipefail.
     if xz -dc --single-stream < <(tail -c +$((off + 1)) "$vmlinuz") >"$vmlinux.tmp" 2>/dev/null &&
@@ -87,7 +87,7 @@ if [ ! -s "$vmlinux" ]; then
       found=1
       break
     fi
-  done
+  done < <(grep -aobP '\xfd7zXZ\x00' "$vmlinuz" | cut -d: -f1)
   [ "$found" = 1 ] || { rm -f "$vmlinux.tmp"; die "no xz-compressed ELF kernel found in $vmlinuz"; }
   mv "$vmlinux.tmp" "$vmlinux"
   say "extracted vmlinux ($(du -h "$vmlinux" | cut -f1))"

@@ -1,4 +1,5 @@
 #!/bin/busybox sh
+# shellcheck shell=dash
 # Guest /init for the e2e VMs: loads modules, sets up net + rxe0, chroots into the host's root, runs the test.
 #
 # Kernel command line words read here (set by run.sh):
@@ -18,7 +19,8 @@ role=a
 ip4=10.0.2.15/24
 share=0
 shell=0
-for w in $(cat /proc/cmdline); do
+read -r cmdline </proc/cmdline
+for w in $cmdline; do
   case "$w" in
   e2e.role=*) role=${w#e2e.role=} ;;
   e2e.ip=*) ip4=${w#e2e.ip=} ;;

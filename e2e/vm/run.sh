@@ -28,7 +28,7 @@ repo=$(dirname "$e2e_dir")
 cache=${E2E_CACHE:-$e2e_dir/.cache}
 export E2E_CACHE=$cache
 
-vms=1 timeout=300 mem=512 smp=1 share= name= shell=0 console=0
+vms=1 timeout=300 mem=512 smp=1 share='' name='' shell=0 console=0
 build=${BUILD:-$repo/build}
 declare -A script=()
 
@@ -137,6 +137,7 @@ start_vm() {
   else
     net=socket,id=n0,connect=127.0.0.1:$port
   fi
+  # shellcheck disable=SC2054  # commas are qemu option syntax
   local args=(-name "e2e-$r" -M pc -accel tcg,thread=multi -cpu max -smp "$smp" -m "$mem"
     -nodefaults -no-user-config -display none -no-reboot
     -kernel "$VMLINUX" -initrd "$INITRD" -append "$append"
