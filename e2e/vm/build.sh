@@ -63,19 +63,25 @@ fetch() {
   echo "$deb"
 }
 
-# 2. Kernel package, unpacked, with modules.dep.
-if [ ! -f "$root/lib/modules/$kver/modules.dep" ]; then
+vmlinux=$kdir/vmlinux
+initrd=$kdir/initramfs.cpio.gz
+bb_deb=$(fetch busybox-static)
+stamp=$( (cat "$here/init.sh" "$bb_deb" && printf '%s\n' "$kver" "${modules[@]}") | sha256sum | cut -c1-16)
+need_vmlinux=0 need_initrd=0
+[ -s "$vmlinux" ] || need_vmlinux=1
+[ -s "$initrd" ] && [ "$(cat "$kdir/initramfs.stamp" 2>/dev/null)" = "$stamp" ] || need_initrd=1
+
+# 2. Kernel package, unpacked (only while something is built from it), with modules.dep.
+if [ "$need_vmlinux$need_initrd" != 00 ]; then
   deb=$(fetch "linux-image-$kver")
-  rm -rf "$root.tmp" && mkdir -p "$root.tmp"
+  rm -rf "$root" && mkdir -p "$root"
   say "unpacking $(basename "$deb")"
-  dpkg -x "$deb" "$root.tmp"
-  depmod -b "$root.tmp" "$kver"
-  rm -rf "$root" && mv "$root.tmp" "$root"
+  dpkg -x "$deb" "$root"
+  depmod -b "$root" "$kver"
 fi
 
 # 3. Uncompressed vmlinux (boots faster than the bzImage): find the xz stream inside vmlinuz.
-vmlinux=$kdir/vmlinux
-if [ ! -s "$vmlinux" ]; then
+if [ "$need_vmlinux" = 1 ]; then
   vmlinuz=$root/boot/vmlinuz-$kver
   [ -f "$vmlinuz" ] || die "no $vmlinuz in the kernel package"
   found=0
@@ -94,10 +100,7 @@ if [ ! -s "$vmlinux" ]; then
 fi
 
 # 4. Initramfs: static busybox, the module closure (in load order), and init.
-initrd=$kdir/initramfs.cpio.gz
-bb_deb=$(fetch busybox-static)
-stamp=$( (sha256sum "$here/init.sh" "$bb_deb" && printf '%s\n' "${modules[@]}") | sha256sum | cut -c1-16)
-if [ ! -s "$initrd" ] || [ "$(cat "$kdir/initramfs.stamp" 2>/dev/null)" != "$stamp" ]; then
+if [ "$need_initrd" = 1 ]; then
   stage=$kdir/initramfs.d
   rm -rf "$stage" && mkdir -p "$stage"/{bin,dev,proc,sys,tmp,sysroot,etc/e2e,lib/modules/"$kver"}
   bbx=$kdir/busybox.d
@@ -121,6 +124,13 @@ if [ ! -s "$initrd" ] || [ "$(cat "$kdir/initramfs.stamp" 2>/dev/null)" != "$sta
   rm -rf "$stage"
   say "initramfs $(du -h "$initrd" | cut -f1)"
 fi
+
+rm -rf "$root"
+# Drop kits and kernel packages of other kernel versions.
+for d in "$cache"/kernel/*; do
+  [ "$d" = "$kdir" ] || [ ! -d "$d" ] || rm -rf "$d"
+done
+find "$cache/debs" -maxdepth 1 -name 'linux-image-*.deb' ! -name "linux-image-${kver}_*" -delete
 
 cat >"$cache/kit.env.tmp" <<KIT
 KVER=$kver

@@ -175,6 +175,9 @@ if [ "$console" = 1 ] && [ "$shell" = 0 ]; then
 fi
 
 timed_out=0
+failed_at=''
+grace=10
+stopped=0
 while :; do
   alive=0
   for r in "${roles[@]}"; do
@@ -185,13 +188,18 @@ while :; do
     timed_out=1
     break
   fi
-  # Once one VM failed to report, its peer would only wait for it: stop early.
+  # Once one VM failed (no report, or a nonzero exit), its peer would most likely wait for it
+  # until the timeout: give the peer a short grace period, then stop.
   for r in "${roles[@]}"; do
-    if ! kill -0 "${pid[$r]}" 2>/dev/null && [ ! -f "$rundir/rc-$r" ]; then
-      alive=0
+    if ! kill -0 "${pid[$r]}" 2>/dev/null && [ "$(cat "$rundir/rc-$r" 2>/dev/null)" != 0 ]; then
+      [ -n "$failed_at" ] || failed_at=$(date +%s)
     fi
   done
-  [ "$alive" = 0 ] && break
+  if [ -n "$failed_at" ] && [ "$(date +%s)" -ge $((failed_at + grace)) ]; then
+    echo "e2e-run: a guest failed; stopping the others after ${grace}s" >&2
+    stopped=1
+    break
+  fi
   sleep 0.2
 done
 elapsed=$(($(date +%s) - t0))
@@ -220,6 +228,9 @@ for r in "${roles[@]}"; do
     echo "e2e-run: guest $r: TIMEOUT after ${timeout}s" >&2
     show_tail "$r"
     [ "$final" != 0 ] || final=124
+  elif [ "$stopped" = 1 ] && [ -s "$rundir/$r.log" ]; then
+    echo "e2e-run: guest $r: stopped after its peer failed" >&2
+    show_tail "$r"
   else
     echo "e2e-run: guest $r: no result (boot failure or crash)" >&2
     show_tail "$r"
