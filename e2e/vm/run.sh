@@ -11,8 +11,9 @@
 #   --mem MIB       memory per VM (default 512)
 #   --smp N         vCPUs per VM (default 1)
 #   --name NAME     label for the log directory (default: script name)
-#   --shell         leave a busybox shell on the console after the script (use with --vms 1
-#                   and --console; type 'poweroff -f' to end)
+#   --shell         debugging: console on this terminal, and a busybox shell (outside the
+#                   chroot, which is at /sysroot) after the script; --vms 1 only, no timeout;
+#                   type 'poweroff -f' to end
 #   --console       stream guest consoles to stderr while running (default: save only)
 # Guests see the host's root read-only (same absolute paths), their run dir at /mnt/e2e, and
 # these env vars: E2E_ROLE (a|b), E2E_VMS, E2E_SELF_IP, E2E_PEER_IP, E2E_IF, E2E_RDMA_DEV,
@@ -53,6 +54,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 case "$vms" in 1) roles=(a) ;; 2) roles=(a b) ;; *) die "--vms must be 1 or 2" ;; esac
+[ "$shell" = 0 ] || [ "$vms" = 1 ] || die "--shell works with --vms 1 only"
 for r in "${roles[@]}"; do
   [ -n "${script[$r]:-}" ] || die "missing --script-$r"
   [ -f "${script[$r]}" ] || die "no such script: ${script[$r]}"
@@ -118,10 +120,15 @@ cleanup() {
     kill -9 "${pid[$r]}" 2>/dev/null || true
     wait "${pid[$r]}" 2>/dev/null || true
   done
-  [ -z "$tail_pid" ] || kill "$tail_pid" 2>/dev/null || true
+  if [ -n "$tail_pid" ]; then
+    sleep 1 # let the console stream catch up
+    kill "$tail_pid" 2>/dev/null || true
+    tail_pid=''
+  fi
 }
 trap cleanup EXIT
-trap 'exit 130' INT TERM
+trap 'echo "e2e-run: interrupted; stopping the VMs" >&2; exit 130' INT
+trap 'echo "e2e-run: terminated; stopping the VMs" >&2; exit 143' TERM
 
 port=
 [ "$vms" = 2 ] && { port=$(free_port) || die "no free loopback port"; }
@@ -151,9 +158,17 @@ start_vm() {
     args+=(-serial "file:$rundir/console-$r.log")
   fi
   echo "qemu-system-x86_64 ${args[*]}" >"$rundir/qemu-$r.cmd"
+  if [ "$shell" = 1 ]; then
+    # Interactive: qemu in the foreground owns the terminal; no timeout.
+    qemu-system-x86_64 "${args[@]}" 2>"$rundir/qemu-$r.err" || true
+    return 0
+  fi
   qemu-system-x86_64 "${args[@]}" 2>"$rundir/qemu-$r.err" &
   pid[$r]=$!
 }
+
+# running ROLE: true while ROLE's qemu is alive.
+running() { [ -n "${pid[$1]:-}" ] && kill -0 "${pid[$1]}" 2>/dev/null; }
 
 t0=$(date +%s)
 deadline=$((t0 + timeout))
@@ -162,15 +177,16 @@ start_vm a 1
 if [ "$vms" = 2 ]; then
   # b connects to a's listening socket: wait until qemu a listens.
   until ss -Hltn "sport = :$port" 2>/dev/null | grep -q .; do
-    kill -0 "${pid[a]}" 2>/dev/null || break
+    running a || break
     [ "$(date +%s)" -lt "$deadline" ] || break
     sleep 0.05
   done
   start_vm b 2
 fi
 if [ "$console" = 1 ] && [ "$shell" = 0 ]; then
-  touch "$rundir"/console-{a,b}.log
-  tail -q -n +1 -F "${roles[@]/#/$rundir/console-}" 2>/dev/null | sed 's/^/[vm] /' >&2 &
+  logs=()
+  for r in "${roles[@]}"; do logs+=("$rundir/console-$r.log"); done
+  tail -n +1 -F "${logs[@]}" 2>/dev/null | sed -u 's/^/[console] /' >&2 &
   tail_pid=$!
 fi
 
@@ -181,17 +197,17 @@ stopped=0
 while :; do
   alive=0
   for r in "${roles[@]}"; do
-    kill -0 "${pid[$r]}" 2>/dev/null && alive=1
+    running "$r" && alive=1
   done
   [ "$alive" = 0 ] && break
-  if [ "$shell" = 0 ] && [ "$(date +%s)" -ge "$deadline" ]; then
+  if [ "$(date +%s)" -ge "$deadline" ]; then
     timed_out=1
     break
   fi
   # Once one VM failed (no report, or a nonzero exit), its peer would most likely wait for it
   # until the timeout: give the peer a short grace period, then stop.
   for r in "${roles[@]}"; do
-    if ! kill -0 "${pid[$r]}" 2>/dev/null && [ "$(cat "$rundir/rc-$r" 2>/dev/null)" != 0 ]; then
+    if ! running "$r" && [ "$(cat "$rundir/rc-$r" 2>/dev/null)" != 0 ]; then
       [ -n "$failed_at" ] || failed_at=$(date +%s)
     fi
   done
