@@ -184,13 +184,22 @@ int mv_open(const char *path, mv_segment **out)
     /* Validate what is there now; a registration re-validates under the lock. */
     mv_seg_catalog *cat;
     mv_seg_error e;
+    /* This parse runs without the registration lock, on the live mapping: a
+     * concurrent append by another process can make the copy inconsistent in
+     * any way (e.g. catalog_used from after the append, metric_count from
+     * before). Only a rejection from a copy whose generation did not move is
+     * a real one; otherwise retry. */
     mv_seg_reason r = MV_SEG_E_BUSY;
-    for (int tries = 0; tries < 200 && r == MV_SEG_E_BUSY; tries++) {
+    int racing = 1;
+    for (int tries = 0; tries < 200 && r != MV_SEG_OK && racing; tries++) {
+        uint64_t g0 = __atomic_load_n(&s->h->generation, __ATOMIC_ACQUIRE);
         r = mv_seg_catalog_parse(s->base, s->size, s->size, &cat, &e);
-        if (r == MV_SEG_E_BUSY)
+        uint64_t g1 = __atomic_load_n(&s->h->generation, __ATOMIC_ACQUIRE);
+        racing = r == MV_SEG_E_BUSY || (g0 & 1) || g0 != g1;
+        if (r != MV_SEG_OK && racing)
             usleep(5000);
     }
-    if (r != MV_SEG_OK && r != MV_SEG_E_BUSY) {
+    if (r != MV_SEG_OK && !racing) {
         rc = fail(MV_ERR_FORMAT, "%s: %s (%s)", path, e.detail, mv_seg_reason_name(r));
         goto unmap;
     }

@@ -127,7 +127,7 @@ typedef struct mv_seg_error {
 /* Short stable name of a reason ("truncated", "bad_magic", ...). */
 const char *mv_seg_reason_name(mv_seg_reason r);
 
-/* True for reasons that a re-read may clear (BUSY, TORN, CHECKSUM). */
+/* True for reasons that a re-read may clear (BUSY, TORN, CHANGED). */
 int mv_seg_reason_transient(mv_seg_reason r);
 
 /* ---- Shared helpers --------------------------------------------------------- */

@@ -1,0 +1,415 @@
+/* Unit tests for libmicroview: open, register, update, read back through the segment reader. */
+#include "microview.h"
+#include "mv_segment.h"
+
+#include <CUnit/Basic.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char g_dir[256];
+static int g_seq;
+
+static int suite_init(void)
+{
+    const char *t = getenv("TMPDIR");
+    snprintf(g_dir, sizeof g_dir, "%s/mvtest-XXXXXX", t && *t ? t : "/tmp");
+    return mkdtemp(g_dir) ? 0 : -1;
+}
+
+static int suite_clean(void)
+{
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+/* A new file of `size` bytes filled with `fill`; returns its path (static buffer). */
+static const char *new_file(size_t size, int fill)
+{
+    static char path[300];
+    snprintf(path, sizeof path, "%s/seg%d", g_dir, g_seq++);
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    CU_ASSERT_FATAL(fd >= 0);
+    unsigned char *buf = malloc(size);
+    CU_ASSERT_FATAL(buf != NULL);
+    memset(buf, fill, size);
+    CU_ASSERT_FATAL(write(fd, buf, size) == (ssize_t)size);
+    free(buf);
+    close(fd);
+    return path;
+}
+
+/* Reads the whole file into a malloc'ed, 8-aligned buffer. */
+static uint64_t *read_file(const char *path, size_t *len)
+{
+    struct stat st;
+    CU_ASSERT_FATAL(stat(path, &st) == 0);
+    uint64_t *buf = calloc(1, ((size_t)st.st_size + 7) & ~(size_t)7);
+    int fd = open(path, O_RDONLY);
+    CU_ASSERT_FATAL(fd >= 0 && buf);
+    CU_ASSERT_FATAL(read(fd, buf, (size_t)st.st_size) == st.st_size);
+    close(fd);
+    *len = (size_t)st.st_size;
+    return buf;
+}
+
+static mv_seg_catalog *parse_file(const char *path, uint64_t **copy)
+{
+    size_t len;
+    mv_seg_catalog *c;
+    mv_seg_error e;
+    *copy = read_file(path, &len);
+    mv_seg_reason r = mv_seg_catalog_parse(*copy, len, len, &c, &e);
+    if (r != MV_SEG_OK)
+        fprintf(stderr, "parse %s: %s: %s\n", path, mv_seg_reason_name(r), e.detail);
+    CU_ASSERT_EQUAL_FATAL(r, MV_SEG_OK);
+    CU_ASSERT_EQUAL_FATAL(mv_seg_hot_check(c, *copy, len, NULL, &e), MV_SEG_OK);
+    return c;
+}
+
+static const mv_seg_metric *find(const mv_seg_catalog *c, const char *name, const char *lv)
+{
+    for (size_t i = 0; i < mv_seg_catalog_count(c); i++) {
+        const mv_seg_metric *m = mv_seg_catalog_metric(c, i);
+        if (strcmp(m->name, name) == 0 &&
+            (!lv || (m->label_count && strcmp(m->labels[0].value, lv) == 0)))
+            return m;
+    }
+    return NULL;
+}
+
+static void test_open_errors(void)
+{
+    mv_segment *s = (mv_segment *)1;
+    char path[300];
+    snprintf(path, sizeof path, "%s/does-not-exist", g_dir);
+    CU_ASSERT_EQUAL(mv_open(path, &s), MV_ERR_NOSEGMENT);
+    CU_ASSERT_PTR_NULL(s);
+    CU_ASSERT_PTR_NOT_NULL(strstr(mv_errdetail(), "does-not-exist"));
+    CU_ASSERT_STRING_EQUAL(mv_strerror(MV_ERR_NOSEGMENT), "segment not found");
+
+    unsetenv(MICROVIEW_ENV_SEGMENT);
+    CU_ASSERT_EQUAL(mv_open_from_env(&s), MV_ERR_NOENV);
+    CU_ASSERT_PTR_NOT_NULL(strstr(mv_errdetail(), MICROVIEW_ENV_SEGMENT));
+    setenv(MICROVIEW_ENV_SEGMENT, "", 1);
+    CU_ASSERT_EQUAL(mv_open_from_env(&s), MV_ERR_NOENV);
+
+    /* Garbage, too small, and non-multiple-of-8 files are not segments. */
+    CU_ASSERT_EQUAL(mv_open(new_file(4096, 0x5a), &s), MV_ERR_FORMAT);
+    CU_ASSERT_PTR_NULL(s);
+    CU_ASSERT(strlen(mv_errdetail()) > 0);
+    CU_ASSERT_EQUAL(mv_open(new_file(512, 0), &s), MV_ERR_FORMAT);
+    CU_ASSERT_EQUAL(mv_open(new_file(4100, 0), &s), MV_ERR_FORMAT);
+    /* Zero magic over a non-zero header is not formatted over. */
+    const char *p = new_file(4096, 0);
+    int fd = open(p, O_WRONLY);
+    CU_ASSERT_FATAL(pwrite(fd, "x", 1, 20) == 1);
+    close(fd);
+    CU_ASSERT_EQUAL(mv_open(p, &s), MV_ERR_FORMAT);
+}
+
+static void test_open_formats_zero_file(void)
+{
+    const char *p = new_file(65536, 0);
+    mv_segment *s;
+    setenv(MICROVIEW_ENV_SEGMENT, p, 1);
+    CU_ASSERT_EQUAL_FATAL(mv_open_from_env(&s), MV_OK);
+    CU_ASSERT_EQUAL(mv_segment_size(s), 65536);
+    CU_ASSERT_STRING_EQUAL(mv_segment_path(s), p);
+    mv_close(s);
+    uint64_t *copy;
+    mv_seg_catalog *c = parse_file(p, &copy);
+    mv_seg_header *h = (mv_seg_header *)(void *)copy;
+    CU_ASSERT_EQUAL(h->writer_pid, (uint32_t)getpid());
+    CU_ASSERT_NOT_EQUAL(h->heartbeat_ns, 0);
+    CU_ASSERT_EQUAL(mv_seg_catalog_count(c), 0);
+    uint64_t inst = h->instance;
+    mv_seg_catalog_free(c);
+    free(copy);
+    /* Re-opening keeps the instance (no re-format). */
+    CU_ASSERT_EQUAL_FATAL(mv_open(p, &s), MV_OK);
+    mv_close(s);
+    c = parse_file(p, &copy);
+    CU_ASSERT_EQUAL(mv_seg_catalog_instance(c), inst);
+    mv_seg_catalog_free(c);
+    free(copy);
+    mv_close(NULL);
+}
+
+static void test_register_update_read(void)
+{
+    char path[300];
+    snprintf(path, sizeof path, "%s", new_file(65536, 0));
+    mv_segment *s;
+    CU_ASSERT_EQUAL_FATAL(mv_open(path, &s), MV_OK);
+    mv_label l_get[] = {{"method", "GET"}}, l_put[] = {{"method", "PUT"}};
+    mv_label l_h[] = {{"route", "/api"}, {"code", "200"}};
+    mv_counter c1, c2, c1b;
+    mv_gauge g;
+    mv_histogram *h, *hb;
+    double bounds[] = {0.1, 1, 10};
+
+    CU_ASSERT_EQUAL(mv_counter_register(s, "req_total", "Requests.", NULL, l_get, 1, &c1), MV_OK);
+    CU_ASSERT_EQUAL(mv_counter_register(s, "req_total", "Requests.", NULL, l_put, 1, &c2), MV_OK);
+    CU_ASSERT_PTR_NOT_EQUAL(c1.slot, c2.slot);
+    CU_ASSERT_EQUAL(mv_gauge_register(s, "temp", "Temperature.", "celsius", NULL, 0, &g), MV_OK);
+    CU_ASSERT_EQUAL(
+        mv_histogram_register(s, "lat_seconds", "Latency.", "seconds", l_h, 2, bounds, 3, &h),
+        MV_OK);
+    /* Same name and labels: same slot. */
+    CU_ASSERT_EQUAL(mv_counter_register(s, "req_total", "Other help.", NULL, l_get, 1, &c1b),
+                    MV_OK);
+    CU_ASSERT_PTR_EQUAL(c1.slot, c1b.slot);
+    CU_ASSERT_EQUAL(mv_histogram_register(s, "lat_seconds", NULL, NULL, l_h, 2, bounds, 3, &hb),
+                    MV_OK);
+
+    mv_counter_inc(c1);
+    mv_counter_add(c1, 41);
+    mv_counter_add_local(c2, 7);
+    mv_gauge_set(g, 20.5);
+    mv_gauge_add(g, -0.25);
+    mv_histogram_observe(h, 0.05);
+    mv_histogram_observe(h, 1.0); /* le is inclusive */
+    mv_histogram_observe(hb, 5);
+    mv_histogram_observe(h, 100);
+    mv_histogram_observe(h, NAN); /* ignored */
+    mv_heartbeat(s);
+    mv_close(s);
+
+    uint64_t *copy;
+    mv_seg_catalog *c = parse_file(path, &copy);
+    CU_ASSERT_EQUAL(mv_seg_catalog_count(c), 4);
+    const mv_seg_metric *m = find(c, "req_total", "GET");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    CU_ASSERT_STRING_EQUAL(m->help, "Requests.");
+    CU_ASSERT_EQUAL(mv_seg_read_counter(copy, m), 42);
+    m = find(c, "req_total", "PUT");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    CU_ASSERT_EQUAL(mv_seg_read_counter(copy, m), 7);
+    m = find(c, "temp", NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    CU_ASSERT_EQUAL(m->type, MV_SEG_GAUGE);
+    CU_ASSERT_STRING_EQUAL(m->unit, "celsius");
+    CU_ASSERT_EQUAL(mv_seg_read_gauge(copy, m), 20.25);
+    m = find(c, "lat_seconds", NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    CU_ASSERT_EQUAL_FATAL(m->label_count, 2);
+    CU_ASSERT_STRING_EQUAL(m->labels[0].key, "route");
+    CU_ASSERT_STRING_EQUAL(m->labels[1].value, "200");
+    mv_seg_hist_view hv;
+    CU_ASSERT_EQUAL_FATAL(mv_seg_read_histogram(copy, m, &hv), MV_SEG_OK);
+    CU_ASSERT_EQUAL(hv.count, 4);
+    CU_ASSERT_EQUAL(hv.sum, 106.05);
+    CU_ASSERT_EQUAL(hv.buckets[0], 1);
+    CU_ASSERT_EQUAL(hv.buckets[1], 1);
+    CU_ASSERT_EQUAL(hv.buckets[2], 1);
+    CU_ASSERT_EQUAL(hv.buckets[3], 1);
+    mv_seg_catalog_free(c);
+    free(copy);
+
+    /* Values survive a re-open (e.g. a process restart). */
+    CU_ASSERT_EQUAL_FATAL(mv_open(path, &s), MV_OK);
+    CU_ASSERT_EQUAL(mv_counter_register(s, "req_total", NULL, NULL, l_get, 1, &c1), MV_OK);
+    CU_ASSERT_EQUAL(*c1.slot, 42);
+    mv_close(s);
+}
+
+static void test_register_errors(void)
+{
+    mv_segment *s;
+    CU_ASSERT_EQUAL_FATAL(mv_open(new_file(65536, 0), &s), MV_OK);
+    mv_counter c;
+    mv_gauge g;
+    mv_histogram *h;
+    double bounds[] = {1, 2}, bad_bounds[] = {2, 1};
+    mv_label dup[] = {{"a", "1"}, {"a", "2"}}, bad[] = {{"a-b", "1"}}, le[] = {{"le", "1"}};
+
+    CU_ASSERT_EQUAL(mv_counter_register(s, "x_total", NULL, NULL, NULL, 0, &c), MV_OK);
+    CU_ASSERT_EQUAL(mv_gauge_register(s, "x_total", NULL, NULL, NULL, 0, &g), MV_ERR_CONFLICT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(mv_errdetail(), "x_total"));
+    CU_ASSERT_EQUAL(mv_histogram_register(s, "x_total", NULL, NULL, NULL, 0, bounds, 2, &h),
+                    MV_ERR_CONFLICT);
+    CU_ASSERT_EQUAL(mv_histogram_register(s, "hh", NULL, NULL, NULL, 0, bounds, 2, &h), MV_OK);
+    CU_ASSERT_EQUAL(mv_histogram_register(s, "hh", NULL, NULL, NULL, 0, bounds, 1, &h),
+                    MV_ERR_CONFLICT);
+
+    CU_ASSERT_EQUAL(mv_counter_register(s, "9bad", NULL, NULL, NULL, 0, &c), MV_ERR_NAME);
+    CU_ASSERT_EQUAL(mv_counter_register(s, "a-b", NULL, NULL, NULL, 0, &c), MV_ERR_NAME);
+    CU_ASSERT_EQUAL(mv_counter_register(s, "__x", NULL, NULL, NULL, 0, &c), MV_ERR_NAME);
+    CU_ASSERT_EQUAL(mv_counter_register(s, "", NULL, NULL, NULL, 0, &c), MV_ERR_NAME);
+    CU_ASSERT_EQUAL(mv_counter_register(s, "ok", NULL, NULL, bad, 1, &c), MV_ERR_NAME);
+    CU_ASSERT_EQUAL(mv_histogram_register(s, "hl", NULL, NULL, le, 1, bounds, 2, &h), MV_ERR_NAME);
+    char longname[300];
+    memset(longname, 'a', sizeof longname - 1);
+    longname[sizeof longname - 1] = 0;
+    CU_ASSERT_EQUAL(mv_counter_register(s, longname, NULL, NULL, NULL, 0, &c), MV_ERR_NAME);
+    CU_ASSERT_EQUAL(mv_counter_register(s, NULL, NULL, NULL, NULL, 0, &c), MV_ERR_INVALID);
+    CU_ASSERT_EQUAL(mv_counter_register(s, "ok", NULL, NULL, dup, 2, &c), MV_ERR_INVALID);
+    CU_ASSERT_EQUAL(mv_counter_register(s, "ok", "\xff", NULL, NULL, 0, &c), MV_ERR_INVALID);
+    CU_ASSERT_EQUAL(mv_histogram_register(s, "hb", NULL, NULL, NULL, 0, bad_bounds, 2, &h),
+                    MV_ERR_INVALID);
+    CU_ASSERT_EQUAL(mv_histogram_register(s, "hb", NULL, NULL, NULL, 0, bounds, 0, &h),
+                    MV_ERR_INVALID);
+
+    /* A failed registration leaves a handle that is safe to use. */
+    CU_ASSERT_EQUAL(mv_counter_register(s, "9bad", NULL, NULL, NULL, 0, &c), MV_ERR_NAME);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c.slot);
+    mv_counter_inc(c);
+    mv_counter_add_local(c, 3);
+    CU_ASSERT_EQUAL(mv_gauge_register(s, "x_total", NULL, NULL, NULL, 0, &g), MV_ERR_CONFLICT);
+    mv_gauge_set(g, 1.5);
+    mv_gauge_add(g, 1);
+    CU_ASSERT_EQUAL(mv_histogram_register(s, "hb", NULL, NULL, NULL, 0, bad_bounds, 2, &h),
+                    MV_ERR_INVALID);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(h);
+    mv_histogram_observe(h, 1.0);
+    mv_histogram_observe(NULL, 1.0);
+    mv_close(s);
+}
+
+static void test_full(void)
+{
+    mv_segment *s;
+    mv_counter c;
+    char name[32];
+    int rc = MV_OK, n;
+
+    /* 1 KiB: 512 value bytes, 384 catalog bytes: the catalog fills first. */
+    CU_ASSERT_EQUAL_FATAL(mv_open(new_file(1024, 0), &s), MV_OK);
+    for (n = 0; n < 100 && rc == MV_OK; n++) {
+        snprintf(name, sizeof name, "counter_%03d", n);
+        rc = mv_counter_register(s, name, NULL, NULL, NULL, 0, &c);
+    }
+    CU_ASSERT_EQUAL(rc, MV_ERR_FULL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(mv_errdetail(), "catalog"));
+    CU_ASSERT(n > 1 && n < 100);
+    mv_counter_inc(c); /* scratch */
+    mv_close(s);
+
+    /* A segment formatted with a 64-byte value area: values fill first. */
+    const char *p = new_file(4096, 0);
+    int fd = open(p, O_RDWR);
+    void *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    CU_ASSERT_FATAL(m != MAP_FAILED);
+    mv_seg_error e;
+    CU_ASSERT_EQUAL_FATAL(mv_seg_format(m, 4096, 64, &e), MV_SEG_OK);
+    munmap(m, 4096);
+    CU_ASSERT_EQUAL_FATAL(mv_open(p, &s), MV_OK);
+    rc = MV_OK;
+    for (n = 0; n < 100 && rc == MV_OK; n++) {
+        snprintf(name, sizeof name, "c%d", n);
+        rc = mv_counter_register(s, name, NULL, NULL, NULL, 0, &c);
+    }
+    CU_ASSERT_EQUAL(rc, MV_ERR_FULL);
+    CU_ASSERT_EQUAL(n, 9); /* 8 counters fit in 64 bytes */
+    CU_ASSERT_PTR_NOT_NULL(strstr(mv_errdetail(), "value area"));
+    mv_histogram *h;
+    double b[] = {1};
+    CU_ASSERT_EQUAL(mv_histogram_register(s, "hx", NULL, NULL, NULL, 0, b, 1, &h), MV_ERR_FULL);
+    mv_histogram_observe(h, 1);
+    mv_close(s);
+}
+
+static void test_exponential_buckets(void)
+{
+    double b[160];
+    CU_ASSERT_EQUAL(mv_exponential_buckets(0.001, 10, 4, b), MV_OK);
+    CU_ASSERT_DOUBLE_EQUAL(b[0], 0.001, 1e-15);
+    CU_ASSERT_DOUBLE_EQUAL(b[3], 1.0, 1e-12);
+    CU_ASSERT_EQUAL(mv_exponential_buckets(1, 2, 160, b), MV_OK);
+    CU_ASSERT_EQUAL(b[10], 1024.0);
+    CU_ASSERT_EQUAL(mv_exponential_buckets(0, 2, 4, b), MV_ERR_INVALID);
+    CU_ASSERT_EQUAL(mv_exponential_buckets(-1, 2, 4, b), MV_ERR_INVALID);
+    CU_ASSERT_EQUAL(mv_exponential_buckets(1, 1, 4, b), MV_ERR_INVALID);
+    CU_ASSERT_EQUAL(mv_exponential_buckets(1, NAN, 4, b), MV_ERR_INVALID);
+    CU_ASSERT_EQUAL(mv_exponential_buckets(1, 2, 0, b), MV_ERR_INVALID);
+    CU_ASSERT_EQUAL(mv_exponential_buckets(1, 2, 161, b), MV_ERR_INVALID);
+    CU_ASSERT_EQUAL(mv_exponential_buckets(1e300, 1e10, 10, b), MV_ERR_INVALID);
+}
+
+#define FORK_METRICS 400
+
+static int child_register(const char *path, const char *who)
+{
+    mv_segment *s;
+    if (mv_open(path, &s) != MV_OK) {
+        fprintf(stderr, "child %s: open: %s\n", who, mv_errdetail());
+        return 1;
+    }
+    for (int i = 0; i < FORK_METRICS; i++) {
+        mv_label l[] = {{"proc", who}};
+        char name[32];
+        mv_counter c;
+        snprintf(name, sizeof name, "m%d_total", i);
+        if (mv_counter_register(s, name, NULL, NULL, l, 1, &c) != MV_OK) {
+            fprintf(stderr, "child %s: register %s: %s\n", who, name, mv_errdetail());
+            return 1;
+        }
+        mv_counter_add(c, (uint64_t)i + 1);
+    }
+    mv_close(s);
+    return 0;
+}
+
+static void test_fork_concurrent(void)
+{
+    char path[300];
+    snprintf(path, sizeof path, "%s", new_file(1024 * 1024, 0));
+    pid_t pids[2];
+    const char *who[2] = {"a", "b"};
+    for (int k = 0; k < 2; k++) {
+        pids[k] = fork();
+        CU_ASSERT_FATAL(pids[k] >= 0);
+        if (pids[k] == 0)
+            _exit(child_register(path, who[k]));
+    }
+    for (int k = 0; k < 2; k++) {
+        int st;
+        CU_ASSERT_EQUAL(waitpid(pids[k], &st, 0), pids[k]);
+        CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    }
+    uint64_t *copy;
+    mv_seg_catalog *c = parse_file(path, &copy);
+    CU_ASSERT_EQUAL(mv_seg_catalog_count(c), 2 * FORK_METRICS);
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < FORK_METRICS; i++) {
+            char name[32];
+            snprintf(name, sizeof name, "m%d_total", i);
+            const mv_seg_metric *m = find(c, name, who[k]);
+            CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+            CU_ASSERT_EQUAL(mv_seg_read_counter(copy, m), (uint64_t)i + 1);
+        }
+    }
+    mv_seg_header *h = (mv_seg_header *)(void *)copy;
+    CU_ASSERT_EQUAL(h->lock, 0);
+    CU_ASSERT_EQUAL(h->generation, 4 * FORK_METRICS);
+    mv_seg_catalog_free(c);
+    free(copy);
+}
+
+int main(void)
+{
+    if (CU_initialize_registry() != CUE_SUCCESS)
+        return CU_get_error();
+    CU_pSuite s = CU_add_suite("microview", suite_init, suite_clean);
+    CU_add_test(s, "open errors", test_open_errors);
+    CU_add_test(s, "open formats a zero file", test_open_formats_zero_file);
+    CU_add_test(s, "register, update, read back", test_register_update_read);
+    CU_add_test(s, "registration errors", test_register_errors);
+    CU_add_test(s, "full segment", test_full);
+    CU_add_test(s, "exponential buckets", test_exponential_buckets);
+    CU_add_test(s, "two processes register concurrently", test_fork_concurrent);
+    CU_basic_set_mode(CU_BRM_VERBOSE);
+    CU_basic_run_tests();
+    unsigned failed = CU_get_number_of_failures();
+    CU_cleanup_registry();
+    return failed ? 1 : 0;
+}
