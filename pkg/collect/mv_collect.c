@@ -27,8 +27,9 @@ typedef struct seg {
     void *src;
 
     /* Tick-thread state. */
-    void *full; /* whole-segment buffer for catalog reads */
-    void *work; /* hot copy being validated */
+    void *full;                            /* whole-segment buffer for catalog reads */
+    void *work;                            /* hot copy being validated */
+    uint64_t hdr2[MV_SEG_HEADER_SIZE / 8]; /* header re-read after a catalog copy */
     uint32_t work_cap;
     cat_ref *cat; /* current catalog (tick's reference) */
     uint64_t fail_since_ns, next_recheck_ns;
@@ -286,7 +287,8 @@ static void set_failure(mv_coll *c, seg *s, mv_seg_reason r, const char *detail,
     s->reason = r;
     snprintf(s->detail, sizeof s->detail, "%s", detail);
     s->read_errors++;
-    int quarantine = s->state != MV_COLL_QUARANTINED &&
+    /* busy/changed/torn clear on a re-read: they never quarantine. */
+    int quarantine = s->state != MV_COLL_QUARANTINED && !mv_seg_reason_transient(r) &&
                      now - s->fail_since_ns >= (uint64_t)c->o.quarantine_after_ms * 1000000ull;
     if (quarantine) {
         s->state = MV_COLL_QUARANTINED;
@@ -334,23 +336,44 @@ static int load_catalog(mv_coll *c, seg *s, uint64_t now)
         set_failure(c, s, MV_SEG_E_NOMEM, "cannot allocate the segment buffer", now);
         return -1;
     }
-    for (int attempt = 0; attempt < 4; attempt++) {
-        mv_coll_read rq = {.src = s->src, .off = 0, .len = (uint32_t)s->size, .dst = s->full};
-        s->t->read_many(s->t->ctx, &rq, 1);
-        if (rq.status) {
-            snprintf(err.detail, sizeof err.detail, "read failed: %s", strerror(-rq.status));
+    /* The copy has no defined order across words, so a parse of a copy taken
+     * while the writer appended can fail or succeed on a mix. Re-read the
+     * header afterwards: only a parse whose generation (even) and instance
+     * are unchanged in the second read is trusted, success or rejection. */
+    for (int attempt = 0; attempt < 8; attempt++) {
+        mv_coll_read rq[2] = {
+            {.src = s->src, .off = 0, .len = (uint32_t)s->size, .dst = s->full},
+            {.src = s->src, .off = 0, .len = MV_SEG_HEADER_SIZE, .dst = s->hdr2},
+        };
+        s->t->read_many(s->t->ctx, &rq[0], 1);
+        if (rq[0].status) {
+            snprintf(err.detail, sizeof err.detail, "read failed: %s", strerror(-rq[0].status));
             r = MV_SEG_E_TRUNCATED;
             break;
         }
         r = mv_seg_catalog_parse(s->full, s->size, s->size, &cat, &err);
-        if (r == MV_SEG_OK || r == MV_SEG_E_MAGIC || r == MV_SEG_E_VERSION)
+        s->t->read_many(s->t->ctx, &rq[1], 1);
+        const mv_seg_header *h1 = s->full, *h2 = (const void *)s->hdr2;
+        int stable = rq[1].status == 0 && !(h1->generation & 1) &&
+                     h1->generation == h2->generation && h1->instance == h2->instance;
+        if (stable || r == MV_SEG_E_MAGIC || r == MV_SEG_E_VERSION || rq[1].status)
             break;
-        usleep(100);
+        if (cat) {
+            mv_seg_catalog_free(cat);
+            cat = NULL;
+        }
+        if (r == MV_SEG_OK) {
+            r = MV_SEG_E_CHANGED;
+            snprintf(err.detail, sizeof err.detail, "catalog changed while it was read");
+        }
+        usleep(50);
     }
     pthread_mutex_lock(&c->mu);
     c->stats.catalog_reads++;
     pthread_mutex_unlock(&c->mu);
     if (r != MV_SEG_OK) {
+        if (cat)
+            mv_seg_catalog_free(cat);
         set_failure(c, s, r, err.detail, now);
         return -1;
     }
