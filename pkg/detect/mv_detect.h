@@ -94,10 +94,10 @@ double mv_detect_last_z(const mv_detect *d, size_t i);
  * Intervals are in nanoseconds. 40 bytes; no allocation after create.
  */
 typedef struct mv_detect_rate_config {
-    uint64_t fast_ns;     /* default 1 ms */
-    uint64_t max_ns;      /* >= fast_ns; default 1 s */
-    uint32_t calm_reads;  /* default 8 */
-    uint32_t factor;      /* >= 2; default 2 */
+    uint64_t fast_ns;    /* default 1 ms */
+    uint64_t max_ns;     /* >= fast_ns; default 1 s */
+    uint32_t calm_reads; /* default 8 */
+    uint32_t factor;     /* >= 2; default 2 */
 } mv_detect_rate_config;
 
 typedef struct mv_detect_rate mv_detect_rate;

@@ -7,20 +7,22 @@
 #include <string.h>
 
 #define JACOBI_MAX_SWEEPS 40
-#define JACOBI_TOL 1e-13
+#define JACOBI_TOL        1e-13
+#define JACOBI_ABS_TOL    1e-15
 
 struct mv_fd {
     mv_fd_config cfg;
-    uint32_t rows;  /* 2 * ell */
-    uint32_t used;  /* rows of b in use (the rest are zero) */
+    uint32_t rows; /* 2 * ell */
+    uint32_t used; /* rows of b in use (the rest are zero) */
     uint32_t nbasis;
-    double *b;      /* rows x d */
-    double *basis;  /* k x d, orthonormal */
-    double *xn;     /* d: normalised sample */
-    double *norm2;  /* rows: squared row norms after rotation */
+    double *b;     /* rows x d */
+    double *basis; /* k x d, orthonormal */
+    double *xn;    /* d: normalised sample */
+    double *norm2; /* rows: squared row norms after rotation */
     uint64_t seen;
     uint64_t updates;
     uint64_t shrinks;
+    uint64_t sweeps;
     uint64_t rng;
 };
 
@@ -127,15 +129,24 @@ static void orthogonalize(mv_fd *fd)
 {
     uint32_t n = fd->used, d = fd->cfg.d;
     double *b = fd->b;
+    double *nrm = fd->norm2; /* squared norms, kept current through rotations */
+    for (uint32_t i = 0; i < n; i++)
+        nrm[i] = dot(b + (size_t)i * d, b + (size_t)i * d, d);
     for (int sweep = 0; sweep < JACOBI_MAX_SWEEPS; sweep++) {
         int rotated = 0;
         for (uint32_t p = 0; p + 1 < n; p++) {
             double *bp = b + (size_t)p * d;
             for (uint32_t q = p + 1; q < n; q++) {
                 double *bq = b + (size_t)q * d;
-                double alpha = dot(bp, bp, d), beta = dot(bq, bq, d), gamma = dot(bp, bq, d);
-                if (alpha == 0.0 || beta == 0.0 ||
-                    fabs(gamma) <= JACOBI_TOL * sqrt(alpha) * sqrt(beta))
+                double alpha = nrm[p], beta = nrm[q];
+                if (alpha == 0.0 || beta == 0.0)
+                    continue;
+                double gamma = dot(bp, bq, d);
+                /* Converged for this pair: orthogonal relative to the pair's
+                 * norms, or to rounding level of the larger row (a tiny row
+                 * next to a large one cannot be made more orthogonal). */
+                if (fabs(gamma) <= JACOBI_TOL * sqrt(alpha) * sqrt(beta) ||
+                    fabs(gamma) <= JACOBI_ABS_TOL * (alpha > beta ? alpha : beta))
                     continue;
                 rotated = 1;
                 double zeta = (beta - alpha) / (2.0 * gamma);
@@ -146,10 +157,16 @@ static void orthogonalize(mv_fd *fd)
                     bp[j] = c * u - s * v;
                     bq[j] = s * u + c * v;
                 }
+                /* The rotation zeroes gamma: norms move by t * gamma. */
+                nrm[p] = alpha - t * gamma;
+                nrm[q] = beta + t * gamma;
+                if (nrm[p] < 0.0)
+                    nrm[p] = 0.0;
             }
         }
         if (!rotated)
             break;
+        fd->sweeps++;
     }
     for (uint32_t i = 0; i < n; i++)
         fd->norm2[i] = dot(b + (size_t)i * d, b + (size_t)i * d, d);
@@ -322,8 +339,7 @@ int mv_fd_observe(mv_fd *fd, const double *x, mv_fd_result *res)
         if (!r.anomalous)
             r.updated = 1;
         else if (fd->cfg.eta > 0.0)
-            r.updated = (double)(next_rand(fd) >> 11) * (1.0 / 9007199254740992.0) <
-                        fd->cfg.eta;
+            r.updated = (double)(next_rand(fd) >> 11) * (1.0 / 9007199254740992.0) < fd->cfg.eta;
         if (r.updated) {
             uint64_t before = fd->shrinks;
             append_row(fd, fd->xn);

@@ -8,12 +8,12 @@
 #include <string.h>
 
 /* Cubic approximation of log2(1 + s) on [0, 1]; see the header for the proof. */
-#define P_C1 (10.0 / 7.0)
-#define P_C2 (-3.0 / 5.0)
-#define P_C3 (6.0 / 35.0)
-#define P_MIN_SLOPE (10.0 / 7.0) /* min over [0,1] of (1 + s) P'(s) */
+#define P_C1         (10.0 / 7.0)
+#define P_C2         (-3.0 / 5.0)
+#define P_C3         (6.0 / 35.0)
+#define P_MIN_SLOPE  (10.0 / 7.0) /* min over [0,1] of (1 + s) P'(s) */
 #define ALPHA_SHRINK (1.0 - 1e-7)
-#define KEY_SPAN 1100 /* e + P(s) lies in [-1022, 1024] for normal doubles */
+#define KEY_SPAN     1100 /* e + P(s) lies in [-1022, 1024] for normal doubles */
 
 /* One sign's dense window of buckets: counts[i] holds key lo + i. */
 typedef struct store {

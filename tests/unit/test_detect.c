@@ -8,7 +8,7 @@
 #include <stdio.h>
 
 #define TRIALS 200
-#define ONSET 1000
+#define ONSET  1000
 
 static mv_detect *make(size_t n)
 {
@@ -178,10 +178,10 @@ static void test_rate_controller(void)
     }
     uint64_t reads = mv_detect_rate_reads(r);
     printf("\n  reads in 120 s: %llu (fixed 1 ms tick: 120000)\n", (unsigned long long)reads);
-    CU_ASSERT(reads < 120000 / 20);           /* calm series: far fewer reads */
+    CU_ASSERT(reads < 120000 / 20);                             /* calm series: far fewer reads */
     CU_ASSERT(first_read_after_shift - shift <= 1000000000ull); /* next read within max */
     CU_ASSERT(detected_at_first_read);
-    CU_ASSERT(interval_after == rc.fast_ns); /* snapped back to the fast tick */
+    CU_ASSERT(interval_after == rc.fast_ns);            /* snapped back to the fast tick */
     CU_ASSERT(mv_detect_rate_interval(r) == rc.max_ns); /* calm again at the end */
 
     /* Pure controller arithmetic. */

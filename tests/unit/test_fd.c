@@ -80,8 +80,8 @@ static void check_bound(uint32_t n, uint32_t d, uint32_t ell, uint64_t seed)
         if (q / nn < minq)
             minq = q / nn;
     }
-    printf("\n  n=%u d=%u ell=%u: ||AtA-BtB|| = %.4g, bound ||A||_F^2/ell = %.4g, shrinks %llu",
-           n, d, ell, err, fro / ell, (unsigned long long)mv_fd_shrinks(fd));
+    printf("\n  n=%u d=%u ell=%u: ||AtA-BtB|| = %.4g, bound ||A||_F^2/ell = %.4g, shrinks %llu", n,
+           d, ell, err, fro / ell, (unsigned long long)mv_fd_shrinks(fd));
     CU_ASSERT(err <= fro / ell);
     CU_ASSERT(minq >= -1e-9 * fro);
     CU_ASSERT(mv_fd_shrinks(fd) > 0);
@@ -204,8 +204,8 @@ static void check_separation(uint32_t d, uint32_t ell, uint32_t k, uint32_t rank
         for (int b = 0; b < M; b++)
             pairs += out[a] > in[b] ? 1.0 : (out[a] == in[b] ? 0.5 : 0.0);
     double auc = pairs / ((double)M * M);
-    printf("\n  d=%u ell=%u k=%u rank=%u: AUC %.4f, max normal %.3f, min anomalous %.3f", d,
-           ell, k, rank, auc, in_max, out_min);
+    printf("\n  d=%u ell=%u k=%u rank=%u: AUC %.4f, max normal %.3f, min anomalous %.3f", d, ell, k,
+           rank, auc, in_max, out_min);
     CU_ASSERT(auc >= 0.999);
     CU_ASSERT(in_max < cfg.threshold);
     CU_ASSERT(out_min > in_max);

@@ -105,9 +105,8 @@ static void test_distributions(void)
     struct {
         const char *name;
         gen_fn gen;
-    } dists[] = {{"uniform", gen_uniform},   {"lognormal", gen_lognormal},
-                 {"pareto", gen_pareto},     {"constant", gen_constant},
-                 {"negative", gen_negative}, {"mixed", gen_mixed},
+    } dists[] = {{"uniform", gen_uniform},   {"lognormal", gen_lognormal}, {"pareto", gen_pareto},
+                 {"constant", gen_constant}, {"negative", gen_negative},   {"mixed", gen_mixed},
                  {"decades", gen_decades}};
     const double alphas[] = {0.01, 0.02, 0.001};
     for (size_t a = 0; a < 3; a++) {
