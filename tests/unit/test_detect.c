@@ -1,0 +1,226 @@
+/* Unit tests for mv_detect: steps/ramps detected within bounds, false alarms, read control. */
+#include "mv_detect.h"
+#include "analytics_rng.h"
+
+#include <CUnit/Basic.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+
+#define TRIALS 200
+#define ONSET  1000
+
+static mv_detect *make(size_t n)
+{
+    mv_detect *d = NULL;
+    CU_ASSERT_FATAL(mv_detect_create(NULL, n, &d) == 0);
+    return d;
+}
+
+/* Delay (samples after ONSET) of the first change; -1 if none within len. */
+static int first_change(mv_detect *d, uint64_t seed, double step, double slope, double mean,
+                        double sd, int len)
+{
+    test_rng r = {seed};
+    mv_detect_reset(d, 0);
+    for (int i = 0; i < len; i++) {
+        double x = mean + sd * rng_gauss(&r);
+        if (i >= ONSET)
+            x += sd * (step + slope * (i - ONSET));
+        unsigned f = mv_detect_update(d, 0, x);
+        if (f & MV_DETECT_CHANGED)
+            return i >= ONSET ? i - ONSET : -2 - i;
+    }
+    return -1;
+}
+
+static void check_delay(double step, double slope, int bound)
+{
+    mv_detect *d = make(1);
+    int worst = 0, early = 0;
+    for (int t = 0; t < TRIALS; t++) {
+        /* Scale-free: mean and sigma vary by trial. */
+        double mean = t % 2 ? 1e6 : -3.0, sd = t % 3 ? 250.0 : 0.01;
+        int delay = first_change(d, 10000 + (uint64_t)t, step, slope, mean, sd, ONSET + 4 * bound);
+        if (delay < -1) {
+            early++;
+            continue;
+        }
+        if (delay < 0 || delay > worst)
+            worst = delay < 0 ? 1 << 30 : delay;
+    }
+    if (worst > bound)
+        printf("\nstep %g slope %g: worst delay %d > %d\n", step, slope, worst, bound);
+    CU_ASSERT(worst <= bound);
+    CU_ASSERT(early <= 1); /* a false alarm in the 1000 samples before onset is rare */
+    mv_detect_destroy(d);
+}
+
+static void test_steps(void)
+{
+    check_delay(2.0, 0.0, 25);
+    check_delay(-3.0, 0.0, 12);
+    check_delay(8.0, 0.0, 2);
+    check_delay(-8.0, 0.0, 2);
+}
+
+static void test_ramps(void)
+{
+    check_delay(0.0, 0.01, 250);
+    check_delay(0.0, -0.03, 90);
+}
+
+static void test_small_step_mostly_found(void)
+{
+    mv_detect *d = make(1);
+    int found = 0;
+    for (int t = 0; t < TRIALS; t++) {
+        int delay = first_change(d, 777 + (uint64_t)t, 1.0, 0.0, 5.0, 1.0, ONSET + 200);
+        found += delay >= 0;
+    }
+    CU_ASSERT(found >= TRIALS * 9 / 10); /* 1 sigma within 200 samples in >= 90% */
+    mv_detect_destroy(d);
+}
+
+static void test_false_alarms(void)
+{
+    mv_detect *d = make(2);
+    test_rng r = {424242};
+    for (int i = 0; i < 1000000; i++) {
+        mv_detect_update(d, 0, 10.0 + 2.0 * rng_gauss(&r));
+        mv_detect_update(d, 1, -1e9 + 1e3 * rng_gauss(&r));
+    }
+    uint64_t fa = mv_detect_changes(d, 0) + mv_detect_changes(d, 1);
+    printf("\n  false changes over 2e6 stationary samples: %llu\n", (unsigned long long)fa);
+    CU_ASSERT(fa <= 10); /* stated: <= 5 per 1e6 */
+    CU_ASSERT(fabs(mv_detect_mean(d, 0) - 10.0) < 0.5);
+    CU_ASSERT(fabs(mv_detect_sigma(d, 0) - 2.0) < 0.3);
+    mv_detect_destroy(d);
+}
+
+static void test_constant_then_jump(void)
+{
+    mv_detect *d = make(1);
+    for (int i = 0; i < 500; i++)
+        CU_ASSERT((mv_detect_update(d, 0, 7.0) & MV_DETECT_CHANGED) == 0);
+    CU_ASSERT(mv_detect_update(d, 0, 7.001) & MV_DETECT_CHANGED);
+    CU_ASSERT(mv_detect_changes(d, 0) == 1);
+    /* Settles on the new level: no further change once cool-down ends. */
+    for (int i = 0; i < 500; i++)
+        mv_detect_update(d, 0, 7.001);
+    CU_ASSERT(mv_detect_changes(d, 0) == 1);
+    CU_ASSERT(fabs(mv_detect_mean(d, 0) - 7.001) < 1e-9);
+    mv_detect_destroy(d);
+}
+
+static void test_spike_does_not_poison_baseline(void)
+{
+    mv_detect *d = make(1);
+    test_rng r = {3};
+    for (int i = 0; i < 2000; i++)
+        mv_detect_update(d, 0, rng_gauss(&r));
+    uint64_t before = mv_detect_changes(d, 0);
+    CU_ASSERT(mv_detect_update(d, 0, 100.0) & MV_DETECT_CHANGED);
+    for (int i = 0; i < 5000; i++)
+        mv_detect_update(d, 0, rng_gauss(&r));
+    CU_ASSERT(mv_detect_changes(d, 0) == before + 1);
+    CU_ASSERT(fabs(mv_detect_mean(d, 0)) < 0.5);
+    mv_detect_destroy(d);
+}
+
+static void test_invalid(void)
+{
+    mv_detect_config c;
+    mv_detect *d = NULL;
+    mv_detect_config_default(&c);
+    c.lambda = 0.0;
+    CU_ASSERT(mv_detect_create(&c, 4, &d) == -EINVAL);
+    CU_ASSERT(mv_detect_config_check(&c) != NULL);
+    CU_ASSERT(mv_detect_create(NULL, 0, &d) == -EINVAL);
+    d = make(3);
+    CU_ASSERT(mv_detect_update(d, 3, 1.0) == MV_DETECT_INVALID);
+    CU_ASSERT(mv_detect_update(d, 0, NAN) == MV_DETECT_INVALID);
+    CU_ASSERT(mv_detect_update(d, 0, 1.0) == MV_DETECT_WARMUP);
+    CU_ASSERT(mv_detect_memory_bytes(1000) < 1000 * 80);
+    double x[3] = {1, 2, 3};
+    size_t moving = 99;
+    CU_ASSERT(mv_detect_update_all(d, x, &moving) == 0);
+    CU_ASSERT(moving == 0);
+    mv_detect_destroy(d);
+}
+
+/* Simulated segment: 8 metrics, calm except for a level shift in metric 3 at
+ * t = 60 s. Reads follow the controller's interval. */
+static void test_rate_controller(void)
+{
+    mv_detect_rate_config rc;
+    mv_detect_rate *r = NULL;
+    mv_detect_rate_config_default(&rc); /* 1 ms fast, 1 s max, 8 calm reads, x2 */
+    CU_ASSERT_FATAL(mv_detect_rate_create(&rc, &r) == 0);
+    mv_detect *d = make(8);
+    test_rng g = {11};
+    uint64_t t = 0, end = 120000000000ull, shift = 60000000000ull;
+    uint64_t first_read_after_shift = 0, interval_after = 0;
+    int detected_at_first_read = 0;
+    double x[8];
+    while (t < end) {
+        for (int i = 0; i < 8; i++)
+            x[i] = 100.0 * (i + 1) + rng_gauss(&g) + (i == 3 && t >= shift ? 20.0 : 0.0);
+        size_t moving = 0;
+        size_t changed = mv_detect_update_all(d, x, &moving);
+        uint64_t next = mv_detect_rate_observe(r, changed > 0, moving > 0);
+        if (t >= shift && first_read_after_shift == 0) {
+            first_read_after_shift = t;
+            detected_at_first_read = changed > 0;
+            interval_after = next;
+        }
+        t += next;
+    }
+    uint64_t reads = mv_detect_rate_reads(r);
+    printf("\n  reads in 120 s: %llu (fixed 1 ms tick: 120000)\n", (unsigned long long)reads);
+    CU_ASSERT(reads < 120000 / 20);                             /* calm series: far fewer reads */
+    CU_ASSERT(first_read_after_shift - shift <= 1000000000ull); /* next read within max */
+    CU_ASSERT(detected_at_first_read);
+    CU_ASSERT(interval_after == rc.fast_ns);            /* snapped back to the fast tick */
+    CU_ASSERT(mv_detect_rate_interval(r) == rc.max_ns); /* calm again at the end */
+
+    /* Pure controller arithmetic. */
+    mv_detect_rate *q = NULL;
+    CU_ASSERT_FATAL(mv_detect_rate_create(&rc, &q) == 0);
+    for (int i = 0; i < 7; i++)
+        CU_ASSERT(mv_detect_rate_observe(q, 0, 0) == 1000000ull);
+    CU_ASSERT(mv_detect_rate_observe(q, 0, 0) == 2000000ull);
+    for (int i = 0; i < 100; i++)
+        mv_detect_rate_observe(q, 0, 1); /* moving holds */
+    CU_ASSERT(mv_detect_rate_interval(q) == 2000000ull);
+    for (int i = 0; i < 8 * 20; i++)
+        mv_detect_rate_observe(q, 0, 0);
+    CU_ASSERT(mv_detect_rate_interval(q) == rc.max_ns);
+    CU_ASSERT(mv_detect_rate_observe(q, 1, 0) == rc.fast_ns);
+    rc.factor = 1;
+    mv_detect_rate *bad = NULL;
+    CU_ASSERT(mv_detect_rate_create(&rc, &bad) == -EINVAL);
+    mv_detect_rate_destroy(q);
+    mv_detect_rate_destroy(r);
+    mv_detect_destroy(d);
+}
+
+int main(void)
+{
+    if (CU_initialize_registry() != CUE_SUCCESS)
+        return 1;
+    CU_pSuite s = CU_add_suite("detect", NULL, NULL);
+    CU_add_test(s, "steps detected within bound", test_steps);
+    CU_add_test(s, "ramps detected within bound", test_ramps);
+    CU_add_test(s, "1 sigma step mostly found", test_small_step_mostly_found);
+    CU_add_test(s, "false alarms under stationary noise", test_false_alarms);
+    CU_add_test(s, "constant then jump", test_constant_then_jump);
+    CU_add_test(s, "spike does not poison baseline", test_spike_does_not_poison_baseline);
+    CU_add_test(s, "invalid input", test_invalid);
+    CU_add_test(s, "adaptive read interval", test_rate_controller);
+    CU_basic_set_mode(CU_BRM_VERBOSE);
+    CU_basic_run_tests();
+    unsigned fails = CU_get_number_of_failures();
+    CU_cleanup_registry();
+    return fails ? 1 : 0;
+}

@@ -1,0 +1,325 @@
+/* Unit tests for mv_sketch: relative-error quantiles against exact sorts, merge, limits. */
+#include "mv_sketch.h"
+#include "analytics_rng.h"
+
+#include <CUnit/Basic.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define N_SAMPLES 200000
+
+static const double QS[] = {0.0, 0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99, 0.999, 1.0};
+#define NQ (sizeof(QS) / sizeof(QS[0]))
+
+typedef double (*gen_fn)(test_rng *r, size_t i);
+
+static double gen_uniform(test_rng *r, size_t i)
+{
+    return 1.0 + 999.0 * rng_unif(r);
+}
+static double gen_lognormal(test_rng *r, size_t i)
+{
+    return exp(2.0 + 1.5 * rng_gauss(r));
+}
+static double gen_pareto(test_rng *r, size_t i)
+{
+    return 1e-3 * pow(rng_unif(r), -1.0 / 1.1); /* tail index 1.1 */
+}
+static double gen_constant(test_rng *r, size_t i)
+{
+    return 42.125;
+}
+static double gen_negative(test_rng *r, size_t i)
+{
+    return -exp(1.0 + 2.0 * rng_gauss(r));
+}
+static double gen_mixed(test_rng *r, size_t i)
+{
+    double u = rng_unif(r);
+    if (u < 0.05)
+        return 0.0;
+    double v = exp(3.0 * rng_gauss(r));
+    return u < 0.45 ? -v : v;
+}
+static double gen_decades(test_rng *r, size_t i)
+{
+    return pow(10.0, -9.0 + 18.0 * rng_unif(r)); /* 1e-9 .. 1e9 */
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double exact_quantile(const double *sorted, size_t n, double q)
+{
+    return sorted[(size_t)floor(q * (double)(n - 1))];
+}
+
+/* Worst relative error over QS; fills the sketch from gen. */
+static double check_distribution(gen_fn gen, uint64_t seed, double alpha, uint32_t buckets,
+                                 mv_sketch **keep)
+{
+    mv_sketch_config cfg;
+    mv_sketch *sk = NULL;
+    test_rng r = {seed};
+    double *v = malloc(sizeof(double) * N_SAMPLES);
+    double worst = 0.0, sum = 0.0;
+
+    mv_sketch_config_default(&cfg);
+    cfg.alpha = alpha;
+    cfg.max_buckets = buckets;
+    CU_ASSERT_FATAL(mv_sketch_create(&cfg, &sk) == 0);
+    CU_ASSERT_FATAL(v != NULL);
+    for (size_t i = 0; i < N_SAMPLES; i++) {
+        v[i] = gen(&r, i);
+        sum += v[i];
+        CU_ASSERT(mv_sketch_add(sk, v[i]) == 0);
+    }
+    qsort(v, N_SAMPLES, sizeof(double), cmp_double);
+    CU_ASSERT(mv_sketch_count(sk) == N_SAMPLES);
+    CU_ASSERT(mv_sketch_min(sk) == v[0]);
+    CU_ASSERT(mv_sketch_max(sk) == v[N_SAMPLES - 1]);
+    CU_ASSERT(fabs(mv_sketch_sum(sk) - sum) <= 1e-9 * fabs(sum) + 1e-9);
+    for (size_t j = 0; j < NQ; j++) {
+        double x = exact_quantile(v, N_SAMPLES, QS[j]);
+        double y = mv_sketch_quantile(sk, QS[j]);
+        double err = x == 0.0 ? fabs(y) : fabs(y - x) / fabs(x);
+        if (err > worst)
+            worst = err;
+    }
+    free(v);
+    if (keep)
+        *keep = sk;
+    else
+        mv_sketch_destroy(sk);
+    return worst;
+}
+
+static void test_distributions(void)
+{
+    struct {
+        const char *name;
+        gen_fn gen;
+    } dists[] = {{"uniform", gen_uniform},   {"lognormal", gen_lognormal}, {"pareto", gen_pareto},
+                 {"constant", gen_constant}, {"negative", gen_negative},   {"mixed", gen_mixed},
+                 {"decades", gen_decades}};
+    const double alphas[] = {0.01, 0.02, 0.001};
+    for (size_t a = 0; a < 3; a++) {
+        for (size_t d = 0; d < sizeof(dists) / sizeof(dists[0]); d++) {
+            double w = check_distribution(dists[d].gen, 1000 + d, alphas[a], 1u << 16, NULL);
+            if (!(w <= alphas[a]))
+                printf("\n%s alpha=%g worst=%.6g\n", dists[d].name, alphas[a], w);
+            CU_ASSERT(w <= alphas[a]);
+        }
+    }
+}
+
+/* Every value is within alpha of its own bucket's value: the mapping proof, checked
+ * densely across mantissas (s near 0 and 2/3 are where the cubic is tightest). */
+static void test_single_values(void)
+{
+    mv_sketch *sk = NULL;
+    CU_ASSERT_FATAL(mv_sketch_create(NULL, &sk) == 0);
+    test_rng r = {7};
+    double worst = 0.0;
+    for (int i = 0; i < 200000; i++) {
+        double x = ldexp(1.0 + rng_unif(&r), (int)(rng_u64(&r) % 200) - 100);
+        if (i % 4 == 0)
+            x = ldexp(1.0 + (double)(i % 1000) / 1000.0, 3);
+        mv_sketch_reset(sk);
+        mv_sketch_add(sk, x);
+        mv_sketch_add(sk, x * 1e6); /* keep min/max clamping from hiding errors */
+        mv_sketch_add(sk, x * 1e-6);
+        double y = mv_sketch_quantile(sk, 0.5);
+        double e = fabs(y - x) / x;
+        if (e > worst)
+            worst = e;
+    }
+    CU_ASSERT(worst <= 0.01);
+    CU_ASSERT(worst > 0.009); /* the bound is nearly tight: buckets are not oversized */
+    mv_sketch_destroy(sk);
+}
+
+static void test_merge_equals_union(void)
+{
+    mv_sketch *a = NULL, *b = NULL, *u = NULL;
+    test_rng r = {99};
+    CU_ASSERT_FATAL(mv_sketch_create(NULL, &a) == 0);
+    CU_ASSERT_FATAL(mv_sketch_create(NULL, &b) == 0);
+    CU_ASSERT_FATAL(mv_sketch_create(NULL, &u) == 0);
+    for (int i = 0; i < 100000; i++) {
+        double x = gen_mixed(&r, 0);
+        mv_sketch_add(i % 3 ? a : b, x);
+        mv_sketch_add(u, x);
+    }
+    CU_ASSERT(mv_sketch_merge(a, b) == 0);
+    CU_ASSERT(mv_sketch_count(a) == mv_sketch_count(u));
+    CU_ASSERT(mv_sketch_min(a) == mv_sketch_min(u));
+    CU_ASSERT(mv_sketch_max(a) == mv_sketch_max(u));
+    CU_ASSERT(mv_sketch_bucket_count(a) == mv_sketch_bucket_count(u));
+    CU_ASSERT(fabs(mv_sketch_sum(a) - mv_sketch_sum(u)) <= 1e-9 * fabs(mv_sketch_sum(u)) + 1e-6);
+    for (int q = 0; q <= 1000; q++)
+        CU_ASSERT(mv_sketch_quantile(a, q / 1000.0) == mv_sketch_quantile(u, q / 1000.0));
+
+    /* Different alpha: refused. */
+    mv_sketch_config cfg;
+    mv_sketch *c = NULL;
+    mv_sketch_config_default(&cfg);
+    cfg.alpha = 0.02;
+    CU_ASSERT_FATAL(mv_sketch_create(&cfg, &c) == 0);
+    CU_ASSERT(mv_sketch_merge(a, c) == -EINVAL);
+    mv_sketch_destroy(c);
+    mv_sketch_destroy(a);
+    mv_sketch_destroy(b);
+    mv_sketch_destroy(u);
+}
+
+static void test_bucket_limit(void)
+{
+    mv_sketch_config cfg;
+    mv_sketch *sk = NULL;
+    mv_sketch_config_default(&cfg);
+    cfg.max_buckets = 256; /* ~7.3 octaves at alpha 0.01 */
+    CU_ASSERT_FATAL(mv_sketch_create(&cfg, &sk) == 0);
+    CU_ASSERT(mv_sketch_memory_bytes(&cfg) >= 2 * 8 * 256);
+    CU_ASSERT(mv_sketch_memory_bytes(&cfg) < 2 * 8 * 256 + 256);
+
+    /* Values 1 .. 1e6 (20 octaves) uniformly in log space. */
+    test_rng r = {5};
+    size_t n = 100000;
+    double *v = malloc(sizeof(double) * n);
+    CU_ASSERT_FATAL(v != NULL);
+    for (size_t i = 0; i < n; i++) {
+        v[i] = pow(10.0, 6.0 * rng_unif(&r));
+        mv_sketch_add(sk, v[i]);
+    }
+    qsort(v, n, sizeof(double), cmp_double);
+    CU_ASSERT(mv_sketch_collapsed(sk));
+    CU_ASSERT(mv_sketch_bucket_count(sk) <= 256);
+    CU_ASSERT(mv_sketch_count(sk) == n);
+    CU_ASSERT(mv_sketch_min(sk) == v[0]);
+    /* The kept top ~7.3 octaves (above 1e6 / 2^7.3 ~ 6.3e3): still within alpha. */
+    const double high[] = {0.75, 0.9, 0.99, 0.999, 1.0};
+    for (size_t j = 0; j < 5; j++) {
+        double x = exact_quantile(v, n, high[j]);
+        double y = mv_sketch_quantile(sk, high[j]);
+        CU_ASSERT(fabs(y - x) / x <= 0.01);
+    }
+    /* Low quantiles fell in the collapsed bucket: over-estimated, never below truth. */
+    double x = exact_quantile(v, n, 0.1), y = mv_sketch_quantile(sk, 0.1);
+    CU_ASSERT(y > x * 1.01);
+    CU_ASSERT(y >= 5e3 && y <= 1e4);
+
+    /* Reset keeps working and un-collapses. */
+    mv_sketch_reset(sk);
+    CU_ASSERT(!mv_sketch_collapsed(sk));
+    CU_ASSERT(mv_sketch_count(sk) == 0);
+    CU_ASSERT(isnan(mv_sketch_quantile(sk, 0.5)));
+    mv_sketch_add(sk, 3.0);
+    CU_ASSERT(fabs(mv_sketch_quantile(sk, 0.5) - 3.0) <= 0.03);
+    free(v);
+    mv_sketch_destroy(sk);
+}
+
+static void test_window_moves(void)
+{
+    /* Ranges that fit only after the window re-centres, in both directions. */
+    mv_sketch_config cfg;
+    mv_sketch *sk = NULL;
+    mv_sketch_config_default(&cfg);
+    cfg.max_buckets = 96; /* centred on 1.0 it spans +-1.37 octaves */
+    CU_ASSERT_FATAL(mv_sketch_create(&cfg, &sk) == 0);
+    double vals[] = {1.0, 1.5, 0.7, 2.2, 0.5, 2.6}; /* 2.38 octaves: ~83 keys */
+    for (size_t i = 0; i < 6; i++)
+        mv_sketch_add(sk, vals[i]);
+    CU_ASSERT(!mv_sketch_collapsed(sk));
+    CU_ASSERT(fabs(mv_sketch_quantile(sk, 0.0) - 0.5) <= 0.005);
+    CU_ASSERT(fabs(mv_sketch_quantile(sk, 1.0) - 2.6) <= 0.026);
+    double q = mv_sketch_quantile(sk, 0.4); /* rank 2 of sorted {0.5,0.7,1,1.5,2.2,2.6} */
+    CU_ASSERT(fabs(q - 1.0) <= 0.01);
+    mv_sketch_destroy(sk);
+}
+
+static void test_add_buckets(void)
+{
+    mv_sketch *sk = NULL;
+    CU_ASSERT_FATAL(mv_sketch_create(NULL, &sk) == 0);
+    const double bounds[] = {0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0};
+    const uint64_t counts[] = {10, 20, 30, 400, 300, 200, 30, 10}; /* total 1000 */
+    CU_ASSERT(mv_sketch_add_buckets(sk, bounds, 7, counts, 123.5) == 0);
+    CU_ASSERT(mv_sketch_count(sk) == 1000);
+    CU_ASSERT(mv_sketch_sum(sk) == 123.5);
+    /* Median (rank 499; cumulative 10, 30, 60, 460, 760) falls in (0.05, 0.1]:
+     * representative 2 * 0.05 * 0.1 / 0.15 ~ 0.0667. */
+    double m = mv_sketch_quantile(sk, 0.5);
+    CU_ASSERT(m > 0.05 && m <= 0.1);
+    CU_ASSERT(fabs(m - 2.0 * 0.05 * 0.1 / 0.15) <= 0.01 * 0.0667);
+    /* Top bucket (> 1.0) is reported at its lower bound. */
+    CU_ASSERT(fabs(mv_sketch_quantile(sk, 1.0) - 1.0) <= 0.01);
+    /* Bad bounds: nothing is added. */
+    const double bad[] = {1.0, 0.5};
+    const uint64_t c3[] = {1, 1, 1};
+    CU_ASSERT(mv_sketch_add_buckets(sk, bad, 2, c3, NAN) == -EINVAL);
+    CU_ASSERT(mv_sketch_count(sk) == 1000);
+    /* Straddling zero and negative buckets. */
+    const double b2[] = {-10.0, -1.0, 1.0, 10.0};
+    const uint64_t c2[] = {0, 5, 10, 5, 0};
+    mv_sketch_reset(sk);
+    CU_ASSERT(mv_sketch_add_buckets(sk, b2, 4, c2, NAN) == 0);
+    CU_ASSERT(mv_sketch_count(sk) == 20);
+    CU_ASSERT(fabs(mv_sketch_quantile(sk, 0.5)) <= 1e-12);
+    CU_ASSERT(mv_sketch_quantile(sk, 0.0) < -1.0 && mv_sketch_quantile(sk, 0.0) > -10.0);
+    mv_sketch_destroy(sk);
+}
+
+static void test_invalid(void)
+{
+    mv_sketch_config cfg;
+    mv_sketch *sk = NULL;
+    mv_sketch_config_default(&cfg);
+    cfg.alpha = 0.0;
+    CU_ASSERT(mv_sketch_create(&cfg, &sk) == -EINVAL);
+    CU_ASSERT(sk == NULL);
+    CU_ASSERT(mv_sketch_config_check(&cfg) != NULL);
+    cfg.alpha = 0.01;
+    cfg.max_buckets = 3;
+    CU_ASSERT(mv_sketch_config_check(&cfg) != NULL);
+    CU_ASSERT(mv_sketch_memory_bytes(&cfg) == 0);
+    CU_ASSERT_FATAL(mv_sketch_create(NULL, &sk) == 0);
+    CU_ASSERT(mv_sketch_add(sk, NAN) == -EDOM);
+    CU_ASSERT(mv_sketch_add(sk, INFINITY) == -EDOM);
+    CU_ASSERT(mv_sketch_count(sk) == 0);
+    CU_ASSERT(isnan(mv_sketch_min(sk)));
+    CU_ASSERT(mv_sketch_add(sk, 1e-320) == 0); /* subnormal: kept as zero */
+    CU_ASSERT(mv_sketch_add(sk, 1e300) == 0);
+    CU_ASSERT(mv_sketch_add(sk, 1.7e308) == 0);
+    CU_ASSERT(fabs(mv_sketch_quantile(sk, 0.0)) <= 1e-300);
+    CU_ASSERT(fabs(mv_sketch_quantile(sk, 0.5) - 1e300) <= 1e298);
+    CU_ASSERT(fabs(mv_sketch_quantile(sk, 1.0) - 1.7e308) <= 1.7e306);
+    CU_ASSERT(isnan(mv_sketch_quantile(sk, 1.5)));
+    mv_sketch_destroy(sk);
+}
+
+int main(void)
+{
+    if (CU_initialize_registry() != CUE_SUCCESS)
+        return 1;
+    CU_pSuite s = CU_add_suite("sketch", NULL, NULL);
+    CU_add_test(s, "distributions within alpha", test_distributions);
+    CU_add_test(s, "single values within alpha", test_single_values);
+    CU_add_test(s, "merge equals union", test_merge_equals_union);
+    CU_add_test(s, "bucket limit collapses lowest", test_bucket_limit);
+    CU_add_test(s, "window moves", test_window_moves);
+    CU_add_test(s, "explicit-bucket histogram delta", test_add_buckets);
+    CU_add_test(s, "invalid input", test_invalid);
+    CU_basic_set_mode(CU_BRM_VERBOSE);
+    CU_basic_run_tests();
+    unsigned fails = CU_get_number_of_failures();
+    CU_cleanup_registry();
+    return fails ? 1 : 0;
+}
