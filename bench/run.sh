@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# run.sh: builds and runs the MicroView benchmarks and their Prometheus client peers, prints tables.
+#
+# Usage: bench/run.sh [--quick] [--out FILE]
+#   --quick     fewer iterations and sizes (a smoke run, figures are noisy)
+#   --out FILE  also save the raw key=value result lines to FILE
+# Uses the CMake build dir `build` if it is an optimised, non-sanitized build,
+# else configures `build-bench` (RelWithDebInfo, -O2). Go peers are built
+# offline in GOPATH mode against Debian's client_golang, with all Go output
+# and caches in a temp dir. Exits nonzero only when a benchmark fails to run.
+set -uo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+quick=()
+out=
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) quick=(--quick) ;;
+    --out) out=${2:?--out needs a file}; shift ;;
+    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/mvbench-run.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+results=$tmp/results.txt
+: >"$results"
+failed=0
+
+note() { echo "run.sh: $*" >&2; }
+
+# ---- Build the C benchmarks --------------------------------------------------
+build=$root/build
+if [ -f "$build/CMakeCache.txt" ]; then
+  if grep -q '^MV_SANITIZE:BOOL=ON' "$build/CMakeCache.txt" ||
+     grep -q '^CMAKE_BUILD_TYPE:STRING=Debug$' "$build/CMakeCache.txt"; then
+    note "build/ is a sanitized or debug build; using build-bench/ instead"
+    build=$root/build-bench
+  fi
+else
+  build=$root/build-bench
+fi
+if [ ! -f "$build/CMakeCache.txt" ]; then
+  cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMV_BUILD_TESTS=OFF >/dev/null ||
+    { note "cmake configure failed"; exit 1; }
+fi
+cmake --build "$build" -j"$(nproc)" --target writer_bench ingest_bench >/dev/null ||
+  { note "building the C benchmarks failed"; exit 1; }
+
+# run NAME CMD...: runs one benchmark, keeps its result lines, echoes progress.
+run() {
+  local name=$1; shift
+  note "running $name"
+  if "$@" >"$tmp/$name.out"; then
+    grep -v '^#' "$tmp/$name.out" >>"$results"
+    grep '^#' "$tmp/$name.out" >&2
+  else
+    note "$name FAILED (exit $?)"
+    cat "$tmp/$name.out" >&2
+    failed=1
+  fi
+}
+
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+run writer_bench "$build/bin/writer_bench" "${quick[@]}"
+run ingest_bench "$build/bin/ingest_bench" "${quick[@]}"
+
+# ---- Go peers (client_golang from Debian, GOPATH mode, offline) ------------------
+if command -v go >/dev/null; then
+  export GO111MODULE=off GOPROXY=off GOFLAGS= GOTOOLCHAIN=local
+  export GOPATH=$tmp/gopath:/usr/share/gocode GOCACHE=$tmp/gocache GOTMPDIR=$tmp
+  mkdir -p "$tmp/gopath"
+  for p in writer expo; do
+    if (cd "$root" && go build -o "$tmp/go-$p" "./bench/peers/go/$p"); then
+      run "go_$p" "$tmp/go-$p" "${quick[@]}"
+    else
+      note "building the Go $p peer failed (needs golang-go, golang-github-prometheus-client-golang-dev)"
+      failed=1
+    fi
+  done
+else
+  note "go not found (needs golang-go); Go peers not run"
+  failed=1
+fi
+
+# ---- Python peers (Debian's interpreter and python3-prometheus-client) -----------
+py=/usr/bin/python3
+if [ -x "$py" ] && "$py" -c 'import prometheus_client' 2>/dev/null; then
+  run py_writer "$py" "$root/bench/peers/python/writer_bench.py" "${quick[@]}"
+  run py_expo "$py" "$root/bench/peers/python/expo_bench.py" "${quick[@]}"
+else
+  note "$py with prometheus_client not found (needs python3-prometheus-client); Python peers not run"
+  failed=1
+fi
+
+[ -n "$out" ] && cp "$results" "$out"
+
+# ---- Tables ---------------------------------------------------------------------
+echo
+echo "== Machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
+echo "   load average before: $load_before  after: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "   (figures from a busy machine are inflated; compare rows of the same run only)"
+echo
+echo "== Update cost, ns per operation per thread (median; lower is better)"
+awk '
+function kv(line, key,   n, i, a, f) {
+  n = split(line, f, " ")
+  for (i = 1; i <= n; i++) { split(f[i], a, "="); if (a[1] == key) return substr(f[i], length(key) + 2) }
+  return ""
+}
+kv($0, "op") != "" && kv($0, "ns_per_op") != "" {
+  k = kv($0, "op") SUBSEP kv($0, "mode"); v[kv($0, "impl"), k] = kv($0, "ns_per_op")
+  if (!(k in seen)) { seen[k] = 1; order[++n] = k }
+}
+END {
+  printf "%-18s %-15s %10s %14s %18s %14s\n", "operation", "threads", "ours", "client_golang", "prometheus_client", "ours/golang"
+  for (i = 1; i <= n; i++) {
+    split(order[i], p, SUBSEP)
+    o = v["libmicroview", order[i]]; g = v["client_golang", order[i]]; y = v["prometheus_client", order[i]]
+    r = (o != "" && g != "" && g + 0 > 0) ? sprintf("%.2f", o / g) : "-"
+    printf "%-18s %-15s %10s %14s %18s %14s\n", p[1], p[2], o == "" ? "-" : o, g == "" ? "-" : g, y == "" ? "-" : y, r
+  }
+}' "$results"
+echo
+echo "== Collector ingest (copy + validate + read, one core)"
+grep 'bench=ingest' "$results" | tr ' ' '\n' | grep -E '^(segments|metrics_per_segment|ns_per_segment|copy_only_ns_per_segment|metrics_per_s_core|samples_per_s_core|goal_samples_per_s_core|goal_met)=' |
+  sed 's/^/  /'
+echo
+echo "== Exposition peers, text format (seconds per render, median)"
+awk '
+function kv(line, key,   n, i, a, f) {
+  n = split(line, f, " ")
+  for (i = 1; i <= n; i++) { split(f[i], a, "="); if (a[1] == key) return substr(f[i], length(key) + 2) }
+  return ""
+}
+kv($0, "peer") != "" {
+  s = kv($0, "series"); p = kv($0, "peer")
+  if (!(s in seen)) { seen[s] = 1; order[++n] = s }
+  if (kv($0, "skipped") == "1") { sec[p, s] = "skipped"; by[p, s] = "-" }
+  else { sec[p, s] = kv($0, "seconds"); by[p, s] = kv($0, "bytes") }
+}
+END {
+  printf "%-10s %16s %14s %20s %16s\n", "series", "golang seconds", "golang bytes", "python seconds", "python bytes"
+  for (i = 1; i <= n; i++) {
+    s = order[i]
+    printf "%-10s %16s %14s %20s %16s\n", s, sec["client_golang", s], by["client_golang", s], sec["prometheus_client", s], by["prometheus_client", s]
+  }
+}' "$results"
+
+if [ "$failed" -ne 0 ]; then
+  note "some benchmarks failed to run (see above)"
+  exit 1
+fi
+exit 0
