@@ -6,6 +6,8 @@
 #   e2e.role=a|b        role name; selects /mnt/e2e/guest-<role>.sh and rc-<role>
 #   e2e.ip=ADDR/LEN     static address for eth0 (default 10.0.2.15/24)
 #   e2e.share=1         also mount the 9p tag "e2eshare" at /mnt/share (read-write)
+#   e2e.keep=P1,P2      host paths (repo, build dir) kept visible where the guest mounts fresh
+#                       tmpfs (/tmp, /run, /mnt), e.g. a checkout under /tmp
 #   e2e.shell=1         drop to a busybox shell on the console instead of powering off (debugging)
 # 9p tags: "hostroot" (host /, read-only, becomes the chroot), "e2erun" (run dir, read-write).
 # The outcome is written to /mnt/e2e/rc-<role> (exit code) and /mnt/e2e/<role>.log (output).
@@ -25,6 +27,7 @@ for w in $cmdline; do
   e2e.role=*) role=${w#e2e.role=} ;;
   e2e.ip=*) ip4=${w#e2e.ip=} ;;
   e2e.share=*) share=${w#e2e.share=} ;;
+  e2e.keep=*) keep=${w#e2e.keep=} ;;
   e2e.shell=*) shell=${w#e2e.shell=} ;;
   esac
 done
@@ -69,9 +72,26 @@ mount -t devpts devpts /dev/pts 2>/dev/null
 for d in proc sys dev; do
   mount -o rbind "/$d" "/sysroot/$d" || fail "bind /$d"
 done
+# Host paths the test needs (the checkout and build dir) that the fresh tmpfs
+# mounts below would hide: bind them aside first, move them back after.
+kept=''
+i=0
+for p in $(echo "${keep:-}" | tr ',' ' '); do
+  case "$p" in /tmp/* | /run/* | /mnt/*) ;; *) continue ;; esac
+  [ -d "/sysroot$p" ] || continue
+  i=$((i + 1))
+  mkdir -p "/keep/$i"
+  mount -o bind "/sysroot$p" "/keep/$i" || fail "bind $p aside"
+  kept="$kept $i:$p"
+done
 mount -t tmpfs -o mode=1777 tmp /sysroot/tmp || fail "mount /tmp"
 mount -t tmpfs -o mode=0755 run /sysroot/run || fail "mount /run"
 mount -t tmpfs -o mode=0755 mnt /sysroot/mnt || fail "mount /mnt"
+for kp in $kept; do
+  p=${kp#*:}
+  mkdir -p "/sysroot$p"
+  mount -o move "/keep/${kp%%:*}" "/sysroot$p" || fail "move $p back"
+done
 mkdir -p /sysroot/mnt/e2e /sysroot/mnt/share
 mount -t 9p -o "$o" e2erun /sysroot/mnt/e2e || fail "mount 9p e2erun"
 if [ "$share" = 1 ]; then

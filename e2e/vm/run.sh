@@ -136,6 +136,7 @@ start_vm() {
   local r=$1 idx=$2 net
   local append="console=ttyS0 panic=-1 loglevel=4 e2e.role=$r e2e.ip=${ip[$r]}/24"
   [ -n "$share" ] && append+=" e2e.share=1"
+  case "$repo,$build" in *' '*) ;; *) append+=" e2e.keep=$repo,$build" ;; esac
   [ "$shell" = 1 ] && append+=" e2e.shell=1"
   if [ "$vms" = 1 ]; then
     net=user,id=n0,restrict=on
