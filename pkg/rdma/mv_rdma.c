@@ -498,6 +498,12 @@ int mv_rdma_register(mv_rdma_target *t, void *addr, size_t len, mv_rdma_mr **out
         rc = errno ? -errno : -EIO;
         if (rc == -ENOMEM || rc == -EPERM)
             snprintf(err, errlen, "%s (ibv_reg_mr: %s)", memlock_hint, strerror(-rc));
+        else if (rc == -EFAULT)
+            snprintf(err, errlen,
+                     "ibv_reg_mr of %zu bytes: %s (kernels before 6.2 cannot pin a read-only "
+                     "mapping: map the segment PROT_READ|PROT_WRITE; the region stays "
+                     "remote-read-only)",
+                     len, strerror(-rc));
         else
             snprintf(err, errlen, "ibv_reg_mr of %zu bytes on %s: %s", len, t->info.device,
                      strerror(-rc));
@@ -1309,8 +1315,8 @@ static void rdma_read_many(void *ctx, mv_coll_read *reqs, size_t n)
             if (i == n)
                 break;
             if (align_up(reqs[i].len) > c->staging_len) {
-                MV_WARN("rdma_read_too_large", "len=%u staging_max=%zu", reqs[i].len,
-                        c->staging_len);
+                MV_WARN("rdma_read_too_large", "len=%u staging_bytes=%zu staging_max=%zu",
+                        reqs[i].len, c->staging_len, c->opts.staging_max);
                 reqs[i++].status = -EINVAL;
                 continue;
             }

@@ -89,13 +89,14 @@ void mv_rdma_target_info(const mv_rdma_target *t, mv_rdma_dev_info *out);
 /* Collectors currently connected (established). */
 uint32_t mv_rdma_target_connections(const mv_rdma_target *t);
 
-/* Registers [addr, addr+len) for remote READ only (never remote write; local
- * access is not needed either, so a read-only mapping may be registered).
- * Pins the pages: the process needs CAP_IPC_LOCK or a memlock limit that
+/* Registers [addr, addr+len) for remote READ only (never remote write, no
+ * local write either). Kernels from 6.2 on can pin a PROT_READ mapping;
+ * older ones (seen: 6.1) fail with -EFAULT, so map segments read-write on
+ * such hosts. Pins the pages: the process needs CAP_IPC_LOCK or a memlock limit that
  * covers all its registrations; the limit is checked first. On success *out
  * is a handle to pass to mv_rdma_deregister and *rkey the key collectors use.
- * Returns 0, -EINVAL, -ENOMEM (memlock or memory; see `err`), -EPERM or
- * another -errno from the device. Thread-safe. The memory must stay mapped
+ * Returns 0, -EINVAL, -ENOMEM (memlock or memory; see `err`), -EPERM, -EFAULT
+ * (see above) or another -errno from the device. Thread-safe. The memory must stay mapped
  * until mv_rdma_deregister returns. */
 int mv_rdma_register(mv_rdma_target *t, void *addr, size_t len, mv_rdma_mr **out, uint32_t *rkey,
                      char *err, size_t errlen);

@@ -7,12 +7,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
+#include "microview.h"
+#include "mv_collect.h"
 #include "mv_log.h"
 #include "mv_rdma.h"
 
@@ -405,6 +410,138 @@ static void test_memlock_message(void)
     free(buf);
 }
 
+/* The agent goes away and comes back on the same port: reads fail with -EIO
+ * while it is gone (with backoff) and work again once it is back. */
+static void test_agent_restart(void)
+{
+    mv_rdma_target *t = new_target();
+    uint16_t port = mv_rdma_target_port(t);
+    unsigned char *a = make_buf(5), da[BUF_LEN];
+    mv_rdma_mr *m;
+    uint32_t k;
+    void *s;
+    mv_rdma_conn_opts o;
+    mv_rdma_conn_stats st;
+    char err[256] = "";
+    struct timespec ts = {0, 2 * 1000 * 1000};
+
+    reg(t, a, BUF_LEN, &m, &k);
+    mv_rdma_conn_opts_default(&o);
+    o.backoff_min_ms = 1;
+    o.backoff_max_ms = 20;
+    o.connect_timeout_ms = 2000;
+    mv_rdma_conn *c = new_conn(t, &o);
+    const mv_coll_transport *tr = mv_rdma_transport(c);
+    CU_ASSERT_FATAL(mv_rdma_source_create(c, (uintptr_t)a, k, BUF_LEN, &s) == 0);
+    mv_coll_read rq = {.src = s, .off = 0, .len = BUF_LEN, .dst = da};
+    tr->read_many(tr->ctx, &rq, 1);
+    CU_ASSERT(rq.status == 0);
+
+    CU_ASSERT(mv_rdma_deregister(m) == 0);
+    mv_rdma_target_destroy(t);
+    /* Gone: the read fails (disconnect or access error), never hangs. */
+    tr->read_many(tr->ctx, &rq, 1);
+    CU_ASSERT(rq.status == -EIO || rq.status == -EACCES);
+    tr->read_many(tr->ctx, &rq, 1);
+    CU_ASSERT(rq.status != 0);
+
+    /* Back on the same port, with the buffer registered again (new rkey). */
+    int rc = mv_rdma_target_create(g_ip, port, TOKEN, NULL, &t, err, sizeof err);
+    if (rc)
+        fprintf(stderr, "target again: %s\n", err);
+    CU_ASSERT_FATAL(rc == 0);
+    reg(t, a, BUF_LEN, &m, &k);
+    tr->src_close(tr->ctx, s);
+    CU_ASSERT_FATAL(mv_rdma_source_create(c, (uintptr_t)a, k, BUF_LEN, &s) == 0);
+    rq.src = s;
+    memset(da, 0, sizeof da);
+    rq.status = -1;
+    for (int i = 0; i < 500 && rq.status != 0; i++) {
+        tr->read_many(tr->ctx, &rq, 1);
+        if (rq.status != 0)
+            nanosleep(&ts, NULL);
+    }
+    CU_ASSERT(rq.status == 0);
+    CU_ASSERT(memcmp(da, a, BUF_LEN) == 0);
+    mv_rdma_conn_stats_get(c, &st);
+    CU_ASSERT(st.reconnects == 1);
+    CU_ASSERT(st.connect_failures >= 1);
+
+    tr->src_close(tr->ctx, s);
+    mv_rdma_conn_close(c);
+    CU_ASSERT(mv_rdma_deregister(m) == 0);
+    mv_rdma_target_destroy(t);
+    free(a);
+}
+
+/* The whole data path: a pod writes a segment with libmicroview, the agent
+ * registers the file's mapping, the collector's table reads it
+ * over RDMA and validates it. */
+static void test_collector_table_over_rdma(void)
+{
+    char dir[] = "/tmp/mv-test-rdma-XXXXXX", path[64];
+    const size_t size = 16384;
+    mv_segment *seg;
+    mv_counter ctr;
+    mv_rdma_mr *m;
+    uint32_t k;
+    void *src, *map;
+    mv_coll_opts co;
+    mv_coll *table;
+
+    CU_ASSERT_FATAL(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/pod.seg", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    CU_ASSERT_FATAL(fd >= 0);
+    CU_ASSERT_FATAL(ftruncate(fd, (off_t)size) == 0);
+    CU_ASSERT_FATAL(mv_open(path, &seg) == MV_OK);
+    CU_ASSERT_FATAL(mv_counter_register(seg, "reqs_total", "r", NULL, NULL, 0, &ctr) == MV_OK);
+    mv_counter_add(ctr, 41);
+    /* Read-write: kernels before 6.2 cannot pin a read-only mapping. The
+     * registration is still remote-read-only. */
+    map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    CU_ASSERT_FATAL(map != MAP_FAILED);
+    close(fd);
+
+    mv_rdma_target *t = new_target();
+    reg(t, map, size, &m, &k);
+    mv_rdma_conn *c = new_conn(t, NULL);
+    mv_coll_opts_default(&co);
+    CU_ASSERT_FATAL(mv_coll_create(&co, &table) == 0);
+    CU_ASSERT_FATAL(mv_rdma_source_create(c, (uintptr_t)map, k, size, &src) == 0);
+    mv_seg_label l = {"pod", "p1"};
+    CU_ASSERT_FATAL(mv_coll_add(table, "p1", size, &l, 1, mv_rdma_transport(c), src) == 0);
+
+    for (int round = 0; round < 2; round++) {
+        mv_coll_tick(table);
+        mv_coll_snap *s = mv_coll_snapshot(table);
+        CU_ASSERT_FATAL(mv_coll_snap_count(s) == 1);
+        const mv_coll_seg_view *v = mv_coll_snap_seg(s, 0);
+        CU_ASSERT_STRING_EQUAL(v->transport, "rdma");
+        CU_ASSERT_EQUAL(v->state, MV_COLL_OK);
+        int found = 0;
+        for (size_t i = 0; v->cat && v->hot && i < mv_seg_catalog_count(v->cat); i++) {
+            const mv_seg_metric *mt = mv_seg_catalog_metric(v->cat, i);
+            if (strcmp(mt->name, "reqs_total") == 0) {
+                CU_ASSERT_EQUAL(mv_seg_read_counter(v->hot, mt), 41u + (unsigned)round);
+                found = 1;
+            }
+        }
+        CU_ASSERT(found);
+        mv_coll_snap_free(s);
+        mv_counter_inc(ctr);
+    }
+
+    mv_coll_destroy(table); /* closes the source */
+    mv_rdma_conn_close(c);
+    CU_ASSERT(mv_rdma_deregister(m) == 0);
+    mv_rdma_target_destroy(t);
+    munmap(map, size);
+    mv_close(seg);
+    unlink(path);
+    rmdir(dir);
+}
+
 int main(void)
 {
     struct ibv_device **devs;
@@ -438,6 +575,8 @@ int main(void)
     CU_add_test(suite, "revoked segment: -EACCES, then reconnect", test_revoked_segment);
     CU_add_test(suite, "many reads, staging growth and rounds", test_many_reads_and_rounds);
     CU_add_test(suite, "memlock message", test_memlock_message);
+    CU_add_test(suite, "agent restart: backoff, reconnect", test_agent_restart);
+    CU_add_test(suite, "collector table over RDMA", test_collector_table_over_rdma);
     CU_basic_set_mode(CU_BRM_VERBOSE);
     CU_basic_run_tests();
     unsigned failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
