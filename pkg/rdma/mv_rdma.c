@@ -354,7 +354,9 @@ static void handle_event(mv_rdma_target *t, struct rdma_cm_event *ev)
 {
     enum rdma_cm_event_type type = ev->event;
     struct rdma_cm_id *id = ev->id;
-    peer *p = id ? id->context : NULL;
+    /* The listener's id (and requests, which inherit its context) carry
+     * NULL; only accepted ids point at their peer. */
+    peer *p = id && id != t->listen_id ? id->context : NULL;
     uint8_t pdata[256];
     size_t plen = 0;
     uint8_t wanted = 0;
@@ -603,7 +605,7 @@ int mv_rdma_target_create(const char *bind_ip, uint16_t port, const char *token,
         snprintf(err, errlen, "fcntl: %s", strerror(errno));
         goto destroy_channel;
     }
-    if (rdma_create_id(t->ch, &t->listen_id, t, RDMA_PS_TCP)) {
+    if (rdma_create_id(t->ch, &t->listen_id, NULL, RDMA_PS_TCP)) {
         rc = -errno;
         snprintf(err, errlen, "rdma_create_id: %s", strerror(errno));
         goto destroy_channel;
