@@ -44,6 +44,12 @@ extern "C" {
  * A reject carries "MVR1" followed by a short reason text. */
 #define MV_RDMA_WIRE_MAGIC "MVR1"
 
+/* Reads a shared token from the file at `path` into `out` (NUL-terminated):
+ * surrounding whitespace is trimmed; the rest must be 1..MV_RDMA_TOKEN_MAX
+ * printable ASCII characters (it also travels as a gRPC header). Returns 0, or
+ * -errno / -EINVAL with a message in `err`. */
+int mv_rdma_token_load(const char *path, char *out, size_t outlen, char *err, size_t errlen);
+
 /* Facts about the RDMA device an endpoint uses, for logs and health. */
 typedef struct mv_rdma_dev_info {
     char device[64];              /* e.g. "mlx5_0", "rxe0" */
