@@ -1342,6 +1342,7 @@ static void rdma_read_many(void *ctx, mv_coll_read *reqs, size_t n)
             c->st.ticks++;
             c->st.tick_latency_us[b]++;
             c->st.last_tick_us = us;
+            c->st.tick_latency_sum_us += us;
             pthread_mutex_unlock(&c->lock);
         }
     }

@@ -141,9 +141,10 @@ typedef struct mv_rdma_conn_stats {
      * 0 also takes < 1 µs and the last bucket everything above. */
     uint64_t tick_latency_us[MV_RDMA_LAT_BUCKETS];
     uint64_t last_tick_us;
-    int connected;            /* 1 while the QP is usable */
-    uint32_t initiator_depth; /* negotiated READs in flight */
-    size_t staging_bytes;     /* current staging buffer size */
+    uint64_t tick_latency_sum_us; /* sum over all ticks (histogram _sum) */
+    int connected;                /* 1 while the QP is usable */
+    uint32_t initiator_depth;     /* negotiated READs in flight */
+    size_t staging_bytes;         /* current staging buffer size */
 } mv_rdma_conn_stats;
 
 void mv_rdma_conn_opts_default(mv_rdma_conn_opts *o);
