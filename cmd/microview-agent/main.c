@@ -41,7 +41,6 @@ static int parse_u64(const char *s, uint64_t *out);
 
 /* ---- RDMA flags ---------------------------------------------------------------- */
 
-
 typedef struct rdma_flags {
     const char *listen;     /* --rdma-listen IP[:PORT] */
     const char *token_file; /* --token-file */
@@ -237,7 +236,7 @@ int main(int argc, char **argv)
         if (mv_rdmax_create(&xo, store, &rdmax, err, sizeof err) < 0) {
             mv_log(rf.require ? MV_LOG_ERROR : MV_LOG_WARN, "rdma.unavailable",
                    "listen=%s error=%s segments=%s", mv_log_q(rf.listen), mv_log_q(err),
-                   rf.require ? "refused (--require-rdma)" : "served without RDMA");
+                   rf.require ? "refused_require_rdma" : "shm_only");
             if (rf.require)
                 goto destroy_svc;
         } else {
