@@ -31,6 +31,8 @@ grep '^microview_rdma_' "$WIRE_DIR/metrics.txt" | head -n 12
 reads=$(awk '/^microview_rdma_reads_total/ {print $2}' "$WIRE_DIR/metrics.txt" | head -n 1)
 wire_check "per-agent RDMA read statistics exported (reads=$reads)" test "${reads:-0}" -gt 0
 
+wire_check "collector and agent stop cleanly (no sanitizer report)" \
+  wire_stop_clean "$WIRE_COLL_PID" "$WIRE_AGENT_PID"
 wire_dump_logs
 e2e_result "wire_one_fails=$WIRE_FAILS rdma_reads=${reads:-0}"
 [ "$WIRE_FAILS" = 0 ]

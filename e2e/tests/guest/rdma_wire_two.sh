@@ -46,7 +46,10 @@ a)
   e2e_log "agent restarted"
   flag a.restarted
   await b.done 120
+  wire_check "agent stops cleanly (no sanitizer report)" wire_stop_clean "$WIRE_AGENT_PID"
   wire_dump_logs
+  e2e_result "wire_two_host_fails=$WIRE_FAILS"
+  [ "$WIRE_FAILS" = 0 ]
   ;;
 b)
   await a.ready 120
@@ -86,6 +89,7 @@ b)
   wire_metrics | grep '^microview_rdma_\(reconnects\|revoked\|reads\|agent\)' | head
   reconnected() { wire_metrics | grep -Eq '^microview_rdma_reconnects_total\{.*\} [1-9]'; }
   wire_check "RDMA connection re-established (reconnects_total > 0)" wire_until 10 reconnected
+  wire_check "collector stops cleanly (no sanitizer report)" wire_stop_clean "$WIRE_COLL_PID"
   flag b.done
   wire_dump_logs
   e2e_result "wire_two_fails=$WIRE_FAILS"
