@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Helpers for the RDMA wiring scenarios (sourced after lib.sh): start the agent, writers and
 # the verbs collector, fetch /metrics, compare RDMA-read values with the writer's own segment.
+# shellcheck disable=SC2034  # WIRE_*_PID are read by the scenario scripts that source this
 
 WIRE_CTL_PORT=7000   # agent's TCP control plane
 WIRE_RDMA_PORT=7471  # agent's rdma_cm listener
