@@ -571,11 +571,14 @@ def keda_checks(rep, prom, curl, served):
             u = urllib.parse.urlsplit(md["url"])
             live = curl + u.path + ("?" + u.query if u.query else "")
             params = dict(urllib.parse.parse_qsl(u.query))
-            st, _, body = http_get(live)
-            if st == 404 or not served:
-                rep.skip("KEDA metrics-api %s" % live, "JSON endpoint not served yet" if st == 404
-                         else SKIP_DERIVED)
+            # The collector's index page lists its endpoints; a 404 from a collector that has
+            # /api/v1/value means "no such metric", which is a failure.
+            has_endpoint = b"/api/v1/value" in (http_get(curl + "/")[2] or b"")
+            if not has_endpoint or not served:
+                rep.skip("KEDA metrics-api %s" % live, SKIP_DERIVED if not served
+                         else "JSON endpoint /api/v1/value not served yet")
                 continue
+            st, _, body = http_get(live)
             try:
                 doc = json.loads(body)
             except ValueError:
