@@ -68,7 +68,8 @@ typedef struct inval_ctx {
 static void on_invalid_label(void *arg, const char *entry, const char *why)
 {
     inval_ctx *c = arg;
-    MV_WARN("identity.annotation_label_ignored", "namespace=%s pod=%s annotation=%s entry=%s "
+    MV_WARN("identity.annotation_label_ignored",
+            "namespace=%s pod=%s annotation=%s entry=%s "
             "reason=%s",
             mv_log_q(c->ns), mv_log_q(c->pod), mv_log_q(MV_KUBE_ANNOTATION), mv_log_q(entry),
             mv_log_q(why));
@@ -126,9 +127,8 @@ static int resolve_identity(k8s *a, const mv_segstore_seg *seg, const char *why)
                 complete = 1;
                 goto free_pod;
             }
-            MV_WARN("identity.api_unavailable",
-                    "id=%s namespace=%s pod=%s err=%s action=%s", seg->id, mv_log_q(e->namespace_),
-                    mv_log_q(e->pod), mv_log_q(err),
+            MV_WARN("identity.api_unavailable", "id=%s namespace=%s pod=%s err=%s action=%s",
+                    seg->id, mv_log_q(e->namespace_), mv_log_q(e->pod), mv_log_q(err),
                     mv_log_q("namespace/pod/container labels only; retrying"));
         } else {
             complete = 1;
@@ -136,8 +136,8 @@ static int resolve_identity(k8s *a, const mv_segstore_seg *seg, const char *why)
                 MV_WARN("identity.node_mismatch", "pod=%s node=%s expected=%s", mv_log_q(e->pod),
                         mv_log_q(pod.node_name), mv_log_q(a->cfg.node_name));
             inval_ctx ic = {e->namespace_, e->pod};
-            mv_kube_parse_labels(mv_kube_pod_annotation(&pod, MV_KUBE_ANNOTATION), &extra,
-                                 &nextra, on_invalid_label, &ic);
+            mv_kube_parse_labels(mv_kube_pod_annotation(&pod, MV_KUBE_ANNOTATION), &extra, &nextra,
+                                 on_invalid_label, &ic);
             for (size_t i = 0; i < nextra && nl < MV_SEGSTORE_LABELS_MAX; i++)
                 labels[nl++] = (mv_segstore_label){extra[i].key, extra[i].value};
         }
@@ -214,9 +214,9 @@ static int cb_allocate(void *arg, const char *const *ids, size_t n, mv_dp_alloc 
     if (rc < 0) {
         uint64_t total, used;
         mv_segstore_pool(a->store, &total, &used);
-        MV_WARN("dp.allocate_failed", "pages=%zu pool_used=%" PRIu64 " pool_total=%" PRIu64
-                " err=%s",
-                n, used, total, mv_log_q(err));
+        MV_WARN("dp.allocate_failed",
+                "pages=%zu pool_used=%" PRIu64 " pool_total=%" PRIu64 " err=%s", n, used, total,
+                mv_log_q(err));
         return rc;
     }
     char dir[MV_DP_PATH_MAX];
@@ -388,11 +388,12 @@ static void *bg_main(void *arg)
 
 static void k8s_usage(FILE *f)
 {
-    fprintf(f, "usage: microview-agent [--config FILE] [--KEY VALUE]...   (Kubernetes mode)\n"
-               "       microview-agent --standalone [options]            (see --standalone --help)\n"
-               "Every configuration key is also a flag (dashes or underscores), e.g.\n"
-               "  --resource-name microview.io/metrics --page-size 4Ki --pool-size 16Mi\n"
-               "Keys:");
+    fprintf(f,
+            "usage: microview-agent [--config FILE] [--KEY VALUE]...   (Kubernetes mode)\n"
+            "       microview-agent --standalone [options]            (see --standalone --help)\n"
+            "Every configuration key is also a flag (dashes or underscores), e.g.\n"
+            "  --resource-name microview.io/metrics --page-size 4Ki --pool-size 16Mi\n"
+            "Keys:");
     for (const char *const *k = mv_config_keys(); *k; k++)
         fprintf(f, " %s", *k);
     fprintf(f, "\n");
@@ -406,8 +407,8 @@ int agent_k8s_main(int argc, char **argv)
         nkeys++;
     struct option *lo = calloc(nkeys * 2 + 3, sizeof *lo);
     char(*names)[64] = calloc(nkeys, sizeof *names);
-    const char **ovk = calloc((size_t)argc + 1, sizeof *ovk), **ovv = calloc((size_t)argc + 1,
-                                                                               sizeof *ovv);
+    const char **ovk = calloc((size_t)argc + 1, sizeof *ovk),
+               **ovv = calloc((size_t)argc + 1, sizeof *ovv);
     int rc = 2;
     size_t nov = 0;
     const char *cfg_file = NULL;
@@ -492,8 +493,8 @@ int agent_k8s_main(int argc, char **argv)
     if (c->api_server[0]) {
         mv_kube_opts ko = {.url = c->api_server,
                            .token_file = c->token_file[0] ? c->token_file : NULL,
-                           .ca_file = c->ca_file[0] && access(c->ca_file, R_OK) == 0 ? c->ca_file
-                                                                                      : NULL,
+                           .ca_file =
+                               c->ca_file[0] && access(c->ca_file, R_OK) == 0 ? c->ca_file : NULL,
                            .token_reread_s = (int)c->token_reread_seconds,
                            .timeout_ms = (int)c->api_timeout_ms};
         if (mv_kube_create(&ko, &a->kube) < 0)

@@ -1,4 +1,5 @@
-/* microview-agent: node agent entry point: standalone mode flags and wiring; Kubernetes mode is in k8s.c. */
+/* microview-agent: node agent entry point: standalone mode flags and wiring; Kubernetes mode is in
+ * k8s.c. */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>

@@ -18,13 +18,22 @@ typedef struct key {
     const char *name;
     kind k;
     size_t off;
-    size_t cap;    /* K_STR: field size */
-    uint64_t max;  /* K_SIZE / K_UINT */
+    size_t cap;   /* K_STR: field size */
+    uint64_t max; /* K_SIZE / K_UINT */
 } key;
 
-#define S(f)            {#f, K_STR, offsetof(mv_config, f), sizeof(((mv_config *)0)->f), 0}
-#define Z(f, mx)        {#f, K_SIZE, offsetof(mv_config, f), 0, mx}
-#define U(f, mx)        {#f, K_UINT, offsetof(mv_config, f), 0, mx}
+#define S(f)                                                                                       \
+    {                                                                                              \
+#f, K_STR, offsetof(mv_config, f), sizeof(((mv_config *)0)->f), 0                          \
+    }
+#define Z(f, mx)                                                                                   \
+    {                                                                                              \
+#f, K_SIZE, offsetof(mv_config, f), 0, mx                                                  \
+    }
+#define U(f, mx)                                                                                   \
+    {                                                                                              \
+#f, K_UINT, offsetof(mv_config, f), 0, mx                                                  \
+    }
 
 static const key KEYS[] = {
     S(resource_name),
@@ -87,8 +96,7 @@ void mv_config_defaults(mv_config *c)
     put(c->endpoint, sizeof c->endpoint, "microview.sock");
     put(c->pod_resources_socket, sizeof c->pod_resources_socket,
         "/var/lib/kubelet/pod-resources/kubelet.sock");
-    put(c->token_file, sizeof c->token_file,
-        "/var/run/secrets/kubernetes.io/serviceaccount/token");
+    put(c->token_file, sizeof c->token_file, "/var/run/secrets/kubernetes.io/serviceaccount/token");
     put(c->ca_file, sizeof c->ca_file, "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt");
     c->token_reread_seconds = 60;
     put(c->state_dir, sizeof c->state_dir, "/run/microview");

@@ -27,7 +27,7 @@ typedef struct mv_config {
     char token_file[MV_CONFIG_STR_MAX];
     char ca_file[MV_CONFIG_STR_MAX];
     uint64_t token_reread_seconds;
-    char node_name[256]; /* "" = $NODE_NAME */
+    char node_name[256];                    /* "" = $NODE_NAME */
     char state_dir[MV_CONFIG_STR_MAX];      /* segments and catalog.json */
     char container_path[MV_CONFIG_STR_MAX]; /* where a container sees its segment dir */
     char agent_socket[MV_CONFIG_STR_MAX];   /* "" = <state_dir>/agent.sock */

@@ -167,9 +167,9 @@ typedef struct work {
 } work;
 
 static int build_container_response(const mv_dp_alloc *a, V1beta1__ContainerAllocateResponse *r,
-                                     V1beta1__ContainerAllocateResponse__EnvsEntry *envs,
-                                     V1beta1__ContainerAllocateResponse__EnvsEntry **envp,
-                                     V1beta1__Mount *mounts, V1beta1__Mount **mountp)
+                                    V1beta1__ContainerAllocateResponse__EnvsEntry *envs,
+                                    V1beta1__ContainerAllocateResponse__EnvsEntry **envp,
+                                    V1beta1__Mount *mounts, V1beta1__Mount **mountp)
 {
     v1beta1__container_allocate_response__init(r);
     size_t ne = a->nenvs < MV_DP_ENVS_MAX ? a->nenvs : MV_DP_ENVS_MAX;
@@ -238,7 +238,7 @@ static void do_allocate(mv_dp *dp, mv_rpc_call *call, V1beta1__AllocateRequest *
             MV_WARN("dp.allocate_refused", "resource=%s devices=%zu reason=%s",
                     mv_log_q(dp->resource), c->n_devices_ids, mv_log_q(err));
             mv_rpc_reply_error(call,
-                               rc == -ENOSPC || rc == -EBUSY ? MV_RPC_RESOURCE_EXHAUSTED
+                               rc == -ENOSPC || rc == -EBUSY   ? MV_RPC_RESOURCE_EXHAUSTED
                                : rc == -EINVAL || rc == -EFBIG ? MV_RPC_INVALID_ARGUMENT
                                                                : MV_RPC_INTERNAL,
                                err[0] ? err : "allocation failed");
@@ -270,8 +270,8 @@ static void do_prestart(mv_dp *dp, mv_rpc_call *call, V1beta1__PreStartContainer
         mv_rpc_reply_error(call, MV_RPC_INVALID_ARGUMENT, "PreStartContainer names no devices");
         return;
     }
-    int rc = dp->cb.prestart(dp->cb.arg, (const char *const *)r->devices_ids, r->n_devices_ids,
-                             err, sizeof err);
+    int rc = dp->cb.prestart(dp->cb.arg, (const char *const *)r->devices_ids, r->n_devices_ids, err,
+                             sizeof err);
     if (rc < 0) {
         mv_rpc_reply_error(call, MV_RPC_INTERNAL, err[0] ? err : "prestart failed");
         return;
@@ -299,8 +299,9 @@ static void *work_main(void *arg)
 
 static void dispatch(mv_dp *dp, mv_rpc_call *call, int prestart, const uint8_t *req, size_t len)
 {
-    const ProtobufCMessageDescriptor *d = prestart ? &v1beta1__pre_start_container_request__descriptor
-                                                   : &v1beta1__allocate_request__descriptor;
+    const ProtobufCMessageDescriptor *d = prestart
+                                              ? &v1beta1__pre_start_container_request__descriptor
+                                              : &v1beta1__allocate_request__descriptor;
     ProtobufCMessage *m = mv_rpc_unpack(d, req, len, REQ_MAX);
     if (!m) {
         mv_rpc_reply_error(call, MV_RPC_INVALID_ARGUMENT, "malformed request");
@@ -532,8 +533,9 @@ static void *mgr_main(void *arg)
                             mv_log_q(dp->resource), mv_log_q(dp->kubelet_path), mv_log_q(why),
                             backoff);
                     next_try = mono_ms() + backoff;
-                    backoff = backoff * 2 > (unsigned)dp->backoff_max_ms ? (unsigned)dp->backoff_max_ms
-                                                                         : backoff * 2;
+                    backoff = backoff * 2 > (unsigned)dp->backoff_max_ms
+                                  ? (unsigned)dp->backoff_max_ms
+                                  : backoff * 2;
                 }
             }
         }

@@ -168,7 +168,8 @@ int mv_kube_parse_pod(const char *json, size_t len, mv_kube_pod *out, char *err,
         !json_object_is_type(spec, json_type_object))
         spec = NULL;
     if ((rc = get_str(meta, "namespace", &out->namespace_)) < 0 ||
-        (rc = get_str(meta, "name", &out->name)) < 0 || (rc = get_str(meta, "uid", &out->uid)) < 0 ||
+        (rc = get_str(meta, "name", &out->name)) < 0 ||
+        (rc = get_str(meta, "uid", &out->uid)) < 0 ||
         (rc = get_str(spec, "nodeName", &out->node_name)) < 0) {
         set_err(err, errlen, "pod metadata field is not a string");
         goto clear;
