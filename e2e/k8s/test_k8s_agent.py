@@ -184,7 +184,11 @@ class Env:
             if p.poll() is None:
                 p.kill()
                 p.wait()
-        self.stop_agent()
+        if self.agent is not None:
+            rc = self.stop_agent()
+            log = self.log()
+            check("agent stopped cleanly on SIGTERM (exit 0, no sanitizer report)",
+                  rc == 0 and "Sanitizer" not in log and "runtime error" not in log, rc)
         self.kubelet.stop()
         self.api.stop()
         if FAILED:
