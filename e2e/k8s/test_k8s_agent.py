@@ -153,14 +153,6 @@ class Env:
             return None
         return json.loads(res.stdout)
 
-    def seg_for(self, devices):
-        """The catalog entry whose host directory backs the given allocation."""
-        cat = self.catalog() or {"segments": []}
-        for s in cat["segments"]:
-            if s["labels"].get("device") in devices or s["path"].endswith("/segment"):
-                pass
-        return cat
-
     def put_pod(self, ns, name, labels=None, annotations=None):
         self.api.put_pod({"namespace": ns, "name": name, "uid": "uid-" + name,
                           "labels": labels or {}, "annotations": annotations or {},
