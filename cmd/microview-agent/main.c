@@ -1,4 +1,5 @@
-/* microview-agent: node agent entry point: flags and wiring only. */
+/* microview-agent: node agent entry point: standalone mode flags and wiring; Kubernetes mode is in
+ * k8s.c. */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -8,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "agent.h"
 #include "mv_agentsvc.h"
 #include "mv_log.h"
 #include "mv_rdma.h"
@@ -21,7 +23,8 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: microview-agent --standalone [options]\n"
-            "  --standalone             serve segments without Kubernetes (required for now)\n"
+            "  --standalone             serve segments without Kubernetes (default: Kubernetes\n"
+            "                           mode; see microview-agent --help)\n"
             "  --dir DIR                segment directory (default %s)\n"
             "  --socket PATH            control-plane unix socket (default DIR/agent.sock)\n"
             "  --listen HOST:PORT       also listen on TCP (default: off)\n"
@@ -102,6 +105,12 @@ static int parse_u64(const char *s, uint64_t *out)
 
 int main(int argc, char **argv)
 {
+    int standalone_flag = 0;
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--standalone") == 0)
+            standalone_flag = 1;
+    if (!standalone_flag)
+        return agent_k8s_main(argc, argv);
     enum {
         O_STANDALONE = 1,
         O_DIR,
@@ -130,6 +139,7 @@ int main(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     int standalone = 0;
+    (void)standalone;
     const char *dir = MV_SEGSTORE_DEFAULT_DIR, *sock = NULL, *tcp_listen = NULL;
     uint64_t max_size = 0, reap_ms = 0;
     mv_log_level level = MV_LOG_INFO;
@@ -188,11 +198,6 @@ int main(int argc, char **argv)
     }
     if (optind < argc) {
         fprintf(stderr, "microview-agent: unexpected argument %s\n", argv[optind]);
-        return 2;
-    }
-    if (!standalone) {
-        fprintf(stderr, "microview-agent: Kubernetes mode (device plugin) is not built yet; "
-                        "run with --standalone\n");
         return 2;
     }
     if (rdma_flags_check(&rf, tcp_listen) < 0)

@@ -44,6 +44,7 @@ struct mv_segstore {
     mv_segstore_seg *segs;
     size_t nsegs, cap;
     uint64_t revision;
+    uint64_t pool_pages, page_size, pages_used;
     mv_segstore_sub *subs;
     /* reaper */
     pthread_t reaper;
@@ -91,6 +92,9 @@ void mv_segstore_seg_clear(mv_segstore_seg *s)
         free(s->labels[i].value);
     }
     free(s->labels);
+    for (size_t i = 0; i < s->ndevices; i++)
+        free(s->devices[i]);
+    free(s->devices);
     free(s->path);
     memset(s, 0, sizeof *s);
 }
@@ -126,6 +130,17 @@ int mv_segstore_seg_copy(mv_segstore_seg *dst, const mv_segstore_seg *src)
                 goto fail;
         }
     }
+    if (src->ndevices) {
+        dst->devices = calloc(src->ndevices, sizeof *dst->devices);
+        if (!dst->devices)
+            goto fail;
+        for (size_t i = 0; i < src->ndevices; i++) {
+            dst->ndevices++;
+            dst->devices[i] = strdup(src->devices[i]);
+            if (!dst->devices[i])
+                goto fail;
+        }
+    }
     return 0;
 fail:
     mv_segstore_seg_clear(dst);
@@ -140,6 +155,31 @@ static int valid_id(const char *id, size_t len)
         if (!((id[i] >= '0' && id[i] <= '9') || (id[i] >= 'a' && id[i] <= 'f')))
             return 0;
     return 1;
+}
+
+/* Device IDs: 1..63 bytes of [A-Za-z0-9._-]. */
+static int valid_device(const char *d, size_t len)
+{
+    if (!len || len > MV_SEGSTORE_DEVICE_ID_MAX)
+        return 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = d[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-'))
+            return 0;
+    }
+    return 1;
+}
+
+static char *seg_path(const char *dir, const char *id, int in_dir)
+{
+    if (!in_dir)
+        return path_join(dir, id);
+    size_t n = strlen(dir) + strlen(id) + sizeof MV_SEGSTORE_SEG_FILE + 3;
+    char *p = malloc(n);
+    if (p)
+        snprintf(p, n, "%s/%s/%s", dir, id, MV_SEGSTORE_SEG_FILE);
+    return p;
 }
 
 static int check_labels(const mv_segstore_label *labels, size_t n, char *err, size_t errlen)
@@ -231,7 +271,40 @@ static int parse_entry(json_object *e, const char *dir, uint64_t max_size, mv_se
     seg->size = size;
     seg->owner_pid = (uint32_t)pid;
     seg->created_ns = created;
-    seg->path = path_join(dir, seg->id);
+
+    json_object *devs;
+    if (json_object_object_get_ex(e, "devices", &devs)) {
+        if (!json_object_is_type(devs, json_type_array) ||
+            json_object_array_length(devs) > MV_SEGSTORE_DEVICES_MAX) {
+            set_err(err, errlen, "%s: devices is not an array of at most %d", id,
+                    MV_SEGSTORE_DEVICES_MAX);
+            goto fail;
+        }
+        size_t nd = json_object_array_length(devs);
+        if (nd) {
+            seg->devices = calloc(nd, sizeof *seg->devices);
+            if (!seg->devices)
+                goto nomem;
+        }
+        for (size_t i = 0; i < nd; i++) {
+            json_object *d = json_object_array_get_idx(devs, i);
+            if (!json_object_is_type(d, json_type_string)) {
+                set_err(err, errlen, "%s: device %zu is not a string", id, i);
+                goto fail;
+            }
+            int dl = json_object_get_string_len(d);
+            const char *ds = json_object_get_string(d);
+            if (dl < 0 || strlen(ds) != (size_t)dl || !valid_device(ds, (size_t)dl)) {
+                set_err(err, errlen, "%s: device %zu is not a valid device ID", id, i);
+                goto fail;
+            }
+            seg->devices[i] = strdup(ds);
+            if (!seg->devices[i])
+                goto nomem;
+            seg->ndevices++;
+        }
+    }
+    seg->path = seg_path(dir, seg->id, seg->ndevices > 0);
     if (!seg->path)
         goto nomem;
 
@@ -402,6 +475,14 @@ static int catalog_save(mv_segstore *st)
         json_object_object_add(e, "owner_pid", json_object_new_int64(s->owner_pid));
         json_object_object_add(e, "created_unix_ns", json_object_new_int64((int64_t)s->created_ns));
         json_object_object_add(e, "labels", labels);
+        if (s->ndevices) {
+            json_object *devs = json_object_new_array_ext((int)s->ndevices);
+            if (!devs)
+                goto put_root;
+            json_object_object_add(e, "devices", devs);
+            for (size_t j = 0; j < s->ndevices; j++)
+                json_object_array_add(devs, json_object_new_string(s->devices[j]));
+        }
         for (size_t j = 0; j < s->nlabels; j++) {
             json_object *l = json_object_new_object();
             if (!l)
@@ -549,6 +630,12 @@ static int load(mv_segstore *st)
     st->nsegs = kept;
     st->cap = n ? n : 1;
     st->revision = rev;
+    for (size_t i = 0; i < kept; i++)
+        st->pages_used += v[i].ndevices;
+    if (st->pages_used > st->pool_pages && st->pool_pages)
+        MV_WARN("pool.overcommitted", "used=%" PRIu64 " pool=%" PRIu64 " action=%s", st->pages_used,
+                st->pool_pages,
+                mv_log_q("existing segments kept; new allocations wait for pages to be freed"));
     MV_INFO("catalog.loaded", "count=%zu dropped=%zu revision=%" PRIu64 " path=%s", kept, n - kept,
             rev, mv_log_q(path));
     free(path);
@@ -659,6 +746,16 @@ int mv_segstore_open(const mv_segstore_opts *opts, mv_segstore **out)
         goto free_dir;
     }
     st->max_size -= st->max_size % MV_SEGSTORE_PAGE;
+    st->pool_pages = opts ? opts->pool_pages : 0;
+    st->page_size = opts && opts->page_size ? opts->page_size : MV_SEGSTORE_PAGE;
+    if (st->page_size % MV_SEGSTORE_PAGE || st->page_size > st->max_size ||
+        st->pool_pages > UINT32_MAX) {
+        MV_ERROR("segstore.bad_option", "page_size=%" PRIu64 " pool_pages=%" PRIu64 " valid=%s",
+                 st->page_size, st->pool_pages,
+                 mv_log_q("page_size a multiple of 4096 up to max_size"));
+        rc = -EINVAL;
+        goto free_dir;
+    }
     pthread_mutex_init(&st->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -726,9 +823,10 @@ const char *mv_segstore_dir(const mv_segstore *st)
 }
 
 /* Creates, sizes and formats the file. Returns 0 or a negative errno. */
-static int make_file(mv_segstore *st, mv_segstore_seg *seg, char *err, size_t errlen)
+static int make_file(mv_segstore *st, mv_segstore_seg *seg, int in_dir, char *err, size_t errlen)
 {
     int rc, fd = -1;
+    char *segdir = NULL;
     for (int attempt = 0; attempt < 8; attempt++) {
         uint8_t rnd[8];
         if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
@@ -738,9 +836,24 @@ static int make_file(mv_segstore *st, mv_segstore_seg *seg, char *err, size_t er
         snprintf(seg->id, sizeof seg->id, "seg-%02x%02x%02x%02x%02x%02x%02x%02x", rnd[0], rnd[1],
                  rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
         free(seg->path);
-        seg->path = path_join(st->dir, seg->id);
+        seg->path = seg_path(st->dir, seg->id, in_dir);
         if (!seg->path)
             return -ENOMEM;
+        if (in_dir) {
+            free(segdir);
+            segdir = path_join(st->dir, seg->id);
+            if (!segdir)
+                return -ENOMEM;
+            if (mkdir(segdir, 0755) < 0) {
+                if (errno == EEXIST)
+                    continue;
+                rc = -errno;
+                set_err(err, errlen, "cannot create %s: %s", segdir, strerror(errno));
+                free(segdir);
+                return rc;
+            }
+            chmod(segdir, 0755); /* not subject to umask */
+        }
         fd = open(seg->path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
         if (fd >= 0 || errno != EEXIST)
             break;
@@ -748,7 +861,7 @@ static int make_file(mv_segstore *st, mv_segstore_seg *seg, char *err, size_t er
     if (fd < 0) {
         rc = -errno;
         set_err(err, errlen, "cannot create %s: %s", seg->path, strerror(errno));
-        return rc;
+        goto remove_dir;
     }
     if (fchmod(fd, st->file_mode) < 0) {
         rc = -errno;
@@ -776,16 +889,32 @@ static int make_file(mv_segstore *st, mv_segstore_seg *seg, char *err, size_t er
         goto unlink_file;
     }
     close(fd);
+    free(segdir);
     return 0;
 unlink_file:
     unlink(seg->path);
     close(fd);
+remove_dir:
+    if (segdir)
+        rmdir(segdir);
+    free(segdir);
     return rc;
 }
 
-int mv_segstore_create(mv_segstore *st, uint64_t size, uint32_t owner_pid,
-                       const mv_segstore_label *labels, size_t nlabels, mv_segstore_seg *out,
-                       char *err, size_t errlen)
+/* Caller holds st->mu. Index of the segment backed by `device`, or -1. */
+static long find_device_locked(mv_segstore *st, const char *device)
+{
+    for (size_t i = 0; i < st->nsegs; i++)
+        for (size_t j = 0; j < st->segs[i].ndevices; j++)
+            if (strcmp(st->segs[i].devices[j], device) == 0)
+                return (long)i;
+    return -1;
+}
+
+static int create_common(mv_segstore *st, uint64_t size, uint32_t owner_pid,
+                         const char *const *devices, size_t ndevices,
+                         const mv_segstore_label *labels, size_t nlabels, mv_segstore_seg *out,
+                         char *err, size_t errlen)
 {
     int rc;
     mv_segstore_seg seg;
@@ -810,17 +939,54 @@ int mv_segstore_create(mv_segstore *st, uint64_t size, uint32_t owner_pid,
                             .created_ns = now_ns(),
                             .nlabels = nlabels,
                             .labels = (mv_segstore_label *)labels,
+                            .ndevices = ndevices,
+                            .devices = (char **)devices,
                             .path = (char *)""};
     rc = mv_segstore_seg_copy(&seg, &tmpl);
     if (rc < 0) {
         set_err(err, errlen, "out of memory");
         return rc;
     }
-    rc = make_file(st, &seg, err, errlen);
+    if (ndevices) {
+        /* Checked before the file exists, and again under the lock below. */
+        pthread_mutex_lock(&st->mu);
+        rc = 0;
+        for (size_t i = 0; i < ndevices && !rc; i++) {
+            long at = find_device_locked(st, devices[i]);
+            if (at >= 0) {
+                set_err(err, errlen, "device %s already backs segment %s", devices[i],
+                        st->segs[at].id);
+                rc = -EBUSY;
+            }
+        }
+        if (!rc && st->pages_used + ndevices > st->pool_pages) {
+            set_err(err, errlen,
+                    "page pool exhausted: %zu pages requested, %" PRIu64 " of %" PRIu64 " free",
+                    ndevices, st->pool_pages - st->pages_used, st->pool_pages);
+            rc = -ENOSPC;
+        }
+        pthread_mutex_unlock(&st->mu);
+        if (rc < 0)
+            goto clear_seg;
+    }
+    rc = make_file(st, &seg, ndevices > 0, err, errlen);
     if (rc < 0)
         goto clear_seg;
 
     pthread_mutex_lock(&st->mu);
+    for (size_t i = 0; i < ndevices; i++) {
+        long at = find_device_locked(st, devices[i]);
+        if (at >= 0) {
+            set_err(err, errlen, "device %s already backs segment %s", devices[i], st->segs[at].id);
+            rc = -EBUSY;
+            goto unlock;
+        }
+    }
+    if (ndevices && st->pages_used + ndevices > st->pool_pages) {
+        set_err(err, errlen, "page pool exhausted");
+        rc = -ENOSPC;
+        goto unlock;
+    }
     if (st->nsegs >= MV_SEGSTORE_SEGMENTS_MAX) {
         rc = -ENOSPC;
         set_err(err, errlen, "the agent already manages %d segments", MV_SEGSTORE_SEGMENTS_MAX);
@@ -843,20 +1009,153 @@ int mv_segstore_create(mv_segstore *st, uint64_t size, uint32_t owner_pid,
         goto unlock;
     }
     st->segs[st->nsegs++] = seg;
+    st->pages_used += ndevices;
     st->revision++;
     catalog_save(st);
     notify(st, MV_SEGSTORE_ADDED, &st->segs[st->nsegs - 1]);
     MV_INFO("segment.created",
-            "id=%s path=%s size=%" PRIu64 " owner_pid=%" PRIu32 " labels=%zu revision=%" PRIu64,
-            seg.id, mv_log_q(seg.path), seg.size, seg.owner_pid, seg.nlabels, st->revision);
+            "id=%s path=%s size=%" PRIu64 " owner_pid=%" PRIu32 " labels=%zu devices=%zu "
+            "revision=%" PRIu64,
+            seg.id, mv_log_q(seg.path), seg.size, seg.owner_pid, seg.nlabels, seg.ndevices,
+            st->revision);
     pthread_mutex_unlock(&st->mu);
     return 0;
 unlock:
     pthread_mutex_unlock(&st->mu);
     unlink(seg.path);
+    if (ndevices) {
+        char dbuf[4096];
+        if (mv_segstore_seg_dir(st, seg.id, dbuf, sizeof dbuf) == 0)
+            rmdir(dbuf);
+    }
 clear_seg:
     mv_segstore_seg_clear(&seg);
     return rc;
+}
+
+int mv_segstore_create(mv_segstore *st, uint64_t size, uint32_t owner_pid,
+                       const mv_segstore_label *labels, size_t nlabels, mv_segstore_seg *out,
+                       char *err, size_t errlen)
+{
+    return create_common(st, size, owner_pid, NULL, 0, labels, nlabels, out, err, errlen);
+}
+
+int mv_segstore_create_dev(mv_segstore *st, const char *const *devices, size_t ndevices,
+                           const mv_segstore_label *labels, size_t nlabels, mv_segstore_seg *out,
+                           char *err, size_t errlen)
+{
+    if (out)
+        memset(out, 0, sizeof *out);
+    if (!st->pool_pages) {
+        set_err(err, errlen, "this store has no page pool");
+        return -EINVAL;
+    }
+    if (!devices || ndevices == 0 || ndevices > MV_SEGSTORE_DEVICES_MAX) {
+        set_err(err, errlen, "%zu devices: need 1..%d", ndevices, MV_SEGSTORE_DEVICES_MAX);
+        return -EINVAL;
+    }
+    for (size_t i = 0; i < ndevices; i++) {
+        if (!devices[i] || !valid_device(devices[i], strlen(devices[i]))) {
+            set_err(err, errlen, "device %zu is not a valid device ID", i);
+            return -EINVAL;
+        }
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(devices[i], devices[j]) == 0) {
+                set_err(err, errlen, "device %s is listed twice", devices[i]);
+                return -EINVAL;
+            }
+    }
+    if (ndevices > st->max_size / st->page_size) {
+        set_err(err, errlen,
+                "%zu pages of %" PRIu64 " bytes exceed the largest segment (%" PRIu64 " bytes)",
+                ndevices, st->page_size, st->max_size);
+        return -EFBIG;
+    }
+    return create_common(st, (uint64_t)ndevices * st->page_size, 0, devices, ndevices, labels,
+                         nlabels, out, err, errlen);
+}
+
+static int labels_equal(const mv_segstore_seg *s, const mv_segstore_label *labels, size_t n)
+{
+    if (s->nlabels != n)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(s->labels[i].name, labels[i].name) ||
+            strcmp(s->labels[i].value, labels[i].value))
+            return 0;
+    return 1;
+}
+
+int mv_segstore_set_labels(mv_segstore *st, const char *id, const mv_segstore_label *labels,
+                           size_t nlabels, char *err, size_t errlen)
+{
+    int rc = check_labels(labels, nlabels, err, errlen);
+    if (rc < 0)
+        return rc;
+    mv_segstore_seg tmpl = {
+        .path = (char *)"", .nlabels = nlabels, .labels = (mv_segstore_label *)labels};
+    mv_segstore_seg nl;
+    if (mv_segstore_seg_copy(&nl, &tmpl) < 0) {
+        set_err(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    rc = -ENOENT;
+    set_err(err, errlen, "no segment with id %.40s", id ? id : "");
+    pthread_mutex_lock(&st->mu);
+    for (size_t i = 0; id && i < st->nsegs; i++) {
+        mv_segstore_seg *s = &st->segs[i];
+        if (strcmp(s->id, id) != 0)
+            continue;
+        if (labels_equal(s, labels, nlabels)) {
+            rc = 0;
+            break;
+        }
+        notify(st, MV_SEGSTORE_REMOVED, s);
+        mv_segstore_label *old = s->labels;
+        size_t nold = s->nlabels;
+        s->labels = nl.labels;
+        s->nlabels = nl.nlabels;
+        nl.labels = old;
+        nl.nlabels = nold;
+        st->revision++;
+        catalog_save(st);
+        notify(st, MV_SEGSTORE_ADDED, s);
+        MV_INFO("segment.labels_set", "id=%s labels=%zu revision=%" PRIu64, s->id, s->nlabels,
+                st->revision);
+        rc = 1;
+        break;
+    }
+    pthread_mutex_unlock(&st->mu);
+    mv_segstore_seg_clear(&nl);
+    return rc;
+}
+
+int mv_segstore_find_device(mv_segstore *st, const char *device, mv_segstore_seg *out)
+{
+    int rc = -ENOENT;
+    memset(out, 0, sizeof *out);
+    pthread_mutex_lock(&st->mu);
+    long at = device ? find_device_locked(st, device) : -1;
+    if (at >= 0)
+        rc = mv_segstore_seg_copy(out, &st->segs[at]);
+    pthread_mutex_unlock(&st->mu);
+    return rc;
+}
+
+void mv_segstore_pool(mv_segstore *st, uint64_t *total, uint64_t *used)
+{
+    pthread_mutex_lock(&st->mu);
+    if (total)
+        *total = st->pool_pages;
+    if (used)
+        *used = st->pages_used;
+    pthread_mutex_unlock(&st->mu);
+}
+
+int mv_segstore_seg_dir(const mv_segstore *st, const char *id, char *buf, size_t len)
+{
+    int n = snprintf(buf, len, "%s/%s", st->dir, id);
+    return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
 }
 
 /* Removes entry i. Caller holds st->mu. */
@@ -865,9 +1164,17 @@ static void remove_at(mv_segstore *st, size_t i, const char *event, pid_t dead_p
     mv_segstore_seg seg = st->segs[i];
     st->segs[i] = st->segs[--st->nsegs];
     st->revision++;
+    st->pages_used -= seg.ndevices <= st->pages_used ? seg.ndevices : st->pages_used;
     if (unlink(seg.path) < 0 && errno != ENOENT)
         MV_WARN("segment.unlink_failed", "id=%s path=%s err=%s", seg.id, mv_log_q(seg.path),
                 mv_log_q(strerror(errno)));
+    if (seg.ndevices) {
+        char dbuf[4096];
+        if (mv_segstore_seg_dir(st, seg.id, dbuf, sizeof dbuf) == 0 && rmdir(dbuf) < 0 &&
+            errno != ENOENT)
+            MV_WARN("segment.rmdir_failed", "id=%s dir=%s err=%s", seg.id, mv_log_q(dbuf),
+                    mv_log_q(strerror(errno)));
+    }
     catalog_save(st);
     notify(st, MV_SEGSTORE_REMOVED, &seg);
     if (dead_pid)

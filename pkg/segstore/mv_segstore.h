@@ -26,6 +26,9 @@
 #define MV_SEGSTORE_LABEL_VALUE_MAX  255
 #define MV_SEGSTORE_SEGMENTS_MAX     65536
 #define MV_SEGSTORE_CATALOG_MAX      (16u << 20) /* bytes of catalog.json accepted */
+#define MV_SEGSTORE_DEVICE_ID_MAX    63          /* bytes of a device ID (kubelet limit) */
+#define MV_SEGSTORE_DEVICES_MAX      262144      /* device IDs backing one segment */
+#define MV_SEGSTORE_SEG_FILE         "segment"   /* file name in per-segment directories */
 
 typedef struct mv_segstore mv_segstore;
 
@@ -42,6 +45,8 @@ typedef struct mv_segstore_seg {
     uint64_t created_ns;
     size_t nlabels;
     mv_segstore_label *labels;
+    size_t ndevices; /* device IDs backing the segment (Kubernetes mode); 0 otherwise */
+    char **devices;
 } mv_segstore_seg;
 
 typedef struct mv_segstore_opts {
@@ -49,6 +54,10 @@ typedef struct mv_segstore_opts {
     uint64_t max_size;    /* 0 = MV_SEGSTORE_DEFAULT_MAX_SIZE; at most 1 GiB */
     mode_t file_mode;     /* 0 = 0660 */
     int reap_interval_ms; /* 0 = 2000; < 0 disables the reaper thread */
+    /* Page pool (Kubernetes mode): pool_pages device IDs of page_size bytes each
+     * (page_size a multiple of 4 KiB; 0 = 4 KiB). 0 pages = no pool accounting. */
+    uint64_t pool_pages;
+    uint64_t page_size;
 } mv_segstore_opts;
 
 /* Opens the store: creates the directory (0755) if needed, reloads catalog.json
@@ -70,6 +79,32 @@ const char *mv_segstore_dir(const mv_segstore *st);
 int mv_segstore_create(mv_segstore *st, uint64_t size, uint32_t owner_pid,
                        const mv_segstore_label *labels, size_t nlabels, mv_segstore_seg *out,
                        char *err, size_t errlen);
+
+/* Creates a segment backed by `ndevices` pool pages named by `devices` (its size
+ * is ndevices * page_size). It lives in its own directory, dir/<id>/segment, so
+ * that the directory alone can be mounted into a container. Refuses with -EBUSY if a device already
+ * backs another segment, -ENOSPC if the pool has too few free pages, -EINVAL for bad IDs; the
+ * reason goes to `err`. Otherwise as mv_segstore_create (no owner pid). */
+int mv_segstore_create_dev(mv_segstore *st, const char *const *devices, size_t ndevices,
+                           const mv_segstore_label *labels, size_t nlabels, mv_segstore_seg *out,
+                           char *err, size_t errlen);
+
+/* Replaces a segment's labels (validated as in create). Setting the labels it
+ * already has changes nothing. Otherwise the change is persisted and watchers see
+ * REMOVED then ADDED with the new labels. Returns 1 if changed, 0 if unchanged,
+ * -ENOENT or -EINVAL (reason in `err`). */
+int mv_segstore_set_labels(mv_segstore *st, const char *id, const mv_segstore_label *labels,
+                           size_t nlabels, char *err, size_t errlen);
+
+/* Copies the segment backed by `device` into *out. 0 or -ENOENT. */
+int mv_segstore_find_device(mv_segstore *st, const char *device, mv_segstore_seg *out);
+
+/* Pool accounting: total and used pages (both 0 without a pool). */
+void mv_segstore_pool(mv_segstore *st, uint64_t *total, uint64_t *used);
+
+/* The directory of a device-backed segment (dir/<id>), written to buf.
+ * Returns 0 or -ENAMETOOLONG. */
+int mv_segstore_seg_dir(const mv_segstore *st, const char *id, char *buf, size_t len);
 
 /* Removes a segment from the catalog and unlinks its file. 0 or -ENOENT. */
 int mv_segstore_release(mv_segstore *st, const char *id);
@@ -105,7 +140,8 @@ void mv_segstore_unsubscribe(mv_segstore *st, mv_segstore_sub *sub);
 /* ---- Catalog file ------------------------------------------------------------ */
 
 /* Parses catalog.json text (untrusted): validates every field and builds segment
- * entries whose paths are `dir`/id (paths in the file are ignored). Returns 0 and
+ * entries whose paths are `dir`/id (paths in the file are ignored; entries with
+ * devices, i.e. Kubernetes-mode ones, get `dir`/id/segment). Returns 0 and
  * a malloc'd array (free with mv_segstore_segs_free), or -EINVAL with a reason in
  * `err`. Exposed for tests and fuzzing. */
 int mv_segstore_catalog_parse(const char *text, size_t len, const char *dir, mv_segstore_seg **out,

@@ -1,0 +1,579 @@
+/* microview-agent Kubernetes mode: device plugin callbacks, pod identity, garbage collection. */
+#include "agent.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "mv_agentsvc.h"
+#include "mv_config.h"
+#include "mv_dp.h"
+#include "mv_kube.h"
+#include "mv_log.h"
+#include "mv_podres.h"
+#include "mv_rpc.h"
+#include "mv_segstore.h"
+
+#define PODRES_TIMEOUT_MS 5000
+#define PENDING_MAX       4096
+
+typedef struct k8s {
+    mv_config cfg;
+    mv_segstore *store;
+    mv_kube *kube; /* NULL without an API server */
+    mv_dp *dp;
+    pthread_t bg;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stopping;
+    /* segments whose identity is incomplete (PodResources or API server failed) */
+    char pending[PENDING_MAX][MV_SEGSTORE_ID_LEN + 1];
+    size_t npending;
+    int podres_down_logged;
+} k8s;
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void pending_set(k8s *a, const char *id, int on)
+{
+    pthread_mutex_lock(&a->mu);
+    size_t i = 0;
+    while (i < a->npending && strcmp(a->pending[i], id) != 0)
+        i++;
+    if (on && i == a->npending && a->npending < PENDING_MAX)
+        snprintf(a->pending[a->npending++], sizeof a->pending[0], "%s", id);
+    else if (!on && i < a->npending)
+        memcpy(a->pending[i], a->pending[--a->npending], sizeof a->pending[0]);
+    pthread_mutex_unlock(&a->mu);
+}
+
+/* ---- Identity ----------------------------------------------------------------------- */
+
+typedef struct inval_ctx {
+    const char *ns, *pod;
+} inval_ctx;
+
+static void on_invalid_label(void *arg, const char *entry, const char *why)
+{
+    inval_ctx *c = arg;
+    MV_WARN("identity.annotation_label_ignored",
+            "namespace=%s pod=%s annotation=%s entry=%s "
+            "reason=%s",
+            mv_log_q(c->ns), mv_log_q(c->pod), mv_log_q(MV_KUBE_ANNOTATION), mv_log_q(entry),
+            mv_log_q(why));
+}
+
+/* Resolves the identity of segment `seg` and stores it. `why` names the trigger
+ * (prestart, retry). Returns 1 when the identity is complete, 0 when a fallback
+ * was stored and a retry is due. */
+static int resolve_identity(k8s *a, const mv_segstore_seg *seg, const char *why)
+{
+    mv_podres_entry *pr = NULL;
+    size_t npr = 0;
+    char err[512];
+    mv_segstore_label labels[MV_SEGSTORE_LABELS_MAX];
+    size_t nl = 0;
+    int complete = 0;
+    int rc = mv_podres_list(a->cfg.pod_resources_socket, a->cfg.resource_name, PODRES_TIMEOUT_MS,
+                            &pr, &npr, err, sizeof err);
+    const mv_podres_entry *e = rc == 0 ? mv_podres_find(pr, npr, seg->devices[0]) : NULL;
+    if (!e) {
+        /* Device-level fallback until the kubelet can tell us the container. */
+        labels[nl++] = (mv_segstore_label){"device", seg->devices[0]};
+        MV_WARN("identity.fallback", "id=%s device=%s trigger=%s reason=%s action=%s", seg->id,
+                mv_log_q(seg->devices[0]), why,
+                mv_log_q(rc < 0 ? err : "devices not listed by PodResources yet"),
+                mv_log_q("labelled by device; retrying"));
+        if (seg->nlabels == 0)
+            mv_segstore_set_labels(a->store, seg->id, labels, nl, err, sizeof err);
+        goto free_pr;
+    }
+    labels[nl++] = (mv_segstore_label){"container", e->container};
+    labels[nl++] = (mv_segstore_label){"namespace", e->namespace_};
+    labels[nl++] = (mv_segstore_label){"pod", e->pod};
+    mv_kube_pod pod = {0};
+    mv_kube_kv *extra = NULL;
+    size_t nextra = 0;
+    if (!a->kube) {
+        complete = 1;
+    } else {
+        rc = mv_kube_get_pod(a->kube, e->namespace_, e->pod, &pod, err, sizeof err);
+        if (rc < 0) {
+            const char *oldns = NULL, *oldpod = NULL;
+            for (size_t i = 0; i < seg->nlabels; i++) {
+                if (strcmp(seg->labels[i].name, "namespace") == 0)
+                    oldns = seg->labels[i].value;
+                if (strcmp(seg->labels[i].name, "pod") == 0)
+                    oldpod = seg->labels[i].value;
+            }
+            if (oldns && oldpod && strcmp(oldns, e->namespace_) == 0 &&
+                strcmp(oldpod, e->pod) == 0 && seg->nlabels > 3) {
+                /* Keep the full identity learnt earlier (a container restart). */
+                MV_WARN("identity.api_unavailable", "id=%s namespace=%s pod=%s err=%s action=%s",
+                        seg->id, mv_log_q(e->namespace_), mv_log_q(e->pod), mv_log_q(err),
+                        mv_log_q("keeping the labels learnt before"));
+                complete = 1;
+                goto free_pod;
+            }
+            MV_WARN("identity.api_unavailable", "id=%s namespace=%s pod=%s err=%s action=%s",
+                    seg->id, mv_log_q(e->namespace_), mv_log_q(e->pod), mv_log_q(err),
+                    mv_log_q("namespace/pod/container labels only; retrying"));
+        } else {
+            complete = 1;
+            if (a->cfg.node_name[0] && pod.node_name && strcmp(pod.node_name, a->cfg.node_name))
+                MV_WARN("identity.node_mismatch", "pod=%s node=%s expected=%s", mv_log_q(e->pod),
+                        mv_log_q(pod.node_name), mv_log_q(a->cfg.node_name));
+            inval_ctx ic = {e->namespace_, e->pod};
+            mv_kube_parse_labels(mv_kube_pod_annotation(&pod, MV_KUBE_ANNOTATION), &extra, &nextra,
+                                 on_invalid_label, &ic);
+            for (size_t i = 0; i < nextra && nl < MV_SEGSTORE_LABELS_MAX; i++)
+                labels[nl++] = (mv_segstore_label){extra[i].key, extra[i].value};
+        }
+    }
+    rc = mv_segstore_set_labels(a->store, seg->id, labels, nl, err, sizeof err);
+    if (rc < 0) {
+        MV_WARN("identity.labels_refused", "id=%s err=%s", seg->id, mv_log_q(err));
+    } else {
+        MV_INFO("prestart.mapped",
+                "id=%s namespace=%s pod=%s container=%s extra_labels=%zu complete=%d trigger=%s "
+                "changed=%d",
+                seg->id, mv_log_q(e->namespace_), mv_log_q(e->pod), mv_log_q(e->container), nextra,
+                complete, why, rc);
+    }
+free_pod:
+    mv_kube_kvs_free(extra, nextra);
+    mv_kube_pod_clear(&pod);
+free_pr:
+    mv_podres_free(pr, npr);
+    return complete;
+}
+
+/* ---- Device plugin callbacks ------------------------------------------------------------ */
+
+static int cb_allocate(void *arg, const char *const *ids, size_t n, mv_dp_alloc *out, char *err,
+                       size_t errlen)
+{
+    k8s *a = arg;
+    /* Devices still backing a segment: either its pod is gone and GC has not run yet
+     * (collect it now), or another container holds them (refuse). */
+    mv_podres_entry *pr = NULL;
+    size_t npr = 0;
+    int listed = 0, rc;
+    for (size_t i = 0; i < n; i++) {
+        mv_segstore_seg old;
+        if (mv_segstore_find_device(a->store, ids[i], &old) < 0)
+            continue;
+        if (!listed) {
+            char perr[256];
+            rc = mv_podres_list(a->cfg.pod_resources_socket, a->cfg.resource_name,
+                                PODRES_TIMEOUT_MS, &pr, &npr, perr, sizeof perr);
+            if (rc < 0) {
+                snprintf(err, errlen,
+                         "device %s still backs segment %s and PodResources cannot tell whether "
+                         "its pod is gone: %s",
+                         ids[i], old.id, perr);
+                mv_segstore_seg_clear(&old);
+                return -EBUSY;
+            }
+            listed = 1;
+        }
+        const mv_podres_entry *holder = NULL;
+        for (size_t j = 0; j < old.ndevices && !holder; j++)
+            holder = mv_podres_find(pr, npr, old.devices[j]);
+        if (holder) {
+            snprintf(err, errlen, "device %s is still held by %s/%s/%s (segment %s)", ids[i],
+                     holder->namespace_, holder->pod, holder->container, old.id);
+            mv_segstore_seg_clear(&old);
+            mv_podres_free(pr, npr);
+            return -EBUSY;
+        }
+        if (mv_segstore_release(a->store, old.id) == 0) {
+            pending_set(a, old.id, 0);
+            MV_INFO("segment.collected", "id=%s reason=%s pages=%zu", old.id,
+                    mv_log_q("devices re-allocated by the kubelet"), old.ndevices);
+        }
+        mv_segstore_seg_clear(&old);
+    }
+    mv_podres_free(pr, npr);
+
+    mv_segstore_label dev = {"device", (char *)ids[0]};
+    mv_segstore_seg seg;
+    rc = mv_segstore_create_dev(a->store, ids, n, &dev, 1, &seg, err, errlen);
+    if (rc < 0) {
+        uint64_t total, used;
+        mv_segstore_pool(a->store, &total, &used);
+        MV_WARN("dp.allocate_failed",
+                "pages=%zu pool_used=%" PRIu64 " pool_total=%" PRIu64 " err=%s", n, used, total,
+                mv_log_q(err));
+        return rc;
+    }
+    char dir[MV_DP_PATH_MAX];
+    if (mv_segstore_seg_dir(a->store, seg.id, dir, sizeof dir) < 0 ||
+        strlen(a->cfg.container_path) + sizeof MV_SEGSTORE_SEG_FILE + 1 >= MV_DP_PATH_MAX) {
+        snprintf(err, errlen, "segment path too long");
+        mv_segstore_release(a->store, seg.id);
+        mv_segstore_seg_clear(&seg);
+        return -ENAMETOOLONG;
+    }
+    out->nmounts = 1;
+    snprintf(out->mounts[0].host_path, MV_DP_PATH_MAX, "%s", dir);
+    snprintf(out->mounts[0].container_path, MV_DP_PATH_MAX, "%s", a->cfg.container_path);
+    out->mounts[0].read_only = 0;
+    out->nenvs = 3;
+    snprintf(out->envs[0].key, MV_DP_ENV_KEY_MAX, "MICROVIEW_SEGMENT");
+    snprintf(out->envs[0].value, MV_DP_PATH_MAX, "%s/%s", a->cfg.container_path,
+             MV_SEGSTORE_SEG_FILE);
+    snprintf(out->envs[1].key, MV_DP_ENV_KEY_MAX, "MICROVIEW_SEGMENT_SIZE");
+    snprintf(out->envs[1].value, MV_DP_PATH_MAX, "%" PRIu64, seg.size);
+    snprintf(out->envs[2].key, MV_DP_ENV_KEY_MAX, "MICROVIEW_SEGMENT_ID");
+    snprintf(out->envs[2].value, MV_DP_PATH_MAX, "%s", seg.id);
+    uint64_t total, used;
+    mv_segstore_pool(a->store, &total, &used);
+    MV_INFO("dp.allocated",
+            "id=%s pages=%zu size=%" PRIu64 " first_device=%s host_dir=%s container_path=%s "
+            "pool_used=%" PRIu64 " pool_total=%" PRIu64,
+            seg.id, n, seg.size, mv_log_q(ids[0]), mv_log_q(dir), mv_log_q(a->cfg.container_path),
+            used, total);
+    mv_segstore_seg_clear(&seg);
+    return 0;
+}
+
+static int cb_prestart(void *arg, const char *const *ids, size_t n, char *err, size_t errlen)
+{
+    k8s *a = arg;
+    mv_segstore_seg seg;
+    if (mv_segstore_find_device(a->store, ids[0], &seg) < 0) {
+        MV_WARN("prestart.unknown_devices", "first_device=%s devices=%zu action=%s",
+                mv_log_q(ids[0]), n, mv_log_q("none: no segment is backed by these devices"));
+        return 0;
+    }
+    if (!resolve_identity(a, &seg, "prestart"))
+        pending_set(a, seg.id, 1);
+    else
+        pending_set(a, seg.id, 0);
+    mv_segstore_seg_clear(&seg);
+    return 0;
+}
+
+/* ---- Background: garbage collection and identity retries ------------------------------- */
+
+static void gc_pass(k8s *a)
+{
+    mv_podres_entry *pr = NULL;
+    size_t npr = 0;
+    char err[512];
+    int rc = mv_podres_list(a->cfg.pod_resources_socket, a->cfg.resource_name, PODRES_TIMEOUT_MS,
+                            &pr, &npr, err, sizeof err);
+    if (rc < 0) {
+        if (!a->podres_down_logged)
+            MV_WARN("gc.skipped", "err=%s action=%s", mv_log_q(err),
+                    mv_log_q("nothing is collected while PodResources is unreachable"));
+        a->podres_down_logged = 1;
+        return;
+    }
+    a->podres_down_logged = 0;
+    mv_segstore_seg *v;
+    size_t n;
+    if (mv_segstore_list(a->store, &v, &n, NULL) < 0) {
+        mv_podres_free(pr, npr);
+        return;
+    }
+    uint64_t now = now_ns();
+    for (size_t i = 0; i < n; i++) {
+        const mv_segstore_seg *s = &v[i];
+        if (!s->ndevices)
+            continue;
+        if (now - s->created_ns < a->cfg.gc_grace_ms * 1000000ull)
+            continue;
+        int held = 0;
+        for (size_t j = 0; j < s->ndevices && !held; j++)
+            held = mv_podres_find(pr, npr, s->devices[j]) != NULL;
+        if (held)
+            continue;
+        if (mv_segstore_release(a->store, s->id) == 0) {
+            pending_set(a, s->id, 0);
+            uint64_t total, used;
+            mv_segstore_pool(a->store, &total, &used);
+            MV_INFO("segment.collected",
+                    "id=%s reason=%s pages=%zu pool_used=%" PRIu64 " pool_total=%" PRIu64, s->id,
+                    mv_log_q("devices no longer assigned (pod gone)"), s->ndevices, used, total);
+        }
+    }
+    mv_segstore_segs_free(v, n);
+    mv_podres_free(pr, npr);
+}
+
+static void retry_pass(k8s *a)
+{
+    char ids[64][MV_SEGSTORE_ID_LEN + 1];
+    size_t n = 0;
+    pthread_mutex_lock(&a->mu);
+    for (size_t i = 0; i < a->npending && n < 64; i++)
+        memcpy(ids[n++], a->pending[i], sizeof ids[0]);
+    pthread_mutex_unlock(&a->mu);
+    for (size_t i = 0; i < n; i++) {
+        mv_segstore_seg *v;
+        size_t cnt;
+        if (mv_segstore_list(a->store, &v, &cnt, NULL) < 0)
+            return;
+        const mv_segstore_seg *s = NULL;
+        for (size_t j = 0; j < cnt && !s; j++)
+            if (strcmp(v[j].id, ids[i]) == 0)
+                s = &v[j];
+        if (!s || !s->ndevices)
+            pending_set(a, ids[i], 0);
+        else if (resolve_identity(a, s, "retry"))
+            pending_set(a, ids[i], 0);
+        mv_segstore_segs_free(v, cnt);
+    }
+}
+
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void *bg_main(void *arg)
+{
+    k8s *a = arg;
+    uint64_t next_gc = mono_ms() + a->cfg.gc_interval_ms;
+    uint64_t next_retry = mono_ms() + a->cfg.identity_retry_ms;
+    pthread_mutex_lock(&a->mu);
+    while (!a->stopping) {
+        uint64_t now = mono_ms();
+        uint64_t due = next_gc < next_retry ? next_gc : next_retry;
+        if (now < due) {
+            uint64_t wait = due - now;
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            ts.tv_sec += (time_t)(wait / 1000);
+            ts.tv_nsec += (long)(wait % 1000) * 1000000L;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&a->cv, &a->mu, &ts);
+            continue;
+        }
+        pthread_mutex_unlock(&a->mu);
+        if (mono_ms() >= next_retry) {
+            retry_pass(a);
+            next_retry = mono_ms() + a->cfg.identity_retry_ms;
+        }
+        if (mono_ms() >= next_gc) {
+            gc_pass(a);
+            next_gc = mono_ms() + a->cfg.gc_interval_ms;
+        }
+        pthread_mutex_lock(&a->mu);
+    }
+    pthread_mutex_unlock(&a->mu);
+    return NULL;
+}
+
+/* ---- Entry point -------------------------------------------------------------------------- */
+
+static void k8s_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: microview-agent [--config FILE] [--KEY VALUE]...   (Kubernetes mode)\n"
+            "       microview-agent --standalone [options]            (see --standalone --help)\n"
+            "Every configuration key is also a flag (dashes or underscores), e.g.\n"
+            "  --resource-name microview.io/metrics --page-size 4Ki --pool-size 16Mi\n"
+            "Keys:");
+    for (const char *const *k = mv_config_keys(); *k; k++)
+        fprintf(f, " %s", *k);
+    fprintf(f, "\n");
+}
+
+int agent_k8s_main(int argc, char **argv)
+{
+    const char *const *keys = mv_config_keys();
+    size_t nkeys = 0;
+    while (keys[nkeys])
+        nkeys++;
+    struct option *lo = calloc(nkeys * 2 + 3, sizeof *lo);
+    char(*names)[64] = calloc(nkeys, sizeof *names);
+    const char **ovk = calloc((size_t)argc + 1, sizeof *ovk),
+               **ovv = calloc((size_t)argc + 1, sizeof *ovv);
+    int rc = 2;
+    size_t nov = 0;
+    const char *cfg_file = NULL;
+    k8s *a = calloc(1, sizeof *a);
+    if (!lo || !names || !ovk || !ovv || !a) {
+        fprintf(stderr, "microview-agent: out of memory\n");
+        goto free_opts;
+    }
+    size_t no = 0;
+    for (size_t i = 0; i < nkeys; i++) {
+        lo[no++] = (struct option){keys[i], required_argument, NULL, 1000 + (int)i};
+        snprintf(names[i], sizeof names[i], "%s", keys[i]);
+        for (char *c = names[i]; *c; c++)
+            if (*c == '_')
+                *c = '-';
+        lo[no++] = (struct option){names[i], required_argument, NULL, 1000 + (int)i};
+    }
+    lo[no++] = (struct option){"config", required_argument, NULL, 'c'};
+    lo[no++] = (struct option){"help", no_argument, NULL, 'h'};
+    int opt;
+    while ((opt = getopt_long(argc, argv, "c:h", lo, NULL)) != -1) {
+        if (opt == 'c') {
+            cfg_file = optarg;
+        } else if (opt == 'h') {
+            k8s_usage(stdout);
+            rc = 0;
+            goto free_opts;
+        } else if (opt >= 1000 && opt < 1000 + (int)nkeys) {
+            ovk[nov] = keys[opt - 1000];
+            ovv[nov++] = optarg;
+        } else {
+            k8s_usage(stderr);
+            goto free_opts;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "microview-agent: unexpected argument %s\n", argv[optind]);
+        goto free_opts;
+    }
+    mv_config *c = &a->cfg;
+    char err[768];
+    mv_config_defaults(c);
+    if (cfg_file && mv_config_load_file(c, cfg_file, err, sizeof err) < 0) {
+        fprintf(stderr, "microview-agent: config: %s\n", err);
+        goto free_opts;
+    }
+    for (size_t i = 0; i < nov; i++)
+        if (mv_config_set(c, ovk[i], ovv[i], err, sizeof err) < 0) {
+            fprintf(stderr, "microview-agent: --%s: %s\n", ovk[i], err);
+            goto free_opts;
+        }
+    mv_log_level level;
+    if (mv_config_finish(c, err, sizeof err) < 0 || mv_log_parse_level(c->log_level, &level) < 0) {
+        fprintf(stderr, "microview-agent: config: %s\n",
+                err[0] ? err : "log_level: debug, info, warn or error");
+        goto free_opts;
+    }
+    rc = 1;
+    mv_log_init("agent", level);
+
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    pthread_mutex_init(&a->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&a->cv, &ca);
+    pthread_condattr_destroy(&ca);
+
+    uint64_t pages = c->pool_size / c->page_size;
+    mv_segstore_opts so = {.dir = c->state_dir,
+                           .max_size = c->max_segment_size,
+                           .pool_pages = pages,
+                           .page_size = c->page_size};
+    if (mv_segstore_open(&so, &a->store) < 0)
+        goto destroy_sync;
+    if (c->api_server[0]) {
+        mv_kube_opts ko = {.url = c->api_server,
+                           .token_file = c->token_file[0] ? c->token_file : NULL,
+                           .ca_file =
+                               c->ca_file[0] && access(c->ca_file, R_OK) == 0 ? c->ca_file : NULL,
+                           .token_reread_s = (int)c->token_reread_seconds,
+                           .timeout_ms = (int)c->api_timeout_ms};
+        if (mv_kube_create(&ko, &a->kube) < 0)
+            goto close_store;
+    } else {
+        MV_WARN("kube.disabled", "reason=%s effect=%s",
+                mv_log_q("no api_server and no KUBERNETES_SERVICE_HOST"),
+                mv_log_q("identity labels come from PodResources only; no annotation labels"));
+    }
+    /* Segments from before a restart: refresh their identity once. */
+    {
+        mv_segstore_seg *v;
+        size_t n;
+        if (mv_segstore_list(a->store, &v, &n, NULL) == 0) {
+            for (size_t i = 0; i < n; i++)
+                if (v[i].ndevices)
+                    pending_set(a, v[i].id, 1);
+            mv_segstore_segs_free(v, n);
+        }
+    }
+
+    mv_rpc_server *srv;
+    mv_agentsvc *svc = NULL;
+    if (mv_rpc_server_create(NULL, &srv) < 0)
+        goto destroy_kube;
+    char addr[MV_CONFIG_STR_MAX + 8];
+    snprintf(addr, sizeof addr, "unix:%s", c->agent_socket);
+    if (mv_agentsvc_register(srv, a->store, &svc) < 0 || mv_rpc_server_listen(srv, addr) < 0 ||
+        mv_rpc_server_start(srv) < 0) {
+        MV_ERROR("agent.listen_failed", "socket=%s", mv_log_q(c->agent_socket));
+        goto destroy_server;
+    }
+    int e = pthread_create(&a->bg, NULL, bg_main, a);
+    if (e)
+        goto destroy_server;
+    mv_dp_config dc = {.plugin_dir = c->device_plugin_dir,
+                       .endpoint = c->endpoint,
+                       .resource_name = c->resource_name,
+                       .ndevices = (size_t)pages};
+    mv_dp_callbacks cb = {.allocate = cb_allocate, .prestart = cb_prestart, .arg = a};
+    if (mv_dp_start(&dc, &cb, &a->dp) < 0)
+        goto stop_bg;
+    MV_INFO("agent.started",
+            "mode=kubernetes resource=%s pages=%" PRIu64 " page_size=%" PRIu64
+            " plugin_dir=%s state_dir=%s agent_socket=%s pod_resources=%s api_server=%s "
+            "node=%s pid=%d",
+            mv_log_q(c->resource_name), pages, c->page_size, mv_log_q(c->device_plugin_dir),
+            mv_log_q(c->state_dir), mv_log_q(c->agent_socket), mv_log_q(c->pod_resources_socket),
+            mv_log_q(c->api_server[0] ? c->api_server : "none"),
+            mv_log_q(c->node_name[0] ? c->node_name : "unknown"), (int)getpid());
+
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    MV_INFO("agent.stopping", "signal=%s", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    rc = 0;
+    mv_dp_stop(a->dp);
+stop_bg:
+    pthread_mutex_lock(&a->mu);
+    a->stopping = 1;
+    pthread_cond_broadcast(&a->cv);
+    pthread_mutex_unlock(&a->mu);
+    pthread_join(a->bg, NULL);
+destroy_server:
+    mv_rpc_server_destroy(srv); /* ends every open watch before the service goes */
+    mv_agentsvc_destroy(svc);
+destroy_kube:
+    mv_kube_destroy(a->kube);
+close_store:
+    mv_segstore_close(a->store);
+destroy_sync:
+    pthread_cond_destroy(&a->cv);
+    pthread_mutex_destroy(&a->mu);
+    if (rc == 0)
+        MV_INFO("agent.stopped", "%s", "");
+free_opts:
+    free(a);
+    free(ovv);
+    free(ovk);
+    free(names);
+    free(lo);
+    return rc;
+}

@@ -1,0 +1,564 @@
+#!/usr/bin/python3
+"""The agent in Kubernetes mode against the stand-in kubelet and API server.
+
+Usage: test_k8s_agent.py BUILD_DIR SCENARIO      (SCENARIO "all" runs every one)
+Each scenario starts its own stand-ins and agent in a fresh temp dir and ends with
+"N passed, N failed". Exit 0 on success, 1 on failure, 77 when it cannot run here.
+"""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import urllib.request
+
+import grpc
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "e2e", "standins"))
+import protogen  # noqa: E402
+from fake_kubelet import FakeKubelet, KubeletError  # noqa: E402
+from fake_apiserver import FakeApiServer  # noqa: E402
+
+dp, dp_grpc, pr, pr_grpc = protogen.load()
+
+RES = "microview.io/metrics"
+PAGE = 4096
+PAGES = 16
+CONTAINER_PATH = "/var/run/microview"
+SKIP = 77
+
+PASSED = 0
+FAILED = 0
+
+
+class Skip(Exception):
+    pass
+
+
+def check(name, cond, detail=""):
+    global PASSED, FAILED
+    if cond:
+        PASSED += 1
+        print("PASS %s" % name)
+    else:
+        FAILED += 1
+        print("FAIL %s %s" % (name, detail))
+    sys.stdout.flush()
+    return cond
+
+
+def wait_until(pred, timeout=10.0, step=0.05):
+    """Polls pred until it is true or the time is up; returns its last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v or time.monotonic() >= deadline:
+            return v
+        time.sleep(step)
+
+
+class Env:
+    def __init__(self, build, **cfg):
+        self.build = build
+        self.bin = os.path.join(build, "bin")
+        self.tmp = tempfile.mkdtemp(prefix="mvk8s-", dir="/tmp")
+        self.plugin_dir = os.path.join(self.tmp, "dp")
+        self.podres_dir = os.path.join(self.tmp, "pr")
+        self.state = os.path.join(self.tmp, "state")
+        self.token = os.path.join(self.tmp, "token")
+        with open(self.token, "w") as f:
+            f.write("tok-1\n")
+        self.kubelet = FakeKubelet(self.plugin_dir, self.podres_dir).start()
+        self.api = FakeApiServer(self.token, os.path.join(self.tmp, "pods.json")).start()
+        self.cfg = {
+            "resource_name": RES,
+            "page_size": str(PAGE),
+            "pool_size": str(PAGE * PAGES),
+            "device_plugin_dir": self.plugin_dir,
+            "pod_resources_socket": os.path.join(self.podres_dir, "kubelet.sock"),
+            "api_server": self.api.url,
+            "token_file": self.token,
+            "ca_file": "",
+            "state_dir": self.state,
+            "gc_interval_ms": "200",
+            "gc_grace_ms": "500",
+            "identity_retry_ms": "300",
+            "api_timeout_ms": "2000",
+            "token_reread_seconds": "3600",
+        }
+        self.cfg.update({k: str(v) for k, v in cfg.items()})
+        self.agent = None
+        self.agent_runs = 0
+        self.procs = []
+
+    @property
+    def agent_sock(self):
+        return os.path.join(self.state, "agent.sock")
+
+    @property
+    def log_path(self):
+        return os.path.join(self.tmp, "agent.log")
+
+    def start_agent(self):
+        yaml_path = os.path.join(self.tmp, "agent.yaml")
+        with open(yaml_path, "w") as f:
+            f.write("# agent configuration for this test\n")
+            for k, v in self.cfg.items():
+                f.write("%s: %s\n" % (k, json.dumps(v)))
+        self.agent_runs += 1
+        log = open(self.log_path, "a")
+        self.agent = subprocess.Popen(
+            [os.path.join(self.bin, "microview-agent"), "--config", yaml_path,
+             "--node-name", "node-1"],
+            stdout=log, stderr=log)
+        log.close()
+        return self.agent
+
+    def stop_agent(self, sig=signal.SIGTERM):
+        if self.agent and self.agent.poll() is None:
+            self.agent.send_signal(sig)
+            try:
+                self.agent.wait(10)
+            except subprocess.TimeoutExpired:
+                self.agent.kill()
+                self.agent.wait()
+        rc = self.agent.returncode if self.agent else None
+        self.agent = None
+        return rc
+
+    def log(self):
+        try:
+            with open(self.log_path) as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def log_has(self, event):
+        return ("event=%s " % event) in self.log() or self.log().rstrip().endswith(
+            "event=%s" % event)
+
+    def catalog(self):
+        res = subprocess.run([os.path.join(self.bin, "microviewctl"), "list", "--agent",
+                              "unix:" + self.agent_sock, "--json"],
+                             capture_output=True, text=True, timeout=10)
+        if res.returncode != 0:
+            return None
+        return json.loads(res.stdout)
+
+    def put_pod(self, ns, name, labels=None, annotations=None):
+        self.api.put_pod({"namespace": ns, "name": name, "uid": "uid-" + name,
+                          "labels": labels or {}, "annotations": annotations or {},
+                          "nodeName": "node-1"})
+
+    def registered(self, count=1, timeout=10.0):
+        return self.kubelet.wait_registered(RES, count=count, timeout=timeout)
+
+    def ready(self, count=1, timeout=10.0):
+        """Registered and the device list received, as the kubelet needs before admitting."""
+        return self.registered(count, timeout) and self.kubelet.wait_devices(
+            RES, healthy=PAGES, timeout=timeout)
+
+    def spawn(self, args, **kw):
+        p = subprocess.Popen(args, **kw)
+        self.procs.append(p)
+        return p
+
+    def close(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        if self.agent is not None:
+            rc = self.stop_agent()
+            log = self.log()
+            check("agent stopped cleanly on SIGTERM (exit 0, no sanitizer report)",
+                  rc == 0 and "Sanitizer" not in log and "runtime error" not in log, rc)
+        self.kubelet.stop()
+        self.api.stop()
+        if FAILED:
+            sys.stdout.write("---- agent log ----\n" + self.log()[-6000:])
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def by_pod(cat, ns, pod, container=None):
+    for s in cat["segments"] if cat else []:
+        lab = s["labels"]
+        if lab.get("namespace") == ns and lab.get("pod") == pod and (
+                container is None or lab.get("container") == container):
+            return s
+    return None
+
+
+def seg_dir_of(alloc):
+    return alloc["response"]["mounts"][0]["host_path"]
+
+
+def envs_of(alloc):
+    return alloc["response"].get("envs", {})
+
+
+# ---- scenarios -------------------------------------------------------------------------
+
+
+def sc_register(env):
+    env.start_agent()
+    check("agent registers with the kubelet (GetDevicePluginOptions answered during Register)",
+          env.registered())
+    st = env.kubelet.state()
+    regs = [r for r in st["registrations"] if r["resource"] == RES]
+    check("registration accepted with version v1beta1",
+          regs and regs[0]["accepted"] and regs[0]["version"] == "v1beta1", regs)
+    opts = regs[0].get("plugin_options") or {} if regs else {}
+    check("plugin options ask for PreStartContainer", opts.get("pre_start_required") is True, opts)
+    check("all %d pages advertised healthy" % PAGES,
+          env.kubelet.wait_devices(RES, healthy=PAGES, timeout=10))
+    check("registered event logged", wait_until(lambda: env.log_has("dp.registered"), 5))
+    check("Agent service answers List in Kubernetes mode", env.catalog() is not None)
+
+
+def sc_allocate(env):
+    env.start_agent()
+    env.ready()
+    env.put_pod("team-a", "web-0")
+    a = env.kubelet.allocate("team-a", "web-0", "app", 2)
+    resp = a["response"]
+    mounts = resp.get("mounts", [])
+    check("one mount at the container path", len(mounts) == 1 and
+          mounts[0]["container_path"] == CONTAINER_PATH, mounts)
+    host = mounts[0]["host_path"] if mounts else ""
+    seg = os.path.join(host, "segment")
+    check("segment file exists in the mounted host directory", os.path.isfile(seg), seg)
+    check("segment size is 2 pages", os.path.isfile(seg) and os.path.getsize(seg) == 2 * PAGE)
+    envs = envs_of(a)
+    check("env MICROVIEW_SEGMENT points inside the container path",
+          envs.get("MICROVIEW_SEGMENT") == CONTAINER_PATH + "/segment", envs)
+    check("env MICROVIEW_SEGMENT_SIZE is the size", envs.get("MICROVIEW_SEGMENT_SIZE") ==
+          str(2 * PAGE), envs)
+    check("host directory is under the state dir", host.startswith(env.state + "/"), host)
+    check("allocated event logged", wait_until(lambda: env.log_has("dp.allocated"), 5))
+    with open(seg, "rb") as f:
+        data = f.read()
+    check("segment is formatted (header written)", any(data[:64]))
+    check("segment's tail is zero", not any(data[PAGE:]))
+
+
+def sc_prestart(env):
+    env.start_agent()
+    env.ready()
+    env.put_pod("team-a", "web-0", labels={"app": "checkout"},
+                annotations={"microview.io/labels": "app=checkout, tier=web,bad-name=x,pod=evil"})
+    a = env.kubelet.allocate("team-a", "web-0", "app", 1)
+    check("PreStartContainer was called", a["prestart"] is True)
+    cat = env.catalog()
+    s = by_pod(cat, "team-a", "web-0", "app")
+    check("catalog entry has namespace/pod/container", s is not None, cat)
+    lab = s["labels"] if s else {}
+    check("annotation labels app and tier present",
+          lab.get("app") == "checkout" and lab.get("tier") == "web", lab)
+    check("invalid and reserved annotation entries ignored",
+          "bad-name" not in lab and lab.get("pod") == "web-0", lab)
+    check("invalid annotation entry logged", wait_until(lambda: env.log_has("identity.annotation_label_ignored"), 5))
+    check("prestart mapping logged", wait_until(lambda: env.log_has("prestart.mapped"), 5))
+    check("catalog path is the mounted segment",
+          s and s["path"] == os.path.join(seg_dir_of(a), "segment"), s)
+    rev = cat["revision"]
+    env.kubelet.restart_container("team-a", "web-0", "app")
+    cat2 = env.catalog()
+    check("container restart: PreStart is idempotent (same labels, same revision)",
+          cat2["revision"] == rev and by_pod(cat2, "team-a", "web-0", "app") == s,
+          (rev, cat2))
+    # API-server token rotation: the new token is picked up after a 401.
+    with open(env.token, "w") as f:
+        f.write("tok-2\n")
+    env.put_pod("team-b", "api-0", annotations={"microview.io/labels": "tier=api"})
+    env.kubelet.allocate("team-b", "api-0", "srv", 1)
+    s2 = by_pod(env.catalog(), "team-b", "api-0", "srv")
+    check("rotated token is re-read (labels complete after rotation)",
+          s2 is not None and s2["labels"].get("tier") == "api", s2)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def fetch(url):
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return r.read().decode()
+    except OSError:
+        return ""
+
+
+def sc_writer(env):
+    if os.geteuid() != 0:
+        raise Skip("needs root for unshare --mount and bind mounts")
+    if not shutil.which("unshare"):
+        raise Skip("unshare (util-linux) not installed")
+    env.start_agent()
+    env.ready()
+    env.put_pod("team-a", "web-0", annotations={"microview.io/labels": "app=checkout"})
+    a = env.kubelet.allocate("team-a", "web-0", "app", 4)
+    envs = envs_of(a)
+    host = seg_dir_of(a)
+    port = free_port()
+    clog = open(os.path.join(env.tmp, "collector.log"), "w")
+    env.spawn([os.path.join(env.bin, "microview-collector"), "--agent", "unix:" + env.agent_sock,
+               "--listen", "127.0.0.1:%d" % port, "--tick-ms", "20"], stdout=clog, stderr=clog)
+    # The container: its own mount namespace, a private /run, the segment directory
+    # bind-mounted at the container path, and exactly the env the kubelet was given.
+    script = ('set -e; mount -t tmpfs mvk8s /run; mkdir -p "$CPATH"; '
+              'mount --bind "$HOSTDIR" "$CPATH"; '
+              'exec "$CTL" gen --segment "$MICROVIEW_SEGMENT" --rate 200 --counters 1 '
+              '--gauges 1 --histograms 0')
+    cenv = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "CPATH": "/run/microview",
+            "HOSTDIR": host, "CTL": os.path.join(env.bin, "microviewctl")}
+    cenv.update(envs)
+    wlog = open(os.path.join(env.tmp, "writer.log"), "w")
+    w = env.spawn(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+                  env=cenv, stdout=wlog, stderr=wlog)
+    url = "http://127.0.0.1:%d/metrics" % port
+    want = 'container="app"'
+
+    def served():
+        body = fetch(url)
+        return [ln for ln in body.splitlines()
+                if ln.startswith("gen_") and want in ln and 'namespace="team-a"' in ln and
+                'pod="web-0"' in ln and 'app="checkout"' in ln]
+
+    lines = wait_until(served, timeout=15)
+    check("writer in its own mount namespace is running", w.poll() is None,
+          open(os.path.join(env.tmp, "writer.log")).read()[-2000:])
+    check("collector serves the writer's metrics with namespace/pod/container labels",
+          bool(lines), fetch(url)[-2000:])
+
+
+def sc_kubelet_restart(env):
+    env.start_agent()
+    env.ready()
+    env.put_pod("team-a", "web-0")
+    env.kubelet.allocate("team-a", "web-0", "app", 1)
+    before = env.catalog()
+    out = env.kubelet.restart(timeout=10)
+    check("re-registered after the kubelet restart", out["seconds"] is not None, out)
+    check("re-registration took at most 1 s", out["seconds"] is not None and
+          out["seconds"] <= 1.0, out)
+    check("re-registered event logged", wait_until(lambda: env.log_has("dp.reregistered"), 5))
+    check("devices healthy again", env.kubelet.wait_devices(RES, healthy=PAGES, timeout=5))
+    check("segments kept across the kubelet restart", env.catalog() == before)
+    a = env.kubelet.allocate("team-a", "web-1", "app", 1)
+    check("allocation works after the restart", bool(a["response"].get("mounts")))
+    # A second restart, to be sure the watcher is re-armed.
+    out2 = env.kubelet.restart(timeout=10)
+    check("second kubelet restart re-registered within 1 s",
+          out2["seconds"] is not None and out2["seconds"] <= 1.0, out2)
+
+
+def inode(path):
+    try:
+        return os.stat(path).st_ino
+    except OSError:
+        return None
+
+
+def sc_agent_kill(env):
+    env.start_agent()
+    env.ready()
+    env.put_pod("team-a", "web-0", annotations={"microview.io/labels": "app=checkout"})
+    env.put_pod("team-a", "web-1")
+    a = env.kubelet.allocate("team-a", "web-0", "app", 2)
+    env.kubelet.allocate("team-a", "web-1", "app", 1)
+    seg = os.path.join(seg_dir_of(a), "segment")
+    wlog = open(os.path.join(env.tmp, "writer.log"), "w")
+    w = env.spawn([os.path.join(env.bin, "microviewctl"), "gen", "--segment", seg, "--rate", "200",
+                   "--counters", "1", "--gauges", "0", "--histograms", "0"],
+                  stdout=wlog, stderr=wlog)
+    wait_until(lambda: any(open(seg, "rb").read()[PAGE // 2:]), 5)
+    before = env.catalog()
+    ino = inode(seg)
+    env.agent.kill()
+    env.agent.wait()
+    data1 = open(seg, "rb").read()
+    env.start_agent()
+    check("agent re-registers after kill -9", env.registered(count=2, timeout=10))
+    after = wait_until(env.catalog, 10)
+    check("catalog rebuilt exactly (ids, sizes, labels, paths, revision)", after == before,
+          (before, after))
+    check("segment file untouched (same inode)", inode(seg) == ino)
+    check("writer unaffected (still running)", w.poll() is None)
+    check("writer keeps writing into the same segment",
+          wait_until(lambda: open(seg, "rb").read() != data1, 5))
+    check("catalog loaded from the state dir", wait_until(lambda: env.log_has("catalog.loaded"), 5))
+    env.kubelet.restart_container("team-a", "web-0", "app")
+    check("PreStart after the agent restart keeps identity",
+          by_pod(env.catalog(), "team-a", "web-0", "app") == by_pod(before, "team-a", "web-0",
+                                                                      "app"))
+
+
+def pool_used(env):
+    """(used, total) from the last pool numbers the agent logged."""
+    used = total = None
+    for ln in env.log().splitlines():
+        if "pool_used=" in ln:
+            kv = dict(p.split("=", 1) for p in ln.split() if "=" in p)
+            used, total = int(kv["pool_used"]), int(kv["pool_total"])
+    return used, total
+
+
+def sc_gc(env):
+    env.start_agent()
+    env.ready()
+    env.put_pod("team-a", "web-0")
+    a = env.kubelet.allocate("team-a", "web-0", "app", 4)
+    d = seg_dir_of(a)
+    seg = os.path.join(d, "segment")
+    with open(seg, "r+b") as f:  # the tenant's bytes
+        f.seek(PAGE)
+        f.write(b"\xAA" * (3 * PAGE))
+    env.kubelet.remove_pod("team-a", "web-0")
+    check("segment collected after its pod is gone",
+          wait_until(lambda: by_pod(env.catalog(), "team-a", "web-0") is None and
+                     not env.catalog()["segments"], 10), env.catalog())
+    check("segment directory unlinked", not os.path.exists(d))
+    check("collected event logged", wait_until(lambda: env.log_has("segment.collected"), 5))
+    check("pages back in the pool", pool_used(env) == (0, PAGES), pool_used(env))
+    env.put_pod("team-a", "web-2")
+    b = env.kubelet.allocate("team-a", "web-2", "app", PAGES)
+    seg2 = os.path.join(seg_dir_of(b), "segment")
+    data = open(seg2, "rb").read()
+    check("the whole pool can be allocated again", len(data) == PAGES * PAGE)
+    nz = next((i for i in range(PAGE, len(data)) if data[i]), None)
+    check("reused pages are zeroed (no previous tenant's bytes)",
+          b"\xAA" not in data and nz is None,
+          "first nonzero byte at %s: %r" % (nz, data[nz:nz + 16] if nz is not None else b""))
+    # Re-allocation before GC ran: the stale segment is collected during Allocate.
+    env.kubelet.remove_pod("team-a", "web-2")
+    with open(seg2, "r+b") as f:
+        f.seek(PAGE)
+        f.write(b"\xBB" * PAGE)
+    env.put_pod("team-a", "web-3")
+    c = env.kubelet.allocate("team-a", "web-3", "app", 2)
+    data3 = open(os.path.join(seg_dir_of(c), "segment"), "rb").read()
+    check("immediate re-allocation gets a fresh zeroed segment", b"\xBB" not in data3 and
+          not any(data3[PAGE:]) and seg_dir_of(c) != seg_dir_of(b))
+
+
+def sc_pool(env):
+    env.start_agent()
+    env.ready()
+    env.put_pod("team-a", "big-0")
+    a = env.kubelet.allocate("team-a", "big-0", "app", PAGES)
+    check("whole pool allocated", len(a["devices"]) == PAGES)
+    try:
+        env.kubelet.allocate("team-a", "big-1", "app", 1)
+        refused = None
+    except KubeletError as e:
+        refused = str(e)
+    check("kubelet refuses a container when the pool is exhausted", refused is not None and
+          "0 healthy and free" in refused, refused)
+    # The kubelet never hands out held devices; a request for them anyway is refused
+    # by the agent with a message the kubelet would surface.
+    ch = grpc.insecure_channel("unix:" + os.path.join(env.plugin_dir, "microview.sock"))
+    stub = dp_grpc.DevicePluginStub(ch)
+    try:
+        stub.Allocate(dp.AllocateRequest(container_requests=[
+            dp.ContainerAllocateRequest(devices_ids=[a["devices"][0]])]), timeout=10)
+        err = None
+    except grpc.RpcError as e:
+        err = e
+    check("Allocate of held pages refused with RESOURCE_EXHAUSTED",
+          err is not None and err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED,
+          err and err.code())
+    check("refusal message names the holder", err is not None and
+          "still held by team-a/big-0/app" in (err.details() or ""), err and err.details())
+    try:
+        stub.Allocate(dp.AllocateRequest(container_requests=[
+            dp.ContainerAllocateRequest(devices_ids=["page-99999"])]), timeout=10)
+        err2 = None
+    except grpc.RpcError as e:
+        err2 = e
+    check("unknown device ID refused with INVALID_ARGUMENT",
+          err2 is not None and err2.code() == grpc.StatusCode.INVALID_ARGUMENT)
+    check("refusal logged", wait_until(lambda: env.log_has("dp.allocate_refused"), 5))
+    ch.close()
+
+
+def sc_api_down(env):
+    env.start_agent()
+    env.ready()
+    env.put_pod("team-a", "web-0", annotations={"microview.io/labels": "app=checkout"})
+    env.api.set_unavailable(503)
+    env.kubelet.allocate("team-a", "web-0", "app", 1)
+    s = by_pod(env.catalog(), "team-a", "web-0", "app")
+    check("API down: identity falls back to PodResources labels", s is not None and
+          "app" not in s["labels"], s)
+    check("API failure logged", wait_until(lambda: env.log_has("identity.api_unavailable"), 5))
+    env.api.set_unavailable(0)
+    got = wait_until(lambda: (by_pod(env.catalog(), "team-a", "web-0", "app") or {}).get(
+        "labels", {}).get("app") == "checkout", 10)
+    check("labels filled in once the API answers", got, env.catalog())
+    # PodResources down as well: device-level labels, then the full identity.
+    env.kubelet._stop_servers()
+    env.put_pod("team-a", "web-1", annotations={"microview.io/labels": "app=search"})
+    ch = grpc.insecure_channel("unix:" + os.path.join(env.plugin_dir, "microview.sock"))
+    stub = dp_grpc.DevicePluginStub(ch)
+    stub.Allocate(dp.AllocateRequest(container_requests=[
+        dp.ContainerAllocateRequest(devices_ids=["page-7"])]), timeout=10)
+    stub.PreStartContainer(dp.PreStartContainerRequest(devices_ids=["page-7"]), timeout=30)
+    cat = env.catalog()
+    devs = [x for x in cat["segments"] if x["labels"].get("device") == "page-7"]
+    check("PodResources down: segment labelled by device", len(devs) == 1, cat)
+    ch.close()
+
+
+SCENARIOS = {
+    "register": sc_register,
+    "allocate": sc_allocate,
+    "prestart": sc_prestart,
+    "writer": sc_writer,
+    "kubelet_restart": sc_kubelet_restart,
+    "agent_kill": sc_agent_kill,
+    "gc": sc_gc,
+    "pool": sc_pool,
+    "api_down": sc_api_down,
+}
+
+
+def main():
+    if len(sys.argv) != 3 or (sys.argv[2] not in SCENARIOS and sys.argv[2] != "all"):
+        print("usage: %s BUILD_DIR {%s|all}" % (sys.argv[0], "|".join(SCENARIOS)))
+        return 2
+    build = os.path.abspath(sys.argv[1])
+    names = list(SCENARIOS) if sys.argv[2] == "all" else [sys.argv[2]]
+    skipped = 0
+    for name in names:
+        print("== %s" % name)
+        env = Env(build)
+        try:
+            SCENARIOS[name](env)
+        except Skip as e:
+            print("SKIPPED %s: %s" % (name, e))
+            skipped += 1
+        except Exception:
+            check("scenario %s ran without an exception" % name, False, traceback.format_exc())
+        finally:
+            env.close()
+    print("%d passed, %d failed" % (PASSED, FAILED))
+    if FAILED:
+        return 1
+    return SKIP if skipped and not PASSED else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
