@@ -12,8 +12,12 @@
 #include "agent.h"
 #include "mv_agentsvc.h"
 #include "mv_log.h"
+#include "mv_rdma.h"
+#include "mv_rdmax.h"
 #include "mv_rpc.h"
 #include "mv_segstore.h"
+
+#define RDMA_DEFAULT_PORT 7471 /* rdma_cm port of --rdma-listen without :PORT */
 
 static void usage(FILE *f)
 {
@@ -26,8 +30,66 @@ static void usage(FILE *f)
             "  --listen HOST:PORT       also listen on TCP (default: off)\n"
             "  --max-segment-size BYTES largest segment handed out (default %u)\n"
             "  --reap-interval-ms MS    owner liveness check period (default 2000)\n"
-            "  --log-level LEVEL        debug, info, warn or error (default info)\n",
-            MV_SEGSTORE_DEFAULT_DIR, MV_SEGSTORE_DEFAULT_MAX_SIZE);
+            "  --log-level LEVEL        debug, info, warn or error (default info)\n"
+            "RDMA (remote collectors):\n"
+            "  --rdma-listen IP:PORT    register segments for RDMA READ; rdma_cm listener on\n"
+            "                           IP (an address of the RDMA netdev), PORT (default %u)\n"
+            "  --token-file PATH        shared secret: collectors present it on the rdma_cm\n"
+            "                           connect and on every TCP control-plane call\n"
+            "  --require-rdma           fail segment creation (and start-up) without RDMA\n",
+            MV_SEGSTORE_DEFAULT_DIR, MV_SEGSTORE_DEFAULT_MAX_SIZE, RDMA_DEFAULT_PORT);
+}
+
+static int parse_u64(const char *s, uint64_t *out);
+
+/* ---- RDMA flags ---------------------------------------------------------------- */
+
+typedef struct rdma_flags {
+    const char *listen;     /* --rdma-listen IP[:PORT] */
+    const char *token_file; /* --token-file */
+    int require;            /* --require-rdma */
+    char ip[64];
+    uint16_t port;
+    char token[MV_RDMA_TOKEN_MAX + 1];
+} rdma_flags;
+
+/* Validates the RDMA flags and loads the token. Returns 0 or -1 (message printed). */
+static int rdma_flags_check(rdma_flags *r, const char *tcp_listen)
+{
+    char err[256];
+    if (r->require && !r->listen) {
+        fprintf(stderr, "microview-agent: --require-rdma needs --rdma-listen\n");
+        return -1;
+    }
+    if (r->listen && !r->token_file) {
+        fprintf(stderr, "microview-agent: --rdma-listen needs --token-file "
+                        "(collectors must present the shared token)\n");
+        return -1;
+    }
+    if (tcp_listen && !r->token_file)
+        fprintf(stderr,
+                "microview-agent: warning: --listen without --token-file: anyone who "
+                "reaches %s can create and release segments\n",
+                tcp_listen);
+    if (r->token_file &&
+        mv_rdma_token_load(r->token_file, r->token, sizeof r->token, err, sizeof err) < 0) {
+        fprintf(stderr, "microview-agent: --token-file: %s\n", err);
+        return -1;
+    }
+    if (!r->listen)
+        return 0;
+    const char *colon = strrchr(r->listen, ':');
+    size_t iplen = colon ? (size_t)(colon - r->listen) : strlen(r->listen);
+    uint64_t port = RDMA_DEFAULT_PORT;
+    if (iplen == 0 || iplen >= sizeof r->ip ||
+        (colon && (parse_u64(colon + 1, &port) || port > 65535))) {
+        fprintf(stderr, "microview-agent: --rdma-listen wants IP[:PORT], got %s\n", r->listen);
+        return -1;
+    }
+    memcpy(r->ip, r->listen, iplen);
+    r->ip[iplen] = 0;
+    r->port = (uint16_t)port;
+    return 0;
 }
 
 static int parse_u64(const char *s, uint64_t *out)
@@ -49,7 +111,19 @@ int main(int argc, char **argv)
             standalone_flag = 1;
     if (!standalone_flag)
         return agent_k8s_main(argc, argv);
-    enum { O_STANDALONE = 1, O_DIR, O_SOCKET, O_LISTEN, O_MAXSIZE, O_REAP, O_LOGLEVEL, O_HELP };
+    enum {
+        O_STANDALONE = 1,
+        O_DIR,
+        O_SOCKET,
+        O_LISTEN,
+        O_MAXSIZE,
+        O_REAP,
+        O_LOGLEVEL,
+        O_HELP,
+        O_RDMA_LISTEN,
+        O_TOKEN_FILE,
+        O_REQUIRE_RDMA
+    };
     static const struct option longopts[] = {
         {"standalone", no_argument, NULL, O_STANDALONE},
         {"dir", required_argument, NULL, O_DIR},
@@ -59,6 +133,9 @@ int main(int argc, char **argv)
         {"reap-interval-ms", required_argument, NULL, O_REAP},
         {"log-level", required_argument, NULL, O_LOGLEVEL},
         {"help", no_argument, NULL, O_HELP},
+        {"rdma-listen", required_argument, NULL, O_RDMA_LISTEN},
+        {"token-file", required_argument, NULL, O_TOKEN_FILE},
+        {"require-rdma", no_argument, NULL, O_REQUIRE_RDMA},
         {NULL, 0, NULL, 0},
     };
     int standalone = 0;
@@ -66,6 +143,7 @@ int main(int argc, char **argv)
     const char *dir = MV_SEGSTORE_DEFAULT_DIR, *sock = NULL, *tcp_listen = NULL;
     uint64_t max_size = 0, reap_ms = 0;
     mv_log_level level = MV_LOG_INFO;
+    rdma_flags rf = {0};
     int opt;
     while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (opt) {
@@ -100,6 +178,15 @@ int main(int argc, char **argv)
                 return 2;
             }
             break;
+        case O_RDMA_LISTEN:
+            rf.listen = optarg;
+            break;
+        case O_TOKEN_FILE:
+            rf.token_file = optarg;
+            break;
+        case O_REQUIRE_RDMA:
+            rf.require = 1;
+            break;
         case O_HELP:
         case 'h':
             usage(stdout);
@@ -113,6 +200,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "microview-agent: unexpected argument %s\n", argv[optind]);
         return 2;
     }
+    if (rdma_flags_check(&rf, tcp_listen) < 0)
+        return 2;
     mv_log_init("agent", level);
 
     /* Signals are taken synchronously by the main thread; block them before any
@@ -124,6 +213,7 @@ int main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 
     int rc = 1;
+    mv_rdmax *rdmax = NULL;
     char sockbuf[4096];
     if (!sock) {
         snprintf(sockbuf, sizeof sockbuf, "%s/agent.sock", dir);
@@ -142,6 +232,22 @@ int main(int argc, char **argv)
     mv_agentsvc *svc;
     if (mv_agentsvc_register(srv, store, &svc) < 0)
         goto destroy_server;
+    /* RDMA export and control-plane token (optional). */
+    if (rf.token[0] && mv_rpc_server_set_token(srv, rf.token) < 0)
+        goto destroy_svc;
+    if (rf.listen) {
+        char err[256];
+        mv_rdmax_opts xo = {.bind_ip = rf.ip, .port = rf.port, .token = rf.token};
+        if (mv_rdmax_create(&xo, store, &rdmax, err, sizeof err) < 0) {
+            mv_log(rf.require ? MV_LOG_ERROR : MV_LOG_WARN, "rdma.unavailable",
+                   "listen=%s error=%s segments=%s", mv_log_q(rf.listen), mv_log_q(err),
+                   rf.require ? "refused_require_rdma" : "shm_only");
+            if (rf.require)
+                goto destroy_svc;
+        } else {
+            mv_agentsvc_set_rdma(svc, mv_rdmax_lookup, rdmax, rf.require);
+        }
+    }
     int port = 0;
     if (mv_rpc_server_listen(srv, unixaddr) < 0 ||
         (tcp_listen && (port = mv_rpc_server_listen(srv, tcp_listen)) < 0))
@@ -159,6 +265,7 @@ int main(int argc, char **argv)
 destroy_svc:
     mv_rpc_server_destroy(srv); /* ends every open watch before the service goes */
     srv = NULL;
+    mv_rdmax_destroy(rdmax); /* revokes every rkey */
     mv_agentsvc_destroy(svc);
 destroy_server:
     mv_rpc_server_destroy(srv);

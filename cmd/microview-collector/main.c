@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "mv_collect.h"
@@ -14,9 +15,13 @@
 #include "mv_expo.h"
 #include "mv_httpd.h"
 #include "mv_log.h"
+#include "mv_rdma.h"
+#include "verbs.h"
 
 #define DEFAULT_AGENT "unix:/run/microview/agent.sock"
 #define MAX_STATIC    256
+#define MAX_AGENTS    64
+#define RDMA_PORT     7471 /* the agent's default --rdma-listen port */
 
 static volatile sig_atomic_t g_stop;
 
@@ -31,14 +36,20 @@ typedef struct app {
     size_t body_cap;
     mv_export_stats export_stats; /* under render_mu */
     pthread_mutex_t render_mu;
+    verbs_agents *verbs; /* --transport verbs only */
 } app;
 
 static void usage(FILE *f)
 {
     fprintf(f,
             "usage: microview-collector [options]\n"
-            "  --transport shm          how segments are read (shm: same host; default)\n"
-            "  --agent TARGET           follow this agent's catalog (default " DEFAULT_AGENT ")\n"
+            "  --transport shm|verbs    how segments are read (shm: same host, default;\n"
+            "                           verbs: RDMA READ from remote agents)\n"
+            "  --agent TARGET           follow this agent's catalog (default " DEFAULT_AGENT ");\n"
+            "                           with verbs: IP:PORT of an agent's --listen, repeatable\n"
+            "  --rdma-token-file PATH   verbs: the agents' shared token (their --token-file)\n"
+            "  --rdma-port N            verbs: the agents' rdma_cm port (default 7471)\n"
+            "  --rdma-src-ip IP         verbs: local address for RDMA (default: routed)\n"
             "  --no-agent               do not follow an agent (use --segment only)\n"
             "  --segment PATH[,k=v...]  also read this segment file, with identity labels\n"
             "  --listen HOST:PORT       HTTP address for /metrics (default 0.0.0.0:9469)\n"
@@ -118,6 +129,8 @@ static int h_metrics(void *arg, const mv_httpd_request *req, mv_httpd_response *
         return respond_text(resp, 503, "out of memory\n");
     }
     pthread_mutex_lock(&a->render_mu);
+    if (a->verbs) /* RDMA read statistics first: mv_export_render finishes the body */
+        verbs_agents_render(a->verbs, e, snap);
     int rc = mv_export_render(e, snap, &a->export_stats);
     pthread_mutex_unlock(&a->render_mu);
     mv_coll_snap_free(snap);
@@ -195,6 +208,9 @@ static int add_static(app *a, char *spec)
 int main(int argc, char **argv)
 {
     const char *agent = DEFAULT_AGENT, *listen = "0.0.0.0:9469", *transport = "shm";
+    const char *agents[MAX_AGENTS], *rdma_token_file = NULL, *rdma_src_ip = NULL;
+    size_t nagents = 0;
+    unsigned long rdma_port = RDMA_PORT;
     char *statics[MAX_STATIC];
     size_t nstatic = 0;
     unsigned long v;
@@ -214,6 +230,9 @@ int main(int argc, char **argv)
                                          {"max-body-bytes", required_argument, 0, 'B'},
                                          {"log-level", required_argument, 0, 'L'},
                                          {"help", no_argument, 0, 'h'},
+                                         {"rdma-token-file", required_argument, 0, 'K'},
+                                         {"rdma-port", required_argument, 0, 'P'},
+                                         {"rdma-src-ip", required_argument, 0, 'S'},
                                          {0, 0, 0, 0}};
     while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (opt) {
@@ -222,6 +241,23 @@ int main(int argc, char **argv)
             break;
         case 'a':
             agent = optarg;
+            if (nagents == MAX_AGENTS) {
+                fprintf(stderr, "microview-collector: at most %d --agent\n", MAX_AGENTS);
+                return 2;
+            }
+            agents[nagents++] = optarg;
+            break;
+        case 'K':
+            rdma_token_file = optarg;
+            break;
+        case 'P':
+            if (parse_ulong(optarg, 1, 65535, &rdma_port)) {
+                fprintf(stderr, "microview-collector: --rdma-port must be 1..65535\n");
+                return 2;
+            }
+            break;
+        case 'S':
+            rdma_src_ip = optarg;
             break;
         case 'N':
             agent = NULL;
@@ -276,10 +312,30 @@ int main(int argc, char **argv)
         return 2;
     }
     mv_log_init("collector", level);
-    if (strcmp(transport, "shm") != 0) {
-        fprintf(stderr, "microview-collector: transport '%s' is not available (use shm)\n",
+    /* --transport verbs: remote agents over TCP + RDMA, instead of a local agent. */
+    int verbs = strcmp(transport, "verbs") == 0;
+    char rdma_token[MV_RDMA_TOKEN_MAX + 1] = "";
+    if (!verbs && strcmp(transport, "shm") != 0) {
+        fprintf(stderr, "microview-collector: transport '%s' is not available (shm or verbs)\n",
                 transport);
         return 2;
+    }
+    if (!verbs && nagents > 1) {
+        fprintf(stderr, "microview-collector: several --agent need --transport verbs\n");
+        return 2;
+    }
+    if (verbs) {
+        char err[256];
+        if (nagents == 0 || !rdma_token_file) {
+            fprintf(stderr, "microview-collector: --transport verbs needs --agent IP:PORT "
+                            "(repeatable) and --rdma-token-file\n");
+            return 2;
+        }
+        if (mv_rdma_token_load(rdma_token_file, rdma_token, sizeof rdma_token, err, sizeof err)) {
+            fprintf(stderr, "microview-collector: --rdma-token-file: %s\n", err);
+            return 2;
+        }
+        agent = NULL; /* the verbs agents replace the shm catalog watch */
     }
 
     char host[256];
@@ -341,18 +397,38 @@ int main(int argc, char **argv)
             goto destroy_httpd;
         }
     }
-    MV_INFO("collector.started", "transport=%s listen=%s:%u tick_ms=%.3f agent=%s statics=%zu",
-            transport, host, mv_httpd_port(httpd), co.tick_us / 1000.0,
-            agent ? mv_log_q(agent) : "none", nstatic);
-    while (!g_stop)
-        pause();
+    if (verbs) {
+        verbs_opts vo = {.targets = agents,
+                         .ntargets = nagents,
+                         .token = rdma_token,
+                         .rdma_port = (uint16_t)rdma_port,
+                         .src_ip = rdma_src_ip};
+        if (verbs_agents_create(&vo, a.coll, &a.verbs) != 0)
+            goto destroy_disc;
+    }
+    MV_INFO("collector.started",
+            "transport=%s listen=%s:%u tick_ms=%.3f agent=%s agents=%zu statics=%zu", transport,
+            host, mv_httpd_port(httpd), co.tick_us / 1000.0, agent ? mv_log_q(agent) : "none",
+            verbs ? nagents : (size_t)(agent != NULL), nstatic);
+    while (!g_stop) {
+        if (a.verbs) {
+            struct timespec ts = {0, 500 * 1000000L};
+            nanosleep(&ts, NULL);
+            verbs_agents_poll(a.verbs);
+        } else {
+            pause();
+        }
+    }
     MV_INFO("collector.stopping", "%s", "");
     rc = 0;
+destroy_disc:
+    verbs_agents_stop(a.verbs);
     mv_disc_destroy(disc);
 destroy_httpd:
     mv_httpd_destroy(httpd);
 destroy_coll:
     mv_coll_destroy(a.coll);
+    verbs_agents_destroy(a.verbs); /* after the table: its sources used the connections */
     pthread_mutex_destroy(&a.render_mu);
     return rc;
 }

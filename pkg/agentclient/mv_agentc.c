@@ -76,6 +76,11 @@ void mv_agentc_close(mv_agentc *c)
     free(c);
 }
 
+int mv_agentc_set_token(mv_agentc *c, const char *token)
+{
+    return mv_rpc_channel_set_token(c->ch, token);
+}
+
 void mv_agentc_set_timeout(mv_agentc *c, int timeout_ms)
 {
     c->timeout_ms = timeout_ms;
@@ -102,6 +107,10 @@ static int status_err(mv_agentc *c, const char *what, const mv_rpc_status *st)
     case MV_RPC_DEADLINE_EXCEEDED:
         set_err(c, "%s: no answer from the agent at %s in time", what, c->target);
         return -ETIMEDOUT;
+    case MV_RPC_UNAUTHENTICATED:
+    case MV_RPC_PERMISSION_DENIED:
+        set_err(c, "%s refused by the agent at %s: %s", what, c->target, st->message);
+        return -EACCES;
     case MV_RPC_UNIMPLEMENTED:
         set_err(c, "%s: the agent at %s does not implement it (version mismatch?)", what,
                 c->target);
@@ -178,6 +187,11 @@ static int from_msg(const Microview__V1__Segment *m, uint64_t revision, mv_agent
     out->owner_pid = m->owner_pid;
     out->created_ns = m->created_unix_ns;
     out->revision = revision;
+    out->rdma_addr = m->rdma_addr;
+    out->rdma_rkey = m->rdma_rkey;
+    out->rdma_length = m->rdma_length;
+    out->layout_version = m->layout_version;
+    out->rdma_readable = m->rdma_readable ? 1 : 0;
     if (!out->id || !out->path)
         goto nomem;
     if (m->n_labels) {

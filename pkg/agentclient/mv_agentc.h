@@ -32,6 +32,12 @@ typedef struct mv_agentc_segment {
     size_t nlabels;
     mv_agentc_label *labels;
     uint64_t revision; /* catalog revision of the event or reply that carried it */
+    /* RDMA: valid when rdma_readable is nonzero (the agent registered the segment). */
+    uint64_t rdma_addr;
+    uint32_t rdma_rkey;
+    uint64_t rdma_length;
+    uint32_t layout_version;
+    int rdma_readable;
 } mv_agentc_segment;
 
 /* Opens a client for `target` ("unix:/run/microview/agent.sock", a bare absolute
@@ -42,12 +48,17 @@ void mv_agentc_close(mv_agentc *c); /* NULL-safe */
 /* Human-readable reason of the last failure on this handle ("" if none). */
 const char *mv_agentc_error(const mv_agentc *c);
 
+/* Sends `token` (copied) as "authorization: Bearer <token>" with every call, as
+ * an agent's TCP listener requires. Before the first call. 0, -EINVAL, -ENOMEM. */
+int mv_agentc_set_token(mv_agentc *c, const char *token);
+
 /* Per-call deadline for unary calls (default 5000 ms). */
 void mv_agentc_set_timeout(mv_agentc *c, int timeout_ms);
 
 /* The calls below return 0 or a negative errno mapped from the gRPC status:
  * -ECONNREFUSED (agent not reachable), -EINVAL (bad argument), -ENOENT (unknown
- * id), -ENOSPC (out of resources), -ETIMEDOUT, -EPROTO (bad reply), -EIO. */
+ * id), -ENOSPC (out of resources), -ETIMEDOUT, -EPROTO (bad reply), -EACCES
+ * (missing or wrong token), -EIO. */
 
 /* label_kv: name0, value0, name1, value1, ... (2 * nlabels strings). */
 int mv_agentc_create(mv_agentc *c, uint64_t size, uint32_t owner_pid, const char *const *label_kv,

@@ -13,6 +13,9 @@
 
 struct mv_agentsvc {
     mv_segstore *store;
+    mv_agentsvc_rdma_fn rdma_fn; /* NULL: no RDMA exporter */
+    void *rdma_arg;
+    int rdma_require;
 };
 
 /* A Segment message view over a store segment (borrows its strings). */
@@ -39,6 +42,23 @@ static void seg_to_msg(const mv_segstore_seg *s, seg_msg *out)
     }
     out->m.n_labels = n;
     out->m.labels = n ? out->labp : NULL;
+}
+
+/* Adds the RDMA exporter's view of the segment, if there is an exporter. */
+static void seg_rdma(const mv_agentsvc *svc, const mv_segstore_seg *s, int may_register,
+                     seg_msg *out)
+{
+    mv_agentsvc_rdma_info ri;
+    if (!svc->rdma_fn)
+        return;
+    memset(&ri, 0, sizeof ri);
+    if (svc->rdma_fn(svc->rdma_arg, s, may_register, &ri) < 0 || !ri.readable)
+        return;
+    out->m.rdma_addr = ri.addr;
+    out->m.rdma_rkey = ri.rkey;
+    out->m.rdma_length = ri.length;
+    out->m.layout_version = ri.layout_version;
+    out->m.rdma_readable = 1;
 }
 
 static int code_for(int err)
@@ -88,8 +108,23 @@ static void on_create(void *arg, mv_rpc_call *call, const uint8_t *req, size_t l
         mv_rpc_reply_error(call, code_for(rc), err);
         goto free_req;
     }
+    if (svc->rdma_fn && svc->rdma_require) {
+        mv_agentsvc_rdma_info ri;
+        memset(&ri, 0, sizeof ri);
+        if (svc->rdma_fn(svc->rdma_arg, &seg, 0, &ri) < 0 || !ri.readable) {
+            char msg[320];
+            snprintf(msg, sizeof msg, "segment not RDMA-readable and --require-rdma is set: %s",
+                     ri.reason[0] ? ri.reason : "unknown reason");
+            MV_WARN("segment.create_failed", "id=%s err=%s", seg.id, mv_log_q(msg));
+            mv_segstore_release(svc->store, seg.id);
+            mv_rpc_reply_error(call, MV_RPC_FAILED_PRECONDITION, msg);
+            mv_segstore_seg_clear(&seg);
+            goto free_req;
+        }
+    }
     seg_msg m;
     seg_to_msg(&seg, &m);
+    seg_rdma(svc, &seg, 0, &m);
     mv_rpc_reply_msg(call, &m.m.base);
     mv_segstore_seg_clear(&seg);
 free_req:
@@ -135,6 +170,7 @@ static void on_list(void *arg, mv_rpc_call *call, const uint8_t *req, size_t len
     }
     for (size_t i = 0; i < n; i++) {
         seg_to_msg(&v[i], &msgs[i]);
+        seg_rdma(svc, &v[i], 0, &msgs[i]);
         ptrs[i] = &msgs[i].m;
     }
     Microview__V1__ListSegmentsResponse resp = MICROVIEW__V1__LIST_SEGMENTS_RESPONSE__INIT;
@@ -176,6 +212,8 @@ static void watch_event(void *arg, int event, const mv_segstore_seg *seg, uint64
     }
     if (seg) {
         seg_to_msg(seg, &m);
+        if (event == MV_SEGSTORE_ADDED)
+            seg_rdma(w->svc, seg, 1, &m);
         ev.segment = &m.m;
     }
     mv_rpc_stream_write_msg(w->st, &ev.base);
@@ -229,6 +267,13 @@ int mv_agentsvc_register(mv_rpc_server *srv, mv_segstore *store, mv_agentsvc **o
     }
     *out = svc;
     return 0;
+}
+
+void mv_agentsvc_set_rdma(mv_agentsvc *svc, mv_agentsvc_rdma_fn fn, void *arg, int require)
+{
+    svc->rdma_fn = fn;
+    svc->rdma_arg = arg;
+    svc->rdma_require = require;
 }
 
 void mv_agentsvc_destroy(mv_agentsvc *svc)

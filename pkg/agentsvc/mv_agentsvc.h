@@ -8,6 +8,8 @@
 #ifndef MV_AGENTSVC_H
 #define MV_AGENTSVC_H
 
+#include <stdint.h>
+
 #include "mv_rpc.h"
 #include "mv_segstore.h"
 
@@ -21,6 +23,29 @@ typedef struct mv_agentsvc mv_agentsvc;
 /* Registers the Agent methods on `srv` (before mv_rpc_server_start).
  * Returns 0 or a negative errno. */
 int mv_agentsvc_register(mv_rpc_server *srv, mv_segstore *store, mv_agentsvc **out);
+
+/* ---- RDMA hook (optional) ----------------------------------------------------- */
+
+/* What the RDMA exporter says about one segment. */
+typedef struct mv_agentsvc_rdma_info {
+    uint64_t addr;           /* remote address of the registered region */
+    uint32_t rkey;           /* its remote key (remote read only) */
+    uint64_t length;         /* bytes registered */
+    uint32_t layout_version; /* segment format version */
+    int readable;            /* nonzero: the fields above are valid */
+    char reason[256];        /* why not readable, for logs and errors */
+} mv_agentsvc_rdma_info;
+
+/* Fills *out for `seg`. `may_register` is nonzero only while the store's watcher
+ * lock is held for an ADDED event: the exporter may register the segment then
+ * if it has not yet. Returns 0 (out filled) or a negative errno. */
+typedef int (*mv_agentsvc_rdma_fn)(void *arg, const mv_segstore_seg *seg, int may_register,
+                                   mv_agentsvc_rdma_info *out);
+
+/* Fills the Segment messages' rdma_* fields through `fn` from now on. With
+ * `require` set, CreateSegment fails (FAILED_PRECONDITION, with the reason) and
+ * releases the segment when it is not RDMA-readable. Before serving. */
+void mv_agentsvc_set_rdma(mv_agentsvc *svc, mv_agentsvc_rdma_fn fn, void *arg, int require);
 
 /* Frees the service. NULL-safe. */
 void mv_agentsvc_destroy(mv_agentsvc *svc);

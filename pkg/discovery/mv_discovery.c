@@ -11,6 +11,7 @@
 
 struct mv_disc {
     char *target;
+    char *token; /* NULL = none */
     mv_disc_callbacks cb;
     pthread_t thread;
     int stop; /* atomic */
@@ -71,8 +72,16 @@ static void on_event(void *arg, int event, const mv_agentc_segment *s)
         labels[i].key = s->labels[i].name;
         labels[i].value = s->labels[i].value;
     }
-    mv_disc_segment ds = {
-        .id = s->id, .path = s->path, .size = s->size, .labels = labels, .nlabels = n};
+    mv_disc_segment ds = {.id = s->id,
+                          .path = s->path,
+                          .size = s->size,
+                          .labels = labels,
+                          .nlabels = n,
+                          .rdma_addr = s->rdma_addr,
+                          .rdma_rkey = s->rdma_rkey,
+                          .rdma_length = s->rdma_length,
+                          .layout_version = s->layout_version,
+                          .rdma_readable = s->rdma_readable};
     if (d->cb.added)
         d->cb.added(d->cb.arg, &ds);
 }
@@ -95,9 +104,16 @@ static void *disc_main(void *arg)
     while (!__atomic_load_n(&d->stop, __ATOMIC_ACQUIRE)) {
         mv_agentc *c = NULL;
         int rc = mv_agentc_open(d->target, &c);
+        if (rc == 0 && d->token && (rc = mv_agentc_set_token(c, d->token)) < 0) {
+            mv_agentc_close(c);
+            c = NULL;
+        }
         if (rc == 0) {
             seen_reset(d);
             rc = mv_agentc_watch(c, on_event, d, (const volatile int *)&d->stop);
+            if (rc == -EACCES)
+                MV_ERROR("agent.refused", "target=%s error=%s", mv_log_q(d->target),
+                         mv_log_q(mv_agentc_error(c)));
             mv_agentc_close(c);
             if (d->synced) {
                 backoff = 100;
@@ -119,14 +135,23 @@ static void *disc_main(void *arg)
 
 int mv_disc_start(const char *target, const mv_disc_callbacks *cb, mv_disc **out)
 {
+    return mv_disc_start_token(target, NULL, cb, out);
+}
+
+int mv_disc_start_token(const char *target, const char *token, const mv_disc_callbacks *cb,
+                        mv_disc **out)
+{
     mv_disc *d = calloc(1, sizeof *d);
-    if (!d || !(d->target = strdup(target))) {
+    if (!d || !(d->target = strdup(target)) || (token && !(d->token = strdup(token)))) {
+        if (d)
+            free(d->target);
         free(d);
         return -ENOMEM;
     }
     d->cb = *cb;
     int rc = pthread_create(&d->thread, NULL, disc_main, d);
     if (rc) {
+        free(d->token);
         free(d->target);
         free(d);
         return -rc;
@@ -142,6 +167,7 @@ void mv_disc_destroy(mv_disc *d)
     __atomic_store_n(&d->stop, 1, __ATOMIC_RELEASE);
     pthread_join(d->thread, NULL);
     free(d->seen);
+    free(d->token);
     free(d->target);
     free(d);
 }

@@ -14,6 +14,12 @@ typedef struct mv_disc_segment {
     uint64_t size;
     const mv_seg_label *labels;
     size_t nlabels;
+    /* RDMA (remote collectors): meaningful when rdma_readable is nonzero. */
+    uint64_t rdma_addr;
+    uint32_t rdma_rkey;
+    uint64_t rdma_length;
+    uint32_t layout_version;
+    int rdma_readable;
 } mv_disc_segment;
 
 typedef struct mv_disc_callbacks {
@@ -32,6 +38,10 @@ typedef struct mv_disc mv_disc;
  * (100 ms .. 5 s) and logging each state change once. Free with
  * mv_disc_destroy, which stops the thread. */
 int mv_disc_start(const char *target, const mv_disc_callbacks *cb, mv_disc **out);
+/* Same, presenting `token` (copied; NULL = none) to the agent on every call, as
+ * its TCP listener requires. */
+int mv_disc_start_token(const char *target, const char *token, const mv_disc_callbacks *cb,
+                        mv_disc **out);
 void mv_disc_destroy(mv_disc *d);
 
 #endif

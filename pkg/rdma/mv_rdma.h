@@ -44,6 +44,12 @@ extern "C" {
  * A reject carries "MVR1" followed by a short reason text. */
 #define MV_RDMA_WIRE_MAGIC "MVR1"
 
+/* Reads a shared token from the file at `path` into `out` (NUL-terminated):
+ * surrounding whitespace is trimmed; the rest must be 1..MV_RDMA_TOKEN_MAX
+ * printable ASCII characters (it also travels as a gRPC header). Returns 0, or
+ * -errno / -EINVAL with a message in `err`. */
+int mv_rdma_token_load(const char *path, char *out, size_t outlen, char *err, size_t errlen);
+
 /* Facts about the RDMA device an endpoint uses, for logs and health. */
 typedef struct mv_rdma_dev_info {
     char device[64];              /* e.g. "mlx5_0", "rxe0" */
@@ -135,9 +141,10 @@ typedef struct mv_rdma_conn_stats {
      * 0 also takes < 1 µs and the last bucket everything above. */
     uint64_t tick_latency_us[MV_RDMA_LAT_BUCKETS];
     uint64_t last_tick_us;
-    int connected;            /* 1 while the QP is usable */
-    uint32_t initiator_depth; /* negotiated READs in flight */
-    size_t staging_bytes;     /* current staging buffer size */
+    uint64_t tick_latency_sum_us; /* sum over all ticks (histogram _sum) */
+    int connected;                /* 1 while the QP is usable */
+    uint32_t initiator_depth;     /* negotiated READs in flight */
+    size_t staging_bytes;         /* current staging buffer size */
 } mv_rdma_conn_stats;
 
 void mv_rdma_conn_opts_default(mv_rdma_conn_opts *o);

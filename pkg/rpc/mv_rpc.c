@@ -226,6 +226,7 @@ struct mv_rpc_server {
     pthread_mutex_t calls_mu;
     struct mv_rpc_call *calls;
     tag shutdown_tag;
+    char *token; /* when set, non-unix-socket callers must present it */
 };
 
 /* ---- Server: posting requests ------------------------------------------------- */
@@ -643,6 +644,43 @@ static void on_stream_send(mv_rpc_stream *st, int ok)
 
 /* ---- Server: dispatch ----------------------------------------------------------- */
 
+/* Compares without an early exit, so timing does not reveal the matching prefix. */
+static int bytes_equal(const char *a, size_t alen, const char *b, size_t blen)
+{
+    unsigned char d = alen != blen;
+    size_t n = alen < blen ? alen : blen;
+    for (size_t i = 0; i < n; i++)
+        d |= (unsigned char)(a[i] ^ b[i]);
+    return d == 0;
+}
+
+/* Whether a new call may proceed: callers over a unix socket are trusted (file
+ * permissions decide who reaches it); others need "authorization: Bearer <token>". */
+static int call_authorized(const mv_rpc_server *s, grpc_call *call, const grpc_metadata_array *md)
+{
+    if (!s->token)
+        return 1;
+    char *peer = grpc_call_get_peer(call);
+    int local = peer && strncmp(peer, "unix:", 5) == 0;
+    gpr_free(peer);
+    if (local)
+        return 1;
+    static const char prefix[] = "Bearer ";
+    size_t plen = sizeof prefix - 1, tlen = strlen(s->token);
+    for (size_t i = 0; i < md->count; i++) {
+        const grpc_metadata *m = &md->metadata[i];
+        size_t klen = GRPC_SLICE_LENGTH(m->key), vlen = GRPC_SLICE_LENGTH(m->value);
+        const char *k = (const char *)GRPC_SLICE_START_PTR(m->key);
+        const char *v = (const char *)GRPC_SLICE_START_PTR(m->value);
+        if (klen != 13 || memcmp(k, "authorization", 13) != 0)
+            continue;
+        if (vlen < plen || memcmp(v, prefix, plen) != 0)
+            return 0;
+        return bytes_equal(v + plen, vlen - plen, s->token, tlen);
+    }
+    return 0;
+}
+
 static void on_new_call(mv_rpc_server *s, slot *sl, int ok)
 {
     if (!ok) { /* shutting down */
@@ -655,7 +693,14 @@ static void on_new_call(mv_rpc_server *s, slot *sl, int ok)
         return;
     }
     rpc_method *m = sl->m;
-    if (m->streaming) {
+    int authorized = call_authorized(s, sl->call, &sl->md);
+    if (!authorized) {
+        char *peer = grpc_call_get_peer(sl->call);
+        MV_WARN("rpc.unauthenticated", "method=%s peer=%s", mv_log_q(m->path),
+                mv_log_q(peer ? peer : "?"));
+        gpr_free(peer);
+    }
+    if (authorized && m->streaming) {
         stream_start(s, sl);
     } else {
         mv_rpc_call *c = calloc(1, sizeof *c);
@@ -677,7 +722,11 @@ static void on_new_call(mv_rpc_server *s, slot *sl, int ok)
             s->calls = c;
             pthread_mutex_unlock(&s->calls_mu);
             mv_rpc_buf req = {0};
-            if (sl->payload && bb_read(sl->payload, &req) < 0)
+            if (!authorized)
+                mv_rpc_reply_error(c, MV_RPC_UNAUTHENTICATED,
+                                   "missing or wrong token: send authorization: Bearer <token> "
+                                   "(the agent's --token-file)");
+            else if (sl->payload && bb_read(sl->payload, &req) < 0)
                 mv_rpc_reply_error(c, MV_RPC_INTERNAL, "cannot read request");
             else
                 m->unary(m->arg, c, req.data, req.len);
@@ -870,14 +919,28 @@ void mv_rpc_server_destroy(mv_rpc_server *s)
         free(m);
     }
     pthread_mutex_destroy(&s->calls_mu);
+    free(s->token);
     free(s);
     grpc_shutdown();
+}
+
+int mv_rpc_server_set_token(mv_rpc_server *s, const char *token)
+{
+    if (s->started || !token || !*token)
+        return -EINVAL;
+    char *t = strdup(token);
+    if (!t)
+        return -ENOMEM;
+    free(s->token);
+    s->token = t;
+    return 0;
 }
 
 /* ---- Client ------------------------------------------------------------------------- */
 
 struct mv_rpc_channel {
     grpc_channel *ch;
+    char *auth; /* "Bearer <token>" sent with every call, or NULL */
 };
 
 struct mv_rpc_cstream {
@@ -927,8 +990,36 @@ void mv_rpc_channel_close(mv_rpc_channel *ch)
     if (!ch)
         return;
     grpc_channel_destroy(ch->ch);
+    free(ch->auth);
     free(ch);
     grpc_shutdown();
+}
+
+int mv_rpc_channel_set_token(mv_rpc_channel *ch, const char *token)
+{
+    if (!token || !*token)
+        return -EINVAL;
+    size_t n = strlen(token) + sizeof "Bearer ";
+    char *a = malloc(n);
+    if (!a)
+        return -ENOMEM;
+    snprintf(a, n, "Bearer %s", token);
+    free(ch->auth);
+    ch->auth = a;
+    return 0;
+}
+
+/* Fills `md` with the channel's authorization header, if any, and points `op`
+ * (a SEND_INITIAL_METADATA) at it. `md` must outlive the batch start. */
+static void add_auth(const mv_rpc_channel *ch, grpc_metadata *md, grpc_op *op)
+{
+    if (!ch->auth)
+        return;
+    memset(md, 0, sizeof *md);
+    md->key = grpc_slice_from_static_string("authorization");
+    md->value = grpc_slice_from_static_string(ch->auth);
+    op->data.send_initial_metadata.count = 1;
+    op->data.send_initial_metadata.metadata = md;
 }
 
 static void cq_drain_destroy(grpc_completion_queue *cq)
@@ -993,7 +1084,9 @@ int mv_rpc_unary_ex(mv_rpc_channel *ch, const char *method, const void *req, siz
     const char *error_string = NULL;
     grpc_op ops[6];
     memset(ops, 0, sizeof ops);
+    grpc_metadata auth_md;
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    add_auth(ch, &auth_md, &ops[0]);
     if (flags & MV_RPC_WAIT_FOR_READY)
         ops[0].flags = GRPC_INITIAL_METADATA_WAIT_FOR_READY;
     ops[1].op = GRPC_OP_SEND_MESSAGE;
@@ -1073,7 +1166,9 @@ int mv_rpc_cstream_open(mv_rpc_channel *ch, const char *method, const void *req,
     if (grpc_call_start_batch(cs->call, ops, 1, &cs->status_tag, NULL) != GRPC_CALL_OK)
         goto unref_call;
     memset(ops, 0, sizeof ops);
+    grpc_metadata auth_md;
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    add_auth(ch, &auth_md, &ops[0]);
     ops[1].op = GRPC_OP_SEND_MESSAGE;
     ops[1].data.send_message.send_message = cs->send_bb;
     ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;

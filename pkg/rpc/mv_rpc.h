@@ -110,6 +110,13 @@ int mv_rpc_server_add_unary(mv_rpc_server *s, const char *path, mv_rpc_unary_fn 
 int mv_rpc_server_add_stream(mv_rpc_server *s, const char *path, mv_rpc_stream_fn fn,
                              mv_rpc_close_fn on_close, void *arg);
 
+/* Requires `token` (copied) from every caller that is not on a unix socket:
+ * such calls must carry the metadata "authorization: Bearer <token>", or they
+ * end with UNAUTHENTICATED before any handler runs. Unix-socket callers are
+ * trusted (the socket's file permissions decide who reaches it). Before start.
+ * Returns 0, -EINVAL or -ENOMEM. */
+int mv_rpc_server_set_token(mv_rpc_server *s, const char *token);
+
 /* Starts serving on a dedicated thread. Returns 0 or a negative errno. */
 int mv_rpc_server_start(mv_rpc_server *s);
 
@@ -148,6 +155,10 @@ typedef struct mv_rpc_cstream mv_rpc_cstream;
  * `max_recv_bytes` 0 = 4 MiB. Returns 0 or a negative errno. */
 int mv_rpc_channel_open(const char *target, size_t max_recv_bytes, mv_rpc_channel **out);
 void mv_rpc_channel_close(mv_rpc_channel *ch); /* NULL-safe; no calls may be open */
+
+/* Sends "authorization: Bearer <token>" (copied) with every later call on the
+ * channel. Not while calls are open. Returns 0, -EINVAL or -ENOMEM. */
+int mv_rpc_channel_set_token(mv_rpc_channel *ch, const char *token);
 
 /* Unary call; `timeout_ms` <= 0 means no deadline. On return *st holds the
  * final status and, if OK, *resp the reply (free with mv_rpc_buf_free). Returns

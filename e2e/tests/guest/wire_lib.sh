@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Helpers for the RDMA wiring scenarios (sourced after lib.sh): start the agent, writers and
+# the verbs collector, fetch /metrics, compare RDMA-read values with the writer's own segment.
+# shellcheck disable=SC2034  # WIRE_*_PID are read by the scenario scripts that source this
+
+WIRE_CTL_PORT=7000   # agent's TCP control plane
+WIRE_RDMA_PORT=7471  # agent's rdma_cm listener
+WIRE_HTTP_PORT=9469  # collector's /metrics
+WIRE_DIR=${WIRE_DIR:-/tmp/wire}
+mkdir -p "$WIRE_DIR"
+B=$BUILD/bin
+
+# wire_token: the shared token file (same content on both VMs).
+wire_token() { echo "e2e-shared-token-7c1f" >"$WIRE_DIR/token"; echo "$WIRE_DIR/token"; }
+
+# wire_agent: starts the agent on $E2E_SELF_IP (TCP + rdma_cm), logs to $WIRE_DIR/agent.log.
+wire_agent() {
+  "$B/microview-agent" --standalone --dir "$WIRE_DIR/segs" --reap-interval-ms 200 \
+    --listen "$E2E_SELF_IP:$WIRE_CTL_PORT" --rdma-listen "$E2E_SELF_IP:$WIRE_RDMA_PORT" \
+    --token-file "$(wire_token)" 2>>"$WIRE_DIR/agent.log" &
+  WIRE_AGENT_PID=$!
+  e2e_wait_tcp "$WIRE_CTL_PORT" 30
+}
+
+# wire_gen INSTANCE RATE: a writer leasing a segment with instance=INSTANCE; sets WIRE_GEN_PID.
+wire_gen() {
+  "$B/microviewctl" gen --agent "unix:$WIRE_DIR/segs/agent.sock" --label service=e2e \
+    --label instance="$1" --rate "$2" --counters 2 --gauges 1 --histograms 1 \
+    2>>"$WIRE_DIR/gen-$1.log" &
+  WIRE_GEN_PID=$!
+}
+
+# wire_seg INSTANCE: prints "ID PATH" of the segment with that instance label.
+wire_seg() {
+  "$B/microviewctl" list --agent "unix:$WIRE_DIR/segs/agent.sock" --json |
+    /usr/bin/python3 -c '
+import json, sys
+want = sys.argv[1]
+doc = json.load(sys.stdin)
+segs = doc["segments"] if isinstance(doc, dict) else doc
+for s in segs:
+    labels = s.get("labels", {})
+    if isinstance(labels, list):
+        labels = {l["name"]: l["value"] for l in labels}
+    if labels.get("instance") == want:
+        print(s["id"], s["path"])
+        break
+' "$1"
+}
+
+# wire_collector AGENT_IP: the verbs collector reading from the agent at AGENT_IP.
+wire_collector() {
+  "$B/microview-collector" --transport verbs --agent "$1:$WIRE_CTL_PORT" \
+    --rdma-port "$WIRE_RDMA_PORT" --rdma-token-file "$(wire_token)" \
+    --listen "127.0.0.1:$WIRE_HTTP_PORT" --tick-ms 50 --quarantine-after-ms 1000 \
+    2>>"$WIRE_DIR/collector.log" &
+  WIRE_COLL_PID=$!
+  e2e_wait_tcp "$WIRE_HTTP_PORT" 30
+}
+
+wire_metrics() { curl -sf "http://127.0.0.1:$WIRE_HTTP_PORT/metrics"; }
+
+# wire_has INSTANCE: the collector serves gen_requests_total for that instance.
+wire_has() { wire_metrics | grep -q "^gen_requests_total{.*instance=\"$1\""; }
+
+# wire_value INSTANCE: the collector's gen_requests_total{worker="0"} for that instance.
+wire_value() {
+  wire_metrics | grep "^gen_requests_total{" | grep "instance=\"$1\"" | grep 'worker="0"' |
+    awk '{print $2}' | head -n 1
+}
+
+# wire_until SECONDS CMD...: retries CMD every 0.2 s.
+wire_until() {
+  local end=$((SECONDS + $1)); shift
+  while [ $SECONDS -lt $end ]; do "$@" && return 0; sleep 0.2; done
+  "$@"
+}
+
+# wire_compare METRICS_FILE DUMP_JSON INSTANCE: every value of the segment equals the served one.
+wire_compare() { /usr/bin/python3 "$REPO/e2e/tests/guest/wire_compare.py" "$@"; }
+
+WIRE_FAILS=0
+# wire_check NAME CMD...: records PASS/FAIL lines.
+wire_check() {
+  local name=$1; shift
+  if "$@"; then e2e_log "PASS: $name"; else e2e_log "FAIL: $name"; WIRE_FAILS=$((WIRE_FAILS + 1)); fi
+}
+
+# wire_dump_logs: the component logs, for the run's log file.
+wire_dump_logs() {
+  for f in "$WIRE_DIR"/*.log; do echo "--- $f"; tail -n 60 "$f"; done
+}
+
+# wire_stop_clean PID...: SIGTERM, wait, and assert no sanitizer report in the component logs
+# (meaningful with a -DMV_SANITIZE=ON build; always true otherwise).
+wire_stop_clean() {
+  kill -TERM "$@" 2>/dev/null
+  for p in "$@"; do wait "$p" 2>/dev/null; done
+  ! grep -lE 'Sanitizer|runtime error' "$WIRE_DIR"/*.log
+}

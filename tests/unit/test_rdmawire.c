@@ -1,0 +1,293 @@
+/* Tests for the RDMA wiring that needs no RDMA device: the shared token file, the
+ * control-plane token over TCP, and the Agent service's rdma fields and --require-rdma. */
+#include <CUnit/Basic.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "mv_agentc.h"
+#include "mv_agentsvc.h"
+#include "mv_discovery.h"
+#include "mv_log.h"
+#include "mv_rdma.h"
+#include "mv_rpc.h"
+#include "mv_segstore.h"
+
+#define TOKEN "tok-5d1c"
+
+static char tmpdir[] = "/tmp/mv-rdmawire-XXXXXX";
+static int seq;
+
+/* ---- Token file ---------------------------------------------------------------- */
+
+static int load(const char *content, char *out, size_t outlen)
+{
+    char path[300], err[256];
+    snprintf(path, sizeof path, "%s/token%d", tmpdir, seq++);
+    FILE *f = fopen(path, "w");
+    CU_ASSERT_FATAL(f != NULL);
+    fputs(content, f);
+    fclose(f);
+    return mv_rdma_token_load(path, out, outlen, err, sizeof err);
+}
+
+static void test_token_file(void)
+{
+    char tok[MV_RDMA_TOKEN_MAX + 1], err[256];
+    CU_ASSERT_EQUAL(load("  abc-123\n", tok, sizeof tok), 0);
+    CU_ASSERT_STRING_EQUAL(tok, "abc-123");
+    CU_ASSERT_EQUAL(load("\n\n", tok, sizeof tok), -EINVAL);
+    CU_ASSERT_EQUAL(load("two words", tok, sizeof tok), -EINVAL);
+    CU_ASSERT_EQUAL(load("tab\tinside", tok, sizeof tok), -EINVAL);
+    char longtok[MV_RDMA_TOKEN_MAX + 2];
+    memset(longtok, 'x', sizeof longtok - 1);
+    longtok[sizeof longtok - 1] = 0;
+    CU_ASSERT_EQUAL(load(longtok, tok, sizeof tok), -EINVAL);
+    longtok[MV_RDMA_TOKEN_MAX] = 0; /* exactly the maximum */
+    CU_ASSERT_EQUAL(load(longtok, tok, sizeof tok), 0);
+    CU_ASSERT_EQUAL(strlen(tok), MV_RDMA_TOKEN_MAX);
+    CU_ASSERT_EQUAL(mv_rdma_token_load("/nonexistent/token", tok, sizeof tok, err, sizeof err),
+                    -ENOENT);
+    CU_ASSERT(strstr(err, "/nonexistent/token") != NULL);
+}
+
+/* ---- An agent in-process: store + service on a unix socket and on TCP ------------ */
+
+typedef struct fake_rdma {
+    int readable; /* what the hook answers */
+    int calls, register_calls;
+} fake_rdma;
+
+static int fake_lookup(void *arg, const mv_segstore_seg *seg, int may_register,
+                       mv_agentsvc_rdma_info *out)
+{
+    fake_rdma *f = arg;
+    __atomic_add_fetch(&f->calls, 1, __ATOMIC_SEQ_CST);
+    if (may_register)
+        __atomic_add_fetch(&f->register_calls, 1, __ATOMIC_SEQ_CST);
+    memset(out, 0, sizeof *out);
+    if (!f->readable) {
+        snprintf(out->reason, sizeof out->reason, "fake device says no");
+        return 0;
+    }
+    out->addr = 0x7f0000001000ull;
+    out->rkey = 0x1234;
+    out->length = seg->size;
+    out->layout_version = 1;
+    out->readable = 1;
+    return 0;
+}
+
+typedef struct agent {
+    char dir[300], unix_target[400], tcp_target[64];
+    mv_segstore *store;
+    mv_rpc_server *srv;
+    mv_agentsvc *svc;
+    fake_rdma fake;
+} agent;
+
+static void agent_start(agent *a, int with_rdma, int require)
+{
+    memset(a, 0, sizeof *a);
+    snprintf(a->dir, sizeof a->dir, "%s/agent%d", tmpdir, seq++);
+    snprintf(a->unix_target, sizeof a->unix_target, "unix:%s/agent.sock", a->dir);
+    mv_segstore_opts o = {.dir = a->dir, .max_size = 1u << 20, .reap_interval_ms = -1};
+    CU_ASSERT_FATAL(mv_segstore_open(&o, &a->store) == 0);
+    CU_ASSERT_FATAL(mv_rpc_server_create(NULL, &a->srv) == 0);
+    CU_ASSERT_FATAL(mv_agentsvc_register(a->srv, a->store, &a->svc) == 0);
+    CU_ASSERT_FATAL(mv_rpc_server_set_token(a->srv, TOKEN) == 0);
+    a->fake.readable = 1;
+    if (with_rdma)
+        mv_agentsvc_set_rdma(a->svc, fake_lookup, &a->fake, require);
+    CU_ASSERT_FATAL(mv_rpc_server_listen(a->srv, a->unix_target) == 0);
+    int port = mv_rpc_server_listen(a->srv, "127.0.0.1:0");
+    CU_ASSERT_FATAL(port > 0);
+    snprintf(a->tcp_target, sizeof a->tcp_target, "127.0.0.1:%d", port);
+    CU_ASSERT_FATAL(mv_rpc_server_start(a->srv) == 0);
+}
+
+static void agent_stop(agent *a)
+{
+    mv_rpc_server_destroy(a->srv);
+    mv_agentsvc_destroy(a->svc);
+    mv_segstore_close(a->store);
+}
+
+/* Lists over `target` presenting `token` (NULL = none); returns the call's result. */
+static int list_with(const char *target, const char *token, size_t *n)
+{
+    mv_agentc *c;
+    mv_agentc_segment *v;
+    uint64_t rev;
+    CU_ASSERT_FATAL(mv_agentc_open(target, &c) == 0);
+    if (token)
+        CU_ASSERT_FATAL(mv_agentc_set_token(c, token) == 0);
+    int rc = mv_agentc_list(c, &v, n, &rev);
+    if (rc == 0)
+        mv_agentc_segments_free(v, *n);
+    else
+        CU_ASSERT(strlen(mv_agentc_error(c)) > 0);
+    mv_agentc_close(c);
+    return rc;
+}
+
+static void test_tcp_needs_token(void)
+{
+    agent a;
+    size_t n;
+    agent_start(&a, 0, 0);
+    CU_ASSERT_EQUAL(list_with(a.tcp_target, NULL, &n), -EACCES);
+    CU_ASSERT_EQUAL(list_with(a.tcp_target, "tok-5d1d", &n), -EACCES);
+    CU_ASSERT_EQUAL(list_with(a.tcp_target, "tok-5d1", &n), -EACCES);
+    CU_ASSERT_EQUAL(list_with(a.tcp_target, TOKEN, &n), 0);
+    CU_ASSERT_EQUAL(list_with(a.unix_target, NULL, &n), 0); /* unix socket: trusted */
+    agent_stop(&a);
+}
+
+static void test_rdma_fields(void)
+{
+    agent a;
+    mv_agentc *c;
+    mv_agentc_segment s, *v;
+    size_t n;
+    uint64_t rev;
+    agent_start(&a, 1, 0);
+    CU_ASSERT_FATAL(mv_agentc_open(a.tcp_target, &c) == 0);
+    CU_ASSERT_FATAL(mv_agentc_set_token(c, TOKEN) == 0);
+    CU_ASSERT_FATAL(mv_agentc_create(c, 8192, 0, NULL, 0, &s) == 0);
+    CU_ASSERT(s.rdma_readable);
+    CU_ASSERT_EQUAL(s.rdma_addr, 0x7f0000001000ull);
+    CU_ASSERT_EQUAL(s.rdma_rkey, 0x1234u);
+    CU_ASSERT_EQUAL(s.rdma_length, 8192u);
+    CU_ASSERT_EQUAL(s.layout_version, 1u);
+    mv_agentc_segment_clear(&s);
+
+    a.fake.readable = 0; /* not required: still created, reported not readable */
+    CU_ASSERT_FATAL(mv_agentc_create(c, 4096, 0, NULL, 0, &s) == 0);
+    CU_ASSERT_FALSE(s.rdma_readable);
+    CU_ASSERT_EQUAL(s.rdma_rkey, 0u);
+    mv_agentc_segment_clear(&s);
+    CU_ASSERT_FATAL(mv_agentc_list(c, &v, &n, &rev) == 0);
+    CU_ASSERT_EQUAL(n, 2u);
+    mv_agentc_segments_free(v, n);
+    mv_agentc_close(c);
+    agent_stop(&a);
+}
+
+static void test_require_rdma(void)
+{
+    agent a;
+    mv_agentc *c;
+    mv_agentc_segment s, *v;
+    size_t n;
+    uint64_t rev;
+    agent_start(&a, 1, 1);
+    CU_ASSERT_FATAL(mv_agentc_open(a.unix_target, &c) == 0);
+    a.fake.readable = 0;
+    CU_ASSERT_EQUAL(mv_agentc_create(c, 4096, 0, NULL, 0, &s), -EIO);
+    CU_ASSERT(strstr(mv_agentc_error(c), "fake device says no") != NULL);
+    CU_ASSERT(strstr(mv_agentc_error(c), "FAILED_PRECONDITION") != NULL);
+    CU_ASSERT_FATAL(mv_agentc_list(c, &v, &n, &rev) == 0);
+    CU_ASSERT_EQUAL(n, 0u); /* the refused segment was released */
+    mv_agentc_segments_free(v, n);
+    a.fake.readable = 1;
+    CU_ASSERT_EQUAL(mv_agentc_create(c, 4096, 0, NULL, 0, &s), 0);
+    CU_ASSERT(s.rdma_readable);
+    mv_agentc_segment_clear(&s);
+    mv_agentc_close(c);
+    agent_stop(&a);
+}
+
+/* ---- Discovery over TCP with the token carries the rdma fields ------------------- */
+
+typedef struct seen {
+    pthread_mutex_t mu;
+    int added, synced, readable;
+    uint32_t rkey;
+} seen;
+
+static void on_added(void *arg, const mv_disc_segment *s)
+{
+    seen *x = arg;
+    pthread_mutex_lock(&x->mu);
+    x->added++;
+    x->readable = s->rdma_readable;
+    x->rkey = s->rdma_rkey;
+    pthread_mutex_unlock(&x->mu);
+}
+
+static void on_synced(void *arg, const char *const *ids, size_t n)
+{
+    seen *x = arg;
+    (void)ids;
+    (void)n;
+    pthread_mutex_lock(&x->mu);
+    x->synced++;
+    pthread_mutex_unlock(&x->mu);
+}
+
+static int wait_synced(seen *x, int ms)
+{
+    for (int i = 0; i < ms / 10; i++) {
+        pthread_mutex_lock(&x->mu);
+        int done = x->synced > 0;
+        pthread_mutex_unlock(&x->mu);
+        if (done)
+            return 1;
+        struct timespec ts = {0, 10 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    return 0;
+}
+
+static void test_discovery_token(void)
+{
+    agent a;
+    mv_agentc *c;
+    mv_agentc_segment s;
+    agent_start(&a, 1, 0);
+    CU_ASSERT_FATAL(mv_agentc_open(a.unix_target, &c) == 0);
+    CU_ASSERT_FATAL(mv_agentc_create(c, 4096, 0, NULL, 0, &s) == 0);
+    mv_agentc_segment_clear(&s);
+    mv_agentc_close(c);
+
+    seen x = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    mv_disc_callbacks cb = {.arg = &x, .added = on_added, .synced = on_synced};
+    mv_disc *d;
+    CU_ASSERT_FATAL(mv_disc_start_token(a.tcp_target, TOKEN, &cb, &d) == 0);
+    CU_ASSERT(wait_synced(&x, 5000));
+    mv_disc_destroy(d);
+    CU_ASSERT_EQUAL(x.added, 1);
+    CU_ASSERT(x.readable);
+    CU_ASSERT_EQUAL(x.rkey, 0x1234u);
+    CU_ASSERT(a.fake.register_calls >= 1); /* the watch may register on ADDED */
+    agent_stop(&a);
+}
+
+int main(void)
+{
+    mv_log_init("test", MV_LOG_ERROR);
+    if (!mkdtemp(tmpdir))
+        return 1;
+    if (CU_initialize_registry() != CUE_SUCCESS)
+        return 1;
+    CU_pSuite s = CU_add_suite("rdmawire", NULL, NULL);
+    CU_add_test(s, "token file: trimmed, bounded, printable", test_token_file);
+    CU_add_test(s, "TCP control plane needs the token; unix socket does not", test_tcp_needs_token);
+    CU_add_test(s, "Segment carries the rdma fields from the hook", test_rdma_fields);
+    CU_add_test(s, "--require-rdma refuses and releases", test_require_rdma);
+    CU_add_test(s, "discovery over TCP with the token", test_discovery_token);
+    CU_basic_set_mode(CU_BRM_VERBOSE);
+    CU_basic_run_tests();
+    unsigned fails = CU_get_number_of_failures();
+    CU_cleanup_registry();
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (!fails && system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", tmpdir);
+    return fails ? 1 : 0;
+}
