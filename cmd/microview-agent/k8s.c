@@ -233,8 +233,14 @@ static int cb_allocate(void *arg, const char *const *ids, size_t n, mv_dp_alloc 
     out->mounts[0].read_only = 0;
     out->nenvs = 3;
     snprintf(out->envs[0].key, MV_DP_ENV_KEY_MAX, "MICROVIEW_SEGMENT");
-    snprintf(out->envs[0].value, MV_DP_PATH_MAX, "%s/%s", a->cfg.container_path,
-             MV_SEGSTORE_SEG_FILE);
+    int w = snprintf(out->envs[0].value, MV_DP_PATH_MAX, "%s/%s", a->cfg.container_path,
+                     MV_SEGSTORE_SEG_FILE);
+    if (w < 0 || w >= MV_DP_PATH_MAX) {
+        snprintf(err, errlen, "container path too long");
+        mv_segstore_release(a->store, seg.id);
+        mv_segstore_seg_clear(&seg);
+        return -ENAMETOOLONG;
+    }
     snprintf(out->envs[1].key, MV_DP_ENV_KEY_MAX, "MICROVIEW_SEGMENT_SIZE");
     snprintf(out->envs[1].value, MV_DP_PATH_MAX, "%" PRIu64, seg.size);
     snprintf(out->envs[2].key, MV_DP_ENV_KEY_MAX, "MICROVIEW_SEGMENT_ID");
