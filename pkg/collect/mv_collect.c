@@ -517,8 +517,8 @@ static void analyse(mv_coll *c, seg *s, uint64_t now)
         return;
     unsigned f = mv_pipe_seg_feed(s->pipe, s->work, now);
     if (s->rate) {
-        uint64_t iv = mv_detect_rate_observe(s->rate, (f & MV_PIPE_CHANGED) != 0,
-                                             (f & MV_PIPE_MOVING) != 0);
+        uint64_t iv =
+            mv_detect_rate_observe(s->rate, (f & MV_PIPE_CHANGED) != 0, (f & MV_PIPE_MOVING) != 0);
         s->due_ns = now_ns(CLOCK_MONOTONIC) + iv;
         if (iv != s->interval_ns) {
             pthread_mutex_lock(&s->mu);

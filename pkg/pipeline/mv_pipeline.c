@@ -74,8 +74,8 @@ const char *mv_pipe_config_check(const mv_pipe_config *cfg)
     const char *why = mv_sketch_config_check(&sc);
     if (why)
         return why;
-    if (cfg->fd && (cfg->fd_period_ns < 1000000ull || cfg->fd_max_dims < 1 ||
-                    cfg->fd_max_dims > 4096))
+    if (cfg->fd &&
+        (cfg->fd_period_ns < 1000000ull || cfg->fd_max_dims < 1 || cfg->fd_max_dims > 4096))
         return "the scorer period must be at least 1 ms and its dimensions within [1, 4096]";
     return NULL;
 }
@@ -336,7 +336,8 @@ fail_state:
     return rc;
 }
 
-/* ---- Feeding ----------------------------------------------------------------------------------- */
+/* ---- Feeding -----------------------------------------------------------------------------------
+ */
 
 static void close_window(mv_pipe_seg *s, uint64_t w)
 {
@@ -382,8 +383,8 @@ static void close_window(mv_pipe_seg *s, uint64_t w)
 
 static void fd_step(mv_pipe_seg *s, uint64_t now_ns)
 {
-    double secs = s->fd_last_ns && now_ns > s->fd_last_ns ? (double)(now_ns - s->fd_last_ns) / 1e9
-                                                          : 0.0;
+    double secs =
+        s->fd_last_ns && now_ns > s->fd_last_ns ? (double)(now_ns - s->fd_last_ns) / 1e9 : 0.0;
     s->fd_last_ns = now_ns;
     if (secs <= 0) {
         for (uint32_t k = 0; k < s->fd_d; k++)

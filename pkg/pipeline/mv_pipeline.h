@@ -84,10 +84,10 @@ typedef struct mv_pipe_out {
     uint8_t type;       /* MV_SEG_COUNTER/GAUGE/HISTOGRAM */
     uint8_t has_window; /* 1 when a complete window with data was summarised */
     uint8_t pad[6];
-    uint64_t changes; /* changes detected since the state was created */
-    uint64_t resets;  /* counters: resets since the state was created */
-    double rate;      /* counters: per-second increase over the window */
-    double rate_max;  /* counters: highest rate over one read interval */
+    uint64_t changes;            /* changes detected since the state was created */
+    uint64_t resets;             /* counters: resets since the state was created */
+    double rate;                 /* counters: per-second increase over the window */
+    double rate_max;             /* counters: highest rate over one read interval */
     double q[MV_PIPE_QUANTILES]; /* gauges, histograms */
     double sum;                  /* gauges: of samples; histograms: of observations */
     uint64_t count;
