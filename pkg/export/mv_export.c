@@ -268,16 +268,16 @@ static void walk_free(walk *w)
     free(w->arena);
 }
 
-static int walk_build(walk *w, const mv_coll_snap *snap)
+static int walk_build(walk *w, const mv_coll_seg_view *const *views, size_t nviews)
 {
     memset(w, 0, sizeof *w);
-    w->nseg = mv_coll_snap_count(snap);
+    w->nseg = nviews;
     size_t total = 0, arena = 1;
     w->segs = calloc(w->nseg ? w->nseg : 1, sizeof *w->segs);
     if (!w->segs)
         return -ENOMEM;
     for (size_t i = 0; i < w->nseg; i++) {
-        const mv_coll_seg_view *v = w->segs[i] = mv_coll_snap_seg(snap, i);
+        const mv_coll_seg_view *v = w->segs[i] = views[i];
         if (!seg_valid(v))
             continue;
         size_t n = mv_seg_catalog_count(v->cat);
@@ -507,13 +507,13 @@ static int expo_sample(sink *k, const char *suffix, const mv_expo_label *a, size
     return rc == -EINVAL ? 0 : rc; /* an unrenderable series is skipped, not fatal */
 }
 
-static int render_self(mv_expo *e, const mv_coll_snap *snap, const mv_export_stats *st)
+static int render_self(mv_expo *e, const mv_coll_seg_view *const *views, size_t n,
+                       const mv_coll_stats *cs, const mv_export_stats *st)
 {
-    const mv_coll_stats *cs = mv_coll_snap_stats(snap);
-    size_t n = mv_coll_snap_count(snap), by_state[3] = {0};
+    size_t by_state[3] = {0};
     int rc = 0;
     for (size_t i = 0; i < n; i++) {
-        const mv_coll_seg_view *v = mv_coll_snap_seg(snap, i);
+        const mv_coll_seg_view *v = views[i];
         if ((unsigned)v->state < 3)
             by_state[v->state]++;
     }
@@ -558,10 +558,32 @@ static int render_self(mv_expo *e, const mv_coll_snap *snap, const mv_export_sta
     return rc ? -ENOSPC : 0;
 }
 
+/* Views of a snapshot, as an array. */
+static const mv_coll_seg_view **snap_views(const mv_coll_snap *snap)
+{
+    size_t n = mv_coll_snap_count(snap);
+    const mv_coll_seg_view **v = calloc(n ? n : 1, sizeof *v);
+    for (size_t i = 0; v && i < n; i++)
+        v[i] = mv_coll_snap_seg(snap, i);
+    return v;
+}
+
 int mv_export_render(mv_expo *e, const mv_coll_snap *snap, mv_export_stats *cumulative)
 {
+    const mv_coll_seg_view **v = snap_views(snap);
+    if (!v)
+        return -ENOMEM;
+    int rc = mv_export_render_views(e, v, mv_coll_snap_count(snap), mv_coll_snap_stats(snap),
+                                    cumulative);
+    free(v);
+    return rc;
+}
+
+int mv_export_render_views(mv_expo *e, const mv_coll_seg_view *const *views, size_t nviews,
+                           const mv_coll_stats *cs, mv_export_stats *cumulative)
+{
     walk w;
-    int rc = walk_build(&w, snap);
+    int rc = walk_build(&w, views, nviews);
     if (rc != 0) {
         walk_free(&w);
         return rc;
@@ -576,7 +598,7 @@ int mv_export_render(mv_expo *e, const mv_coll_snap *snap, mv_export_stats *cumu
         st.dropped_collision = w.dropped_collision;
     }
     expo_sink k = {{expo_family, expo_sample}, e, 0};
-    rc = render_self(e, snap, &st);
+    rc = render_self(e, views, nviews, cs, &st);
     if (rc == 0)
         rc = walk_run(&w, &k.k);
     if (rc == 0)
@@ -793,15 +815,19 @@ int mv_export_value_json(const mv_coll_snap *snap, const char *metric, const mv_
     if (ai < 0)
         return -EINVAL;
     walk w;
-    int rc = walk_build(&w, snap);
+    const mv_coll_seg_view **views = snap_views(snap);
+    int rc = views ? walk_build(&w, views, mv_coll_snap_count(snap)) : -ENOMEM;
     if (rc != 0) {
-        walk_free(&w);
+        if (views)
+            walk_free(&w);
+        free(views);
         return rc;
     }
     value_sink s = {{value_family, value_sample}, metric, 0, filters, nfilters,
                     json_object_new_array(),      0,      0, ai};
     walk_run(&w, &s.k);
     walk_free(&w);
+    free(views);
     json_object *root = json_object_new_object();
     json_object_object_add(root, "metric", json_object_new_string(metric));
     json_object_object_add(root, "aggregation", json_object_new_string(aggs[ai]));

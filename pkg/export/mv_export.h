@@ -41,6 +41,11 @@ typedef struct mv_export_stats {
  * log it). */
 int mv_export_render(mv_expo *e, const mv_coll_snap *snap, mv_export_stats *cumulative);
 
+/* The same for an array of segment views built by the caller (tests, benchmarks):
+ * `cs` gives the collector-wide figures. */
+int mv_export_render_views(mv_expo *e, const mv_coll_seg_view *const *views, size_t nviews,
+                           const mv_coll_stats *cs, mv_export_stats *cumulative);
+
 /* Returns a JSON document describing every segment (identity, state, reason,
  * reads, errors, last read, read interval, anomaly score; with `metrics` set
  * also every metric's current value and window figures). Free with free(). */
