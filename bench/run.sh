@@ -66,6 +66,8 @@ run() {
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 run writer_bench "$build/bin/writer_bench" "${quick[@]}"
 run ingest_bench "$build/bin/ingest_bench" "${quick[@]}"
+cmake --build "$build" -j"$(nproc)" --target pipeline_bench >/dev/null &&
+  run pipeline_bench "$build/bin/pipeline_bench" "${quick[@]}"
 
 # ---- Go peers (client_golang from Debian, GOPATH mode, offline) ------------------
 if command -v go >/dev/null; then
@@ -148,6 +150,10 @@ END {
     printf "%-10s %16s %14s %20s %16s\n", s, sec["client_golang", s], by["client_golang", s], sec["prometheus_client", s], by["prometheus_client", s]
   }
 }' "$results"
+
+echo
+echo "== Collector analytics pipeline, exposition and freshness (pipeline_bench)"
+grep -E '^bench=(pipeline|expo|freshness) ' "$results" | sed 's/^/  /'
 
 if [ "$failed" -ne 0 ]; then
   note "some benchmarks failed to run (see above)"

@@ -41,22 +41,29 @@ typedef struct app {
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: microview-collector [options]\n"
-            "  --transport shm|verbs    how segments are read (shm: same host, default;\n"
-            "                           verbs: RDMA READ from remote agents)\n"
-            "  --agent TARGET           follow this agent's catalog (default " DEFAULT_AGENT ");\n"
-            "                           with verbs: IP:PORT of an agent's --listen, repeatable\n"
-            "  --rdma-token-file PATH   verbs: the agents' shared token (their --token-file)\n"
-            "  --rdma-port N            verbs: the agents' rdma_cm port (default 7471)\n"
-            "  --rdma-src-ip IP         verbs: local address for RDMA (default: routed)\n"
-            "  --no-agent               do not follow an agent (use --segment only)\n"
-            "  --segment PATH[,k=v...]  also read this segment file, with identity labels\n"
-            "  --listen HOST:PORT       HTTP address for /metrics (default 0.0.0.0:9469)\n"
-            "  --tick-ms N              read every segment every N ms (1..60000, default 10)\n"
-            "  --quarantine-after-ms N  quarantine segments invalid this long (default 1000)\n"
-            "  --max-body-bytes N       cap on a /metrics body (default 67108864)\n"
-            "  --log-level LEVEL        debug, info, warn, error (default info)\n");
+    fprintf(
+        f, "usage: microview-collector [options]\n"
+           "  --transport shm|verbs    how segments are read (shm: same host, default;\n"
+           "                           verbs: RDMA READ from remote agents)\n"
+           "  --agent TARGET           follow this agent's catalog (default " DEFAULT_AGENT ");\n"
+           "                           with verbs: IP:PORT of an agent's --listen, repeatable\n"
+           "  --rdma-token-file PATH   verbs: the agents' shared token (their --token-file)\n"
+           "  --rdma-port N            verbs: the agents' rdma_cm port (default 7471)\n"
+           "  --rdma-src-ip IP         verbs: local address for RDMA (default: routed)\n"
+           "  --no-agent               do not follow an agent (use --segment only)\n"
+           "  --segment PATH[,k=v...]  also read this segment file, with identity labels\n"
+           "  --listen HOST:PORT       HTTP address for /metrics (default 0.0.0.0:9469)\n"
+           "  --tick-ms N              fast read interval: the tick, in ms (1..60000, default 10)\n"
+           "  --max-interval-ms N      slowest adaptive read interval of a calm segment\n"
+           "                           (default 1000; equal to --tick-ms: no adaptation)\n"
+           "  --window-ms N            export window of the derived series (default 15000)\n"
+           "  --sketch-alpha A         relative accuracy of window quantiles (default 0.01)\n"
+           "  --sketch-buckets N       sketch keys per sign, bounds memory (default 256)\n"
+           "  --no-analytics           raw values only: no derived series, no adaptation\n"
+           "  --no-detect              no change detection (and no adaptation)\n"
+           "  --quarantine-after-ms N  quarantine segments invalid this long (default 1000)\n"
+           "  --max-body-bytes N       cap on a /metrics body (default 67108864)\n"
+           "  --log-level LEVEL        debug, info, warn, error (default info)\n");
 }
 
 static int parse_ulong(const char *s, unsigned long lo, unsigned long hi, unsigned long *out)
@@ -135,8 +142,8 @@ static int h_metrics(void *arg, const mv_httpd_request *req, mv_httpd_response *
     pthread_mutex_unlock(&a->render_mu);
     mv_coll_snap_free(snap);
     if (rc == -ENOSPC)
-        MV_WARN("metrics.truncated", "cap_bytes=%zu hint=%s", a->body_cap,
-                mv_log_q("raise --max-body-bytes"));
+        MV_WARN("metrics.truncated", "cap_bytes=%zu truncated_total=%llu hint=%s", a->body_cap,
+                (unsigned long long)a->export_stats.truncated, mv_log_q("raise --max-body-bytes"));
     size_t len;
     const char *data = mv_expo_data(e, &len);
     rc = respond(resp, 200, mv_expo_content_type(fmt), data, len);
@@ -149,11 +156,61 @@ static int h_segments(void *arg, const mv_httpd_request *req, mv_httpd_response 
     app *a = arg;
     (void)req;
     mv_coll_snap *snap = mv_coll_snapshot(a->coll);
-    char *json = snap ? mv_export_segments_json(snap) : NULL;
+    const char *series = mv_httpd_query(req, "series");
+    int with_series = series && strcmp(series, "0") != 0 && strcmp(series, "false") != 0;
+    char *json = snap ? mv_export_segments_json(snap, with_series) : NULL;
     mv_coll_snap_free(snap);
     if (!json)
         return respond_text(resp, 503, "out of memory\n");
     int rc = respond(resp, 200, "application/json", json, strlen(json));
+    free(json);
+    return rc;
+}
+
+static int respond_json(mv_httpd_response *resp, unsigned status, const char *json)
+{
+    return respond(resp, status, "application/json", json, strlen(json));
+}
+
+/* GET /api/v1/value?metric=NAME[&agg=sum|avg|max|min][&LABEL=VALUE...] */
+static int h_value(void *arg, const mv_httpd_request *req, mv_httpd_response *resp)
+{
+    app *a = arg;
+    static const char *const keys[] = {"namespace", "pod",      "container", "quantile", "le",
+                                       "service",   "instance", "node",      "job"};
+    const char *metric = mv_httpd_query(req, "metric");
+    if (!metric || !*metric)
+        return respond_json(resp, 400, "{\"error\":\"give ?metric=NAME (and label filters)\"}");
+    mv_seg_label f[MV_SEG_LABELS_MAX + 16];
+    size_t nf = 0;
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        const char *v = mv_httpd_query(req, keys[i]);
+        if (v)
+            f[nf++] = (mv_seg_label){keys[i], v};
+    }
+    /* Any other label: ?label=KEY=VALUE (repeatable is not supported by the
+     * query accessor, so one extra filter). */
+    const char *extra = mv_httpd_query(req, "label");
+    char ek[MV_SEG_LABEL_KEY_MAX + 1];
+    if (extra) {
+        const char *eq = strchr(extra, '=');
+        if (!eq || eq == extra || (size_t)(eq - extra) > MV_SEG_LABEL_KEY_MAX)
+            return respond_json(resp, 400, "{\"error\":\"label wants KEY=VALUE\"}");
+        memcpy(ek, extra, (size_t)(eq - extra));
+        ek[eq - extra] = '\0';
+        f[nf++] = (mv_seg_label){ek, eq + 1};
+    }
+    mv_coll_snap *snap = mv_coll_snapshot(a->coll);
+    if (!snap)
+        return respond_text(resp, 503, "snapshot failed: out of memory\n");
+    char *json = NULL;
+    int rc = mv_export_value_json(snap, metric, f, nf, mv_httpd_query(req, "agg"), &json);
+    mv_coll_snap_free(snap);
+    if (rc == -EINVAL)
+        return respond_json(resp, 400, "{\"error\":\"agg is one of sum, avg, max, min\"}");
+    if (!json)
+        return respond_text(resp, 503, "out of memory\n");
+    rc = respond(resp, rc == -ENOENT ? 404 : 200, "application/json", json, strlen(json));
     free(json);
     return rc;
 }
@@ -172,7 +229,10 @@ static int h_index(void *arg, const mv_httpd_request *req, mv_httpd_response *re
     return respond_text(resp, 200,
                         "microview-collector\n"
                         "  /metrics          Prometheus text 0.0.4 / OpenMetrics 1.0\n"
-                        "  /debug/segments   segments, state and read statistics (JSON)\n"
+                        "  /debug/segments   segments, state, read statistics, anomaly scores\n"
+                        "                    (JSON; ?series=1 adds every metric's values)\n"
+                        "  /api/v1/value     ?metric=NAME&namespace=..&pod=..: current value(s)\n"
+                        "                    of a raw or derived series (JSON, for KEDA)\n"
                         "  /healthz          liveness\n");
 }
 
@@ -220,6 +280,9 @@ int main(int argc, char **argv)
     int opt;
 
     mv_coll_opts_default(&co);
+    co.analytics = 1;
+    co.max_interval_us = 1000000;
+    int max_interval_set = 0;
     static const struct option opts[] = {{"transport", required_argument, 0, 't'},
                                          {"agent", required_argument, 0, 'a'},
                                          {"no-agent", no_argument, 0, 'N'},
@@ -229,8 +292,14 @@ int main(int argc, char **argv)
                                          {"quarantine-after-ms", required_argument, 0, 'Q'},
                                          {"max-body-bytes", required_argument, 0, 'B'},
                                          {"log-level", required_argument, 0, 'L'},
+                                         {"max-interval-ms", required_argument, 0, 'M'},
+                                         {"window-ms", required_argument, 0, 'W'},
+                                         {"sketch-alpha", required_argument, 0, 'A'},
+                                         {"sketch-buckets", required_argument, 0, 'K'},
+                                         {"no-analytics", no_argument, 0, 'n'},
+                                         {"no-detect", no_argument, 0, 'D'},
                                          {"help", no_argument, 0, 'h'},
-                                         {"rdma-token-file", required_argument, 0, 'K'},
+                                         {"rdma-token-file", required_argument, 0, 'R'},
                                          {"rdma-port", required_argument, 0, 'P'},
                                          {"rdma-src-ip", required_argument, 0, 'S'},
                                          {0, 0, 0, 0}};
@@ -247,7 +316,7 @@ int main(int argc, char **argv)
             }
             agents[nagents++] = optarg;
             break;
-        case 'K':
+        case 'R':
             rdma_token_file = optarg;
             break;
         case 'P':
@@ -293,6 +362,43 @@ int main(int argc, char **argv)
             }
             a.body_cap = v;
             break;
+        case 'M':
+            if (parse_ulong(optarg, 1, 3600000, &v)) {
+                fprintf(stderr, "microview-collector: --max-interval-ms must be 1..3600000\n");
+                return 2;
+            }
+            co.max_interval_us = (uint32_t)(v * 1000);
+            max_interval_set = 1;
+            break;
+        case 'W':
+            if (parse_ulong(optarg, 10, 86400000, &v)) {
+                fprintf(stderr, "microview-collector: --window-ms must be 10..86400000\n");
+                return 2;
+            }
+            co.pipe.window_ns = (uint64_t)v * 1000000ull;
+            break;
+        case 'A': {
+            char *end;
+            co.pipe.alpha = strtod(optarg, &end);
+            if (end == optarg || *end) {
+                fprintf(stderr, "microview-collector: --sketch-alpha wants a number\n");
+                return 2;
+            }
+            break;
+        }
+        case 'K':
+            if (parse_ulong(optarg, 16, 1u << 20, &v)) {
+                fprintf(stderr, "microview-collector: --sketch-buckets must be 16..1048576\n");
+                return 2;
+            }
+            co.pipe.sketch_buckets = (uint32_t)v;
+            break;
+        case 'n':
+            co.analytics = 0;
+            break;
+        case 'D':
+            co.pipe.detect = 0;
+            break;
         case 'L':
             if (mv_log_parse_level(optarg, &level)) {
                 fprintf(stderr, "microview-collector: unknown log level %s\n", optarg);
@@ -312,6 +418,16 @@ int main(int argc, char **argv)
         return 2;
     }
     mv_log_init("collector", level);
+    if (co.analytics && mv_pipe_config_check(&co.pipe)) {
+        fprintf(stderr, "microview-collector: %s\n", mv_pipe_config_check(&co.pipe));
+        return 2;
+    }
+    if (max_interval_set && co.max_interval_us < co.tick_us) {
+        fprintf(stderr, "microview-collector: --max-interval-ms must be >= --tick-ms\n");
+        return 2;
+    }
+    if (co.max_interval_us < co.tick_us || !co.pipe.detect)
+        co.max_interval_us = 0; /* read every segment every tick */
     /* --transport verbs: remote agents over TCP + RDMA, instead of a local agent. */
     int verbs = strcmp(transport, "verbs") == 0;
     char rdma_token[MV_RDMA_TOKEN_MAX + 1] = "";
@@ -382,6 +498,7 @@ int main(int argc, char **argv)
     mv_httpd_route(httpd, "/metrics", h_metrics, &a);
     mv_httpd_route(httpd, "/debug/segments", h_segments, &a);
     mv_httpd_route(httpd, "/healthz", h_health, &a);
+    mv_httpd_route(httpd, "/api/v1/value", h_value, &a);
     mv_httpd_route(httpd, "/", h_index, &a);
     if ((rc = mv_httpd_start(httpd)) != 0) {
         MV_ERROR("http.failed", "listen=%s error=%s", mv_log_q(listen), mv_log_q(strerror(-rc)));
@@ -407,9 +524,12 @@ int main(int argc, char **argv)
             goto destroy_disc;
     }
     MV_INFO("collector.started",
-            "transport=%s listen=%s:%u tick_ms=%.3f agent=%s agents=%zu statics=%zu", transport,
-            host, mv_httpd_port(httpd), co.tick_us / 1000.0, agent ? mv_log_q(agent) : "none",
-            verbs ? nagents : (size_t)(agent != NULL), nstatic);
+            "transport=%s listen=%s:%u tick_ms=%.3f max_interval_ms=%.3f window_ms=%llu "
+            "analytics=%d agent=%s agents=%zu statics=%zu",
+            transport, host, mv_httpd_port(httpd), co.tick_us / 1000.0,
+            co.max_interval_us ? co.max_interval_us / 1000.0 : co.tick_us / 1000.0,
+            (unsigned long long)(co.pipe.window_ns / 1000000ull), co.analytics,
+            agent ? mv_log_q(agent) : "none", verbs ? nagents : (size_t)(agent != NULL), nstatic);
     while (!g_stop) {
         if (a.verbs) {
             struct timespec ts = {0, 500 * 1000000L};

@@ -23,5 +23,7 @@ void mv_ctl_lease_release(mv_ctl_lease *l);
 int mv_ctl_list(int argc, char **argv);
 int mv_ctl_create(int argc, char **argv);
 int mv_ctl_release(int argc, char **argv);
+/* `microviewctl top`: polls a collector until *stop (or once with --once). */
+int mv_ctl_top(int argc, char **argv, const volatile int *stop);
 
 #endif

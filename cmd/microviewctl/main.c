@@ -31,6 +31,9 @@ static void usage(FILE *f)
             "  dump  [--json] <segment-path>       decode a segment (catalog and values)\n"
             "  create [--agent T] [--size B] [--label K=V]   a segment kept until released\n"
             "  release [--agent T] <id>            release a segment (the agent unlinks it)\n"
+            "  top   [--collector URL] [--once]    live per-pod values, read rates and anomaly\n"
+            "        [--interval S] [--limit N]    scores from a collector (default\n"
+            "                                      http://127.0.0.1:9469, refresh 1 s)\n"
             "  gen   [options]                     run a synthetic workload that writes metrics\n"
             "        --agent TARGET | --segment PATH   where the segment comes from\n"
             "        --size BYTES (65536)  --counters N (4)  --gauges N (2)  --histograms N (1)\n"
@@ -245,6 +248,8 @@ int main(int argc, char **argv)
         return mv_ctl_create(argc, argv);
     if (strcmp(cmd, "release") == 0)
         return mv_ctl_release(argc, argv);
+    if (strcmp(cmd, "top") == 0)
+        return mv_ctl_top(argc, argv, &g_stop);
     fprintf(stderr, "microviewctl: unknown command '%s'\n", cmd);
     usage(stderr);
     return 2;

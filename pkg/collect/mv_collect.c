@@ -1,5 +1,6 @@
 /* mv_collect: segment table, tick loop (copy, validate, publish) and snapshots. */
 #include "mv_collect.h"
+#include "mv_detect.h"
 #include "mv_log.h"
 
 #include <errno.h>
@@ -34,6 +35,11 @@ typedef struct seg {
     cat_ref *cat; /* current catalog (tick's reference) */
     uint64_t fail_since_ns, next_recheck_ns;
     int refs; /* atomic: the list holds one, a running tick another */
+    /* Analytics and adaptive sampling (tick thread; pipe is swapped under mu). */
+    mv_pipe_seg *pipe;
+    cat_ref *pipe_cat; /* the catalog pipe was built on */
+    mv_detect_rate *rate;
+    uint64_t due_ns; /* CLOCK_MONOTONIC time of the next read */
 
     /* Published state, under mu. */
     pthread_mutex_t mu;
@@ -44,6 +50,7 @@ typedef struct seg {
     void *pub_hot;
     uint32_t pub_len;
     uint64_t read_ns, heartbeat_ns, reads, read_errors, torn;
+    uint64_t interval_ns, skipped;
 
     struct seg *next;
 } seg;
@@ -95,6 +102,10 @@ void mv_coll_opts_default(mv_coll_opts *o)
     o->quarantine_after_ms = 1000;
     o->recheck_ms = 5000;
     o->max_segment_size = 64ull << 20;
+    o->analytics = 0;
+    mv_pipe_config_default(&o->pipe);
+    o->max_interval_us = 0;
+    o->calm_reads = 8;
 }
 
 int mv_coll_create(const mv_coll_opts *o, mv_coll **out)
@@ -110,6 +121,15 @@ int mv_coll_create(const mv_coll_opts *o, mv_coll **out)
         c->o.tick_us = 1000;
     if (!c->o.max_segment_size)
         c->o.max_segment_size = 64ull << 20;
+    if (c->o.analytics && mv_pipe_config_check(&c->o.pipe)) {
+        MV_ERROR("collector.config", "error=%s", mv_log_q(mv_pipe_config_check(&c->o.pipe)));
+        free(c);
+        return -EINVAL;
+    }
+    if (!c->o.analytics || c->o.max_interval_us <= c->o.tick_us)
+        c->o.max_interval_us = 0;
+    if (!c->o.calm_reads)
+        c->o.calm_reads = 8;
     pthread_mutex_init(&c->mu, NULL);
     *out = c;
     return 0;
@@ -130,6 +150,9 @@ static void seg_free(seg *s)
     free(s->full);
     free(s->work);
     free(s->pub_hot);
+    mv_pipe_seg_destroy(s->pipe);
+    mv_detect_rate_destroy(s->rate);
+    cat_put(s->pipe_cat);
     cat_put(s->cat);
     cat_put(s->pub_cat);
     pthread_mutex_destroy(&s->mu);
@@ -181,6 +204,18 @@ int mv_coll_add(mv_coll *c, const char *id, uint64_t size, const mv_seg_label *l
     }
     s->id = strdup(id);
     s->labels = calloc(nlabels ? nlabels : 1, sizeof *s->labels);
+    s->interval_ns = (uint64_t)c->o.tick_us * 1000ull;
+    if (c->o.max_interval_us) {
+        mv_detect_rate_config rc;
+        mv_detect_rate_config_default(&rc);
+        rc.fast_ns = (uint64_t)c->o.tick_us * 1000ull;
+        rc.max_ns = (uint64_t)c->o.max_interval_us * 1000ull;
+        rc.calm_reads = c->o.calm_reads;
+        if (mv_detect_rate_create(&rc, &s->rate) != 0) {
+            seg_free(s);
+            return -ENOMEM;
+        }
+    }
     if (!s->id || !s->labels) {
         seg_free(s);
         return -ENOMEM;
@@ -453,8 +488,55 @@ static void publish(seg *s, uint64_t now, uint64_t hb, uint64_t torn)
     s->work_cap = old ? old_cap : 0;
 }
 
+/* (Re)builds the segment's pipeline for the current catalog. */
+static int ensure_pipe(mv_coll *c, seg *s)
+{
+    if (s->pipe && s->pipe_cat == s->cat)
+        return 0;
+    mv_pipe_seg *np = NULL;
+    int rc = mv_pipe_seg_create(&c->o.pipe, s->cat->cat, s->pipe, &np);
+    if (rc != 0) {
+        MV_WARN("analytics.failed", "id=%s error=%s", mv_log_q(s->id), mv_log_q(strerror(-rc)));
+        return rc;
+    }
+    pthread_mutex_lock(&s->mu);
+    mv_pipe_seg *old = s->pipe;
+    cat_ref *old_cat = s->pipe_cat;
+    s->pipe = np;
+    s->pipe_cat = cat_get(s->cat);
+    pthread_mutex_unlock(&s->mu);
+    mv_pipe_seg_destroy(old);
+    cat_put(old_cat);
+    return 0;
+}
+
+/* Feeds the validated copy to the pipeline and picks the next read time. */
+static void analyse(mv_coll *c, seg *s, uint64_t now)
+{
+    if (!c->o.analytics || ensure_pipe(c, s) != 0)
+        return;
+    unsigned f = mv_pipe_seg_feed(s->pipe, s->work, now);
+    if (s->rate) {
+        uint64_t iv =
+            mv_detect_rate_observe(s->rate, (f & MV_PIPE_CHANGED) != 0, (f & MV_PIPE_MOVING) != 0);
+        s->due_ns = now_ns(CLOCK_MONOTONIC) + iv;
+        if (iv != s->interval_ns) {
+            pthread_mutex_lock(&s->mu);
+            s->interval_ns = iv;
+            pthread_mutex_unlock(&s->mu);
+        }
+    }
+}
+
 static void tick_segment(mv_coll *c, seg *s, uint64_t *torn_total)
 {
+    /* Adaptive sampling: a segment not yet due is skipped (half a tick of
+     * slack, so a due time a few microseconds ahead does not cost a tick). */
+    if (s->rate && s->state == MV_COLL_OK &&
+        now_ns(CLOCK_MONOTONIC) + (uint64_t)c->o.tick_us * 500ull < s->due_ns) {
+        __atomic_add_fetch(&s->skipped, 1, __ATOMIC_RELAXED);
+        return;
+    }
     uint64_t now = now_ns(CLOCK_REALTIME);
     mv_seg_error err = {0};
 
@@ -493,6 +575,7 @@ static void tick_segment(mv_coll *c, seg *s, uint64_t *torn_total)
         uint64_t torn = fix_torn(s, s->cat->cat);
         *torn_total += torn;
         s->fail_since_ns = 0;
+        analyse(c, s, now);
         publish(s, now, hb, torn);
         return;
     }
@@ -609,6 +692,10 @@ mv_coll_snap *mv_coll_snapshot(mv_coll *c)
         v->torn = s->torn;
         v->size = s->size;
         v->transport = s->t->name;
+        v->read_interval_ns = s->interval_ns;
+        v->reads_skipped = __atomic_load_n(&s->skipped, __ATOMIC_RELAXED);
+        if (s->pipe)
+            v->pipe = mv_pipe_seg_view(s->pipe);
         pthread_mutex_unlock(&s->mu);
     }
     sn->n = i;
@@ -630,6 +717,7 @@ void mv_coll_snap_free(mv_coll_snap *sn)
         }
         free((void *)v->labels);
         free((void *)v->hot);
+        free((void *)v->pipe);
         cat_put(sn->cats[i]);
     }
     free(sn->v);

@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "mv_pipeline.h"
 #include "mv_segment.h"
 
 #ifdef __cplusplus
@@ -62,6 +63,17 @@ typedef struct mv_coll_opts {
     uint32_t quarantine_after_ms; /* failures persisting this long quarantine; default 1000 */
     uint32_t recheck_ms;          /* quarantined segments are re-validated this often; 5000 */
     uint64_t max_segment_size;    /* larger segments are refused; default 64 MiB */
+    /* Analytics: when set, every successful read feeds the segment's
+     * mv_pipe_seg (built from `pipe`, rebuilt when the catalog changes). */
+    int analytics;       /* default 0 */
+    mv_pipe_config pipe; /* default mv_pipe_config_default */
+    /* Adaptive sampling (needs analytics): each segment's read interval is
+     * chosen by an mv_detect_rate controller between tick_us and
+     * max_interval_us; the tick skips segments not yet due, and a read that
+     * sees a change brings the segment back to every tick. 0 (default) or
+     * <= tick_us: every segment is read every tick. */
+    uint32_t max_interval_us;
+    uint32_t calm_reads; /* calm reads before the interval grows; default 8 */
 } mv_coll_opts;
 
 typedef struct mv_coll mv_coll;
@@ -108,6 +120,11 @@ typedef struct mv_coll_seg_view {
     uint64_t reads, read_errors, torn;
     uint64_t size;
     const char *transport;
+    /* Analytics (NULL/0 without): the last complete window's summaries,
+     * meaningful only when pipe->cat == cat; the current read interval. */
+    const mv_pipe_view *pipe;
+    uint64_t read_interval_ns;
+    uint64_t reads_skipped; /* ticks that skipped this segment (not due) */
 } mv_coll_seg_view;
 
 typedef struct mv_coll_stats {

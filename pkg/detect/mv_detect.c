@@ -106,6 +106,12 @@ void mv_detect_reset(mv_detect *d, size_t i)
         memset(&d->s[i], 0, sizeof(series));
 }
 
+void mv_detect_copy(mv_detect *dst, size_t di, const mv_detect *src, size_t si)
+{
+    if (dst && src && di < dst->n && si < src->n)
+        dst->s[di] = src->s[si];
+}
+
 /* Weight of the next sample: running average first, then the EWMA weight. */
 static inline double weight(const mv_detect *d, uint32_t n)
 {

@@ -78,6 +78,11 @@ size_t mv_detect_update_all(mv_detect *d, const double *x, size_t *moving);
 /* Forgets series i (e.g. its metric was replaced). */
 void mv_detect_reset(mv_detect *d, size_t i);
 
+/* Copies the whole state of series si of `src` into series di of `dst` (e.g.
+ * when a bank is rebuilt for a new catalog and a metric keeps its identity).
+ * Out-of-range indexes are ignored. The banks' configs should match. */
+void mv_detect_copy(mv_detect *dst, size_t di, const mv_detect *src, size_t si);
+
 size_t mv_detect_series(const mv_detect *d);
 uint64_t mv_detect_changes(const mv_detect *d, size_t i); /* changes since create/reset */
 double mv_detect_mean(const mv_detect *d, size_t i);

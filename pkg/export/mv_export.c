@@ -1,4 +1,4 @@
-/* mv_export: raw segment values and collector self-metrics as exposition text. */
+/* mv_export: raw segment values, derived window series and collector self-metrics as text/JSON. */
 #include "mv_export.h"
 
 #include <errno.h>
@@ -11,17 +11,89 @@
 #include <time.h>
 
 #define MAX_LABELS (MV_SEG_LABELS_MAX + 1)
+#define MAX_ID     64
+#define NO_METRIC  UINT32_MAX
+
+/* What an entry renders. */
+enum kind {
+    K_RAW = 0,
+    K_RATE,     /* B_rate */
+    K_RATE_MAX, /* B_rate_max */
+    K_RESETS,   /* B_resets_total */
+    K_GWIN,     /* G_window summary */
+    K_GMIN,
+    K_GMAX,
+    K_GMEAN,
+    K_GLAST,
+    K_HWIN,    /* H_window summary */
+    K_CHANGES, /* microview_changes_total{metric=...} */
+    K_ANOM,    /* microview_anomaly_score */
+    K_IVAL,    /* microview_segment_read_interval_seconds */
+    K_READS,   /* microview_segment_reads_total */
+    K_COUNT_
+};
+
+static const struct {
+    const char *suffix; /* appended to the base name; NULL for fixed names */
+    const char *fixed;
+    mv_expo_type type;
+    const char *help;
+} kinds[K_COUNT_] = {
+    [K_RAW] = {NULL, NULL, MV_EXPO_UNKNOWN, NULL},
+    [K_RATE] = {"_rate", NULL, MV_EXPO_GAUGE,
+                "Per-second increase over the last complete window (derived by the collector)."},
+    [K_RATE_MAX] = {"_rate_max", NULL, MV_EXPO_GAUGE,
+                    "Highest per-second rate between two consecutive reads in the last window."},
+    [K_RESETS] = {"_resets_total", NULL, MV_EXPO_COUNTER,
+                  "Counter resets (value went down) seen by the collector."},
+    [K_GWIN] = {"_window", NULL, MV_EXPO_SUMMARY,
+                "Quantiles (relative-error sketch), sum and count of the samples read in the "
+                "last complete window."},
+    [K_GMIN] = {"_window_min", NULL, MV_EXPO_GAUGE, "Smallest sample read in the last window."},
+    [K_GMAX] = {"_window_max", NULL, MV_EXPO_GAUGE, "Largest sample read in the last window."},
+    [K_GMEAN] = {"_window_mean", NULL, MV_EXPO_GAUGE,
+                 "Mean of the samples read in the last window."},
+    [K_GLAST] = {"_window_last", NULL, MV_EXPO_GAUGE, "Last sample read in the last window."},
+    [K_HWIN] = {"_window", NULL, MV_EXPO_SUMMARY,
+                "Quantiles, sum and count of the observations made in the last complete window "
+                "(error bounded by the histogram's bucket width)."},
+    [K_CHANGES] = {NULL, "microview_changes_total", MV_EXPO_COUNTER,
+                   "Changes (level shifts) detected per metric by the collector."},
+    [K_ANOM] = {NULL, "microview_anomaly_score", MV_EXPO_GAUGE,
+                "Largest Frequent-Directions residual of the segment's normalised metric vector "
+                "in the last window (0 = usual mix, 1 = orthogonal to it)."},
+    [K_IVAL] = {NULL, "microview_segment_read_interval_seconds", MV_EXPO_GAUGE,
+                "Current adaptive read interval of the segment."},
+    [K_READS] = {NULL, "microview_segment_reads_total", MV_EXPO_COUNTER,
+                 "Successful reads of the segment."},
+};
 
 typedef struct entry {
     const char *name;
     uint32_t seg;    /* index into the sorted segment order */
-    uint32_t metric; /* index in the segment's catalog */
+    uint32_t metric; /* index in the segment's catalog, NO_METRIC for per-segment series */
+    uint8_t kind;
+    uint8_t drop; /* 1 type conflict, 2 name collision */
 } entry;
 
-typedef struct render_ctx {
-    const mv_coll_snap *snap;
+/* A consumer of families and samples: the exposition renderer or the value finder. */
+typedef struct sink sink;
+struct sink {
+    /* Returns 0 to receive the family's samples, 1 to skip them, <0 to stop. */
+    int (*family)(sink *k, const char *name, mv_expo_type t, const char *help, const char *unit);
+    int (*sample)(sink *k, const char *suffix, const mv_expo_label *a, size_t na,
+                  const mv_expo_label *b, size_t nb, const char *xname, double xval, double v,
+                  uint64_t u, int is_u);
+};
+
+typedef struct walk {
     const mv_coll_seg_view **segs; /* sorted */
-} render_ctx;
+    size_t nseg;
+    entry *ents;
+    size_t n;
+    char *arena;
+    uint64_t dropped_type, dropped_collision, renamed;
+} walk;
 
 static int label_set_cmp(const mv_seg_label *a, size_t na, const mv_seg_label *b, size_t nb)
 {
@@ -43,76 +115,314 @@ static int seg_cmp(const void *x, const void *y)
     return d ? d : strcmp(a->id, b->id);
 }
 
+/* Raw entries sort before derived ones of the same name, so a group that has
+ * any raw entry starts with one. */
 static int entry_cmp(const void *x, const void *y)
 {
     const entry *a = x, *b = y;
     int d = strcmp(a->name, b->name);
     if (d)
         return d;
+    if ((a->kind == K_RAW) != (b->kind == K_RAW))
+        return a->kind == K_RAW ? -1 : 1;
     if (a->seg != b->seg)
         return a->seg < b->seg ? -1 : 1;
-    return a->metric < b->metric ? -1 : a->metric > b->metric;
+    if (a->metric != b->metric)
+        return a->metric < b->metric ? -1 : 1;
+    return (int)a->kind - (int)b->kind;
 }
 
-static mv_expo_type expo_type(uint8_t t)
+static mv_expo_type raw_type(uint8_t t)
 {
     return t == MV_SEG_COUNTER ? MV_EXPO_COUNTER
            : t == MV_SEG_GAUGE ? MV_EXPO_GAUGE
                                : MV_EXPO_HISTOGRAM;
 }
 
-/* The metric's own labels; a name that clashes with an identity label is
- * renamed exported_<name>, as Prometheus does for scraped labels. */
-static size_t own_labels(const mv_coll_seg_view *v, const mv_seg_metric *m, mv_expo_label *out,
-                         char (*buf)[MV_SEG_LABEL_KEY_MAX + 10], uint64_t *renamed)
+static int seg_valid(const mv_coll_seg_view *v)
+{
+    return v->cat && v->hot && v->state == MV_COLL_OK;
+}
+
+static const mv_pipe_view *seg_pipe(const mv_coll_seg_view *v)
+{
+    const mv_pipe_view *p = v->pipe;
+    return p && p->cat == (const void *)v->cat && p->n == mv_seg_catalog_count(v->cat) ? p : NULL;
+}
+
+static mv_expo_type entry_type(const walk *w, const entry *en)
+{
+    if (en->kind != K_RAW)
+        return kinds[en->kind].type;
+    return raw_type(mv_seg_catalog_metric(w->segs[en->seg]->cat, en->metric)->type);
+}
+
+/* The base of a counter name: without a trailing "_total". */
+static size_t counter_base_len(const char *name, size_t len)
+{
+    return len > 6 && strcmp(name + len - 6, "_total") == 0 ? len - 6 : len;
+}
+
+static int str_cmp(const void *x, const void *y)
+{
+    return strcmp(*(const char *const *)x, *(const char *const *)y);
+}
+
+static int reserved(const char **set, size_t n, const char *s)
+{
+    return n && bsearch(&s, set, n, sizeof *set, str_cmp) != NULL;
+}
+
+/* Marks type conflicts and derived families whose sample names collide with
+ * a raw family's. */
+static int mark_drops(walk *w)
+{
+    size_t nraw = 0;
+    for (size_t i = 0; i < w->n; i++)
+        nraw += w->ents[i].kind == K_RAW;
+    /* Every sample name a raw family may produce, in either format. */
+    const char **set = calloc(4 * nraw + 1, sizeof *set);
+    char *buf = malloc(4 * nraw * (MV_SEG_NAME_MAX + 10) + 1);
+    if (!set || !buf) {
+        free(set);
+        free(buf);
+        return -ENOMEM;
+    }
+    size_t ns = 0;
+    char *bp = buf;
+    for (size_t i = 0; i < w->n;) {
+        size_t j = i + 1;
+        while (j < w->n && strcmp(w->ents[j].name, w->ents[i].name) == 0)
+            j++;
+        entry *g = &w->ents[i];
+        if (g->kind == K_RAW) {
+            mv_expo_type t = entry_type(w, g);
+            const char *nm = g->name;
+            size_t len = strlen(nm);
+            set[ns++] = nm;
+            const char *sfx[3] = {NULL, NULL, NULL};
+            if (t == MV_EXPO_COUNTER) {
+                if (counter_base_len(nm, len) != len) {
+                    memcpy(bp, nm, len - 6);
+                    bp[len - 6] = '\0';
+                    set[ns++] = bp;
+                    bp += len - 5;
+                } else {
+                    sfx[0] = "_total";
+                }
+            } else if (t == MV_EXPO_HISTOGRAM) {
+                sfx[0] = "_bucket";
+                sfx[1] = "_sum";
+                sfx[2] = "_count";
+            }
+            for (int s = 0; s < 3 && sfx[s]; s++) {
+                set[ns++] = bp;
+                bp += sprintf(bp, "%s%s", nm, sfx[s]) + 1;
+            }
+        }
+        i = j;
+    }
+    qsort(set, ns, sizeof *set, str_cmp);
+
+    for (size_t i = 0; i < w->n;) {
+        size_t j = i + 1;
+        while (j < w->n && strcmp(w->ents[j].name, w->ents[i].name) == 0)
+            j++;
+        entry *g = &w->ents[i];
+        mv_expo_type t = entry_type(w, g);
+        int collide = g->kind != K_RAW && reserved(set, ns, g->name);
+        if (!collide && g->kind != K_RAW) {
+            char tmp[MV_SEG_NAME_MAX + 32];
+            size_t len = strlen(g->name);
+            if (t == MV_EXPO_COUNTER && counter_base_len(g->name, len) != len) {
+                snprintf(tmp, sizeof tmp, "%.*s", (int)(len - 6), g->name);
+                collide = reserved(set, ns, tmp);
+            } else if (t == MV_EXPO_SUMMARY) {
+                snprintf(tmp, sizeof tmp, "%s_sum", g->name);
+                collide = reserved(set, ns, tmp);
+                snprintf(tmp, sizeof tmp, "%s_count", g->name);
+                collide = collide || reserved(set, ns, tmp);
+            }
+        }
+        for (size_t k = i; k < j; k++) {
+            entry *en = &w->ents[k];
+            if (en->kind != K_RAW && (collide || g->kind == K_RAW)) {
+                en->drop = 2;
+                w->dropped_collision++;
+            } else if (entry_type(w, en) != t) {
+                en->drop = 1;
+                w->dropped_type++;
+            }
+        }
+        i = j;
+    }
+    free(set);
+    free(buf);
+    return 0;
+}
+
+static void walk_free(walk *w)
+{
+    free(w->segs);
+    free(w->ents);
+    free(w->arena);
+}
+
+static int walk_build(walk *w, const mv_coll_seg_view *const *views, size_t nviews)
+{
+    memset(w, 0, sizeof *w);
+    w->nseg = nviews;
+    size_t total = 0, arena = 1;
+    w->segs = calloc(w->nseg ? w->nseg : 1, sizeof *w->segs);
+    if (!w->segs)
+        return -ENOMEM;
+    for (size_t i = 0; i < w->nseg; i++) {
+        const mv_coll_seg_view *v = w->segs[i] = views[i];
+        if (!seg_valid(v))
+            continue;
+        size_t n = mv_seg_catalog_count(v->cat);
+        total += 3 + n * (seg_pipe(v) ? 7 : 1);
+        if (seg_pipe(v))
+            for (size_t j = 0; j < n; j++)
+                arena += 6 * ((size_t)mv_seg_catalog_metric(v->cat, j)->name_len + 16);
+    }
+    qsort(w->segs, w->nseg, sizeof *w->segs, seg_cmp);
+    w->ents = calloc(total ? total : 1, sizeof *w->ents);
+    w->arena = malloc(arena);
+    if (!w->ents || !w->arena)
+        return -ENOMEM;
+    char *ap = w->arena;
+    size_t k = 0;
+    for (size_t i = 0; i < w->nseg; i++) {
+        const mv_coll_seg_view *v = w->segs[i];
+        if (!seg_valid(v))
+            continue;
+        const mv_pipe_view *p = seg_pipe(v);
+        for (size_t j = 0; j < mv_seg_catalog_count(v->cat); j++) {
+            const mv_seg_metric *m = mv_seg_catalog_metric(v->cat, j);
+            w->ents[k++] = (entry){m->name, (uint32_t)i, (uint32_t)j, K_RAW, 0};
+            if (!p)
+                continue;
+            const mv_pipe_out *o = &p->m[j];
+            uint8_t ks[5];
+            int nk = 0;
+            if (m->type == MV_SEG_COUNTER) {
+                if (o->has_window) {
+                    ks[nk++] = K_RATE;
+                    ks[nk++] = K_RATE_MAX;
+                }
+                ks[nk++] = K_RESETS;
+            } else if (m->type == MV_SEG_GAUGE && o->has_window) {
+                ks[nk++] = K_GWIN;
+                ks[nk++] = K_GMIN;
+                ks[nk++] = K_GMAX;
+                ks[nk++] = K_GMEAN;
+                ks[nk++] = K_GLAST;
+            } else if (m->type == MV_SEG_HISTOGRAM && o->has_window) {
+                ks[nk++] = K_HWIN;
+            }
+            size_t base =
+                m->type == MV_SEG_COUNTER ? counter_base_len(m->name, m->name_len) : m->name_len;
+            for (int q = 0; q < nk; q++) {
+                int len = sprintf(ap, "%.*s%s", (int)base, m->name, kinds[ks[q]].suffix);
+                w->ents[k++] = (entry){ap, (uint32_t)i, (uint32_t)j, ks[q], 0};
+                ap += len + 1;
+            }
+            w->ents[k++] = (entry){kinds[K_CHANGES].fixed, (uint32_t)i, (uint32_t)j, K_CHANGES, 0};
+        }
+        if (p && !isnan(p->anomaly_score))
+            w->ents[k++] = (entry){kinds[K_ANOM].fixed, (uint32_t)i, NO_METRIC, K_ANOM, 0};
+        w->ents[k++] = (entry){kinds[K_IVAL].fixed, (uint32_t)i, NO_METRIC, K_IVAL, 0};
+        w->ents[k++] = (entry){kinds[K_READS].fixed, (uint32_t)i, NO_METRIC, K_READS, 0};
+    }
+    w->n = k;
+    qsort(w->ents, k, sizeof *w->ents, entry_cmp);
+    return mark_drops(w);
+}
+
+/* The metric's own labels; a name that clashes with an identity label (or
+ * `extra`, e.g. "metric") is renamed exported_<name>, as Prometheus does. */
+static size_t own_labels(const mv_coll_seg_view *v, const mv_seg_metric *m, const char *extra,
+                         mv_expo_label *out, char (*buf)[MV_SEG_LABEL_KEY_MAX + 10],
+                         uint64_t *renamed)
 {
     for (uint16_t i = 0; i < m->label_count; i++) {
         const char *k = m->labels[i].key;
         out[i].name = k;
         out[i].value = m->labels[i].value;
-        for (size_t j = 0; j < v->nlabels; j++) {
-            if (strcmp(v->labels[j].key, k) == 0) {
-                snprintf(buf[i], sizeof buf[i], "exported_%s", k);
-                out[i].name = buf[i];
-                (*renamed)++;
-                break;
-            }
+        int clash = extra && strcmp(extra, k) == 0;
+        for (size_t j = 0; j < v->nlabels && !clash; j++)
+            clash = strcmp(v->labels[j].key, k) == 0;
+        if (clash) {
+            snprintf(buf[i], sizeof buf[i], "exported_%s", k);
+            out[i].name = buf[i];
+            (*renamed)++;
         }
     }
     return m->label_count;
 }
 
-static size_t identity_labels(const mv_coll_seg_view *v, mv_expo_label *out, size_t cap)
+static int emit(sink *k, walk *w, const entry *en)
 {
-    size_t n = v->nlabels < cap ? v->nlabels : cap;
-    for (size_t i = 0; i < n; i++) {
-        out[i].name = v->labels[i].key;
-        out[i].value = v->labels[i].value;
-    }
-    return n;
-}
-
-static int render_metric(mv_expo *e, const mv_coll_seg_view *v, const mv_seg_metric *m,
-                         mv_export_stats *st)
-{
-    mv_expo_label idl[64], own[MAX_LABELS];
+    const mv_coll_seg_view *v = w->segs[en->seg];
+    const mv_pipe_view *p = seg_pipe(v);
+    mv_expo_label idl[MAX_ID + 1], own[MAX_LABELS];
     char renamed[MAX_LABELS][MV_SEG_LABEL_KEY_MAX + 10];
-    size_t nid = identity_labels(v, idl, 64);
-    size_t nown = own_labels(v, m, own, renamed, &st->renamed_labels);
+    size_t nid = v->nlabels < MAX_ID ? v->nlabels : MAX_ID, nown = 0;
+    for (size_t i = 0; i < nid; i++) {
+        idl[i].name = v->labels[i].key;
+        idl[i].value = v->labels[i].value;
+    }
+    if (en->metric == NO_METRIC) {
+        if (en->kind == K_ANOM)
+            return k->sample(k, NULL, idl, nid, NULL, 0, NULL, 0, p->anomaly_score, 0, 0);
+        if (en->kind == K_IVAL)
+            return k->sample(k, NULL, idl, nid, NULL, 0, NULL, 0, (double)v->read_interval_ns / 1e9,
+                             0, 0);
+        return k->sample(k, NULL, idl, nid, NULL, 0, NULL, 0, 0, v->reads, 1);
+    }
+    const mv_seg_metric *m = mv_seg_catalog_metric(v->cat, en->metric);
+    if (en->kind == K_CHANGES) {
+        idl[nid].name = "metric";
+        idl[nid].value = m->name;
+        nown = own_labels(v, m, "metric", own, renamed, &w->renamed);
+        return k->sample(k, NULL, idl, nid + 1, own, nown, NULL, 0, 0, p->m[en->metric].changes, 1);
+    }
+    nown = own_labels(v, m, NULL, own, renamed, &w->renamed);
     int rc = 0;
-
-    if (m->type == MV_SEG_COUNTER) {
-        rc = mv_expo_sample_u64(e, NULL, idl, nid, own, nown, NULL, 0,
-                                mv_seg_read_counter(v->hot, m), MV_EXPO_NO_TS);
-        st->series++;
-        return rc;
+    if (en->kind != K_RAW) {
+        const mv_pipe_out *o = &p->m[en->metric];
+        switch (en->kind) {
+        case K_RATE:
+            return k->sample(k, NULL, idl, nid, own, nown, NULL, 0, o->rate, 0, 0);
+        case K_RATE_MAX:
+            return k->sample(k, NULL, idl, nid, own, nown, NULL, 0, o->rate_max, 0, 0);
+        case K_RESETS:
+            return k->sample(k, NULL, idl, nid, own, nown, NULL, 0, 0, o->resets, 1);
+        case K_GMIN:
+            return k->sample(k, NULL, idl, nid, own, nown, NULL, 0, o->min, 0, 0);
+        case K_GMAX:
+            return k->sample(k, NULL, idl, nid, own, nown, NULL, 0, o->max, 0, 0);
+        case K_GMEAN:
+            return k->sample(k, NULL, idl, nid, own, nown, NULL, 0, o->mean, 0, 0);
+        case K_GLAST:
+            return k->sample(k, NULL, idl, nid, own, nown, NULL, 0, o->last, 0, 0);
+        default: /* K_GWIN, K_HWIN */
+            for (int q = 0; q < MV_PIPE_QUANTILES && rc == 0; q++)
+                rc = k->sample(k, NULL, idl, nid, own, nown, "quantile", mv_pipe_quantiles[q],
+                               o->q[q], 0, 0);
+            if (rc == 0)
+                rc = k->sample(k, "_sum", idl, nid, own, nown, NULL, 0, o->sum, 0, 0);
+            if (rc == 0)
+                rc = k->sample(k, "_count", idl, nid, own, nown, NULL, 0, 0, o->count, 1);
+            return rc;
+        }
     }
-    if (m->type == MV_SEG_GAUGE) {
-        rc = mv_expo_sample(e, NULL, idl, nid, own, nown, NULL, 0, mv_seg_read_gauge(v->hot, m),
-                            MV_EXPO_NO_TS);
-        st->series++;
-        return rc;
-    }
+    if (m->type == MV_SEG_COUNTER)
+        return k->sample(k, NULL, idl, nid, own, nown, NULL, 0, 0, mv_seg_read_counter(v->hot, m),
+                         1);
+    if (m->type == MV_SEG_GAUGE)
+        return k->sample(k, NULL, idl, nid, own, nown, NULL, 0, mv_seg_read_gauge(v->hot, m), 0, 0);
     mv_seg_hist_view hv;
     if (mv_seg_read_histogram(v->hot, m, &hv) != MV_SEG_OK)
         return 0; /* the tick publishes only consistent records; be safe anyway */
@@ -120,23 +430,90 @@ static int render_metric(mv_expo *e, const mv_coll_seg_view *v, const mv_seg_met
     for (uint32_t i = 0; i <= m->bucket_count && rc == 0; i++) {
         cum += hv.buckets[i];
         double le = i < m->bucket_count ? m->bounds[i] : INFINITY;
-        rc = mv_expo_sample_u64(e, "_bucket", idl, nid, own, nown, "le", le, cum, MV_EXPO_NO_TS);
+        rc = k->sample(k, "_bucket", idl, nid, own, nown, "le", le, 0, cum, 1);
     }
     if (rc == 0)
-        rc = mv_expo_sample(e, "_sum", idl, nid, own, nown, NULL, 0, hv.sum, MV_EXPO_NO_TS);
+        rc = k->sample(k, "_sum", idl, nid, own, nown, NULL, 0, hv.sum, 0, 0);
     if (rc == 0)
-        rc = mv_expo_sample_u64(e, "_count", idl, nid, own, nown, NULL, 0, hv.count, MV_EXPO_NO_TS);
-    st->series += m->bucket_count + 3u;
+        rc = k->sample(k, "_count", idl, nid, own, nown, NULL, 0, 0, hv.count, 1);
     return rc;
 }
 
-static int render_self(mv_expo *e, const mv_coll_snap *snap, const mv_export_stats *st)
+/* Walks every family in order; stops at the first negative return. */
+static int walk_run(walk *w, sink *k)
 {
-    const mv_coll_stats *cs = mv_coll_snap_stats(snap);
-    size_t n = mv_coll_snap_count(snap), by_state[3] = {0};
+    for (size_t i = 0; i < w->n;) {
+        size_t j = i;
+        while (j < w->n && strcmp(w->ents[j].name, w->ents[i].name) == 0)
+            j++;
+        size_t first = i;
+        while (first < j && w->ents[first].drop)
+            first++;
+        if (first < j) {
+            const entry *g = &w->ents[first];
+            const char *help = kinds[g->kind].help, *unit = NULL;
+            if (g->kind == K_RAW || g->metric != NO_METRIC) {
+                const mv_seg_metric *m = mv_seg_catalog_metric(w->segs[g->seg]->cat, g->metric);
+                if (g->kind == K_RAW)
+                    help = m->help;
+                if (m->unit_len && g->kind != K_CHANGES && g->kind != K_RESETS &&
+                    g->kind != K_RATE && g->kind != K_RATE_MAX)
+                    unit = m->unit;
+            } else if (g->kind == K_IVAL) {
+                unit = "seconds";
+            }
+            int rc = k->family(k, g->name, entry_type(w, g), help, unit);
+            if (rc < 0)
+                return rc;
+            for (size_t e = first; e < j && rc == 0; e++) {
+                if (w->ents[e].drop)
+                    continue;
+                rc = emit(k, w, &w->ents[e]);
+                if (rc < 0)
+                    return rc;
+                rc = 0;
+            }
+        }
+        i = j;
+    }
+    return 0;
+}
+
+/* ---- Exposition ------------------------------------------------------------------------------ */
+
+typedef struct expo_sink {
+    sink k;
+    mv_expo *e;
+    uint64_t series;
+} expo_sink;
+
+static int expo_family(sink *k, const char *name, mv_expo_type t, const char *help,
+                       const char *unit)
+{
+    expo_sink *s = (expo_sink *)k;
+    int rc = mv_expo_family(s->e, name, t, help, unit);
+    return rc == -EINVAL ? 1 : rc;
+}
+
+static int expo_sample(sink *k, const char *suffix, const mv_expo_label *a, size_t na,
+                       const mv_expo_label *b, size_t nb, const char *xname, double xval, double v,
+                       uint64_t u, int is_u)
+{
+    expo_sink *s = (expo_sink *)k;
+    int rc = is_u ? mv_expo_sample_u64(s->e, suffix, a, na, b, nb, xname, xval, u, MV_EXPO_NO_TS)
+                  : mv_expo_sample(s->e, suffix, a, na, b, nb, xname, xval, v, MV_EXPO_NO_TS);
+    if (rc == 0)
+        s->series++;
+    return rc == -EINVAL ? 0 : rc; /* an unrenderable series is skipped, not fatal */
+}
+
+static int render_self(mv_expo *e, const mv_coll_seg_view *const *views, size_t n,
+                       const mv_coll_stats *cs, const mv_export_stats *st)
+{
+    size_t by_state[3] = {0};
     int rc = 0;
     for (size_t i = 0; i < n; i++) {
-        const mv_coll_seg_view *v = mv_coll_snap_seg(snap, i);
+        const mv_coll_seg_view *v = views[i];
         if ((unsigned)v->state < 3)
             by_state[v->state]++;
     }
@@ -171,83 +548,136 @@ static int render_self(mv_expo *e, const mv_coll_snap *snap, const mv_export_sta
                          "Series not exported, by reason.", NULL);
     mv_expo_label l = {"reason", "type_conflict"};
     rc |= mv_expo_sample_u64(e, NULL, &l, 1, NULL, 0, NULL, 0, st->dropped_type, MV_EXPO_NO_TS);
+    l.value = "name_collision";
+    rc |=
+        mv_expo_sample_u64(e, NULL, &l, 1, NULL, 0, NULL, 0, st->dropped_collision, MV_EXPO_NO_TS);
+    rc |=
+        mv_expo_family(e, "microview_exposition_truncated_total", MV_EXPO_COUNTER,
+                       "Expositions cut at the body cap (--max-body-bytes) before this one.", NULL);
+    rc |= mv_expo_sample_u64(e, NULL, NULL, 0, NULL, 0, NULL, 0, st->truncated, MV_EXPO_NO_TS);
     return rc ? -ENOSPC : 0;
+}
+
+/* Views of a snapshot, as an array. */
+static const mv_coll_seg_view **snap_views(const mv_coll_snap *snap)
+{
+    size_t n = mv_coll_snap_count(snap);
+    const mv_coll_seg_view **v = calloc(n ? n : 1, sizeof *v);
+    for (size_t i = 0; v && i < n; i++)
+        v[i] = mv_coll_snap_seg(snap, i);
+    return v;
 }
 
 int mv_export_render(mv_expo *e, const mv_coll_snap *snap, mv_export_stats *cumulative)
 {
-    size_t nseg = mv_coll_snap_count(snap), total = 0;
+    const mv_coll_seg_view **v = snap_views(snap);
+    if (!v)
+        return -ENOMEM;
+    int rc = mv_export_render_views(e, v, mv_coll_snap_count(snap), mv_coll_snap_stats(snap),
+                                    cumulative);
+    free(v);
+    return rc;
+}
+
+int mv_export_render_views(mv_expo *e, const mv_coll_seg_view *const *views, size_t nviews,
+                           const mv_coll_stats *cs, mv_export_stats *cumulative)
+{
+    walk w;
+    int rc = walk_build(&w, views, nviews);
+    if (rc != 0) {
+        walk_free(&w);
+        return rc;
+    }
     mv_export_stats st = {0};
-    int rc = 0;
-
-    const mv_coll_seg_view **segs = calloc(nseg ? nseg : 1, sizeof *segs);
-    if (!segs)
-        return -ENOMEM;
-    for (size_t i = 0; i < nseg; i++) {
-        segs[i] = mv_coll_snap_seg(snap, i);
-        if (segs[i]->cat && segs[i]->hot && segs[i]->state == MV_COLL_OK)
-            total += mv_seg_catalog_count(segs[i]->cat);
-    }
-    qsort(segs, nseg, sizeof *segs, seg_cmp);
-    entry *ents = calloc(total ? total : 1, sizeof *ents);
-    if (!ents) {
-        free(segs);
-        return -ENOMEM;
-    }
-    size_t k = 0;
-    for (size_t i = 0; i < nseg; i++) {
-        const mv_coll_seg_view *v = segs[i];
-        if (!v->cat || !v->hot || v->state != MV_COLL_OK)
-            continue;
-        for (size_t j = 0; j < mv_seg_catalog_count(v->cat); j++)
-            ents[k++] = (entry){mv_seg_catalog_metric(v->cat, j)->name, (uint32_t)i, (uint32_t)j};
-    }
-    qsort(ents, k, sizeof *ents, entry_cmp);
-
-    for (size_t i = 0; i < k && rc == 0;) {
-        const mv_coll_seg_view *v0 = segs[ents[i].seg];
-        const mv_seg_metric *m0 = mv_seg_catalog_metric(v0->cat, ents[i].metric);
-        rc = mv_expo_family(e, m0->name, expo_type(m0->type), m0->help,
-                            m0->unit_len ? m0->unit : NULL);
-        size_t j = i;
-        for (; j < k && strcmp(ents[j].name, m0->name) == 0 && rc == 0; j++) {
-            const mv_coll_seg_view *v = segs[ents[j].seg];
-            const mv_seg_metric *m = mv_seg_catalog_metric(v->cat, ents[j].metric);
-            if (m->type != m0->type) {
-                st.dropped_type++;
-                continue;
-            }
-            rc = render_metric(e, v, m, &st);
-        }
-        i = j;
-    }
     if (cumulative) {
-        cumulative->series = st.series;
-        cumulative->dropped_type += st.dropped_type;
-        cumulative->renamed_labels += st.renamed_labels;
-        st.dropped_type = cumulative->dropped_type;
+        cumulative->dropped_type += w.dropped_type;
+        cumulative->dropped_collision += w.dropped_collision;
+        st = *cumulative;
+    } else {
+        st.dropped_type = w.dropped_type;
+        st.dropped_collision = w.dropped_collision;
     }
+    expo_sink k = {{expo_family, expo_sample}, e, 0};
+    rc = render_self(e, views, nviews, cs, &st);
     if (rc == 0)
-        rc = render_self(e, snap, &st);
+        rc = walk_run(&w, &k.k);
     if (rc == 0)
         rc = mv_expo_finish(e);
-    free(ents);
-    free(segs);
+    if (mv_expo_truncated(e))
+        rc = -ENOSPC;
+    if (cumulative) {
+        cumulative->series = k.series;
+        cumulative->renamed_labels += w.renamed;
+        if (rc == -ENOSPC)
+            cumulative->truncated++;
+    }
+    walk_free(&w);
+    if (rc == -ENOMEM)
+        return rc;
     return rc ? -ENOSPC : 0;
 }
 
-char *mv_export_segments_json(const mv_coll_snap *snap)
+/* ---- JSON ------------------------------------------------------------------------------------ */
+
+static json_object *jnum(double v)
+{
+    return isfinite(v) ? json_object_new_double(v) : NULL; /* JSON has no NaN/Inf */
+}
+
+static json_object *jlabels(const mv_seg_label *l, size_t n)
+{
+    json_object *o = json_object_new_object();
+    for (size_t k = 0; k < n; k++)
+        json_object_object_add(o, l[k].key, json_object_new_string(l[k].value));
+    return o;
+}
+
+static json_object *metric_json(const mv_coll_seg_view *v, const mv_pipe_view *p, size_t j)
+{
+    static const char *const tn[4] = {"?", "counter", "gauge", "histogram"};
+    const mv_seg_metric *m = mv_seg_catalog_metric(v->cat, j);
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "name", json_object_new_string(m->name));
+    json_object_object_add(o, "labels", jlabels(m->labels, m->label_count));
+    json_object_object_add(o, "type", json_object_new_string(tn[m->type & 3]));
+    if (m->type == MV_SEG_COUNTER) {
+        json_object_object_add(o, "value", json_object_new_uint64(mv_seg_read_counter(v->hot, m)));
+    } else if (m->type == MV_SEG_GAUGE) {
+        json_object_object_add(o, "value", jnum(mv_seg_read_gauge(v->hot, m)));
+    } else {
+        mv_seg_hist_view hv;
+        if (mv_seg_read_histogram(v->hot, m, &hv) == MV_SEG_OK) {
+            json_object_object_add(o, "count", json_object_new_uint64(hv.count));
+            json_object_object_add(o, "sum", jnum(hv.sum));
+        }
+    }
+    if (p) {
+        const mv_pipe_out *w = &p->m[j];
+        json_object_object_add(o, "changes", json_object_new_uint64(w->changes));
+        if (w->has_window && m->type == MV_SEG_COUNTER) {
+            json_object_object_add(o, "rate", jnum(w->rate));
+            json_object_object_add(o, "rate_max", jnum(w->rate_max));
+        } else if (w->has_window) {
+            json_object_object_add(o, "window_count", json_object_new_uint64(w->count));
+            json_object_object_add(o, "window_mean", jnum(w->mean));
+            json_object_object_add(o, "window_p50", jnum(w->q[0]));
+            json_object_object_add(o, "window_p99", jnum(w->q[2]));
+        }
+    }
+    return o;
+}
+
+char *mv_export_segments_json(const mv_coll_snap *snap, int metrics)
 {
     static const char *const state_names[3] = {"pending", "ok", "quarantined"};
     json_object *root = json_object_new_object(), *arr = json_object_new_array();
     const mv_coll_stats *cs = mv_coll_snap_stats(snap);
     for (size_t i = 0; i < mv_coll_snap_count(snap); i++) {
         const mv_coll_seg_view *v = mv_coll_snap_seg(snap, i);
-        json_object *o = json_object_new_object(), *l = json_object_new_object();
+        const mv_pipe_view *p = v->cat ? seg_pipe(v) : NULL;
+        json_object *o = json_object_new_object();
         json_object_object_add(o, "id", json_object_new_string(v->id));
-        for (size_t k = 0; k < v->nlabels; k++)
-            json_object_object_add(l, v->labels[k].key, json_object_new_string(v->labels[k].value));
-        json_object_object_add(o, "labels", l);
+        json_object_object_add(o, "labels", jlabels(v->labels, v->nlabels));
         json_object_object_add(
             o, "state",
             json_object_new_string((unsigned)v->state < 3 ? state_names[v->state] : "?"));
@@ -262,18 +692,156 @@ char *mv_export_segments_json(const mv_coll_snap *snap)
         json_object_object_add(o, "metrics",
                                json_object_new_uint64(v->cat ? mv_seg_catalog_count(v->cat) : 0));
         json_object_object_add(o, "reads", json_object_new_uint64(v->reads));
+        json_object_object_add(o, "reads_skipped", json_object_new_uint64(v->reads_skipped));
         json_object_object_add(o, "read_errors", json_object_new_uint64(v->read_errors));
         json_object_object_add(o, "torn", json_object_new_uint64(v->torn));
+        json_object_object_add(o, "read_interval_seconds", jnum((double)v->read_interval_ns / 1e9));
+        json_object_object_add(o, "reads_per_second",
+                               v->read_interval_ns ? jnum(1e9 / (double)v->read_interval_ns)
+                                                   : NULL);
         json_object_object_add(o, "last_read_unix_ns", json_object_new_uint64(v->read_ns));
         json_object_object_add(o, "heartbeat_unix_ns", json_object_new_uint64(v->heartbeat_ns));
+        if (p) {
+            uint64_t changes = 0;
+            for (size_t j = 0; j < p->n; j++)
+                changes += p->m[j].changes;
+            json_object_object_add(o, "anomaly_score", jnum(p->anomaly_score));
+            json_object_object_add(o, "changes", json_object_new_uint64(changes));
+            json_object_object_add(o, "window_end_unix_ns",
+                                   json_object_new_uint64(p->window_end_ns));
+        }
+        if (metrics && seg_valid(v)) {
+            json_object *ma = json_object_new_array();
+            for (size_t j = 0; j < mv_seg_catalog_count(v->cat); j++)
+                json_object_array_add(ma, metric_json(v, p, j));
+            json_object_object_add(o, "series", ma);
+        }
         json_object_array_add(arr, o);
     }
     json_object_object_add(root, "segments", arr);
     json_object_object_add(root, "ticks", json_object_new_uint64(cs->ticks));
-    json_object_object_add(root, "last_tick_seconds",
-                           json_object_new_double(cs->last_tick_seconds));
+    json_object_object_add(root, "last_tick_seconds", jnum(cs->last_tick_seconds));
     char *out = strdup(json_object_to_json_string_ext(root, JSON_C_TO_STRING_PRETTY |
                                                                 JSON_C_TO_STRING_NOSLASHESCAPE));
     json_object_put(root);
     return out;
+}
+
+typedef struct value_sink {
+    sink k;
+    const char *metric;
+    size_t flen; /* length of the current family name when it is a prefix of metric */
+    const mv_seg_label *filters;
+    size_t nf;
+    json_object *series;
+    size_t count;
+    double agg_v;
+    int agg; /* 0 sum, 1 avg, 2 max, 3 min */
+} value_sink;
+
+static int value_family(sink *k, const char *name, mv_expo_type t, const char *help,
+                        const char *unit)
+{
+    value_sink *s = (value_sink *)k;
+    size_t len = strlen(name);
+    /* Samples are named family + suffix; skip families that cannot match. */
+    if (strncmp(s->metric, name, len) != 0)
+        return 1;
+    s->flen = len;
+    return 0;
+}
+
+static int label_match(const mv_expo_label *l, size_t n, const mv_seg_label *f)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(l[i].name, f->key) == 0)
+            return strcmp(l[i].value, f->value) == 0;
+    return -1; /* absent */
+}
+
+static int value_sample(sink *k, const char *suffix, const mv_expo_label *a, size_t na,
+                        const mv_expo_label *b, size_t nb, const char *xname, double xval, double v,
+                        uint64_t u, int is_u)
+{
+    value_sink *s = (value_sink *)k;
+    const char *rest = s->metric + s->flen;
+    if (strcmp(rest, suffix ? suffix : "") != 0)
+        return 0;
+    char xbuf[40] = "";
+    if (xname)
+        mv_expo_format_double(xval, 0, xbuf, sizeof xbuf);
+    for (size_t i = 0; i < s->nf; i++) {
+        const mv_seg_label *f = &s->filters[i];
+        int m = label_match(a, na, f);
+        if (m < 0)
+            m = label_match(b, nb, f);
+        if (m < 0 && xname && strcmp(xname, f->key) == 0)
+            m = strcmp(xbuf, f->value) == 0 || strtod(f->value, NULL) == xval;
+        if (m <= 0)
+            return 0;
+    }
+    double val = is_u ? (double)u : v;
+    json_object *o = json_object_new_object(), *l = json_object_new_object();
+    for (size_t i = 0; i < na; i++)
+        json_object_object_add(l, a[i].name, json_object_new_string(a[i].value));
+    for (size_t i = 0; i < nb; i++)
+        json_object_object_add(l, b[i].name, json_object_new_string(b[i].value));
+    if (xname)
+        json_object_object_add(l, xname, json_object_new_string(xbuf));
+    json_object_object_add(o, "labels", l);
+    json_object_object_add(o, "value", jnum(val));
+    json_object_array_add(s->series, o);
+    if (isfinite(val)) {
+        if (s->count == 0)
+            s->agg_v = val;
+        else if (s->agg <= 1)
+            s->agg_v += val;
+        else if ((s->agg == 2) == (val > s->agg_v))
+            s->agg_v = val;
+        s->count++;
+    }
+    return 0;
+}
+
+int mv_export_value_json(const mv_coll_snap *snap, const char *metric, const mv_seg_label *filters,
+                         size_t nfilters, const char *agg, char **out)
+{
+    static const char *const aggs[4] = {"sum", "avg", "max", "min"};
+    int ai = -1;
+    *out = NULL;
+    for (int i = 0; i < 4; i++)
+        if (strcmp(agg ? agg : "sum", aggs[i]) == 0)
+            ai = i;
+    if (ai < 0)
+        return -EINVAL;
+    walk w;
+    const mv_coll_seg_view **views = snap_views(snap);
+    int rc = views ? walk_build(&w, views, mv_coll_snap_count(snap)) : -ENOMEM;
+    if (rc != 0) {
+        if (views)
+            walk_free(&w);
+        free(views);
+        return rc;
+    }
+    value_sink s = {{value_family, value_sample}, metric, 0, filters, nfilters,
+                    json_object_new_array(),      0,      0, ai};
+    walk_run(&w, &s.k);
+    walk_free(&w);
+    free(views);
+    json_object *root = json_object_new_object();
+    json_object_object_add(root, "metric", json_object_new_string(metric));
+    json_object_object_add(root, "aggregation", json_object_new_string(aggs[ai]));
+    double v = s.count == 0 ? NAN : ai == 1 ? s.agg_v / (double)s.count : s.agg_v;
+    json_object_object_add(root, "value", jnum(v));
+    json_object_object_add(root, "count", json_object_new_uint64(s.count));
+    size_t nseries = json_object_array_length(s.series);
+    json_object_object_add(root, "series", s.series);
+    if (nseries == 0)
+        json_object_object_add(root, "error",
+                               json_object_new_string("no series matches this metric and labels"));
+    *out = strdup(json_object_to_json_string_ext(root, JSON_C_TO_STRING_NOSLASHESCAPE));
+    json_object_put(root);
+    if (!*out)
+        return -ENOMEM;
+    return nseries ? 0 : -ENOENT;
 }

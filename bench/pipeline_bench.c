@@ -1,0 +1,368 @@
+/* pipeline_bench.c: analytics pipeline samples/s/core, exposition time and bytes, freshness. */
+#include "bench_util.h"
+
+#include <errno.h>
+#include <math.h>
+#include <sys/mman.h>
+
+#include "microview.h"
+#include "mv_collect.h"
+#include "mv_export.h"
+#include "mv_pipeline.h"
+
+#define MS 1000000ull
+
+typedef struct mseg {
+    int fd;
+    size_t size;
+    void *map;
+    mv_segment *w;
+    mv_seg_catalog *cat;
+} mseg;
+
+static int mseg_open(mseg *s, size_t size)
+{
+    char path[64];
+    s->size = size;
+    s->fd = memfd_create("mvbench", 0);
+    if (s->fd < 0 || ftruncate(s->fd, (off_t)size) != 0)
+        return -1;
+    snprintf(path, sizeof path, "/proc/self/fd/%d", s->fd);
+    if (mv_open(path, &s->w) != MV_OK)
+        return -1;
+    s->map = mmap(NULL, size, PROT_READ, MAP_SHARED, s->fd, 0);
+    return s->map == MAP_FAILED ? -1 : 0;
+}
+
+static int mseg_parse(mseg *s)
+{
+    mv_seg_error err;
+    if (mv_seg_catalog_parse(s->map, s->size, s->size, &s->cat, &err) != MV_SEG_OK) {
+        fprintf(stderr, "pipeline_bench: catalog: %s\n", err.detail);
+        return -1;
+    }
+    return 0;
+}
+
+static void mseg_close(mseg *s)
+{
+    mv_seg_catalog_free(s->cat);
+    munmap(s->map, s->size);
+    mv_close(s->w);
+    close(s->fd);
+}
+
+/* ---- Pipeline throughput ------------------------------------------------------------------ */
+
+enum { KIND_COUNTER, KIND_GAUGE, KIND_HIST };
+static const char *const kind_names[3] = {"counter", "gauge", "histogram"};
+
+static void bench_pipeline(int kind, unsigned nmetrics, int detect, int fd, unsigned reads)
+{
+    mseg s;
+    if (mseg_open(&s, 8u << 20) != 0) {
+        fprintf(stderr, "pipeline_bench: cannot create a segment\n");
+        return;
+    }
+    mv_counter *cs = calloc(nmetrics, sizeof *cs);
+    mv_gauge *gs = calloc(nmetrics, sizeof *gs);
+    mv_histogram **hs = calloc(nmetrics, sizeof *hs);
+    double bounds[16];
+    mv_exponential_buckets(0.001, 2.0, 16, bounds);
+    char name[64];
+    for (unsigned i = 0; i < nmetrics; i++) {
+        snprintf(name, sizeof name, "m%u", i);
+        int rc = kind == KIND_COUNTER ? mv_counter_register(s.w, name, NULL, NULL, NULL, 0, &cs[i])
+                 : kind == KIND_GAUGE
+                     ? mv_gauge_register(s.w, name, NULL, NULL, NULL, 0, &gs[i])
+                     : mv_histogram_register(s.w, name, NULL, NULL, NULL, 0, bounds, 16, &hs[i]);
+        if (rc != MV_OK) {
+            fprintf(stderr, "pipeline_bench: register: %s\n", mv_strerror(rc));
+            return;
+        }
+    }
+    if (mseg_parse(&s) != 0)
+        return;
+    mv_pipe_config cfg;
+    mv_pipe_config_default(&cfg);
+    cfg.window_ns = 1000 * MS;
+    cfg.detect = detect;
+    cfg.fd = fd;
+    mv_pipe_seg *p;
+    if (mv_pipe_seg_create(&cfg, s.cat, NULL, &p) != 0)
+        return;
+    uint64_t t = 1000000ull * 1000 * MS, total_ns = 0;
+    uint64_t rng = 1;
+    for (unsigned r = 0; r < reads; r++, t += MS) {
+        /* The writer moves every value a little between reads (not timed). */
+        for (unsigned i = 0; i < nmetrics; i++) {
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            double u = (double)(rng >> 11) * (1.0 / 9007199254740992.0);
+            if (kind == KIND_COUNTER)
+                mv_counter_add(cs[i], 1 + (rng >> 60));
+            else if (kind == KIND_GAUGE)
+                mv_gauge_set(gs[i], 100 + 10 * u);
+            else
+                mv_histogram_observe(hs[i], 0.001 + 0.1 * u);
+        }
+        uint64_t t0 = bench_now_ns();
+        unsigned f = mv_pipe_seg_feed(p, s.map, t);
+        total_ns += bench_now_ns() - t0;
+        BENCH_KEEP(f);
+    }
+    double samples = (double)nmetrics * reads;
+    printf("bench=pipeline kind=%s metrics=%u reads=%u detect=%d fd=%d ns_per_sample=%.2f "
+           "samples_per_s_core=%.3g state_bytes_per_metric=%zu goal_samples_per_s_core=2e7\n",
+           kind_names[kind], nmetrics, reads, detect, fd, (double)total_ns / samples,
+           samples / ((double)total_ns / 1e9),
+           mv_pipe_metric_bytes(&cfg,
+                                kind == KIND_COUNTER ? MV_SEG_COUNTER
+                                : kind == KIND_GAUGE ? MV_SEG_GAUGE
+                                                     : MV_SEG_HISTOGRAM,
+                                16));
+    mv_pipe_seg_destroy(p);
+    mseg_close(&s);
+    free(cs);
+    free(gs);
+    free(hs);
+}
+
+/* ---- Exposition ------------------------------------------------------------------------------ */
+
+/* Series i: family bench_gauge_<i % 10>, the same 10 labels as the client_golang
+ * and prometheus_client peers (bench/peers), carried as the metric's own labels
+ * in segments of up to 50000 series with no identity labels. */
+static void label_values(unsigned i, char v[10][32])
+{
+    snprintf(v[0], 32, "ns-%u", i % 50);
+    snprintf(v[1], 32, "pod-%07u", i);
+    snprintf(v[2], 32, "c-%u", i % 4);
+    snprintf(v[3], 32, "node-%03u", i % 200);
+    snprintf(v[4], 32, "zone-%c", 'a' + i % 3);
+    snprintf(v[5], 32, "cluster-1");
+    snprintf(v[6], 32, "kubernetes-pods");
+    snprintf(v[7], 32, "10.%u.%u.%u:9100", i >> 16 & 255, i >> 8 & 255, i & 255);
+    snprintf(v[8], 32, "app-%u", i % 100);
+    snprintf(v[9], 32, "v1.%u", i % 10);
+}
+
+static void bench_expo(unsigned n, int runs, int analytics)
+{
+    static const char *const keys[10] = {"namespace", "pod", "container", "node", "zone",
+                                         "cluster",   "job", "instance",  "app",  "version"};
+    const unsigned per = 50000;
+    unsigned nseg = (n + per - 1) / per;
+    mseg *segs = calloc(nseg, sizeof *segs);
+    mv_coll_seg_view *views = calloc(nseg, sizeof *views);
+    const mv_coll_seg_view **vp = calloc(nseg, sizeof *vp);
+    uint64_t t_setup = bench_now_ns();
+    for (unsigned s = 0; s < nseg; s++) {
+        /* Records are appended with the format's writer primitives (what
+         * libmicroview's registration does, without its duplicate check). */
+        size_t size = 32u << 20;
+        void *base = aligned_alloc(64, size);
+        mv_seg_error err;
+        if (!base)
+            return;
+        memset(base, 0, size);
+        if (mv_seg_format(base, size, 1u << 20, &err) != MV_SEG_OK) {
+            fprintf(stderr, "pipeline_bench: format: %s\n", err.detail);
+            return;
+        }
+        mv_seg_header *h = base;
+        char v[10][32], name[32];
+        for (unsigned j = 0; j < per && s * per + j < n; j++) {
+            unsigned i = s * per + j;
+            label_values(i, v);
+            mv_seg_label l[10];
+            for (int k = 0; k < 10; k++)
+                l[k] = (mv_seg_label){keys[k], v[k]};
+            snprintf(name, sizeof name, "bench_gauge_%u", i % 10);
+            mv_seg_metric_desc d = {.type = MV_SEG_GAUGE,
+                                    .name = name,
+                                    .help = "Benchmark gauge.",
+                                    .labels = l,
+                                    .label_count = 10};
+            uint32_t rs = mv_seg_record_size(&d), vs = mv_seg_value_size(&d);
+            mv_seg_record_encode((char *)base + h->catalog_offset + h->catalog_used, &d,
+                                 h->values_used);
+            double val = (double)i * 0.5;
+            memcpy((char *)base + h->values_offset + h->values_used, &val, 8);
+            h->values_used += vs;
+            h->catalog_used += rs;
+            h->metric_count++;
+        }
+        h->generation = 2;
+        segs[s].map = base;
+        segs[s].size = size;
+        segs[s].fd = -1;
+        if (mseg_parse(&segs[s]) != 0)
+            return;
+        views[s] = (mv_coll_seg_view){.id = "bench",
+                                      .state = MV_COLL_OK,
+                                      .cat = segs[s].cat,
+                                      .hot = segs[s].map,
+                                      .transport = "shm"};
+        vp[s] = &views[s];
+    }
+    /* With analytics: a pipeline view per segment after one window of reads. */
+    mv_pipe_seg **pipes = calloc(nseg, sizeof *pipes);
+    if (analytics) {
+        mv_pipe_config cfg;
+        mv_pipe_config_default(&cfg);
+        cfg.window_ns = 1000 * MS;
+        cfg.sketch_buckets = 64;
+        cfg.fd = 0;
+        for (unsigned s = 0; s < nseg; s++) {
+            if (mv_pipe_seg_create(&cfg, segs[s].cat, NULL, &pipes[s]) != 0)
+                return;
+            uint64_t t = 5000000ull * 1000 * MS;
+            mv_pipe_seg_feed(pipes[s], segs[s].map, t);
+            mv_pipe_seg_feed(pipes[s], segs[s].map, t + 500 * MS);
+            mv_pipe_seg_feed(pipes[s], segs[s].map, t + 1000 * MS);
+            views[s].pipe = mv_pipe_seg_view(pipes[s]);
+        }
+    }
+    double setup = (double)(bench_now_ns() - t_setup) / 1e9;
+    mv_coll_stats cs = {0};
+    mv_expo *e = mv_expo_create(MV_EXPO_TEXT, 1ull << 31);
+    mv_export_stats st = {0};
+    mv_export_render_views(e, vp, nseg, &cs, &st); /* warm-up, sizes the buffer */
+    double secs[16];
+    size_t len = 0;
+    for (int r = 0; r < runs; r++) {
+        mv_expo_reset(e, MV_EXPO_TEXT);
+        uint64_t t0 = bench_now_ns();
+        mv_export_render_views(e, vp, nseg, &cs, &st);
+        secs[r] = (double)(bench_now_ns() - t0) / 1e9;
+        mv_expo_data(e, &len);
+    }
+    double med = bench_median(secs, (size_t)runs);
+    printf("bench=expo impl=microview series=%u analytics=%d samples=%llu seconds=%.4f bytes=%zu "
+           "ns_per_series=%.0f setup_seconds=%.2f runs=%d\n",
+           n, analytics, (unsigned long long)st.series, med, len, med * 1e9 / n, setup, runs);
+    mv_expo_destroy(e);
+    for (unsigned s = 0; s < nseg; s++) {
+        free((void *)views[s].pipe);
+        mv_pipe_seg_destroy(pipes[s]);
+        mv_seg_catalog_free(segs[s].cat);
+        free(segs[s].map);
+    }
+    free(pipes);
+    free(segs);
+    free(views);
+    free(vp);
+}
+
+/* ---- Freshness ------------------------------------------------------------------------------ */
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* A write into the segment until a rendered exposition (what /metrics serves)
+ * shows it, with the collector's tick thread at 1 ms. */
+static void bench_freshness(int samples, int adaptive)
+{
+    /* A real file: the shm transport refuses symlinks such as /proc/self/fd. */
+    char path[64] = "/dev/shm/mvbench-fresh-XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0) {
+        snprintf(path, sizeof path, "/tmp/mvbench-fresh-XXXXXX");
+        fd = mkstemp(path);
+    }
+    mv_segment *w;
+    if (fd < 0 || ftruncate(fd, 1 << 16) != 0 || mv_open(path, &w) != MV_OK) {
+        fprintf(stderr, "pipeline_bench: cannot create a segment file\n");
+        return;
+    }
+    close(fd);
+    mv_gauge g;
+    mv_gauge_register(w, "fresh_value", NULL, NULL, NULL, 0, &g);
+    mv_coll_opts o;
+    mv_coll_opts_default(&o);
+    o.tick_us = 1000;
+    o.analytics = 1;
+    o.max_interval_us = adaptive ? 1000000 : 0;
+    mv_coll *c;
+    if (mv_coll_create(&o, &c) != 0)
+        return;
+    void *src;
+    uint64_t size;
+    char err[256];
+    if (mv_coll_shm_open(path, 0, &src, &size, err, sizeof err) != 0 ||
+        mv_coll_add(c, "fresh", size, NULL, 0, mv_coll_shm_transport(), src) != 0 ||
+        mv_coll_start(c) != 0) {
+        fprintf(stderr, "pipeline_bench: freshness setup: %s\n", err);
+        return;
+    }
+    uint64_t *lat = calloc((size_t)samples, sizeof *lat);
+    mv_expo *e = mv_expo_create(MV_EXPO_TEXT, 0);
+    char want[64];
+    usleep(200000);
+    for (int k = 0; k < samples; k++) {
+        usleep(2000 + (unsigned)(k * 7919 % 5000)); /* desynchronise from the tick */
+        int n = snprintf(want, sizeof want, "fresh_value %d\n", k + 1);
+        uint64_t t0 = bench_now_ns();
+        mv_gauge_set(g, k + 1);
+        for (;;) {
+            mv_coll_snap *sn = mv_coll_snapshot(c);
+            mv_expo_reset(e, MV_EXPO_TEXT);
+            mv_export_render(e, sn, NULL);
+            mv_coll_snap_free(sn);
+            size_t len;
+            const char *d = mv_expo_data(e, &len);
+            if (memmem(d, len, want, (size_t)n))
+                break;
+            usleep(100);
+        }
+        lat[k] = bench_now_ns() - t0;
+    }
+    qsort(lat, (size_t)samples, sizeof *lat, cmp_u64);
+    printf("bench=freshness tick_ms=1 adaptive=%d samples=%d p50_ms=%.3f p99_ms=%.3f max_ms=%.3f\n",
+           adaptive, samples, lat[samples / 2] / 1e6, lat[samples * 99 / 100] / 1e6,
+           lat[samples - 1] / 1e6);
+    free(lat);
+    mv_expo_destroy(e);
+    mv_coll_destroy(c);
+    mv_close(w);
+    unlink(path);
+}
+
+int main(int argc, char **argv)
+{
+    int quick = 0, only_fresh = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--quick") == 0)
+            quick = 1;
+        else if (strcmp(argv[i], "--freshness") == 0)
+            only_fresh = 1;
+        else {
+            fprintf(stderr, "usage: pipeline_bench [--quick] [--freshness]\n");
+            return 2;
+        }
+    }
+    unsigned reads = quick ? 300 : 3000;
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    printf("# pipeline_bench: one core; samples = metric values fed per read\n");
+    if (only_fresh)
+        goto freshness;
+    for (int kind = 0; kind < 3; kind++)
+        for (int det = 0; det < 2; det++)
+            for (int fd = 0; fd < 2; fd++) {
+                if (!det && fd)
+                    continue;
+                bench_pipeline(kind, kind == KIND_HIST ? 256 : 1024, det, fd, reads);
+            }
+    unsigned sizes[3] = {10000, 100000, 1000000};
+    for (int i = 0; i < (quick ? 2 : 3); i++) {
+        bench_expo(sizes[i], quick ? 3 : 5, 0);
+        bench_expo(sizes[i], quick ? 3 : 5, 1);
+    }
+freshness:
+    bench_freshness(quick ? 50 : 300, 0);
+    bench_freshness(quick ? 50 : 300, 1);
+    return 0;
+}

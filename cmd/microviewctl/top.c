@@ -1,0 +1,246 @@
+/* microviewctl top: live per-pod values, read rates and anomaly scores from a collector. */
+#include <curl/curl.h>
+#include <getopt.h>
+#include <json-c/json.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ctl.h"
+
+#define MAX_BODY (64u << 20)
+
+typedef struct buf {
+    char *p;
+    size_t n;
+} buf;
+
+static size_t on_data(char *d, size_t sz, size_t nm, void *arg)
+{
+    buf *b = arg;
+    size_t add = sz * nm;
+    if (b->n + add > MAX_BODY)
+        return 0; /* refuse absurd bodies */
+    char *np = realloc(b->p, b->n + add + 1);
+    if (!np)
+        return 0;
+    memcpy(np + b->n, d, add);
+    b->p = np;
+    b->n += add;
+    b->p[b->n] = '\0';
+    return add;
+}
+
+/* Fetches URL; returns the parsed JSON or NULL (reason printed). */
+static json_object *fetch(CURL *c, const char *url)
+{
+    buf b = {0};
+    long status = 0;
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, 5L);
+    curl_easy_setopt(c, CURLOPT_ACCEPT_ENCODING, "");
+    CURLcode rc = curl_easy_perform(c);
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+    json_object *o = NULL;
+    if (rc != CURLE_OK)
+        fprintf(stderr, "microviewctl top: %s: %s\n", url, curl_easy_strerror(rc));
+    else if (status != 200)
+        fprintf(stderr, "microviewctl top: %s: HTTP %ld\n", url, status);
+    else if (!(o = json_tokener_parse(b.p ? b.p : "")))
+        fprintf(stderr, "microviewctl top: %s: the response is not JSON\n", url);
+    free(b.p);
+    return o;
+}
+
+static json_object *get(json_object *o, const char *k)
+{
+    json_object *v = NULL;
+    return o && json_object_object_get_ex(o, k, &v) ? v : NULL;
+}
+
+static double num(json_object *o, const char *k)
+{
+    json_object *v = get(o, k);
+    return v && !json_object_is_type(v, json_type_null) ? json_object_get_double(v) : NAN;
+}
+
+static void labels_str(json_object *l, char *out, size_t cap, int braces)
+{
+    size_t n = 0;
+    out[0] = '\0';
+    if (!l || json_object_object_length(l) == 0)
+        return;
+    if (braces)
+        n += (size_t)snprintf(out + n, cap - n, "{");
+    int first = 1;
+    json_object_object_foreach(l, k, v)
+    {
+        if (n >= cap)
+            break;
+        n += (size_t)snprintf(out + n, cap - n, braces ? "%s%s=\"%s\"" : "%s%s=%s",
+                              first ? "" : (braces ? "," : " "), k, json_object_get_string(v));
+        first = 0;
+    }
+    if (braces && n < cap)
+        snprintf(out + n, cap - n, "}");
+}
+
+static void fmt_num(double v, char *out, size_t cap)
+{
+    if (isnan(v))
+        snprintf(out, cap, "-");
+    else
+        snprintf(out, cap, "%.4g", v);
+}
+
+typedef struct row {
+    json_object *seg;
+    double score;
+} row;
+
+static int row_cmp(const void *a, const void *b)
+{
+    double x = ((const row *)a)->score, y = ((const row *)b)->score;
+    x = isnan(x) ? -1 : x;
+    y = isnan(y) ? -1 : y;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+static void print_frame(FILE *f, const char *base, json_object *root, unsigned limit)
+{
+    json_object *segs = get(root, "segments");
+    size_t n = segs ? json_object_array_length(segs) : 0;
+    time_t now = time(NULL);
+    char ts[32], a[64], b[64], c[64], lab[512];
+    strftime(ts, sizeof ts, "%Y-%m-%d %H:%M:%S", localtime(&now));
+    fprintf(f, "microview top  %s  %zu segment(s)  ticks %.0f  %s\n", base, n, num(root, "ticks"),
+            ts);
+    fprintf(f, "%-44s %-11s %9s %10s %8s %8s\n", "SEGMENT", "STATE", "READS/S", "INTERVAL",
+            "ANOMALY", "CHANGES");
+    row *rows = calloc(n ? n : 1, sizeof *rows);
+    if (!rows)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        rows[i].seg = json_object_array_get_idx(segs, i);
+        rows[i].score = num(rows[i].seg, "anomaly_score");
+    }
+    qsort(rows, n, sizeof *rows, row_cmp);
+    for (size_t i = 0; i < n; i++) {
+        json_object *s = rows[i].seg;
+        labels_str(get(s, "labels"), lab, sizeof lab, 0);
+        if (!lab[0])
+            snprintf(lab, sizeof lab, "%s", json_object_get_string(get(s, "id")));
+        fmt_num(rows[i].score, a, sizeof a);
+        fmt_num(num(s, "read_interval_seconds") * 1e3, b, sizeof b);
+        fmt_num(num(s, "reads_per_second"), c, sizeof c);
+        fprintf(f, "%-44.44s %-11s %9s %8sms %8s %8.0f\n", lab,
+                json_object_get_string(get(s, "state")), c, b, a, num(s, "changes"));
+        if (get(s, "last_error"))
+            fprintf(f, "  last error: %s: %s\n", json_object_get_string(get(s, "last_error")),
+                    json_object_get_string(get(s, "last_error_detail")));
+        json_object *ser = get(s, "series");
+        size_t m = ser ? json_object_array_length(ser) : 0;
+        for (size_t j = 0; j < m && j < limit; j++) {
+            json_object *x = json_object_array_get_idx(ser, j);
+            char name[400], v1[32], v2[32], v3[32];
+            labels_str(get(x, "labels"), lab, sizeof lab, 1);
+            snprintf(name, sizeof name, "%s%s", json_object_get_string(get(x, "name")), lab);
+            const char *type = json_object_get_string(get(x, "type"));
+            if (strcmp(type, "counter") == 0) {
+                fmt_num(num(x, "value"), v1, sizeof v1);
+                fmt_num(num(x, "rate"), v2, sizeof v2);
+                fmt_num(num(x, "rate_max"), v3, sizeof v3);
+                fprintf(f, "  %-50.50s value %-10s rate %s/s  max %s/s\n", name, v1, v2, v3);
+            } else if (strcmp(type, "gauge") == 0) {
+                fmt_num(num(x, "value"), v1, sizeof v1);
+                fmt_num(num(x, "window_mean"), v2, sizeof v2);
+                fmt_num(num(x, "window_p99"), v3, sizeof v3);
+                fprintf(f, "  %-50.50s value %-10s mean %s  p99 %s\n", name, v1, v2, v3);
+            } else {
+                fmt_num(num(x, "count"), v1, sizeof v1);
+                fmt_num(num(x, "window_p50"), v2, sizeof v2);
+                fmt_num(num(x, "window_p99"), v3, sizeof v3);
+                fprintf(f, "  %-50.50s count %-10s p50 %s  p99 %s\n", name, v1, v2, v3);
+            }
+        }
+        if (m > limit)
+            fprintf(f, "  ... %zu more\n", m - limit);
+    }
+    free(rows);
+}
+
+int mv_ctl_top(int argc, char **argv, const volatile int *stop)
+{
+    const char *base = "http://127.0.0.1:9469";
+    int once = 0, opt;
+    double interval = 1.0;
+    unsigned limit = 8;
+    static const struct option opts[] = {{"collector", required_argument, 0, 'c'},
+                                         {"once", no_argument, 0, 'o'},
+                                         {"interval", required_argument, 0, 'i'},
+                                         {"limit", required_argument, 0, 'l'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    while ((opt = getopt_long(argc, argv, "c:oi:l:h", opts, NULL)) != -1) {
+        switch (opt) {
+        case 'c':
+            base = optarg;
+            break;
+        case 'o':
+            once = 1;
+            break;
+        case 'i':
+            interval = strtod(optarg, NULL);
+            if (!(interval >= 0.1 && interval <= 3600)) {
+                fprintf(stderr, "microviewctl top: --interval must be 0.1..3600 seconds\n");
+                return 2;
+            }
+            break;
+        case 'l':
+            limit = (unsigned)strtoul(optarg, NULL, 10);
+            break;
+        default:
+            fprintf(opt == 'h' ? stdout : stderr,
+                    "usage: microviewctl top [--collector URL] [--once] [--interval S] "
+                    "[--limit N]\n");
+            return opt == 'h' ? 0 : 2;
+        }
+    }
+    char url[1024];
+    snprintf(url, sizeof url, "%s/debug/segments?series=1", base);
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    CURL *c = curl_easy_init();
+    int rc = 0;
+    if (!c) {
+        fprintf(stderr, "microviewctl top: cannot create an HTTP client\n");
+        rc = 1;
+        goto cleanup_global;
+    }
+    while (!(stop && *stop)) {
+        json_object *root = fetch(c, url);
+        if (!root && once) {
+            rc = 1;
+            break;
+        }
+        if (!once)
+            fputs("\033[H\033[2J", stdout);
+        if (root)
+            print_frame(stdout, base, root, limit);
+        json_object_put(root);
+        fflush(stdout);
+        if (once)
+            break;
+        struct timespec ts = {(time_t)interval,
+                              (long)((interval - (double)(time_t)interval) * 1e9)};
+        nanosleep(&ts, NULL);
+    }
+    curl_easy_cleanup(c);
+cleanup_global:
+    curl_global_cleanup();
+    return rc;
+}

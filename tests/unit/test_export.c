@@ -1,0 +1,250 @@
+/* Unit tests for mv_export: derived series fixtures in both formats, collisions, value lookup. */
+#include <CUnit/Basic.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "microview.h"
+#include "mv_export.h"
+
+#define FIXTURES "tests/data/export"
+
+static char g_dir[] = "/tmp/mv-test-export-XXXXXX";
+
+/* One segment with every metric type, a hostile label value, an own label
+ * clashing with an identity label, and a raw gauge whose name collides with a
+ * derived one; a pipeline view with fixed window figures. */
+typedef struct scene {
+    mv_segment *seg;
+    void *map;
+    size_t size;
+    mv_seg_catalog *cat;
+    mv_pipe_view *pipe;
+    mv_seg_label ids[3];
+    mv_coll_seg_view view;
+    mv_coll_stats stats;
+} scene;
+
+static void scene_open(scene *s)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/scene.seg", g_dir);
+    s->size = 65536;
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    CU_ASSERT_FATAL(fd >= 0);
+    CU_ASSERT_FATAL(ftruncate(fd, (off_t)s->size) == 0);
+    CU_ASSERT_FATAL(mv_open(path, &s->seg) == MV_OK);
+    s->map = mmap(NULL, s->size, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    CU_ASSERT_FATAL(s->map != MAP_FAILED);
+
+    mv_counter c1, c2;
+    mv_gauge g, coll;
+    mv_histogram *h;
+    mv_label l200[] = {{"code", "200"}, {"service", "api"}};
+    mv_label lbad[] = {{"code", "5\"0\\0\n"}};
+    double bounds[] = {0.01, 0.1, 1};
+    CU_ASSERT_FATAL(mv_counter_register(s->seg, "http_requests_total", "Requests \"served\".", NULL,
+                                        l200, 2, &c1) == MV_OK);
+    CU_ASSERT_FATAL(mv_counter_register(s->seg, "http_requests_total", "Requests \"served\".", NULL,
+                                        lbad, 1, &c2) == MV_OK);
+    CU_ASSERT_FATAL(mv_gauge_register(s->seg, "queue_depth", "Jobs waiting.", NULL, NULL, 0, &g) ==
+                    MV_OK);
+    CU_ASSERT_FATAL(mv_histogram_register(s->seg, "lat_seconds", "Latency.", "seconds", NULL, 0,
+                                          bounds, 3, &h) == MV_OK);
+    CU_ASSERT_FATAL(mv_gauge_register(s->seg, "http_requests_rate", "A pod's own rate gauge.", NULL,
+                                      NULL, 0, &coll) == MV_OK);
+    mv_counter_add(c1, 1027);
+    mv_counter_add(c2, 3);
+    mv_gauge_set(g, 7);
+    mv_gauge_set(coll, 1.5);
+    mv_histogram_observe(h, 0.005);
+    mv_histogram_observe(h, 0.05);
+    mv_histogram_observe(h, 2);
+    mv_seg_error err;
+    CU_ASSERT_FATAL(mv_seg_catalog_parse(s->map, s->size, s->size, &s->cat, &err) == MV_SEG_OK);
+    size_t n = mv_seg_catalog_count(s->cat);
+    CU_ASSERT_FATAL(n == 5);
+
+    s->pipe = calloc(1, sizeof *s->pipe + n * sizeof(mv_pipe_out));
+    s->pipe->cat = s->cat;
+    s->pipe->n = n;
+    s->pipe->window_start_ns = 1700000000000000000ull;
+    s->pipe->window_end_ns = 1700000015000000000ull;
+    s->pipe->anomaly_score = 0.125;
+    mv_pipe_out *o = s->pipe->m;
+    o[0] = (mv_pipe_out){.type = MV_SEG_COUNTER,
+                         .has_window = 1,
+                         .changes = 2,
+                         .resets = 1,
+                         .rate = 12.5,
+                         .rate_max = 250};
+    o[1] = (mv_pipe_out){.type = MV_SEG_COUNTER, .has_window = 1, .rate = 0.2, .rate_max = 1000};
+    o[2] = (mv_pipe_out){.type = MV_SEG_GAUGE,
+                         .has_window = 1,
+                         .changes = 1,
+                         .q = {6, 7, 9.5, 10},
+                         .sum = 700,
+                         .count = 100,
+                         .min = 3,
+                         .max = 10,
+                         .mean = 7,
+                         .last = 7};
+    o[3] = (mv_pipe_out){.type = MV_SEG_HISTOGRAM,
+                         .has_window = 1,
+                         .q = {0.05, 0.5, 1, 1},
+                         .sum = 2.055,
+                         .count = 3};
+    o[4] = (mv_pipe_out){.type = MV_SEG_GAUGE, .has_window = 0};
+
+    s->ids[0] = (mv_seg_label){"namespace", "shop"};
+    s->ids[1] = (mv_seg_label){"pod", "web-7d4b9"};
+    s->ids[2] = (mv_seg_label){"service", "web"};
+    memset(&s->view, 0, sizeof s->view);
+    s->view.id = "seg-1";
+    s->view.labels = s->ids;
+    s->view.nlabels = 3;
+    s->view.state = MV_COLL_OK;
+    s->view.cat = s->cat;
+    s->view.hot = s->map;
+    s->view.reads = 4242;
+    s->view.read_interval_ns = 2000000;
+    s->view.pipe = s->pipe;
+    s->view.transport = "shm";
+    memset(&s->stats, 0, sizeof s->stats);
+    s->stats.ticks = 99;
+    s->stats.last_tick_seconds = 0.000125;
+}
+
+static void scene_close(scene *s)
+{
+    free(s->pipe);
+    mv_seg_catalog_free(s->cat);
+    munmap(s->map, s->size);
+    mv_close(s->seg);
+}
+
+static char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)n + 1);
+    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
+        free(b);
+        b = NULL;
+    }
+    fclose(f);
+    if (b) {
+        b[n] = '\0';
+        *len = (size_t)n;
+    }
+    return b;
+}
+
+/* Compares a rendering with its fixture; MV_UPDATE_FIXTURES=1 rewrites it. */
+static void check_fixture(const char *name, const char *got, size_t len)
+{
+    char path[256];
+    snprintf(path, sizeof path, FIXTURES "/%s", name);
+    if (getenv("MV_UPDATE_FIXTURES")) {
+        FILE *f = fopen(path, "wb");
+        CU_ASSERT_FATAL(f != NULL);
+        fwrite(got, 1, len, f);
+        fclose(f);
+    }
+    size_t wlen = 0;
+    char *want = slurp(path, &wlen);
+    CU_ASSERT_FATAL(want != NULL);
+    int same = wlen == len && memcmp(want, got, len) == 0;
+    if (!same)
+        printf("\n  %s differs; got:\n%.*s\n", path, (int)len, got);
+    CU_ASSERT(same);
+    free(want);
+}
+
+static void test_fixtures(void)
+{
+    scene s;
+    scene_open(&s);
+    const mv_coll_seg_view *v[1] = {&s.view};
+    static const char *const files[2] = {"derived.prom", "derived.om"};
+    for (int f = 0; f < 2; f++) {
+        mv_expo *e = mv_expo_create((mv_expo_format)f, 0);
+        mv_export_stats st = {0};
+        CU_ASSERT_EQUAL_FATAL(mv_export_render_views(e, v, 1, &s.stats, &st), 0);
+        /* The derived http_requests_rate collides with the pod's gauge. */
+        CU_ASSERT_EQUAL(st.dropped_collision, 2);
+        size_t len;
+        const char *d = mv_expo_data(e, &len);
+        check_fixture(files[f], d, len);
+        mv_expo_destroy(e);
+    }
+    scene_close(&s);
+}
+
+/* A tiny cap: the self-metrics come first and the truncation is counted. */
+static void test_truncation(void)
+{
+    scene s;
+    scene_open(&s);
+    const mv_coll_seg_view *v[1] = {&s.view};
+    mv_expo *e = mv_expo_create(MV_EXPO_TEXT, 2500);
+    mv_export_stats st = {0};
+    CU_ASSERT_EQUAL(mv_export_render_views(e, v, 1, &s.stats, &st), -ENOSPC);
+    CU_ASSERT_EQUAL(st.truncated, 1);
+    mv_expo_reset(e, MV_EXPO_TEXT);
+    CU_ASSERT_EQUAL(mv_export_render_views(e, v, 1, &s.stats, &st), -ENOSPC);
+    size_t len;
+    const char *d = mv_expo_data(e, &len);
+    CU_ASSERT(memmem(d, len, "microview_exposition_truncated_total 1\n", 39) != NULL);
+    mv_expo_destroy(e);
+    scene_close(&s);
+}
+
+static void test_segments_without_pipe(void)
+{
+    scene s;
+    scene_open(&s);
+    s.view.pipe = NULL;
+    const mv_coll_seg_view *v[1] = {&s.view};
+    mv_expo *e = mv_expo_create(MV_EXPO_TEXT, 0);
+    mv_export_stats st = {0};
+    CU_ASSERT_EQUAL(mv_export_render_views(e, v, 1, &s.stats, &st), 0);
+    size_t len;
+    const char *d = mv_expo_data(e, &len);
+    CU_ASSERT(memmem(d, len, "_rate", 5) == NULL || memmem(d, len, "http_requests_rate{", 19));
+    CU_ASSERT(memmem(d, len, "_window", 7) == NULL);
+    CU_ASSERT(memmem(d, len, "microview_anomaly_score", 23) == NULL);
+    CU_ASSERT_EQUAL(st.dropped_collision, 0);
+    mv_expo_destroy(e);
+    scene_close(&s);
+}
+
+int main(void)
+{
+    if (!mkdtemp(g_dir))
+        return 1;
+    CU_initialize_registry();
+    CU_pSuite s = CU_add_suite("export", NULL, NULL);
+    CU_add_test(s, "derived fixtures (text and OpenMetrics)", test_fixtures);
+    CU_add_test(s, "truncation is counted", test_truncation);
+    CU_add_test(s, "no analytics: raw only", test_segments_without_pipe);
+    CU_basic_set_mode(CU_BRM_VERBOSE);
+    CU_basic_run_tests();
+    unsigned fails = CU_get_number_of_failures();
+    CU_cleanup_registry();
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", g_dir);
+    return fails ? 1 : 0;
+}

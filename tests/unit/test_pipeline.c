@@ -1,0 +1,446 @@
+/* Unit tests for mv_pipeline and adaptive sampling: window math, quantile bounds, changes, scores.
+ */
+#include <CUnit/Basic.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "analytics_rng.h"
+#include "microview.h"
+#include "mv_collect.h"
+#include "mv_pipeline.h"
+
+#define SEC 1000000000ull
+
+static char g_dir[] = "/tmp/mv-test-pipeline-XXXXXX";
+
+typedef struct fixture {
+    char path[256];
+    mv_segment *seg;
+    void *map;
+    size_t size;
+    mv_seg_catalog *cat;
+} fixture;
+
+static void fx_open(fixture *f, const char *name, size_t size)
+{
+    snprintf(f->path, sizeof f->path, "%s/%s", g_dir, name);
+    int fd = open(f->path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    CU_ASSERT_FATAL(fd >= 0);
+    CU_ASSERT_FATAL(ftruncate(fd, (off_t)size) == 0);
+    CU_ASSERT_FATAL(mv_open(f->path, &f->seg) == MV_OK);
+    f->map = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    CU_ASSERT_FATAL(f->map != MAP_FAILED);
+    f->size = size;
+    f->cat = NULL;
+}
+
+/* (Re)parses the catalog after registrations. */
+static void fx_catalog(fixture *f)
+{
+    mv_seg_error err;
+    if (f->cat)
+        mv_seg_catalog_free(f->cat);
+    CU_ASSERT_FATAL(mv_seg_catalog_parse(f->map, f->size, f->size, &f->cat, &err) == MV_SEG_OK);
+}
+
+static void fx_close(fixture *f)
+{
+    mv_seg_catalog_free(f->cat);
+    munmap(f->map, f->size);
+    mv_close(f->seg);
+}
+
+static mv_pipe_seg *new_pipe(const mv_seg_catalog *cat, uint64_t window_ns, int fd,
+                             uint64_t fd_period_ns)
+{
+    mv_pipe_config cfg;
+    mv_pipe_config_default(&cfg);
+    cfg.window_ns = window_ns;
+    cfg.fd = fd;
+    if (fd_period_ns)
+        cfg.fd_period_ns = fd_period_ns;
+    mv_pipe_seg *p = NULL;
+    CU_ASSERT_FATAL(mv_pipe_seg_create(&cfg, cat, NULL, &p) == 0);
+    return p;
+}
+
+static double rel_err(double got, double want)
+{
+    return want == 0 ? fabs(got) : fabs(got - want) / fabs(want);
+}
+
+static int dcmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Counter: rate over the window, the largest per-read rate, resets. */
+static void test_counter_window(void)
+{
+    fixture f;
+    mv_counter c;
+    fx_open(&f, "counter.seg", 16384);
+    CU_ASSERT_FATAL(mv_counter_register(f.seg, "reqs_total", NULL, NULL, NULL, 0, &c) == MV_OK);
+    fx_catalog(&f);
+    mv_pipe_seg *p = new_pipe(f.cat, SEC, 0, 0);
+    uint64_t t0 = 1000 * SEC; /* window-aligned */
+
+    /* Window 0: reads every 100 ms, +10 each (100/s) but one burst of +50
+     * (500/s). The first read has no interval and an interval belongs to the
+     * window its end falls in, so window 0 holds 9 intervals (0.9 s). */
+    mv_pipe_seg_feed(p, f.map, t0);
+    for (int i = 1; i < 10; i++) {
+        mv_counter_add(c, i == 5 ? 50 : 10);
+        mv_pipe_seg_feed(p, f.map, t0 + (uint64_t)i * SEC / 10);
+    }
+    /* Window 1: a reset (the pod restarted) to 3, then +10 per 100 ms. */
+    *c.slot = 3;
+    unsigned fl = mv_pipe_seg_feed(p, f.map, t0 + SEC);
+    CU_ASSERT(fl & MV_PIPE_WINDOW);
+    mv_pipe_view *v = mv_pipe_seg_view(p);
+    CU_ASSERT_FATAL(v != NULL);
+    CU_ASSERT_EQUAL(v->window_start_ns, t0);
+    CU_ASSERT_EQUAL(v->window_end_ns, t0 + SEC);
+    CU_ASSERT(v->m[0].has_window);
+    /* 8 * 10 + 50 over 0.9 s */
+    CU_ASSERT(rel_err(v->m[0].rate, 130.0 / 0.9) < 1e-9);
+    CU_ASSERT(rel_err(v->m[0].rate_max, 500.0) < 1e-9);
+    CU_ASSERT_EQUAL(v->m[0].resets, 0);
+    free(v);
+    for (int i = 1; i < 10; i++) {
+        mv_counter_add(c, 10);
+        mv_pipe_seg_feed(p, f.map, t0 + SEC + (uint64_t)i * SEC / 10);
+    }
+    mv_pipe_seg_feed(p, f.map, t0 + 2 * SEC);
+    v = mv_pipe_seg_view(p);
+    /* The reset interval counts the new value (3) as the increase; then 9 * 10;
+     * the interval ending exactly at t0 + 2 s belongs to window 2. */
+    CU_ASSERT(rel_err(v->m[0].rate, 93.0 / 1.0) < 1e-9);
+    CU_ASSERT_EQUAL(v->m[0].resets, 1);
+    free(v);
+    mv_pipe_seg_destroy(p);
+    fx_close(&f);
+}
+
+/* Gauge: exact min/max/mean/last/count/sum, quantiles within alpha of exact. */
+static void test_gauge_window_quantiles(void)
+{
+    fixture f;
+    mv_gauge g;
+    fx_open(&f, "gauge.seg", 16384);
+    CU_ASSERT_FATAL(mv_gauge_register(f.seg, "temp", NULL, NULL, NULL, 0, &g) == MV_OK);
+    fx_catalog(&f);
+    mv_pipe_seg *p = new_pipe(f.cat, SEC, 0, 0);
+    uint64_t t0 = 2000 * SEC;
+    enum { N = 5000 };
+    static double xs[N];
+    test_rng r = {42};
+    double sum = 0;
+    for (int i = 0; i < N; i++) {
+        xs[i] = exp(rng_gauss(&r)) * 10; /* lognormal */
+        mv_gauge_set(g, xs[i]);
+        mv_pipe_seg_feed(p, f.map, t0 + (uint64_t)i * (SEC / N));
+        sum += xs[i];
+    }
+    mv_pipe_seg_feed(p, f.map, t0 + SEC);
+    mv_pipe_view *v = mv_pipe_seg_view(p);
+    const mv_pipe_out *o = &v->m[0];
+    qsort(xs, N, sizeof xs[0], dcmp);
+    CU_ASSERT(o->has_window);
+    CU_ASSERT_EQUAL(o->count, N);
+    CU_ASSERT(rel_err(o->sum, sum) < 1e-9);
+    CU_ASSERT_EQUAL(o->min, xs[0]);
+    CU_ASSERT_EQUAL(o->max, xs[N - 1]);
+    CU_ASSERT(rel_err(o->mean, sum / N) < 1e-9);
+    for (int q = 0; q < MV_PIPE_QUANTILES; q++) {
+        double want = xs[(size_t)floor(mv_pipe_quantiles[q] * (N - 1))];
+        CU_ASSERT(rel_err(o->q[q], want) <= 0.01 + 1e-12);
+    }
+    free(v);
+    mv_pipe_seg_destroy(p);
+    fx_close(&f);
+}
+
+/* Histogram: window count/sum exact; quantiles within the bucket's width. */
+static void test_histogram_window(void)
+{
+    fixture f;
+    mv_histogram *h;
+    double bounds[60];
+    CU_ASSERT_FATAL(mv_exponential_buckets(0.001, 1.1, 60, bounds) == MV_OK);
+    fx_open(&f, "hist.seg", 65536);
+    CU_ASSERT_FATAL(
+        mv_histogram_register(f.seg, "lat_seconds", NULL, NULL, NULL, 0, bounds, 60, &h) == MV_OK);
+    fx_catalog(&f);
+    mv_pipe_seg *p = new_pipe(f.cat, SEC, 0, 0);
+    uint64_t t0 = 3000 * SEC;
+    /* Observations before the window starts are not counted in it. */
+    for (int i = 0; i < 100; i++)
+        mv_histogram_observe(h, 5.0);
+    mv_pipe_seg_feed(p, f.map, t0);
+    enum { N = 4000 };
+    static double xs[N];
+    test_rng r = {7};
+    double sum = 0;
+    for (int i = 0; i < N; i++) {
+        xs[i] = 0.002 + 0.05 * rng_unif(&r);
+        mv_histogram_observe(h, xs[i]);
+        sum += xs[i];
+        if (i % 100 == 99)
+            mv_pipe_seg_feed(p, f.map, t0 + (uint64_t)(i + 1) * (SEC / (N + 100)));
+    }
+    mv_pipe_seg_feed(p, f.map, t0 + SEC);
+    mv_pipe_view *v = mv_pipe_seg_view(p);
+    const mv_pipe_out *o = &v->m[0];
+    qsort(xs, N, sizeof xs[0], dcmp);
+    CU_ASSERT(o->has_window);
+    CU_ASSERT_EQUAL(o->count, N);
+    CU_ASSERT(rel_err(o->sum, sum) < 1e-6);
+    /* Bucket ratio 1.1: representative within (1.1-1)/(1.1+1) ~ 4.8%, plus alpha. */
+    double bound = 0.1 / 2.1 + 0.01 + 1e-9;
+    for (int q = 0; q < MV_PIPE_QUANTILES; q++) {
+        double want = xs[(size_t)floor(mv_pipe_quantiles[q] * (N - 1))];
+        double e = rel_err(o->q[q], want);
+        if (e > bound)
+            printf("\n  q=%g got %g want %g err %g\n", mv_pipe_quantiles[q], o->q[q], want, e);
+        CU_ASSERT(e <= bound);
+    }
+    free(v);
+    mv_pipe_seg_destroy(p);
+    fx_close(&f);
+}
+
+/* Change counts: none under stationary noise, at least one per injected step. */
+static void test_changes_on_steps(void)
+{
+    fixture f;
+    mv_gauge g;
+    fx_open(&f, "steps.seg", 16384);
+    CU_ASSERT_FATAL(mv_gauge_register(f.seg, "load", NULL, NULL, NULL, 0, &g) == MV_OK);
+    fx_catalog(&f);
+    mv_pipe_seg *p = new_pipe(f.cat, SEC, 0, 0);
+    uint64_t t = 4000 * SEC, dt = SEC / 1000;
+    test_rng r = {3};
+    unsigned any = 0;
+    for (int i = 0; i < 3000; i++, t += dt) {
+        mv_gauge_set(g, 100 + rng_gauss(&r));
+        any |= mv_pipe_seg_feed(p, f.map, t);
+    }
+    CU_ASSERT_FALSE(any & MV_PIPE_CHANGED);
+    int detected_at[3] = {-1, -1, -1};
+    for (int s = 0; s < 3; s++) {
+        double level = 100 + 10.0 * (s + 1);
+        for (int i = 0; i < 1000; i++, t += dt) {
+            mv_gauge_set(g, level + rng_gauss(&r));
+            if ((mv_pipe_seg_feed(p, f.map, t) & MV_PIPE_CHANGED) && detected_at[s] < 0)
+                detected_at[s] = i;
+        }
+    }
+    for (int s = 0; s < 3; s++)
+        CU_ASSERT(detected_at[s] >= 0 && detected_at[s] < 5);
+    mv_pipe_seg_feed(p, f.map, t + SEC);
+    mv_pipe_view *v = mv_pipe_seg_view(p);
+    CU_ASSERT_EQUAL(v->m[0].changes, 3);
+    free(v);
+    mv_pipe_seg_destroy(p);
+    fx_close(&f);
+}
+
+/* Anomaly score: low while four counters move together, high when one departs. */
+static void test_anomaly_score(void)
+{
+    fixture f;
+    mv_counter c[4];
+    char name[32];
+    fx_open(&f, "anom.seg", 16384);
+    for (int i = 0; i < 4; i++) {
+        snprintf(name, sizeof name, "c%d_total", i);
+        CU_ASSERT_FATAL(mv_counter_register(f.seg, name, NULL, NULL, NULL, 0, &c[i]) == MV_OK);
+    }
+    fx_catalog(&f);
+    /* Windows of 1 s, scorer every 50 ms, reads every 10 ms. */
+    mv_pipe_seg *p = new_pipe(f.cat, SEC, 1, SEC / 20);
+    uint64_t t = 5000 * SEC, dt = SEC / 100;
+    test_rng r = {11};
+    double normal_max = 0;
+    for (int w = 0; w < 10; w++) {
+        for (int i = 0; i < 100; i++, t += dt) {
+            double load = 1 + 0.5 * sin((double)(w * 100 + i) / 50); /* shared driver */
+            for (int k = 0; k < 4; k++)
+                mv_counter_add(c[k], (uint64_t)((k + 1) * 20 * load + 3 * rng_unif(&r)));
+            mv_pipe_seg_feed(p, f.map, t);
+        }
+        mv_pipe_view *v = mv_pipe_seg_view(p);
+        if (w >= 3 && isfinite(v->anomaly_score) && v->anomaly_score > normal_max)
+            normal_max = v->anomaly_score;
+        free(v);
+    }
+    /* Counter 2 stalls while the others keep going: the mix changes. */
+    for (int i = 0; i < 100; i++, t += dt) {
+        for (int k = 0; k < 4; k++)
+            if (k != 2)
+                mv_counter_add(c[k], (uint64_t)((k + 1) * 20 + 3 * rng_unif(&r)));
+        mv_pipe_seg_feed(p, f.map, t);
+    }
+    mv_pipe_seg_feed(p, f.map, t);
+    mv_pipe_view *v = mv_pipe_seg_view(p);
+    printf("\n  anomaly: normal max %.4f, injected %.4f ", normal_max, v->anomaly_score);
+    CU_ASSERT(normal_max < 0.2);
+    CU_ASSERT(v->anomaly_score > 0.3);
+    CU_ASSERT(v->anomaly_score > 3 * normal_max);
+    free(v);
+    mv_pipe_seg_destroy(p);
+    fx_close(&f);
+}
+
+/* A catalog change keeps the state of unchanged metrics (by identity). */
+static void test_rebuild_carries_state(void)
+{
+    fixture f;
+    mv_counter c;
+    mv_gauge g;
+    fx_open(&f, "rebuild.seg", 16384);
+    CU_ASSERT_FATAL(mv_counter_register(f.seg, "a_total", NULL, NULL, NULL, 0, &c) == MV_OK);
+    fx_catalog(&f);
+    mv_pipe_seg *p = new_pipe(f.cat, SEC, 1, 0), *np = NULL;
+    uint64_t t0 = 6000 * SEC;
+    mv_pipe_seg_feed(p, f.map, t0);
+    *c.slot = 0; /* no reset: 0 -> 0 */
+    mv_counter_add(c, 100);
+    mv_pipe_seg_feed(p, f.map, t0 + SEC / 2);
+    *c.slot = 1; /* a reset */
+    mv_pipe_seg_feed(p, f.map, t0 + SEC / 2 + SEC / 4);
+    mv_seg_catalog *old = f.cat;
+    f.cat = NULL;
+    CU_ASSERT_FATAL(mv_gauge_register(f.seg, "b", NULL, NULL, NULL, 0, &g) == MV_OK);
+    fx_catalog(&f);
+    mv_pipe_config cfg;
+    mv_pipe_config_default(&cfg);
+    cfg.window_ns = SEC;
+    CU_ASSERT_FATAL(mv_pipe_seg_create(&cfg, f.cat, p, &np) == 0);
+    mv_pipe_seg_destroy(p);
+    mv_seg_catalog_free(old);
+    mv_gauge_set(g, 2.5);
+    mv_counter_add(c, 10);
+    mv_pipe_seg_feed(np, f.map, t0 + SEC);
+    mv_pipe_view *v = mv_pipe_seg_view(np);
+    CU_ASSERT_EQUAL(v->n, 2);
+    CU_ASSERT_EQUAL(v->m[0].resets, 1);
+    /* (100 + 1) over 0.75 s: the state from before the rebuild counted. */
+    CU_ASSERT(rel_err(v->m[0].rate, 101 / 0.75) < 1e-9);
+    free(v);
+    mv_pipe_seg_destroy(np);
+    fx_close(&f);
+}
+
+/* ---- Adaptive sampling through mv_collect ---------------------------------------------------- */
+
+static void sleep_ms(unsigned ms)
+{
+    struct timespec ts = {0, (long)ms * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static const mv_coll_seg_view *first(mv_coll_snap *s)
+{
+    CU_ASSERT_FATAL(mv_coll_snap_count(s) == 1);
+    return mv_coll_snap_seg(s, 0);
+}
+
+static void test_adaptive_sampling(void)
+{
+    fixture f;
+    mv_gauge g;
+    mv_counter c;
+    fx_open(&f, "adaptive.seg", 16384);
+    CU_ASSERT_FATAL(mv_gauge_register(f.seg, "level", NULL, NULL, NULL, 0, &g) == MV_OK);
+    CU_ASSERT_FATAL(mv_counter_register(f.seg, "n_total", NULL, NULL, NULL, 0, &c) == MV_OK);
+    mv_gauge_set(g, 5);
+    mv_coll_opts o;
+    mv_coll_opts_default(&o);
+    o.tick_us = 1000;
+    o.analytics = 1;
+    o.max_interval_us = 64000;
+    mv_coll *coll;
+    CU_ASSERT_FATAL(mv_coll_create(&o, &coll) == 0);
+    void *src;
+    uint64_t size;
+    char err[256];
+    CU_ASSERT_FATAL(mv_coll_shm_open(f.path, 0, &src, &size, err, sizeof err) == 0);
+    CU_ASSERT_FATAL(mv_coll_add(coll, "a", size, NULL, 0, mv_coll_shm_transport(), src) == 0);
+
+    /* A calm segment: 1500 ticks of ~1 ms. */
+    int ticks = 0;
+    for (; ticks < 1500; ticks++) {
+        mv_coll_tick(coll);
+        sleep_ms(1);
+    }
+    mv_coll_snap *s = mv_coll_snapshot(coll);
+    uint64_t calm_reads = first(s)->reads, calm_iv = first(s)->read_interval_ns;
+    printf("\n  calm: %d ticks, %llu reads, interval %.0f ms ", ticks,
+           (unsigned long long)calm_reads, calm_iv / 1e6);
+    CU_ASSERT(calm_reads < (uint64_t)ticks / 5);
+    CU_ASSERT_EQUAL(calm_iv, 64000000ull);
+    CU_ASSERT(first(s)->reads_skipped > 0);
+    mv_coll_snap_free(s);
+
+    /* A step: the next read sees it and the segment is back at every tick. */
+    mv_gauge_set(g, 500);
+    uint64_t reads = calm_reads;
+    int waited = 0;
+    while (reads == calm_reads && waited < 200) {
+        mv_coll_tick(coll);
+        sleep_ms(1);
+        waited++;
+        s = mv_coll_snapshot(coll);
+        reads = first(s)->reads;
+        mv_coll_snap_free(s);
+    }
+    s = mv_coll_snapshot(coll);
+    CU_ASSERT_EQUAL(first(s)->read_interval_ns, 1000000ull);
+    mv_coll_snap_free(s);
+    for (int i = 0; i < 8; i++) {
+        mv_counter_add(c, 1000); /* keeps moving */
+        mv_coll_tick(coll);
+        sleep_ms(1);
+    }
+    s = mv_coll_snapshot(coll);
+    printf("after step: %llu reads in 8 ticks ", (unsigned long long)(first(s)->reads - reads));
+    CU_ASSERT(first(s)->reads - reads >= 7);
+    mv_coll_snap_free(s);
+    mv_coll_destroy(coll);
+    fx_close(&f);
+}
+
+int main(void)
+{
+    if (!mkdtemp(g_dir))
+        return 1;
+    CU_initialize_registry();
+    CU_pSuite s = CU_add_suite("pipeline", NULL, NULL);
+    CU_add_test(s, "counter window", test_counter_window);
+    CU_add_test(s, "gauge window quantiles", test_gauge_window_quantiles);
+    CU_add_test(s, "histogram window", test_histogram_window);
+    CU_add_test(s, "changes on steps", test_changes_on_steps);
+    CU_add_test(s, "anomaly score", test_anomaly_score);
+    CU_add_test(s, "rebuild carries state", test_rebuild_carries_state);
+    CU_add_test(s, "adaptive sampling", test_adaptive_sampling);
+    CU_basic_set_mode(CU_BRM_VERBOSE);
+    CU_basic_run_tests();
+    unsigned fails = CU_get_number_of_failures();
+    CU_cleanup_registry();
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", g_dir);
+    return fails ? 1 : 0;
+}
