@@ -63,7 +63,9 @@ struct mv_coll {
     mv_coll_stats stats;
     pthread_t thread;
     int running, stop; /* stop is atomic */
-    seg **tick_segs;   /* tick thread's scratch array */
+    seg **tick_segs;   /* tick thread's scratch arrays */
+    struct tick_item *tick_items;
+    mv_coll_read *tick_reqs;
     size_t tick_cap;
 };
 
@@ -178,6 +180,8 @@ void mv_coll_destroy(mv_coll *c)
         seg_put(s);
     }
     free(c->tick_segs);
+    free(c->tick_items);
+    free(c->tick_reqs);
     pthread_mutex_destroy(&c->mu);
     free(c);
 }
@@ -528,34 +532,58 @@ static void analyse(mv_coll *c, seg *s, uint64_t now)
     }
 }
 
-static void tick_segment(mv_coll *c, seg *s, uint64_t *torn_total)
+/* Phase 1 of a tick for one segment: decides whether it is read now, loads
+ * its catalog when needed, and sizes its buffer. Returns the hot length to
+ * read, or 0 to skip it this tick. */
+static uint32_t tick_prepare(mv_coll *c, seg *s)
 {
     /* Adaptive sampling: a segment not yet due is skipped (half a tick of
      * slack, so a due time a few microseconds ahead does not cost a tick). */
     if (s->rate && s->state == MV_COLL_OK &&
         now_ns(CLOCK_MONOTONIC) + (uint64_t)c->o.tick_us * 500ull < s->due_ns) {
         __atomic_add_fetch(&s->skipped, 1, __ATOMIC_RELAXED);
-        return;
+        return 0;
     }
+    uint64_t now = now_ns(CLOCK_REALTIME);
+    if (s->state == MV_COLL_QUARANTINED && now < s->next_recheck_ns)
+        return 0;
+    if (s->state == MV_COLL_QUARANTINED)
+        s->next_recheck_ns = now + (uint64_t)c->o.recheck_ms * 1000000ull;
+    if (!s->cat && load_catalog(c, s, now) != 0)
+        return 0;
+    uint32_t len = mv_seg_catalog_hot_size(s->cat->cat);
+    if (ensure_buf(&s->work, &s->work_cap, len) != 0) {
+        set_failure(c, s, MV_SEG_E_NOMEM, "out of memory", now);
+        return 0;
+    }
+    return len;
+}
+
+/* A read refused because the segment is gone (RDMA: rkey revoked; file
+ * removed): drop it rather than quarantine it. The agent's catalog brings it
+ * back if it still exists. */
+static int read_gone(int status)
+{
+    return status == -EACCES || status == -ENOENT;
+}
+
+/* Phase 3: validates and publishes a copy read in phase 2. A copy whose
+ * catalog moved is re-read (catalog and values) right away. */
+static void tick_finish(mv_coll *c, seg *s, int status, uint32_t len, uint64_t *torn_total)
+{
     uint64_t now = now_ns(CLOCK_REALTIME);
     mv_seg_error err = {0};
 
-    if (s->state == MV_COLL_QUARANTINED && now < s->next_recheck_ns)
-        return;
-    if (s->state == MV_COLL_QUARANTINED)
-        s->next_recheck_ns = now + (uint64_t)c->o.recheck_ms * 1000000ull;
     for (int pass = 0; pass < 2; pass++) {
-        if (!s->cat && load_catalog(c, s, now) != 0)
-            return;
-        uint32_t len = mv_seg_catalog_hot_size(s->cat->cat);
-        if (ensure_buf(&s->work, &s->work_cap, len) != 0) {
-            set_failure(c, s, MV_SEG_E_NOMEM, "out of memory", now);
-            return;
+        if (pass == 1) {
+            if ((len = tick_prepare(c, s)) == 0)
+                return;
+            mv_coll_read rq = {.src = s->src, .off = 0, .len = len, .dst = s->work};
+            s->t->read_many(s->t->ctx, &rq, 1);
+            status = rq.status;
         }
-        mv_coll_read rq = {.src = s->src, .off = 0, .len = len, .dst = s->work};
-        s->t->read_many(s->t->ctx, &rq, 1);
-        if (rq.status) {
-            snprintf(err.detail, sizeof err.detail, "read failed: %s", strerror(-rq.status));
+        if (status) {
+            snprintf(err.detail, sizeof err.detail, "read failed: %s", strerror(-status));
             set_failure(c, s, MV_SEG_E_TRUNCATED, err.detail, now);
             return;
         }
@@ -581,6 +609,18 @@ static void tick_segment(mv_coll *c, seg *s, uint64_t *torn_total)
     }
 }
 
+typedef struct tick_item {
+    seg *s;
+    uint32_t len;
+} tick_item;
+
+static int item_by_transport(const void *a, const void *b)
+{
+    uintptr_t x = (uintptr_t)((const tick_item *)a)->s->t;
+    uintptr_t y = (uintptr_t)((const tick_item *)b)->s->t;
+    return x < y ? -1 : x > y;
+}
+
 void mv_coll_tick(mv_coll *c)
 {
     uint64_t t0 = now_ns(CLOCK_MONOTONIC), torn = 0;
@@ -591,20 +631,57 @@ void mv_coll_tick(mv_coll *c)
     size_t n = 0;
     if (c->tick_cap < c->nsegs) {
         seg **v = realloc(c->tick_segs, c->nsegs * sizeof *v);
-        if (v) {
+        tick_item *it = realloc(c->tick_items, c->nsegs * sizeof *it);
+        mv_coll_read *rq = realloc(c->tick_reqs, c->nsegs * sizeof *rq);
+        if (v)
             c->tick_segs = v;
+        if (it)
+            c->tick_items = it;
+        if (rq)
+            c->tick_reqs = rq;
+        if (v && it && rq)
             c->tick_cap = c->nsegs;
-        }
     }
     for (seg *s = c->segs; s && n < c->tick_cap; s = s->next) {
         __atomic_add_fetch(&s->refs, 1, __ATOMIC_RELAXED);
         c->tick_segs[n++] = s;
     }
     pthread_mutex_unlock(&c->mu);
+
+    /* 1: choose what is due and size the copies. */
+    size_t m = 0;
     for (size_t i = 0; i < n; i++) {
-        tick_segment(c, c->tick_segs[i], &torn);
-        seg_put(c->tick_segs[i]);
+        uint32_t len = tick_prepare(c, c->tick_segs[i]);
+        if (len)
+            c->tick_items[m++] = (tick_item){c->tick_segs[i], len};
     }
+    /* 2: one read_many per transport, so RDMA posts every segment's READ of
+     * an agent in batches instead of one round trip per segment. */
+    qsort(c->tick_items, m, sizeof *c->tick_items, item_by_transport);
+    for (size_t i = 0; i < m; i++)
+        c->tick_reqs[i] = (mv_coll_read){.src = c->tick_items[i].s->src,
+                                         .off = 0,
+                                         .len = c->tick_items[i].len,
+                                         .dst = c->tick_items[i].s->work};
+    for (size_t i = 0, j; i < m; i = j) {
+        const mv_coll_transport *t = c->tick_items[i].s->t;
+        for (j = i; j < m && c->tick_items[j].s->t == t; j++)
+            ;
+        t->read_many(t->ctx, &c->tick_reqs[i], j - i);
+    }
+    /* 3: validate and publish. */
+    for (size_t i = 0; i < m; i++) {
+        seg *s = c->tick_items[i].s;
+        if (read_gone(c->tick_reqs[i].status)) {
+            MV_INFO("segment.gone", "id=%s error=%s", mv_log_q(s->id),
+                    mv_log_q(strerror(-c->tick_reqs[i].status)));
+            mv_coll_remove(c, s->id);
+            continue;
+        }
+        tick_finish(c, s, c->tick_reqs[i].status, c->tick_items[i].len, &torn);
+    }
+    for (size_t i = 0; i < n; i++)
+        seg_put(c->tick_segs[i]);
     pthread_mutex_lock(&c->mu);
     c->stats.ticks++;
     c->stats.torn_retries += torn;
