@@ -251,6 +251,59 @@ static void test_background_thread(void)
     mv_close(seg);
 }
 
+/* A transport that wraps shm and can refuse reads the way a revoked rkey does. */
+static int g_revoked;
+static void revoking_read_many(void *ctx, mv_coll_read *reqs, size_t n)
+{
+    const mv_coll_transport *shm = mv_coll_shm_transport();
+    (void)ctx;
+    shm->read_many(shm->ctx, reqs, n);
+    for (size_t i = 0; g_revoked && i < n; i++)
+        reqs[i].status = -EACCES;
+}
+static void revoking_close(void *ctx, void *src)
+{
+    const mv_coll_transport *shm = mv_coll_shm_transport();
+    (void)ctx;
+    shm->src_close(shm->ctx, src);
+}
+static const mv_coll_transport revoking = {
+    .name = "revoking", .read_many = revoking_read_many, .src_close = revoking_close};
+
+static void test_revoked_segment_is_dropped(void)
+{
+    char *p = make_segment("e.seg", 8192);
+    char path[256], err[256];
+    snprintf(path, sizeof path, "%s", p);
+    mv_segment *seg;
+    mv_counter ctr;
+    CU_ASSERT_FATAL(mv_open(path, &seg) == MV_OK);
+    CU_ASSERT_FATAL(mv_counter_register(seg, "w_total", NULL, NULL, NULL, 0, &ctr) == MV_OK);
+    mv_coll *c = new_coll(0, 0);
+    void *src;
+    uint64_t size;
+    CU_ASSERT_FATAL(mv_coll_shm_open(path, 0, &src, &size, err, sizeof err) == 0);
+    CU_ASSERT_FATAL(mv_coll_add(c, "e", size, NULL, 0, &revoking, src) == 0);
+    add_path(c, "f", path); /* the same file through shm: must keep flowing */
+    g_revoked = 0;
+    mv_coll_tick(c);
+    double v;
+    CU_ASSERT(snap_value(c, "e", "w_total", &v, NULL));
+    g_revoked = 1;
+    mv_counter_inc(ctr);
+    mv_coll_tick(c);
+    mv_coll_snap *s = mv_coll_snapshot(c);
+    CU_ASSERT_EQUAL(mv_coll_snap_count(s), 1);
+    CU_ASSERT_STRING_EQUAL(mv_coll_snap_seg(s, 0)->id, "f");
+    CU_ASSERT_EQUAL(mv_coll_snap_stats(s)->errors[MV_SEG_E_TRUNCATED], 0);
+    mv_coll_snap_free(s);
+    CU_ASSERT(snap_value(c, "f", "w_total", &v, NULL));
+    CU_ASSERT_EQUAL(v, 1);
+    g_revoked = 0;
+    mv_coll_destroy(c);
+    mv_close(seg);
+}
+
 int main(void)
 {
     CU_pSuite suite;
@@ -265,6 +318,7 @@ int main(void)
                 test_truncated_file_is_an_error_not_a_crash);
     CU_add_test(suite, "retain, duplicates, pending", test_retain_and_duplicates);
     CU_add_test(suite, "background tick thread", test_background_thread);
+    CU_add_test(suite, "revoked segment is dropped", test_revoked_segment_is_dropped);
     CU_basic_set_mode(CU_BRM_VERBOSE);
     CU_basic_run_tests();
     unsigned failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
