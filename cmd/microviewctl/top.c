@@ -147,7 +147,7 @@ static void print_frame(FILE *f, const char *base, json_object *root, unsigned l
         size_t m = ser ? json_object_array_length(ser) : 0;
         for (size_t j = 0; j < m && j < limit; j++) {
             json_object *x = json_object_array_get_idx(ser, j);
-            char name[400], v1[32], v2[32], v3[32];
+            char name[1024], v1[32], v2[32], v3[32];
             labels_str(get(x, "labels"), lab, sizeof lab, 1);
             snprintf(name, sizeof name, "%s%s", json_object_get_string(get(x, "name")), lab);
             const char *type = json_object_get_string(get(x, "type"));
