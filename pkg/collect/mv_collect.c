@@ -657,7 +657,8 @@ void mv_coll_tick(mv_coll *c)
     }
     /* 2: one read_many per transport, so RDMA posts every segment's READ of
      * an agent in batches instead of one round trip per segment. */
-    qsort(c->tick_items, m, sizeof *c->tick_items, item_by_transport);
+    if (m > 1)
+        qsort(c->tick_items, m, sizeof *c->tick_items, item_by_transport);
     for (size_t i = 0; i < m; i++)
         c->tick_reqs[i] = (mv_coll_read){.src = c->tick_items[i].s->src,
                                          .off = 0,
