@@ -333,14 +333,16 @@ static void bench_freshness(int samples, int adaptive)
 
 int main(int argc, char **argv)
 {
-    int quick = 0, only_fresh = 0;
+    int quick = 0, only_fresh = 0, only_expo = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0)
             quick = 1;
         else if (strcmp(argv[i], "--freshness") == 0)
             only_fresh = 1;
+        else if (strcmp(argv[i], "--expo") == 0)
+            only_expo = 1;
         else {
-            fprintf(stderr, "usage: pipeline_bench [--quick] [--freshness]\n");
+            fprintf(stderr, "usage: pipeline_bench [--quick] [--freshness | --expo]\n");
             return 2;
         }
     }
@@ -349,6 +351,8 @@ int main(int argc, char **argv)
     printf("# pipeline_bench: one core; samples = metric values fed per read\n");
     if (only_fresh)
         goto freshness;
+    if (only_expo)
+        goto expo;
     for (int kind = 0; kind < 3; kind++)
         for (int det = 0; det < 2; det++)
             for (int fd = 0; fd < 2; fd++) {
@@ -356,11 +360,14 @@ int main(int argc, char **argv)
                     continue;
                 bench_pipeline(kind, kind == KIND_HIST ? 256 : 1024, det, fd, reads);
             }
+expo:;
     unsigned sizes[3] = {10000, 100000, 1000000};
     for (int i = 0; i < (quick ? 2 : 3); i++) {
         bench_expo(sizes[i], quick ? 3 : 5, 0);
         bench_expo(sizes[i], quick ? 3 : 5, 1);
     }
+    if (only_expo)
+        return 0;
 freshness:
     bench_freshness(quick ? 50 : 300, 0);
     bench_freshness(quick ? 50 : 300, 1);

@@ -21,6 +21,7 @@ struct mv_expo {
     mv_expo_format fmt;
     char *buf;
     size_t len, alloc, cap;
+    size_t room_end;             /* len may grow to this without a check: min(alloc, usable) */
     size_t fam_start;            /* offset where the current family began */
     int fail;                    /* 0, ENOSPC or ENOMEM: sticky until reset */
     int finished;                /* mv_expo_finish() was called */
@@ -52,6 +53,7 @@ static void overflow(mv_expo *e, int code)
     e->fail = code;
     e->len = e->fam_start;
     e->have_family = 0;
+    e->room_end = 0;
     snprintf(e->errmsg, sizeof e->errmsg, "%s",
              code == ENOMEM ? "out of memory while rendering"
                             : "exposition reached its size cap; later families dropped");
@@ -65,6 +67,13 @@ static size_t usable(const mv_expo *e)
 {
     size_t reserve = (e->fmt == MV_EXPO_OPENMETRICS && !e->finished) ? OM_EOF_LEN : 0;
     return e->cap - reserve;
+}
+
+/* Recomputes room_end after the buffer, the format, the finish flag or the failure changed. */
+static void update_room(mv_expo *e)
+{
+    size_t u = usable(e);
+    e->room_end = e->fail ? 0 : (e->alloc < u ? e->alloc : u);
 }
 
 static int ensure(mv_expo *e, size_t need_total, size_t limit)
@@ -87,10 +96,11 @@ static int ensure(mv_expo *e, size_t need_total, size_t limit)
     }
     e->buf = p;
     e->alloc = n;
+    update_room(e);
     return 0;
 }
 
-static void put(mv_expo *e, const char *s, size_t n)
+static void put_slow(mv_expo *e, const char *s, size_t n)
 {
     if (e->fail || n == 0)
         return;
@@ -98,6 +108,16 @@ static void put(mv_expo *e, const char *s, size_t n)
         return;
     memcpy(e->buf + e->len, s, n);
     e->len += n;
+}
+
+static inline void put(mv_expo *e, const char *s, size_t n)
+{
+    if (e->len + n <= e->room_end) {
+        memcpy(e->buf + e->len, s, n);
+        e->len += n;
+        return;
+    }
+    put_slow(e, s, n);
 }
 
 static void puts_(mv_expo *e, const char *s)
@@ -186,56 +206,126 @@ static size_t utf8_len(const unsigned char *s)
     return 0;
 }
 
-/* Writes s escaped: backslash and newline always, double quote when esc_quote. */
-static void put_escaped(mv_expo *e, const char *str, int esc_quote)
+/* clang-format off */
+/* Bytes the escaper must look at: 1 backslash or newline, 2 double quote, 4 non-ASCII. */
+#define C16(x) x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x
+static const unsigned char esc_class[256] = {
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, /* 0x00: newline */
+    C16(0),                                         /* 0x10 */
+    0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, /* 0x20: " */
+    C16(0), C16(0),                                 /* 0x30, 0x40 */
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, /* 0x50: backslash */
+    C16(0), C16(0),                                 /* 0x60, 0x70 */
+    C16(4), C16(4), C16(4), C16(4), C16(4), C16(4), C16(4), C16(4), /* 0x80..0xFF */
+};
+#undef C16
+/* clang-format on */
+
+/* Writes the n bytes at str (NUL-terminated there) escaped: backslash and newline always,
+ * double quote when esc_quote, invalid UTF-8 as U+FFFD. Clean runs are copied whole. */
+static void put_escaped_n(mv_expo *e, const char *str, size_t n, int esc_quote)
 {
-    const unsigned char *s = (const unsigned char *)str;
-    const unsigned char *run = s;
-    while (*s) {
+    const unsigned char *s = (const unsigned char *)str, *end = s + n;
+    unsigned mask = esc_quote ? 7u : 5u;
+    while (s < end) {
+        const unsigned char *run = s;
+        while (s < end && !(esc_class[*s] & mask))
+            s++;
+        put(e, (const char *)run, (size_t)(s - run));
+        if (s == end)
+            break;
         unsigned char c = *s;
-        const char *rep = NULL;
-        size_t adv = 1;
-        if (c == '\\')
-            rep = "\\\\";
-        else if (c == '\n')
-            rep = "\\n";
-        else if (c == '"' && esc_quote)
-            rep = "\\\"";
-        else if (c >= 0x80) {
-            adv = utf8_len(s); /* reads at most up to the NUL, which fails the checks */
-            if (adv == 0) {
-                rep = "\xEF\xBF\xBD";
-                adv = 1;
-            }
-        }
-        if (rep) {
-            put(e, (const char *)run, (size_t)(s - run));
-            puts_(e, rep);
-            s += adv;
-            run = s;
+        if (c == '\\') {
+            put(e, "\\\\", 2);
+            s++;
+        } else if (c == '\n') {
+            put(e, "\\n", 2);
+            s++;
+        } else if (c == '"') {
+            put(e, "\\\"", 2);
+            s++;
         } else {
+            size_t adv = utf8_len(s); /* reads at most up to the NUL, which fails the checks */
+            if (adv == 0) {
+                put(e, "\xEF\xBF\xBD", 3);
+                adv = 1;
+            } else {
+                put(e, (const char *)s, adv);
+            }
             s += adv;
         }
     }
-    put(e, (const char *)run, (size_t)(s - run));
+}
+
+static void put_escaped(mv_expo *e, const char *str, int esc_quote)
+{
+    put_escaped_n(e, str, strlen(str), esc_quote);
 }
 
 /* ---- Numbers ------------------------------------------------------------------------ */
 
-size_t mv_expo_format_double(double v, int canonical, char *out, size_t outsz)
+/* Writes v in decimal to out (room for 20 digits); returns the length. */
+static size_t fmt_u64(uint64_t v, char *out)
 {
-    char tmp[40], digits[24];
-    int n;
-    if (!out || outsz < 32)
+    char tmp[20];
+    size_t n = 0;
+    do {
+        tmp[sizeof tmp - 1 - n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    memcpy(out, tmp + sizeof tmp - n, n);
+    return n;
+}
+
+static size_t fmt_i64(int64_t v, char *out)
+{
+    if (v >= 0)
+        return fmt_u64((uint64_t)v, out);
+    out[0] = '-';
+    return 1 + fmt_u64((uint64_t)(-(v + 1)) + 1, out + 1);
+}
+
+/* Exact powers of ten representable as doubles. */
+static const double pow10_tab[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
+                                     1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+                                     1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+/* Fast path for the common case: a = s / 10^k for an integer s < 10^15 whose quotient,
+ * correctly rounded, is a. Such a decimal is the only one of at most 15 significant
+ * digits within half an ulp of a, so it is exactly what rounding a to 15 digits gives
+ * (and it round-trips): the same digits the general path finds. Fills digits (trailing
+ * zeros stripped) and the decimal exponent; returns the digit count or 0. */
+static int short_digits(double a, char *digits, int *exp10)
+{
+    if (!(a >= 1e-7 && a < 1e15))
         return 0;
-    if (isnan(v))
-        return (size_t)snprintf(out, outsz, "NaN");
-    if (isinf(v))
-        return (size_t)snprintf(out, outsz, "%s", v > 0 ? "+Inf" : "-Inf");
-    if (v == 0)
-        return (size_t)snprintf(out, outsz, "%s%s", signbit(v) ? "-0" : "0", canonical ? ".0" : "");
-    /* Shortest round-trip digits: 15 significant digits round-trip exactly when any
-     * representation of <= 15 digits does (DBL_DIG); else try 16, else 17 always works. */
+    int k = 0;
+    while (a * pow10_tab[k] < 1)
+        k++;
+    for (; k <= 22; k++) {
+        double t = a * pow10_tab[k];
+        if (t >= 1e15)
+            return 0;
+        uint64_t si = (uint64_t)(t + 0.5);
+        if (si == 0 || (double)si / pow10_tab[k] != a)
+            continue;
+        char tmp[20];
+        int nd = (int)fmt_u64(si, tmp);
+        *exp10 = nd - 1 - k;
+        while (nd > 1 && tmp[nd - 1] == '0')
+            nd--;
+        memcpy(digits, tmp, (size_t)nd);
+        return nd;
+    }
+    return 0;
+}
+
+/* General path: the first of 15, 16 or 17 significant digits that round-trips. */
+static int round_trip_digits(double v, char *digits, int *exp10)
+{
+    char tmp[40];
+    /* 15 significant digits round-trip exactly when any representation of <= 15 digits
+     * does (DBL_DIG); else try 16, else 17 always works. */
     int prec0 = fabs(v) < DBL_MIN ? 0 : 14; /* subnormals carry fewer digits: search all */
     for (int prec = prec0; prec <= 16; prec++) {
         snprintf(tmp, sizeof tmp, "%.*e", prec, v);
@@ -244,18 +334,47 @@ size_t mv_expo_format_double(double v, int canonical, char *out, size_t outsz)
     }
     /* tmp is [-]d.ddde[+-]xx */
     const char *p = tmp;
-    int neg = 0, nd = 0;
-    if (*p == '-') {
-        neg = 1;
+    int nd = 0;
+    if (*p == '-')
         p++;
-    }
     for (; *p && *p != 'e'; p++)
         if (is_digit((unsigned char)*p))
             digits[nd++] = *p;
-    int exp10 = *p == 'e' ? atoi(p + 1) : 0;
+    *exp10 = *p == 'e' ? atoi(p + 1) : 0;
     while (nd > 1 && digits[nd - 1] == '0')
         nd--;
-    digits[nd] = '\0';
+    return nd;
+}
+
+size_t mv_expo_format_double(double v, int canonical, char *out, size_t outsz)
+{
+    char digits[24];
+    if (!out || outsz < 32)
+        return 0;
+    if (isnan(v)) {
+        memcpy(out, "NaN", 4);
+        return 3;
+    }
+    if (isinf(v)) {
+        memcpy(out, v > 0 ? "+Inf" : "-Inf", 5);
+        return 4;
+    }
+    if (v == 0) {
+        size_t o = 0;
+        if (signbit(v))
+            out[o++] = '-';
+        out[o++] = '0';
+        if (canonical) {
+            out[o++] = '.';
+            out[o++] = '0';
+        }
+        out[o] = '\0';
+        return o;
+    }
+    int neg = signbit(v) != 0, exp10 = 0;
+    int nd = short_digits(neg ? -v : v, digits, &exp10);
+    if (nd == 0)
+        nd = round_trip_digits(v, digits, &exp10);
 
     /* Layout as Go's strconv.FormatFloat(v, 'g', -1, 64). */
     size_t o = 0;
@@ -268,8 +387,15 @@ size_t mv_expo_format_double(double v, int canonical, char *out, size_t outsz)
             memcpy(out + o, digits + 1, (size_t)nd - 1);
             o += (size_t)nd - 1;
         }
-        n = snprintf(out + o, outsz - o, "e%c%02d", exp10 < 0 ? '-' : '+', abs(exp10));
-        return o + (size_t)n;
+        int ax = exp10 < 0 ? -exp10 : exp10;
+        out[o++] = 'e';
+        out[o++] = exp10 < 0 ? '-' : '+';
+        if (ax >= 100)
+            out[o++] = (char)('0' + ax / 100);
+        out[o++] = (char)('0' + ax / 10 % 10);
+        out[o++] = (char)('0' + ax % 10);
+        out[o] = '\0';
+        return o;
     }
     if (exp10 < 0) {
         out[o++] = '0';
@@ -327,6 +453,7 @@ void mv_expo_reset(mv_expo *e, mv_expo_format f)
     e->finished = 0;
     e->have_family = 0;
     e->errmsg[0] = '\0';
+    update_room(e);
 }
 
 mv_expo_format mv_expo_get_format(const mv_expo *e)
@@ -504,40 +631,164 @@ static int check_labels(mv_expo *e, const mv_expo_label *a, size_t na, const mv_
     return 0;
 }
 
-static void put_label(mv_expo *e, const char *name, const char *value, int *first)
+/* ---- Fast label validation ---------------------------------------------------------- */
+
+/* Label sets up to this size (with the extra label) take the hashed duplicate check. */
+#define FAST_LABELS 64
+
+/* clang-format off */
+/* Label name bytes: 1 may start a name ([a-zA-Z_]), 2 may continue one ([a-zA-Z0-9_]). */
+#define Z16 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
+static const unsigned char label_class[256] = {
+    Z16, Z16, Z16,                                  /* 0x00..0x2F */
+    2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, /* 0x30: digits */
+    0, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, /* 0x40: A..O */
+    3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 0, 0, 0, 0, 3, /* 0x50: P..Z, _ */
+    0, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, /* 0x60: a..o */
+    3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 0, 0, 0, 0, 0, /* 0x70: p..z */
+    Z16, Z16, Z16, Z16, Z16, Z16, Z16, Z16,         /* 0x80..0xFF */
+};
+#undef Z16
+/* clang-format on */
+
+/* Length of s if it is a valid label name, else 0; *h gets a cheap key for the duplicate
+ * set (length and a few bytes: equal names give equal keys, the rest is compared). */
+static size_t scan_label_name(const char *str, uint64_t *h)
 {
-    putc_(e, *first ? '{' : ',');
-    *first = 0;
-    puts_(e, name);
-    puts_(e, "=\"");
-    put_escaped(e, value ? value : "", 1);
-    putc_(e, '"');
+    const unsigned char *s = (const unsigned char *)str;
+    if (!s || !(label_class[s[0]] & 1))
+        return 0;
+    unsigned ok = 2;
+    size_t i = 1;
+    for (; s[i]; i++)
+        ok &= label_class[s[i]];
+    if (!ok)
+        return 0;
+    uint64_t k = (uint64_t)i | (uint64_t)s[0] << 16 | (uint64_t)s[i - 1] << 24 |
+                 (uint64_t)s[i / 2] << 32 | (uint64_t)s[i / 3] << 40;
+    *h = k * 0x9E3779B97F4A7C15ull;
+    return i;
 }
 
-static void put_ts(mv_expo *e, int64_t ts_ms)
+/* Accepts the label names of a sample (a, b, then extra) in one linear pass: each name is
+ * validated and hashed into a 256-bit set; only names whose bit is already set are compared
+ * with the earlier names. Fills lens[] (the name lengths, extra last). Returns 1 when all
+ * names are valid and distinct, 0 when check_labels() must decide (and say what is wrong). */
+static int check_labels_fast(const mv_expo_label *a, size_t na, const mv_expo_label *b, size_t nb,
+                             const char *extra, size_t *lens)
 {
-    char tmp[48];
-    if (ts_ms == MV_EXPO_NO_TS)
-        return;
-    if (e->fmt == MV_EXPO_TEXT) {
-        snprintf(tmp, sizeof tmp, " %" PRId64, ts_ms);
-    } else {
-        uint64_t mag = ts_ms < 0 ? (uint64_t)(-(ts_ms + 1)) + 1 : (uint64_t)ts_ms;
-        uint64_t sec = mag / 1000, ms = mag % 1000;
-        int w = snprintf(tmp, sizeof tmp, " %s%" PRIu64, ts_ms < 0 ? "-" : "", sec);
-        if (ms) {
-            snprintf(tmp + w, sizeof tmp - (size_t)w, ".%03" PRIu64, ms);
-            size_t l = strlen(tmp);
-            while (tmp[l - 1] == '0')
-                tmp[--l] = '\0';
+    size_t n = na + nb;
+    if (n >= FAST_LABELS || (na && !a) || (nb && !b))
+        return 0;
+    uint64_t seen[4] = {0, 0, 0, 0}, keys[FAST_LABELS];
+    const char *names[FAST_LABELS];
+    size_t total = n + (extra != NULL);
+    for (size_t i = 0; i < total; i++) {
+        const char *nm = i < na ? a[i].name : i < n ? b[i - na].name : extra;
+        uint64_t h = 0;
+        size_t len = scan_label_name(nm, &h);
+        if (len == 0)
+            return 0;
+        unsigned slot = (unsigned)(h >> 56);
+        uint64_t bit = 1ull << (slot & 63);
+        if (seen[slot >> 6] & bit) {
+            for (size_t j = 0; j < i; j++)
+                if (keys[j] == h && lens[j] == len && !memcmp(names[j], nm, len))
+                    return 0;
+        }
+        seen[slot >> 6] |= bit;
+        keys[i] = h;
+        names[i] = nm;
+        lens[i] = len;
+    }
+    return 1;
+}
+
+/* Writes the n bytes at str escaped like put_escaped_n() to o, which has room for 3n
+ * bytes; returns the end. */
+static char *escape_to(char *o, const char *str, size_t n)
+{
+    const unsigned char *s = (const unsigned char *)str, *end = s + n;
+    while (s < end) {
+        const unsigned char *run = s;
+        while (s < end && !esc_class[*s])
+            s++;
+        memcpy(o, run, (size_t)(s - run));
+        o += s - run;
+        if (s == end)
+            break;
+        unsigned char c = *s;
+        if (c < 0x80) {
+            *o++ = '\\';
+            *o++ = c == '\n' ? 'n' : (char)c;
+            s++;
+        } else {
+            size_t adv = utf8_len(s); /* reads at most up to the NUL, which fails the checks */
+            if (adv == 0) {
+                memcpy(o, "\xEF\xBF\xBD", 3);
+                o += 3;
+                adv = 1;
+            } else {
+                memcpy(o, s, adv);
+                o += adv;
+            }
+            s += adv;
         }
     }
-    puts_(e, tmp);
+    return o;
+}
+
+static void put_label(mv_expo *e, const char *name, size_t name_len, const char *value,
+                      size_t value_len, int *first)
+{
+    char sep = *first ? '{' : ',';
+    *first = 0;
+    /* Direct write when the worst case (every value byte escaped to 3) fits. */
+    if (value_len <= SIZE_MAX / 4 && e->len + name_len + 4 + 3 * value_len <= e->room_end) {
+        char *o = e->buf + e->len;
+        *o++ = sep;
+        memcpy(o, name, name_len);
+        o += name_len;
+        *o++ = '=';
+        *o++ = '"';
+        o = escape_to(o, value, value_len);
+        *o++ = '"';
+        e->len = (size_t)(o - e->buf);
+        return;
+    }
+    put(e, &sep, 1);
+    put(e, name, name_len);
+    put(e, "=\"", 2);
+    put_escaped_n(e, value, value_len, 1);
+    put(e, "\"", 1);
+}
+
+/* Formats " <timestamp>" for the format into out (48 bytes); returns the length. */
+static size_t fmt_ts(mv_expo_format f, int64_t ts_ms, char *out)
+{
+    out[0] = ' ';
+    if (f == MV_EXPO_TEXT)
+        return 1 + fmt_i64(ts_ms, out + 1);
+    uint64_t mag = ts_ms < 0 ? (uint64_t)(-(ts_ms + 1)) + 1 : (uint64_t)ts_ms;
+    uint64_t sec = mag / 1000, ms = mag % 1000;
+    size_t o = 1;
+    if (ts_ms < 0)
+        out[o++] = '-';
+    o += fmt_u64(sec, out + o);
+    if (ms) {
+        out[o++] = '.';
+        out[o++] = (char)('0' + ms / 100);
+        out[o++] = (char)('0' + ms / 10 % 10);
+        out[o++] = (char)('0' + ms % 10);
+        while (out[o - 1] == '0')
+            o--;
+    }
+    return o;
 }
 
 static int sample_str(mv_expo *e, const char *suffix, const mv_expo_label *a, size_t na,
                       const mv_expo_label *b, size_t nb, const char *extra_name, double extra_value,
-                      const char *val, int64_t ts_ms)
+                      const char *val, size_t val_len, int64_t ts_ms)
 {
     if (e->fail)
         return fail_code(e);
@@ -549,31 +800,41 @@ static int sample_str(mv_expo *e, const char *suffix, const mv_expo_label *a, si
     int om = e->fmt == MV_EXPO_OPENMETRICS;
     if (suffix && !strcmp(suffix, "_created") && !om)
         return 0; /* text 0.0.4 has no created samples */
-    int rc = check_labels(e, a, na, b, nb, extra_name);
-    if (rc < 0)
-        return rc;
+    size_t lens[FAST_LABELS];
+    int fast = check_labels_fast(a, na, b, nb, extra_name, lens);
+    if (!fast) {
+        int rc = check_labels(e, a, na, b, nb, extra_name);
+        if (rc < 0)
+            return rc;
+    }
 
     put(e, e->base, e->base_len);
     if (suffix)
         puts_(e, suffix);
     else if (om && e->type == MV_EXPO_COUNTER)
-        puts_(e, "_total");
+        put(e, "_total", 6);
     int first = 1;
-    for (size_t i = 0; i < na + nb; i++) {
+    size_t n = na + nb;
+    for (size_t i = 0; i < n; i++) {
         const mv_expo_label *l = label_at(a, na, b, i);
-        put_label(e, l->name, l->value, &first);
+        const char *v = l->value ? l->value : "";
+        put_label(e, l->name, fast ? lens[i] : strlen(l->name), v, strlen(v), &first);
     }
     if (extra_name) {
         char num[40];
-        mv_expo_format_double(extra_value, om, num, sizeof num);
-        put_label(e, extra_name, num, &first);
+        size_t nl = mv_expo_format_double(extra_value, om, num, sizeof num);
+        put_label(e, extra_name, fast ? lens[n] : strlen(extra_name), num, nl, &first);
     }
+    char tail[96];
+    size_t t = 0;
     if (!first)
-        putc_(e, '}');
-    putc_(e, ' ');
-    puts_(e, val);
-    put_ts(e, ts_ms);
-    putc_(e, '\n');
+        tail[t++] = '}';
+    tail[t++] = ' ';
+    put(e, tail, t);
+    put(e, val, val_len);
+    t = ts_ms == MV_EXPO_NO_TS ? 0 : fmt_ts(e->fmt, ts_ms, tail);
+    tail[t++] = '\n';
+    put(e, tail, t);
     return e->fail ? fail_code(e) : 0;
 }
 
@@ -582,8 +843,8 @@ int mv_expo_sample(mv_expo *e, const char *suffix, const mv_expo_label *a, size_
                    double value, int64_t ts_ms)
 {
     char num[40];
-    mv_expo_format_double(value, e->fmt == MV_EXPO_OPENMETRICS, num, sizeof num);
-    return sample_str(e, suffix, a, na, b, nb, extra_name, extra_value, num, ts_ms);
+    size_t n = mv_expo_format_double(value, e->fmt == MV_EXPO_OPENMETRICS, num, sizeof num);
+    return sample_str(e, suffix, a, na, b, nb, extra_name, extra_value, num, n, ts_ms);
 }
 
 int mv_expo_sample_u64(mv_expo *e, const char *suffix, const mv_expo_label *a, size_t na,
@@ -591,8 +852,8 @@ int mv_expo_sample_u64(mv_expo *e, const char *suffix, const mv_expo_label *a, s
                        double extra_value, uint64_t value, int64_t ts_ms)
 {
     char num[32];
-    snprintf(num, sizeof num, "%" PRIu64, value);
-    return sample_str(e, suffix, a, na, b, nb, extra_name, extra_value, num, ts_ms);
+    size_t n = fmt_u64(value, num);
+    return sample_str(e, suffix, a, na, b, nb, extra_name, extra_value, num, n, ts_ms);
 }
 
 int mv_expo_sample_i64(mv_expo *e, const char *suffix, const mv_expo_label *a, size_t na,
@@ -600,8 +861,8 @@ int mv_expo_sample_i64(mv_expo *e, const char *suffix, const mv_expo_label *a, s
                        double extra_value, int64_t value, int64_t ts_ms)
 {
     char num[32];
-    snprintf(num, sizeof num, "%" PRId64, value);
-    return sample_str(e, suffix, a, na, b, nb, extra_name, extra_value, num, ts_ms);
+    size_t n = fmt_i64(value, num);
+    return sample_str(e, suffix, a, na, b, nb, extra_name, extra_value, num, n, ts_ms);
 }
 
 int mv_expo_finish(mv_expo *e)
@@ -617,6 +878,7 @@ int mv_expo_finish(mv_expo *e)
         e->len += OM_EOF_LEN;
     }
     e->finished = 1;
+    update_room(e);
     return 0;
 }
 
