@@ -2,21 +2,7 @@
 # Integration: the agent's TCP control plane with --token-file refuses calls without the right
 # "authorization: Bearer <token>" metadata and accepts the right one; the unix socket stays open.
 set -uo pipefail
-build=${1:?usage: test_agent_token.sh BUILD_DIR}
-bin=$build/bin
-tmp=$(mktemp -d)
-pids=()
-fails=0 passes=0
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-  wait 2>/dev/null
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-check() { # <description> <command...>
-  local d=$1; shift
-  if "$@"; then passes=$((passes + 1)); echo "PASS: $d"; else fails=$((fails + 1)); echo "FAIL: $d"; fi
-}
+. "$(dirname "$0")/lib.sh"
 
 echo "  tok-3b9e1  " >"$tmp/token"
 "$bin/microview-agent" --standalone --dir "$tmp/segs" --listen 127.0.0.1:0 \

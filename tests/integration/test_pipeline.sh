@@ -5,27 +5,7 @@
 # and that a hostile segment next to good ones is quarantined while the good
 # ones keep being served.
 set -uo pipefail
-build=${1:?usage: test_pipeline.sh BUILD_DIR}
-bin=$build/bin
-tmp=$(mktemp -d)
-pids=()
-fails=0 passes=0
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-  wait 2>/dev/null
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-check() { # <description> <command...>
-  local d=$1; shift
-  if "$@"; then passes=$((passes + 1)); echo "PASS: $d"; else fails=$((fails + 1)); echo "FAIL: $d"; fi
-}
-wait_for() { # <seconds> <command...>
-  local until=$((SECONDS + $1)); shift
-  while [ $SECONDS -lt $until ]; do "$@" && return 0; sleep 0.1; done
-  "$@"
-}
-free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. "$(dirname "$0")/lib.sh"
 
 port=$(free_port)
 sock=$tmp/agent.sock
