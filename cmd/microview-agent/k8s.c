@@ -1,4 +1,5 @@
-/* microview-agent Kubernetes mode: device plugin callbacks, pod identity, garbage collection. */
+/* microview-agent Kubernetes mode: device plugin callbacks, pod identity, garbage collection,
+ * RDMA export with device health. */
 #include "agent.h"
 
 #include <errno.h>
@@ -18,6 +19,8 @@
 #include "mv_kube.h"
 #include "mv_log.h"
 #include "mv_podres.h"
+#include "mv_rdma.h"
+#include "mv_rdmax.h"
 #include "mv_rpc.h"
 #include "mv_segstore.h"
 
@@ -29,10 +32,16 @@ typedef struct k8s {
     mv_segstore *store;
     mv_kube *kube; /* NULL without an API server */
     mv_dp *dp;
+    mv_agentsvc *svc;
     pthread_t bg;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int stopping;
+    /* RDMA export (rdma_listen): the exporter once its target came up; until then
+     * the last reason it could not. Both under mu; the exporter is never replaced. */
+    mv_rdmax *rdmax;
+    char rdma_err[256];
+    char token[MV_RDMA_TOKEN_MAX + 1]; /* collector_token_file's content */
     /* segments whose identity is incomplete (PodResources or API server failed) */
     char pending[PENDING_MAX][MV_SEGSTORE_ID_LEN + 1];
     size_t npending;
@@ -160,6 +169,57 @@ free_pr:
     return complete;
 }
 
+/* ---- RDMA export ----------------------------------------------------------------------- */
+
+static mv_rdmax *rdmax_get(k8s *a, char *why, size_t whylen)
+{
+    pthread_mutex_lock(&a->mu);
+    mv_rdmax *x = a->rdmax;
+    if (why)
+        snprintf(why, whylen, "%s", a->rdma_err);
+    pthread_mutex_unlock(&a->mu);
+    return x;
+}
+
+/* Tries to bring up the RDMA target once. On success the exporter registers every
+ * segment, the Agent service starts filling the rdma fields, open catalog watches
+ * get every segment again with them, and the devices turn Healthy. Returns 1 when
+ * the exporter is up (now or before), 0 when it is not. */
+static int rdma_try(k8s *a)
+{
+    const mv_config *c = &a->cfg;
+    if (rdmax_get(a, NULL, 0))
+        return 1;
+    char err[256] = "";
+    mv_rdmax_opts xo = {.bind_ip = c->rdma_ip, .port = c->rdma_port, .token = a->token};
+    mv_rdmax *x;
+    if (mv_rdmax_create(&xo, a->store, &x, err, sizeof err) < 0) {
+        pthread_mutex_lock(&a->mu);
+        int same = strcmp(a->rdma_err, err) == 0;
+        snprintf(a->rdma_err, sizeof a->rdma_err, "%s", err);
+        pthread_mutex_unlock(&a->mu);
+        /* Once per distinct reason; the retries in between go to debug. */
+        mv_log(same ? MV_LOG_DEBUG : c->require_rdma ? MV_LOG_ERROR : MV_LOG_WARN,
+               "rdma.unavailable", "listen=%s error=%s effect=%s retry_ms=%" PRIu64,
+               mv_log_q(c->rdma_listen), mv_log_q(err),
+               mv_log_q(c->require_rdma ? "devices Unhealthy, Allocate refused (require_rdma)"
+                                        : "segments served to same-host collectors only"),
+               c->rdma_retry_ms);
+        return 0;
+    }
+    pthread_mutex_lock(&a->mu);
+    a->rdmax = x;
+    a->rdma_err[0] = 0;
+    pthread_mutex_unlock(&a->mu);
+    mv_agentsvc_set_rdma(a->svc, mv_rdmax_lookup, x, c->require_rdma);
+    size_t n = mv_segstore_announce_all(a->store);
+    MV_INFO("rdma.ready", "listen=%s port=%u registered=%zu announced=%zu", mv_log_q(c->rdma_listen),
+            (unsigned)mv_rdmax_port(x), mv_rdmax_registered(x), n);
+    if (a->dp && c->require_rdma)
+        mv_dp_set_healthy(a->dp, 1, "RDMA target is up");
+    return 1;
+}
+
 /* ---- Device plugin callbacks ------------------------------------------------------------ */
 
 static int cb_allocate(void *arg, const char *const *ids, size_t n, mv_dp_alloc *out, char *err,
@@ -208,6 +268,15 @@ static int cb_allocate(void *arg, const char *const *ids, size_t n, mv_dp_alloc 
     }
     mv_podres_free(pr, npr);
 
+    char why[256];
+    mv_rdmax *x = a->cfg.rdma_listen[0] ? rdmax_get(a, why, sizeof why) : NULL;
+    if (a->cfg.require_rdma && !x) {
+        snprintf(err, errlen,
+                 "microview: RDMA is required on this node (require_rdma) but unavailable: %s",
+                 why[0] ? why : "not started yet");
+        MV_WARN("dp.allocate_refused", "pages=%zu reason=%s", n, mv_log_q(err));
+        return -ENODEV;
+    }
     mv_segstore_label dev = {"device", (char *)ids[0]};
     mv_segstore_seg seg;
     rc = mv_segstore_create_dev(a->store, ids, n, &dev, 1, &seg, err, errlen);
@@ -218,6 +287,20 @@ static int cb_allocate(void *arg, const char *const *ids, size_t n, mv_dp_alloc 
                 "pages=%zu pool_used=%" PRIu64 " pool_total=%" PRIu64 " err=%s", n, used, total,
                 mv_log_q(err));
         return rc;
+    }
+    if (a->cfg.require_rdma) {
+        /* The exporter registered it on ADDED; refuse a segment no collector could read. */
+        mv_agentsvc_rdma_info ri;
+        mv_rdmax_lookup(x, &seg, 0, &ri);
+        if (!ri.readable) {
+            snprintf(err, errlen, "microview: segment could not be registered for RDMA: %s",
+                     ri.reason);
+            MV_WARN("dp.allocate_refused", "id=%s pages=%zu reason=%s", seg.id, n,
+                    mv_log_q(err));
+            mv_segstore_release(a->store, seg.id);
+            mv_segstore_seg_clear(&seg);
+            return -EIO;
+        }
     }
     char dir[MV_DP_PATH_MAX];
     if (mv_segstore_seg_dir(a->store, seg.id, dir, sizeof dir) < 0 ||
@@ -358,10 +441,15 @@ static void *bg_main(void *arg)
     k8s *a = arg;
     uint64_t next_gc = mono_ms() + a->cfg.gc_interval_ms;
     uint64_t next_retry = mono_ms() + a->cfg.identity_retry_ms;
+    /* UINT64_MAX: no RDMA target to bring up (none configured, or it is up). */
+    uint64_t next_rdma = a->cfg.rdma_listen[0] && !rdmax_get(a, NULL, 0) ? mono_ms() + a->cfg.rdma_retry_ms
+                                                            : UINT64_MAX;
     pthread_mutex_lock(&a->mu);
     while (!a->stopping) {
         uint64_t now = mono_ms();
         uint64_t due = next_gc < next_retry ? next_gc : next_retry;
+        if (next_rdma < due)
+            due = next_rdma;
         if (now < due) {
             uint64_t wait = due - now;
             struct timespec ts;
@@ -376,6 +464,8 @@ static void *bg_main(void *arg)
             continue;
         }
         pthread_mutex_unlock(&a->mu);
+        if (mono_ms() >= next_rdma)
+            next_rdma = rdma_try(a) ? UINT64_MAX : mono_ms() + a->cfg.rdma_retry_ms;
         if (mono_ms() >= next_retry) {
             retry_pass(a);
             next_retry = mono_ms() + a->cfg.identity_retry_ms;
@@ -522,50 +612,84 @@ int agent_k8s_main(int argc, char **argv)
         }
     }
 
+    if (c->collector_token_file[0] && mv_rdma_token_load(c->collector_token_file, a->token,
+                                                         sizeof a->token, err, sizeof err) < 0) {
+        MV_ERROR("agent.config_invalid", "key=collector_token_file err=%s", mv_log_q(err));
+        goto destroy_kube;
+    }
+    if (c->listen[0] && !a->token[0])
+        MV_WARN("agent.insecure_listen", "listen=%s risk=%s", mv_log_q(c->listen),
+                mv_log_q("no collector_token_file: anyone who reaches this address can list, "
+                         "create and release segments"));
+
     mv_rpc_server *srv;
-    mv_agentsvc *svc = NULL;
     if (mv_rpc_server_create(NULL, &srv) < 0)
         goto destroy_kube;
     char addr[MV_CONFIG_STR_MAX + 8];
     snprintf(addr, sizeof addr, "unix:%s", c->agent_socket);
-    if (mv_agentsvc_register(srv, a->store, &svc) < 0 || mv_rpc_server_listen(srv, addr) < 0 ||
+    if (mv_agentsvc_register(srv, a->store, &a->svc) < 0 ||
+        (a->token[0] && mv_rpc_server_set_token(srv, a->token) < 0))
+        goto destroy_server;
+    /* First try at the RDMA target before serving; the background thread retries. */
+    if (c->rdma_listen[0])
+        rdma_try(a);
+    int tcp_port = 0;
+    if (mv_rpc_server_listen(srv, addr) < 0 ||
+        (c->listen[0] && (tcp_port = mv_rpc_server_listen(srv, c->listen)) < 0) ||
         mv_rpc_server_start(srv) < 0) {
-        MV_ERROR("agent.listen_failed", "socket=%s", mv_log_q(c->agent_socket));
+        MV_ERROR("agent.listen_failed", "socket=%s listen=%s", mv_log_q(c->agent_socket),
+                 mv_log_q(c->listen[0] ? c->listen : "off"));
         goto destroy_server;
     }
-    int e = pthread_create(&a->bg, NULL, bg_main, a);
-    if (e)
-        goto destroy_server;
+    char why[256];
+    int rdma_up = rdmax_get(a, why, sizeof why) != NULL;
     mv_dp_config dc = {.plugin_dir = c->device_plugin_dir,
                        .endpoint = c->endpoint,
                        .resource_name = c->resource_name,
-                       .ndevices = (size_t)pages};
+                       .ndevices = (size_t)pages,
+                       .start_unhealthy = c->require_rdma && !rdma_up};
     mv_dp_callbacks cb = {.allocate = cb_allocate, .prestart = cb_prestart, .arg = a};
     if (mv_dp_start(&dc, &cb, &a->dp) < 0)
-        goto stop_bg;
+        goto destroy_server;
+    if (dc.start_unhealthy)
+        MV_WARN("dp.health_changed", "resource=%s devices=%" PRIu64 " health=%s reason=%s",
+                mv_log_q(c->resource_name), pages, "Unhealthy",
+                mv_log_q("RDMA is required (require_rdma) but unavailable"));
+    int e = pthread_create(&a->bg, NULL, bg_main, a);
+    if (e)
+        goto stop_dp;
     MV_INFO("agent.started",
             "mode=kubernetes resource=%s pages=%" PRIu64 " page_size=%" PRIu64
             " plugin_dir=%s state_dir=%s agent_socket=%s pod_resources=%s api_server=%s "
-            "node=%s pid=%d",
+            "node=%s listen=%s tcp_port=%d rdma=%s pid=%d",
             mv_log_q(c->resource_name), pages, c->page_size, mv_log_q(c->device_plugin_dir),
             mv_log_q(c->state_dir), mv_log_q(c->agent_socket), mv_log_q(c->pod_resources_socket),
             mv_log_q(c->api_server[0] ? c->api_server : "none"),
-            mv_log_q(c->node_name[0] ? c->node_name : "unknown"), (int)getpid());
+            mv_log_q(c->node_name[0] ? c->node_name : "unknown"),
+            mv_log_q(c->listen[0] ? c->listen : "off"), tcp_port,
+            !c->rdma_listen[0] ? "off"
+            : rdma_up          ? "ready"
+            : c->require_rdma  ? "required_unavailable"
+                               : "unavailable",
+            (int)getpid());
 
     int sig = 0;
     sigwait(&sigs, &sig);
     MV_INFO("agent.stopping", "signal=%s", sig == SIGINT ? "SIGINT" : "SIGTERM");
     rc = 0;
-    mv_dp_stop(a->dp);
-stop_bg:
+    /* The background thread first (it may touch the device plugin), then the plugin
+     * (waits for callbacks in flight), then the control plane, then the exporter. */
     pthread_mutex_lock(&a->mu);
     a->stopping = 1;
     pthread_cond_broadcast(&a->cv);
     pthread_mutex_unlock(&a->mu);
     pthread_join(a->bg, NULL);
+stop_dp:
+    mv_dp_stop(a->dp);
 destroy_server:
     mv_rpc_server_destroy(srv); /* ends every open watch before the service goes */
-    mv_agentsvc_destroy(svc);
+    mv_rdmax_destroy(a->rdmax); /* revokes every rkey */
+    mv_agentsvc_destroy(a->svc);
 destroy_kube:
     mv_kube_destroy(a->kube);
 close_store:

@@ -11,13 +11,12 @@
 
 #include "agent.h"
 #include "mv_agentsvc.h"
+#include "mv_config.h"
 #include "mv_log.h"
 #include "mv_rdma.h"
 #include "mv_rdmax.h"
 #include "mv_rpc.h"
 #include "mv_segstore.h"
-
-#define RDMA_DEFAULT_PORT 7471 /* rdma_cm port of --rdma-listen without :PORT */
 
 static void usage(FILE *f)
 {
@@ -37,10 +36,9 @@ static void usage(FILE *f)
             "  --token-file PATH        shared secret: collectors present it on the rdma_cm\n"
             "                           connect and on every TCP control-plane call\n"
             "  --require-rdma           fail segment creation (and start-up) without RDMA\n",
-            MV_SEGSTORE_DEFAULT_DIR, MV_SEGSTORE_DEFAULT_MAX_SIZE, RDMA_DEFAULT_PORT);
+            MV_SEGSTORE_DEFAULT_DIR, MV_SEGSTORE_DEFAULT_MAX_SIZE, MV_CONFIG_RDMA_PORT);
 }
 
-static int parse_u64(const char *s, uint64_t *out);
 
 /* ---- RDMA flags ---------------------------------------------------------------- */
 
@@ -76,19 +74,11 @@ static int rdma_flags_check(rdma_flags *r, const char *tcp_listen)
         fprintf(stderr, "microview-agent: --token-file: %s\n", err);
         return -1;
     }
-    if (!r->listen)
-        return 0;
-    const char *colon = strrchr(r->listen, ':');
-    size_t iplen = colon ? (size_t)(colon - r->listen) : strlen(r->listen);
-    uint64_t port = RDMA_DEFAULT_PORT;
-    if (iplen == 0 || iplen >= sizeof r->ip ||
-        (colon && (parse_u64(colon + 1, &port) || port > 65535))) {
+    if (r->listen && mv_config_split_endpoint(r->listen, MV_CONFIG_RDMA_PORT, r->ip, sizeof r->ip,
+                                              &r->port) < 0) {
         fprintf(stderr, "microview-agent: --rdma-listen wants IP[:PORT], got %s\n", r->listen);
         return -1;
     }
-    memcpy(r->ip, r->listen, iplen);
-    r->ip[iplen] = 0;
-    r->port = (uint16_t)port;
     return 0;
 }
 

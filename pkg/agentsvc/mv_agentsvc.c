@@ -2,6 +2,7 @@
 #include "mv_agentsvc.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,10 +14,25 @@
 
 struct mv_agentsvc {
     mv_segstore *store;
+    pthread_mutex_t rdma_mu; /* guards the hook: it may be attached while serving */
     mv_agentsvc_rdma_fn rdma_fn; /* NULL: no RDMA exporter */
     void *rdma_arg;
     int rdma_require;
 };
+
+typedef struct rdma_hook {
+    mv_agentsvc_rdma_fn fn;
+    void *arg;
+    int require;
+} rdma_hook;
+
+static rdma_hook hook_get(mv_agentsvc *svc)
+{
+    pthread_mutex_lock(&svc->rdma_mu);
+    rdma_hook h = {svc->rdma_fn, svc->rdma_arg, svc->rdma_require};
+    pthread_mutex_unlock(&svc->rdma_mu);
+    return h;
+}
 
 /* A Segment message view over a store segment (borrows its strings). */
 typedef struct seg_msg {
@@ -45,14 +61,14 @@ static void seg_to_msg(const mv_segstore_seg *s, seg_msg *out)
 }
 
 /* Adds the RDMA exporter's view of the segment, if there is an exporter. */
-static void seg_rdma(const mv_agentsvc *svc, const mv_segstore_seg *s, int may_register,
-                     seg_msg *out)
+static void seg_rdma(mv_agentsvc *svc, const mv_segstore_seg *s, int may_register, seg_msg *out)
 {
     mv_agentsvc_rdma_info ri;
-    if (!svc->rdma_fn)
+    rdma_hook h = hook_get(svc);
+    if (!h.fn)
         return;
     memset(&ri, 0, sizeof ri);
-    if (svc->rdma_fn(svc->rdma_arg, s, may_register, &ri) < 0 || !ri.readable)
+    if (h.fn(h.arg, s, may_register, &ri) < 0 || !ri.readable)
         return;
     out->m.rdma_addr = ri.addr;
     out->m.rdma_rkey = ri.rkey;
@@ -108,10 +124,11 @@ static void on_create(void *arg, mv_rpc_call *call, const uint8_t *req, size_t l
         mv_rpc_reply_error(call, code_for(rc), err);
         goto free_req;
     }
-    if (svc->rdma_fn && svc->rdma_require) {
+    rdma_hook h = hook_get(svc);
+    if (h.fn && h.require) {
         mv_agentsvc_rdma_info ri;
         memset(&ri, 0, sizeof ri);
-        if (svc->rdma_fn(svc->rdma_arg, &seg, 0, &ri) < 0 || !ri.readable) {
+        if (h.fn(h.arg, &seg, 0, &ri) < 0 || !ri.readable) {
             char msg[320];
             snprintf(msg, sizeof msg, "segment not RDMA-readable and --require-rdma is set: %s",
                      ri.reason[0] ? ri.reason : "unknown reason");
@@ -192,31 +209,44 @@ typedef struct watch {
     mv_segstore_sub *sub;
 } watch;
 
-/* Runs with the store lock held: only queues the event. */
-static void watch_event(void *arg, int event, const mv_segstore_seg *seg, uint64_t revision)
+/* Queues one event (type `type`, segment `seg` or none) on the watch's stream. */
+static void watch_send(watch *w, Microview__V1__SegmentEvent__Type type,
+                       const mv_segstore_seg *seg, int with_rdma, uint64_t revision)
 {
-    watch *w = arg;
     Microview__V1__SegmentEvent ev = MICROVIEW__V1__SEGMENT_EVENT__INIT;
     seg_msg m;
+    ev.type = type;
     ev.revision = revision;
-    switch (event) {
-    case MV_SEGSTORE_ADDED:
-        ev.type = MICROVIEW__V1__SEGMENT_EVENT__TYPE__ADDED;
-        break;
-    case MV_SEGSTORE_REMOVED:
-        ev.type = MICROVIEW__V1__SEGMENT_EVENT__TYPE__REMOVED;
-        break;
-    default:
-        ev.type = MICROVIEW__V1__SEGMENT_EVENT__TYPE__SYNCED;
-        break;
-    }
     if (seg) {
         seg_to_msg(seg, &m);
-        if (event == MV_SEGSTORE_ADDED)
+        if (with_rdma)
             seg_rdma(w->svc, seg, 1, &m);
         ev.segment = &m.m;
     }
     mv_rpc_stream_write_msg(w->st, &ev.base);
+}
+
+/* Runs with the store lock held: only queues the event. A CHANGED segment goes to
+ * clients as REMOVED then ADDED (the wire protocol has no update event), so a
+ * client rebuilds its view of it with the new labels and rdma fields. */
+static void watch_event(void *arg, int event, const mv_segstore_seg *seg, uint64_t revision)
+{
+    watch *w = arg;
+    switch (event) {
+    case MV_SEGSTORE_ADDED:
+        watch_send(w, MICROVIEW__V1__SEGMENT_EVENT__TYPE__ADDED, seg, 1, revision);
+        break;
+    case MV_SEGSTORE_REMOVED:
+        watch_send(w, MICROVIEW__V1__SEGMENT_EVENT__TYPE__REMOVED, seg, 0, revision);
+        break;
+    case MV_SEGSTORE_CHANGED:
+        watch_send(w, MICROVIEW__V1__SEGMENT_EVENT__TYPE__REMOVED, seg, 0, revision);
+        watch_send(w, MICROVIEW__V1__SEGMENT_EVENT__TYPE__ADDED, seg, 1, revision);
+        break;
+    default:
+        watch_send(w, MICROVIEW__V1__SEGMENT_EVENT__TYPE__SYNCED, NULL, 0, revision);
+        break;
+    }
 }
 
 static void on_watch(void *arg, mv_rpc_stream *st, const uint8_t *req, size_t len)
@@ -257,11 +287,13 @@ int mv_agentsvc_register(mv_rpc_server *srv, mv_segstore *store, mv_agentsvc **o
     if (!svc)
         return -ENOMEM;
     svc->store = store;
+    pthread_mutex_init(&svc->rdma_mu, NULL);
     if ((rc = mv_rpc_server_add_unary(srv, MV_AGENTSVC_CREATE, on_create, svc)) < 0 ||
         (rc = mv_rpc_server_add_unary(srv, MV_AGENTSVC_RELEASE, on_release, svc)) < 0 ||
         (rc = mv_rpc_server_add_unary(srv, MV_AGENTSVC_LIST, on_list, svc)) < 0 ||
         (rc = mv_rpc_server_add_stream(srv, MV_AGENTSVC_WATCH, on_watch, on_watch_close, svc)) <
             0) {
+        pthread_mutex_destroy(&svc->rdma_mu);
         free(svc);
         return rc;
     }
@@ -271,12 +303,17 @@ int mv_agentsvc_register(mv_rpc_server *srv, mv_segstore *store, mv_agentsvc **o
 
 void mv_agentsvc_set_rdma(mv_agentsvc *svc, mv_agentsvc_rdma_fn fn, void *arg, int require)
 {
+    pthread_mutex_lock(&svc->rdma_mu);
     svc->rdma_fn = fn;
     svc->rdma_arg = arg;
     svc->rdma_require = require;
+    pthread_mutex_unlock(&svc->rdma_mu);
 }
 
 void mv_agentsvc_destroy(mv_agentsvc *svc)
 {
+    if (!svc)
+        return;
+    pthread_mutex_destroy(&svc->rdma_mu);
     free(svc);
 }

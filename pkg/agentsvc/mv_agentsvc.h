@@ -44,7 +44,10 @@ typedef int (*mv_agentsvc_rdma_fn)(void *arg, const mv_segstore_seg *seg, int ma
 
 /* Fills the Segment messages' rdma_* fields through `fn` from now on. With
  * `require` set, CreateSegment fails (FAILED_PRECONDITION, with the reason) and
- * releases the segment when it is not RDMA-readable. Before serving. */
+ * releases the segment when it is not RDMA-readable. May be called while serving
+ * (an exporter that came up late); open watches learn the new rdma fields when
+ * the store announces the segments again (mv_segstore_announce_all). `fn` and
+ * `arg` must stay valid until mv_agentsvc_destroy. */
 void mv_agentsvc_set_rdma(mv_agentsvc *svc, mv_agentsvc_rdma_fn fn, void *arg, int require);
 
 /* Frees the service. NULL-safe. */

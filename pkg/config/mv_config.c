@@ -12,7 +12,7 @@
 
 #define GiB (1ull << 30)
 
-typedef enum { K_STR, K_SIZE, K_UINT } kind;
+typedef enum { K_STR, K_SIZE, K_UINT, K_BOOL } kind;
 
 typedef struct key {
     const char *name;
@@ -33,6 +33,10 @@ typedef struct key {
 #define U(f, mx)                                                                                   \
     {                                                                                              \
 #f, K_UINT, offsetof(mv_config, f), 0, mx                                                  \
+    }
+#define B(f)                                                                                       \
+    {                                                                                              \
+#f, K_BOOL, offsetof(mv_config, f), 0, 1                                                   \
     }
 
 static const key KEYS[] = {
@@ -56,6 +60,11 @@ static const key KEYS[] = {
     U(identity_retry_ms, 3600000),
     U(api_timeout_ms, 600000),
     S(log_level),
+    S(listen),
+    S(rdma_listen),
+    S(collector_token_file),
+    B(require_rdma),
+    U(rdma_retry_ms, 3600000),
 };
 #define NKEYS (sizeof KEYS / sizeof KEYS[0])
 
@@ -106,6 +115,7 @@ void mv_config_defaults(mv_config *c)
     c->identity_retry_ms = 5000;
     c->api_timeout_ms = 5000;
     put(c->log_level, sizeof c->log_level, "info");
+    c->rdma_retry_ms = 5000;
 }
 
 /* "4096", "4Ki", "16Mi", "1Gi". */
@@ -155,6 +165,19 @@ int mv_config_set(mv_config *c, const char *name, const char *value, char *err, 
                 return -EINVAL;
             }
             memcpy(field, value, vl + 1);
+            return 0;
+        }
+        if (k->k == K_BOOL) {
+            int b;
+            if (!strcmp(value, "true") || !strcmp(value, "yes") || !strcmp(value, "1"))
+                b = 1;
+            else if (!strcmp(value, "false") || !strcmp(value, "no") || !strcmp(value, "0"))
+                b = 0;
+            else {
+                set_err(err, errlen, "%s: %.64s is not true or false", k->name, value);
+                return -EINVAL;
+            }
+            memcpy(field, &b, sizeof b);
             return 0;
         }
         uint64_t v = 0;
@@ -342,8 +365,29 @@ int mv_config_finish(mv_config *c, char *err, size_t errlen)
         return -EINVAL;
     }
     if (!c->gc_interval_ms || !c->identity_retry_ms || !c->token_reread_seconds ||
-        !c->api_timeout_ms) {
+        !c->api_timeout_ms || !c->rdma_retry_ms) {
         set_err(err, errlen, "intervals and timeouts must be positive");
+        return -EINVAL;
+    }
+    if (c->require_rdma && !c->rdma_listen[0]) {
+        set_err(err, errlen, "require_rdma needs rdma_listen (the RDMA netdev's IP)");
+        return -EINVAL;
+    }
+    if (c->rdma_listen[0] && !c->collector_token_file[0]) {
+        set_err(err, errlen,
+                "rdma_listen needs collector_token_file (collectors must present the token)");
+        return -EINVAL;
+    }
+    c->rdma_ip[0] = 0;
+    c->rdma_port = 0;
+    if (c->rdma_listen[0] && mv_config_split_endpoint(c->rdma_listen, MV_CONFIG_RDMA_PORT,
+                                                      c->rdma_ip, sizeof c->rdma_ip,
+                                                      &c->rdma_port) < 0) {
+        set_err(err, errlen, "rdma_listen %.100s: want IP[:PORT]", c->rdma_listen);
+        return -EINVAL;
+    }
+    if (c->listen[0] && !strchr(c->listen, ':')) {
+        set_err(err, errlen, "listen %.100s: want HOST:PORT", c->listen);
         return -EINVAL;
     }
     if (!c->agent_socket[0]) {
@@ -366,5 +410,28 @@ int mv_config_finish(mv_config *c, char *err, size_t errlen)
                      v6 ? "]" : "", p && p[0] ? p : "443");
         }
     }
+    return 0;
+}
+
+int mv_config_split_endpoint(const char *s, uint16_t defport, char *ip, size_t iplen,
+                             uint16_t *port)
+{
+    const char *colon = strrchr(s, ':');
+    size_t n = colon ? (size_t)(colon - s) : strlen(s);
+    unsigned long p = defport;
+    if (n == 0 || n >= iplen || memchr(s, ' ', n))
+        return -EINVAL;
+    if (colon) {
+        char *end;
+        errno = 0;
+        if (!(colon[1] >= '0' && colon[1] <= '9'))
+            return -EINVAL;
+        p = strtoul(colon + 1, &end, 10);
+        if (errno || *end || p == 0 || p > 65535)
+            return -EINVAL;
+    }
+    memcpy(ip, s, n);
+    ip[n] = 0;
+    *port = (uint16_t)p;
     return 0;
 }

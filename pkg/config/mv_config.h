@@ -36,7 +36,18 @@ typedef struct mv_config {
     uint64_t identity_retry_ms;
     uint64_t api_timeout_ms;
     char log_level[16];
+    /* Remote collectors (off by default): */
+    char listen[256];                             /* HOST:PORT of the TCP control plane */
+    char rdma_listen[256];                        /* IP[:PORT] of the rdma_cm listener */
+    char collector_token_file[MV_CONFIG_STR_MAX]; /* the shared secret collectors present */
+    int require_rdma; /* devices Unhealthy and Allocate refused while RDMA is down */
+    uint64_t rdma_retry_ms; /* how often an RDMA target that failed is tried again */
+    /* Derived by mv_config_finish from rdma_listen: */
+    char rdma_ip[64];
+    uint16_t rdma_port;
 } mv_config;
+
+#define MV_CONFIG_RDMA_PORT 7471 /* rdma_cm port when rdma_listen names none */
 
 /* Fills the defaults (the node paths a DaemonSet mounts). */
 void mv_config_defaults(mv_config *c);
@@ -58,5 +69,10 @@ int mv_config_finish(mv_config *c, char *err, size_t errlen);
 
 /* The known keys, in YAML spelling, NULL-terminated. */
 const char *const *mv_config_keys(void);
+
+/* Splits "IP[:PORT]" (IPv4 or a host name; PORT 1..65535, `defport` when absent)
+ * into `ip` and `*port`. Returns 0 or -EINVAL. */
+int mv_config_split_endpoint(const char *s, uint16_t defport, char *ip, size_t iplen,
+                             uint16_t *port);
 
 #endif

@@ -38,7 +38,8 @@ struct mv_dp {
     size_t ndevices;
     int reg_timeout_ms, backoff_max_ms;
     mv_dp_callbacks cb;
-    mv_rpc_buf devices_msg; /* packed ListAndWatchResponse, built once */
+    mv_rpc_buf devices_msg; /* packed ListAndWatchResponse for `healthy`; under mu */
+    int healthy;            /* what every device reports; under mu */
 
     pthread_t mgr;
     int wake_fd;
@@ -54,6 +55,8 @@ struct mv_dp {
     int inflight; /* worker threads */
     unsigned registrations;
 };
+
+static mv_rpc_buf build_devices(const mv_dp *dp, int healthy, int *rc);
 
 static uint64_t mono_ms(void)
 {
@@ -96,6 +99,44 @@ int mv_dp_device_index(const mv_dp *dp, const char *id, size_t *index)
     return 0;
 }
 
+int mv_dp_set_healthy(mv_dp *dp, int healthy, const char *reason)
+{
+    healthy = !!healthy;
+    int rc = 0;
+    pthread_mutex_lock(&dp->mu);
+    if (dp->healthy == healthy) {
+        pthread_mutex_unlock(&dp->mu);
+        return 0;
+    }
+    mv_rpc_buf msg = build_devices(dp, healthy, &rc);
+    if (rc < 0) {
+        pthread_mutex_unlock(&dp->mu);
+        MV_ERROR("dp.health_update_failed", "resource=%s err=%s", mv_log_q(dp->resource),
+                 mv_log_q(strerror(-rc)));
+        return rc;
+    }
+    mv_rpc_buf_free(&dp->devices_msg);
+    dp->devices_msg = msg;
+    dp->healthy = healthy;
+    size_t streams = dp->nstreams;
+    for (size_t i = 0; i < dp->nstreams; i++)
+        mv_rpc_stream_write(dp->streams[i], dp->devices_msg.data, dp->devices_msg.len);
+    pthread_mutex_unlock(&dp->mu);
+    mv_log(healthy ? MV_LOG_INFO : MV_LOG_WARN, "dp.health_changed",
+           "resource=%s devices=%zu health=%s reason=%s streams=%zu", mv_log_q(dp->resource),
+           dp->ndevices, healthy ? "Healthy" : "Unhealthy", mv_log_q(reason ? reason : ""),
+           streams);
+    return 0;
+}
+
+int mv_dp_healthy(mv_dp *dp)
+{
+    pthread_mutex_lock(&dp->mu);
+    int h = dp->healthy;
+    pthread_mutex_unlock(&dp->mu);
+    return h;
+}
+
 unsigned mv_dp_registrations(mv_dp *dp)
 {
     pthread_mutex_lock(&dp->mu);
@@ -127,10 +168,11 @@ static void on_law(void *arg, mv_rpc_stream *st, const uint8_t *req, size_t len)
     }
     mv_rpc_stream_set_user(st, (void *)(uintptr_t)dp->gen);
     dp->streams[dp->nstreams++] = st; /* keeps the handler's reference */
-    pthread_mutex_unlock(&dp->mu);
     mv_rpc_stream_write(st, dp->devices_msg.data, dp->devices_msg.len);
+    int healthy = dp->healthy;
+    pthread_mutex_unlock(&dp->mu);
     MV_INFO("dp.list_and_watch", "resource=%s devices=%zu healthy=%zu", mv_log_q(dp->resource),
-            dp->ndevices, dp->ndevices);
+            dp->ndevices, healthy ? dp->ndevices : 0);
 }
 
 static void on_law_close(void *arg, mv_rpc_stream *st, int cancelled)
@@ -589,7 +631,7 @@ static void *mgr_main(void *arg)
     return NULL;
 }
 
-static mv_rpc_buf build_devices(const mv_dp *dp, int *rc)
+static mv_rpc_buf build_devices(const mv_dp *dp, int healthy, int *rc)
 {
     mv_rpc_buf out = {0};
     V1beta1__Device *devs = calloc(dp->ndevices, sizeof *devs);
@@ -605,7 +647,7 @@ static mv_rpc_buf build_devices(const mv_dp *dp, int *rc)
             goto free_all;
         }
         devs[i].id = ids + i * 64;
-        devs[i].health = (char *)"Healthy";
+        devs[i].health = (char *)(healthy ? "Healthy" : "Unhealthy");
         ptrs[i] = &devs[i];
     }
     V1beta1__ListAndWatchResponse r = V1BETA1__LIST_AND_WATCH_RESPONSE__INIT;
@@ -669,7 +711,8 @@ int mv_dp_start(const mv_dp_config *cfg, const mv_dp_callbacks *cb, mv_dp **out)
         rc = -ENAMETOOLONG;
         goto free_dp;
     }
-    dp->devices_msg = build_devices(dp, &rc);
+    dp->healthy = !cfg->start_unhealthy;
+    dp->devices_msg = build_devices(dp, dp->healthy, &rc);
     if (rc < 0)
         goto free_dp;
     dp->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);

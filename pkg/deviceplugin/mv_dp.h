@@ -58,7 +58,8 @@ typedef struct mv_dp_config {
     const char *endpoint;      /* our socket's file name, e.g. "microview.sock" */
     const char *resource_name; /* e.g. "microview.io/metrics" */
     const char *device_prefix; /* device IDs are <prefix><index>; NULL = "page-" */
-    size_t ndevices;           /* devices advertised, all healthy */
+    size_t ndevices;           /* devices advertised, all with the same health */
+    int start_unhealthy;       /* nonzero: report them Unhealthy until mv_dp_set_healthy */
     int register_timeout_ms;   /* per Register attempt; 0 = 5000 */
     int backoff_max_ms;        /* retry backoff cap; 0 = 5000 */
 } mv_dp_config;
@@ -71,6 +72,14 @@ int mv_dp_start(const mv_dp_config *cfg, const mv_dp_callbacks *cb, mv_dp **out)
 
 /* Stops serving (the kubelet sees the plugin go away) and frees. NULL-safe. */
 void mv_dp_stop(mv_dp *dp);
+
+/* Sets the health every device reports (the node's ability to serve the resource,
+ * e.g. RDMA when it is required) and sends the new list on every open
+ * ListAndWatch stream; the kubelet stops admitting pods for Unhealthy devices.
+ * Logs the change with `reason`. Returns 0 or -ENOMEM. Thread-safe. */
+int mv_dp_set_healthy(mv_dp *dp, int healthy, const char *reason);
+/* The health devices currently report (1 Healthy, 0 Unhealthy). */
+int mv_dp_healthy(mv_dp *dp);
 
 /* Number of successful registrations so far (for tests and health checks). */
 unsigned mv_dp_registrations(mv_dp *dp);

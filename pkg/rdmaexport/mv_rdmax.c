@@ -127,7 +127,9 @@ static void on_store_event(void *arg, int event, const mv_segstore_seg *seg, uin
         return;
     pthread_mutex_lock(&x->mu);
     entry *e = find(x, seg->id);
-    if (event == MV_SEGSTORE_ADDED && !e) {
+    /* CHANGED is the same file with new labels (or announced again): the entry
+     * stays as it is, so collectors keep their rkey. */
+    if ((event == MV_SEGSTORE_ADDED || event == MV_SEGSTORE_CHANGED) && !e) {
         if (!add(x, seg))
             MV_WARN("segment.rdma_unavailable", "id=%s reason=%s", seg->id,
                     mv_log_q("exporter table full or out of memory"));

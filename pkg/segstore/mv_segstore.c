@@ -1110,7 +1110,6 @@ int mv_segstore_set_labels(mv_segstore *st, const char *id, const mv_segstore_la
             rc = 0;
             break;
         }
-        notify(st, MV_SEGSTORE_REMOVED, s);
         mv_segstore_label *old = s->labels;
         size_t nold = s->nlabels;
         s->labels = nl.labels;
@@ -1119,7 +1118,7 @@ int mv_segstore_set_labels(mv_segstore *st, const char *id, const mv_segstore_la
         nl.nlabels = nold;
         st->revision++;
         catalog_save(st);
-        notify(st, MV_SEGSTORE_ADDED, s);
+        notify(st, MV_SEGSTORE_CHANGED, s);
         MV_INFO("segment.labels_set", "id=%s labels=%zu revision=%" PRIu64, s->id, s->nlabels,
                 st->revision);
         rc = 1;
@@ -1259,6 +1258,16 @@ int mv_segstore_subscribe(mv_segstore *st, mv_segstore_watch_fn fn, void *arg,
     pthread_mutex_unlock(&st->mu);
     *out = s;
     return 0;
+}
+
+size_t mv_segstore_announce_all(mv_segstore *st)
+{
+    pthread_mutex_lock(&st->mu);
+    size_t n = st->nsegs;
+    for (size_t i = 0; i < n; i++)
+        notify(st, MV_SEGSTORE_CHANGED, &st->segs[i]);
+    pthread_mutex_unlock(&st->mu);
+    return n;
 }
 
 void mv_segstore_unsubscribe(mv_segstore *st, mv_segstore_sub *sub)

@@ -91,7 +91,7 @@ int mv_segstore_create_dev(mv_segstore *st, const char *const *devices, size_t n
 
 /* Replaces a segment's labels (validated as in create). Setting the labels it
  * already has changes nothing. Otherwise the change is persisted and watchers see
- * REMOVED then ADDED with the new labels. Returns 1 if changed, 0 if unchanged,
+ * CHANGED with the new labels (the file and its mapping stay as they were). Returns 1 if changed, 0 if unchanged,
  * -ENOENT or -EINVAL (reason in `err`). */
 int mv_segstore_set_labels(mv_segstore *st, const char *id, const mv_segstore_label *labels,
                            size_t nlabels, char *err, size_t errlen);
@@ -122,7 +122,16 @@ int mv_segstore_seg_copy(mv_segstore_seg *dst, const mv_segstore_seg *src);
 
 /* ---- Watchers --------------------------------------------------------------- */
 
-enum { MV_SEGSTORE_ADDED = 1, MV_SEGSTORE_REMOVED = 2, MV_SEGSTORE_SYNCED = 3 };
+/* ADDED: a new segment. REMOVED: it is gone (file unlinked). CHANGED: the same
+ * segment (same file) with new labels, or announced again by
+ * mv_segstore_announce_all; a watcher that forwards to clients that know only
+ * ADDED/REMOVED sends REMOVED then ADDED. SYNCED: the initial replay is over. */
+enum {
+    MV_SEGSTORE_ADDED = 1,
+    MV_SEGSTORE_REMOVED = 2,
+    MV_SEGSTORE_SYNCED = 3,
+    MV_SEGSTORE_CHANGED = 4
+};
 
 /* `seg` is NULL for SYNCED. `revision` is the catalog revision after the event. */
 typedef void (*mv_segstore_watch_fn)(void *arg, int event, const mv_segstore_seg *seg,
@@ -136,6 +145,10 @@ int mv_segstore_subscribe(mv_segstore *st, mv_segstore_watch_fn fn, void *arg,
                           mv_segstore_sub **out);
 /* After this returns, `fn` is not running and will not be called again. */
 void mv_segstore_unsubscribe(mv_segstore *st, mv_segstore_sub *sub);
+/* Sends CHANGED for every segment to every watcher (no change to the catalog):
+ * used when what watchers derive from a segment changed, e.g. it became
+ * RDMA-readable. Returns the number of segments announced. */
+size_t mv_segstore_announce_all(mv_segstore *st);
 
 /* ---- Catalog file ------------------------------------------------------------ */
 
