@@ -199,7 +199,9 @@ static int rdma_try(k8s *a)
         snprintf(a->rdma_err, sizeof a->rdma_err, "%s", err);
         pthread_mutex_unlock(&a->mu);
         /* Once per distinct reason; the retries in between go to debug. */
-        mv_log(same ? MV_LOG_DEBUG : c->require_rdma ? MV_LOG_ERROR : MV_LOG_WARN,
+        mv_log(same              ? MV_LOG_DEBUG
+               : c->require_rdma ? MV_LOG_ERROR
+                                 : MV_LOG_WARN,
                "rdma.unavailable", "listen=%s error=%s effect=%s retry_ms=%" PRIu64,
                mv_log_q(c->rdma_listen), mv_log_q(err),
                mv_log_q(c->require_rdma ? "devices Unhealthy, Allocate refused (require_rdma)"
@@ -213,8 +215,8 @@ static int rdma_try(k8s *a)
     pthread_mutex_unlock(&a->mu);
     mv_agentsvc_set_rdma(a->svc, mv_rdmax_lookup, x, c->require_rdma);
     size_t n = mv_segstore_announce_all(a->store);
-    MV_INFO("rdma.ready", "listen=%s port=%u registered=%zu announced=%zu", mv_log_q(c->rdma_listen),
-            (unsigned)mv_rdmax_port(x), mv_rdmax_registered(x), n);
+    MV_INFO("rdma.ready", "listen=%s port=%u registered=%zu announced=%zu",
+            mv_log_q(c->rdma_listen), (unsigned)mv_rdmax_port(x), mv_rdmax_registered(x), n);
     if (a->dp && c->require_rdma)
         mv_dp_set_healthy(a->dp, 1, "RDMA target is up");
     return 1;
@@ -295,8 +297,7 @@ static int cb_allocate(void *arg, const char *const *ids, size_t n, mv_dp_alloc 
         if (!ri.readable) {
             snprintf(err, errlen, "microview: segment could not be registered for RDMA: %s",
                      ri.reason);
-            MV_WARN("dp.allocate_refused", "id=%s pages=%zu reason=%s", seg.id, n,
-                    mv_log_q(err));
+            MV_WARN("dp.allocate_refused", "id=%s pages=%zu reason=%s", seg.id, n, mv_log_q(err));
             mv_segstore_release(a->store, seg.id);
             mv_segstore_seg_clear(&seg);
             return -EIO;
@@ -442,8 +443,9 @@ static void *bg_main(void *arg)
     uint64_t next_gc = mono_ms() + a->cfg.gc_interval_ms;
     uint64_t next_retry = mono_ms() + a->cfg.identity_retry_ms;
     /* UINT64_MAX: no RDMA target to bring up (none configured, or it is up). */
-    uint64_t next_rdma = a->cfg.rdma_listen[0] && !rdmax_get(a, NULL, 0) ? mono_ms() + a->cfg.rdma_retry_ms
-                                                            : UINT64_MAX;
+    uint64_t next_rdma = a->cfg.rdma_listen[0] && !rdmax_get(a, NULL, 0)
+                             ? mono_ms() + a->cfg.rdma_retry_ms
+                             : UINT64_MAX;
     pthread_mutex_lock(&a->mu);
     while (!a->stopping) {
         uint64_t now = mono_ms();

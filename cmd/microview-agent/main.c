@@ -39,7 +39,6 @@ static void usage(FILE *f)
             MV_SEGSTORE_DEFAULT_DIR, MV_SEGSTORE_DEFAULT_MAX_SIZE, MV_CONFIG_RDMA_PORT);
 }
 
-
 /* ---- RDMA flags ---------------------------------------------------------------- */
 
 typedef struct rdma_flags {

@@ -14,7 +14,7 @@
 
 struct mv_agentsvc {
     mv_segstore *store;
-    pthread_mutex_t rdma_mu; /* guards the hook: it may be attached while serving */
+    pthread_mutex_t rdma_mu;     /* guards the hook: it may be attached while serving */
     mv_agentsvc_rdma_fn rdma_fn; /* NULL: no RDMA exporter */
     void *rdma_arg;
     int rdma_require;
@@ -210,8 +210,8 @@ typedef struct watch {
 } watch;
 
 /* Queues one event (type `type`, segment `seg` or none) on the watch's stream. */
-static void watch_send(watch *w, Microview__V1__SegmentEvent__Type type,
-                       const mv_segstore_seg *seg, int with_rdma, uint64_t revision)
+static void watch_send(watch *w, Microview__V1__SegmentEvent__Type type, const mv_segstore_seg *seg,
+                       int with_rdma, uint64_t revision)
 {
     Microview__V1__SegmentEvent ev = MICROVIEW__V1__SEGMENT_EVENT__INIT;
     seg_msg m;

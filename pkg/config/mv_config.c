@@ -380,9 +380,9 @@ int mv_config_finish(mv_config *c, char *err, size_t errlen)
     }
     c->rdma_ip[0] = 0;
     c->rdma_port = 0;
-    if (c->rdma_listen[0] && mv_config_split_endpoint(c->rdma_listen, MV_CONFIG_RDMA_PORT,
-                                                      c->rdma_ip, sizeof c->rdma_ip,
-                                                      &c->rdma_port) < 0) {
+    if (c->rdma_listen[0] &&
+        mv_config_split_endpoint(c->rdma_listen, MV_CONFIG_RDMA_PORT, c->rdma_ip, sizeof c->rdma_ip,
+                                 &c->rdma_port) < 0) {
         set_err(err, errlen, "rdma_listen %.100s: want IP[:PORT]", c->rdma_listen);
         return -EINVAL;
     }

@@ -40,7 +40,7 @@ typedef struct mv_config {
     char listen[256];                             /* HOST:PORT of the TCP control plane */
     char rdma_listen[256];                        /* IP[:PORT] of the rdma_cm listener */
     char collector_token_file[MV_CONFIG_STR_MAX]; /* the shared secret collectors present */
-    int require_rdma; /* devices Unhealthy and Allocate refused while RDMA is down */
+    int require_rdma;       /* devices Unhealthy and Allocate refused while RDMA is down */
     uint64_t rdma_retry_ms; /* how often an RDMA target that failed is tried again */
     /* Derived by mv_config_finish from rdma_listen: */
     char rdma_ip[64];

@@ -91,8 +91,8 @@ int mv_segstore_create_dev(mv_segstore *st, const char *const *devices, size_t n
 
 /* Replaces a segment's labels (validated as in create). Setting the labels it
  * already has changes nothing. Otherwise the change is persisted and watchers see
- * CHANGED with the new labels (the file and its mapping stay as they were). Returns 1 if changed, 0 if unchanged,
- * -ENOENT or -EINVAL (reason in `err`). */
+ * CHANGED with the new labels (the file and its mapping stay as they were). Returns 1 if changed, 0
+ * if unchanged, -ENOENT or -EINVAL (reason in `err`). */
 int mv_segstore_set_labels(mv_segstore *st, const char *id, const mv_segstore_label *labels,
                            size_t nlabels, char *err, size_t errlen);
 
