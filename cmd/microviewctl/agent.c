@@ -9,11 +9,19 @@
 
 #include "ctl.h"
 #include "mv_agentc.h"
+#include "mv_rdma.h"
 
-static mv_agentc *connect_agent(const char *target)
+/* Opens a client for `target`; with `token_file`, every call presents its token
+ * (what an agent's TCP control plane asks for). Prints the reason on failure. */
+static mv_agentc *connect_agent(const char *target, const char *token_file)
 {
     mv_agentc *c = NULL;
-    if (mv_agentc_open(target, &c) != 0) {
+    char tok[MV_RDMA_TOKEN_MAX + 1], err[320];
+    if (token_file && mv_rdma_token_load(token_file, tok, sizeof tok, err, sizeof err) < 0) {
+        fprintf(stderr, "microviewctl: --token-file: %s\n", err);
+        return NULL;
+    }
+    if (mv_agentc_open(target, &c) != 0 || (token_file && mv_agentc_set_token(c, tok) != 0)) {
         fprintf(stderr, "microviewctl: %s\n",
                 c ? mv_agentc_error(c) : "cannot create an agent client");
         mv_agentc_close(c);
@@ -26,7 +34,7 @@ int mv_ctl_lease_segment(const char *target, uint64_t size, const char *const *l
                          size_t nlabels, mv_ctl_lease *out)
 {
     mv_agentc_segment seg = {0};
-    mv_agentc *c = connect_agent(target);
+    mv_agentc *c = connect_agent(target, NULL);
     if (!c)
         return -1;
     if (mv_agentc_create(c, size, (uint32_t)getpid(), label_kv, nlabels, &seg) != 0) {
@@ -74,16 +82,22 @@ static void print_segment(const mv_agentc_segment *s, int json)
     printf("  %s\n", s->path);
 }
 
-static const char *parse_agent_opt(int argc, char **argv, int *json, int *ok)
+static const char *parse_agent_opt(int argc, char **argv, int *json, const char **token_file,
+                                   int *ok)
 {
     const char *target = MV_CTL_DEFAULT_AGENT;
     int opt;
-    static const struct option opts[] = {
-        {"agent", required_argument, 0, 'a'}, {"json", no_argument, 0, 'j'}, {0, 0, 0, 0}};
+    static const struct option opts[] = {{"agent", required_argument, 0, 'a'},
+                                         {"json", no_argument, 0, 'j'},
+                                         {"token-file", required_argument, 0, 't'},
+                                         {0, 0, 0, 0}};
     *ok = 1;
-    while ((opt = getopt_long(argc, argv, "a:j", opts, NULL)) != -1) {
+    *token_file = NULL;
+    while ((opt = getopt_long(argc, argv, "a:jt:", opts, NULL)) != -1) {
         if (opt == 'a')
             target = optarg;
+        else if (opt == 't')
+            *token_file = optarg;
         else if (opt == 'j' && json)
             *json = 1;
         else
@@ -95,12 +109,13 @@ static const char *parse_agent_opt(int argc, char **argv, int *json, int *ok)
 int mv_ctl_list(int argc, char **argv)
 {
     int json = 0, ok;
-    const char *target = parse_agent_opt(argc, argv, &json, &ok);
+    const char *token_file;
+    const char *target = parse_agent_opt(argc, argv, &json, &token_file, &ok);
     if (!ok || optind != argc) {
-        fprintf(stderr, "usage: microviewctl list [--agent TARGET] [--json]\n");
+        fprintf(stderr, "usage: microviewctl list [--agent TARGET] [--token-file F] [--json]\n");
         return 2;
     }
-    mv_agentc *c = connect_agent(target);
+    mv_agentc *c = connect_agent(target, token_file);
     if (!c)
         return 1;
     mv_agentc_segment *v = NULL;
@@ -131,19 +146,23 @@ int mv_ctl_list(int argc, char **argv)
 
 int mv_ctl_create(int argc, char **argv)
 {
-    const char *target = MV_CTL_DEFAULT_AGENT, *labels[32];
+    const char *target = MV_CTL_DEFAULT_AGENT, *labels[32], *token_file = NULL;
     unsigned long long size = 65536;
     size_t nlabels = 0;
     int opt;
     static const struct option opts[] = {{"agent", required_argument, 0, 'a'},
                                          {"size", required_argument, 0, 's'},
                                          {"label", required_argument, 0, 'l'},
+                                         {"token-file", required_argument, 0, 't'},
                                          {0, 0, 0, 0}};
-    while ((opt = getopt_long(argc, argv, "a:s:l:", opts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "a:s:l:t:", opts, NULL)) != -1) {
         char *end, *eq;
         switch (opt) {
         case 'a':
             target = optarg;
+            break;
+        case 't':
+            token_file = optarg;
             break;
         case 's':
             errno = 0;
@@ -166,11 +185,12 @@ int mv_ctl_create(int argc, char **argv)
             break;
         default:
             fprintf(stderr,
-                    "usage: microviewctl create [--agent T] [--size BYTES] [--label K=V]\n");
+                    "usage: microviewctl create [--agent T] [--token-file F] [--size BYTES] "
+                    "[--label K=V]\n");
             return 2;
         }
     }
-    mv_agentc *c = connect_agent(target);
+    mv_agentc *c = connect_agent(target, token_file);
     if (!c)
         return 1;
     mv_agentc_segment seg = {0};
@@ -189,12 +209,14 @@ int mv_ctl_create(int argc, char **argv)
 int mv_ctl_release(int argc, char **argv)
 {
     int ok;
-    const char *target = parse_agent_opt(argc, argv, NULL, &ok);
+    const char *token_file;
+    const char *target = parse_agent_opt(argc, argv, NULL, &token_file, &ok);
     if (!ok || optind != argc - 1) {
-        fprintf(stderr, "usage: microviewctl release [--agent TARGET] <segment-id>\n");
+        fprintf(stderr,
+                "usage: microviewctl release [--agent TARGET] [--token-file F] <segment-id>\n");
         return 2;
     }
-    mv_agentc *c = connect_agent(target);
+    mv_agentc *c = connect_agent(target, token_file);
     if (!c)
         return 1;
     int rc = mv_agentc_release(c, argv[optind]);

@@ -40,7 +40,8 @@ static void usage(FILE *f)
             "        --rate HZ (100)  --duration SECONDS (0 = until Ctrl-C)\n"
             "        --label KEY=VALUE (repeatable; identity labels asked of the agent)\n"
             "\n"
-            "TARGET is a gRPC target, default " MV_CTL_DEFAULT_AGENT "\n");
+            "TARGET is a gRPC target, default " MV_CTL_DEFAULT_AGENT "; an agent's TCP\n"
+            "control plane (host:port) also needs --token-file F (list, create, release)\n");
 }
 
 static int cmd_dump(int argc, char **argv)

@@ -32,6 +32,11 @@ check "token without the Bearer scheme: UNAUTHENTICATED" test "$(call 'tok-3b9e1
 check "right token (file whitespace trimmed): OK" test "$(call 'Bearer tok-3b9e1')" = OK
 check "agent logs refused calls with the peer" grep -q 'event=rpc.unauthenticated.*peer=' "$tmp/agent.log"
 check "unix socket callers need no token" "$bin/microviewctl" list --agent "unix:$tmp/segs/agent.sock"
+check "microviewctl list over TCP with --token-file" \
+  "$bin/microviewctl" list --agent "127.0.0.1:$port" --token-file "$tmp/token"
+"$bin/microviewctl" list --agent "127.0.0.1:$port" >/dev/null 2>"$tmp/ctl.err"
+check "microviewctl list over TCP without the token is refused with a reason" \
+  grep -qi 'unauthenticated\|token' "$tmp/ctl.err"
 check "--rdma-listen without --token-file is refused" \
   bash -c "! '$bin/microview-agent' --standalone --dir '$tmp/x' --rdma-listen 127.0.0.1 2>/dev/null"
 echo "agent_token: $passes passed, $fails failed"
