@@ -81,6 +81,63 @@ static void test_config_errors(void)
 
 /* ---- pod JSON and annotation --------------------------------------------------------- */
 
+/* Remote-collector keys: booleans, IP[:PORT], and the combinations that make no sense. */
+static void test_config_rdma(void)
+{
+    mv_config c;
+    char err[256];
+    mv_config_defaults(&c);
+    CU_ASSERT_EQUAL(c.require_rdma, 0);
+    CU_ASSERT_EQUAL(c.rdma_retry_ms, 5000u);
+    const char *y = "rdma_listen: 10.0.0.5\n"
+                    "collector_token_file: /etc/microview/token\n"
+                    "require_rdma: true\n"
+                    "listen: 0.0.0.0:7000\n";
+    CU_ASSERT_EQUAL(mv_config_parse(&c, y, strlen(y), err, sizeof err), 0);
+    CU_ASSERT_EQUAL(c.require_rdma, 1);
+    CU_ASSERT_EQUAL(mv_config_finish(&c, err, sizeof err), 0);
+    CU_ASSERT_STRING_EQUAL(c.rdma_ip, "10.0.0.5");
+    CU_ASSERT_EQUAL(c.rdma_port, MV_CONFIG_RDMA_PORT);
+    CU_ASSERT_EQUAL(mv_config_set(&c, "rdma-listen", "10.0.0.6:7600", err, sizeof err), 0);
+    CU_ASSERT_EQUAL(mv_config_set(&c, "require-rdma", "no", err, sizeof err), 0);
+    CU_ASSERT_EQUAL(mv_config_finish(&c, err, sizeof err), 0);
+    CU_ASSERT_STRING_EQUAL(c.rdma_ip, "10.0.0.6");
+    CU_ASSERT_EQUAL(c.rdma_port, 7600);
+    CU_ASSERT_EQUAL(c.require_rdma, 0);
+    CU_ASSERT_EQUAL(mv_config_set(&c, "require_rdma", "maybe", err, sizeof err), -EINVAL);
+    CU_ASSERT(strstr(err, "true or false") != NULL);
+
+    static const struct {
+        const char *key, *value, *why;
+    } bad[] = {
+        {"rdma_listen", "10.0.0.5:0", "rdma_listen"},
+        {"rdma_listen", "10.0.0.5:70000", "rdma_listen"},
+        {"rdma_listen", ":7471", "rdma_listen"},
+        {"rdma_listen", "10.0.0.5:x", "rdma_listen"},
+        {"listen", "7000", "HOST:PORT"},
+        {"rdma_retry_ms", "0", "positive"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        mv_config_defaults(&c);
+        mv_config_set(&c, "collector_token_file", "/t", err, sizeof err);
+        mv_config_set(&c, "rdma_listen", "10.0.0.5", err, sizeof err);
+        CU_ASSERT_EQUAL(mv_config_set(&c, bad[i].key, bad[i].value, err, sizeof err), 0);
+        err[0] = 0;
+        CU_ASSERT_EQUAL(mv_config_finish(&c, err, sizeof err), -EINVAL);
+        if (!strstr(err, bad[i].why))
+            fprintf(stderr, "%s=%s: %s\n", bad[i].key, bad[i].value, err);
+        CU_ASSERT(strstr(err, bad[i].why) != NULL);
+    }
+    mv_config_defaults(&c);
+    mv_config_set(&c, "require_rdma", "true", err, sizeof err);
+    CU_ASSERT_EQUAL(mv_config_finish(&c, err, sizeof err), -EINVAL);
+    CU_ASSERT(strstr(err, "require_rdma needs rdma_listen") != NULL);
+    mv_config_defaults(&c);
+    mv_config_set(&c, "rdma_listen", "10.0.0.5", err, sizeof err);
+    CU_ASSERT_EQUAL(mv_config_finish(&c, err, sizeof err), -EINVAL);
+    CU_ASSERT(strstr(err, "collector_token_file") != NULL);
+}
+
 static void test_pod_parse(void)
 {
     const char *j = "{\"kind\":\"Pod\",\"apiVersion\":\"v1\",\"metadata\":{\"name\":\"web-0\","
@@ -338,6 +395,8 @@ int main(void)
     CU_pSuite s = CU_add_suite("k8s", NULL, NULL);
     CU_add_test(s, "config defaults, YAML and overrides", test_config_defaults_and_yaml);
     CU_add_test(s, "config errors", test_config_errors);
+    CU_add_test(s, "config: remote collectors (listen, rdma_listen, require_rdma)",
+                test_config_rdma);
     CU_add_test(s, "pod JSON parsing", test_pod_parse);
     CU_add_test(s, "microview.io/labels annotation", test_annotation_labels);
     CU_add_test(s, "PodResources List decoding", test_podres_parse);

@@ -206,9 +206,33 @@ static void test_require_rdma(void)
 
 typedef struct seen {
     pthread_mutex_t mu;
-    int added, synced, readable;
+    int added, removed, synced, readable;
     uint32_t rkey;
 } seen;
+
+static void on_removed(void *arg, const char *id)
+{
+    seen *x = arg;
+    (void)id;
+    pthread_mutex_lock(&x->mu);
+    x->removed++;
+    pthread_mutex_unlock(&x->mu);
+}
+
+/* Waits until `x` saw `added` ADDED events; returns whether it did. */
+static int wait_added(seen *x, int added, int ms)
+{
+    for (int i = 0; i < ms / 10; i++) {
+        pthread_mutex_lock(&x->mu);
+        int done = x->added >= added;
+        pthread_mutex_unlock(&x->mu);
+        if (done)
+            return 1;
+        struct timespec ts = {0, 10 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    return 0;
+}
 
 static void on_added(void *arg, const mv_disc_segment *s)
 {
@@ -268,6 +292,105 @@ static void test_discovery_token(void)
     agent_stop(&a);
 }
 
+/* An exporter that comes up while collectors already watch (the agent's RDMA target
+ * retried in the background): after mv_agentsvc_set_rdma + mv_segstore_announce_all
+ * every open watch gets the segment again (REMOVED, ADDED) with the rdma fields. */
+static void test_rdma_attached_while_serving(void)
+{
+    agent a;
+    mv_agentc *c;
+    mv_agentc_segment s;
+    agent_start(&a, 0, 0);
+    CU_ASSERT_FATAL(mv_agentc_open(a.unix_target, &c) == 0);
+    CU_ASSERT_FATAL(mv_agentc_create(c, 4096, 0, NULL, 0, &s) == 0);
+    CU_ASSERT_FALSE(s.rdma_readable);
+    mv_agentc_segment_clear(&s);
+
+    seen x = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    mv_disc_callbacks cb = {
+        .arg = &x, .added = on_added, .removed = on_removed, .synced = on_synced};
+    mv_disc *d;
+    CU_ASSERT_FATAL(mv_disc_start_token(a.tcp_target, TOKEN, &cb, &d) == 0);
+    CU_ASSERT(wait_synced(&x, 5000));
+    pthread_mutex_lock(&x.mu);
+    CU_ASSERT_EQUAL(x.added, 1);
+    CU_ASSERT_FALSE(x.readable);
+    pthread_mutex_unlock(&x.mu);
+
+    mv_agentsvc_set_rdma(a.svc, fake_lookup, &a.fake, 0);
+    CU_ASSERT_EQUAL(mv_segstore_announce_all(a.store), 1u);
+    CU_ASSERT(wait_added(&x, 2, 5000));
+    pthread_mutex_lock(&x.mu);
+    CU_ASSERT_EQUAL(x.removed, 1);
+    CU_ASSERT(x.readable);
+    CU_ASSERT_EQUAL(x.rkey, 0x1234u);
+    pthread_mutex_unlock(&x.mu);
+
+    /* A later create is announced readable straight away. */
+    CU_ASSERT_FATAL(mv_agentc_create(c, 4096, 0, NULL, 0, &s) == 0);
+    CU_ASSERT(s.rdma_readable);
+    mv_agentc_segment_clear(&s);
+    mv_disc_destroy(d);
+    mv_agentc_close(c);
+    agent_stop(&a);
+}
+
+/* Store watchers see a label change as CHANGED (the RDMA exporter keeps its region
+ * and rkey), while clients of the Agent service see REMOVED then ADDED. */
+typedef struct evlog {
+    int ev[16];
+    int n;
+} evlog;
+
+static void log_event(void *arg, int event, const mv_segstore_seg *seg, uint64_t revision)
+{
+    evlog *l = arg;
+    (void)seg;
+    (void)revision;
+    if (l->n < 16)
+        l->ev[l->n++] = event;
+}
+
+static void test_label_change_is_changed(void)
+{
+    agent a;
+    agent_start(&a, 1, 0);
+    mv_segstore_seg seg;
+    char err[256];
+    mv_segstore_label l1 = {"pod", "web-0"};
+    CU_ASSERT_FATAL(mv_segstore_create(a.store, 4096, 0, &l1, 1, &seg, err, sizeof err) == 0);
+    evlog log = {0};
+    mv_segstore_sub *sub;
+    CU_ASSERT_FATAL(mv_segstore_subscribe(a.store, log_event, &log, &sub) == 0);
+    CU_ASSERT_EQUAL(log.n, 2); /* ADDED (replay), SYNCED */
+
+    seen x = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    mv_disc_callbacks cb = {
+        .arg = &x, .added = on_added, .removed = on_removed, .synced = on_synced};
+    mv_disc *d;
+    CU_ASSERT_FATAL(mv_disc_start(a.unix_target, &cb, &d) == 0);
+    CU_ASSERT(wait_synced(&x, 5000));
+
+    mv_segstore_label l2[2] = {{"pod", "web-0"}, {"namespace", "team-a"}};
+    CU_ASSERT_EQUAL(mv_segstore_set_labels(a.store, seg.id, l2, 2, err, sizeof err), 1);
+    CU_ASSERT_EQUAL(mv_segstore_set_labels(a.store, seg.id, l2, 2, err, sizeof err), 0);
+    CU_ASSERT_EQUAL(log.n, 3);
+    CU_ASSERT_EQUAL(log.ev[2], MV_SEGSTORE_CHANGED);
+    CU_ASSERT(wait_added(&x, 2, 5000));
+    pthread_mutex_lock(&x.mu);
+    CU_ASSERT_EQUAL(x.removed, 1);
+    CU_ASSERT(x.readable);
+    pthread_mutex_unlock(&x.mu);
+
+    CU_ASSERT_EQUAL(mv_segstore_release(a.store, seg.id), 0);
+    CU_ASSERT_EQUAL(log.n, 4);
+    CU_ASSERT_EQUAL(log.ev[3], MV_SEGSTORE_REMOVED);
+    mv_segstore_unsubscribe(a.store, sub);
+    mv_disc_destroy(d);
+    mv_segstore_seg_clear(&seg);
+    agent_stop(&a);
+}
+
 int main(void)
 {
     mv_log_init("test", MV_LOG_ERROR);
@@ -281,6 +404,10 @@ int main(void)
     CU_add_test(s, "Segment carries the rdma fields from the hook", test_rdma_fields);
     CU_add_test(s, "--require-rdma refuses and releases", test_require_rdma);
     CU_add_test(s, "discovery over TCP with the token", test_discovery_token);
+    CU_add_test(s, "RDMA hook attached while serving: watches get the rdma fields",
+                test_rdma_attached_while_serving);
+    CU_add_test(s, "label change: CHANGED for the store, REMOVED+ADDED on the wire",
+                test_label_change_is_changed);
     CU_basic_set_mode(CU_BRM_VERBOSE);
     CU_basic_run_tests();
     unsigned fails = CU_get_number_of_failures();
