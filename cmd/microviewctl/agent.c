@@ -73,7 +73,10 @@ static void print_segment(const mv_agentc_segment *s, int json)
                s->id, s->path, s->size, s->owner_pid);
         for (size_t i = 0; i < s->nlabels; i++)
             printf("%s\"%s\":\"%s\"", i ? "," : "", s->labels[i].name, s->labels[i].value);
-        printf("}}");
+        printf("},\"rdma\":{\"readable\":%s,\"addr\":%" PRIu64 ",\"rkey\":%u,\"length\":%" PRIu64
+               ",\"layout_version\":%u}}",
+               s->rdma_readable ? "true" : "false", s->rdma_addr, s->rdma_rkey, s->rdma_length,
+               s->layout_version);
         return;
     }
     printf("%-22s %8" PRIu64 "  %-7u ", s->id, s->size, s->owner_pid);

@@ -522,6 +522,104 @@ def sc_api_down(env):
     ch.close()
 
 
+def devices_health(env):
+    """(healthy, unhealthy) device counts the stand-in kubelet holds for RES."""
+    r = env.kubelet.state()["resources"].get(RES) or {}
+    devs = (r.get("devices") or {}).values()
+    return (sum(1 for d in devs if d.get("health") == "Healthy"),
+            sum(1 for d in devs if d.get("health") == "Unhealthy"))
+
+
+def raw_list(port, token):
+    """ListSegments on the agent's TCP control plane with grpcio (not our client);
+    returns "OK" or the gRPC status code name."""
+    ch = grpc.insecure_channel("127.0.0.1:%d" % port)
+    f = ch.unary_unary("/microview.v1.Agent/ListSegments",
+                       request_serializer=lambda x: x, response_deserializer=lambda x: x)
+    md = [("authorization", "Bearer " + token)] if token else []
+    try:
+        f(b"", metadata=md, timeout=5)
+        return "OK"
+    except grpc.RpcError as e:
+        return e.code().name
+    finally:
+        ch.close()
+
+
+def rdma_cfg(env, require):
+    """Remote-collector keys: TCP control plane + rdma_cm listener + shared token. This
+    machine has no RDMA device, so the RDMA target cannot come up."""
+    tok = os.path.join(env.tmp, "collector-token")
+    with open(tok, "w") as f:
+        f.write("collector-tok-1\n")
+    tcp = free_port()
+    env.cfg.update({"listen": "127.0.0.1:%d" % tcp, "rdma_listen": "127.0.0.1:%d" % free_port(),
+                    "collector_token_file": tok, "require_rdma": "true" if require else "false",
+                    "rdma_retry_ms": "200"})
+    return tcp
+
+
+def sc_rdma_required(env):
+    if os.path.exists("/dev/infiniband/rdma_cm"):
+        raise Skip("this machine has an RDMA device: the RDMA target would come up")
+    tcp = rdma_cfg(env, require=True)
+    env.start_agent()
+    check("agent registers although RDMA is down", env.registered())
+    got = wait_until(lambda: devices_health(env) == (0, PAGES), 10)
+    check("require_rdma without RDMA: all %d devices reported Unhealthy" % PAGES, got,
+          devices_health(env))
+    check("RDMA failure logged at error level with the effect",
+          wait_until(lambda: "level=error" in "".join(
+              l for l in env.log().splitlines(True) if "event=rdma.unavailable" in l), 5))
+    check("health change logged", env.log_has("dp.health_changed"))
+    refused = False
+    try:
+        env.kubelet.allocate("team-a", "web-0", "app", 1)
+    except KubeletError:
+        refused = True
+    check("the kubelet admits nothing on Unhealthy devices", refused)
+    ch = grpc.insecure_channel("unix:" + os.path.join(env.plugin_dir, "microview.sock"))
+    stub = dp_grpc.DevicePluginStub(ch)
+    detail = ""
+    try:
+        stub.Allocate(dp.AllocateRequest(container_requests=[
+            dp.ContainerAllocateRequest(devices_ids=["page-3"])]), timeout=10)
+    except grpc.RpcError as e:
+        detail = e.details() or ""
+    ch.close()
+    check("a direct Allocate is refused, naming RDMA and the reason",
+          "RDMA is required" in detail and "require_rdma" in detail, detail)
+    cat = env.catalog()
+    check("no segment was created for the refused Allocate", cat and not cat["segments"], cat)
+    time.sleep(1.0)  # ~5 retries at rdma_retry_ms=200
+    errors = [l for l in env.log().splitlines() if "event=rdma.unavailable" in l]
+    check("retries do not repeat the error line (one line per distinct reason)",
+          len(errors) == 1, errors)
+    check("TCP control plane: no token -> UNAUTHENTICATED", raw_list(tcp, None) == "UNAUTHENTICATED")
+    check("TCP control plane: the collector token -> OK", raw_list(tcp, "collector-tok-1") == "OK")
+
+
+def sc_rdma_optional(env):
+    if os.path.exists("/dev/infiniband/rdma_cm"):
+        raise Skip("this machine has an RDMA device: the RDMA target would come up")
+    rdma_cfg(env, require=False)
+    env.start_agent()
+    check("RDMA optional and down: devices stay Healthy", env.ready())
+    check("RDMA failure logged as a warning",
+          wait_until(lambda: any("event=rdma.unavailable" in l and "level=warn" in l
+                                 for l in env.log().splitlines()), 5))
+    env.put_pod("team-a", "web-0")
+    a = env.kubelet.allocate("team-a", "web-0", "app", 2)
+    check("Allocate succeeds (same-host collectors still read the segment)",
+          os.path.isfile(os.path.join(seg_dir_of(a), "segment")))
+    res = subprocess.run([os.path.join(env.bin, "microviewctl"), "list", "--agent",
+                          "unix:" + env.agent_sock, "--json"], capture_output=True, text=True,
+                         timeout=10)
+    s = by_pod(json.loads(res.stdout), "team-a", "web-0", "app") if res.returncode == 0 else None
+    check("the catalog reports the segment as not RDMA-readable",
+          s is not None and s["rdma"]["readable"] is False and s["rdma"]["rkey"] == 0, s)
+
+
 SCENARIOS = {
     "register": sc_register,
     "allocate": sc_allocate,
@@ -532,6 +630,8 @@ SCENARIOS = {
     "gc": sc_gc,
     "pool": sc_pool,
     "api_down": sc_api_down,
+    "rdma_required": sc_rdma_required,
+    "rdma_optional": sc_rdma_optional,
 }
 
 
