@@ -679,7 +679,8 @@ destroy_channel:
 free_target:
     pthread_mutex_destroy(&t->lock);
     free(t);
-    MV_ERROR("rdma_target_failed", "ip=%s port=%u err=%s", mv_log_q(bind_ip), (unsigned)port,
+    /* The caller owns the error (it is in `err`) and decides how loudly to log it. */
+    MV_DEBUG("rdma.target_failed", "ip=%s port=%u err=%s", mv_log_q(bind_ip), (unsigned)port,
              mv_log_q(err));
     return rc;
 }

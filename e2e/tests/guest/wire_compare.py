@@ -1,9 +1,10 @@
 #!/usr/bin/python3
 """Compares the values a collector served (Prometheus text) with a segment's own dump.
 
-Usage: wire_compare.py METRICS.txt DUMP.json INSTANCE
+Usage: wire_compare.py METRICS.txt DUMP.json SELECTOR
+SELECTOR is LABEL=VALUE (e.g. pod=web-0), or a bare VALUE meaning instance=VALUE.
 Every counter and gauge of the dump must appear with the same value, and every histogram
-with the same _count and _sum, on the series labelled instance=INSTANCE. Exit 0 if all match.
+with the same _count and _sum, on the series carrying that label. Exit 0 if all match.
 """
 import json
 import re
@@ -27,15 +28,16 @@ def parse(text):
 def main():
     metrics = parse(open(sys.argv[1]).read())
     dump = json.load(open(sys.argv[2]))
-    instance = sys.argv[3]
+    sel_key, _, sel_val = sys.argv[3].rpartition("=")
+    sel_key = sel_key or "instance"
     checked, bad = 0, []
     for m in dump["metrics"]:
         own = dict(m.get("labels", {}))
-        series = [(instance, own)]
+        series = [(sel_val, own)]
         for inst, own in series:
             key_labels = {k: v for (k, v) in own.items()}
             # the served series carries the identity labels; match on instance + own labels
-            cands = {k: v for k, v in metrics.items() if dict(k[1]).get("instance") == inst and
+            cands = {k: v for k, v in metrics.items() if dict(k[1]).get(sel_key) == inst and
                      all(dict(k[1]).get(a) == b for a, b in key_labels.items())}
             wanted = []
             if m["type"] in ("counter", "gauge"):
