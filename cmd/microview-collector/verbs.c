@@ -377,32 +377,45 @@ int verbs_agents_render(verbs_agents *v, mv_expo *e, const mv_coll_snap *snap)
             rc = mv_expo_sample_u64(e, "_count", &l, 1, NULL, 0, NULL, 0, rows[i].st.ticks,
                                     MV_EXPO_NO_TS);
     }
-    /* Per segment: what the table counted for segments read over RDMA. */
+    /* Per segment: what the table counted for segments read over RDMA. Read latency
+     * is per agent only: with selective signalling only the last READ of a batch
+     * completes with a CQE, so one segment's own latency is not observable. */
+    static const struct {
+        const char *name, *help;
+    } fams[] = {
+        {"microview_rdma_segment_reads_total",
+         "reads of this segment over RDMA (hot area and catalog)"},
+        {"microview_rdma_segment_read_errors_total", "failed reads of this segment over RDMA"},
+        {"microview_rdma_segment_read_bytes_total", "bytes of this segment delivered by RDMA READ"},
+    };
     size_t nseg = snap ? mv_coll_snap_count(snap) : 0;
-    for (int pass = 0; pass < 2 && rc == 0; pass++) {
-        rc = mv_expo_family(e,
-                            pass ? "microview_rdma_segment_read_errors_total"
-                                 : "microview_rdma_segment_reads_total",
-                            MV_EXPO_COUNTER,
-                            pass ? "failed reads of this segment over RDMA"
-                                 : "reads of this segment over RDMA (hot area and catalog)",
-                            NULL);
-        for (size_t i = 0; rc == 0 && i < nseg; i++) {
-            const mv_coll_seg_view *sv = mv_coll_snap_seg(snap, i);
-            if (!sv->transport || strcmp(sv->transport, "rdma") != 0)
-                continue;
-            const char *agent = "";
-            for (size_t k = 0; k < v->n && !agent[0]; k++) {
-                pthread_mutex_lock(&v->agents[k].mu);
-                if (vseg_find(&v->agents[k], sv->id))
-                    agent = v->agents[k].target;
-                pthread_mutex_unlock(&v->agents[k].mu);
-            }
-            mv_expo_label l[2] = {{"agent", agent}, {"segment", sv->id}};
-            rc = mv_expo_sample_u64(e, NULL, l, 2, NULL, 0, NULL, 0,
-                                    pass ? sv->read_errors : sv->reads, MV_EXPO_NO_TS);
+    const char **agent_of = calloc(nseg ? nseg : 1, sizeof *agent_of); /* NULL: not RDMA */
+    if (!agent_of)
+        rc = rc ? rc : -ENOMEM;
+    for (size_t i = 0; rc == 0 && i < nseg; i++) {
+        const mv_coll_seg_view *sv = mv_coll_snap_seg(snap, i);
+        if (!sv->transport || strcmp(sv->transport, "rdma") != 0)
+            continue;
+        agent_of[i] = "";
+        for (size_t k = 0; k < v->n && !agent_of[i][0]; k++) {
+            pthread_mutex_lock(&v->agents[k].mu);
+            if (vseg_find(&v->agents[k], sv->id))
+                agent_of[i] = v->agents[k].target;
+            pthread_mutex_unlock(&v->agents[k].mu);
         }
     }
+    for (size_t f = 0; f < sizeof fams / sizeof fams[0] && rc == 0; f++) {
+        rc = mv_expo_family(e, fams[f].name, MV_EXPO_COUNTER, fams[f].help, NULL);
+        for (size_t i = 0; rc == 0 && i < nseg; i++) {
+            if (!agent_of[i])
+                continue;
+            const mv_coll_seg_view *sv = mv_coll_snap_seg(snap, i);
+            mv_expo_label l[2] = {{"agent", agent_of[i]}, {"segment", sv->id}};
+            uint64_t val = f == 0 ? sv->reads : f == 1 ? sv->read_errors : sv->read_bytes;
+            rc = mv_expo_sample_u64(e, NULL, l, 2, NULL, 0, NULL, 0, val, MV_EXPO_NO_TS);
+        }
+    }
+    free(agent_of);
     free(rows);
     return rc;
 }

@@ -51,9 +51,19 @@ typedef struct seg {
     uint32_t pub_len;
     uint64_t read_ns, heartbeat_ns, reads, read_errors, torn;
     uint64_t interval_ns, skipped;
+    uint64_t read_bytes; /* moved by the transport for this segment (atomic) */
 
     struct seg *next;
 } seg;
+
+/* Reads through the segment's transport and counts the bytes that arrived. */
+static void seg_read(seg *s, mv_coll_read *rq, size_t n)
+{
+    s->t->read_many(s->t->ctx, rq, n);
+    for (size_t i = 0; i < n; i++)
+        if (rq[i].status == 0)
+            __atomic_add_fetch(&s->read_bytes, rq[i].len, __ATOMIC_RELAXED);
+}
 
 struct mv_coll {
     mv_coll_opts o;
@@ -384,14 +394,14 @@ static int load_catalog(mv_coll *c, seg *s, uint64_t now)
             {.src = s->src, .off = 0, .len = (uint32_t)s->size, .dst = s->full},
             {.src = s->src, .off = 0, .len = MV_SEG_HEADER_SIZE, .dst = s->hdr2},
         };
-        s->t->read_many(s->t->ctx, &rq[0], 1);
+        seg_read(s, &rq[0], 1);
         if (rq[0].status) {
             snprintf(err.detail, sizeof err.detail, "read failed: %s", strerror(-rq[0].status));
             r = MV_SEG_E_TRUNCATED;
             break;
         }
         r = mv_seg_catalog_parse(s->full, s->size, s->size, &cat, &err);
-        s->t->read_many(s->t->ctx, &rq[1], 1);
+        seg_read(s, &rq[1], 1);
         const mv_seg_header *h1 = s->full, *h2 = (const void *)s->hdr2;
         int stable = rq[1].status == 0 && !(h1->generation & 1) &&
                      h1->generation == h2->generation && h1->instance == h2->instance;
@@ -452,7 +462,7 @@ static uint64_t fix_torn(seg *s, const mv_seg_catalog *cat)
         for (int k = 0; k < TORN_RETRIES && !ok; k++) {
             mv_coll_read rq = {
                 .src = s->src, .off = off, .len = m->value_size, .dst = (char *)s->work + off};
-            s->t->read_many(s->t->ctx, &rq, 1);
+            seg_read(s, &rq, 1);
             ok = rq.status == 0 && mv_seg_read_histogram(s->work, m, &hv) == MV_SEG_OK;
         }
         if (!ok) {
@@ -579,7 +589,7 @@ static void tick_finish(mv_coll *c, seg *s, int status, uint32_t len, uint64_t *
             if ((len = tick_prepare(c, s)) == 0)
                 return;
             mv_coll_read rq = {.src = s->src, .off = 0, .len = len, .dst = s->work};
-            s->t->read_many(s->t->ctx, &rq, 1);
+            seg_read(s, &rq, 1);
             status = rq.status;
         }
         if (status) {
@@ -670,6 +680,10 @@ void mv_coll_tick(mv_coll *c)
             ;
         t->read_many(t->ctx, &c->tick_reqs[i], j - i);
     }
+    for (size_t i = 0; i < m; i++)
+        if (c->tick_reqs[i].status == 0)
+            __atomic_add_fetch(&c->tick_items[i].s->read_bytes, c->tick_reqs[i].len,
+                               __ATOMIC_RELAXED);
     /* 3: validate and publish. */
     for (size_t i = 0; i < m; i++) {
         seg *s = c->tick_items[i].s;
@@ -767,6 +781,7 @@ mv_coll_snap *mv_coll_snapshot(mv_coll *c)
         v->heartbeat_ns = s->heartbeat_ns;
         v->reads = s->reads;
         v->read_errors = s->read_errors;
+        v->read_bytes = __atomic_load_n(&s->read_bytes, __ATOMIC_RELAXED);
         v->torn = s->torn;
         v->size = s->size;
         v->transport = s->t->name;

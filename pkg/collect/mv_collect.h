@@ -118,6 +118,7 @@ typedef struct mv_coll_seg_view {
     uint64_t read_ns; /* CLOCK_REALTIME of the copy */
     uint64_t heartbeat_ns;
     uint64_t reads, read_errors, torn;
+    uint64_t read_bytes; /* bytes the transport delivered for it (hot area, catalog, retries) */
     uint64_t size;
     const char *transport;
     /* Analytics (NULL/0 without): the last complete window's summaries,

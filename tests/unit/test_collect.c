@@ -110,6 +110,12 @@ static void test_tick_and_reload(void)
     CU_ASSERT_EQUAL(v, 21.5);
     mv_coll_snap *s = mv_coll_snapshot(c);
     CU_ASSERT(mv_coll_snap_stats(s)->catalog_reads >= 2);
+    /* Bytes delivered: at least a full copy per catalog read (2) plus a hot copy (header +
+     * values) per published read (3), and never more than the segment per read. */
+    const mv_coll_seg_view *sv = mv_coll_snap_seg(s, 0);
+    CU_ASSERT_EQUAL(sv->reads, 3u);
+    CU_ASSERT(sv->read_bytes >= 2 * 16384u + 3u * sv->hot_len);
+    CU_ASSERT(sv->read_bytes <= (2 * 2 + 3) * 16384u);
     mv_coll_snap_free(s);
 
     CU_ASSERT_EQUAL(mv_coll_remove(c, "a"), 0);

@@ -30,6 +30,9 @@ wire_check "values read by RDMA equal the segment's" \
 grep '^microview_rdma_' "$WIRE_DIR/metrics.txt" | head -n 12
 reads=$(awk '/^microview_rdma_reads_total/ {print $2}' "$WIRE_DIR/metrics.txt" | head -n 1)
 wire_check "per-agent RDMA read statistics exported (reads=$reads)" test "${reads:-0}" -gt 0
+sbytes=$(awk '/^microview_rdma_segment_read_bytes_total/ {print $2}' "$WIRE_DIR/metrics.txt" |
+  head -n 1)
+wire_check "per-segment RDMA read bytes exported (bytes=$sbytes)" test "${sbytes:-0}" -gt 0
 
 wire_check "collector and agent stop cleanly (no sanitizer report)" \
   wire_stop_clean "$WIRE_COLL_PID" "$WIRE_AGENT_PID"
