@@ -32,6 +32,7 @@ typedef struct vagent {
     char ip[256];     /* rdma_cm address (the target's host part) */
     pthread_mutex_t mu;
     mv_rdma_conn *conn; /* opened on demand; kept (it reconnects itself) until destroy */
+    int connecting;     /* a thread is opening conn with mu released */
     uint64_t connect_attempts;
     vseg *segs;
     size_t nsegs, capsegs;
@@ -75,32 +76,52 @@ static void vseg_drop(vagent *a, vseg *s)
     *s = a->segs[--a->nsegs];
 }
 
-/* Opens the RDMA connection if there is none (a->mu held). */
+/* Opens the RDMA connection if there is none. Called with a->mu held; releases
+ * it while rdma_cm resolves and connects (seconds when the agent is unreachable),
+ * so scrapes and catalog events are not held up: callers must look their segment
+ * up again afterwards. Returns 0, -EAGAIN (another thread is connecting) or the
+ * error of the attempt. */
 static int ensure_conn(vagent *a)
 {
     if (a->conn)
         return 0;
+    if (a->connecting)
+        return -EAGAIN;
+    a->connecting = 1;
+    a->connect_attempts++;
+    pthread_mutex_unlock(&a->mu);
     mv_rdma_conn_opts o;
     mv_rdma_conn_opts_default(&o);
     o.src_ip = a->set->src_ip[0] ? a->set->src_ip : NULL;
     char err[256];
-    a->connect_attempts++;
-    int rc =
-        mv_rdma_conn_open(a->ip, a->set->rdma_port, a->set->token, &o, &a->conn, err, sizeof err);
+    mv_rdma_conn *conn = NULL;
+    int rc = mv_rdma_conn_open(a->ip, a->set->rdma_port, a->set->token, &o, &conn, err, sizeof err);
     if (rc == 0) {
         mv_rdma_dev_info di;
-        mv_rdma_conn_info(a->conn, &di);
+        mv_rdma_conn_info(conn, &di);
         MV_INFO("rdma.connected", "agent=%s rdma=%s:%u device=%s gid_index=%d", mv_log_q(a->target),
                 a->ip, (unsigned)a->set->rdma_port, mv_log_q(di.device), di.gid_index);
     }
+    pthread_mutex_lock(&a->mu);
+    a->connecting = 0;
+    a->conn = conn;
     return rc;
 }
 
-/* Adds a known segment to the table through the connection (a->mu held). */
+/* Adds a known segment to the table through the connection (a->mu held; may be
+ * released and taken again while connecting, see ensure_conn). */
 static void vseg_add_to_table(vagent *a, vseg *s)
 {
-    if (s->in_table || ensure_conn(a) < 0)
+    if (s->in_table)
         return;
+    if (!a->conn) {
+        char *id = strdup(s->id);
+        int rc = id ? ensure_conn(a) : -ENOMEM;
+        s = rc == 0 ? vseg_find(a, id) : NULL; /* the list may have changed meanwhile */
+        free(id);
+        if (!s || s->in_table)
+            return;
+    }
     void *src;
     int rc = mv_rdma_source_create(a->conn, s->addr, s->rkey, s->len, &src);
     if (rc < 0) {
