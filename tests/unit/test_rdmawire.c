@@ -219,21 +219,6 @@ static void on_removed(void *arg, const char *id)
     pthread_mutex_unlock(&x->mu);
 }
 
-/* Waits until `x` saw `added` ADDED events; returns whether it did. */
-static int wait_added(seen *x, int added, int ms)
-{
-    for (int i = 0; i < ms / 10; i++) {
-        pthread_mutex_lock(&x->mu);
-        int done = x->added >= added;
-        pthread_mutex_unlock(&x->mu);
-        if (done)
-            return 1;
-        struct timespec ts = {0, 10 * 1000000L};
-        nanosleep(&ts, NULL);
-    }
-    return 0;
-}
-
 static void on_added(void *arg, const mv_disc_segment *s)
 {
     seen *x = arg;
@@ -254,11 +239,12 @@ static void on_synced(void *arg, const char *const *ids, size_t n)
     pthread_mutex_unlock(&x->mu);
 }
 
-static int wait_synced(seen *x, int ms)
+/* Waits until *counter (a field of x, read under x->mu) reaches at_least. */
+static int wait_count(seen *x, const int *counter, int at_least, int ms)
 {
     for (int i = 0; i < ms / 10; i++) {
         pthread_mutex_lock(&x->mu);
-        int done = x->synced > 0;
+        int done = *counter >= at_least;
         pthread_mutex_unlock(&x->mu);
         if (done)
             return 1;
@@ -283,7 +269,7 @@ static void test_discovery_token(void)
     mv_disc_callbacks cb = {.arg = &x, .added = on_added, .synced = on_synced};
     mv_disc *d;
     CU_ASSERT_FATAL(mv_disc_start_token(a.tcp_target, TOKEN, &cb, &d) == 0);
-    CU_ASSERT(wait_synced(&x, 5000));
+    CU_ASSERT(wait_count(&x, &x.synced, 1, 5000));
     mv_disc_destroy(d);
     CU_ASSERT_EQUAL(x.added, 1);
     CU_ASSERT(x.readable);
@@ -311,7 +297,7 @@ static void test_rdma_attached_while_serving(void)
         .arg = &x, .added = on_added, .removed = on_removed, .synced = on_synced};
     mv_disc *d;
     CU_ASSERT_FATAL(mv_disc_start_token(a.tcp_target, TOKEN, &cb, &d) == 0);
-    CU_ASSERT(wait_synced(&x, 5000));
+    CU_ASSERT(wait_count(&x, &x.synced, 1, 5000));
     pthread_mutex_lock(&x.mu);
     CU_ASSERT_EQUAL(x.added, 1);
     CU_ASSERT_FALSE(x.readable);
@@ -319,7 +305,7 @@ static void test_rdma_attached_while_serving(void)
 
     mv_agentsvc_set_rdma(a.svc, fake_lookup, &a.fake, 0);
     CU_ASSERT_EQUAL(mv_segstore_announce_all(a.store), 1u);
-    CU_ASSERT(wait_added(&x, 2, 5000));
+    CU_ASSERT(wait_count(&x, &x.added, 2, 5000));
     pthread_mutex_lock(&x.mu);
     CU_ASSERT_EQUAL(x.removed, 1);
     CU_ASSERT(x.readable);
@@ -369,14 +355,14 @@ static void test_label_change_is_changed(void)
         .arg = &x, .added = on_added, .removed = on_removed, .synced = on_synced};
     mv_disc *d;
     CU_ASSERT_FATAL(mv_disc_start(a.unix_target, &cb, &d) == 0);
-    CU_ASSERT(wait_synced(&x, 5000));
+    CU_ASSERT(wait_count(&x, &x.synced, 1, 5000));
 
     mv_segstore_label l2[2] = {{"pod", "web-0"}, {"namespace", "team-a"}};
     CU_ASSERT_EQUAL(mv_segstore_set_labels(a.store, seg.id, l2, 2, err, sizeof err), 1);
     CU_ASSERT_EQUAL(mv_segstore_set_labels(a.store, seg.id, l2, 2, err, sizeof err), 0);
     CU_ASSERT_EQUAL(log.n, 3);
     CU_ASSERT_EQUAL(log.ev[2], MV_SEGSTORE_CHANGED);
-    CU_ASSERT(wait_added(&x, 2, 5000));
+    CU_ASSERT(wait_count(&x, &x.added, 2, 5000));
     pthread_mutex_lock(&x.mu);
     CU_ASSERT_EQUAL(x.removed, 1);
     CU_ASSERT(x.readable);

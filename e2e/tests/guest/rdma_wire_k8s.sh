@@ -13,8 +13,6 @@ set -uo pipefail
 . "$REPO/e2e/tests/guest/wire_lib.sh"
 trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null' EXIT
 run=$E2E_RUN
-flag() { touch "$run/$1"; }
-await() { e2e_wait_file "$run/$1" "${2:-90}" || { wire_dump_logs; exit 1; }; }
 
 case "$E2E_ROLE" in
 a)
@@ -24,7 +22,7 @@ a)
     "$WIRE_RDMA_PORT"
   ;;
 b)
-  await a.ready 240
+  wire_await a.ready 240
   wire_collector "$E2E_PEER_IP" || { wire_dump_logs; exit 1; }
   # pod_has POD: the collector serves gen_requests_total for that pod, with its identity.
   pod_has() {
@@ -40,32 +38,32 @@ b)
   wire_check "annotation labels travel with the series (app=checkout)" \
     bash -c "curl -sf http://127.0.0.1:$WIRE_HTTP_PORT/metrics | grep '^gen_requests_total{' |
       grep 'pod=\"web-0\"' | grep -q 'app=\"checkout\"'"
-  flag b.freeze
-  await a.frozen
+  wire_flag b.freeze
+  wire_await a.frozen
   sleep 0.5
   wire_metrics >"$WIRE_DIR/metrics.txt"
-  flag b.compared
+  wire_flag b.compared
   wire_check "values read across VMs equal web-0's segment" \
     wire_compare "$WIRE_DIR/metrics.txt" "$run/dump-a.json" pod=web-0
-  await a.released
+  wire_await a.released
   gone_web1() { ! pod_has web-1; }
   wire_check "removed pod's series disappear from /metrics" wire_until 20 gone_web1
   v1=$(pod_value web-0); sleep 1; v2=$(pod_value web-0)
   wire_check "web-0 keeps flowing after web-1's removal ($v1 -> $v2)" test "${v2:-0}" -gt "${v1:-0}"
   v0=$(pod_value web-0)
-  flag b.release_checked
-  await a.killed 60
+  wire_flag b.release_checked
+  wire_await a.killed 60
   sleep 1
   v1=$(pod_value web-0)
   v1=${v1:-0}
   [ "$v1" -ge "${v0:-0}" ] || v1=${v0:-0}
-  flag b.killed_seen
-  await a.restarted 120
+  wire_flag b.killed_seen
+  wire_await a.restarted 120
   advanced() { v=$(pod_value web-0); [ -n "$v" ] && [ "$v" -gt "$v1" ]; }
   wire_check "web-0 flows again after the agent restart (above $v1)" wire_until 40 advanced
   wire_check "collector survived the agent restart" kill -0 "$WIRE_COLL_PID"
   wire_check "collector stops cleanly (no sanitizer report)" wire_stop_clean "$WIRE_COLL_PID"
-  flag b.done
+  wire_flag b.done
   wire_dump_logs
   e2e_result "wire_k8s_fails=$WIRE_FAILS"
   [ "$WIRE_FAILS" = 0 ]

@@ -10,8 +10,6 @@ set -uo pipefail
 . "$REPO/e2e/tests/guest/wire_lib.sh"
 trap 'kill $(jobs -p) 2>/dev/null; kill -CONT $(jobs -p) 2>/dev/null; wait 2>/dev/null' EXIT
 run=$E2E_RUN
-flag() { touch "$run/$1"; }
-await() { e2e_wait_file "$run/$1" "${2:-90}" || { wire_dump_logs; exit 1; }; }
 
 case "$E2E_ROLE" in
 a)
@@ -20,50 +18,50 @@ a)
   gen_a=$WIRE_GEN_PID
   wire_gen b 50
   wire_until 20 test -n "$(wire_seg b)"
-  flag a.ready
+  wire_flag a.ready
   # 1. freeze writer a so that b can compare a stable state
-  await b.freeze
+  wire_await b.freeze
   path_a=$(wire_seg a | cut -d' ' -f2)
   kill -STOP "$gen_a"
   sleep 0.5
   "$B/microviewctl" dump --json "$path_a" >"$run/dump-a.json"
-  flag a.frozen
-  await b.compared
+  wire_flag a.frozen
+  wire_await b.compared
   kill -CONT "$gen_a"
   # 2. release segment b (its writer goes on writing into a segment nobody serves)
   id_b=$(wire_seg b | cut -d' ' -f1)
   "$B/microviewctl" release --agent "unix:$WIRE_DIR/segs/agent.sock" "$id_b"
   e2e_log "released $id_b"
-  flag a.released
+  wire_flag a.released
   # 3. kill the agent hard, then start it again on the same directory
-  await b.release_checked
+  wire_await b.release_checked
   kill -KILL "$WIRE_AGENT_PID"
   wait "$WIRE_AGENT_PID" 2>/dev/null
   e2e_log "agent killed"
-  flag a.killed
-  await b.killed_seen
+  wire_flag a.killed
+  wire_await b.killed_seen
   wire_agent || { wire_dump_logs; exit 1; }
   e2e_log "agent restarted"
-  flag a.restarted
-  await b.done 120
+  wire_flag a.restarted
+  wire_await b.done 120
   wire_check "agent stops cleanly (no sanitizer report)" wire_stop_clean "$WIRE_AGENT_PID"
   wire_dump_logs
   e2e_result "wire_two_host_fails=$WIRE_FAILS"
   [ "$WIRE_FAILS" = 0 ]
   ;;
 b)
-  await a.ready 120
+  wire_await a.ready 120
   wire_collector "$E2E_PEER_IP" || { wire_dump_logs; exit 1; }
   wire_check "collector on the DPU VM serves instance a" wire_until 40 wire_has a
   wire_check "collector on the DPU VM serves instance b" wire_until 40 wire_has b
-  flag b.freeze
-  await a.frozen
+  wire_flag b.freeze
+  wire_await a.frozen
   sleep 0.5
   wire_metrics >"$WIRE_DIR/metrics.txt"
-  flag b.compared
+  wire_flag b.compared
   wire_check "values read across VMs equal the writer's segment" \
     wire_compare "$WIRE_DIR/metrics.txt" "$run/dump-a.json" a
-  await a.released
+  wire_await a.released
   gone_b() { ! wire_has b; }
   wire_check "released segment disappears from /metrics" wire_until 20 gone_b
   v1=$(wire_value a); sleep 1; v2=$(wire_value a)
@@ -71,14 +69,14 @@ b)
     test "${v2:-0}" -gt "${v1:-0}"
   wire_check "collector still running after the release" kill -0 "$WIRE_COLL_PID"
   v0=$(wire_value a)
-  flag b.release_checked
-  await a.killed 60
+  wire_flag b.release_checked
+  wire_await a.killed 60
   sleep 1 # reads now fail: the agent's regions died with it
   v1=$(wire_value a) # empty once the failing segment is quarantined
   v1=${v1:-0}
   [ "$v1" -ge "${v0:-0}" ] || v1=${v0:-0}
-  flag b.killed_seen
-  await a.restarted 90
+  wire_flag b.killed_seen
+  wire_await a.restarted 90
   # The restarted agent re-registers segment a under a new rkey: the catalog watch
   # resyncs, the segment is re-added, and the counter moves again.
   advanced() { v=$(wire_value a); [ -n "$v" ] && [ "$v" -gt "$v1" ]; }
@@ -90,7 +88,7 @@ b)
   reconnected() { wire_metrics | grep -Eq '^microview_rdma_reconnects_total\{.*\} [1-9]'; }
   wire_check "RDMA connection re-established (reconnects_total > 0)" wire_until 10 reconnected
   wire_check "collector stops cleanly (no sanitizer report)" wire_stop_clean "$WIRE_COLL_PID"
-  flag b.done
+  wire_flag b.done
   wire_dump_logs
   e2e_result "wire_two_fails=$WIRE_FAILS"
   [ "$WIRE_FAILS" = 0 ]

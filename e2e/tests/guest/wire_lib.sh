@@ -79,6 +79,11 @@ wire_until() {
 # wire_compare METRICS_FILE DUMP_JSON INSTANCE: every value of the segment equals the served one.
 wire_compare() { /usr/bin/python3 "$REPO/e2e/tests/guest/wire_compare.py" "$@"; }
 
+# wire_flag NAME / wire_await NAME [SECONDS]: flag files in $E2E_RUN, shared by both VMs, by
+# which two-VM scenarios take turns; a missing flag dumps the logs and exits.
+wire_flag() { touch "$E2E_RUN/$1"; }
+wire_await() { e2e_wait_file "$E2E_RUN/$1" "${2:-90}" || { wire_dump_logs; exit 1; }; }
+
 WIRE_FAILS=0
 # wire_check NAME CMD...: records PASS/FAIL lines.
 wire_check() {
