@@ -643,8 +643,7 @@ int agent_k8s_main(int argc, char **argv)
                  mv_log_q(c->listen[0] ? c->listen : "off"));
         goto destroy_server;
     }
-    char why[256];
-    int rdma_up = rdmax_get(a, why, sizeof why) != NULL;
+    int rdma_up = rdmax_get(a, NULL, 0) != NULL;
     mv_dp_config dc = {.plugin_dir = c->device_plugin_dir,
                        .endpoint = c->endpoint,
                        .resource_name = c->resource_name,
