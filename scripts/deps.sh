@@ -42,5 +42,7 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 echo "deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# Wait for another apt/dpkg run (a parallel build, unattended upgrades) instead of failing.
+apt_opts=(-o DPkg::Lock::Timeout=900 -o Acquire::Retries=3)
+$SUDO apt-get "${apt_opts[@]}" update -qq
+$SUDO apt-get "${apt_opts[@]}" install -y -qq --no-install-recommends "${missing[@]}"
