@@ -163,7 +163,7 @@ unsigned mv_detect_update(mv_detect *d, size_t i, double x)
             s->changes++;
             s->cooldown = c->cooldown;
             s->splus = s->sminus = 0.0;
-            s->n_mean = 0; /* the next sample restarts the mean */
+            s->n_mean = 0; /* the next sample restarts the mean and the variance */
             if (s->n < UINT32_MAX)
                 s->n++;
             return flags;
@@ -178,16 +178,19 @@ unsigned mv_detect_update(mv_detect *d, size_t i, double x)
         }
     }
 
-    /* Baseline update. */
-    double w = weight(d, s->n_mean);
+    /* Baseline update. After a change (n_mean == 0) level AND scale are
+     * learnt again from scratch: running mean and variance (Welford), then
+     * the EWMA once 1/lambda samples are in. Keeping the old scale would test
+     * the new level against it: a series that was constant (variance 0) and
+     * turns noisy, or whose noise grows, would then alarm at every sample. */
     if (s->n_mean == 0) {
         s->mean = x;
+        s->var = 0.0;
+        s->n_var = 1;
     } else {
-        s->mean += w * dev;
-    }
-    /* The variance is frozen while the mean is re-learnt after a change. */
-    if (!(s->changes > 0 && s->n_mean < c->cooldown) && s->n_mean > 0) {
+        double w = weight(d, s->n_mean);
         double wv = weight(d, s->n_var);
+        s->mean += w * dev;
         s->var = (1.0 - wv) * (s->var + wv * dev * dev);
         if (s->n_var < UINT32_MAX)
             s->n_var++;

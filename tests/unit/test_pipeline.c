@@ -14,6 +14,7 @@
 #include "analytics_rng.h"
 #include "microview.h"
 #include "mv_collect.h"
+#include "mv_detect.h"
 #include "mv_pipeline.h"
 
 #define SEC 1000000000ull
@@ -255,6 +256,42 @@ static void test_changes_on_steps(void)
     fx_close(&f);
 }
 
+/* A gauge constant while the detectors warm up that then turns noisy
+ * (stationary): one change at the onset, then no more, and the segment backs
+ * off to the slowest interval instead of staying at the fast tick. Simulated
+ * time: 1 ms fast tick, 1 s max interval, 60 s of noise. */
+static void test_constant_then_noisy_backs_off(void)
+{
+    fixture f;
+    mv_gauge g;
+    fx_open(&f, "noisy.seg", 16384);
+    CU_ASSERT_FATAL(mv_gauge_register(f.seg, "queue", NULL, NULL, NULL, 0, &g) == MV_OK);
+    fx_catalog(&f);
+    mv_pipe_seg *p = new_pipe(f.cat, 15 * SEC, 0, 0);
+    mv_detect_rate_config rc;
+    mv_detect_rate_config_default(&rc);
+    mv_detect_rate *r = NULL;
+    CU_ASSERT_FATAL(mv_detect_rate_create(&rc, &r) == 0);
+    test_rng g_rng = {2024};
+    uint64_t t0 = 7005 * SEC, t = t0, onset = t0 + 5 * SEC, end = onset + 60 * SEC;
+    uint64_t changes = 0, reads_last_30s = 0;
+    while (t < end) {
+        mv_gauge_set(g, t < onset ? 40.0 : 40.0 + 3.0 * rng_gauss(&g_rng));
+        unsigned fl = mv_pipe_seg_feed(p, f.map, t);
+        changes += (fl & MV_PIPE_CHANGED) != 0;
+        reads_last_30s += t >= end - 30 * SEC;
+        t += mv_detect_rate_observe(r, (fl & MV_PIPE_CHANGED) != 0, (fl & MV_PIPE_MOVING) != 0);
+    }
+    printf("\n  constant then noisy: %llu changes, %.2f reads/s over the last 30 s ",
+           (unsigned long long)changes, (double)reads_last_30s / 30.0);
+    CU_ASSERT(changes <= 1);
+    CU_ASSERT(reads_last_30s <= 2 * 30);
+    CU_ASSERT_EQUAL(mv_detect_rate_interval(r), rc.max_ns);
+    mv_detect_rate_destroy(r);
+    mv_pipe_seg_destroy(p);
+    fx_close(&f);
+}
+
 /* Anomaly score: low while four counters move together, high when one departs. */
 static void test_anomaly_score(void)
 {
@@ -431,6 +468,7 @@ int main(void)
     CU_add_test(s, "gauge window quantiles", test_gauge_window_quantiles);
     CU_add_test(s, "histogram window", test_histogram_window);
     CU_add_test(s, "changes on steps", test_changes_on_steps);
+    CU_add_test(s, "constant then noisy: backs off", test_constant_then_noisy_backs_off);
     CU_add_test(s, "anomaly score", test_anomaly_score);
     CU_add_test(s, "rebuild carries state", test_rebuild_carries_state);
     CU_add_test(s, "adaptive sampling", test_adaptive_sampling);
