@@ -277,7 +277,7 @@ static double residual(const mv_fd *fd, const double *u)
 {
     uint32_t d = fd->cfg.d;
     if (fd->nbasis == 0)
-        return 1.0;
+        return NAN; /* nothing learnt: no score */
     double proj = 0.0;
     for (uint32_t i = 0; i < fd->nbasis; i++) {
         double c = dot(fd->basis + (size_t)i * d, u, d);
@@ -321,31 +321,31 @@ int mv_fd_observe(mv_fd *fd, const double *x, mv_fd_result *res)
     if (isnan(n))
         return -EDOM;
     fd->seen++;
+    /* Warm-up counts only rows that went into the sketch: an all-zero sample
+     * (an idle pod) teaches nothing, and without a basis there is no score. */
+    int warming = fd->updates < fd->cfg.warmup || fd->nbasis == 0;
     if (n == 0.0) {
-        r.warming = fd->seen <= fd->cfg.warmup;
+        r.warming = warming;
         if (res)
             *res = r;
         return 0;
     }
-    r.score = residual(fd, fd->xn);
-    if (fd->seen <= fd->cfg.warmup) {
+    if (warming) {
         r.warming = 1;
         r.updated = 1;
+        r.score = NAN;
         append_row(fd, fd->xn);
-        if (fd->seen == fd->cfg.warmup)
+        if (fd->updates >= fd->cfg.warmup)
             refresh(fd);
     } else {
+        r.score = residual(fd, fd->xn);
         r.anomalous = r.score > fd->cfg.threshold;
         if (!r.anomalous)
             r.updated = 1;
         else if (fd->cfg.eta > 0.0)
             r.updated = (double)(next_rand(fd) >> 11) * (1.0 / 9007199254740992.0) < fd->cfg.eta;
-        if (r.updated) {
-            uint64_t before = fd->shrinks;
+        if (r.updated)
             append_row(fd, fd->xn);
-            if (fd->shrinks == before && fd->nbasis == 0)
-                refresh(fd); /* warm-up of 0: build a first basis */
-        }
     }
     if (res)
         *res = r;

@@ -17,7 +17,10 @@
  * Scorer (mv_fd_observe): the sample is L2-normalised; its score is the norm
  * of its residual off the span of the top-k right singular vectors of the
  * sketch (a value in [0, 1]; 0 = inside the subspace). The first `warmup`
- * samples always update the sketch and are never flagged. After that a
+ * NON-ZERO samples always update the sketch, are never flagged and have no
+ * score (NaN, `warming` set); all-zero samples (an idle pod) are not added
+ * and do not count toward warm-up, so a scorer that has learnt nothing never
+ * reports a score. After that a
  * sample with score > threshold is flagged anomalous and updates the sketch
  * only with probability eta (deterministic PRNG seeded by `seed`); other
  * samples update it. The top-k basis is refreshed at each shrink and at the
@@ -48,7 +51,7 @@ typedef struct mv_fd_config {
 } mv_fd_config;
 
 typedef struct mv_fd_result {
-    double score;  /* residual norm in [0, 1] */
+    double score;  /* residual norm in [0, 1]; NaN while warming */
     int anomalous; /* score > threshold and warm-up over */
     int updated;   /* the sample went into the sketch */
     int warming;   /* still in warm-up */
@@ -68,7 +71,7 @@ void mv_fd_destroy(mv_fd *fd);
  * -EDOM if x has a NaN/Inf. */
 int mv_fd_append(mv_fd *fd, const double *x);
 
-/* Score of x against the current top-k basis (no update); 1.0 while no basis
+/* Score of x against the current top-k basis (no update); NaN while no basis
  * exists yet, 0.0 for an all-zero x, NaN for a non-finite x. */
 double mv_fd_score(const mv_fd *fd, const double *x);
 

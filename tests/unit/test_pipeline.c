@@ -339,6 +339,50 @@ static void test_anomaly_score(void)
     fx_close(&f);
 }
 
+/* Anomaly score after an idle start: absent (not 1.0) until the scorer has
+ * learnt from real activity, then low under correlated load - never stuck. */
+static void test_anomaly_idle_start(void)
+{
+    fixture f;
+    mv_counter c[4];
+    char name[32];
+    fx_open(&f, "idle.seg", 16384);
+    for (int i = 0; i < 4; i++) {
+        snprintf(name, sizeof name, "c%d_total", i);
+        CU_ASSERT_FATAL(mv_counter_register(f.seg, name, NULL, NULL, NULL, 0, &c[i]) == MV_OK);
+    }
+    fx_catalog(&f);
+    /* 1 s windows, scorer every 1 s (the default), reads every 10 ms. */
+    mv_pipe_seg *p = new_pipe(f.cat, SEC, 1, 0);
+    uint64_t t = 9000 * SEC, dt = SEC / 100;
+    test_rng r = {77};
+    int high = 0, finite = 0, first_finite = -1;
+    for (int w = 0; w < 60; w++) {
+        for (int i = 0; i < 100; i++, t += dt) {
+            if (w >= 30) { /* 30 s idle, then 30 s of load shared by all four */
+                double load = 1 + 0.5 * sin((double)(w * 100 + i) / 300);
+                for (int k = 0; k < 4; k++)
+                    mv_counter_add(c[k], (uint64_t)((k + 1) * 20 * load + 3 * rng_unif(&r)));
+            }
+            mv_pipe_seg_feed(p, f.map, t);
+        }
+        mv_pipe_view *v = mv_pipe_seg_view(p);
+        if (isfinite(v->anomaly_score)) {
+            finite++;
+            if (first_finite < 0)
+                first_finite = w;
+            high += v->anomaly_score > 0.2;
+        }
+        free(v);
+    }
+    printf("\n  idle start: first score in window %d, %d windows scored, %d high ", first_finite,
+           finite, high);
+    CU_ASSERT(first_finite >= 30 && first_finite <= 37); /* warm-up: 4 steps of load */
+    CU_ASSERT(high == 0);
+    mv_pipe_seg_destroy(p);
+    fx_close(&f);
+}
+
 /* A catalog change keeps the state of unchanged metrics (by identity). */
 static void test_rebuild_carries_state(void)
 {
@@ -470,6 +514,7 @@ int main(void)
     CU_add_test(s, "changes on steps", test_changes_on_steps);
     CU_add_test(s, "constant then noisy: backs off", test_constant_then_noisy_backs_off);
     CU_add_test(s, "anomaly score", test_anomaly_score);
+    CU_add_test(s, "anomaly score after an idle start", test_anomaly_idle_start);
     CU_add_test(s, "rebuild carries state", test_rebuild_carries_state);
     CU_add_test(s, "adaptive sampling", test_adaptive_sampling);
     CU_basic_set_mode(CU_BRM_VERBOSE);
