@@ -30,6 +30,8 @@ enum kind {
     K_ANOM,    /* microview_anomaly_score */
     K_IVAL,    /* microview_segment_read_interval_seconds */
     K_READS,   /* microview_segment_reads_total */
+    K_COLL,    /* microview_sketch_collapses_total */
+    K_MEM,     /* microview_analytics_memory_bytes */
     K_COUNT_
 };
 
@@ -66,6 +68,11 @@ static const struct {
                 "Current adaptive read interval of the segment."},
     [K_READS] = {NULL, "microview_segment_reads_total", MV_EXPO_COUNTER,
                  "Successful reads of the segment."},
+    [K_COLL] = {NULL, "microview_sketch_collapses_total", MV_EXPO_COUNTER,
+                "Times a window sketch of the segment ran out of room and merged its lowest "
+                "buckets (quantiles below the merged bucket are over-estimated)."},
+    [K_MEM] = {NULL, "microview_analytics_memory_bytes", MV_EXPO_GAUGE,
+               "Bytes of analytics state (sketches, detectors, scorer) held for the segment."},
 };
 
 typedef struct entry {
@@ -281,7 +288,7 @@ static int walk_build(walk *w, const mv_coll_seg_view *const *views, size_t nvie
         if (!seg_valid(v))
             continue;
         size_t n = mv_seg_catalog_count(v->cat);
-        total += 3 + n * (seg_pipe(v) ? 7 : 1);
+        total += 5 + n * (seg_pipe(v) ? 7 : 1);
         if (seg_pipe(v))
             for (size_t j = 0; j < n; j++)
                 arena += 6 * ((size_t)mv_seg_catalog_metric(v->cat, j)->name_len + 16);
@@ -332,6 +339,10 @@ static int walk_build(walk *w, const mv_coll_seg_view *const *views, size_t nvie
         }
         if (p && !isnan(p->anomaly_score))
             w->ents[k++] = (entry){kinds[K_ANOM].fixed, (uint32_t)i, NO_METRIC, K_ANOM, 0};
+        if (p) {
+            w->ents[k++] = (entry){kinds[K_COLL].fixed, (uint32_t)i, NO_METRIC, K_COLL, 0};
+            w->ents[k++] = (entry){kinds[K_MEM].fixed, (uint32_t)i, NO_METRIC, K_MEM, 0};
+        }
         w->ents[k++] = (entry){kinds[K_IVAL].fixed, (uint32_t)i, NO_METRIC, K_IVAL, 0};
         w->ents[k++] = (entry){kinds[K_READS].fixed, (uint32_t)i, NO_METRIC, K_READS, 0};
     }
@@ -376,6 +387,10 @@ static int emit(sink *k, walk *w, const entry *en)
     if (en->metric == NO_METRIC) {
         if (en->kind == K_ANOM)
             return k->sample(k, NULL, idl, nid, NULL, 0, NULL, 0, p->anomaly_score, 0, 0);
+        if (en->kind == K_COLL)
+            return k->sample(k, NULL, idl, nid, NULL, 0, NULL, 0, 0, p->collapses, 1);
+        if (en->kind == K_MEM)
+            return k->sample(k, NULL, idl, nid, NULL, 0, NULL, 0, 0, p->mem_bytes, 1);
         if (en->kind == K_IVAL)
             return k->sample(k, NULL, idl, nid, NULL, 0, NULL, 0, (double)v->read_interval_ns / 1e9,
                              0, 0);
@@ -461,6 +476,8 @@ static int walk_run(walk *w, sink *k)
                     unit = m->unit;
             } else if (g->kind == K_IVAL) {
                 unit = "seconds";
+            } else if (g->kind == K_MEM) {
+                unit = "bytes";
             }
             int rc = k->family(k, g->name, entry_type(w, g), help, unit);
             if (rc < 0)
@@ -709,6 +726,9 @@ char *mv_export_segments_json(const mv_coll_snap *snap, int metrics)
             json_object_object_add(o, "changes", json_object_new_uint64(changes));
             json_object_object_add(o, "window_end_unix_ns",
                                    json_object_new_uint64(p->window_end_ns));
+            json_object_object_add(o, "analytics_memory_bytes",
+                                   json_object_new_uint64(p->mem_bytes));
+            json_object_object_add(o, "sketch_collapses", json_object_new_uint64(p->collapses));
         }
         if (metrics && seg_valid(v)) {
             json_object *ma = json_object_new_array();

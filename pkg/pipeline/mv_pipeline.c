@@ -53,13 +53,14 @@ struct mv_pipe_seg {
     uint64_t pub_start, pub_end;
     double pub_score;
     uint64_t pub_steps;
+    uint64_t pub_mem, pub_collapses;
 };
 
 void mv_pipe_config_default(mv_pipe_config *cfg)
 {
     cfg->window_ns = 15000000000ull;
     cfg->alpha = 0.01;
-    cfg->sketch_buckets = 256;
+    cfg->sketch_buckets = 1536;
     cfg->detect = 1;
     cfg->fd = 1;
     cfg->fd_period_ns = 1000000000ull;
@@ -286,6 +287,8 @@ int mv_pipe_seg_create(const mv_pipe_config *cfg, const mv_seg_catalog *cat, mv_
         s->pub_end = prev->pub_end;
         s->pub_score = prev->pub_score;
         s->pub_steps = prev->pub_steps;
+        s->pub_mem = prev->pub_mem;
+        s->pub_collapses = prev->pub_collapses;
         s->fd_step = prev->fd_step;
         s->fd_last_ns = prev->fd_last_ns;
         s->fd_wmax = prev->fd_wmax;
@@ -339,8 +342,28 @@ fail_state:
 /* ---- Feeding -----------------------------------------------------------------------------------
  */
 
+/* Bytes of state held now (the bound is mv_pipe_memory_bytes). */
+static uint64_t mem_used(const mv_pipe_seg *s)
+{
+    uint64_t b = sizeof *s + (uint64_t)s->n * (sizeof(mstate) + 2 * sizeof(mv_pipe_out)) +
+                 (s->det ? mv_detect_memory_bytes(s->n ? s->n : 1) : 0);
+    for (size_t i = 0; i < s->n; i++) {
+        if (s->ms[i].sk)
+            b += mv_sketch_memory_used(s->ms[i].sk);
+        if (s->ms[i].prev_b)
+            b += 8u * ((uint64_t)s->ms[i].m->bucket_count + 1);
+    }
+    if (s->fd) {
+        mv_fd_config fc;
+        mv_fd_config_default(&fc, s->fd_d);
+        b += mv_fd_memory_bytes(&fc) + s->fd_d * (4u + 16u);
+    }
+    return b;
+}
+
 static void close_window(mv_pipe_seg *s, uint64_t w)
 {
+    uint64_t collapses = 0, mem = mem_used(s);
     for (size_t i = 0; i < s->n; i++) {
         mstate *st = &s->ms[i];
         mv_pipe_out *o = &s->back[i];
@@ -356,6 +379,8 @@ static void close_window(mv_pipe_seg *s, uint64_t w)
             continue;
         }
         uint64_t cnt = mv_sketch_count(st->sk);
+        o->collapses = mv_sketch_collapses(st->sk);
+        collapses += o->collapses;
         o->count = cnt;
         o->sum = mv_sketch_sum(st->sk);
         o->last = st->last;
@@ -377,6 +402,8 @@ static void close_window(mv_pipe_seg *s, uint64_t w)
     s->pub_end = s->pub_start + s->cfg.window_ns;
     s->pub_score = s->fd_wmax;
     s->pub_steps = s->fd_steps;
+    s->pub_mem = mem;
+    s->pub_collapses = collapses;
     pthread_mutex_unlock(&s->mu);
     s->fd_wmax = NAN;
 }
@@ -518,6 +545,8 @@ mv_pipe_view *mv_pipe_seg_view(mv_pipe_seg *s)
     v->window_end_ns = s->pub_end;
     v->anomaly_score = s->pub_score;
     v->fd_steps = s->pub_steps;
+    v->mem_bytes = s->pub_mem;
+    v->collapses = s->pub_collapses;
     memcpy(v->m, s->pub, s->n * sizeof(mv_pipe_out));
     pthread_mutex_unlock(&s->mu);
     return v;

@@ -39,10 +39,12 @@
  * moves the state of every metric whose identity (type, name, labels, bucket
  * bounds) is unchanged from `old`; the caller then destroys `old`.
  *
- * Memory per metric (see mv_pipe_memory_bytes): 2 * sizeof(mv_pipe_out) +
- * ~100 bytes of state + 64 bytes of detector, plus for gauges and histograms
- * one sketch (mv_sketch_memory_bytes: 16 * sketch_buckets + header) and for
- * histograms 8 * (buckets + 1) bytes of previous counts.
+ * Memory per metric (see mv_pipe_memory_bytes, the bound): 2 * sizeof(mv_pipe_out)
+ * + ~100 bytes of state + 64 bytes of detector, plus for gauges and histograms
+ * one sparse sketch (at most mv_sketch_memory_bytes: 16 * sketch_buckets +
+ * directories + header; a steady value holds one 128-byte page) and for
+ * histograms 8 * (buckets + 1) bytes of previous counts. The view reports
+ * the bytes actually held (mem_bytes).
  *
  * Threads: feed and create/destroy run on one thread (the tick); view may be
  * called from any thread concurrently with feed.
@@ -68,7 +70,7 @@ extern const double mv_pipe_quantiles[MV_PIPE_QUANTILES];
 typedef struct mv_pipe_config {
     uint64_t window_ns;      /* export window; default 15 s; at least 1 ms */
     double alpha;            /* sketch relative accuracy; default 0.01 */
-    uint32_t sketch_buckets; /* sketch keys per sign; default 256 (~7 octaves at 1%) */
+    uint32_t sketch_buckets; /* sketch key budget per sign; default 1536 (1 ns .. 1 h at 1%) */
     int detect;              /* run change detection on every read; default 1 */
     int fd;                  /* run the anomaly scorer; default 1 */
     uint64_t fd_period_ns;   /* scorer step; default 1 s */
@@ -92,6 +94,7 @@ typedef struct mv_pipe_out {
     double sum;                  /* gauges: of samples; histograms: of observations */
     uint64_t count;
     double min, max, mean, last; /* gauges */
+    uint64_t collapses;          /* gauges, histograms: sketch collapses since created */
 } mv_pipe_out;
 
 typedef struct mv_pipe_view {
@@ -100,6 +103,8 @@ typedef struct mv_pipe_view {
     uint64_t window_end_ns;
     double anomaly_score; /* NaN when not available */
     uint64_t fd_steps;    /* scorer steps run */
+    uint64_t mem_bytes;   /* bytes of analytics state held now (at the window's close) */
+    uint64_t collapses;   /* sketch collapses of all its metrics since created */
     size_t n;             /* metrics (catalog order) */
     mv_pipe_out m[];
 } mv_pipe_view;

@@ -15,13 +15,31 @@
 #define ALPHA_SHRINK (1.0 - 1e-7)
 #define KEY_SPAN     1100 /* e + P(s) lies in [-1022, 1024] for normal doubles */
 
-/* One sign's dense window of buckets: counts[i] holds key lo + i. */
+#define PAGE_SHIFT 4
+#define PAGE       (1u << PAGE_SHIFT) /* keys per page */
+#define COVER_OCT  64                 /* octaves the page directory spans at least */
+#define MAX_PAGES  65535u             /* directory entries are uint16 (0 = no page) */
+
+/*
+ * One sign's sparse store. Keys are biased (non-negative); key k lives in
+ * page k >> PAGE_SHIFT. `dir` is a window of dir_len page slots starting at
+ * page lo_page: dir[i] = 1 + index into `pool` (pages of PAGE counts), or 0.
+ * Pages are allocated on first use (the pool grows by doubling up to
+ * max_pages) and kept across resets, so a steady metric stops allocating
+ * after its first window; freed pages go on a free list threaded through
+ * their first count.
+ */
 typedef struct store {
-    uint64_t *counts;
-    uint32_t cap;
-    int32_t lo;   /* key of counts[0] */
-    int32_t kmin; /* lowest non-empty key (valid when total > 0) */
-    int32_t kmax; /* highest non-empty key */
+    uint16_t *dir;
+    uint64_t *pool;
+    uint32_t dir_len;
+    uint32_t lo_page;
+    uint32_t pool_cap;  /* pages allocated in pool */
+    uint32_t pool_next; /* pages of pool handed out since the last reset */
+    uint32_t free_head; /* 1 + first free page, 0 = none */
+    uint32_t pages;     /* pages in use */
+    uint32_t kmin;      /* lowest non-empty key (valid when total > 0) */
+    uint32_t kmax;      /* highest non-empty key */
     uint64_t total;
 } store;
 
@@ -30,7 +48,9 @@ struct mv_sketch {
     double mult;   /* M: keys per unit of e + P(s) */
     double bias_d; /* keeps M * (e + P(s)) + bias positive so truncation floors */
     int32_t bias;
+    uint32_t max_pages; /* per sign */
     int collapsed;
+    uint64_t collapses; /* values or pages folded into a lower bucket's neighbour */
     uint64_t count;
     uint64_t zero_count;
     double sum;
@@ -39,6 +59,27 @@ struct mv_sketch {
     store pos;
     store neg;
 };
+
+static uint32_t dir_len_for(double mult, uint32_t max_buckets)
+{
+    uint32_t need = (uint32_t)ceil(COVER_OCT * mult / PAGE) + 2;
+    uint32_t budget = (max_buckets + PAGE - 1) / PAGE + 2;
+    uint32_t n = need > budget ? need : budget;
+    return n;
+}
+
+static double mult_for(double alpha)
+{
+    double a = alpha * ALPHA_SHRINK;
+    double gamma_ln = log1p(2.0 * a / (1.0 - a)); /* ln((1 + a) / (1 - a)) */
+    return 1.0 / (P_MIN_SLOPE * gamma_ln);
+}
+
+static uint32_t pages_for(uint32_t max_buckets)
+{
+    uint32_t p = (max_buckets + PAGE - 1) / PAGE;
+    return p > MAX_PAGES ? MAX_PAGES : p;
+}
 
 void mv_sketch_config_default(mv_sketch_config *cfg)
 {
@@ -66,13 +107,26 @@ size_t mv_sketch_memory_bytes(const mv_sketch_config *cfg)
     }
     if (mv_sketch_config_check(cfg) != NULL)
         return 0;
-    return sizeof(mv_sketch) + 2 * sizeof(uint64_t) * (size_t)cfg->max_buckets;
+    size_t dir = dir_len_for(mult_for(cfg->alpha), cfg->max_buckets);
+    return sizeof(mv_sketch) + 2 * (dir * sizeof(uint16_t) +
+                                    (size_t)pages_for(cfg->max_buckets) * PAGE * sizeof(uint64_t));
+}
+
+size_t mv_sketch_memory_used(const mv_sketch *sk)
+{
+    return sizeof(mv_sketch) + (size_t)(sk->pos.dir_len + sk->neg.dir_len) * sizeof(uint16_t) +
+           (size_t)(sk->pos.pool_cap + sk->neg.pool_cap) * PAGE * sizeof(uint64_t);
 }
 
 static void store_clear(store *st)
 {
-    memset(st->counts, 0, sizeof(uint64_t) * st->cap);
-    st->lo = 0;
+    if (st->pool_next)
+        memset(st->pool, 0, sizeof(uint64_t) * PAGE * st->pool_next);
+    memset(st->dir, 0, sizeof(uint16_t) * st->dir_len);
+    st->lo_page = 0;
+    st->pool_next = 0;
+    st->free_head = 0;
+    st->pages = 0;
     st->kmin = 0;
     st->kmax = 0;
     st->total = 0;
@@ -82,7 +136,7 @@ int mv_sketch_create(const mv_sketch_config *cfg, mv_sketch **out)
 {
     mv_sketch_config def;
     mv_sketch *sk;
-    uint64_t *mem;
+    uint16_t *dir;
 
     if (out == NULL)
         return -EINVAL;
@@ -96,20 +150,19 @@ int mv_sketch_create(const mv_sketch_config *cfg, mv_sketch **out)
     sk = calloc(1, sizeof(*sk));
     if (sk == NULL)
         goto fail_none;
-    mem = calloc(2 * (size_t)cfg->max_buckets, sizeof(uint64_t));
-    if (mem == NULL)
-        goto fail_sketch;
-
-    double a = cfg->alpha * ALPHA_SHRINK;
-    double gamma_ln = log1p(2.0 * a / (1.0 - a)); /* ln((1 + a) / (1 - a)) */
     sk->alpha = cfg->alpha;
-    sk->mult = 1.0 / (P_MIN_SLOPE * gamma_ln);
+    sk->mult = mult_for(cfg->alpha);
     sk->bias = (int32_t)ceil(KEY_SPAN * sk->mult) + 1;
     sk->bias_d = (double)sk->bias;
-    sk->pos.counts = mem;
-    sk->pos.cap = cfg->max_buckets;
-    sk->neg.counts = mem + cfg->max_buckets;
-    sk->neg.cap = cfg->max_buckets;
+    sk->max_pages = pages_for(cfg->max_buckets);
+    uint32_t dl = dir_len_for(sk->mult, cfg->max_buckets);
+    dir = calloc(2 * (size_t)dl, sizeof(uint16_t));
+    if (dir == NULL)
+        goto fail_sketch;
+    sk->pos.dir = dir;
+    sk->pos.dir_len = dl;
+    sk->neg.dir = dir + dl;
+    sk->neg.dir_len = dl;
     mv_sketch_reset(sk);
     *out = sk;
     return 0;
@@ -124,7 +177,9 @@ void mv_sketch_destroy(mv_sketch *sk)
 {
     if (sk == NULL)
         return;
-    free(sk->pos.counts); /* one block holds both stores */
+    free(sk->pos.dir); /* one block holds both directories */
+    free(sk->pos.pool);
+    free(sk->neg.pool);
     free(sk);
 }
 
@@ -140,8 +195,8 @@ void mv_sketch_reset(mv_sketch *sk)
     sk->max = -INFINITY;
 }
 
-/* Key of a positive normal double: floor(M * (e + P(s))). */
-static inline int32_t key_of(const mv_sketch *sk, double x)
+/* Biased key of a positive normal double: floor(M * (e + P(s))) + bias >= 0. */
+static inline uint32_t ukey_of(const mv_sketch *sk, double x)
 {
     uint64_t bits;
     memcpy(&bits, &x, sizeof(bits));
@@ -151,7 +206,7 @@ static inline int32_t key_of(const mv_sketch *sk, double x)
     memcpy(&m, &mbits, sizeof(m));
     double s = m - 1.0;
     double f = (double)e + ((P_C3 * s + P_C2) * s + P_C1) * s;
-    return (int32_t)(f * sk->mult + sk->bias_d) - sk->bias;
+    return (uint32_t)(f * sk->mult + sk->bias_d);
 }
 
 /* Inverse of P on [0, 1] by bisection (query path only). */
@@ -177,86 +232,195 @@ static double f_inverse(double f)
     return ldexp(1.0 + p_inverse(f - e), (int)e);
 }
 
-/* Value reported for a key: 2 lo hi / (lo + hi), within alpha of [lo, hi]. */
-static double key_value(const mv_sketch *sk, int32_t key)
+/* Value reported for a biased key: 2 lo hi / (lo + hi), within alpha of [lo, hi]. */
+static double key_value(const mv_sketch *sk, uint32_t ukey)
 {
+    int32_t key = (int32_t)ukey - sk->bias;
     double lo = f_inverse((double)key / sk->mult);
     double hi = f_inverse((double)(key + 1) / sk->mult);
     return 2.0 / (1.0 / lo + 1.0 / hi); /* same value, no overflow near DBL_MAX */
 }
 
-/* Moves the window so that keys [nlo, nhi] fit, collapsing the lowest keys if
- * they cannot. Returns the key a count for `key` must go to. */
-static int32_t store_make_room(mv_sketch *sk, store *st, int32_t key)
+static inline uint64_t *page_at(const store *st, uint32_t page)
 {
-    if (st->total == 0) {
-        st->lo = key - (int32_t)(st->cap / 2);
-        st->kmin = st->kmax = key;
-        return key;
-    }
-    int32_t nlo = key < st->kmin ? key : st->kmin;
-    int32_t nhi = key > st->kmax ? key : st->kmax;
-    int64_t width = (int64_t)nhi - nlo + 1;
-    int32_t new_lo;
-    if (width <= (int64_t)st->cap) {
-        /* Re-centre: equal slack on both sides of the occupied range. */
-        new_lo = nlo - (int32_t)(((int64_t)st->cap - width) / 2);
+    uint32_t i = page - st->lo_page;
+    if (i >= st->dir_len || st->dir[i] == 0)
+        return NULL;
+    return st->pool + (size_t)(st->dir[i] - 1) * PAGE;
+}
+
+/* Lowest page in use at or above `from` (window-relative index), or UINT32_MAX. */
+static uint32_t lowest_page_from(const store *st, uint32_t from)
+{
+    for (uint32_t i = from; i < st->dir_len; i++)
+        if (st->dir[i])
+            return st->lo_page + i;
+    return UINT32_MAX;
+}
+
+/* Takes a page for slot `page` (in the window); 0 or -ENOMEM (budget or malloc). */
+static int page_alloc(const mv_sketch *sk, store *st, uint32_t page)
+{
+    uint32_t idx;
+    if (st->pages >= sk->max_pages)
+        return -ENOMEM;
+    if (st->free_head) {
+        idx = st->free_head - 1;
+        st->free_head = (uint32_t)st->pool[(size_t)idx * PAGE];
+        st->pool[(size_t)idx * PAGE] = 0;
     } else {
-        new_lo = nhi - (int32_t)st->cap + 1;
-        sk->collapsed = 1;
-    }
-    if (new_lo != st->lo) {
-        uint64_t *c = st->counts;
-        uint32_t cap = st->cap;
-        if (new_lo > st->lo) {
-            uint64_t shift = (uint64_t)((int64_t)new_lo - st->lo);
-            uint64_t folded = 0;
-            uint32_t keep = 0;
-            if (shift < cap) {
-                for (uint32_t i = 0; i < (uint32_t)shift; i++)
-                    folded += c[i];
-                keep = cap - (uint32_t)shift;
-                memmove(c, c + shift, sizeof(uint64_t) * keep);
-            } else {
-                for (uint32_t i = 0; i < cap; i++)
-                    folded += c[i];
-            }
-            memset(c + keep, 0, sizeof(uint64_t) * (cap - keep));
-            c[0] += folded;
-        } else {
-            uint64_t shift = (uint64_t)((int64_t)st->lo - new_lo);
-            /* Only happens when the occupied range fits after the move. */
-            uint32_t keep = shift < cap ? cap - (uint32_t)shift : 0;
-            if (keep > 0)
-                memmove(c + shift, c, sizeof(uint64_t) * keep);
-            memset(c, 0, sizeof(uint64_t) * (cap - keep < shift ? cap - keep : shift));
+        if (st->pool_next == st->pool_cap) {
+            uint32_t cap = st->pool_cap ? 2 * st->pool_cap : 1;
+            if (cap > sk->max_pages)
+                cap = sk->max_pages;
+            uint64_t *np = realloc(st->pool, sizeof(uint64_t) * PAGE * cap);
+            if (np == NULL)
+                return -ENOMEM;
+            memset(np + (size_t)st->pool_cap * PAGE, 0,
+                   sizeof(uint64_t) * PAGE * (cap - st->pool_cap));
+            st->pool = np;
+            st->pool_cap = cap;
         }
-        st->lo = new_lo;
+        idx = st->pool_next++;
     }
-    if (st->kmin < new_lo)
-        st->kmin = new_lo;
-    if (key < new_lo)
-        key = new_lo;
-    if (key < st->kmin)
-        st->kmin = key;
-    if (key > st->kmax)
-        st->kmax = key;
+    st->dir[page - st->lo_page] = (uint16_t)(idx + 1);
+    st->pages++;
+    return 0;
+}
+
+/* Frees the page in window slot i and returns the sum of its counts. */
+static uint64_t page_free(store *st, uint32_t i)
+{
+    uint32_t idx = st->dir[i] - 1u;
+    uint64_t *c = st->pool + (size_t)idx * PAGE, n = 0;
+    for (uint32_t j = 0; j < PAGE; j++)
+        n += c[j];
+    memset(c, 0, sizeof(uint64_t) * PAGE);
+    c[0] = st->free_head;
+    st->free_head = idx + 1;
+    st->dir[i] = 0;
+    st->pages--;
+    return n;
+}
+
+/* Moves the window so that it starts at page new_lo; pages that would fall
+ * below it must have been freed. */
+static void window_move(store *st, uint32_t new_lo)
+{
+    uint32_t len = st->dir_len;
+    if (new_lo > st->lo_page) {
+        uint32_t sh = new_lo - st->lo_page;
+        if (sh < len) {
+            memmove(st->dir, st->dir + sh, sizeof(uint16_t) * (len - sh));
+            memset(st->dir + len - sh, 0, sizeof(uint16_t) * sh);
+        } else {
+            memset(st->dir, 0, sizeof(uint16_t) * len);
+        }
+    } else if (new_lo < st->lo_page) {
+        uint32_t sh = st->lo_page - new_lo;
+        if (sh < len) {
+            memmove(st->dir + sh, st->dir, sizeof(uint16_t) * (len - sh));
+            memset(st->dir, 0, sizeof(uint16_t) * sh);
+        } else {
+            memset(st->dir, 0, sizeof(uint16_t) * len);
+        }
+    }
+    st->lo_page = new_lo;
+}
+
+/* Frees every page below window slot `upto`; returns the values they held. */
+static uint64_t free_below(store *st, uint32_t upto)
+{
+    uint64_t moved = 0;
+    for (uint32_t i = 0; i < upto && i < st->dir_len; i++)
+        if (st->dir[i])
+            moved += page_free(st, i);
+    return moved;
+}
+
+/* Puts `moved` folded values into the lowest key of the lowest page in the
+ * window, allocating `page` (which must be in the window) when none is left. */
+static void place_folded(mv_sketch *sk, store *st, uint64_t moved, uint32_t page)
+{
+    if (moved == 0)
+        return;
+    uint32_t target = lowest_page_from(st, 0);
+    if (target == UINT32_MAX) {
+        target = page;
+        if (page_alloc(sk, st, page) != 0)
+            return; /* unreachable: a page was just freed */
+    }
+    page_at(st, target)[0] += moved;
+    st->kmin = target << PAGE_SHIFT;
+    sk->collapsed = 1;
+    sk->collapses++;
+}
+
+/* Slow path of store_add: makes room for `key`, collapsing the LOWEST
+ * buckets only when the range is wider than the window or the page budget is
+ * spent. Returns the key the count must go to (its page exists). */
+static uint32_t store_make_room(mv_sketch *sk, store *st, uint32_t key)
+{
+    uint32_t page = key >> PAGE_SHIFT;
+    if (st->total == 0 && st->pages == 0) {
+        uint32_t half = st->dir_len / 2;
+        window_move(st, page > half ? page - half : 0);
+        st->kmin = st->kmax = key;
+    }
+    if (page - st->lo_page >= st->dir_len) {
+        uint32_t pmin = st->total ? st->kmin >> PAGE_SHIFT : page;
+        uint32_t pmax = st->total ? st->kmax >> PAGE_SHIFT : page;
+        uint32_t lo = page < pmin ? page : pmin, hi = page > pmax ? page : pmax;
+        if (hi - lo < st->dir_len) {
+            uint32_t slack = (st->dir_len - (hi - lo + 1)) / 2;
+            window_move(st, lo > slack ? lo - slack : 0);
+        } else if (page > pmax) {
+            uint32_t new_lo = page - st->dir_len + 1;
+            uint64_t moved = free_below(st, new_lo - st->lo_page);
+            window_move(st, new_lo);
+            place_folded(sk, st, moved, page);
+        } else {
+            /* Below a window that cannot stretch: the lowest kept bucket. */
+            sk->collapsed = 1;
+            sk->collapses++;
+            return st->kmin;
+        }
+    }
+    if (page_at(st, page) == NULL && page_alloc(sk, st, page) != 0) {
+        /* Out of pages: fold the lowest page into the next one up, or put the
+         * value in the lowest kept bucket if it is below everything. */
+        uint32_t low = lowest_page_from(st, 0);
+        if (low == UINT32_MAX || page < low) {
+            sk->collapsed = 1;
+            sk->collapses++;
+            return low == UINT32_MAX ? key : st->kmin;
+        }
+        place_folded(sk, st, free_below(st, low - st->lo_page + 1), page);
+        if (page_at(st, page) == NULL && page_alloc(sk, st, page) != 0) {
+            sk->collapsed = 1;
+            sk->collapses++;
+            return st->kmin; /* allocation failed: keep the count somewhere */
+        }
+    }
     return key;
 }
 
-static inline void store_add(mv_sketch *sk, store *st, int32_t key, uint64_t n)
+static inline void store_add(mv_sketch *sk, store *st, uint32_t key, uint64_t n)
 {
-    uint32_t i = (uint32_t)key - (uint32_t)st->lo;
-    if (i < st->cap && st->total != 0) {
-        st->counts[i] += n;
-        if (key < st->kmin)
-            st->kmin = key;
-        if (key > st->kmax)
-            st->kmax = key;
+    uint32_t i = (key >> PAGE_SHIFT) - st->lo_page;
+    if (i < st->dir_len && st->dir[i] != 0) {
+        st->pool[(size_t)(st->dir[i] - 1) * PAGE + (key & (PAGE - 1))] += n;
     } else {
         key = store_make_room(sk, st, key);
-        st->counts[(uint32_t)key - (uint32_t)st->lo] += n;
+        uint64_t *pg = page_at(st, key >> PAGE_SHIFT);
+        if (pg == NULL)
+            return; /* no page at all could be had (malloc failed on an empty store) */
+        pg[key & (PAGE - 1)] += n;
     }
+    if (st->total == 0 || key < st->kmin)
+        st->kmin = key;
+    if (st->total == 0 || key > st->kmax)
+        st->kmax = key;
     st->total += n;
 }
 
@@ -267,9 +431,9 @@ int mv_sketch_add_n(mv_sketch *sk, double x, uint64_t n)
     if (n == 0)
         return 0;
     if (x > MV_SKETCH_MIN_INDEXABLE)
-        store_add(sk, &sk->pos, key_of(sk, x), n);
+        store_add(sk, &sk->pos, ukey_of(sk, x), n);
     else if (x < -MV_SKETCH_MIN_INDEXABLE)
-        store_add(sk, &sk->neg, key_of(sk, -x), n);
+        store_add(sk, &sk->neg, ukey_of(sk, -x), n);
     else
         sk->zero_count += n;
     sk->count += n;
@@ -329,10 +493,14 @@ static int store_merge(mv_sketch *dst, store *d, const store *s)
     if (s->total == 0)
         return 0;
     /* Highest keys first so a collapsing destination settles its window once. */
-    for (int32_t k = s->kmax; k >= s->kmin; k--) {
-        uint64_t n = s->counts[(uint32_t)k - (uint32_t)s->lo];
-        if (n != 0)
-            store_add(dst, d, k, n);
+    for (uint32_t i = s->dir_len; i-- > 0;) {
+        if (!s->dir[i])
+            continue;
+        const uint64_t *c = s->pool + (size_t)(s->dir[i] - 1) * PAGE;
+        uint32_t base = (s->lo_page + i) << PAGE_SHIFT;
+        for (uint32_t j = PAGE; j-- > 0;)
+            if (c[j])
+                store_add(dst, d, base + j, c[j]);
     }
     return 0;
 }
@@ -354,6 +522,7 @@ int mv_sketch_merge(mv_sketch *dst, const mv_sketch *src)
         dst->max = src->max;
     if (src->collapsed)
         dst->collapsed = 1;
+    dst->collapses += src->collapses;
     return 0;
 }
 
@@ -368,12 +537,17 @@ double mv_sketch_quantile(const mv_sketch *sk, double q)
     int found = 0;
     if (st->total > rank) {
         /* Most negative first: highest magnitude key first. */
-        for (int32_t k = st->kmax; k >= st->kmin; k--) {
-            seen += st->counts[(uint32_t)k - (uint32_t)st->lo];
-            if (seen > rank) {
-                v = -key_value(sk, k);
-                found = 1;
-                break;
+        for (uint32_t i = st->dir_len; i-- > 0 && !found;) {
+            if (!st->dir[i])
+                continue;
+            const uint64_t *c = st->pool + (size_t)(st->dir[i] - 1) * PAGE;
+            for (uint32_t j = PAGE; j-- > 0;) {
+                seen += c[j];
+                if (seen > rank) {
+                    v = -key_value(sk, ((st->lo_page + i) << PAGE_SHIFT) + j);
+                    found = 1;
+                    break;
+                }
             }
         }
     } else {
@@ -385,11 +559,17 @@ double mv_sketch_quantile(const mv_sketch *sk, double q)
             v = 0.0;
         } else {
             st = &sk->pos;
-            for (int32_t k = st->kmin; k <= st->kmax; k++) {
-                seen += st->counts[(uint32_t)k - (uint32_t)st->lo];
-                if (seen > rank) {
-                    v = key_value(sk, k);
-                    break;
+            for (uint32_t i = 0; i < st->dir_len && !found; i++) {
+                if (!st->dir[i])
+                    continue;
+                const uint64_t *c = st->pool + (size_t)(st->dir[i] - 1) * PAGE;
+                for (uint32_t j = 0; j < PAGE; j++) {
+                    seen += c[j];
+                    if (seen > rank) {
+                        v = key_value(sk, ((st->lo_page + i) << PAGE_SHIFT) + j);
+                        found = 1;
+                        break;
+                    }
                 }
             }
         }
@@ -430,10 +610,13 @@ double mv_sketch_alpha(const mv_sketch *sk)
 static uint32_t store_nonempty(const store *st)
 {
     uint32_t n = 0;
-    if (st->total == 0)
-        return 0;
-    for (int32_t k = st->kmin; k <= st->kmax; k++)
-        n += st->counts[(uint32_t)k - (uint32_t)st->lo] != 0;
+    for (uint32_t i = 0; i < st->dir_len; i++) {
+        if (!st->dir[i])
+            continue;
+        const uint64_t *c = st->pool + (size_t)(st->dir[i] - 1) * PAGE;
+        for (uint32_t j = 0; j < PAGE; j++)
+            n += c[j] != 0;
+    }
     return n;
 }
 
@@ -445,4 +628,9 @@ uint32_t mv_sketch_bucket_count(const mv_sketch *sk)
 int mv_sketch_collapsed(const mv_sketch *sk)
 {
     return sk->collapsed;
+}
+
+uint64_t mv_sketch_collapses(const mv_sketch *sk)
+{
+    return sk->collapses;
 }

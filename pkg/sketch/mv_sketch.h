@@ -1,4 +1,5 @@
-/* mv_sketch: relative-error quantile sketch (DDSketch-style log buckets), allocation-free adds. */
+/* mv_sketch: relative-error quantile sketch (DDSketch-style log buckets) with a sparse, paged
+ * store. */
 #ifndef MV_SKETCH_H
 #define MV_SKETCH_H
 
@@ -10,7 +11,7 @@
  * |y - x| <= alpha * |x|, where x is the element of rank floor(q * (count - 1))
  * (0-based) of the sorted input, provided that
  *   - |x| >= MV_SKETCH_MIN_INDEXABLE (smaller magnitudes are kept as zero), and
- *   - x's bucket was not collapsed (see max_buckets below).
+ *   - x's bucket was not collapsed (see "Store" below).
  * Values added with mv_sketch_add_buckets() carry the pod histogram's bucket
  * error instead (see there).
  *
@@ -25,15 +26,25 @@
  * alpha is shrunk by a factor (1 - 1e-7) internally, which absorbs the rounding
  * of the index computation, so the bound above holds in floating point.
  *
- * Bucket limit: each sign has a dense window of max_buckets keys. When the
- * data span more keys than that, the LOWEST-magnitude buckets are collapsed into
- * the lowest kept bucket: the counts, count, sum, min, max stay exact, high
- * quantiles keep the alpha guarantee, and quantiles falling in the collapsed
- * bucket are over-estimated in magnitude (reported as that bucket's value).
- * With alpha = 0.01 one octave is ~35 keys, so 2048 keys cover ~17.5 decades.
+ * Store: sparse, in pages of 16 keys allocated on first use. Each sign has a
+ * page directory spanning at least 64 octaves (2^64 ~ 1.8e19 between the
+ * lowest and highest magnitude kept; more when max_buckets asks for it) that
+ * re-centres when the data move, and a budget of max_buckets keys
+ * (max_buckets / 16 pages). Only two things collapse buckets, and then
+ * always the LOWEST-magnitude ones, into the lowest kept bucket: a range wider
+ * than the directory, or a spent page budget. Counts, count, sum, min and
+ * max stay exact, quantiles above the collapsed bucket keep the alpha bound,
+ * and quantiles falling in it are over-estimated in magnitude.
+ * mv_sketch_collapses() counts these events (since create).
+ * With alpha = 0.01 one octave is ~35 keys (~116 per decade): 1 ns .. 1 h
+ * (12.6 decades) needs ~1,460 keys, i.e. ~93 pages.
  *
- * Memory: mv_sketch_memory_bytes(cfg) = 2 * 8 * max_buckets + a fixed header
- * (about 32.9 KiB for the defaults). No allocation happens after create.
+ * Memory: a steady value uses one page; mv_sketch_memory_used(sk) is what is
+ * allocated now (pages are kept across resets, so after the first window of
+ * a steady metric nothing is allocated), mv_sketch_memory_bytes(cfg) the
+ * most it can grow to: 2 * (2 * dir_len + 8 * max_buckets) + a header.
+ * Adds allocate only when a page is first touched (never after the budget is
+ * reached); a failed allocation collapses instead.
  *
  * Threading: a sketch is not thread-safe; use one per thread or lock outside.
  * Ownership: mv_sketch_create allocates; the caller frees with mv_sketch_destroy.
@@ -45,7 +56,7 @@ typedef struct mv_sketch mv_sketch;
 
 typedef struct mv_sketch_config {
     double alpha;         /* relative accuracy, in [1e-4, 0.5]; default 0.01 */
-    uint32_t max_buckets; /* keys per sign, in [16, 1 << 20]; default 2048 */
+    uint32_t max_buckets; /* key budget per sign, in [16, 1 << 20]; default 2048 */
 } mv_sketch_config;
 
 /* Fills the defaults (alpha 0.01, 2048 buckets per sign). */
@@ -54,7 +65,7 @@ void mv_sketch_config_default(mv_sketch_config *cfg);
 /* Returns NULL if cfg is valid, else a sentence saying what to fix. */
 const char *mv_sketch_config_check(const mv_sketch_config *cfg);
 
-/* Bytes one sketch with this config owns (0 if the config is invalid). */
+/* Most bytes one sketch with this config can own (0 if the config is invalid). */
 size_t mv_sketch_memory_bytes(const mv_sketch_config *cfg);
 
 /* Creates an empty sketch (cfg NULL = defaults). Returns 0, -EINVAL (call
@@ -63,7 +74,8 @@ int mv_sketch_create(const mv_sketch_config *cfg, mv_sketch **out);
 void mv_sketch_destroy(mv_sketch *sk);
 
 /* Adds one value / `count` copies of a value. Returns 0, or -EDOM for NaN or
- * an infinity (not added). Never allocates. */
+ * an infinity (not added). Allocates only when a new page of keys is first
+ * touched (see "Store"). */
 int mv_sketch_add(mv_sketch *sk, double value);
 int mv_sketch_add_n(mv_sketch *sk, double value, uint64_t count);
 
@@ -101,5 +113,9 @@ double mv_sketch_alpha(const mv_sketch *sk);
 uint32_t mv_sketch_bucket_count(const mv_sketch *sk);
 /* Nonzero once a bucket limit has forced a collapse since the last reset. */
 int mv_sketch_collapsed(const mv_sketch *sk);
+/* Collapse events since create (not cleared by reset). */
+uint64_t mv_sketch_collapses(const mv_sketch *sk);
+/* Bytes the sketch holds now (header, directories, pages allocated so far). */
+size_t mv_sketch_memory_used(const mv_sketch *sk);
 
 #endif

@@ -77,6 +77,8 @@ static void scene_open(scene *s)
     s->pipe->window_start_ns = 1700000000000000000ull;
     s->pipe->window_end_ns = 1700000015000000000ull;
     s->pipe->anomaly_score = 0.125;
+    s->pipe->mem_bytes = 6144;
+    s->pipe->collapses = 2;
     mv_pipe_out *o = s->pipe->m;
     o[0] = (mv_pipe_out){.type = MV_SEG_COUNTER,
                          .has_window = 1,

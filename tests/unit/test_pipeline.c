@@ -171,6 +171,49 @@ static void test_gauge_window_quantiles(void)
     fx_close(&f);
 }
 
+/* Window quantiles with the DEFAULT config over a wide range: log-uniform
+ * 1 ns .. 1000 s (12 decades) and a 1 ms .. 10 s latency mix, every quantile
+ * within alpha (the default sketch covers at least 1 ns .. 1 h). */
+static void test_gauge_wide_range(void)
+{
+    fixture f;
+    mv_gauge g[2];
+    fx_open(&f, "wide.seg", 16384);
+    CU_ASSERT_FATAL(mv_gauge_register(f.seg, "wide", NULL, NULL, NULL, 0, &g[0]) == MV_OK);
+    CU_ASSERT_FATAL(mv_gauge_register(f.seg, "lat", NULL, NULL, NULL, 0, &g[1]) == MV_OK);
+    fx_catalog(&f);
+    mv_pipe_seg *p = new_pipe(f.cat, SEC, 0, 0);
+    uint64_t t0 = 8000 * SEC;
+    enum { N = 20000 };
+    static double xs[2][N];
+    test_rng r = {4242};
+    for (int i = 0; i < N; i++) {
+        xs[0][i] = pow(10.0, -9.0 + 12.0 * rng_unif(&r));
+        /* 90% fast (1-5 ms), 10% slow (1-10 s) */
+        xs[1][i] = rng_unif(&r) < 0.9 ? 0.001 + 0.004 * rng_unif(&r) : 1 + 9 * rng_unif(&r);
+        mv_gauge_set(g[0], xs[0][i]);
+        mv_gauge_set(g[1], xs[1][i]);
+        mv_pipe_seg_feed(p, f.map, t0 + (uint64_t)i * (SEC / N));
+    }
+    mv_pipe_seg_feed(p, f.map, t0 + SEC);
+    mv_pipe_view *v = mv_pipe_seg_view(p);
+    for (int m = 0; m < 2; m++) {
+        qsort(xs[m], N, sizeof xs[m][0], dcmp);
+        for (int q = 0; q < MV_PIPE_QUANTILES; q++) {
+            double want = xs[m][(size_t)floor(mv_pipe_quantiles[q] * (N - 1))];
+            double e = rel_err(v->m[m].q[q], want);
+            if (e > 0.01)
+                printf("\n  metric %d q=%g got %g want %g (x%.3g) ", m, mv_pipe_quantiles[q],
+                       v->m[m].q[q], want, v->m[m].q[q] / want);
+            CU_ASSERT(e <= 0.01 + 1e-12);
+        }
+    }
+    CU_ASSERT_EQUAL(v->m[0].count, N);
+    free(v);
+    mv_pipe_seg_destroy(p);
+    fx_close(&f);
+}
+
 /* Histogram: window count/sum exact; quantiles within the bucket's width. */
 static void test_histogram_window(void)
 {
@@ -510,6 +553,7 @@ int main(void)
     CU_pSuite s = CU_add_suite("pipeline", NULL, NULL);
     CU_add_test(s, "counter window", test_counter_window);
     CU_add_test(s, "gauge window quantiles", test_gauge_window_quantiles);
+    CU_add_test(s, "gauge quantiles over 1 ns .. 1000 s", test_gauge_wide_range);
     CU_add_test(s, "histogram window", test_histogram_window);
     CU_add_test(s, "changes on steps", test_changes_on_steps);
     CU_add_test(s, "constant then noisy: backs off", test_constant_then_noisy_backs_off);

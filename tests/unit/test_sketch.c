@@ -187,7 +187,7 @@ static void test_bucket_limit(void)
     cfg.max_buckets = 256; /* ~7.3 octaves at alpha 0.01 */
     CU_ASSERT_FATAL(mv_sketch_create(&cfg, &sk) == 0);
     CU_ASSERT(mv_sketch_memory_bytes(&cfg) >= 2 * 8 * 256);
-    CU_ASSERT(mv_sketch_memory_bytes(&cfg) < 2 * 8 * 256 + 256);
+    CU_ASSERT(mv_sketch_memory_bytes(&cfg) < 2 * 8 * 256 + 1024); /* + page directories */
 
     /* Values 1 .. 1e6 (20 octaves) uniformly in log space. */
     test_rng r = {5};
@@ -200,7 +200,9 @@ static void test_bucket_limit(void)
     }
     qsort(v, n, sizeof(double), cmp_double);
     CU_ASSERT(mv_sketch_collapsed(sk));
+    CU_ASSERT(mv_sketch_collapses(sk) > 0);
     CU_ASSERT(mv_sketch_bucket_count(sk) <= 256);
+    CU_ASSERT(mv_sketch_memory_used(sk) <= mv_sketch_memory_bytes(&cfg));
     CU_ASSERT(mv_sketch_count(sk) == n);
     CU_ASSERT(mv_sketch_min(sk) == v[0]);
     /* The kept top ~7.3 octaves (above 1e6 / 2^7.3 ~ 6.3e3): still within alpha. */
@@ -222,6 +224,63 @@ static void test_bucket_limit(void)
     CU_ASSERT(isnan(mv_sketch_quantile(sk, 0.5)));
     mv_sketch_add(sk, 3.0);
     CU_ASSERT(fabs(mv_sketch_quantile(sk, 0.5) - 3.0) <= 0.03);
+    free(v);
+    mv_sketch_destroy(sk);
+}
+
+/* The default sketch covers 1 ns .. 1 h within alpha without collapsing, a
+ * steady value costs one page, and the memory used never passes the bound. */
+static void test_sparse_range_and_memory(void)
+{
+    mv_sketch_config cfg;
+    mv_sketch *sk = NULL;
+    mv_sketch_config_default(&cfg);
+    cfg.max_buckets = 1536; /* the collector's default */
+    CU_ASSERT_FATAL(mv_sketch_create(&cfg, &sk) == 0);
+    for (int i = 0; i < 1000; i++)
+        mv_sketch_add(sk, 0.25);
+    size_t one = mv_sketch_memory_used(sk);
+    printf("\n  memory: one value %zu B, bound %zu B", one, mv_sketch_memory_bytes(&cfg));
+    CU_ASSERT(one < 1024);
+    mv_sketch_reset(sk);
+    test_rng r = {31};
+    size_t n = 200000;
+    double *v = malloc(sizeof(double) * n), worst = 0;
+    CU_ASSERT_FATAL(v != NULL);
+    for (size_t i = 0; i < n; i++) {
+        v[i] = 1e-9 * pow(3.6e12, rng_unif(&r)); /* log-uniform 1 ns .. 1 h */
+        if (i == 0)
+            v[i] = 1e-9;
+        if (i == 1)
+            v[i] = 3600.0;
+        mv_sketch_add(sk, v[i]);
+    }
+    qsort(v, n, sizeof(double), cmp_double);
+    for (int q = 0; q <= 1000; q++) {
+        double x = exact_quantile(v, n, q / 1000.0), y = mv_sketch_quantile(sk, q / 1000.0);
+        if (fabs(y - x) / x > worst)
+            worst = fabs(y - x) / x;
+    }
+    printf(", 1 ns .. 1 h: worst %.5f, %u buckets, %zu B used ", worst, mv_sketch_bucket_count(sk),
+           mv_sketch_memory_used(sk));
+    CU_ASSERT(worst <= 0.01);
+    CU_ASSERT(!mv_sketch_collapsed(sk));
+    CU_ASSERT(mv_sketch_memory_used(sk) <= mv_sketch_memory_bytes(&cfg));
+    /* 24 decades: the budget runs out and the LOWEST buckets collapse, counted. */
+    mv_sketch_reset(sk);
+    for (size_t i = 0; i < n; i++) {
+        v[i] = 1e-12 * pow(1e24, rng_unif(&r));
+        mv_sketch_add(sk, v[i]);
+    }
+    qsort(v, n, sizeof(double), cmp_double);
+    CU_ASSERT(mv_sketch_collapsed(sk) && mv_sketch_collapses(sk) > 0);
+    CU_ASSERT(mv_sketch_memory_used(sk) <= mv_sketch_memory_bytes(&cfg));
+    for (int q = 500; q <= 1000; q++) { /* the top 12 decades keep the bound */
+        double x = exact_quantile(v, n, q / 1000.0), y = mv_sketch_quantile(sk, q / 1000.0);
+        CU_ASSERT(fabs(y - x) / x <= 0.01);
+    }
+    double x = exact_quantile(v, n, 0.1), y = mv_sketch_quantile(sk, 0.1);
+    CU_ASSERT(y > x); /* collapsed: over-estimated, never under */
     free(v);
     mv_sketch_destroy(sk);
 }
@@ -314,6 +373,7 @@ int main(void)
     CU_add_test(s, "single values within alpha", test_single_values);
     CU_add_test(s, "merge equals union", test_merge_equals_union);
     CU_add_test(s, "bucket limit collapses lowest", test_bucket_limit);
+    CU_add_test(s, "sparse store: range and memory", test_sparse_range_and_memory);
     CU_add_test(s, "window moves", test_window_moves);
     CU_add_test(s, "explicit-bucket histogram delta", test_add_buckets);
     CU_add_test(s, "invalid input", test_invalid);
