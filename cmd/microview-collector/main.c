@@ -36,7 +36,8 @@ typedef struct app {
     size_t body_cap;
     mv_export_stats export_stats; /* under render_mu */
     pthread_mutex_t render_mu;
-    verbs_agents *verbs; /* --transport verbs only */
+    verbs_agents *verbs;    /* --transport verbs only */
+    mv_export_sel *derived; /* which derived series /metrics carries */
 } app;
 
 static void usage(FILE *f)
@@ -60,6 +61,12 @@ static void usage(FILE *f)
            "  --sketch-alpha A         relative accuracy of window quantiles (default 0.01)\n"
            "  --sketch-buckets N       sketch key budget per sign, bounds memory (default 1536:\n"
            "                           1 ns .. 1 h at 1%%; pages of 16 keys are taken on use)\n"
+           "  --derived KEY=ITEMS      derived series on /metrics (repeatable); KEY: counter,\n"
+           "                           gauge, histogram or a metric name; ITEMS: rate,\n"
+           "                           rate_max, rate_short, resets, p50, p90, p99, p999,\n"
+           "                           quantiles, min, max, mean, last, changes, all, none\n"
+           "                           (default counter=rate,rate_short gauge=max,mean\n"
+           "                           histogram=p50,p99; /api/v1/value serves them all)\n"
            "  --no-analytics           raw values only: no derived series, no adaptation\n"
            "  --no-detect              no change detection (and no adaptation)\n"
            "  --quarantine-after-ms N  quarantine segments invalid this long (default 1000)\n"
@@ -139,7 +146,7 @@ static int h_metrics(void *arg, const mv_httpd_request *req, mv_httpd_response *
     pthread_mutex_lock(&a->render_mu);
     if (a->verbs) /* RDMA read statistics first: mv_export_render finishes the body */
         verbs_agents_render(a->verbs, e, snap);
-    int rc = mv_export_render(e, snap, &a->export_stats);
+    int rc = mv_export_render_sel(e, snap, a->derived, &a->export_stats);
     pthread_mutex_unlock(&a->render_mu);
     mv_coll_snap_free(snap);
     if (rc == -ENOSPC)
@@ -281,6 +288,11 @@ int main(int argc, char **argv)
     int opt;
 
     mv_coll_opts_default(&co);
+    a.derived = mv_export_sel_create();
+    if (!a.derived) {
+        fprintf(stderr, "microview-collector: out of memory\n");
+        return 1;
+    }
     co.analytics = 1;
     co.max_interval_us = 1000000;
     int max_interval_set = 0;
@@ -298,6 +310,7 @@ int main(int argc, char **argv)
                                          {"sketch-alpha", required_argument, 0, 'A'},
                                          {"sketch-buckets", required_argument, 0, 'K'},
                                          {"no-analytics", no_argument, 0, 'n'},
+                                         {"derived", required_argument, 0, 'X'},
                                          {"no-detect", no_argument, 0, 'D'},
                                          {"help", no_argument, 0, 'h'},
                                          {"rdma-token-file", required_argument, 0, 'R'},
@@ -397,6 +410,14 @@ int main(int argc, char **argv)
         case 'n':
             co.analytics = 0;
             break;
+        case 'X': {
+            char err[256];
+            if (mv_export_sel_add(a.derived, optarg, err, sizeof err) != 0) {
+                fprintf(stderr, "microview-collector: --derived: %s\n", err);
+                return 2;
+            }
+            break;
+        }
         case 'D':
             co.pipe.detect = 0;
             break;
@@ -551,5 +572,6 @@ destroy_coll:
     mv_coll_destroy(a.coll);
     verbs_agents_destroy(a.verbs); /* after the table: its sources used the connections */
     pthread_mutex_destroy(&a.render_mu);
+    mv_export_sel_destroy(a.derived);
     return rc;
 }

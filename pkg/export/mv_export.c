@@ -17,10 +17,11 @@
 /* What an entry renders. */
 enum kind {
     K_RAW = 0,
-    K_RATE,     /* B_rate */
-    K_RATE_MAX, /* B_rate_max */
-    K_RESETS,   /* B_resets_total */
-    K_GWIN,     /* G_window summary */
+    K_RATE,       /* B_rate */
+    K_RATE_MAX,   /* B_rate_max */
+    K_RATE_SHORT, /* B_rate_short */
+    K_RESETS,     /* B_resets_total */
+    K_GWIN,       /* G_window summary */
     K_GMIN,
     K_GMAX,
     K_GMEAN,
@@ -46,6 +47,8 @@ static const struct {
                 "Per-second increase over the last complete window (derived by the collector)."},
     [K_RATE_MAX] = {"_rate_max", NULL, MV_EXPO_GAUGE,
                     "Highest per-second rate between two consecutive reads in the last window."},
+    [K_RATE_SHORT] = {"_rate_short", NULL, MV_EXPO_GAUGE,
+                      "Per-second increase over the reads of the last second (short horizon)."},
     [K_RESETS] = {"_resets_total", NULL, MV_EXPO_COUNTER,
                   "Counter resets (value went down) seen by the collector."},
     [K_GWIN] = {"_window", NULL, MV_EXPO_SUMMARY,
@@ -80,7 +83,8 @@ typedef struct entry {
     uint32_t seg;    /* index into the sorted segment order */
     uint32_t metric; /* index in the segment's catalog, NO_METRIC for per-segment series */
     uint8_t kind;
-    uint8_t drop; /* 1 type conflict, 2 name collision */
+    uint8_t drop;  /* 1 type conflict, 2 name collision */
+    uint16_t mask; /* summaries: the MV_DERIVED_P* chosen */
 } entry;
 
 /* A consumer of families and samples: the exposition renderer or the value finder. */
@@ -275,7 +279,158 @@ static void walk_free(walk *w)
     free(w->arena);
 }
 
-static int walk_build(walk *w, const mv_coll_seg_view *const *views, size_t nviews)
+/* ---- Selection of derived series ----------------------------------------------------------- */
+
+typedef struct fam_sel {
+    char *name;
+    uint32_t mask;
+} fam_sel;
+
+struct mv_export_sel {
+    uint32_t type_mask[4]; /* by MV_SEG_* type */
+    fam_sel *fam;          /* sorted by name */
+    size_t nfam, cap;
+};
+
+static const struct {
+    const char *name;
+    uint32_t bits;
+} sel_items[] = {
+    {"rate", MV_DERIVED_RATE},
+    {"rate_max", MV_DERIVED_RATE_MAX},
+    {"rate_short", MV_DERIVED_RATE_SHORT},
+    {"resets", MV_DERIVED_RESETS},
+    {"p50", MV_DERIVED_P50},
+    {"p90", MV_DERIVED_P90},
+    {"p99", MV_DERIVED_P99},
+    {"p999", MV_DERIVED_P999},
+    {"quantiles", MV_DERIVED_P50 | MV_DERIVED_P90 | MV_DERIVED_P99 | MV_DERIVED_P999},
+    {"min", MV_DERIVED_MIN},
+    {"max", MV_DERIVED_MAX},
+    {"mean", MV_DERIVED_MEAN},
+    {"last", MV_DERIVED_LAST},
+    {"changes", MV_DERIVED_CHANGES},
+    {"all", MV_DERIVED_ALL},
+    {"none", 0},
+};
+
+mv_export_sel *mv_export_sel_create(void)
+{
+    mv_export_sel *sel = calloc(1, sizeof *sel);
+    if (!sel)
+        return NULL;
+    sel->type_mask[MV_SEG_COUNTER] = MV_EXPORT_DEFAULT_COUNTER;
+    sel->type_mask[MV_SEG_GAUGE] = MV_EXPORT_DEFAULT_GAUGE;
+    sel->type_mask[MV_SEG_HISTOGRAM] = MV_EXPORT_DEFAULT_HISTOGRAM;
+    return sel;
+}
+
+void mv_export_sel_destroy(mv_export_sel *sel)
+{
+    if (!sel)
+        return;
+    for (size_t i = 0; i < sel->nfam; i++)
+        free(sel->fam[i].name);
+    free(sel->fam);
+    free(sel);
+}
+
+static int fam_cmp(const void *k, const void *e)
+{
+    return strcmp((const char *)k, ((const fam_sel *)e)->name);
+}
+
+int mv_export_sel_add(mv_export_sel *sel, const char *spec, char *err, size_t errlen)
+{
+    const char *eq = strchr(spec, '=');
+    size_t klen = eq ? (size_t)(eq - spec) : 0;
+    if (!eq || klen == 0 || klen > MV_SEG_NAME_MAX) {
+        snprintf(err, errlen,
+                 "want KEY=ITEMS (KEY: counter, gauge, histogram or a metric name), "
+                 "got \"%s\"",
+                 spec);
+        return -EINVAL;
+    }
+    for (size_t i = 0; i < klen; i++) {
+        char c = spec[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == ':' ||
+              (i > 0 && c >= '0' && c <= '9'))) {
+            snprintf(err, errlen, "\"%.*s\" is not a metric name", (int)klen, spec);
+            return -EINVAL;
+        }
+    }
+    uint32_t mask = 0;
+    const char *p = eq + 1;
+    while (1) {
+        const char *end = strchr(p, ',');
+        size_t n = end ? (size_t)(end - p) : strlen(p);
+        size_t k = 0, nitems = sizeof sel_items / sizeof sel_items[0];
+        while (k < nitems &&
+               !(strlen(sel_items[k].name) == n && strncmp(sel_items[k].name, p, n) == 0))
+            k++;
+        if (k == nitems) {
+            snprintf(err, errlen,
+                     "unknown derived series \"%.*s\" (rate, rate_max, rate_short, resets, p50, "
+                     "p90, p99, p999, quantiles, min, max, mean, last, changes, all, none)",
+                     (int)n, p);
+            return -EINVAL;
+        }
+        mask |= sel_items[k].bits;
+        if (!end)
+            break;
+        p = end + 1;
+    }
+    static const char *const types[4] = {NULL, "counter", "gauge", "histogram"};
+    for (int t = 1; t < 4; t++) {
+        if (strlen(types[t]) == klen && strncmp(types[t], spec, klen) == 0) {
+            sel->type_mask[t] = mask;
+            return 0;
+        }
+    }
+    char name[MV_SEG_NAME_MAX + 1];
+    memcpy(name, spec, klen);
+    name[klen] = '\0';
+    fam_sel *f = sel->nfam ? bsearch(name, sel->fam, sel->nfam, sizeof *sel->fam, fam_cmp) : NULL;
+    if (f) {
+        f->mask = mask;
+        return 0;
+    }
+    if (sel->nfam == sel->cap) {
+        size_t cap = sel->cap ? 2 * sel->cap : 8;
+        fam_sel *nf = realloc(sel->fam, cap * sizeof *nf);
+        if (!nf)
+            return -ENOMEM;
+        sel->fam = nf;
+        sel->cap = cap;
+    }
+    size_t at = 0;
+    while (at < sel->nfam && strcmp(sel->fam[at].name, name) < 0)
+        at++;
+    char *dup = strdup(name);
+    if (!dup)
+        return -ENOMEM;
+    memmove(sel->fam + at + 1, sel->fam + at, (sel->nfam - at) * sizeof *sel->fam);
+    sel->fam[at] = (fam_sel){dup, mask};
+    sel->nfam++;
+    return 0;
+}
+
+uint32_t mv_export_sel_mask(const mv_export_sel *sel, uint8_t type, const char *name)
+{
+    if (!sel)
+        return MV_DERIVED_ALL;
+    if (sel->nfam) {
+        const fam_sel *f = bsearch(name, sel->fam, sel->nfam, sizeof *sel->fam, fam_cmp);
+        if (f)
+            return f->mask;
+    }
+    return type < 4 ? sel->type_mask[type] : 0;
+}
+
+#define QMASK (MV_DERIVED_P50 | MV_DERIVED_P90 | MV_DERIVED_P99 | MV_DERIVED_P999)
+
+static int walk_build(walk *w, const mv_coll_seg_view *const *views, size_t nviews,
+                      const mv_export_sel *sel)
 {
     memset(w, 0, sizeof *w);
     w->nseg = nviews;
@@ -307,44 +462,55 @@ static int walk_build(walk *w, const mv_coll_seg_view *const *views, size_t nvie
         const mv_pipe_view *p = seg_pipe(v);
         for (size_t j = 0; j < mv_seg_catalog_count(v->cat); j++) {
             const mv_seg_metric *m = mv_seg_catalog_metric(v->cat, j);
-            w->ents[k++] = (entry){m->name, (uint32_t)i, (uint32_t)j, K_RAW, 0};
+            w->ents[k++] = (entry){m->name, (uint32_t)i, (uint32_t)j, K_RAW, 0, 0};
             if (!p)
                 continue;
             const mv_pipe_out *o = &p->m[j];
+            uint32_t mask = mv_export_sel_mask(sel, m->type, m->name);
             uint8_t ks[5];
             int nk = 0;
             if (m->type == MV_SEG_COUNTER) {
-                if (o->has_window) {
+                if (o->has_window && (mask & MV_DERIVED_RATE))
                     ks[nk++] = K_RATE;
+                if (o->has_window && (mask & MV_DERIVED_RATE_MAX))
                     ks[nk++] = K_RATE_MAX;
-                }
-                ks[nk++] = K_RESETS;
+                if ((mask & MV_DERIVED_RATE_SHORT) && !isnan(o->rate_short))
+                    ks[nk++] = K_RATE_SHORT;
+                if (mask & MV_DERIVED_RESETS)
+                    ks[nk++] = K_RESETS;
             } else if (m->type == MV_SEG_GAUGE && o->has_window) {
-                ks[nk++] = K_GWIN;
-                ks[nk++] = K_GMIN;
-                ks[nk++] = K_GMAX;
-                ks[nk++] = K_GMEAN;
-                ks[nk++] = K_GLAST;
-            } else if (m->type == MV_SEG_HISTOGRAM && o->has_window) {
+                if (mask & QMASK)
+                    ks[nk++] = K_GWIN;
+                if (mask & MV_DERIVED_MIN)
+                    ks[nk++] = K_GMIN;
+                if (mask & MV_DERIVED_MAX)
+                    ks[nk++] = K_GMAX;
+                if (mask & MV_DERIVED_MEAN)
+                    ks[nk++] = K_GMEAN;
+                if (mask & MV_DERIVED_LAST)
+                    ks[nk++] = K_GLAST;
+            } else if (m->type == MV_SEG_HISTOGRAM && o->has_window && (mask & QMASK)) {
                 ks[nk++] = K_HWIN;
             }
             size_t base =
                 m->type == MV_SEG_COUNTER ? counter_base_len(m->name, m->name_len) : m->name_len;
             for (int q = 0; q < nk; q++) {
                 int len = sprintf(ap, "%.*s%s", (int)base, m->name, kinds[ks[q]].suffix);
-                w->ents[k++] = (entry){ap, (uint32_t)i, (uint32_t)j, ks[q], 0};
+                w->ents[k++] = (entry){ap, (uint32_t)i, (uint32_t)j, ks[q], 0, (uint16_t)mask};
                 ap += len + 1;
             }
-            w->ents[k++] = (entry){kinds[K_CHANGES].fixed, (uint32_t)i, (uint32_t)j, K_CHANGES, 0};
+            if (mask & MV_DERIVED_CHANGES)
+                w->ents[k++] =
+                    (entry){kinds[K_CHANGES].fixed, (uint32_t)i, (uint32_t)j, K_CHANGES, 0, 0};
         }
         if (p && !isnan(p->anomaly_score))
-            w->ents[k++] = (entry){kinds[K_ANOM].fixed, (uint32_t)i, NO_METRIC, K_ANOM, 0};
+            w->ents[k++] = (entry){kinds[K_ANOM].fixed, (uint32_t)i, NO_METRIC, K_ANOM, 0, 0};
         if (p) {
-            w->ents[k++] = (entry){kinds[K_COLL].fixed, (uint32_t)i, NO_METRIC, K_COLL, 0};
-            w->ents[k++] = (entry){kinds[K_MEM].fixed, (uint32_t)i, NO_METRIC, K_MEM, 0};
+            w->ents[k++] = (entry){kinds[K_COLL].fixed, (uint32_t)i, NO_METRIC, K_COLL, 0, 0};
+            w->ents[k++] = (entry){kinds[K_MEM].fixed, (uint32_t)i, NO_METRIC, K_MEM, 0, 0};
         }
-        w->ents[k++] = (entry){kinds[K_IVAL].fixed, (uint32_t)i, NO_METRIC, K_IVAL, 0};
-        w->ents[k++] = (entry){kinds[K_READS].fixed, (uint32_t)i, NO_METRIC, K_READS, 0};
+        w->ents[k++] = (entry){kinds[K_IVAL].fixed, (uint32_t)i, NO_METRIC, K_IVAL, 0, 0};
+        w->ents[k++] = (entry){kinds[K_READS].fixed, (uint32_t)i, NO_METRIC, K_READS, 0, 0};
     }
     w->n = k;
     qsort(w->ents, k, sizeof *w->ents, entry_cmp);
@@ -412,6 +578,8 @@ static int emit(sink *k, walk *w, const entry *en)
             return k->sample(k, NULL, idl, nid, own, nown, NULL, 0, o->rate, 0, 0);
         case K_RATE_MAX:
             return k->sample(k, NULL, idl, nid, own, nown, NULL, 0, o->rate_max, 0, 0);
+        case K_RATE_SHORT:
+            return k->sample(k, NULL, idl, nid, own, nown, NULL, 0, o->rate_short, 0, 0);
         case K_RESETS:
             return k->sample(k, NULL, idl, nid, own, nown, NULL, 0, 0, o->resets, 1);
         case K_GMIN:
@@ -424,8 +592,9 @@ static int emit(sink *k, walk *w, const entry *en)
             return k->sample(k, NULL, idl, nid, own, nown, NULL, 0, o->last, 0, 0);
         default: /* K_GWIN, K_HWIN */
             for (int q = 0; q < MV_PIPE_QUANTILES && rc == 0; q++)
-                rc = k->sample(k, NULL, idl, nid, own, nown, "quantile", mv_pipe_quantiles[q],
-                               o->q[q], 0, 0);
+                if (en->mask & (MV_DERIVED_P50 << q))
+                    rc = k->sample(k, NULL, idl, nid, own, nown, "quantile", mv_pipe_quantiles[q],
+                                   o->q[q], 0, 0);
             if (rc == 0)
                 rc = k->sample(k, "_sum", idl, nid, own, nown, NULL, 0, o->sum, 0, 0);
             if (rc == 0)
@@ -472,7 +641,7 @@ static int walk_run(walk *w, sink *k)
                 if (g->kind == K_RAW)
                     help = m->help;
                 if (m->unit_len && g->kind != K_CHANGES && g->kind != K_RESETS &&
-                    g->kind != K_RATE && g->kind != K_RATE_MAX)
+                    g->kind != K_RATE && g->kind != K_RATE_MAX && g->kind != K_RATE_SHORT)
                     unit = m->unit;
             } else if (g->kind == K_IVAL) {
                 unit = "seconds";
@@ -585,22 +754,35 @@ static const mv_coll_seg_view **snap_views(const mv_coll_snap *snap)
     return v;
 }
 
-int mv_export_render(mv_expo *e, const mv_coll_snap *snap, mv_export_stats *cumulative)
+int mv_export_render_sel(mv_expo *e, const mv_coll_snap *snap, const mv_export_sel *sel,
+                         mv_export_stats *cumulative)
 {
     const mv_coll_seg_view **v = snap_views(snap);
     if (!v)
         return -ENOMEM;
-    int rc = mv_export_render_views(e, v, mv_coll_snap_count(snap), mv_coll_snap_stats(snap),
-                                    cumulative);
+    int rc = mv_export_render_views_sel(e, v, mv_coll_snap_count(snap), mv_coll_snap_stats(snap),
+                                        sel, cumulative);
     free(v);
     return rc;
+}
+
+int mv_export_render(mv_expo *e, const mv_coll_snap *snap, mv_export_stats *cumulative)
+{
+    return mv_export_render_sel(e, snap, NULL, cumulative);
 }
 
 int mv_export_render_views(mv_expo *e, const mv_coll_seg_view *const *views, size_t nviews,
                            const mv_coll_stats *cs, mv_export_stats *cumulative)
 {
+    return mv_export_render_views_sel(e, views, nviews, cs, NULL, cumulative);
+}
+
+int mv_export_render_views_sel(mv_expo *e, const mv_coll_seg_view *const *views, size_t nviews,
+                               const mv_coll_stats *cs, const mv_export_sel *sel,
+                               mv_export_stats *cumulative)
+{
     walk w;
-    int rc = walk_build(&w, views, nviews);
+    int rc = walk_build(&w, views, nviews, sel);
     if (rc != 0) {
         walk_free(&w);
         return rc;
@@ -836,7 +1018,7 @@ int mv_export_value_json(const mv_coll_snap *snap, const char *metric, const mv_
         return -EINVAL;
     walk w;
     const mv_coll_seg_view **views = snap_views(snap);
-    int rc = views ? walk_build(&w, views, mv_coll_snap_count(snap)) : -ENOMEM;
+    int rc = views ? walk_build(&w, views, mv_coll_snap_count(snap), NULL) : -ENOMEM;
     if (rc != 0) {
         if (views)
             walk_free(&w);

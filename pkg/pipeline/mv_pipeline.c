@@ -16,6 +16,15 @@ const double mv_pipe_quantiles[MV_PIPE_QUANTILES] = {0.5, 0.9, 0.99, 0.999};
 #define FD_SCALE_LAMBDA 0.05
 #define FD_EPS          1e-12
 
+#define SHORT_SLOTS 8
+
+/* Short-horizon accumulators of a counter: read intervals by the slot (of
+ * short_ns / SHORT_SLOTS) their end fell in. */
+typedef struct shortwin {
+    double inc[SHORT_SLOTS], dt[SHORT_SLOTS];
+    uint64_t id[SHORT_SLOTS]; /* slot number + 1; 0 = empty */
+} shortwin;
+
 typedef struct mstate {
     const mv_seg_metric *m;
     uint8_t type;
@@ -28,6 +37,7 @@ typedef struct mstate {
     double inc, dt, rate_max, last;
     uint64_t resets, changes;
     mv_sketch *sk;
+    shortwin *sw; /* counters */
     /* Scorer accumulator (counter increase / histogram count since the last step). */
     double fd_inc;
 } mstate;
@@ -54,6 +64,7 @@ struct mv_pipe_seg {
     double pub_score;
     uint64_t pub_steps;
     uint64_t pub_mem, pub_collapses;
+    uint64_t last_slot; /* short-rate slot of the latest read (under mu) */
 };
 
 void mv_pipe_config_default(mv_pipe_config *cfg)
@@ -65,12 +76,15 @@ void mv_pipe_config_default(mv_pipe_config *cfg)
     cfg->fd = 1;
     cfg->fd_period_ns = 1000000000ull;
     cfg->fd_max_dims = 64;
+    cfg->short_ns = 1000000000ull;
 }
 
 const char *mv_pipe_config_check(const mv_pipe_config *cfg)
 {
     if (cfg->window_ns < 1000000ull)
         return "the window must be at least 1 ms";
+    if (cfg->short_ns < 1000000ull)
+        return "the short rate horizon must be at least 1 ms";
     mv_sketch_config sc = {.alpha = cfg->alpha, .max_buckets = cfg->sketch_buckets};
     const char *why = mv_sketch_config_check(&sc);
     if (why)
@@ -100,6 +114,8 @@ size_t mv_pipe_metric_bytes(const mv_pipe_config *cfg, uint8_t type, uint32_t nb
         b += sketch_bytes(cfg);
     if (type == MV_SEG_HISTOGRAM)
         b += 8u * ((size_t)nbuckets + 1);
+    if (type == MV_SEG_COUNTER)
+        b += sizeof(shortwin);
     return b;
 }
 
@@ -178,6 +194,7 @@ static void free_state(mv_pipe_seg *s)
     for (size_t i = 0; s->ms && i < s->n; i++) {
         mv_sketch_destroy(s->ms[i].sk);
         free(s->ms[i].prev_b);
+        free(s->ms[i].sw);
     }
     free(s->ms);
     mv_detect_destroy(s->det);
@@ -289,6 +306,7 @@ int mv_pipe_seg_create(const mv_pipe_config *cfg, const mv_seg_catalog *cat, mv_
         s->pub_steps = prev->pub_steps;
         s->pub_mem = prev->pub_mem;
         s->pub_collapses = prev->pub_collapses;
+        s->last_slot = prev->last_slot;
         s->fd_step = prev->fd_step;
         s->fd_last_ns = prev->fd_last_ns;
         s->fd_wmax = prev->fd_wmax;
@@ -302,6 +320,7 @@ int mv_pipe_seg_create(const mv_pipe_config *cfg, const mv_seg_catalog *cat, mv_
             *st = prev->ms[j];
             prev->ms[j].sk = NULL;
             prev->ms[j].prev_b = NULL;
+            prev->ms[j].sw = NULL;
             if (s->det)
                 mv_detect_copy(s->det, i, prev->det, j);
             s->pub[i] = prev->pub[j];
@@ -316,6 +335,8 @@ int mv_pipe_seg_create(const mv_pipe_config *cfg, const mv_seg_catalog *cat, mv_
             maxb = m->bucket_count;
         if ((m->type == MV_SEG_GAUGE || m->type == MV_SEG_HISTOGRAM) && !st->sk &&
             mv_sketch_create(&sc, &st->sk) != 0)
+            goto fail_state;
+        if (m->type == MV_SEG_COUNTER && !st->sw && !(st->sw = calloc(1, sizeof *st->sw)))
             goto fail_state;
         if (m->type == MV_SEG_HISTOGRAM && !st->prev_b) {
             st->prev_b = calloc((size_t)m->bucket_count + 1, sizeof *st->prev_b);
@@ -352,6 +373,8 @@ static uint64_t mem_used(const mv_pipe_seg *s)
             b += mv_sketch_memory_used(s->ms[i].sk);
         if (s->ms[i].prev_b)
             b += 8u * ((uint64_t)s->ms[i].m->bucket_count + 1);
+        if (s->ms[i].sw)
+            b += sizeof(shortwin);
     }
     if (s->fd) {
         mv_fd_config fc;
@@ -449,6 +472,10 @@ unsigned mv_pipe_seg_feed(mv_pipe_seg *s, const void *hot, uint64_t now_ns)
         s->cur_w = w;
         flags |= MV_PIPE_WINDOW;
     }
+    uint64_t slot = now_ns / (s->cfg.short_ns / SHORT_SLOTS) + 1, si = slot % SHORT_SLOTS;
+    /* The short-rate slots are read by mv_pipe_seg_view: one uncontended lock per read. */
+    pthread_mutex_lock(&s->mu);
+    s->last_slot = slot;
     for (size_t i = 0; i < s->n; i++) {
         mstate *st = &s->ms[i];
         const mv_seg_metric *m = st->m;
@@ -470,6 +497,13 @@ unsigned mv_pipe_seg_feed(mv_pipe_seg *s, const void *hot, uint64_t now_ns)
                 x = (double)d / dt;
                 if (x > st->rate_max)
                     st->rate_max = x;
+                shortwin *sw = st->sw;
+                if (sw->id[si] != slot) {
+                    sw->id[si] = slot;
+                    sw->inc[si] = sw->dt[si] = 0;
+                }
+                sw->inc[si] += (double)d;
+                sw->dt[si] += dt;
             }
             st->prev_u = v;
             st->prev_ns = now_ns;
@@ -523,6 +557,7 @@ unsigned mv_pipe_seg_feed(mv_pipe_seg *s, const void *hot, uint64_t now_ns)
                 flags |= MV_PIPE_MOVING;
         }
     }
+    pthread_mutex_unlock(&s->mu);
     if (s->fd) {
         uint64_t step = now_ns / s->cfg.fd_period_ns;
         if (step != s->fd_step) {
@@ -548,6 +583,20 @@ mv_pipe_view *mv_pipe_seg_view(mv_pipe_seg *s)
     v->mem_bytes = s->pub_mem;
     v->collapses = s->pub_collapses;
     memcpy(v->m, s->pub, s->n * sizeof(mv_pipe_out));
+    /* Short counter rates, as of the latest read. */
+    for (size_t i = 0; i < s->n; i++) {
+        const shortwin *sw = s->ms[i].sw;
+        if (!sw)
+            continue;
+        double inc = 0, dt = 0;
+        for (int k = 0; k < SHORT_SLOTS; k++) {
+            if (sw->id[k] && sw->id[k] + SHORT_SLOTS > s->last_slot) {
+                inc += sw->inc[k];
+                dt += sw->dt[k];
+            }
+        }
+        v->m[i].rate_short = dt > 0 ? inc / dt : NAN;
+    }
     pthread_mutex_unlock(&s->mu);
     return v;
 }

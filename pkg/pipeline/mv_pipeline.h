@@ -24,6 +24,12 @@
  *   histogram: bucket deltas between consecutive reads go into the sketch
  *              (mv_sketch_add_buckets: error bounded by the pod's bucket
  *              width); sum/count of the observations made in the window.
+ * Short-horizon counter rate: besides the window's rate, every counter keeps
+ * the increase and elapsed time of its read intervals in 8 slots of
+ * short_ns / 8; mv_pipe_seg_view gives rate_short = increase / elapsed over
+ * the intervals that ended in the last short_ns before the latest read (at
+ * least the latest interval). It follows a step within short_ns plus one
+ * read interval, instead of up to two windows.
  * Change detection (EWMA z + CUSUM) runs on every read: counters on the
  * per-read rate, gauges on the value, histograms on the mean observation of
  * the read interval (when there was one). Changes are counted per metric.
@@ -75,6 +81,7 @@ typedef struct mv_pipe_config {
     int fd;                  /* run the anomaly scorer; default 1 */
     uint64_t fd_period_ns;   /* scorer step; default 1 s */
     uint32_t fd_max_dims;    /* metrics in the scorer's vector; default 64 */
+    uint64_t short_ns;       /* horizon of the short counter rate; default 1 s; >= 1 ms */
 } mv_pipe_config;
 
 void mv_pipe_config_default(mv_pipe_config *cfg);
@@ -90,6 +97,8 @@ typedef struct mv_pipe_out {
     uint64_t resets;             /* counters: resets since the state was created */
     double rate;                 /* counters: per-second increase over the window */
     double rate_max;             /* counters: highest rate over one read interval */
+    double rate_short;           /* counters: rate over the reads of the last short_ns
+                                    (as of the latest read; computed by mv_pipe_seg_view) */
     double q[MV_PIPE_QUANTILES]; /* gauges, histograms */
     double sum;                  /* gauges: of samples; histograms: of observations */
     uint64_t count;

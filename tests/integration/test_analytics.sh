@@ -17,7 +17,8 @@ wait_for 5 test -S "$sock" || { cat "$tmp/agent.log"; exit 1; }
 "$bin/microviewctl" create --agent "unix:$sock" --size 8192 --label namespace=shop \
   --label pod=idle-1 >"$tmp/create.out" 2>&1
 "$bin/microview-collector" --agent "unix:$sock" --listen "127.0.0.1:$port" --tick-ms 1 \
-  --max-interval-ms 256 --window-ms 1000 2>"$tmp/collector.log" & pids+=($!)
+  --max-interval-ms 256 --window-ms 1000 --derived counter=all --derived gauge=all \
+  --derived histogram=all 2>"$tmp/collector.log" & pids+=($!)
 base=http://127.0.0.1:$port
 url=$base/metrics
 id='namespace="shop",pod="web-1",worker="0"'
@@ -31,6 +32,8 @@ val() { grep "^$1 " "$tmp/m.prom" | awk '{print $2}'; }
 within() { $py -c "import sys; v=float(sys.argv[1]); sys.exit(0 if float(sys.argv[2]) <= v <= float(sys.argv[3]) else 1)" "$@"; }
 check "gen_requests_rate is near the generator's 500/s ($(val "gen_requests_rate{$id}"))" \
   within "$(val "gen_requests_rate{$id}")" 400 600
+check "gen_requests_rate_short is near 500/s ($(val "gen_requests_rate_short{$id}"))" \
+  within "$(val "gen_requests_rate_short{$id}")" 300 700
 check "gen_requests_rate_max >= the rate" \
   $py -c "import sys; sys.exit(0 if float('$(val "gen_requests_rate_max{$id}")') >= float('$(val "gen_requests_rate{$id}")') else 1)"
 check "gauge window summary with quantiles, min/max/mean/last" \

@@ -85,8 +85,10 @@ static void scene_open(scene *s)
                          .changes = 2,
                          .resets = 1,
                          .rate = 12.5,
-                         .rate_max = 250};
-    o[1] = (mv_pipe_out){.type = MV_SEG_COUNTER, .has_window = 1, .rate = 0.2, .rate_max = 1000};
+                         .rate_max = 250,
+                         .rate_short = 20};
+    o[1] = (mv_pipe_out){
+        .type = MV_SEG_COUNTER, .has_window = 1, .rate = 0.2, .rate_max = 1000, .rate_short = NAN};
     o[2] = (mv_pipe_out){.type = MV_SEG_GAUGE,
                          .has_window = 1,
                          .changes = 1,
@@ -173,24 +175,82 @@ static void check_fixture(const char *name, const char *got, size_t len)
     free(want);
 }
 
+/* Renderings of the scene with a choice of derived series: every series
+ * (NULL), the collector's default, and per-type / per-family specs. */
+static const struct {
+    const char *prom, *om;
+    int all;              /* NULL selection: every derived series */
+    const char *specs[6]; /* applied to the default selection */
+    uint64_t collisions;  /* derived series dropped for a name collision */
+} fixture_cases[] = {
+    {"derived.prom", "derived.om", 1, {NULL}, 2},
+    {"derived_default.prom", "derived_default.om", 0, {NULL}, 2},
+    {"derived_custom.prom",
+     "derived_custom.om",
+     0,
+     {"gauge=none", "queue_depth=p99,last,changes", "counter=rate_max,resets",
+      "lat_seconds=quantiles", "http_requests_total=none", NULL},
+     0},
+};
+
 static void test_fixtures(void)
 {
     scene s;
     scene_open(&s);
     const mv_coll_seg_view *v[1] = {&s.view};
-    static const char *const files[2] = {"derived.prom", "derived.om"};
-    for (int f = 0; f < 2; f++) {
-        mv_expo *e = mv_expo_create((mv_expo_format)f, 0);
-        mv_export_stats st = {0};
-        CU_ASSERT_EQUAL_FATAL(mv_export_render_views(e, v, 1, &s.stats, &st), 0);
-        /* The derived http_requests_rate collides with the pod's gauge. */
-        CU_ASSERT_EQUAL(st.dropped_collision, 2);
-        size_t len;
-        const char *d = mv_expo_data(e, &len);
-        check_fixture(files[f], d, len);
-        mv_expo_destroy(e);
+    for (size_t c = 0; c < sizeof fixture_cases / sizeof fixture_cases[0]; c++) {
+        mv_export_sel *sel = NULL;
+        char err[256];
+        if (!fixture_cases[c].all) {
+            sel = mv_export_sel_create();
+            CU_ASSERT_FATAL(sel != NULL);
+            for (int k = 0; fixture_cases[c].specs[k]; k++)
+                CU_ASSERT_EQUAL(mv_export_sel_add(sel, fixture_cases[c].specs[k], err, sizeof err),
+                                0);
+        }
+        for (int f = 0; f < 2; f++) {
+            mv_expo *e = mv_expo_create((mv_expo_format)f, 0);
+            mv_export_stats st = {0};
+            CU_ASSERT_EQUAL_FATAL(mv_export_render_views_sel(e, v, 1, &s.stats, sel, &st), 0);
+            /* The derived http_requests_rate collides with the pod's gauge. */
+            CU_ASSERT_EQUAL(st.dropped_collision, fixture_cases[c].collisions);
+            size_t len;
+            const char *d = mv_expo_data(e, &len);
+            check_fixture(f ? fixture_cases[c].om : fixture_cases[c].prom, d, len);
+            mv_expo_destroy(e);
+        }
+        mv_export_sel_destroy(sel);
     }
     scene_close(&s);
+}
+
+/* Selection specs: masks by type and family, later specs win, errors say why. */
+static void test_selection(void)
+{
+    mv_export_sel *sel = mv_export_sel_create();
+    char err[256];
+    CU_ASSERT_FATAL(sel != NULL);
+    CU_ASSERT_EQUAL(mv_export_sel_mask(NULL, MV_SEG_GAUGE, "x"), MV_DERIVED_ALL);
+    CU_ASSERT_EQUAL(mv_export_sel_mask(sel, MV_SEG_GAUGE, "x"), MV_EXPORT_DEFAULT_GAUGE);
+    CU_ASSERT_EQUAL(mv_export_sel_mask(sel, MV_SEG_COUNTER, "x"), MV_EXPORT_DEFAULT_COUNTER);
+    CU_ASSERT_EQUAL(mv_export_sel_add(sel, "gauge=quantiles,min", err, sizeof err), 0);
+    CU_ASSERT_EQUAL(mv_export_sel_mask(sel, MV_SEG_GAUGE, "x"),
+                    MV_DERIVED_P50 | MV_DERIVED_P90 | MV_DERIVED_P99 | MV_DERIVED_P999 |
+                        MV_DERIVED_MIN);
+    CU_ASSERT_EQUAL(mv_export_sel_add(sel, "zz_depth=all", err, sizeof err), 0);
+    CU_ASSERT_EQUAL(mv_export_sel_add(sel, "aa_depth=max", err, sizeof err), 0);
+    CU_ASSERT_EQUAL(mv_export_sel_add(sel, "zz_depth=last", err, sizeof err), 0);
+    CU_ASSERT_EQUAL(mv_export_sel_mask(sel, MV_SEG_GAUGE, "zz_depth"), MV_DERIVED_LAST);
+    CU_ASSERT_EQUAL(mv_export_sel_mask(sel, MV_SEG_GAUGE, "aa_depth"), MV_DERIVED_MAX);
+    CU_ASSERT_EQUAL(mv_export_sel_mask(sel, MV_SEG_HISTOGRAM, "mm"), MV_EXPORT_DEFAULT_HISTOGRAM);
+    static const char *const bad[] = {
+        "gauge", "=all", "gauge=p42", "gauge=", "9x=all", "a b=all", "gauge=max,,min"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err[0] = '\0';
+        CU_ASSERT_EQUAL(mv_export_sel_add(sel, bad[i], err, sizeof err), -EINVAL);
+        CU_ASSERT(err[0] != '\0');
+    }
+    mv_export_sel_destroy(sel);
 }
 
 /* A tiny cap: the self-metrics come first and the truncation is counted. */
@@ -238,6 +298,7 @@ int main(void)
     CU_initialize_registry();
     CU_pSuite s = CU_add_suite("export", NULL, NULL);
     CU_add_test(s, "derived fixtures (text and OpenMetrics)", test_fixtures);
+    CU_add_test(s, "choice of derived series", test_selection);
     CU_add_test(s, "truncation is counted", test_truncation);
     CU_add_test(s, "no analytics: raw only", test_segments_without_pipe);
     CU_basic_set_mode(CU_BRM_VERBOSE);

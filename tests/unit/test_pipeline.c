@@ -132,6 +132,39 @@ static void test_counter_window(void)
     fx_close(&f);
 }
 
+/* A step in a counter's rate: the short-horizon rate shows it exactly within
+ * its horizon (1 s) plus one read; the window rate needs up to two windows. */
+static void test_short_rate_follows_step(void)
+{
+    fixture f;
+    mv_counter c;
+    fx_open(&f, "short.seg", 16384);
+    CU_ASSERT_FATAL(mv_counter_register(f.seg, "jobs_total", NULL, NULL, NULL, 0, &c) == MV_OK);
+    fx_catalog(&f);
+    mv_pipe_seg *p = new_pipe(f.cat, 15 * SEC, 0, 0);
+    uint64_t dt = SEC / 100, t0 = 10005 * SEC, step = t0 + 20 * SEC + 3 * SEC / 10;
+    double short_lat = -1, window_lat = -1;
+    for (uint64_t t = t0; t < step + 40 * SEC; t += dt) {
+        mv_counter_add(c, t <= step ? 1 : 10); /* 100/s, then 1000/s */
+        mv_pipe_seg_feed(p, f.map, t);
+        mv_pipe_view *v = mv_pipe_seg_view(p);
+        if (t > step && short_lat < 0 && rel_err(v->m[0].rate_short, 1000.0) < 1e-9)
+            short_lat = (double)(t - step) / 1e9;
+        if (t > step && window_lat < 0 && v->m[0].has_window &&
+            rel_err(v->m[0].rate, 1000.0) < 1e-9)
+            window_lat = (double)(t - step) / 1e9;
+        if (t <= step && t > t0 + 2 * SEC)
+            CU_ASSERT(rel_err(v->m[0].rate_short, 100.0) < 1e-9);
+        free(v);
+    }
+    printf("\n  rate step 100 -> 1000/s: short rate exact after %.3f s, window rate after %.3f s ",
+           short_lat, window_lat);
+    CU_ASSERT(short_lat > 0 && short_lat <= 1.0 + 0.011);
+    CU_ASSERT(window_lat > 15.0);
+    mv_pipe_seg_destroy(p);
+    fx_close(&f);
+}
+
 /* Gauge: exact min/max/mean/last/count/sum, quantiles within alpha of exact. */
 static void test_gauge_window_quantiles(void)
 {
@@ -552,6 +585,7 @@ int main(void)
     CU_initialize_registry();
     CU_pSuite s = CU_add_suite("pipeline", NULL, NULL);
     CU_add_test(s, "counter window", test_counter_window);
+    CU_add_test(s, "short rate follows a step", test_short_rate_follows_step);
     CU_add_test(s, "gauge window quantiles", test_gauge_window_quantiles);
     CU_add_test(s, "gauge quantiles over 1 ns .. 1000 s", test_gauge_wide_range);
     CU_add_test(s, "histogram window", test_histogram_window);
