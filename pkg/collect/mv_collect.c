@@ -225,6 +225,7 @@ int mv_coll_add(mv_coll *c, const char *id, uint64_t size, const mv_seg_label *l
         rc.fast_ns = (uint64_t)c->o.tick_us * 1000ull;
         rc.max_ns = (uint64_t)c->o.max_interval_us * 1000ull;
         rc.calm_reads = c->o.calm_reads;
+        rc.seed = mv_seg_fnv1a64(id, strlen(id)); /* dither differs per segment */
         if (mv_detect_rate_create(&rc, &s->rate) != 0) {
             seg_free(s);
             return -ENOMEM;
@@ -533,7 +534,8 @@ static void analyse(mv_coll *c, seg *s, uint64_t now)
     if (s->rate) {
         uint64_t iv =
             mv_detect_rate_observe(s->rate, (f & MV_PIPE_CHANGED) != 0, (f & MV_PIPE_MOVING) != 0);
-        s->due_ns = now_ns(CLOCK_MONOTONIC) + iv;
+        s->due_ns = now_ns(CLOCK_MONOTONIC) + iv; /* iv is dithered when backed off */
+        iv = mv_detect_rate_interval(s->rate);
         if (iv != s->interval_ns) {
             pthread_mutex_lock(&s->mu);
             s->interval_ns = iv;

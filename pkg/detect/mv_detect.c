@@ -246,6 +246,7 @@ struct mv_detect_rate {
     mv_detect_rate_config cfg;
     uint64_t interval;
     uint64_t reads;
+    uint64_t rng;
     uint32_t calm;
 };
 
@@ -255,6 +256,8 @@ void mv_detect_rate_config_default(mv_detect_rate_config *cfg)
     cfg->max_ns = 1000000000ull;
     cfg->calm_reads = 8;
     cfg->factor = 2;
+    cfg->jitter = 0.25;
+    cfg->seed = 1;
 }
 
 const char *mv_detect_rate_config_check(const mv_detect_rate_config *cfg)
@@ -265,6 +268,8 @@ const char *mv_detect_rate_config_check(const mv_detect_rate_config *cfg)
         return "fast_ns must be > 0 and max_ns >= fast_ns";
     if (cfg->calm_reads == 0 || cfg->factor < 2)
         return "calm_reads must be >= 1 and factor >= 2";
+    if (!(cfg->jitter >= 0.0 && cfg->jitter <= 0.5))
+        return "jitter must be within [0, 0.5]";
     return NULL;
 }
 
@@ -286,6 +291,7 @@ int mv_detect_rate_create(const mv_detect_rate_config *cfg, mv_detect_rate **out
         return -ENOMEM;
     r->cfg = *cfg;
     r->interval = cfg->fast_ns;
+    r->rng = cfg->seed;
     *out = r;
     return 0;
 }
@@ -310,7 +316,17 @@ uint64_t mv_detect_rate_observe(mv_detect_rate *r, int changed, int moving)
         else
             r->interval *= r->cfg.factor;
     }
-    return r->interval;
+    if (r->interval <= r->cfg.fast_ns || r->cfg.jitter <= 0.0)
+        return r->interval;
+    /* splitmix64 step; 53 random bits -> [0, 1). */
+    uint64_t z = (r->rng += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    double u = (double)(z >> 11) * (1.0 / 9007199254740992.0);
+    uint64_t cut = (uint64_t)(u * r->cfg.jitter * (double)r->interval);
+    uint64_t iv = r->interval - cut;
+    return iv < r->cfg.fast_ns ? r->cfg.fast_ns : iv;
 }
 
 uint64_t mv_detect_rate_interval(const mv_detect_rate *r)

@@ -96,13 +96,20 @@ double mv_detect_last_z(const mv_detect *d, size_t i);
  *   moving    -> interval held, calm counter cleared;
  *   calm      -> after calm_reads calm reads in a row, interval *= factor
  *                (capped at max_interval), calm counter cleared.
- * Intervals are in nanoseconds. 40 bytes; no allocation after create.
+ * Dither: above the fast tick, the interval returned by observe is shortened
+ * by a random fraction in [0, jitter) (deterministic PRNG from `seed`), so
+ * backed-off reads do not lock onto the phase of a periodic signal (a gauge
+ * cycling every 10 ms read every 1000 ms exactly would always show the same
+ * value). mv_detect_rate_interval gives the undithered interval.
+ * Intervals are in nanoseconds. 64 bytes; no allocation after create.
  */
 typedef struct mv_detect_rate_config {
     uint64_t fast_ns;    /* default 1 ms */
     uint64_t max_ns;     /* >= fast_ns; default 1 s */
     uint32_t calm_reads; /* default 8 */
     uint32_t factor;     /* >= 2; default 2 */
+    double jitter;       /* in [0, 0.5]; default 0.25 */
+    uint64_t seed;       /* dither PRNG seed; default 1 */
 } mv_detect_rate_config;
 
 typedef struct mv_detect_rate mv_detect_rate;

@@ -33,6 +33,7 @@ enum kind {
     K_READS,   /* microview_segment_reads_total */
     K_COLL,    /* microview_sketch_collapses_total */
     K_MEM,     /* microview_analytics_memory_bytes */
+    K_GAP,     /* microview_segment_window_read_interval_max_seconds */
     K_COUNT_
 };
 
@@ -74,6 +75,9 @@ static const struct {
     [K_COLL] = {NULL, "microview_sketch_collapses_total", MV_EXPO_COUNTER,
                 "Times a window sketch of the segment ran out of room and merged its lowest "
                 "buckets (quantiles below the merged bucket are over-estimated)."},
+    [K_GAP] = {NULL, "microview_segment_window_read_interval_max_seconds", MV_EXPO_GAUGE,
+               "Longest interval between two reads in the last window; above the tick the "
+               "window's summaries come from backed-off reads (values between reads unseen)."},
     [K_MEM] = {NULL, "microview_analytics_memory_bytes", MV_EXPO_GAUGE,
                "Bytes of analytics state (sketches, detectors, scorer) held for the segment."},
 };
@@ -443,7 +447,7 @@ static int walk_build(walk *w, const mv_coll_seg_view *const *views, size_t nvie
         if (!seg_valid(v))
             continue;
         size_t n = mv_seg_catalog_count(v->cat);
-        total += 5 + n * (seg_pipe(v) ? 7 : 1);
+        total += 6 + n * (seg_pipe(v) ? 7 : 1);
         if (seg_pipe(v))
             for (size_t j = 0; j < n; j++)
                 arena += 6 * ((size_t)mv_seg_catalog_metric(v->cat, j)->name_len + 16);
@@ -508,6 +512,8 @@ static int walk_build(walk *w, const mv_coll_seg_view *const *views, size_t nvie
         if (p) {
             w->ents[k++] = (entry){kinds[K_COLL].fixed, (uint32_t)i, NO_METRIC, K_COLL, 0, 0};
             w->ents[k++] = (entry){kinds[K_MEM].fixed, (uint32_t)i, NO_METRIC, K_MEM, 0, 0};
+            if (p->window_end_ns)
+                w->ents[k++] = (entry){kinds[K_GAP].fixed, (uint32_t)i, NO_METRIC, K_GAP, 0, 0};
         }
         w->ents[k++] = (entry){kinds[K_IVAL].fixed, (uint32_t)i, NO_METRIC, K_IVAL, 0, 0};
         w->ents[k++] = (entry){kinds[K_READS].fixed, (uint32_t)i, NO_METRIC, K_READS, 0, 0};
@@ -555,6 +561,9 @@ static int emit(sink *k, walk *w, const entry *en)
             return k->sample(k, NULL, idl, nid, NULL, 0, NULL, 0, p->anomaly_score, 0, 0);
         if (en->kind == K_COLL)
             return k->sample(k, NULL, idl, nid, NULL, 0, NULL, 0, 0, p->collapses, 1);
+        if (en->kind == K_GAP)
+            return k->sample(k, NULL, idl, nid, NULL, 0, NULL, 0,
+                             (double)p->window_max_interval_ns / 1e9, 0, 0);
         if (en->kind == K_MEM)
             return k->sample(k, NULL, idl, nid, NULL, 0, NULL, 0, 0, p->mem_bytes, 1);
         if (en->kind == K_IVAL)
@@ -644,6 +653,8 @@ static int walk_run(walk *w, sink *k)
                     g->kind != K_RATE && g->kind != K_RATE_MAX && g->kind != K_RATE_SHORT)
                     unit = m->unit;
             } else if (g->kind == K_IVAL) {
+                unit = "seconds";
+            } else if (g->kind == K_GAP) {
                 unit = "seconds";
             } else if (g->kind == K_MEM) {
                 unit = "bytes";
@@ -911,6 +922,9 @@ char *mv_export_segments_json(const mv_coll_snap *snap, int metrics)
             json_object_object_add(o, "analytics_memory_bytes",
                                    json_object_new_uint64(p->mem_bytes));
             json_object_object_add(o, "sketch_collapses", json_object_new_uint64(p->collapses));
+            json_object_object_add(o, "window_reads", json_object_new_uint64(p->window_reads));
+            json_object_object_add(o, "window_read_interval_max_seconds",
+                                   jnum((double)p->window_max_interval_ns / 1e9));
         }
         if (metrics && seg_valid(v)) {
             json_object *ma = json_object_new_array();

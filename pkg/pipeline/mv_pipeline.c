@@ -65,6 +65,8 @@ struct mv_pipe_seg {
     uint64_t pub_steps;
     uint64_t pub_mem, pub_collapses;
     uint64_t last_slot; /* short-rate slot of the latest read (under mu) */
+    uint64_t last_read_ns, win_reads, win_gap_max;
+    uint64_t pub_reads, pub_gap_max;
 };
 
 void mv_pipe_config_default(mv_pipe_config *cfg)
@@ -307,6 +309,11 @@ int mv_pipe_seg_create(const mv_pipe_config *cfg, const mv_seg_catalog *cat, mv_
         s->pub_mem = prev->pub_mem;
         s->pub_collapses = prev->pub_collapses;
         s->last_slot = prev->last_slot;
+        s->last_read_ns = prev->last_read_ns;
+        s->win_reads = prev->win_reads;
+        s->win_gap_max = prev->win_gap_max;
+        s->pub_reads = prev->pub_reads;
+        s->pub_gap_max = prev->pub_gap_max;
         s->fd_step = prev->fd_step;
         s->fd_last_ns = prev->fd_last_ns;
         s->fd_wmax = prev->fd_wmax;
@@ -427,8 +434,11 @@ static void close_window(mv_pipe_seg *s, uint64_t w)
     s->pub_steps = s->fd_steps;
     s->pub_mem = mem;
     s->pub_collapses = collapses;
+    s->pub_reads = s->win_reads;
+    s->pub_gap_max = s->win_gap_max;
     pthread_mutex_unlock(&s->mu);
     s->fd_wmax = NAN;
+    s->win_reads = s->win_gap_max = 0;
 }
 
 static void fd_step(mv_pipe_seg *s, uint64_t now_ns)
@@ -472,6 +482,10 @@ unsigned mv_pipe_seg_feed(mv_pipe_seg *s, const void *hot, uint64_t now_ns)
         s->cur_w = w;
         flags |= MV_PIPE_WINDOW;
     }
+    s->win_reads++;
+    if (s->last_read_ns && now_ns > s->last_read_ns && now_ns - s->last_read_ns > s->win_gap_max)
+        s->win_gap_max = now_ns - s->last_read_ns;
+    s->last_read_ns = now_ns;
     uint64_t slot = now_ns / (s->cfg.short_ns / SHORT_SLOTS) + 1, si = slot % SHORT_SLOTS;
     /* The short-rate slots are read by mv_pipe_seg_view: one uncontended lock per read. */
     pthread_mutex_lock(&s->mu);
@@ -582,6 +596,8 @@ mv_pipe_view *mv_pipe_seg_view(mv_pipe_seg *s)
     v->fd_steps = s->pub_steps;
     v->mem_bytes = s->pub_mem;
     v->collapses = s->pub_collapses;
+    v->window_reads = s->pub_reads;
+    v->window_max_interval_ns = s->pub_gap_max;
     memcpy(v->m, s->pub, s->n * sizeof(mv_pipe_out));
     /* Short counter rates, as of the latest read. */
     for (size_t i = 0; i < s->n; i++) {

@@ -110,11 +110,14 @@ typedef struct mv_pipe_view {
     const void *cat;          /* the catalog it describes (compare only) */
     uint64_t window_start_ns; /* wall clock; 0 before the first complete window */
     uint64_t window_end_ns;
-    double anomaly_score; /* NaN when not available */
-    uint64_t fd_steps;    /* scorer steps run */
-    uint64_t mem_bytes;   /* bytes of analytics state held now (at the window's close) */
-    uint64_t collapses;   /* sketch collapses of all its metrics since created */
-    size_t n;             /* metrics (catalog order) */
+    double anomaly_score;            /* NaN when not available */
+    uint64_t fd_steps;               /* scorer steps run */
+    uint64_t mem_bytes;              /* bytes of analytics state held now (at the window's close) */
+    uint64_t collapses;              /* sketch collapses of all its metrics since created */
+    uint64_t window_reads;           /* reads fed in the last complete window */
+    uint64_t window_max_interval_ns; /* longest gap between two reads ending in it: above
+                                        the fast tick the window was read backed off */
+    size_t n;                        /* metrics (catalog order) */
     mv_pipe_out m[];
 } mv_pipe_view;
 

@@ -79,6 +79,8 @@ static void scene_open(scene *s)
     s->pipe->anomaly_score = 0.125;
     s->pipe->mem_bytes = 6144;
     s->pipe->collapses = 2;
+    s->pipe->window_reads = 15;
+    s->pipe->window_max_interval_ns = 1000000000ull;
     mv_pipe_out *o = s->pipe->m;
     o[0] = (mv_pipe_out){.type = MV_SEG_COUNTER,
                          .has_window = 1,

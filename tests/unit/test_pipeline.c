@@ -368,6 +368,47 @@ static void test_constant_then_noisy_backs_off(void)
     fx_close(&f);
 }
 
+/* Aliasing: a gauge cycling through 0..9 every 10 ms on a segment the
+ * detector judges calm. Backed off to 1 s, reads at exact multiples of the
+ * cycle would see one phase only (p50 = p99); read times are dithered, so
+ * the window still samples the whole cycle. Simulated time, 1 ms fast tick. */
+static void test_backed_off_reads_do_not_alias(void)
+{
+    fixture f;
+    mv_gauge g;
+    fx_open(&f, "alias.seg", 16384);
+    CU_ASSERT_FATAL(mv_gauge_register(f.seg, "phase", NULL, NULL, NULL, 0, &g) == MV_OK);
+    fx_catalog(&f);
+    mv_pipe_seg *p = new_pipe(f.cat, 15 * SEC, 0, 0);
+    mv_detect_rate_config rc;
+    mv_detect_rate_config_default(&rc);
+    mv_detect_rate *r = NULL;
+    CU_ASSERT_FATAL(mv_detect_rate_create(&rc, &r) == 0);
+    uint64_t t = 20010 * SEC, end = t + 120 * SEC;
+    int windows = 0, spread = 0;
+    while (t < end) {
+        mv_gauge_set(g, (double)((t / 1000000ull) % 10)); /* 0..9, one step per ms */
+        unsigned fl = mv_pipe_seg_feed(p, f.map, t);
+        if ((fl & MV_PIPE_WINDOW) && t > end - 60 * SEC) {
+            mv_pipe_view *v = mv_pipe_seg_view(p);
+            windows++;
+            spread += v->m[0].q[2] - v->m[0].q[0] >= 3.0; /* p99 - p50 (true: 9 - 4) */
+            /* The summary says it came from backed-off reads. */
+            CU_ASSERT(v->window_max_interval_ns > 500000000ull);
+            CU_ASSERT(v->window_reads < 40);
+            free(v);
+        }
+        t += mv_detect_rate_observe(r, (fl & MV_PIPE_CHANGED) != 0, (fl & MV_PIPE_MOVING) != 0);
+    }
+    printf("\n  cycling gauge, backed off to %.0f ms: %d of %d windows show the cycle ",
+           mv_detect_rate_interval(r) / 1e6, spread, windows);
+    CU_ASSERT(mv_detect_rate_interval(r) == rc.max_ns); /* still backed off: calm */
+    CU_ASSERT(windows >= 3 && spread == windows);
+    mv_detect_rate_destroy(r);
+    mv_pipe_seg_destroy(p);
+    fx_close(&f);
+}
+
 /* Anomaly score: low while four counters move together, high when one departs. */
 static void test_anomaly_score(void)
 {
@@ -591,6 +632,7 @@ int main(void)
     CU_add_test(s, "histogram window", test_histogram_window);
     CU_add_test(s, "changes on steps", test_changes_on_steps);
     CU_add_test(s, "constant then noisy: backs off", test_constant_then_noisy_backs_off);
+    CU_add_test(s, "backed-off reads do not alias", test_backed_off_reads_do_not_alias);
     CU_add_test(s, "anomaly score", test_anomaly_score);
     CU_add_test(s, "anomaly score after an idle start", test_anomaly_idle_start);
     CU_add_test(s, "rebuild carries state", test_rebuild_carries_state);
