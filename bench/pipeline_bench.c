@@ -111,10 +111,14 @@ static void bench_pipeline(int kind, unsigned nmetrics, int detect, int fd, unsi
         BENCH_KEEP(f);
     }
     double samples = (double)nmetrics * reads;
+    mv_pipe_view *pv = mv_pipe_seg_view(p);
+    double used = pv ? (double)pv->mem_bytes / nmetrics : NAN;
+    free(pv);
     printf("bench=pipeline kind=%s metrics=%u reads=%u detect=%d fd=%d ns_per_sample=%.2f "
-           "samples_per_s_core=%.3g state_bytes_per_metric=%zu goal_samples_per_s_core=2e7\n",
+           "samples_per_s_core=%.3g state_bytes_used_per_metric=%.0f "
+           "state_bytes_per_metric_max=%zu goal_samples_per_s_core=2e7\n",
            kind_names[kind], nmetrics, reads, detect, fd, (double)total_ns / samples,
-           samples / ((double)total_ns / 1e9),
+           samples / ((double)total_ns / 1e9), used,
            mv_pipe_metric_bytes(&cfg,
                                 kind == KIND_COUNTER ? MV_SEG_COUNTER
                                 : kind == KIND_GAUGE ? MV_SEG_GAUGE
@@ -340,7 +344,7 @@ static void bench_freshness(int samples, int adaptive)
 
 int main(int argc, char **argv)
 {
-    int quick = 0, only_fresh = 0, only_expo = 0;
+    int quick = 0, only_fresh = 0, only_expo = 0, only_pipe = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0)
             quick = 1;
@@ -348,8 +352,11 @@ int main(int argc, char **argv)
             only_fresh = 1;
         else if (strcmp(argv[i], "--expo") == 0)
             only_expo = 1;
+        else if (strcmp(argv[i], "--pipeline") == 0)
+            only_pipe = 1;
         else {
-            fprintf(stderr, "usage: pipeline_bench [--quick] [--freshness | --expo]\n");
+            fprintf(stderr,
+                    "usage: pipeline_bench [--quick] [--freshness | --expo | --pipeline]\n");
             return 2;
         }
     }
@@ -367,6 +374,8 @@ int main(int argc, char **argv)
                     continue;
                 bench_pipeline(kind, kind == KIND_HIST ? 256 : 1024, det, fd, reads);
             }
+    if (only_pipe)
+        return 0;
 expo:;
     unsigned sizes[3] = {10000, 100000, 1000000};
     for (int i = 0; i < (quick ? 2 : 3); i++) {
