@@ -38,8 +38,6 @@ typedef struct store {
     uint32_t pool_next; /* pages of pool handed out since the last reset */
     uint32_t free_head; /* 1 + first free page, 0 = none */
     uint32_t pages;     /* pages in use */
-    uint32_t kmin;      /* lowest non-empty key (valid when total > 0) */
-    uint32_t kmax;      /* highest non-empty key */
     uint64_t total;
 } store;
 
@@ -127,8 +125,6 @@ static void store_clear(store *st)
     st->pool_next = 0;
     st->free_head = 0;
     st->pages = 0;
-    st->kmin = 0;
-    st->kmax = 0;
     st->total = 0;
 }
 
@@ -351,9 +347,31 @@ static void place_folded(mv_sketch *sk, store *st, uint64_t moved, uint32_t page
             return; /* unreachable: a page was just freed */
     }
     page_at(st, target)[0] += moved;
-    st->kmin = target << PAGE_SHIFT;
     sk->collapsed = 1;
     sk->collapses++;
+}
+
+/* Highest page in use, or UINT32_MAX (slow path only). */
+static uint32_t highest_page(const store *st)
+{
+    for (uint32_t i = st->dir_len; i-- > 0;)
+        if (st->dir[i])
+            return st->lo_page + i;
+    return UINT32_MAX;
+}
+
+/* Lowest key with a count (the lowest kept bucket), or `dflt` when empty. */
+static uint32_t lowest_key(const store *st, uint32_t dflt)
+{
+    for (uint32_t i = 0; i < st->dir_len; i++) {
+        if (!st->dir[i])
+            continue;
+        const uint64_t *c = st->pool + (size_t)(st->dir[i] - 1) * PAGE;
+        for (uint32_t j = 0; j < PAGE; j++)
+            if (c[j])
+                return ((st->lo_page + i) << PAGE_SHIFT) + j;
+    }
+    return dflt;
 }
 
 /* Slow path of store_add: makes room for `key`, collapsing the LOWEST
@@ -365,11 +383,11 @@ static uint32_t store_make_room(mv_sketch *sk, store *st, uint32_t key)
     if (st->total == 0 && st->pages == 0) {
         uint32_t half = st->dir_len / 2;
         window_move(st, page > half ? page - half : 0);
-        st->kmin = st->kmax = key;
     }
     if (page - st->lo_page >= st->dir_len) {
-        uint32_t pmin = st->total ? st->kmin >> PAGE_SHIFT : page;
-        uint32_t pmax = st->total ? st->kmax >> PAGE_SHIFT : page;
+        uint32_t pmin = lowest_page_from(st, 0), pmax = highest_page(st);
+        if (pmin == UINT32_MAX)
+            pmin = pmax = page;
         uint32_t lo = page < pmin ? page : pmin, hi = page > pmax ? page : pmax;
         if (hi - lo < st->dir_len) {
             uint32_t slack = (st->dir_len - (hi - lo + 1)) / 2;
@@ -383,7 +401,7 @@ static uint32_t store_make_room(mv_sketch *sk, store *st, uint32_t key)
             /* Below a window that cannot stretch: the lowest kept bucket. */
             sk->collapsed = 1;
             sk->collapses++;
-            return st->kmin;
+            return lowest_key(st, key);
         }
     }
     if (page_at(st, page) == NULL && page_alloc(sk, st, page) != 0) {
@@ -393,13 +411,13 @@ static uint32_t store_make_room(mv_sketch *sk, store *st, uint32_t key)
         if (low == UINT32_MAX || page < low) {
             sk->collapsed = 1;
             sk->collapses++;
-            return low == UINT32_MAX ? key : st->kmin;
+            return lowest_key(st, key);
         }
         place_folded(sk, st, free_below(st, low - st->lo_page + 1), page);
         if (page_at(st, page) == NULL && page_alloc(sk, st, page) != 0) {
             sk->collapsed = 1;
             sk->collapses++;
-            return st->kmin; /* allocation failed: keep the count somewhere */
+            return lowest_key(st, key); /* allocation failed: keep the count somewhere */
         }
     }
     return key;
@@ -417,10 +435,6 @@ static inline void store_add(mv_sketch *sk, store *st, uint32_t key, uint64_t n)
             return; /* no page at all could be had (malloc failed on an empty store) */
         pg[key & (PAGE - 1)] += n;
     }
-    if (st->total == 0 || key < st->kmin)
-        st->kmin = key;
-    if (st->total == 0 || key > st->kmax)
-        st->kmax = key;
     st->total += n;
 }
 
