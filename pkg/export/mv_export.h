@@ -18,8 +18,10 @@
  *     B_resets_total for counters (B = name without "_total"); G_window
  *     (summary), G_window_min/_max/_mean/_last for gauges; H_window (summary)
  *     for histograms; microview_changes_total{metric=...} per metric;
- *     microview_anomaly_score, microview_segment_read_interval_seconds and
- *     microview_segment_reads_total per segment. A derived family whose names
+ *     microview_anomaly_score, microview_segment_read_interval_seconds,
+ *     microview_segment_reads_total, microview_segment_window_read_interval_
+ *     max_seconds, microview_sketch_collapses_total and
+ *     microview_analytics_memory_bytes per segment. A derived family whose names
  *     collide with a raw family's is skipped and counted;
  *   - the collector's own microview_* series, FIRST, so that they survive a
  *     truncated body.

@@ -4,8 +4,11 @@
  * per metric a small record of accumulators, a change detector (pkg/detect)
  * and, for gauges and histograms, a relative-error sketch (pkg/sketch); per
  * segment a Frequent Directions anomaly scorer (pkg/fd). The collector's tick
- * calls mv_pipe_seg_feed() right after each successful read; feeding never
- * allocates and never takes a lock except for the swap at a window boundary.
+ * calls mv_pipe_seg_feed() right after each successful read; feeding
+ * allocates only when a sketch first touches a new page of keys (bounded by
+ * sketch_buckets; steady metrics stop after their first window) and takes
+ * one uncontended lock per read (the short-rate slots, read by view) plus the
+ * swap at a window boundary.
  *
  * Windows are aligned to wall-clock multiples of window_ns (the read time
  * given to feed is CLOCK_REALTIME). The first read after a boundary closes
@@ -138,7 +141,7 @@ void mv_pipe_seg_destroy(mv_pipe_seg *s);
 
 /* Feeds one validated hot copy (as accepted by mv_seg_hot_check for the
  * catalog given to create) read at wall-clock time now_ns. Returns a mask of
- * MV_PIPE_* flags. Never allocates. */
+ * MV_PIPE_* flags. Allocates only for new sketch pages (see above). */
 unsigned mv_pipe_seg_feed(mv_pipe_seg *s, const void *hot, uint64_t now_ns);
 
 /* Copies the published window summary. Free with free(). NULL on ENOMEM. */
