@@ -101,7 +101,7 @@ double mv_detect_last_z(const mv_detect *d, size_t i);
  * backed-off reads do not lock onto the phase of a periodic signal (a gauge
  * cycling every 10 ms read every 1000 ms exactly would always show the same
  * value). mv_detect_rate_interval gives the undithered interval.
- * Intervals are in nanoseconds. 64 bytes; no allocation after create.
+ * Intervals are in nanoseconds. 72 bytes; no allocation after create.
  */
 typedef struct mv_detect_rate_config {
     uint64_t fast_ns;    /* default 1 ms */

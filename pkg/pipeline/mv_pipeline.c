@@ -324,10 +324,13 @@ int mv_pipe_seg_create(const mv_pipe_config *cfg, const mv_seg_catalog *cat, mv_
         mstate *st = &s->ms[i];
         size_t j = table ? find_prev(prev, table, mask, m, i) : SIZE_MAX;
         if (j != SIZE_MAX) {
+            /* prev may be viewed meanwhile (its short-rate slots): move under its lock. */
+            pthread_mutex_lock(&prev->mu);
             *st = prev->ms[j];
             prev->ms[j].sk = NULL;
             prev->ms[j].prev_b = NULL;
             prev->ms[j].sw = NULL;
+            pthread_mutex_unlock(&prev->mu);
             if (s->det)
                 mv_detect_copy(s->det, i, prev->det, j);
             s->pub[i] = prev->pub[j];
@@ -602,6 +605,7 @@ mv_pipe_view *mv_pipe_seg_view(mv_pipe_seg *s)
     /* Short counter rates, as of the latest read. */
     for (size_t i = 0; i < s->n; i++) {
         const shortwin *sw = s->ms[i].sw;
+        v->m[i].rate_short = NAN;
         if (!sw)
             continue;
         double inc = 0, dt = 0;
