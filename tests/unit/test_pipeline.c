@@ -496,6 +496,24 @@ static void test_anomaly_idle_start(void)
            finite, high);
     CU_ASSERT(first_finite >= 30 && first_finite <= 37); /* warm-up: 4 steps of load */
     CU_ASSERT(high == 0);
+    /* Counter 3 stops for good: the score rises, then the new mix is learnt
+     * and it comes down (not sticky). */
+    double first_break = NAN, last = NAN;
+    for (int w = 0; w < 30; w++) {
+        for (int i = 0; i < 100; i++, t += dt) {
+            for (int k = 0; k < 3; k++)
+                mv_counter_add(c[k], (uint64_t)((k + 1) * 20 + 3 * rng_unif(&r)));
+            mv_pipe_seg_feed(p, f.map, t);
+        }
+        mv_pipe_view *v = mv_pipe_seg_view(p);
+        if (w < 3 && !(v->anomaly_score <= first_break))
+            first_break = v->anomaly_score; /* the largest of its first windows */
+        last = v->anomaly_score;
+        free(v);
+    }
+    printf("break: %.3f in its first windows, %.3f after 30 s ", first_break, last);
+    CU_ASSERT(first_break > 0.3);
+    CU_ASSERT(last < 0.2);
     mv_pipe_seg_destroy(p);
     fx_close(&f);
 }
