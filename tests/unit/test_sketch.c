@@ -285,6 +285,63 @@ static void test_sparse_range_and_memory(void)
     mv_sketch_destroy(sk);
 }
 
+/* Values over the whole double range, both signs, small budgets, resets and
+ * merges: counts, min and max stay exact, memory stays within the bound, and
+ * every quantile is within [min, max] and never below the truth's magnitude
+ * ordering (the highest quantile keeps alpha: it is never collapsed). */
+static void test_extreme_ranges(void)
+{
+    const uint32_t budgets[] = {16, 48, 256, 2048};
+    test_rng r = {77};
+    for (size_t b = 0; b < 4; b++) {
+        mv_sketch_config cfg;
+        mv_sketch *sk = NULL, *o = NULL;
+        mv_sketch_config_default(&cfg);
+        cfg.max_buckets = budgets[b];
+        CU_ASSERT_FATAL(mv_sketch_create(&cfg, &sk) == 0);
+        CU_ASSERT_FATAL(mv_sketch_create(&cfg, &o) == 0);
+        for (int round = 0; round < 20; round++) {
+            mv_sketch_reset(sk);
+            uint64_t n = 0;
+            double mx = -INFINITY;
+            for (int i = 0; i < 2000; i++) {
+                double x = ldexp(1.0 + rng_unif(&r), (int)(rng_u64(&r) % 2000) - 1000);
+                if (rng_unif(&r) < 0.3)
+                    x = -x;
+                if (round % 3 == 0)
+                    x = fabs(x) * 1e-3 + 1.0; /* sometimes a narrow range */
+                CU_ASSERT(mv_sketch_add(sk, x) == 0);
+                n++;
+                if (x > mx)
+                    mx = x;
+            }
+            if (round % 4 == 1) {
+                mv_sketch_reset(o);
+                for (int i = 0; i < 100; i++)
+                    mv_sketch_add(o, ldexp(1.0, (int)(rng_u64(&r) % 600) - 300));
+                CU_ASSERT(mv_sketch_merge(sk, o) == 0);
+                n += 100;
+                if (mv_sketch_max(o) > mx)
+                    mx = mv_sketch_max(o);
+            }
+            CU_ASSERT(mv_sketch_count(sk) == n);
+            CU_ASSERT(mv_sketch_max(sk) == mx);
+            CU_ASSERT(mv_sketch_memory_used(sk) <= mv_sketch_memory_bytes(&cfg));
+            double lo = mv_sketch_min(sk), prev = -INFINITY;
+            for (int q = 0; q <= 20; q++) {
+                double y = mv_sketch_quantile(sk, q / 20.0);
+                CU_ASSERT(y >= lo && y <= mx);
+                CU_ASSERT(y >= prev); /* monotone in q */
+                prev = y;
+            }
+            double top = mv_sketch_quantile(sk, 1.0);
+            CU_ASSERT(mx > 0 ? fabs(top - mx) <= 0.01 * fabs(mx) : top == mx);
+        }
+        mv_sketch_destroy(o);
+        mv_sketch_destroy(sk);
+    }
+}
+
 static void test_window_moves(void)
 {
     /* Ranges that fit only after the window re-centres, in both directions. */
@@ -374,6 +431,7 @@ int main(void)
     CU_add_test(s, "merge equals union", test_merge_equals_union);
     CU_add_test(s, "bucket limit collapses lowest", test_bucket_limit);
     CU_add_test(s, "sparse store: range and memory", test_sparse_range_and_memory);
+    CU_add_test(s, "extreme ranges, small budgets, merges", test_extreme_ranges);
     CU_add_test(s, "window moves", test_window_moves);
     CU_add_test(s, "explicit-bucket histogram delta", test_add_buckets);
     CU_add_test(s, "invalid input", test_invalid);
