@@ -1,10 +1,12 @@
 /* Ground truth for the collector's analytics: known signals written through libmicroview, read
  * by the collector table (mv_collect, the module microview-collector runs) and checked in what
- * /metrics and /api/v1/value render (mv_export, the code behind both endpoints) against exact
- * figures. Reads are stepped in lockstep with the writes (mv_coll_tick), so the truth is the
- * exact multiset of values the collector read; read times come from its snapshots. Fixed seeds,
- * bounded loops, no sleep used to wait for anything (waits poll a clock or a snapshot). */
+ * /metrics and /api/v1/value serve over HTTP (mv_httpd on loopback, bodies rendered by
+ * mv_export as in the collector) against exact figures. Reads are stepped in lockstep with the
+ * writes (mv_coll_tick), so the truth is the exact multiset of values the collector read; read
+ * times come from its snapshots. Fixed seeds, bounded loops, no sleep used to wait for anything
+ * (waits poll a clock or a snapshot). */
 #include <CUnit/Basic.h>
+#include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <json-c/json.h>
@@ -20,10 +22,17 @@
 #include "microview.h"
 #include "mv_collect.h"
 #include "mv_export.h"
+#include "mv_httpd.h"
 
 #define MS 1000000ull
 
 static char g_dir[] = "/tmp/mv-test-groundtruth-XXXXXX";
+
+/* The collector under test is served on loopback like microview-collector serves it. */
+static mv_coll *g_coll;
+static mv_export_sel *g_default_sel;
+static mv_httpd *g_httpd;
+static char g_base[64];
 static const mv_seg_label g_id[1] = {{"pod", "gt"}};
 
 static uint64_t wall_ns(void)
@@ -91,21 +100,120 @@ static void coll_attach(mv_coll *c, const char *id, const char *path)
     CU_ASSERT_FATAL(mv_coll_add(c, id, size, g_id, 1, mv_coll_shm_transport(), src) == 0);
 }
 
-/* The /metrics body (text format) for a snapshot; sel NULL = every derived series. */
-static char *render(mv_coll *c, const mv_export_sel *sel)
+/* /metrics (every derived series) and /metrics/default (the collector's
+ * default choice): the text format, rendered from a snapshot. */
+static int h_metrics(void *arg, const mv_httpd_request *req, mv_httpd_response *resp)
 {
-    mv_coll_snap *s = mv_coll_snapshot(c);
+    (void)req;
+    mv_coll_snap *s = mv_coll_snapshot(g_coll);
     mv_expo *e = mv_expo_create(MV_EXPO_TEXT, 0);
-    CU_ASSERT_FATAL(s && e);
-    CU_ASSERT(mv_export_render_sel(e, s, sel, NULL) == 0);
+    if (!s || !e) {
+        mv_coll_snap_free(s);
+        mv_expo_destroy(e);
+        return -ENOMEM;
+    }
+    int rc = mv_export_render_sel(e, s, arg, NULL);
+    mv_coll_snap_free(s);
     size_t len;
     const char *d = mv_expo_data(e, &len);
-    char *out = malloc(len + 1);
-    memcpy(out, d, len);
-    out[len] = '\0';
+    mv_httpd_set_status(resp, rc == 0 ? 200 : 500);
+    mv_httpd_set_content_type(resp, mv_expo_content_type(MV_EXPO_TEXT));
+    rc = mv_httpd_copy_body(resp, d, len);
     mv_expo_destroy(e);
+    return rc;
+}
+
+/* /api/v1/value?metric=NAME&pod=..[&quantile=..] */
+static int h_value(void *arg, const mv_httpd_request *req, mv_httpd_response *resp)
+{
+    (void)arg;
+    mv_seg_label f[2];
+    size_t nf = 0;
+    const char *pod = mv_httpd_query(req, "pod"), *q = mv_httpd_query(req, "quantile");
+    if (pod)
+        f[nf++] = (mv_seg_label){"pod", pod};
+    if (q)
+        f[nf++] = (mv_seg_label){"quantile", q};
+    const char *metric = mv_httpd_query(req, "metric");
+    mv_coll_snap *s = mv_coll_snapshot(g_coll);
+    char *json = NULL;
+    int rc = metric && s ? mv_export_value_json(s, metric, f, nf, NULL, &json) : -EINVAL;
     mv_coll_snap_free(s);
-    return out;
+    mv_httpd_set_status(resp, rc == 0 ? 200 : rc == -ENOENT ? 404 : 400);
+    mv_httpd_set_content_type(resp, "application/json");
+    rc = json ? mv_httpd_copy_body(resp, json, strlen(json)) : 0;
+    free(json);
+    return rc;
+}
+
+static void serve(mv_coll *c)
+{
+    g_coll = c;
+    if (g_httpd)
+        return;
+    mv_httpd_config hc;
+    mv_httpd_config_default(&hc); /* 127.0.0.1, ephemeral port */
+    CU_ASSERT_FATAL(mv_httpd_create(&hc, &g_httpd) == 0);
+    g_default_sel = mv_export_sel_create();
+    CU_ASSERT_FATAL(g_default_sel != NULL);
+    mv_httpd_route(g_httpd, "/metrics", h_metrics, NULL);
+    mv_httpd_route(g_httpd, "/metrics/default", h_metrics, g_default_sel);
+    mv_httpd_route(g_httpd, "/api/v1/value", h_value, NULL);
+    CU_ASSERT_FATAL(mv_httpd_start(g_httpd) == 0);
+    snprintf(g_base, sizeof g_base, "http://127.0.0.1:%u", mv_httpd_port(g_httpd));
+}
+
+typedef struct buf {
+    char *p;
+    size_t n;
+} buf;
+
+static size_t on_body(char *d, size_t sz, size_t nm, void *arg)
+{
+    buf *b = arg;
+    char *np = realloc(b->p, b->n + sz * nm + 1);
+    if (!np)
+        return 0;
+    memcpy(np + b->n, d, sz * nm);
+    b->p = np;
+    b->n += sz * nm;
+    b->p[b->n] = '\0';
+    return sz * nm;
+}
+
+/* GET base + path; the body (free()) or NULL; *status gets the HTTP status. */
+static char *http_get(const char *path, long *status)
+{
+    char url[512];
+    snprintf(url, sizeof url, "%s%s", g_base, path);
+    buf b = {calloc(1, 1), 0};
+    CURL *c = curl_easy_init();
+    CU_ASSERT_FATAL(c != NULL);
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
+    curl_easy_setopt(c, CURLOPT_ACCEPT_ENCODING, ""); /* gzip as Prometheus asks for it */
+    CURLcode rc = curl_easy_perform(c);
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, status);
+    curl_easy_cleanup(c);
+    if (rc != CURLE_OK) {
+        free(b.p);
+        return NULL;
+    }
+    return b.p;
+}
+
+/* The /metrics body for the collector being served; sel NULL = every derived
+ * series, else the collector's default choice. */
+static char *render(mv_coll *c, const mv_export_sel *sel)
+{
+    serve(c);
+    long st = 0;
+    char *body = http_get(sel ? "/metrics/default" : "/metrics", &st);
+    CU_ASSERT_FATAL(body != NULL);
+    CU_ASSERT(st == 200);
+    return body;
 }
 
 /* Value of the sample whose line starts with `series` + ' '; NAN if absent. */
@@ -118,16 +226,17 @@ static double sample(const char *body, const char *series)
     return NAN;
 }
 
-/* /api/v1/value?metric=...&pod=gt[&quantile=q]: the "value" field. */
+/* GET /api/v1/value?metric=...&pod=gt[&quantile=q]: the "value" field. */
 static double api_value(mv_coll *c, const char *metric, const char *quantile)
 {
-    mv_seg_label f[2] = {{"pod", "gt"}, {"quantile", quantile}};
-    char *json = NULL;
-    mv_coll_snap *s = mv_coll_snapshot(c);
-    int rc = mv_export_value_json(s, metric, f, quantile ? 2 : 1, NULL, &json);
-    mv_coll_snap_free(s);
+    char path[256];
+    long st = 0;
+    serve(c);
+    snprintf(path, sizeof path, "/api/v1/value?metric=%s&pod=gt%s%s", metric,
+             quantile ? "&quantile=" : "", quantile ? quantile : "");
+    char *json = http_get(path, &st);
     double v = NAN;
-    json_object *o = rc == 0 && json ? json_tokener_parse(json) : NULL, *x;
+    json_object *o = st == 200 && json ? json_tokener_parse(json) : NULL, *x;
     if (o && json_object_object_get_ex(o, "value", &x) && x)
         v = json_object_get_double(x);
     json_object_put(o);
@@ -239,6 +348,7 @@ static void test_quantiles(void)
     printf("\n  quantiles of 4 x %d values over 1e-9..1e3: worst relative error %.5f (api %.5f) ",
            n, worst, worst_api);
     free(body);
+    g_coll = NULL;
     mv_coll_destroy(c);
     mv_close(seg);
 }
@@ -320,6 +430,7 @@ static void test_rates(void)
     CU_ASSERT(pre == 0 || t[N] - t[step_i - 1] < 1000 * MS);
     CU_ASSERT(api_value(c, "gt_step_rate", NULL) == rx);
     free(body);
+    g_coll = NULL;
     mv_coll_destroy(c);
     mv_close(seg);
 }
@@ -358,6 +469,7 @@ static void test_changes(void)
     CU_ASSERT_EQUAL(ch, 1);
     CU_ASSERT_EQUAL(chf, 0);
     free(body);
+    g_coll = NULL;
     mv_coll_destroy(c);
     mv_close(seg);
 }
@@ -409,6 +521,7 @@ static void test_adaptive(void)
     }
     CU_ASSERT_EQUAL(ch, 1);
     CU_ASSERT_EQUAL(iv, 64 * MS);
+    g_coll = NULL;
     mv_coll_destroy(c);
     mv_close(seg);
 }
@@ -475,6 +588,7 @@ static void test_anomaly(void)
     CU_ASSERT_EQUAL(scored_idle, 0);
     CU_ASSERT(low_n >= 3 && low_max < 0.2);
     CU_ASSERT(high > 0.3);
+    g_coll = NULL;
     mv_coll_destroy(c);
     mv_close(seg);
 }
@@ -501,7 +615,7 @@ static void test_default_cardinality(void)
     until_wall((wall_ns() / W + 1) * W);
     mv_coll_tick(c);
     mv_export_sel *sel = mv_export_sel_create();
-    char *def = render(c, sel), *all = render(c, NULL);
+    char *def = render(c, sel), *all = render(c, NULL); /* /metrics/default, /metrics */
     int ng = 0, na = 0;
     for (const char *p = def; (p = strstr(p, "\ngt_depth")); p++)
         ng++;
@@ -518,6 +632,7 @@ static void test_default_cardinality(void)
     free(def);
     free(all);
     mv_export_sel_destroy(sel);
+    g_coll = NULL;
     mv_coll_destroy(c);
     mv_close(seg);
 }
@@ -535,9 +650,13 @@ int main(void)
     CU_add_test(s, "anomaly score: absent, low, high", test_anomaly);
     CU_add_test(s, "default derived series", test_default_cardinality);
     CU_basic_set_mode(CU_BRM_VERBOSE);
+    curl_global_init(CURL_GLOBAL_DEFAULT);
     CU_basic_run_tests();
     unsigned fails = CU_get_number_of_failures();
     CU_cleanup_registry();
+    mv_httpd_destroy(g_httpd);
+    mv_export_sel_destroy(g_default_sel);
+    curl_global_cleanup();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     if (system(cmd) != 0)
