@@ -74,6 +74,10 @@ typedef struct mv_coll_opts {
      * <= tick_us: every segment is read every tick. */
     uint32_t max_interval_us;
     uint32_t calm_reads; /* calm reads before the interval grows; default 8 */
+    /* A histogram still torn after a few re-reads is served from its last
+     * consistent copy for at most this long, then omitted until a consistent
+     * copy arrives; default 1000. Never served as zeros. */
+    uint32_t torn_stale_ms;
 } mv_coll_opts;
 
 typedef struct mv_coll mv_coll;
@@ -115,7 +119,12 @@ typedef struct mv_coll_seg_view {
     const mv_seg_catalog *cat; /* NULL unless a catalog was ever valid */
     const void *hot;           /* copy of header + values matching cat, or NULL */
     uint32_t hot_len;
-    uint64_t read_ns; /* CLOCK_REALTIME of the copy */
+    /* NULL, or one byte per catalog metric: 1 = that histogram had no
+     * consistent copy within torn_stale_ms; consumers must omit it. */
+    const uint8_t *omitted;
+    uint32_t stale_histograms;   /* served from an older consistent copy in this one */
+    uint32_t omitted_histograms; /* omitted from this copy */
+    uint64_t read_ns;            /* CLOCK_REALTIME of the copy */
     uint64_t heartbeat_ns;
     uint64_t reads, read_errors, torn;
     uint64_t read_bytes; /* bytes the transport delivered for it (hot area, catalog, retries) */

@@ -300,7 +300,9 @@ static int walk_build(walk *w, const mv_coll_seg_view *const *views, size_t nvie
         const mv_pipe_view *p = seg_pipe(v);
         for (size_t j = 0; j < mv_seg_catalog_count(v->cat); j++) {
             const mv_seg_metric *m = mv_seg_catalog_metric(v->cat, j);
-            w->ents[k++] = (entry){m->name, (uint32_t)i, (uint32_t)j, K_RAW, 0};
+            /* A histogram with no consistent copy lately is omitted, never zeros. */
+            if (!v->omitted || !v->omitted[j])
+                w->ents[k++] = (entry){m->name, (uint32_t)i, (uint32_t)j, K_RAW, 0};
             if (!p)
                 continue;
             const mv_pipe_out *o = &p->m[j];
@@ -507,6 +509,27 @@ static int expo_sample(sink *k, const char *suffix, const mv_expo_label *a, size
     return rc == -EINVAL ? 0 : rc; /* an unrenderable series is skipped, not fatal */
 }
 
+/* One sample per segment with a published copy: its stale (which=0) or
+ * omitted (which=1) histogram count, labelled with its identity labels. */
+static int self_per_segment(mv_expo *e, const mv_coll_seg_view *const *views, size_t n, int which)
+{
+    int rc = 0;
+    for (size_t i = 0; i < n; i++) {
+        const mv_coll_seg_view *v = views[i];
+        if (!seg_valid(v))
+            continue;
+        mv_expo_label idl[MAX_ID];
+        size_t nid = v->nlabels < MAX_ID ? v->nlabels : MAX_ID;
+        for (size_t k = 0; k < nid; k++) {
+            idl[k].name = v->labels[k].key;
+            idl[k].value = v->labels[k].value;
+        }
+        uint64_t x = which ? v->omitted_histograms : v->stale_histograms;
+        rc |= mv_expo_sample_u64(e, NULL, idl, nid, NULL, 0, NULL, 0, x, MV_EXPO_NO_TS);
+    }
+    return rc;
+}
+
 static int render_self(mv_expo *e, const mv_coll_seg_view *const *views, size_t n,
                        const mv_coll_stats *cs, const mv_export_stats *st)
 {
@@ -535,6 +558,16 @@ static int render_self(mv_expo *e, const mv_coll_seg_view *const *views, size_t 
     rc |= mv_expo_family(e, "microview_segment_torn_reads_total", MV_EXPO_COUNTER,
                          "Histogram copies caught mid-update and re-read.", NULL);
     rc |= mv_expo_sample_u64(e, NULL, NULL, 0, NULL, 0, NULL, 0, cs->torn_retries, MV_EXPO_NO_TS);
+    rc |= mv_expo_family(e, "microview_segment_stale_histograms", MV_EXPO_GAUGE,
+                         "Histograms of the segment served from an older consistent copy because "
+                         "every recent copy was caught mid-update.",
+                         NULL);
+    rc |= self_per_segment(e, views, n, 0);
+    rc |= mv_expo_family(e, "microview_segment_omitted_histograms", MV_EXPO_GAUGE,
+                         "Histograms of the segment omitted because no consistent copy was read "
+                         "within the staleness bound.",
+                         NULL);
+    rc |= self_per_segment(e, views, n, 1);
     rc |= mv_expo_family(e, "microview_catalog_reads_total", MV_EXPO_COUNTER,
                          "Full segment reads to (re)load a catalog.", NULL);
     rc |= mv_expo_sample_u64(e, NULL, NULL, 0, NULL, 0, NULL, 0, cs->catalog_reads, MV_EXPO_NO_TS);

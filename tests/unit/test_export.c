@@ -197,7 +197,7 @@ static void test_truncation(void)
     scene s;
     scene_open(&s);
     const mv_coll_seg_view *v[1] = {&s.view};
-    mv_expo *e = mv_expo_create(MV_EXPO_TEXT, 2500);
+    mv_expo *e = mv_expo_create(MV_EXPO_TEXT, 3300);
     mv_export_stats st = {0};
     CU_ASSERT_EQUAL(mv_export_render_views(e, v, 1, &s.stats, &st), -ENOSPC);
     CU_ASSERT_EQUAL(st.truncated, 1);

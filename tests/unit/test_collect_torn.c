@@ -1,0 +1,319 @@
+/* Torn histograms never reach consumers as zeros: last consistent copy within a bound, then
+ * omitted; a writer registering metrics while histograms are updated never makes a published
+ * histogram count go backwards. */
+#include <CUnit/Basic.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "microview.h"
+#include "mv_collect.h"
+#include "mv_expo.h"
+#include "mv_export.h"
+
+static char g_dir[] = "/tmp/mv-test-torn-XXXXXX";
+
+static char *make_segment(const char *name, size_t size)
+{
+    static char path[256];
+    snprintf(path, sizeof path, "%s/%s", g_dir, name);
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    CU_ASSERT_FATAL(fd >= 0);
+    CU_ASSERT_FATAL(ftruncate(fd, (off_t)size) == 0);
+    close(fd);
+    return path;
+}
+
+static mv_coll *new_coll(uint32_t torn_stale_ms, const char *path)
+{
+    mv_coll_opts o;
+    mv_coll *c;
+    void *src;
+    uint64_t size;
+    char err[256];
+    mv_seg_label l = {"service", "torn"};
+    mv_coll_opts_default(&o);
+    o.torn_stale_ms = torn_stale_ms;
+    CU_ASSERT_FATAL(mv_coll_create(&o, &c) == 0);
+    CU_ASSERT_FATAL(mv_coll_shm_open(path, 0, &src, &size, err, sizeof err) == 0);
+    CU_ASSERT_FATAL(mv_coll_add(c, "torn", size, &l, 1, mv_coll_shm_transport(), src) == 0);
+    return c;
+}
+
+typedef struct hist_seen {
+    int present;    /* in the published copy and not omitted */
+    int consistent; /* its words pass the reader's check */
+    uint64_t count;
+    uint64_t file_off; /* where its first word lives in the segment file */
+    uint32_t stale, omitted;
+} hist_seen;
+
+static hist_seen look(mv_coll *c, const char *name)
+{
+    hist_seen r = {0};
+    mv_coll_snap *s = mv_coll_snapshot(c);
+    const mv_coll_seg_view *v = mv_coll_snap_seg(s, 0);
+    CU_ASSERT_FATAL(v != NULL);
+    r.stale = v->stale_histograms;
+    r.omitted = v->omitted_histograms;
+    for (size_t k = 0; v->cat && v->hot && k < mv_seg_catalog_count(v->cat); k++) {
+        const mv_seg_metric *m = mv_seg_catalog_metric(v->cat, k);
+        if (strcmp(m->name, name) != 0)
+            continue;
+        const mv_seg_header *h = v->hot;
+        r.file_off = (uint64_t)h->values_offset + m->value_offset;
+        if (v->omitted && v->omitted[k])
+            break;
+        mv_seg_hist_view hv;
+        r.present = 1;
+        r.consistent = mv_seg_read_histogram(v->hot, m, &hv) == MV_SEG_OK;
+        r.count = hv.count;
+        break;
+    }
+    mv_coll_snap_free(s);
+    return r;
+}
+
+/* Adds `delta` to the 8-byte word at `off` of the file: breaks (or restores) a record's
+ * checksum the way a writer that died half-way through an update leaves it. */
+static void poke(const char *path, uint64_t off, int64_t delta)
+{
+    int fd = open(path, O_RDWR);
+    uint64_t w;
+    CU_ASSERT_FATAL(fd >= 0);
+    CU_ASSERT_FATAL(pread(fd, &w, 8, (off_t)off) == 8);
+    w += (uint64_t)delta;
+    CU_ASSERT_FATAL(pwrite(fd, &w, 8, (off_t)off) == 8);
+    close(fd);
+}
+
+static char *render(mv_coll *c)
+{
+    mv_expo *e = mv_expo_create(MV_EXPO_TEXT, 1 << 20);
+    CU_ASSERT_FATAL(e != NULL);
+    mv_coll_snap *s = mv_coll_snapshot(c);
+    CU_ASSERT(mv_export_render(e, s, NULL) == 0);
+    mv_coll_snap_free(s);
+    size_t len = 0;
+    const char *body = mv_expo_data(e, &len);
+    char *out = strndup(body, len);
+    mv_expo_destroy(e);
+    return out;
+}
+
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* A histogram torn on every copy across a catalog change: served from its last consistent
+ * copy (never zeros), omitted after the bound, served again once consistent. */
+static void test_torn_across_catalog_change(void)
+{
+    char *p = make_segment("a.seg", 16384);
+    char path[256];
+    snprintf(path, sizeof path, "%s", p);
+    mv_segment *seg;
+    mv_histogram *h;
+    mv_counter later;
+    double bounds[] = {1, 10, 100};
+    CU_ASSERT_FATAL(mv_open(path, &seg) == MV_OK);
+    CU_ASSERT_FATAL(mv_histogram_register(seg, "lat", NULL, NULL, NULL, 0, bounds, 3, &h) == MV_OK);
+    for (int i = 0; i < 7; i++)
+        mv_histogram_observe(h, 5);
+    mv_coll *c = new_coll(200, path);
+    mv_coll_tick(c);
+    hist_seen a = look(c, "lat");
+    CU_ASSERT(a.present && a.consistent);
+    CU_ASSERT_EQUAL(a.count, 7);
+    CU_ASSERT_EQUAL(a.stale + a.omitted, 0);
+
+    /* Break the record for good and move the catalog (a registration). */
+    poke(path, a.file_off, 1);
+    CU_ASSERT_FATAL(mv_counter_register(seg, "later_total", NULL, NULL, NULL, 0, &later) == MV_OK);
+    mv_coll_tick(c);
+    hist_seen b = look(c, "lat");
+    CU_ASSERT(b.present && b.consistent);
+    CU_ASSERT_EQUAL(b.count, 7); /* the last consistent copy, not 0 */
+    CU_ASSERT_EQUAL(b.stale, 1);
+    CU_ASSERT_EQUAL(b.omitted, 0);
+    char *body = render(c);
+    CU_ASSERT(strstr(body, "lat_count{service=\"torn\"} 7\n") != NULL);
+    CU_ASSERT(strstr(body, "microview_segment_stale_histograms{service=\"torn\"} 1\n") != NULL);
+    free(body);
+
+    /* Past the bound it is omitted, and the exposition says so. */
+    uint64_t t0 = mono_ms();
+    hist_seen d;
+    do {
+        mv_coll_tick(c);
+        d = look(c, "lat");
+    } while (d.present && mono_ms() - t0 < 5000);
+    CU_ASSERT(!d.present);
+    CU_ASSERT_EQUAL(d.omitted, 1);
+    CU_ASSERT(mono_ms() - t0 >= 150);
+    body = render(c);
+    CU_ASSERT(strstr(body, "lat_count") == NULL);
+    CU_ASSERT(strstr(body, "lat_bucket") == NULL);
+    CU_ASSERT(strstr(body, "microview_segment_omitted_histograms{service=\"torn\"} 1\n") != NULL);
+    CU_ASSERT(strstr(body, "later_total{service=\"torn\"} 0\n") != NULL);
+    free(body);
+
+    /* Consistent again: served with its real value. */
+    poke(path, a.file_off, -1);
+    mv_histogram_observe(h, 50);
+    mv_coll_tick(c);
+    hist_seen e = look(c, "lat");
+    CU_ASSERT(e.present && e.consistent);
+    CU_ASSERT_EQUAL(e.count, 8);
+    CU_ASSERT_EQUAL(e.stale + e.omitted, 0);
+    mv_coll_destroy(c);
+    mv_close(seg);
+}
+
+/* A histogram never copied consistently is omitted at once (no zeros). */
+static void test_never_consistent_is_omitted(void)
+{
+    char *p = make_segment("b.seg", 16384);
+    char path[256];
+    snprintf(path, sizeof path, "%s", p);
+    mv_segment *seg;
+    mv_histogram *h;
+    double bounds[] = {1, 2};
+    CU_ASSERT_FATAL(mv_open(path, &seg) == MV_OK);
+    CU_ASSERT_FATAL(mv_histogram_register(seg, "h", NULL, NULL, NULL, 0, bounds, 2, &h) == MV_OK);
+    mv_histogram_observe(h, 1.5);
+    mv_coll *c = new_coll(1000, path);
+    mv_coll_tick(c);
+    hist_seen a = look(c, "h");
+    CU_ASSERT_FATAL(a.present);
+    mv_coll_destroy(c);
+    poke(path, a.file_off, 3);
+    c = new_coll(1000, path); /* a fresh collector has no consistent copy of it */
+    mv_coll_tick(c);
+    hist_seen b = look(c, "h");
+    CU_ASSERT(!b.present);
+    CU_ASSERT_EQUAL(b.omitted, 1);
+    mv_coll_destroy(c);
+    mv_close(seg);
+}
+
+typedef struct race {
+    mv_segment *seg;
+    mv_histogram *h[2];
+    int stop; /* atomic */
+    int registered;
+} race;
+
+static void *observer(void *arg)
+{
+    race *r = arg;
+    unsigned x = 1;
+    while (!__atomic_load_n(&r->stop, __ATOMIC_ACQUIRE)) {
+        x = x * 1103515245u + 12345u;
+        mv_histogram_observe(r->h[x >> 31], (double)(x % 200));
+    }
+    return NULL;
+}
+
+static void *registrar(void *arg)
+{
+    race *r = arg;
+    for (int i = 0; i < 150; i++) {
+        char name[32];
+        mv_counter ctr;
+        snprintf(name, sizeof name, "reg_%d_total", i);
+        if (mv_counter_register(r->seg, name, NULL, NULL, NULL, 0, &ctr) == MV_OK)
+            __atomic_add_fetch(&r->registered, 1, __ATOMIC_RELAXED);
+        struct timespec ts = {0, 1000000}; /* pace the registrations, ~1 per collector tick */
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+/* The reported race: registrations while histograms are updated, collector ticking flat out
+ * and a snapshot after every tick. Published histogram counts never go backwards. */
+static void test_registrations_race_histograms(void)
+{
+    char *p = make_segment("c.seg", 1 << 20);
+    char path[256];
+    snprintf(path, sizeof path, "%s", p);
+    race r = {0};
+    double bounds[] = {10, 50, 100, 150};
+    CU_ASSERT_FATAL(mv_open(path, &r.seg) == MV_OK);
+    CU_ASSERT_FATAL(mv_histogram_register(r.seg, "h0", NULL, NULL, NULL, 0, bounds, 4, &r.h[0]) ==
+                    MV_OK);
+    CU_ASSERT_FATAL(mv_histogram_register(r.seg, "h1", NULL, NULL, NULL, 0, bounds, 4, &r.h[1]) ==
+                    MV_OK);
+    mv_coll *c = new_coll(1000, path);
+    pthread_t obs[2], reg;
+    for (int i = 0; i < 2; i++)
+        CU_ASSERT_FATAL(pthread_create(&obs[i], NULL, observer, &r) == 0);
+    CU_ASSERT_FATAL(pthread_create(&reg, NULL, registrar, &r) == 0);
+
+    uint64_t last[2] = {0, 0}, ticks = 0, backwards = 0, inconsistent = 0, absent = 0;
+    uint64_t t0 = mono_ms();
+    while (__atomic_load_n(&r.registered, __ATOMIC_RELAXED) < 150 && mono_ms() - t0 < 60000) {
+        mv_coll_tick(c);
+        ticks++;
+        for (int i = 0; i < 2; i++) {
+            hist_seen s = look(c, i ? "h1" : "h0");
+            if (!s.present) {
+                absent++;
+                continue;
+            }
+            if (!s.consistent)
+                inconsistent++;
+            if (s.count < last[i])
+                backwards++;
+            last[i] = s.count;
+        }
+    }
+    pthread_join(reg, NULL);
+    __atomic_store_n(&r.stop, 1, __ATOMIC_RELEASE);
+    for (int i = 0; i < 2; i++)
+        pthread_join(obs[i], NULL);
+    mv_coll_snap *s = mv_coll_snapshot(c);
+    uint64_t catalog_reads = mv_coll_snap_stats(s)->catalog_reads;
+    uint64_t torn = mv_coll_snap_stats(s)->torn_retries;
+    mv_coll_snap_free(s);
+    printf("\n  ticks=%llu catalog_reads=%llu torn_retries=%llu backwards=%llu inconsistent=%llu "
+           "absent=%llu final=%llu/%llu\n",
+           (unsigned long long)ticks, (unsigned long long)catalog_reads, (unsigned long long)torn,
+           (unsigned long long)backwards, (unsigned long long)inconsistent,
+           (unsigned long long)absent, (unsigned long long)last[0], (unsigned long long)last[1]);
+    CU_ASSERT_EQUAL(r.registered, 150);
+    CU_ASSERT(catalog_reads >= 20); /* the registrations did race the ticks */
+    CU_ASSERT_EQUAL(backwards, 0);
+    CU_ASSERT_EQUAL(inconsistent, 0);
+    CU_ASSERT(last[0] > 0 && last[1] > 0);
+    mv_coll_destroy(c);
+    mv_close(r.seg);
+}
+
+int main(void)
+{
+    if (!mkdtemp(g_dir))
+        return 1;
+    if (CU_initialize_registry() != CUE_SUCCESS)
+        return 1;
+    CU_pSuite suite = CU_add_suite("collect_torn", NULL, NULL);
+    CU_add_test(suite, "torn across a catalog change", test_torn_across_catalog_change);
+    CU_add_test(suite, "never consistent is omitted", test_never_consistent_is_omitted);
+    CU_add_test(suite, "registrations race histogram updates", test_registrations_race_histograms);
+    CU_basic_set_mode(CU_BRM_VERBOSE);
+    CU_basic_run_tests();
+    unsigned failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
+    CU_cleanup_registry();
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", g_dir);
+    return failed ? 1 : 0;
+}
