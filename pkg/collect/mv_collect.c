@@ -91,6 +91,8 @@ struct mv_coll {
     struct tick_item *tick_items;
     mv_coll_read *tick_reqs;
     size_t tick_cap;
+    mv_coll_drop_fn drop_fn; /* under mu */
+    void *drop_arg;
 };
 
 struct mv_coll_snap {
@@ -319,6 +321,35 @@ static size_t remove_if(mv_coll *c, int (*pred)(const seg *, const void *), cons
 static int id_is(const seg *s, const void *arg)
 {
     return strcmp(s->id, arg) == 0;
+}
+
+static int seg_is(const seg *s, const void *arg)
+{
+    return s == arg;
+}
+
+void mv_coll_set_drop_hook(mv_coll *c, mv_coll_drop_fn fn, void *arg)
+{
+    pthread_mutex_lock(&c->mu);
+    c->drop_fn = fn;
+    c->drop_arg = arg;
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Drops the very object whose read said "gone" — not whatever now carries its
+ * id: an agent resync may have re-added the id with a new source (a new rkey)
+ * while this tick's read with the old one was in flight. */
+static void drop_gone(mv_coll *c, seg *s, int status)
+{
+    if (!remove_if(c, seg_is, s))
+        return; /* already replaced or removed */
+    MV_INFO("segment.gone", "id=%s error=%s", mv_log_q(s->id), mv_log_q(strerror(-status)));
+    pthread_mutex_lock(&c->mu);
+    mv_coll_drop_fn fn = c->drop_fn;
+    void *arg = c->drop_arg;
+    pthread_mutex_unlock(&c->mu);
+    if (fn)
+        fn(arg, s->id, s->src);
 }
 
 int mv_coll_remove(mv_coll *c, const char *id)
@@ -782,9 +813,7 @@ void mv_coll_tick(mv_coll *c)
     for (size_t i = 0; i < m; i++) {
         seg *s = c->tick_items[i].s;
         if (read_gone(c->tick_reqs[i].status)) {
-            MV_INFO("segment.gone", "id=%s error=%s", mv_log_q(s->id),
-                    mv_log_q(strerror(-c->tick_reqs[i].status)));
-            mv_coll_remove(c, s->id);
+            drop_gone(c, s, c->tick_reqs[i].status);
             continue;
         }
         tick_finish(c, s, c->tick_reqs[i].status, c->tick_items[i].len, &torn);

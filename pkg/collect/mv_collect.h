@@ -98,6 +98,13 @@ int mv_coll_add(mv_coll *c, const char *id, uint64_t size, const mv_seg_label *l
                 size_t nlabels, const mv_coll_transport *t, void *src);
 /* Removes a segment (e.g. released or its rkey revoked). Returns 0 or -ENOENT. */
 int mv_coll_remove(mv_coll *c, const char *id);
+/* Called (from the tick thread, no table lock held) after the table dropped a
+ * segment on its own because a read said it is gone (-ENOENT/-EACCES, e.g. a
+ * revoked rkey). `src` is the dropped source (closed later through its
+ * transport): whoever added it learns that it is no longer in the table and
+ * may add it again, e.g. with a fresh rkey. */
+typedef void (*mv_coll_drop_fn)(void *arg, const char *id, void *src);
+void mv_coll_set_drop_hook(mv_coll *c, mv_coll_drop_fn fn, void *arg);
 /* Removes every segment whose id is not in `keep` (used after a resync). */
 void mv_coll_retain(mv_coll *c, const char *const *keep, size_t n);
 

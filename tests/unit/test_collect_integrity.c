@@ -1,10 +1,12 @@
-/* Torn histograms never reach consumers as zeros: last consistent copy within a bound, then
- * omitted; a writer registering metrics while histograms are updated never makes a published
- * histogram count go backwards. */
+/* Collector integrity: torn histograms never reach consumers as zeros (last consistent copy
+ * within a bound, then omitted; registrations racing histogram updates never make a published
+ * count go backwards); a stale "gone" read after a resync drops only the object it read. */
 #include <CUnit/Basic.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <errno.h>
 #include <stdio.h>
+#include <sys/mman.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -297,6 +299,132 @@ static void test_registrations_race_histograms(void)
     mv_close(r.seg);
 }
 
+/* A transport reading from memory; a source can be made to answer "gone" (a revoked rkey). */
+typedef struct fsrc {
+    const char *base;
+    int gone;
+    int closed;
+} fsrc;
+
+typedef struct resync {
+    mv_coll *c;
+    fsrc *old_src, *new_src;
+    uint64_t size;
+    int armed;
+    int dropped_calls;
+    void *dropped_src;
+} resync;
+
+static resync g_rs;
+static const mv_coll_transport g_fake;
+
+static void fake_read_many(void *ctx, mv_coll_read *rq, size_t n)
+{
+    (void)ctx;
+    for (size_t i = 0; i < n; i++) {
+        fsrc *f = rq[i].src;
+        if (f == g_rs.old_src && g_rs.armed) {
+            /* While this READ with the old rkey is in flight, the agent restarts and the
+             * catalog resync re-adds the segment under the same id with a new rkey. */
+            g_rs.armed = 0;
+            mv_seg_label l = {"service", "x"};
+            CU_ASSERT(mv_coll_remove(g_rs.c, "x") == 0);
+            CU_ASSERT(mv_coll_add(g_rs.c, "x", g_rs.size, &l, 1, &g_fake, g_rs.new_src) == 0);
+            f->gone = 1;
+        }
+        if (f->gone) {
+            rq[i].status = -EACCES;
+            continue;
+        }
+        memcpy(rq[i].dst, f->base + rq[i].off, rq[i].len);
+        rq[i].status = 0;
+    }
+}
+
+static void fake_close(void *ctx, void *src)
+{
+    (void)ctx;
+    ((fsrc *)src)->closed = 1;
+}
+
+static const mv_coll_transport g_fake = {"fake", NULL, fake_read_many, fake_close};
+
+static void on_drop(void *arg, const char *id, void *src)
+{
+    resync *r = arg;
+    CU_ASSERT_STRING_EQUAL(id, "x");
+    r->dropped_calls++;
+    r->dropped_src = src;
+}
+
+static int has_counter(mv_coll *c, const char *id, uint64_t want)
+{
+    mv_coll_snap *s = mv_coll_snapshot(c);
+    int found = 0;
+    for (size_t i = 0; i < mv_coll_snap_count(s); i++) {
+        const mv_coll_seg_view *v = mv_coll_snap_seg(s, i);
+        if (strcmp(v->id, id) != 0 || !v->cat || !v->hot || v->state != MV_COLL_OK)
+            continue;
+        const mv_seg_metric *m = mv_seg_catalog_metric(v->cat, 0);
+        found = m && mv_seg_read_counter(v->hot, m) == want;
+    }
+    mv_coll_snap_free(s);
+    return found;
+}
+
+/* The stale completion arrives after the resync re-added the id: only the old object goes;
+ * the fresh entry stays and keeps being read. A plain "gone" tells the hook. */
+static void test_stale_gone_after_resync(void)
+{
+    char *p = make_segment("r.seg", 8192);
+    mv_segment *seg;
+    mv_counter ctr;
+    CU_ASSERT_FATAL(mv_open(p, &seg) == MV_OK);
+    CU_ASSERT_FATAL(mv_counter_register(seg, "up_total", NULL, NULL, NULL, 0, &ctr) == MV_OK);
+    mv_counter_add(ctr, 5);
+    int fd = open(p, O_RDONLY);
+    CU_ASSERT_FATAL(fd >= 0);
+    const char *base = mmap(NULL, 8192, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    CU_ASSERT_FATAL(base != MAP_FAILED);
+    fsrc *a = calloc(1, sizeof *a), *b = calloc(1, sizeof *b);
+    a->base = b->base = base;
+
+    mv_coll_opts o;
+    mv_coll_opts_default(&o);
+    CU_ASSERT_FATAL(mv_coll_create(&o, &g_rs.c) == 0);
+    mv_coll_set_drop_hook(g_rs.c, on_drop, &g_rs);
+    g_rs.old_src = a;
+    g_rs.new_src = b;
+    g_rs.size = 8192;
+    mv_seg_label l = {"service", "x"};
+    CU_ASSERT_FATAL(mv_coll_add(g_rs.c, "x", 8192, &l, 1, &g_fake, a) == 0);
+    mv_coll_tick(g_rs.c);
+    CU_ASSERT(has_counter(g_rs.c, "x", 5));
+
+    g_rs.armed = 1;
+    mv_coll_tick(g_rs.c); /* old READ fails with -EACCES after the re-add */
+    CU_ASSERT_EQUAL(g_rs.armed, 0);
+    CU_ASSERT_EQUAL(g_rs.dropped_calls, 0); /* the table had already replaced it */
+    CU_ASSERT(a->closed);
+    mv_counter_add(ctr, 1);
+    mv_coll_tick(g_rs.c);
+    CU_ASSERT(has_counter(g_rs.c, "x", 6)); /* the fresh entry survived and is read */
+
+    /* Now the current source is revoked for real: dropped, and the hook hears of it. */
+    b->gone = 1;
+    mv_coll_tick(g_rs.c);
+    CU_ASSERT_EQUAL(g_rs.dropped_calls, 1);
+    CU_ASSERT_PTR_EQUAL(g_rs.dropped_src, b);
+    CU_ASSERT(!has_counter(g_rs.c, "x", 6));
+    CU_ASSERT_EQUAL(mv_coll_remove(g_rs.c, "x"), -ENOENT);
+    mv_coll_destroy(g_rs.c);
+    munmap((void *)base, 8192);
+    free(a);
+    free(b);
+    mv_close(seg);
+}
+
 int main(void)
 {
     if (!mkdtemp(g_dir))
@@ -307,6 +435,7 @@ int main(void)
     CU_add_test(suite, "torn across a catalog change", test_torn_across_catalog_change);
     CU_add_test(suite, "never consistent is omitted", test_never_consistent_is_omitted);
     CU_add_test(suite, "registrations race histogram updates", test_registrations_race_histograms);
+    CU_add_test(suite, "stale gone read after a resync", test_stale_gone_after_resync);
     CU_basic_set_mode(CU_BRM_VERBOSE);
     CU_basic_run_tests();
     unsigned failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
