@@ -820,12 +820,21 @@ void mv_coll_tick(mv_coll *c)
     }
     for (size_t i = 0; i < n; i++)
         seg_put(c->tick_segs[i]);
+    double took = (double)(now_ns(CLOCK_MONOTONIC) - t0) / 1e9;
+    size_t b = 0;
+    while (b < MV_COLL_TICK_BUCKETS && took > mv_coll_tick_bounds[b])
+        b++;
     pthread_mutex_lock(&c->mu);
     c->stats.ticks++;
     c->stats.torn_retries += torn;
-    c->stats.last_tick_seconds = (double)(now_ns(CLOCK_MONOTONIC) - t0) / 1e9;
+    c->stats.last_tick_seconds = took;
+    c->stats.tick_buckets[b]++;
+    c->stats.tick_seconds_sum += took;
     pthread_mutex_unlock(&c->mu);
 }
+
+const double mv_coll_tick_bounds[MV_COLL_TICK_BUCKETS] = {
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1};
 
 static void *tick_main(void *arg)
 {
@@ -837,6 +846,12 @@ static void *tick_main(void *arg)
         next += period;
         uint64_t now = now_ns(CLOCK_MONOTONIC);
         if (next < now) {
+            uint64_t missed = (now - next) / period;
+            if (missed) {
+                pthread_mutex_lock(&c->mu);
+                c->stats.ticks_missed += missed;
+                pthread_mutex_unlock(&c->mu);
+            }
             next = now; /* overrun: do not try to catch up in a burst */
             continue;
         }

@@ -144,8 +144,17 @@ typedef struct mv_coll_seg_view {
     uint64_t reads_skipped; /* ticks that skipped this segment (not due) */
 } mv_coll_seg_view;
 
+/* Upper bounds (seconds) of the tick-duration histogram's finite buckets. */
+#define MV_COLL_TICK_BUCKETS 12
+extern const double mv_coll_tick_bounds[MV_COLL_TICK_BUCKETS];
+
 typedef struct mv_coll_stats {
     uint64_t ticks;
+    /* Ticks whose start time passed while an earlier tick still ran (the tick
+     * thread then starts at once and does not catch up in a burst). */
+    uint64_t ticks_missed;
+    uint64_t tick_buckets[MV_COLL_TICK_BUCKETS + 1]; /* non-cumulative; last = +Inf */
+    double tick_seconds_sum;
     uint64_t errors[MV_SEG_REASON_COUNT_]; /* quarantine events by reason */
     uint64_t torn_retries;                 /* histogram copies caught mid-update */
     uint64_t catalog_reads;

@@ -700,6 +700,21 @@ static int render_self(mv_expo *e, const mv_coll_seg_view *const *views, size_t 
     rc |= mv_expo_family(e, "microview_collector_tick_duration_seconds", MV_EXPO_GAUGE,
                          "Duration of the last collection tick.", "seconds");
     rc |= mv_expo_sample(e, NULL, NULL, 0, NULL, 0, NULL, 0, cs->last_tick_seconds, MV_EXPO_NO_TS);
+    rc |= mv_expo_family(e, "microview_collector_tick_seconds", MV_EXPO_HISTOGRAM,
+                         "Duration of collection ticks (a tick longer than the period delays the "
+                         "next one).",
+                         "seconds");
+    uint64_t cum = 0;
+    for (size_t b = 0; b <= MV_COLL_TICK_BUCKETS; b++) {
+        cum += cs->tick_buckets[b];
+        double le = b < MV_COLL_TICK_BUCKETS ? mv_coll_tick_bounds[b] : INFINITY;
+        rc |= mv_expo_sample_u64(e, "_bucket", NULL, 0, NULL, 0, "le", le, cum, MV_EXPO_NO_TS);
+    }
+    rc |= mv_expo_sample(e, "_sum", NULL, 0, NULL, 0, NULL, 0, cs->tick_seconds_sum, MV_EXPO_NO_TS);
+    rc |= mv_expo_sample_u64(e, "_count", NULL, 0, NULL, 0, NULL, 0, cum, MV_EXPO_NO_TS);
+    rc |= mv_expo_family(e, "microview_collector_ticks_missed_total", MV_EXPO_COUNTER,
+                         "Ticks skipped because the previous tick overran its period.", NULL);
+    rc |= mv_expo_sample_u64(e, NULL, NULL, 0, NULL, 0, NULL, 0, cs->ticks_missed, MV_EXPO_NO_TS);
     rc |= mv_expo_family(e, "microview_series_dropped_total", MV_EXPO_COUNTER,
                          "Series not exported, by reason.", NULL);
     mv_expo_label l = {"reason", "type_conflict"};

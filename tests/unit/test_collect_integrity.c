@@ -433,6 +433,63 @@ static void test_stale_gone_after_resync(void)
     mv_close(seg);
 }
 
+static void slow_read_many(void *ctx, mv_coll_read *rq, size_t n)
+{
+    struct timespec ts = {0, 4000000}; /* a 4 ms read against a 1 ms tick period */
+    nanosleep(&ts, NULL);
+    fake_read_many(ctx, rq, n);
+}
+
+/* Overrunning ticks are visible: missed ticks counted, durations in the histogram. */
+static void test_tick_overrun_metrics(void)
+{
+    char *p = make_segment("slow.seg", 8192);
+    mv_segment *seg;
+    mv_counter ctr;
+    CU_ASSERT_FATAL(mv_open(p, &seg) == MV_OK);
+    CU_ASSERT_FATAL(mv_counter_register(seg, "n_total", NULL, NULL, NULL, 0, &ctr) == MV_OK);
+    int fd = open(p, O_RDONLY);
+    const char *base = mmap(NULL, 8192, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    CU_ASSERT_FATAL(base != MAP_FAILED);
+    static fsrc src;
+    src = (fsrc){base, 0, 0};
+    static const mv_coll_transport slow = {"slow", NULL, slow_read_many, fake_close};
+    mv_coll_opts o;
+    mv_coll *c;
+    mv_coll_opts_default(&o);
+    o.tick_us = 1000;
+    CU_ASSERT_FATAL(mv_coll_create(&o, &c) == 0);
+    mv_seg_label l = {"service", "slow"};
+    CU_ASSERT_FATAL(mv_coll_add(c, "slow", 8192, &l, 1, &slow, &src) == 0);
+    CU_ASSERT_FATAL(mv_coll_start(c) == 0);
+    mv_coll_stats st = {0};
+    uint64_t t0 = mono_ms();
+    while (mono_ms() - t0 < 10000) {
+        mv_coll_snap *s = mv_coll_snapshot(c);
+        st = *mv_coll_snap_stats(s);
+        mv_coll_snap_free(s);
+        if (st.ticks >= 10)
+            break;
+        struct timespec ts = {0, 2000000};
+        nanosleep(&ts, NULL);
+    }
+    mv_coll_destroy(c);
+    uint64_t in_hist = 0, slow_ticks = 0;
+    for (size_t b = 0; b <= MV_COLL_TICK_BUCKETS; b++) {
+        in_hist += st.tick_buckets[b];
+        if (b == MV_COLL_TICK_BUCKETS || mv_coll_tick_bounds[b] > 0.0035)
+            slow_ticks += st.tick_buckets[b];
+    }
+    CU_ASSERT(st.ticks >= 10);
+    CU_ASSERT_EQUAL(in_hist, st.ticks);
+    CU_ASSERT_EQUAL(slow_ticks, st.ticks); /* every tick took at least 4 ms */
+    CU_ASSERT(st.tick_seconds_sum >= 0.004 * (double)st.ticks);
+    CU_ASSERT(st.ticks_missed >= 2 * (st.ticks - 1)); /* ~3 periods lost per 4 ms tick */
+    munmap((void *)base, 8192);
+    mv_close(seg);
+}
+
 static void add_seg(mv_coll *c, const char *id, const char *path, const char *service)
 {
     void *src;
@@ -563,6 +620,7 @@ int main(void)
     CU_add_test(suite, "registrations race histogram updates", test_registrations_race_histograms);
     CU_add_test(suite, "stale gone read after a resync", test_stale_gone_after_resync);
     CU_add_test(suite, "name collisions and duplicate identities", test_collisions_and_duplicates);
+    CU_add_test(suite, "tick overrun metrics", test_tick_overrun_metrics);
     CU_basic_set_mode(CU_BRM_VERBOSE);
     CU_basic_run_tests();
     unsigned failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
