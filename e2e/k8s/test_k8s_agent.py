@@ -630,6 +630,29 @@ def sc_rdma_optional(env):
           s is not None and s["rdma"]["readable"] is False and s["rdma"]["rkey"] == 0, s)
 
 
+def sc_pool_max(env):
+    """The largest pool the agent accepts: its device list reaches a kubelet-like client whose
+    gRPC receive limit is the kubelet's (4 MiB); one page more is refused at start."""
+    max_pages = 65536
+    env.cfg["pool_size"] = str(PAGE * max_pages)
+    env.start_agent()
+    check("agent registers with %d pages" % max_pages, env.registered(timeout=20))
+    check("all %d devices received through ListAndWatch (4 MiB client limit)" % max_pages,
+          env.kubelet.wait_devices(RES, healthy=max_pages, timeout=30))
+    env.stop_agent()
+    cfg = dict(env.cfg, pool_size=str(PAGE * (max_pages + 1)))
+    yaml_path = os.path.join(env.tmp, "too-big.yaml")
+    with open(yaml_path, "w") as f:
+        for k, v in cfg.items():
+            f.write("%s: %s\n" % (k, json.dumps(v)))
+    res = subprocess.run([os.path.join(env.bin, "microview-agent"), "--config", yaml_path,
+                          "--node-name", "node-1"], capture_output=True, text=True, timeout=20)
+    check("one page more is refused at start", res.returncode != 0, res.returncode)
+    check("the refusal names pool_size, the limit and the remedy",
+          "pool_size" in res.stderr and "65536" in res.stderr and "4 MiB" in res.stderr and
+          "raise page_size" in res.stderr, res.stderr[-500:])
+
+
 SCENARIOS = {
     "register": sc_register,
     "allocate": sc_allocate,
@@ -642,6 +665,7 @@ SCENARIOS = {
     "api_down": sc_api_down,
     "rdma_required": sc_rdma_required,
     "rdma_optional": sc_rdma_optional,
+    "pool_max": sc_pool_max,
 }
 
 

@@ -25,12 +25,14 @@
 #define P_PREFERRED "/v1beta1.DevicePlugin/GetPreferredAllocation"
 #define P_REGISTER  "/v1beta1.Registration/Register"
 
-#define REQ_MAX       (16u << 20)
-#define DEVICES_CAP   1000000
-#define TICK_MS       250
-#define BACKOFF_MIN   100
-#define STREAMS_MAX   64
-#define SOCK_PATH_MAX 108 /* sun_path */
+#define REQ_MAX     (16u << 20)
+#define DEVICES_CAP 65536u /* see MAX_LIST_BYTES */
+/* A ListAndWatch message larger than this is refused at start: the kubelet accepts 4 MiB. */
+#define MAX_LIST_BYTES (2u << 20)
+#define TICK_MS        250
+#define BACKOFF_MIN    100
+#define STREAMS_MAX    64
+#define SOCK_PATH_MAX  108 /* sun_path */
 
 struct mv_dp {
     char *dir, *endpoint, *resource, *prefix;
@@ -712,6 +714,20 @@ int mv_dp_start(const mv_dp_config *cfg, const mv_dp_callbacks *cb, mv_dp **out)
         goto free_dp;
     }
     dp->healthy = !cfg->start_unhealthy;
+    /* The largest list we may send (all Unhealthy) must fit the kubelet's limit with room. */
+    mv_rpc_buf worst = build_devices(dp, 0, &rc);
+    if (rc < 0)
+        goto free_dp;
+    size_t worst_len = worst.len;
+    free(worst.data);
+    if (worst_len > MAX_LIST_BYTES) {
+        MV_ERROR("dp.bad_config", "devices=%zu list_bytes=%zu max_bytes=%u detail=%s", dp->ndevices,
+                 worst_len, MAX_LIST_BYTES,
+                 mv_log_q("the device list would not fit well under the kubelet's 4 MiB gRPC "
+                          "message limit: use fewer, larger pages"));
+        rc = -E2BIG;
+        goto free_dp;
+    }
     dp->devices_msg = build_devices(dp, dp->healthy, &rc);
     if (rc < 0)
         goto free_dp;
