@@ -367,6 +367,22 @@ def sc_kubelet_restart(env):
     out2 = env.kubelet.restart(timeout=10)
     check("second kubelet restart re-registered within 1 s",
           out2["seconds"] is not None and out2["seconds"] <= 1.0, out2)
+    # One Register per kubelet instance: older kubelets may drop the newer of two
+    # registrations. Also when the kubelet touches its socket after listening.
+    for touch in (False, True):
+        base = accepted_registrations(env)
+        out3 = env.kubelet.restart(timeout=10, touch_socket=touch)
+        check("restart (socket touched after listen: %s) re-registered" % touch,
+              out3["seconds"] is not None, out3)
+        time.sleep(1.5)  # an observation window: a second Register would arrive within it
+        n = accepted_registrations(env) - base
+        check("exactly one Register for that kubelet instance (socket touched: %s)" % touch,
+              n == 1, n)
+
+
+def accepted_registrations(env):
+    return sum(1 for r in env.kubelet.state()["registrations"]
+               if r["resource"] == RES and r["accepted"])
 
 
 def inode(path):
