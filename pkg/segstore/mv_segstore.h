@@ -60,9 +60,11 @@ typedef struct mv_segstore_opts {
     uint64_t page_size;
 } mv_segstore_opts;
 
-/* Opens the store: creates the directory (0755) if needed, reloads catalog.json
- * (dropping entries whose file is gone), and starts the reaper. Returns 0 or a
- * negative errno (the reason is logged). */
+/* Opens the store: creates the directory (0755) if needed, locks it (flock on
+ * DIR/.lock, held until mv_segstore_close: a second store on the same directory,
+ * in this or another process, gets -EBUSY with the holder's pid in the log),
+ * reloads catalog.json (dropping entries whose file is gone), and starts the
+ * reaper. Returns 0 or a negative errno (the reason is logged). */
 int mv_segstore_open(const mv_segstore_opts *opts, mv_segstore **out);
 
 /* Stops the reaper and frees the store. Segment files are kept. NULL-safe. */
