@@ -62,8 +62,9 @@ typedef struct seg {
     uint32_t pub_len;
     uint64_t read_ns, heartbeat_ns, reads, read_errors, torn;
     uint64_t interval_ns, skipped;
-    uint64_t read_bytes; /* moved by the transport for this segment (atomic) */
-    uint8_t *pub_omit;   /* per metric index: 1 = no consistent copy, omit it */
+    uint64_t read_bytes;    /* moved by the transport for this segment (atomic) */
+    uint64_t busy_since_ns; /* CLOCK_REALTIME when the catalog went busy (odd generation) */
+    uint8_t *pub_omit;      /* per metric index: 1 = no consistent copy, omit it */
     size_t pub_nomit;
     uint32_t pub_stale, pub_omitted;
 
@@ -386,6 +387,8 @@ static void set_failure(mv_coll *c, seg *s, mv_seg_reason r, const char *detail,
         s->fail_since_ns = now;
     pthread_mutex_lock(&s->mu);
     s->reason = r;
+    if (r == MV_SEG_E_BUSY && !s->busy_since_ns)
+        s->busy_since_ns = now;
     snprintf(s->detail, sizeof s->detail, "%s", detail);
     s->read_errors++;
     /* busy/changed/torn clear on a re-read: they never quarantine. */
@@ -608,6 +611,7 @@ static void publish(seg *s, uint64_t now, uint64_t hb, uint64_t torn, uint32_t s
     s->pub_nomit = om ? n : 0;
     s->pub_stale = stale;
     s->pub_omitted = omitted;
+    s->busy_since_ns = 0;
     if (s->pub_cat != s->cat) {
         cat_put(s->pub_cat);
         s->pub_cat = cat_get(s->cat);
@@ -920,6 +924,7 @@ mv_coll_snap *mv_coll_snapshot(mv_coll *c)
             }
         }
         v->stale_histograms = s->pub_stale;
+        v->busy_since_ns = s->busy_since_ns;
         v->omitted_histograms = s->pub_omitted;
         v->read_ns = s->read_ns;
         v->heartbeat_ns = s->heartbeat_ns;

@@ -131,7 +131,10 @@ typedef struct mv_coll_seg_view {
     const uint8_t *omitted;
     uint32_t stale_histograms;   /* served from an older consistent copy in this one */
     uint32_t omitted_histograms; /* omitted from this copy */
-    uint64_t read_ns;            /* CLOCK_REALTIME of the copy */
+    /* CLOCK_REALTIME since when the segment's catalog has been busy (an append in progress,
+     * or an appender that died: values are frozen meanwhile); 0 = not busy. */
+    uint64_t busy_since_ns;
+    uint64_t read_ns; /* CLOCK_REALTIME of the copy */
     uint64_t heartbeat_ns;
     uint64_t reads, read_errors, torn;
     uint64_t read_bytes; /* bytes the transport delivered for it (hot area, catalog, retries) */

@@ -39,6 +39,7 @@ enum kind {
     K_GAP,     /* microview_segment_window_read_interval_max_seconds */
     K_STALE,   /* microview_segment_stale_histograms */
     K_OMIT,    /* microview_segment_omitted_histograms */
+    K_BUSY,    /* microview_segment_busy_seconds */
     K_COUNT_
 };
 
@@ -88,6 +89,9 @@ static const struct {
     [K_STALE] = {NULL, "microview_segment_stale_histograms", MV_EXPO_GAUGE,
                  "Histograms of the segment served from an older consistent copy because every "
                  "recent copy was caught mid-update."},
+    [K_BUSY] = {NULL, "microview_segment_busy_seconds", MV_EXPO_GAUGE,
+                "How long the segment's catalog has been busy (an append in progress or an "
+                "appender that died): its values are frozen meanwhile; 0 = not busy."},
     [K_OMIT] = {NULL, "microview_segment_omitted_histograms", MV_EXPO_GAUGE,
                 "Histograms of the segment omitted because no consistent copy was read within the "
                 "staleness bound."},
@@ -535,7 +539,7 @@ static int walk_build(walk *w, const mv_coll_seg_view *const *views, size_t nvie
         if (!seg_valid(v))
             continue;
         size_t n = mv_seg_catalog_count(v->cat);
-        total += 8 + n * (seg_pipe(v) ? 7 : 1);
+        total += 9 + n * (seg_pipe(v) ? 7 : 1);
         if (seg_pipe(v))
             for (size_t j = 0; j < n; j++)
                 arena += 6 * ((size_t)mv_seg_catalog_metric(v->cat, j)->name_len + 16);
@@ -619,6 +623,7 @@ static int walk_build(walk *w, const mv_coll_seg_view *const *views, size_t nvie
         w->ents[k++] = (entry){kinds[K_READS].fixed, (uint32_t)i, NO_METRIC, K_READS, 0, 0};
         w->ents[k++] = (entry){kinds[K_STALE].fixed, (uint32_t)i, NO_METRIC, K_STALE, 0, 0};
         w->ents[k++] = (entry){kinds[K_OMIT].fixed, (uint32_t)i, NO_METRIC, K_OMIT, 0, 0};
+        w->ents[k++] = (entry){kinds[K_BUSY].fixed, (uint32_t)i, NO_METRIC, K_BUSY, 0, 0};
     }
     w->n = k;
     qsort(w->ents, k, sizeof *w->ents, entry_cmp);
@@ -709,6 +714,15 @@ static int emit(sink *k, walk *w, const entry *en)
         if (en->kind == K_IVAL)
             return k->sample(k, NULL, idl, nid, NULL, 0, NULL, 0, (double)v->read_interval_ns / 1e9,
                              0, 0);
+        if (en->kind == K_BUSY) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+            double busy = v->busy_since_ns && now > v->busy_since_ns
+                              ? (double)(now - v->busy_since_ns) / 1e9
+                              : 0;
+            return k->sample(k, NULL, idl, nid, NULL, 0, NULL, 0, busy, 0, 0);
+        }
         if (en->kind == K_STALE || en->kind == K_OMIT)
             return k->sample(k, NULL, idl, nid, NULL, 0, NULL, 0, 0,
                              en->kind == K_STALE ? v->stale_histograms : v->omitted_histograms, 1);
