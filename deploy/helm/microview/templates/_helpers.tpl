@@ -123,3 +123,12 @@ true
 {{- $ns := .Release.Namespace -}}
 {{- list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns) | toJson -}}
 {{- end -}}
+
+{{/* Pages one pod may ask for: webhook.maxPagesPerPod, or 0 = the agent's pool in pages. */}}
+{{- define "microview.maxPagesPerPod" -}}
+{{- if .Values.webhook.maxPagesPerPod -}}
+{{- .Values.webhook.maxPagesPerPod -}}
+{{- else -}}
+{{- div (include "microview.bytes" .Values.agent.poolSize | int64) (include "microview.bytes" .Values.global.pageSize | int64) -}}
+{{- end -}}
+{{- end -}}
