@@ -9,7 +9,7 @@
 #
 # Binaries land in ${MV_CACHE:-/var/cache/microview}/bin/<tool>-<version>; a binary already
 # there is reused without touching the network. Build output goes to stderr, so stdout holds
-# only the path. Concurrent callers serialise on a lock file in the cache.
+# only the path. Concurrent callers of one tool serialise on a lock file in the cache.
 #
 # Other scripts can add tools: source this file and call
 #   mv_go_tool NAME MODULE/PATH/TO/CMD VERSION [-ldflags...]
@@ -17,6 +17,7 @@
 set -euo pipefail
 
 HELM_VERSION=v3.21.4
+HELM_K8S_MINOR=36 # helm v3.21.4 is built on client-go v0.36.2
 
 MV_CACHE=${MV_CACHE:-/var/cache/microview}
 MV_GO_TOOLS_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -35,14 +36,16 @@ mv_go_bin() {
   fi
 }
 
-# Runs "$@" while holding the cache lock (flock when available).
+# mv_go_locked NAME CMD...: runs CMD while holding the lock of tool NAME (flock when available).
 mv_go_locked() {
+  local lock=$MV_CACHE/bin/.$1.lock
+  shift
   mkdir -p "$MV_CACHE/bin"
   if command -v flock >/dev/null 2>&1; then
     (
       flock 9
       "$@"
-    ) 9>"$MV_CACHE/bin/.go-tools.lock"
+    ) 9>"$lock"
   else
     "$@"
   fi
@@ -55,7 +58,7 @@ mv_go_tool() {
   shift 3
   local out="$MV_CACHE/bin/$name-$version"
   if [ ! -x "$out" ]; then
-    mv_go_locked _mv_go_install "$out" "$pkg@$version" "$@" >&2
+    mv_go_locked "$name" _mv_go_install "$out" "$pkg@$version" "$@" >&2
   fi
   [ -x "$out" ] || { echo "go-tools: $name $version was not built" >&2; return 1; }
   echo "$out"
@@ -87,7 +90,7 @@ mv_go_local() {
     xargs sha256sum | sha256sum | cut -c1-16)
   out="$MV_CACHE/bin/$name-$hash"
   if [ ! -x "$out" ]; then
-    mv_go_locked _mv_go_build_local "$out" "$dir" >&2
+    mv_go_locked "$name" _mv_go_build_local "$out" "$dir" >&2
   fi
   [ -x "$out" ] || { echo "go-tools: $name was not built" >&2; return 1; }
   echo "$out"
@@ -110,8 +113,12 @@ _mv_go_build_local() {
 mv_go_tools_main() {
   case "${1:-}" in
   helm)
+    # The ldflags of helm's release Makefile: its version, and the Kubernetes version that
+    # `helm template`/`helm lint` assume without a cluster (client-go v0.M.N -> 1.M).
+    local kv="-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$HELM_K8S_MINOR"
+    kv+=" -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$HELM_K8S_MINOR"
     mv_go_tool helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION" \
-      -ldflags "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+      -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION $kv"
     ;;
   k8scheck)
     mv_go_local k8scheck "$MV_GO_TOOLS_ROOT/tests/tools/k8scheck"

@@ -58,10 +58,10 @@ app.kubernetes.io/part-of: microview
 Call with (dict "root" . "override" .Values.collector.image) or (dict "root" .). */}}
 {{- define "microview.image" -}}
 {{- $img := .root.Values.image -}}
-{{- $o := default dict .override -}}
-{{- $repo := default $img.repository $o.repository -}}
-{{- $tag := default (default .root.Chart.AppVersion $img.tag) $o.tag -}}
-{{- $digest := default $img.digest $o.digest -}}
+{{- $o := default dict (get . "override") -}}
+{{- $repo := default $img.repository (get $o "repository") -}}
+{{- $tag := default (default .root.Chart.AppVersion $img.tag) (get $o "tag") -}}
+{{- $digest := default $img.digest (get $o "digest") -}}
 {{- $ref := $repo -}}
 {{- if $img.registry }}{{ $ref = printf "%s/%s" $img.registry $repo }}{{ end -}}
 {{- if $tag }}{{ $ref = printf "%s:%s" $ref $tag }}{{ end -}}
