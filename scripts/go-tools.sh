@@ -7,19 +7,26 @@
 # Tools:  helm      helm.sh/helm/v3/cmd/helm at HELM_VERSION
 #         k8scheck  tests/tools/k8scheck (this tree), keyed by a hash of its sources
 #
-# Binaries land in ${MV_CACHE:-/var/cache/microview}/bin/<tool>-<version>; a binary already
-# there is reused without touching the network. Build output goes to stderr, so stdout holds
+# Binaries land in $MV_CACHE/bin/<tool>-<version> (default /var/cache/microview, or
+# ~/.cache/microview when that is not writable); a binary already there is reused without
+# touching the network. Build output goes to stderr, so stdout holds
 # only the path. Concurrent callers of one tool serialise on a lock file in the cache.
 #
 # Other scripts can add tools: source this file and call
 #   mv_go_tool NAME MODULE/PATH/TO/CMD VERSION [-ldflags...]
-# which prints the path like the command does.
-set -euo pipefail
+# which prints the path like the command does (sourcing changes no shell option).
 
 HELM_VERSION=v3.21.4
 HELM_K8S_MINOR=36 # helm v3.21.4 is built on client-go v0.36.2
 
-MV_CACHE=${MV_CACHE:-/var/cache/microview}
+# The cache: $MV_CACHE, else /var/cache/microview when it can be written (root), else the
+# user's cache directory.
+if [ -z "${MV_CACHE:-}" ]; then
+  MV_CACHE=/var/cache/microview
+  if ! mkdir -p "$MV_CACHE/bin" 2>/dev/null || [ ! -w "$MV_CACHE/bin" ]; then
+    MV_CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/microview
+  fi
+fi
 MV_GO_TOOLS_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 # The Go toolchain: /usr/local/go (recent) first, then whatever `go` is on PATH.
@@ -78,7 +85,10 @@ _mv_go_install() {
     echo "go-tools: go install $target failed (is the Go module proxy reachable? GOPROXY=$("$go" env GOPROXY))"
     return 1
   fi
-  mv "$gobin/$(basename "${target%@*}")" "$out"
+  mv "$gobin/$(basename "${target%@*}")" "$out" || {
+    rm -rf "$gobin"
+    return 1
+  }
   rm -rf "$gobin"
 }
 
@@ -136,5 +146,6 @@ mv_go_tools_main() {
 
 # Run as a command, not when sourced.
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+  set -euo pipefail
   mv_go_tools_main "$@"
 fi

@@ -5,6 +5,8 @@
 #  - helm template of each scenario decoded strictly by tests/tools/k8scheck (unknown or
 #    duplicate field = error), its object list equal to tests/chart/expect/<scenario>.txt, and
 #    the scenario's key fields asserted by check_render.py;
+#  - every values key has a comment above it and a schema entry, every schema object is
+#    closed (additionalProperties: false, or a schema for map values);
 #  - the schema refuses unknown keys and mistyped values; the validation template refuses
 #    contradictions (each with the message it must print);
 #  - k8scheck itself refuses the broken objects in tests/chart/bad/;
@@ -108,6 +110,14 @@ for f in "$CHART"/ci/*-values.yaml; do
   fi
 done
 
+# ---- every values key commented, schema closed, values and schema in step --------------------
+if python3 "$HERE/check_values_doc.py" "$CHART" >"$TMP/out" 2>&1; then
+  ok "values.yaml commented and in step with values.schema.json (closed objects): $(tail -1 "$TMP/out")"
+else
+  ko "values.yaml / values.schema.json"
+  cat "$TMP/out"
+fi
+
 # ---- schema: unknown keys and wrong types are refused ----------------------------------------
 expect_fail "schema: unknown top-level key" "additional properties 'agnet' not allowed|agnet" \
   "$HELM" template microview "$CHART" --set agnet.enabled=false
@@ -153,8 +163,9 @@ for f in "$HERE"/bad/*.yaml; do
 done
 
 # ---- names within 63 characters for a long release name ---------------------------------------
-long=a-release-name-that-is-as-long-as-helm-allows-53-ch # helm refuses release names over 53
+long=a-release-name-that-is-as-long-as-helm-allows-53-char # helm refuses release names over 53
 [ ${#long} -eq 53 ] || ko "test bug: the long release name has ${#long} characters"
+: >"$TMP/out"
 if "$HELM" template "$long" "$CHART" --namespace microview -f "$CHART/ci/dpu-values.yaml" \
   --set webhook.tls.mode=cert-manager --set prometheusAdapter.enabled=true >"$TMP/long.yaml" 2>"$TMP/err" &&
   "$K8SCHECK" "$TMP/long.yaml" 2>"$TMP/err" &&
