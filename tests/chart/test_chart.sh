@@ -9,6 +9,7 @@
 #    closed (additionalProperties: false, or a schema for map values);
 #  - the schema refuses unknown keys and mistyped values; the validation template refuses
 #    contradictions (each with the message it must print);
+#  - NOTES.txt renders the port-forward and query commands;
 #  - k8scheck itself refuses the broken objects in tests/chart/bad/;
 #  - names stay within 63 characters for a long release name;
 #  - yamllint on the values, scenarios and manifests; deploy/manifests equals the default
@@ -174,6 +175,22 @@ if "$HELM" template "$long" "$CHART" --namespace microview -f "$CHART/ci/dpu-val
 else
   ko "long release name"
   cat "$TMP/err" "$TMP/out" 2>/dev/null
+fi
+
+# ---- NOTES.txt renders (helm template skips it: render a copy through tpl) ----------------------
+cp -r "$CHART" "$TMP/notes-chart"
+cp "$CHART/templates/NOTES.txt" "$TMP/notes-chart/notes.copy"
+printf 'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\ndata:\n  notes: |\n    {{- tpl (.Files.Get "notes.copy") . | nindent 4 }}\n' \
+  >"$TMP/notes-chart/templates/notes-render.yaml"
+if "$HELM" template microview "$TMP/notes-chart" -n microview --show-only templates/notes-render.yaml \
+  >"$TMP/notes.yaml" 2>"$TMP/err" &&
+  grep -q 'kubectl -n microview port-forward svc/microview-collector 9469:9469' "$TMP/notes.yaml" &&
+  grep -q 'curl -s http://127.0.0.1:9469/metrics' "$TMP/notes.yaml" &&
+  grep -q 'honor_labels: true' "$TMP/notes.yaml"; then
+  ok "NOTES.txt: port-forward, query and honor_labels instructions"
+else
+  ko "NOTES.txt"
+  cat "$TMP/err" "$TMP/notes.yaml"
 fi
 
 # ---- plain manifests and the DPU static pod ---------------------------------------------------
