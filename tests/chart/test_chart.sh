@@ -7,6 +7,10 @@
 #    the scenario's key fields asserted by check_render.py;
 #  - every values key has a comment above it and a schema entry, every schema object is
 #    closed (additionalProperties: false, or a schema for map values);
+#  - with BUILD_DIR (ctest passes it), each scenario's agent, collector and webhook commands,
+#    arguments and config run with the real binaries (run_components.py): the probes pass, the
+#    webhook serves the chart-generated certificate (verified with the caBundle) and turns 64Ki
+#    into pages at the chart's page size;
 #  - the schema refuses unknown keys and mistyped values; the validation template refuses
 #    contradictions (each with the message it must print);
 #  - NOTES.txt renders the port-forward and query commands;
@@ -14,6 +18,7 @@
 #  - names stay within 63 characters for a long release name;
 #  - yamllint on the values, scenarios and manifests; deploy/manifests equals the default
 #    render; the chart's prometheus-adapter rules equal deploy/autoscaling's.
+# Usage: tests/chart/test_chart.sh [BUILD_DIR]
 # Prints PASS/FAIL per check and "chart: N passed, M failed"; exit 1 on any failure, 77 when a
 # needed tool is absent.
 set -uo pipefail
@@ -21,6 +26,7 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 CHART=$ROOT/deploy/helm/microview
 HERE=$ROOT/tests/chart
+BUILD=${1:-}
 
 skip() {
   echo "SKIPPED: $*"
@@ -109,7 +115,16 @@ for f in "$CHART"/ci/*-values.yaml; do
     ko "fields of $sc"
     cat "$TMP/out"
   fi
+  if [ -n "$BUILD" ]; then
+    if python3 "$HERE/run_components.py" "$BUILD" "$out" >"$TMP/out" 2>&1; then
+      ok "real binaries with the $sc render: $(tail -1 "$TMP/out")"
+    else
+      ko "real binaries with the $sc render"
+      cat "$TMP/out"
+    fi
+  fi
 done
+[ -n "$BUILD" ] || echo "NOTE: no BUILD_DIR argument: the rendered commands and configs were not run with the real binaries"
 
 # ---- every values key commented, schema closed, values and schema in step --------------------
 if python3 "$HERE/check_values_doc.py" "$CHART" >"$TMP/out" 2>&1; then
