@@ -5,7 +5,12 @@
 //
 // Each document is decoded by apiVersion/kind with apimachinery's strict YAML serializer: an
 // unknown field, a duplicate field or a value of the wrong type is an error, and so is a kind
-// that is not registered below. On top of decoding it checks metadata the API server would
+// that is not registered below. Built-in kinds decode into k8s.io/api types; the CRD kinds the
+// chart can render (cert-manager.io/v1 Issuer and Certificate, monitoring.coreos.com/v1
+// ServiceMonitor and PodMonitor) decode the same strict way into the Go types those projects
+// generate their CRD schemas from (cert-manager v1.19.4, prometheus-operator v0.89.0), so
+// every field is checked by name and type; their CRDs' OpenAPI-only rules (patterns, enums,
+// CEL) are not. On top of decoding it checks metadata the API server would
 // refuse: a missing or invalid name, an invalid namespace, invalid label keys/values and
 // annotation keys. The exit status is 1 on the first stream with errors (every error of every
 // document is printed, naming the source template, the object and the field), 2 on usage
