@@ -124,6 +124,10 @@ def webhook_checks(mode):
     sc = container(dep)["securityContext"]
     expect(sc["runAsUser"] == 65532 and sc["runAsNonRoot"] is True
            and sc["readOnlyRootFilesystem"] is True, "webhook non-root, read-only root")
+    psc = dep["spec"]["template"]["spec"]["securityContext"]
+    mode = volumes(dep)["tls"]["secret"]["defaultMode"]
+    expect(psc.get("fsGroup") == sc["runAsUser"] and mode & 0o040 or mode & 0o004,
+           "the non-root webhook can read its key pair (fsGroup or a world-readable mode)")
     expect(flag(dep, "--page-size") == "4096", "webhook --page-size in bytes")
     expect(flag(dep, "--resource-name") == "microview.io/metrics", "webhook --resource-name")
     secret_name = volumes(dep)["tls"]["secret"]["secretName"]
