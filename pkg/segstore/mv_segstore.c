@@ -578,10 +578,28 @@ static void notify(mv_segstore *st, int ev, const mv_segstore_seg *seg)
         s->fn(s->arg, ev, seg, st->revision);
 }
 
-static int seg_file_ok(const mv_segstore_seg *s)
+/* Puts a segment file back to its recorded size when something (its pod: the file is
+ * writable in the container) truncated or extended it: a truncated segment makes readers
+ * fault or read zeros inside the first page, an extended one no longer matches what was
+ * registered for RDMA and announced. Bytes cut off come back as zeros. Returns 0 (size
+ * right or restored), -ENOENT (no file), -EINVAL (not a regular file) or another -errno. */
+static int seg_fix_size(const mv_segstore_seg *s)
 {
     struct stat sb;
-    return lstat(s->path, &sb) == 0 && S_ISREG(sb.st_mode) && (uint64_t)sb.st_size == s->size;
+    if (lstat(s->path, &sb) != 0)
+        return -errno;
+    if (!S_ISREG(sb.st_mode))
+        return -EINVAL;
+    if ((uint64_t)sb.st_size == s->size)
+        return 0;
+    int fd = open(s->path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+    int rc = fd < 0 || ftruncate(fd, (off_t)s->size) != 0 ? -errno : 0;
+    if (fd >= 0)
+        close(fd);
+    MV_WARN("segment.size_changed", "id=%s path=%s recorded=%" PRIu64 " found=%lld action=%s",
+            s->id, mv_log_q(s->path), s->size, (long long)sb.st_size,
+            mv_log_q(rc == 0 ? "restored to the recorded size" : strerror(-rc)));
+    return rc;
 }
 
 static int load(mv_segstore *st)
@@ -618,9 +636,18 @@ static int load(mv_segstore *st)
     }
     size_t kept = 0;
     for (size_t i = 0; i < n; i++) {
-        if (!seg_file_ok(&v[i])) {
-            MV_WARN("catalog.entry_dropped", "id=%s path=%s reason=%s", v[i].id,
-                    mv_log_q(v[i].path), mv_log_q("segment file missing or wrong size"));
+        int frc = seg_fix_size(&v[i]);
+        if (frc != 0) {
+            /* Not a segment we can keep: drop the entry, and remove what is at its path
+             * (a file, or an empty directory) unless nothing is there, so that no stray is
+             * left behind. */
+            int removed = frc != -ENOENT && (unlink(v[i].path) == 0 || rmdir(v[i].path) == 0);
+            MV_WARN("catalog.entry_dropped", "id=%s path=%s reason=%s removed=%d", v[i].id,
+                    mv_log_q(v[i].path),
+                    mv_log_q(frc == -ENOENT   ? "segment file missing"
+                             : frc == -EINVAL ? "not a regular file"
+                                              : strerror(-frc)),
+                    removed);
             mv_segstore_seg_clear(&v[i]);
             continue;
         }
@@ -1252,6 +1279,8 @@ int mv_segstore_reap(mv_segstore *st)
 {
     int n = 0;
     pthread_mutex_lock(&st->mu);
+    for (size_t i = 0; i < st->nsegs; i++)
+        seg_fix_size(&st->segs[i]); /* logs and restores a truncated or extended file */
     for (size_t i = 0; i < st->nsegs;) {
         pid_t pid = (pid_t)st->segs[i].owner_pid;
         if (pid > 0 && kill(pid, 0) < 0 && errno == ESRCH) {

@@ -114,8 +114,10 @@ int mv_segstore_release(mv_segstore *st, const char *id);
 /* Copies the catalog. *out is malloc'd (free with mv_segstore_segs_free). */
 int mv_segstore_list(mv_segstore *st, mv_segstore_seg **out, size_t *n, uint64_t *revision);
 
-/* Runs one reaping pass now (what the reaper thread does every interval).
- * Returns the number of segments released. */
+/* Runs one reaping pass now (what the reaper thread does every interval): a segment file
+ * whose size changed (truncated or extended by its writer) is put back to its recorded size
+ * (event segment.size_changed); segments of dead owners are released. Returns the number
+ * of segments released. */
 int mv_segstore_reap(mv_segstore *st);
 
 void mv_segstore_seg_clear(mv_segstore_seg *s);
