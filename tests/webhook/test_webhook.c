@@ -130,8 +130,9 @@ static void test_quantity_reviews(void)
                 ok = r.kind == MV_WH_PATCHED && r.pages == pages;
             if (!ok) {
                 bad++;
-                fprintf(stderr, "review of \"%s\": want %" PRIu64 " pages, got kind %d pages %" PRIu64
-                                " (%s)\n",
+                fprintf(stderr,
+                        "review of \"%s\": want %" PRIu64 " pages, got kind %d pages %" PRIu64
+                        " (%s)\n",
                         in, pages, (int)r.kind, r.pages, r.message ? r.message : "");
             }
         } else {
@@ -140,8 +141,8 @@ static void test_quantity_reviews(void)
             if (r.kind != MV_WH_DENIED || !r.message || !strstr(r.message, needle) ||
                 !strstr(r.message, "64Ki")) {
                 bad++;
-                fprintf(stderr, "review of \"%s\": want a denial naming it, got kind %d (%s)\n",
-                        in, (int)r.kind, r.message ? r.message : "");
+                fprintf(stderr, "review of \"%s\": want a denial naming it, got kind %d (%s)\n", in,
+                        (int)r.kind, r.message ? r.message : "");
             }
         }
         mv_wh_result_free(&r);
@@ -253,8 +254,8 @@ static char *unbase64(const char *s)
             free(out);
             return NULL;
         }
-        uint32_t x = (uint32_t)v[0] << 18 | (uint32_t)v[1] << 12 | (uint32_t)v[2] << 6 |
-                     (uint32_t)v[3];
+        uint32_t x =
+            (uint32_t)v[0] << 18 | (uint32_t)v[1] << 12 | (uint32_t)v[2] << 6 | (uint32_t)v[3];
         out[o++] = (char)(x >> 16);
         if (s[i + 2] != '=')
             out[o++] = (char)(x >> 8 & 0xff);
@@ -453,8 +454,8 @@ static void test_split_listen(void)
     CU_ASSERT_EQUAL(mv_wh_split_listen("[::1]:9443", host, sizeof host, &port), 0);
     CU_ASSERT_STRING_EQUAL(host, "::1");
     CU_ASSERT_EQUAL(port, 9443);
-    const char *bad[] = {"", "8443", ":", ":65536", ":-1", "::1:8443", "[::1]8443", "[]:1",
-                         "host:port", ":84a3", ":123456"};
+    const char *bad[] = {"",          "8443", ":",         ":65536", ":-1",    "::1:8443",
+                         "[::1]8443", "[]:1", "host:port", ":84a3",  ":123456"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         CU_ASSERT_EQUAL(mv_wh_split_listen(bad[i], host, sizeof host, &port), -EINVAL);
 }
