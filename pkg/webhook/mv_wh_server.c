@@ -25,6 +25,7 @@
 #define MAX_CHAIN    16
 #define MAX_RETIRED  64 /* replaced key pairs kept alive for sessions that may still use them */
 #define PEM_FILE_MAX (1u << 20)
+#define DISCARD_MAX  (16u << 20) /* an oversized body is read (and dropped) up to this much */
 
 /* One loaded certificate chain and key. Never changed after load; freed at destroy (a TLS
  * session may keep pointers to it after the handshake). */
@@ -298,11 +299,12 @@ static void *watch_main(void *arg)
 typedef struct {
     char *buf;
     size_t len, cap;
+    size_t discarded; /* bytes thrown away after the cap */
     int too_big;
 } upload;
 
-static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, const char *ctype,
-                             char *body, size_t len, int owned)
+static enum MHD_Result reply_allow(struct MHD_Connection *c, unsigned status, const char *ctype,
+                                   char *body, size_t len, int owned, const char *allow)
 {
     struct MHD_Response *r = MHD_create_response_from_buffer(
         len, body, owned ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
@@ -312,15 +314,21 @@ static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, const ch
         return MHD_NO;
     }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
-    if (status == MHD_HTTP_METHOD_NOT_ALLOWED)
-        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "POST");
+    if (allow)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
     enum MHD_Result ret = MHD_queue_response(c, status, r);
     MHD_destroy_response(r);
     return ret;
 }
 
-static enum MHD_Result reply_text(mv_wh_server *s, struct MHD_Connection *c, unsigned status,
-                                  const char *text)
+static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, const char *ctype,
+                             char *body, size_t len, int owned)
+{
+    return reply_allow(c, status, ctype, body, len, owned, NULL);
+}
+
+static enum MHD_Result reply_text_allow(mv_wh_server *s, struct MHD_Connection *c, unsigned status,
+                                        const char *text, const char *allow)
 {
     if (status >= 400) {
         char m[256];
@@ -331,7 +339,14 @@ static enum MHD_Result reply_text(mv_wh_server *s, struct MHD_Connection *c, uns
         atomic_fetch_add(&s->http_rejected, 1);
         MV_WARN("http_rejected", "status=%u msg=%s", status, mv_log_q(m));
     }
-    return reply(c, status, "text/plain; charset=utf-8", (char *)text, strlen(text), 0);
+    return reply_allow(c, status, "text/plain; charset=utf-8", (char *)text, strlen(text), 0,
+                       allow);
+}
+
+static enum MHD_Result reply_text(mv_wh_server *s, struct MHD_Connection *c, unsigned status,
+                                  const char *text)
+{
+    return reply_text_allow(s, c, status, text, NULL);
 }
 
 /* application/json, optionally with parameters ("; charset=utf-8"). */
@@ -437,12 +452,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         int get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
         if (strcmp(url, "/healthz") == 0) {
             if (!get)
-                return reply_text(s, c, 405, "use GET\n");
+                return reply_text_allow(s, c, 405, "use GET\n", "GET, HEAD");
             return reply(c, 200, "text/plain; charset=utf-8", "ok\n", 3, 0);
         }
         if (strcmp(url, "/metrics") == 0) {
             if (!get)
-                return reply_text(s, c, 405, "use GET\n");
+                return reply_text_allow(s, c, 405, "use GET\n", "GET, HEAD");
             size_t len;
             char *m = metrics_text(s, &len);
             if (!m)
@@ -452,7 +467,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (strcmp(url, "/mutate") != 0)
             return reply_text(s, c, 404, "not found; the webhook serves POST /mutate\n");
         if (strcmp(method, "POST") != 0)
-            return reply_text(s, c, 405, "use POST with an AdmissionReview\n");
+            return reply_text_allow(s, c, 405, "use POST with an AdmissionReview\n", "POST");
         if (!is_json(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type")))
             return reply_text(s, c, 415, "Content-Type must be application/json\n");
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
@@ -472,9 +487,19 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (*data_size) {
         size_t n = *data_size;
         *data_size = 0;
-        if (u->too_big)
+        if (u->too_big) {
+            /* A chunked body that does not end: stop reading and close the connection. */
+            u->discarded += n;
+            if (u->discarded > DISCARD_MAX) {
+                atomic_fetch_add(&s->http_rejected, 1);
+                MV_WARN("http_rejected", "status=413 msg=%s",
+                        mv_log_q("chunked request body over 16 MiB; connection closed"));
+                return MHD_NO;
+            }
             return MHD_YES;
+        }
         if (n > MV_WH_BODY_MAX - u->len) {
+            /* libmicrohttpd answers only once the body is read: discard it, then send 413. */
             u->too_big = 1;
             free(u->buf);
             u->buf = NULL;

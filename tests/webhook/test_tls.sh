@@ -149,6 +149,10 @@ head -c 1048577 /dev/zero | tr '\0' ' ' >"$work/big"
 [ "$(code -H 'Content-Type: application/json' --data-binary 'nope' "$url/mutate")" = 400 ] ||
   fail "a non-JSON body was not refused with 400"
 [ "$(code "$url/mutate")" = 405 ] || fail "GET /mutate was not refused with 405"
+curl -sS -D - -o /dev/null --cacert "$work/ca1.crt" "$url/mutate" | grep -qi '^Allow: POST' ||
+  fail "405 without Allow: POST"
+curl -sS -D - -o /dev/null --cacert "$work/ca1.crt" -X POST "$url/healthz" |
+  grep -qi '^Allow: GET, HEAD' || fail "POST /healthz: 405 without Allow: GET, HEAD"
 [ "$(code "$url/nope")" = 404 ] || fail "an unknown path was not refused with 404"
 ok "415 (content type), 413 (size, also chunked), 400, 405 and 404"
 
