@@ -537,9 +537,8 @@ static decision decide(const mv_wh_config *cfg, json_object *pod, mv_wh_result *
     if (!mem) {
         if (list)
             snprintf(warn[(*nwarn)++], 512,
-                     MV_WH_ANN_CONTAINERS " is ignored without " MV_WH_ANN_MEMORY
-                                          "; add " MV_WH_ANN_MEMORY " (such as 64Ki) to get "
-                                          "metrics memory");
+                     MV_WH_ANN_CONTAINERS " has no effect without " MV_WH_ANN_MEMORY
+                                          " (such as 64Ki)");
         return D_ALLOW;
     }
 
@@ -756,11 +755,25 @@ int mv_wh_review(const mv_wh_config *cfg, const char *body, size_t len, mv_wh_re
         member(req, "subResource", json_type_string, &sub, "request", &p) < 0 ||
         member(req, "object", json_type_object, &obj, "request", &p) < 0)
         goto bad;
+    /* Fields the decision does not use are still checked for their types. */
+    static const struct {
+        const char *key;
+        json_type type;
+    } other[] = {
+        {"name", json_type_string},
+        {"resource", json_type_object},
+        {"requestKind", json_type_object},
+        {"requestResource", json_type_object},
+        {"requestSubResource", json_type_string},
+        {"userInfo", json_type_object},
+        {"oldObject", json_type_object},
+        {"dryRun", json_type_boolean},
+        {"options", json_type_object},
+    };
     json_object *tmp;
-    if (member(req, "name", json_type_string, &tmp, "request", &p) < 0 ||
-        member(req, "resource", json_type_object, &tmp, "request", &p) < 0 ||
-        member(req, "dryRun", json_type_boolean, &tmp, "request", &p) < 0)
-        goto bad;
+    for (size_t i = 0; i < sizeof other / sizeof other[0]; i++)
+        if (member(req, other[i].key, other[i].type, &tmp, "request", &p) < 0)
+            goto bad;
     copy_str(r->namespace_, sizeof r->namespace_, ns);
     if (member(req, "name", json_type_string, &tmp, "request", &p) > 0)
         copy_str(r->name, sizeof r->name, tmp);
