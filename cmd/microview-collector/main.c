@@ -37,7 +37,29 @@ typedef struct app {
     mv_export_stats export_stats; /* under render_mu */
     pthread_mutex_t render_mu;
     verbs_agents *verbs; /* --transport verbs only */
+    mv_httpd *httpd;     /* set once serving */
 } app;
+
+/* The HTTP server's connection figures, so refused clients are visible. */
+static void render_http_stats(mv_httpd *h, mv_expo *e)
+{
+    mv_httpd_stats st;
+    mv_httpd_get_stats(h, &st);
+    mv_expo_family(e, "microview_http_connections_total", MV_EXPO_COUNTER,
+                   "HTTP connections accepted by the collector.", NULL);
+    mv_expo_sample_u64(e, NULL, NULL, 0, NULL, 0, NULL, 0, st.accepted, MV_EXPO_NO_TS);
+    mv_expo_family(e, "microview_http_connections_open", MV_EXPO_GAUGE,
+                   "HTTP connections open now.", NULL);
+    mv_expo_sample_u64(e, NULL, NULL, 0, NULL, 0, NULL, 0, st.active, MV_EXPO_NO_TS);
+    mv_expo_family(e, "microview_http_connections_refused_total", MV_EXPO_COUNTER,
+                   "HTTP connections refused, by limit (per_client: --http-max-conns-per-client; "
+                   "total: --http-max-conns).",
+                   NULL);
+    mv_expo_label l = {"limit", "per_client"};
+    mv_expo_sample_u64(e, NULL, &l, 1, NULL, 0, NULL, 0, st.refused_client, MV_EXPO_NO_TS);
+    l.value = "total";
+    mv_expo_sample_u64(e, NULL, &l, 1, NULL, 0, NULL, 0, st.refused_limit, MV_EXPO_NO_TS);
+}
 
 static void usage(FILE *f)
 {
@@ -63,6 +85,9 @@ static void usage(FILE *f)
            "  --no-detect              no change detection (and no adaptation)\n"
            "  --quarantine-after-ms N  quarantine segments invalid this long (default 1000)\n"
            "  --max-body-bytes N       cap on a /metrics body (default 67108864)\n"
+           "  --http-max-conns N       concurrent HTTP connections (default 1024)\n"
+           "  --http-max-conns-per-client N  of which from one client address (default 64)\n"
+           "  --http-idle-timeout-s N  close idle HTTP connections after N s (default 10)\n"
            "  --log-level LEVEL        debug, info, warn, error (default info)\n");
 }
 
@@ -136,6 +161,8 @@ static int h_metrics(void *arg, const mv_httpd_request *req, mv_httpd_response *
         return respond_text(resp, 503, "out of memory\n");
     }
     pthread_mutex_lock(&a->render_mu);
+    if (a->httpd) /* these first: mv_export_render finishes the body */
+        render_http_stats(a->httpd, e);
     if (a->verbs) /* RDMA read statistics first: mv_export_render finishes the body */
         verbs_agents_render(a->verbs, e, snap);
     int rc = mv_export_render(e, snap, &a->export_stats);
@@ -302,7 +329,12 @@ int main(int argc, char **argv)
                                          {"rdma-token-file", required_argument, 0, 'R'},
                                          {"rdma-port", required_argument, 0, 'P'},
                                          {"rdma-src-ip", required_argument, 0, 'S'},
+                                         {"http-max-conns", required_argument, 0, 'C'},
+                                         {"http-max-conns-per-client", required_argument, 0, 'c'},
+                                         {"http-idle-timeout-s", required_argument, 0, 'I'},
                                          {0, 0, 0, 0}};
+    mv_httpd_config hc;
+    mv_httpd_config_default(&hc);
     while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (opt) {
         case 't':
@@ -318,6 +350,28 @@ int main(int argc, char **argv)
             break;
         case 'R':
             rdma_token_file = optarg;
+            break;
+        case 'C':
+            if (parse_ulong(optarg, 1, 1000000, &v)) {
+                fprintf(stderr, "microview-collector: --http-max-conns must be 1..1000000\n");
+                return 2;
+            }
+            hc.max_conns = (unsigned)v;
+            break;
+        case 'c':
+            if (parse_ulong(optarg, 1, 1000000, &v)) {
+                fprintf(stderr,
+                        "microview-collector: --http-max-conns-per-client must be 1..1000000\n");
+                return 2;
+            }
+            hc.max_conns_per_client = (unsigned)v;
+            break;
+        case 'I':
+            if (parse_ulong(optarg, 1, 3600, &v)) {
+                fprintf(stderr, "microview-collector: --http-idle-timeout-s must be 1..3600\n");
+                return 2;
+            }
+            hc.timeout_s = (unsigned)v;
             break;
         case 'P':
             if (parse_ulong(optarg, 1, 65535, &rdma_port)) {
@@ -486,8 +540,8 @@ int main(int argc, char **argv)
         goto destroy_coll;
     }
     mv_httpd *httpd = NULL;
-    mv_httpd_config hc;
-    mv_httpd_config_default(&hc);
+    if (hc.max_conns_per_client > hc.max_conns)
+        hc.max_conns_per_client = hc.max_conns;
     hc.addr = host[0] ? host : "0.0.0.0";
     hc.port = (uint16_t)port;
     if (mv_httpd_create(&hc, &httpd) != 0) {
@@ -505,6 +559,9 @@ int main(int argc, char **argv)
         rc = 1;
         goto destroy_httpd;
     }
+    pthread_mutex_lock(&a.render_mu);
+    a.httpd = httpd;
+    pthread_mutex_unlock(&a.render_mu);
     mv_disc *disc = NULL;
     if (agent) {
         mv_disc_callbacks cb = {
