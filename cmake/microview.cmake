@@ -1,10 +1,13 @@
 # Helpers so that a leaf CMakeLists.txt is little more than a source list.
+include(${CMAKE_CURRENT_LIST_DIR}/sides.cmake)
 
 # mv_library(<name> SOURCES <files...> [DEPS <targets...>] [PUBLIC_DEPS <targets...>])
-# A static library whose header lives next to its sources.
+# A static library whose header lives next to its sources; its side is taken from
+# pkg/<side>/<module> (cmake/sides.cmake).
 function(mv_library name)
   cmake_parse_arguments(A "" "" "SOURCES;DEPS;PUBLIC_DEPS" ${ARGN})
   add_library(${name} STATIC ${A_SOURCES})
+  mv_side(${name})
   set_target_properties(${name} PROPERTIES POSITION_INDEPENDENT_CODE ON)
   target_include_directories(${name} PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
   if(A_DEPS)
@@ -15,10 +18,11 @@ function(mv_library name)
   endif()
 endfunction()
 
-# mv_binary(<name> SOURCES <files...> DEPS <targets...>)
+# mv_binary(<name> SIDE <side> SOURCES <files...> DEPS <targets...>)
 function(mv_binary name)
-  cmake_parse_arguments(A "" "" "SOURCES;DEPS" ${ARGN})
+  cmake_parse_arguments(A "" "SIDE" "SOURCES;DEPS" ${ARGN})
   add_executable(${name} ${A_SOURCES})
+  mv_side(${name} ${A_SIDE})
   target_link_libraries(${name} PRIVATE ${A_DEPS} Threads::Threads)
   install(TARGETS ${name} RUNTIME DESTINATION bin)
 endfunction()

@@ -15,7 +15,7 @@
 #include "mv_expo.h"
 #include "mv_httpd.h"
 #include "mv_log.h"
-#include "mv_rdma.h"
+#include "mv_rdma_conn.h"
 #include "verbs.h"
 
 #define DEFAULT_AGENT "unix:/run/microview/agent.sock"

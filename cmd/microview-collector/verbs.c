@@ -11,7 +11,7 @@
 
 #include "mv_discovery.h"
 #include "mv_log.h"
-#include "mv_rdma.h"
+#include "mv_rdma_conn.h"
 
 #define AGENTS_MAX   64
 #define SEGMENTS_MAX 65536 /* per agent */

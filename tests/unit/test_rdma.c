@@ -19,7 +19,8 @@
 #include "microview.h"
 #include "mv_collect.h"
 #include "mv_log.h"
-#include "mv_rdma.h"
+#include "mv_rdma_target.h"
+#include "mv_rdma_conn.h"
 
 #define TOKEN   "test-token-0123456789"
 #define BUF_LEN 8192

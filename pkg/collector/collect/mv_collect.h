@@ -9,7 +9,8 @@
  * longer than a few small memcpy calls.
  *
  * Transports only move bytes: the shm transport maps a file read-only; the
- * verbs transport posts RDMA READs. Both implement mv_coll_transport.
+ * verbs transport posts RDMA READs. Both implement mv_coll_transport
+ * (mv_transport.h).
  */
 #ifndef MV_COLLECT_H
 #define MV_COLLECT_H
@@ -19,32 +20,13 @@
 
 #include "mv_pipeline.h"
 #include "mv_segment.h"
+#include "mv_transport.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 /* ---- Transports ------------------------------------------------------------ */
-
-/* One read request: copy `len` bytes at `off` of source `src` into `dst`
- * (8-aligned). The transport sets `status`: 0, or a negative errno
- * (-ENOENT/-EACCES: the segment is gone or revoked; -EIO: transient). */
-typedef struct mv_coll_read {
-    void *src;
-    uint64_t off;
-    uint32_t len;
-    void *dst;
-    int status;
-} mv_coll_read;
-
-typedef struct mv_coll_transport {
-    const char *name;
-    void *ctx;
-    /* Performs all reads (in any order, possibly in parallel). */
-    void (*read_many)(void *ctx, mv_coll_read *reqs, size_t n);
-    /* Releases a source handle given to mv_coll_add. */
-    void (*src_close)(void *ctx, void *src);
-} mv_coll_transport;
 
 /* The same-host transport: segments are files mapped read-only. Copies use
  * 8-byte atomic loads, and a SIGBUS from a file truncated under us turns

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "mv_log.h"
-#include "mv_rdma.h"
+#include "mv_rdma_target.h"
 #include "mv_segment.h"
 
 /* One segment the exporter has seen: registered, or the reason it is not. */

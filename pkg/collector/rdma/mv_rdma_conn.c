@@ -1,6 +1,5 @@
-/* mv_rdma: rdma_cm listener and remote-read-only registrations (agent), RDMA READ transport
- * (collector). */
-#include "mv_rdma.h"
+/* mv_rdma_conn: RC connection to an agent and the RDMA READ transport (collector side). */
+#include "mv_rdma_conn.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -20,714 +19,7 @@
 #include <rdma/rdma_cma.h>
 
 #include "mv_log.h"
-
-/* ---- Shared by both sides ------------------------------------------------------- */
-
-#define MV_RDMA_WIRE_HDR 5 /* "MVR1" + one byte */
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static int set_nonblock(int fd)
-{
-    int fl = fcntl(fd, F_GETFL);
-    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
-        return -1;
-    return 0;
-}
-
-/* Fills `ss` from a numeric IPv4/IPv6 address and a port. Returns 0 or -EINVAL. */
-static int parse_addr(const char *ip, uint16_t port, struct sockaddr_storage *ss)
-{
-    struct sockaddr_in *s4 = (struct sockaddr_in *)ss;
-    struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ss;
-
-    memset(ss, 0, sizeof *ss);
-    if (!ip)
-        return -EINVAL;
-    if (inet_pton(AF_INET, ip, &s4->sin_addr) == 1) {
-        s4->sin_family = AF_INET;
-        s4->sin_port = htons(port);
-        return 0;
-    }
-    if (inet_pton(AF_INET6, ip, &s6->sin6_addr) == 1) {
-        s6->sin6_family = AF_INET6;
-        s6->sin6_port = htons(port);
-        return 0;
-    }
-    return -EINVAL;
-}
-
-static void addr_str(const struct sockaddr *sa, char *buf, size_t len)
-{
-    char ip[INET6_ADDRSTRLEN] = "?";
-    unsigned port = 0;
-
-    if (sa && sa->sa_family == AF_INET) {
-        const struct sockaddr_in *s4 = (const struct sockaddr_in *)sa;
-        inet_ntop(AF_INET, &s4->sin_addr, ip, sizeof ip);
-        port = ntohs(s4->sin_port);
-    } else if (sa && sa->sa_family == AF_INET6) {
-        const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)sa;
-        inet_ntop(AF_INET6, &s6->sin6_addr, ip, sizeof ip);
-        port = ntohs(s6->sin6_port);
-    }
-    snprintf(buf, len, "%s:%u", ip, port);
-}
-
-static const char *gid_type_str(uint32_t type)
-{
-    switch (type) {
-    case IBV_GID_TYPE_IB:
-        return "IB";
-    case IBV_GID_TYPE_ROCE_V1:
-        return "RoCE v1";
-    case IBV_GID_TYPE_ROCE_V2:
-        return "RoCE v2";
-    default:
-        return "unknown";
-    }
-}
-
-/* Fills `o` with facts about (ctx, port) and finds the GID that rdma_cm uses
- * for the local address `sa` (an IPv4 address appears as ::ffff:a.b.c.d;
- * RoCE v2 is preferred when both types carry it). */
-static void fill_dev_info(struct ibv_context *ctx, uint8_t port, const struct sockaddr *sa,
-                          mv_rdma_dev_info *o)
-{
-    struct ibv_device_attr da;
-    struct ibv_port_attr pa;
-    union ibv_gid want;
-    int best = -1;
-    uint32_t best_type = 0;
-
-    memset(o, 0, sizeof *o);
-    o->gid_index = -1;
-    o->port_num = port;
-    snprintf(o->device, sizeof o->device, "%s", ibv_get_device_name(ctx->device));
-    if (ibv_query_device(ctx, &da) == 0) {
-        o->max_qp_rd_atom = (uint32_t)da.max_qp_rd_atom;
-        o->max_qp_init_rd_atom = (uint32_t)da.max_qp_init_rd_atom;
-    }
-    if (ibv_query_port(ctx, port, &pa) != 0)
-        return;
-    snprintf(o->port_state, sizeof o->port_state, "%s", ibv_port_state_str(pa.state));
-    snprintf(o->link_layer, sizeof o->link_layer, "%s",
-             pa.link_layer == IBV_LINK_LAYER_INFINIBAND ? "InfiniBand" : "Ethernet");
-
-    memset(&want, 0, sizeof want);
-    if (sa && sa->sa_family == AF_INET) {
-        want.raw[10] = 0xff;
-        want.raw[11] = 0xff;
-        memcpy(&want.raw[12], &((const struct sockaddr_in *)sa)->sin_addr, 4);
-    } else if (sa && sa->sa_family == AF_INET6) {
-        memcpy(want.raw, &((const struct sockaddr_in6 *)sa)->sin6_addr, 16);
-    }
-    for (int i = 0; i < pa.gid_tbl_len; i++) {
-        struct ibv_gid_entry e;
-        if (ibv_query_gid_ex(ctx, port, (uint32_t)i, &e, 0) != 0)
-            continue;
-        if (pa.link_layer == IBV_LINK_LAYER_INFINIBAND) {
-            /* IPoIB: rdma_cm uses the port GID from the hardware address. */
-            best = i;
-            best_type = e.gid_type;
-            break;
-        }
-        if (memcmp(e.gid.raw, want.raw, 16) != 0)
-            continue;
-        if (best < 0 || e.gid_type == IBV_GID_TYPE_ROCE_V2) {
-            best = i;
-            best_type = e.gid_type;
-        }
-        if (e.gid_type == IBV_GID_TYPE_ROCE_V2)
-            break;
-    }
-    if (best >= 0) {
-        union ibv_gid g;
-        o->gid_index = best;
-        snprintf(o->gid_type, sizeof o->gid_type, "%s", gid_type_str(best_type));
-        if (ibv_query_gid(ctx, port, best, &g) == 0)
-            inet_ntop(AF_INET6, g.raw, o->gid, sizeof o->gid);
-    }
-}
-
-/* ---- Target (agent) side ------------------------------------------------------- */
-
-/* One accepted (or being accepted) collector. Owned by the event thread. */
-typedef struct peer {
-    struct rdma_cm_id *id;
-    int established;
-    char addr[64];
-    struct peer *next;
-} peer;
-
-struct mv_rdma_mr {
-    mv_rdma_target *t;
-    struct ibv_mr *mr;
-    size_t pinned; /* page-rounded bytes counted against memlock */
-    mv_rdma_mr *prev, *next;
-};
-
-struct mv_rdma_target {
-    struct rdma_event_channel *ch;
-    struct rdma_cm_id *listen_id;
-    struct ibv_pd *pd;
-    struct ibv_cq *cq; /* shared by accepted QPs; they never post work */
-    int wake_fd;
-    pthread_t thread;
-    int thread_started;
-
-    uint8_t token[MV_RDMA_TOKEN_MAX];
-    size_t token_len;
-    mv_rdma_target_opts opts;
-    mv_rdma_dev_info info;
-    char bind_ip[64];
-    uint16_t port;
-
-    peer *peers;     /* event thread only */
-    uint32_t npeers; /* event thread only: accepted or being accepted */
-    _Atomic uint32_t nestablished;
-
-    pthread_mutex_t lock; /* guards mrs and pinned */
-    mv_rdma_mr *mrs;
-    size_t pinned;
-};
-
-/* Compares a presented token with ours in time independent of where they differ. */
-static int token_ok(const mv_rdma_target *t, const uint8_t *tok, size_t len)
-{
-    uint8_t a[MV_RDMA_TOKEN_MAX] = {0}, b[MV_RDMA_TOKEN_MAX] = {0};
-    volatile uint8_t diff = 0;
-    size_t n = len < MV_RDMA_TOKEN_MAX ? len : MV_RDMA_TOKEN_MAX;
-
-    memcpy(a, t->token, t->token_len);
-    memcpy(b, tok, n);
-    for (size_t i = 0; i < MV_RDMA_TOKEN_MAX; i++)
-        diff |= (uint8_t)(a[i] ^ b[i]);
-    diff |= (uint8_t)(len != t->token_len);
-    return diff == 0;
-}
-
-/* Parses the connect private data; returns the token length or -1. */
-static int parse_request(const void *pd, size_t len, const uint8_t **tok)
-{
-    const uint8_t *p = pd;
-    size_t n;
-
-    if (!p || len < MV_RDMA_WIRE_HDR + 1 || memcmp(p, MV_RDMA_WIRE_MAGIC, 4) != 0)
-        return -1;
-    n = p[4];
-    if (n < 1 || n > MV_RDMA_TOKEN_MAX || MV_RDMA_WIRE_HDR + n > len)
-        return -1;
-    *tok = p + MV_RDMA_WIRE_HDR;
-    return (int)n;
-}
-
-static void reject(struct rdma_cm_id *id, const char *peer_addr, const char *reason)
-{
-    char msg[MV_RDMA_WIRE_HDR + 40];
-    size_t n = strlen(reason);
-
-    if (n > sizeof msg - 4)
-        n = sizeof msg - 4;
-    memcpy(msg, MV_RDMA_WIRE_MAGIC, 4);
-    memcpy(msg + 4, reason, n);
-    MV_WARN("rdma_connect_rejected", "peer=%s reason=%s", mv_log_q(peer_addr), mv_log_q(reason));
-    if (rdma_reject(id, msg, (uint8_t)(4 + n)))
-        MV_WARN("rdma_reject_failed", "peer=%s err=%s", mv_log_q(peer_addr),
-                mv_log_q(strerror(errno)));
-    rdma_destroy_id(id);
-}
-
-/* Destroys a peer's QP and id and unlinks it. The peer's event must be acked. */
-static void peer_drop(mv_rdma_target *t, peer *p, const char *why)
-{
-    for (peer **pp = &t->peers; *pp; pp = &(*pp)->next) {
-        if (*pp == p) {
-            *pp = p->next;
-            break;
-        }
-    }
-    t->npeers--;
-    if (p->established)
-        atomic_fetch_sub(&t->nestablished, 1);
-    MV_INFO("rdma_collector_gone", "peer=%s why=%s", mv_log_q(p->addr), why);
-    if (p->id->qp)
-        rdma_destroy_qp(p->id);
-    rdma_destroy_id(p->id);
-    free(p);
-}
-
-/* Handles a connect request whose event was already acked. Takes `id`. */
-static void on_connect_request(mv_rdma_target *t, struct rdma_cm_id *id, const uint8_t *pdata,
-                               size_t pdata_len, uint8_t wanted_depth)
-{
-    struct ibv_qp_init_attr qa;
-    struct rdma_conn_param cp;
-    char paddr[64];
-    const uint8_t *tok = NULL;
-    uint8_t accept_pd[MV_RDMA_WIRE_HDR];
-    int n;
-    peer *p;
-
-    addr_str(rdma_get_peer_addr(id), paddr, sizeof paddr);
-    n = parse_request(pdata, pdata_len, &tok);
-    if (n < 0) {
-        reject(id, paddr, "malformed request");
-        return;
-    }
-    if (!token_ok(t, tok, (size_t)n)) {
-        reject(id, paddr, "bad token");
-        return;
-    }
-    if (t->npeers >= t->opts.max_connections) {
-        reject(id, paddr, "too many collectors");
-        return;
-    }
-    if (id->verbs != t->pd->context) {
-        reject(id, paddr, "request arrived on another device");
-        return;
-    }
-
-    p = calloc(1, sizeof *p);
-    if (!p) {
-        reject(id, paddr, "out of memory");
-        return;
-    }
-    p->id = id;
-    snprintf(p->addr, sizeof p->addr, "%s", paddr);
-    id->context = p;
-
-    memset(&qa, 0, sizeof qa);
-    qa.send_cq = t->cq;
-    qa.recv_cq = t->cq;
-    qa.qp_type = IBV_QPT_RC;
-    qa.cap.max_send_wr = 1;
-    qa.cap.max_recv_wr = 1;
-    qa.cap.max_send_sge = 1;
-    qa.cap.max_recv_sge = 1;
-    if (rdma_create_qp(id, t->pd, &qa)) {
-        MV_ERROR("rdma_create_qp_failed", "peer=%s err=%s", mv_log_q(paddr),
-                 mv_log_q(strerror(errno)));
-        goto free_peer;
-    }
-
-    /* Offer the device's READ responder resources, but no more than the
-     * collector will use: the kernel gives the collector's QP the depth we
-     * answer with, and its own device may allow fewer. */
-    memset(&cp, 0, sizeof cp);
-    cp.responder_resources = (uint8_t)(t->info.max_qp_rd_atom > 255 ? 255 : t->info.max_qp_rd_atom);
-    if (wanted_depth && wanted_depth < cp.responder_resources)
-        cp.responder_resources = wanted_depth;
-    if (!cp.responder_resources)
-        cp.responder_resources = 1;
-    cp.initiator_depth = 0;
-    cp.rnr_retry_count = 7;
-    memcpy(accept_pd, MV_RDMA_WIRE_MAGIC, 4);
-    accept_pd[4] = cp.responder_resources;
-    cp.private_data = accept_pd;
-    cp.private_data_len = sizeof accept_pd;
-    if (rdma_accept(id, &cp)) {
-        MV_ERROR("rdma_accept_failed", "peer=%s err=%s", mv_log_q(paddr),
-                 mv_log_q(strerror(errno)));
-        goto destroy_qp;
-    }
-    p->next = t->peers;
-    t->peers = p;
-    t->npeers++;
-    MV_DEBUG("rdma_connect_accepted", "peer=%s responder_resources=%u", mv_log_q(paddr),
-             (unsigned)cp.responder_resources);
-    return;
-
-destroy_qp:
-    rdma_destroy_qp(id);
-free_peer:
-    free(p);
-    rdma_destroy_id(id);
-}
-
-static void handle_event(mv_rdma_target *t, struct rdma_cm_event *ev)
-{
-    enum rdma_cm_event_type type = ev->event;
-    struct rdma_cm_id *id = ev->id;
-    /* The listener's id (and requests, which inherit its context) carry
-     * NULL; only accepted ids point at their peer. */
-    peer *p = id && id != t->listen_id ? id->context : NULL;
-    uint8_t pdata[256];
-    size_t plen = 0;
-    uint8_t wanted = 0;
-    int status = ev->status;
-
-    if (type == RDMA_CM_EVENT_CONNECT_REQUEST) {
-        plen = ev->param.conn.private_data_len;
-        if (plen > sizeof pdata)
-            plen = sizeof pdata;
-        if (plen && ev->param.conn.private_data)
-            memcpy(pdata, ev->param.conn.private_data, plen);
-        else
-            plen = 0;
-        /* On the passive side, responder_resources is what the requester
-         * wants to have outstanding (its initiator depth). */
-        wanted = ev->param.conn.responder_resources;
-    }
-    /* The event must be acked before its id can be destroyed. */
-    rdma_ack_cm_event(ev);
-
-    switch (type) {
-    case RDMA_CM_EVENT_CONNECT_REQUEST:
-        on_connect_request(t, id, pdata, plen, wanted);
-        break;
-    case RDMA_CM_EVENT_ESTABLISHED:
-        if (p && !p->established) {
-            p->established = 1;
-            atomic_fetch_add(&t->nestablished, 1);
-            MV_INFO("rdma_collector_connected", "peer=%s", mv_log_q(p->addr));
-        }
-        break;
-    case RDMA_CM_EVENT_DISCONNECTED:
-        if (p) {
-            rdma_disconnect(id);
-            peer_drop(t, p, "disconnected");
-        }
-        break;
-    case RDMA_CM_EVENT_REJECTED:
-    case RDMA_CM_EVENT_CONNECT_ERROR:
-    case RDMA_CM_EVENT_UNREACHABLE:
-        if (p)
-            peer_drop(t, p, rdma_event_str(type));
-        break;
-    case RDMA_CM_EVENT_DEVICE_REMOVAL:
-        if (p) {
-            peer_drop(t, p, "device removed");
-        } else {
-            MV_ERROR("rdma_device_removed", "device=%s msg=%s", mv_log_q(t->info.device),
-                     mv_log_q("the RDMA device of the listener went away; restart the agent"));
-        }
-        break;
-    case RDMA_CM_EVENT_ADDR_CHANGE:
-        MV_WARN("rdma_addr_change", "ip=%s msg=%s", mv_log_q(t->bind_ip),
-                mv_log_q("the address moved to another device; restart the agent"));
-        break;
-    case RDMA_CM_EVENT_TIMEWAIT_EXIT:
-        break;
-    default:
-        MV_DEBUG("rdma_cm_event", "event=%s status=%d", rdma_event_str(type), status);
-        break;
-    }
-}
-
-static void *event_thread(void *arg)
-{
-    mv_rdma_target *t = arg;
-    struct pollfd pf[2] = {{.fd = t->ch->fd, .events = POLLIN},
-                           {.fd = t->wake_fd, .events = POLLIN}};
-
-    for (;;) {
-        struct rdma_cm_event *ev;
-        if (poll(pf, 2, -1) < 0) {
-            if (errno == EINTR)
-                continue;
-            MV_ERROR("rdma_poll_failed", "err=%s", mv_log_q(strerror(errno)));
-            break;
-        }
-        if (pf[1].revents)
-            break;
-        while (rdma_get_cm_event(t->ch, &ev) == 0)
-            handle_event(t, ev);
-    }
-    return NULL;
-}
-
-/* Returns nonzero if the process has CAP_IPC_LOCK in its effective set. */
-static int have_ipc_lock(void)
-{
-    char line[256];
-    unsigned long long caps = 0;
-    FILE *f = fopen("/proc/self/status", "re");
-    if (!f)
-        return 0;
-    while (fgets(line, sizeof line, f)) {
-        if (sscanf(line, "CapEff: %llx", &caps) == 1)
-            break;
-    }
-    fclose(f);
-    return (caps >> 14) & 1; /* CAP_IPC_LOCK */
-}
-
-static const char memlock_hint[] =
-    "ibv_reg_mr needs locked memory: raise memlock (ulimit -l / LimitMEMLOCK= / IPC_LOCK)";
-
-int mv_rdma_register(mv_rdma_target *t, void *addr, size_t len, mv_rdma_mr **out, uint32_t *rkey,
-                     char *err, size_t errlen)
-{
-    long pg = sysconf(_SC_PAGESIZE);
-    uintptr_t lo, hi;
-    struct rlimit rl;
-    mv_rdma_mr *m;
-    int rc;
-
-    *out = NULL;
-    if (!t || !addr || !len) {
-        snprintf(err, errlen, "register: empty region");
-        return -EINVAL;
-    }
-    lo = (uintptr_t)addr & ~(uintptr_t)(pg - 1);
-    hi = ((uintptr_t)addr + len + (uintptr_t)pg - 1) & ~(uintptr_t)(pg - 1);
-
-    m = calloc(1, sizeof *m);
-    if (!m) {
-        snprintf(err, errlen, "out of memory");
-        return -ENOMEM;
-    }
-    m->t = t;
-    m->pinned = hi - lo;
-
-    pthread_mutex_lock(&t->lock);
-    if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
-        t->pinned + m->pinned > rl.rlim_cur && !have_ipc_lock()) {
-        snprintf(err, errlen, "%s: %zu bytes needed, limit is %llu", memlock_hint,
-                 t->pinned + m->pinned, (unsigned long long)rl.rlim_cur);
-        rc = -ENOMEM;
-        goto unlock;
-    }
-    /* Remote read only: no local write, no remote write, no atomics. */
-    m->mr = ibv_reg_mr(t->pd, addr, len, IBV_ACCESS_REMOTE_READ);
-    if (!m->mr) {
-        rc = errno ? -errno : -EIO;
-        if (rc == -ENOMEM || rc == -EPERM)
-            snprintf(err, errlen, "%s (ibv_reg_mr: %s)", memlock_hint, strerror(-rc));
-        else if (rc == -EFAULT)
-            snprintf(err, errlen,
-                     "ibv_reg_mr of %zu bytes: %s (kernels before 6.2 cannot pin a read-only "
-                     "mapping: map the segment PROT_READ|PROT_WRITE; the region stays "
-                     "remote-read-only)",
-                     len, strerror(-rc));
-        else
-            snprintf(err, errlen, "ibv_reg_mr of %zu bytes on %s: %s", len, t->info.device,
-                     strerror(-rc));
-        goto unlock;
-    }
-    t->pinned += m->pinned;
-    m->next = t->mrs;
-    if (t->mrs)
-        t->mrs->prev = m;
-    t->mrs = m;
-    pthread_mutex_unlock(&t->lock);
-    *out = m;
-    *rkey = m->mr->rkey;
-    return 0;
-
-unlock:
-    pthread_mutex_unlock(&t->lock);
-    MV_ERROR("rdma_register_failed", "len=%zu err=%s", len, mv_log_q(err));
-    free(m);
-    return rc;
-}
-
-int mv_rdma_deregister(mv_rdma_mr *m)
-{
-    mv_rdma_target *t;
-    int rc = 0;
-
-    if (!m)
-        return 0;
-    t = m->t;
-    pthread_mutex_lock(&t->lock);
-    if (m->prev)
-        m->prev->next = m->next;
-    else
-        t->mrs = m->next;
-    if (m->next)
-        m->next->prev = m->prev;
-    t->pinned -= m->pinned;
-    pthread_mutex_unlock(&t->lock);
-    rc = ibv_dereg_mr(m->mr);
-    if (rc) {
-        rc = -rc;
-        MV_ERROR("rdma_deregister_failed", "err=%s", mv_log_q(strerror(-rc)));
-    }
-    free(m);
-    return rc;
-}
-
-int mv_rdma_target_create(const char *bind_ip, uint16_t port, const char *token,
-                          const mv_rdma_target_opts *opts, mv_rdma_target **out, char *err,
-                          size_t errlen)
-{
-    struct sockaddr_storage ss;
-    mv_rdma_target *t;
-    size_t tlen = token ? strlen(token) : 0;
-    int rc;
-
-    *out = NULL;
-    if (tlen < 1 || tlen > MV_RDMA_TOKEN_MAX) {
-        snprintf(err, errlen, "the token must be 1 to %d bytes", MV_RDMA_TOKEN_MAX);
-        return -EINVAL;
-    }
-    rc = parse_addr(bind_ip, port, &ss);
-    if (rc) {
-        snprintf(err, errlen, "bind address %s is not an IPv4 or IPv6 address",
-                 bind_ip ? bind_ip : "(null)");
-        return rc;
-    }
-    t = calloc(1, sizeof *t);
-    if (!t) {
-        snprintf(err, errlen, "out of memory");
-        return -ENOMEM;
-    }
-    memcpy(t->token, token, tlen);
-    t->token_len = tlen;
-    t->opts.backlog = 64;
-    t->opts.max_connections = 64;
-    if (opts && opts->backlog > 0)
-        t->opts.backlog = opts->backlog;
-    if (opts && opts->max_connections)
-        t->opts.max_connections = opts->max_connections;
-    snprintf(t->bind_ip, sizeof t->bind_ip, "%s", bind_ip);
-    pthread_mutex_init(&t->lock, NULL);
-    atomic_init(&t->nestablished, 0);
-
-    t->ch = rdma_create_event_channel();
-    if (!t->ch) {
-        rc = -errno;
-        snprintf(err, errlen,
-                 "rdma_create_event_channel: %s (is rdma_ucm loaded and /dev/infiniband/rdma_cm "
-                 "accessible?)",
-                 strerror(errno));
-        goto free_target;
-    }
-    if (set_nonblock(t->ch->fd)) {
-        rc = -errno;
-        snprintf(err, errlen, "fcntl: %s", strerror(errno));
-        goto destroy_channel;
-    }
-    if (rdma_create_id(t->ch, &t->listen_id, NULL, RDMA_PS_TCP)) {
-        rc = -errno;
-        snprintf(err, errlen, "rdma_create_id: %s", strerror(errno));
-        goto destroy_channel;
-    }
-    if (rdma_bind_addr(t->listen_id, (struct sockaddr *)&ss)) {
-        rc = -errno;
-        snprintf(err, errlen, "rdma_bind_addr %s:%u: %s", bind_ip, (unsigned)port, strerror(errno));
-        goto destroy_id;
-    }
-    if (!t->listen_id->verbs) {
-        rc = -ENODEV;
-        snprintf(err, errlen,
-                 "%s is not the address of an RDMA device's netdev (see `rdma link`; for "
-                 "Soft-RoCE: rdma link add rxe0 type rxe netdev <if>)",
-                 bind_ip);
-        goto destroy_id;
-    }
-    if (rdma_listen(t->listen_id, t->opts.backlog)) {
-        rc = -errno;
-        snprintf(err, errlen, "rdma_listen %s:%u: %s", bind_ip, (unsigned)port, strerror(errno));
-        goto destroy_id;
-    }
-    t->port = ntohs(rdma_get_src_port(t->listen_id));
-    fill_dev_info(t->listen_id->verbs, t->listen_id->port_num, (struct sockaddr *)&ss, &t->info);
-
-    t->pd = ibv_alloc_pd(t->listen_id->verbs);
-    if (!t->pd) {
-        rc = errno ? -errno : -ENOMEM;
-        snprintf(err, errlen, "ibv_alloc_pd on %s: %s", t->info.device, strerror(-rc));
-        goto destroy_id;
-    }
-    t->cq = ibv_create_cq(t->listen_id->verbs, 16, NULL, NULL, 0);
-    if (!t->cq) {
-        rc = errno ? -errno : -ENOMEM;
-        snprintf(err, errlen, "ibv_create_cq on %s: %s", t->info.device, strerror(-rc));
-        goto dealloc_pd;
-    }
-    t->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (t->wake_fd < 0) {
-        rc = -errno;
-        snprintf(err, errlen, "eventfd: %s", strerror(errno));
-        goto destroy_cq;
-    }
-    rc = pthread_create(&t->thread, NULL, event_thread, t);
-    if (rc) {
-        rc = -rc;
-        snprintf(err, errlen, "pthread_create: %s", strerror(-rc));
-        goto close_wake;
-    }
-    t->thread_started = 1;
-
-    MV_INFO("rdma_target_listening",
-            "ip=%s port=%u device=%s port_num=%u port_state=%s link_layer=%s gid_index=%d "
-            "gid=%s gid_type=%s max_qp_rd_atom=%u",
-            mv_log_q(bind_ip), (unsigned)t->port, mv_log_q(t->info.device),
-            (unsigned)t->info.port_num, t->info.port_state, t->info.link_layer, t->info.gid_index,
-            t->info.gid, mv_log_q(t->info.gid_type), t->info.max_qp_rd_atom);
-    *out = t;
-    return 0;
-
-close_wake:
-    close(t->wake_fd);
-destroy_cq:
-    ibv_destroy_cq(t->cq);
-dealloc_pd:
-    ibv_dealloc_pd(t->pd);
-destroy_id:
-    rdma_destroy_id(t->listen_id);
-destroy_channel:
-    rdma_destroy_event_channel(t->ch);
-free_target:
-    pthread_mutex_destroy(&t->lock);
-    free(t);
-    /* The caller owns the error (it is in `err`) and decides how loudly to log it. */
-    MV_DEBUG("rdma.target_failed", "ip=%s port=%u err=%s", mv_log_q(bind_ip), (unsigned)port,
-             mv_log_q(err));
-    return rc;
-}
-
-void mv_rdma_target_destroy(mv_rdma_target *t)
-{
-    uint64_t one = 1;
-
-    if (!t)
-        return;
-    if (t->thread_started) {
-        if (write(t->wake_fd, &one, sizeof one) != sizeof one)
-            MV_WARN("rdma_wake_failed", "err=%s", mv_log_q(strerror(errno)));
-        pthread_join(t->thread, NULL);
-    }
-    while (t->peers) {
-        peer *p = t->peers;
-        rdma_disconnect(p->id);
-        peer_drop(t, p, "agent stopping");
-    }
-    while (t->mrs) {
-        MV_WARN("rdma_mr_leaked", "msg=%s", mv_log_q("deregistered at target destroy"));
-        mv_rdma_deregister(t->mrs);
-    }
-    close(t->wake_fd);
-    ibv_destroy_cq(t->cq);
-    ibv_dealloc_pd(t->pd);
-    rdma_destroy_id(t->listen_id);
-    rdma_destroy_event_channel(t->ch);
-    pthread_mutex_destroy(&t->lock);
-    free(t);
-}
-
-uint16_t mv_rdma_target_port(const mv_rdma_target *t)
-{
-    return t->port;
-}
-
-void mv_rdma_target_info(const mv_rdma_target *t, mv_rdma_dev_info *out)
-{
-    *out = t->info;
-}
-
-uint32_t mv_rdma_target_connections(const mv_rdma_target *t)
-{
-    return atomic_load(&((mv_rdma_target *)t)->nestablished);
-}
+#include "mv_util.h"
 
 /* ---- Initiator (collector) side -------------------------------------------------- */
 
@@ -802,7 +94,7 @@ static int wait_cm(mv_rdma_conn *c, uint64_t deadline, struct rdma_cm_event **ev
             return 0;
         if (errno != EAGAIN && errno != EWOULDBLOCK)
             return -errno;
-        now = now_ns();
+        now = mv_mono_ns();
         if (now >= deadline)
             return -ETIMEDOUT;
         poll(&pf, 1, (int)((deadline - now + 999999) / 1000000));
@@ -838,7 +130,7 @@ static void session_teardown(mv_rdma_conn *c)
  * partial session is torn down and `err` says why. */
 static int session_connect(mv_rdma_conn *c, char *err, size_t errlen)
 {
-    uint64_t deadline = now_ns() + (uint64_t)c->opts.connect_timeout_ms * 1000000u;
+    uint64_t deadline = mv_mono_ns() + (uint64_t)c->opts.connect_timeout_ms * 1000000u;
     int tmo = (int)c->opts.connect_timeout_ms;
     struct rdma_cm_event *ev;
     struct ibv_qp_init_attr qa;
@@ -899,7 +191,7 @@ static int session_connect(mv_rdma_conn *c, char *err, size_t errlen)
     }
 
     pthread_mutex_lock(&c->lock);
-    fill_dev_info(c->id->verbs, c->id->port_num, rdma_get_local_addr(c->id), &c->info);
+    mv_rdma_fill_dev_info(c->id->verbs, c->id->port_num, rdma_get_local_addr(c->id), &c->info);
     pthread_mutex_unlock(&c->lock);
     if (ibv_query_device(c->id->verbs, &da)) {
         rc = -EIO;
@@ -919,7 +211,7 @@ static int session_connect(mv_rdma_conn *c, char *err, size_t errlen)
         goto teardown;
     }
     c->cc = ibv_create_comp_channel(c->id->verbs);
-    if (!c->cc || set_nonblock(c->cc->fd)) {
+    if (!c->cc || mv_set_nonblock(c->cc->fd)) {
         rc = errno ? -errno : -ENOMEM;
         snprintf(err, errlen, "ibv_create_comp_channel: %s", strerror(-rc));
         goto teardown;
@@ -1048,7 +340,7 @@ static void mark_broken(mv_rdma_conn *c, const char *why)
         return;
     c->connected = 0;
     if (!c->backoff_ms)
-        c->next_try_ns = now_ns(); /* the first reconnect is immediate */
+        c->next_try_ns = mv_mono_ns(); /* the first reconnect is immediate */
     pthread_mutex_lock(&c->lock);
     c->st.connected = 0;
     pthread_mutex_unlock(&c->lock);
@@ -1059,7 +351,7 @@ static void mark_broken(mv_rdma_conn *c, const char *why)
 static int ensure_connected(mv_rdma_conn *c)
 {
     char err[256];
-    uint64_t now = now_ns();
+    uint64_t now = mv_mono_ns();
     int rc;
 
     if (c->connected)
@@ -1071,7 +363,7 @@ static int ensure_connected(mv_rdma_conn *c)
     if (rc) {
         uint32_t b = c->backoff_ms ? c->backoff_ms * 2 : c->opts.backoff_min_ms;
         c->backoff_ms = b > c->opts.backoff_max_ms ? c->opts.backoff_max_ms : b;
-        c->next_try_ns = now_ns() + (uint64_t)c->backoff_ms * 1000000u;
+        c->next_try_ns = mv_mono_ns() + (uint64_t)c->backoff_ms * 1000000u;
         pthread_mutex_lock(&c->lock);
         c->st.connect_failures++;
         pthread_mutex_unlock(&c->lock);
@@ -1142,14 +434,14 @@ static void grow_staging(mv_rdma_conn *c, size_t need)
 static int poll_cq(mv_rdma_conn *c, uint64_t deadline)
 {
     const int max = (int)(sizeof c->wc / sizeof c->wc[0]);
-    uint64_t spin_end = now_ns() + SPIN_NS;
+    uint64_t spin_end = mv_mono_ns() + SPIN_NS;
     int n;
 
     do {
         n = ibv_poll_cq(c->cq, max, c->wc);
         if (n)
             return n < 0 ? -EIO : n;
-    } while (now_ns() < spin_end);
+    } while (mv_mono_ns() < spin_end);
 
     for (;;) {
         struct pollfd pf = {.fd = c->cc->fd, .events = POLLIN};
@@ -1162,7 +454,7 @@ static int poll_cq(mv_rdma_conn *c, uint64_t deadline)
         n = ibv_poll_cq(c->cq, max, c->wc);
         if (n)
             return n < 0 ? -EIO : n;
-        now = now_ns();
+        now = mv_mono_ns();
         if (now >= deadline)
             return 0;
         if (poll(&pf, 1, (int)((deadline - now + 999999) / 1000000)) > 0 &&
@@ -1308,7 +600,7 @@ static void rdma_read_many(void *ctx, mv_coll_read *reqs, size_t n)
     drain_cm_events(c);
     if (ensure_connected(c) == 0) {
         grow_staging(c, need);
-        t0 = now_ns();
+        t0 = mv_mono_ns();
         deadline = t0 + (uint64_t)c->opts.read_timeout_ms * 1000000u;
         i = 0;
         while (i < n && c->connected) {
@@ -1335,7 +627,7 @@ static void rdma_read_many(void *ctx, mv_coll_read *reqs, size_t n)
             i = j;
         }
         if (posted) {
-            uint64_t us = (now_ns() - t0) / 1000;
+            uint64_t us = (mv_mono_ns() - t0) / 1000;
             unsigned b = 0;
             while (b + 1 < MV_RDMA_LAT_BUCKETS && (us >> (b + 1)))
                 b++;
@@ -1437,14 +729,14 @@ int mv_rdma_conn_open(const char *agent_ip, uint16_t port, const char *token,
     if (c->opts.staging_initial > c->opts.staging_max)
         c->opts.staging_initial = c->opts.staging_max;
     c->opts.src_ip = NULL; /* not kept: parsed below */
-    if (parse_addr(agent_ip, port, &c->dst)) {
+    if (mv_rdma_parse_addr(agent_ip, port, &c->dst)) {
         rc = -EINVAL;
         snprintf(err, errlen, "agent address %s is not an IPv4 or IPv6 address",
                  agent_ip ? agent_ip : "(null)");
         goto free_conn;
     }
     if (opts && opts->src_ip) {
-        if (parse_addr(opts->src_ip, 0, &c->src)) {
+        if (mv_rdma_parse_addr(opts->src_ip, 0, &c->src)) {
             rc = -EINVAL;
             snprintf(err, errlen, "source address %s is not an IPv4 or IPv6 address", opts->src_ip);
             goto free_conn;
@@ -1479,7 +771,7 @@ int mv_rdma_conn_open(const char *agent_ip, uint16_t port, const char *token,
                  strerror(errno));
         goto free_arrays;
     }
-    if (set_nonblock(c->ch->fd)) {
+    if (mv_set_nonblock(c->ch->fd)) {
         rc = -errno;
         snprintf(err, errlen, "fcntl: %s", strerror(errno));
         goto destroy_channel;
@@ -1535,40 +827,4 @@ void mv_rdma_conn_info(mv_rdma_conn *c, mv_rdma_dev_info *out)
     pthread_mutex_lock(&c->lock);
     *out = c->info;
     pthread_mutex_unlock(&c->lock);
-}
-
-/* ---- Shared token ------------------------------------------------------------ */
-
-int mv_rdma_token_load(const char *path, char *out, size_t outlen, char *err, size_t errlen)
-{
-    char buf[256];
-    size_t n = 0;
-    FILE *f = fopen(path, "re");
-    if (!f) {
-        int e = errno;
-        snprintf(err, errlen, "cannot open token file %s: %s", path, strerror(e));
-        return -e;
-    }
-    n = fread(buf, 1, sizeof buf - 1, f);
-    int toolong = !feof(f) && fgetc(f) != EOF;
-    fclose(f);
-    buf[n] = 0;
-    char *b = buf, *e = buf + n;
-    while (b < e && (*b == ' ' || *b == '\t' || *b == '\n' || *b == '\r'))
-        b++;
-    while (e > b && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\n' || e[-1] == '\r'))
-        e--;
-    size_t len = (size_t)(e - b);
-    if (toolong || len < 1 || len > MV_RDMA_TOKEN_MAX || len >= outlen) {
-        snprintf(err, errlen, "token in %s must be 1 to %d characters", path, MV_RDMA_TOKEN_MAX);
-        return -EINVAL;
-    }
-    for (size_t i = 0; i < len; i++)
-        if (b[i] < 0x21 || b[i] > 0x7e) {
-            snprintf(err, errlen, "token in %s must be printable ASCII without spaces", path);
-            return -EINVAL;
-        }
-    memcpy(out, b, len);
-    out[len] = 0;
-    return 0;
 }
