@@ -1,5 +1,5 @@
-/* verbs: per-agent catalog watch + RDMA connection feeding the collector's table. */
-#include "verbs.h"
+/* mv_verbs: per-agent catalog watch + RDMA connection feeding the collector's table. */
+#include "mv_verbs.h"
 
 #include <errno.h>
 #include <math.h>
@@ -27,7 +27,7 @@ typedef struct vseg {
 } vseg;
 
 typedef struct vagent {
-    struct verbs_agents *set;
+    struct mv_verbs *set;
     char target[300]; /* control plane IP:PORT */
     char ip[256];     /* rdma_cm address (the target's host part) */
     pthread_mutex_t mu;
@@ -39,7 +39,7 @@ typedef struct vagent {
     mv_disc *disc;
 } vagent;
 
-struct verbs_agents {
+struct mv_verbs {
     mv_coll *coll;
     char token[MV_RDMA_TOKEN_MAX + 1];
     uint16_t rdma_port;
@@ -226,7 +226,7 @@ static void on_synced(void *arg, const char *const *ids, size_t n)
     pthread_mutex_unlock(&a->mu);
 }
 
-int verbs_agents_create(const verbs_opts *o, mv_coll *coll, verbs_agents **out)
+int mv_verbs_create(const mv_verbs_opts *o, mv_coll *coll, mv_verbs **out)
 {
     *out = NULL;
     if (o->ntargets == 0 || o->ntargets > AGENTS_MAX) {
@@ -234,7 +234,7 @@ int verbs_agents_create(const verbs_opts *o, mv_coll *coll, verbs_agents **out)
                  mv_log_q("--transport verbs needs 1 to 64 --agent IP:PORT"));
         return -1;
     }
-    verbs_agents *v = calloc(1, sizeof *v);
+    mv_verbs *v = calloc(1, sizeof *v);
     if (!v || !(v->agents = calloc(o->ntargets, sizeof *v->agents))) {
         free(v);
         return -1;
@@ -278,12 +278,12 @@ int verbs_agents_create(const verbs_opts *o, mv_coll *coll, verbs_agents **out)
     *out = v;
     return 0;
 fail:
-    verbs_agents_stop(v);
-    verbs_agents_destroy(v);
+    mv_verbs_stop(v);
+    mv_verbs_destroy(v);
     return -1;
 }
 
-void verbs_agents_stop(verbs_agents *v)
+void mv_verbs_stop(mv_verbs *v)
 {
     if (!v)
         return;
@@ -293,7 +293,7 @@ void verbs_agents_stop(verbs_agents *v)
     }
 }
 
-void verbs_agents_destroy(verbs_agents *v)
+void mv_verbs_destroy(mv_verbs *v)
 {
     if (!v)
         return;
@@ -309,7 +309,7 @@ void verbs_agents_destroy(verbs_agents *v)
     free(v);
 }
 
-void verbs_agents_poll(verbs_agents *v)
+void mv_verbs_poll(mv_verbs *v)
 {
     for (size_t i = 0; i < v->n; i++) {
         vagent *a = &v->agents[i];
@@ -345,7 +345,7 @@ static int counter(mv_expo *e, const char *name, const char *help, const agent_r
     return rc;
 }
 
-int verbs_agents_render(verbs_agents *v, mv_expo *e, const mv_coll_snap *snap)
+int mv_verbs_render(mv_verbs *v, mv_expo *e, const mv_coll_snap *snap)
 {
     agent_row *rows = calloc(v->n ? v->n : 1, sizeof *rows);
     if (!rows)

@@ -1,33 +1,27 @@
-/* microview-agent Kubernetes mode: device plugin callbacks, pod identity, garbage collection,
+/* mv_agent_k8s: Kubernetes mode: device plugin callbacks, pod identity, garbage collection,
  * RDMA export with device health. */
-#include "agent.h"
+#include "mv_agent.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "mv_agentsvc.h"
-#include "mv_config.h"
-#include "mv_dp.h"
 #include "mv_kube.h"
 #include "mv_log.h"
 #include "mv_podres.h"
 #include "mv_rdma.h"
 #include "mv_rdmax.h"
-#include "mv_rpc.h"
-#include "mv_segstore.h"
+#include "mv_util.h"
 
 #define PODRES_TIMEOUT_MS 5000
 #define PENDING_MAX       4096
 
-typedef struct k8s {
+struct mv_agent_k8s {
     mv_config cfg;
     mv_segstore *store;
     mv_kube *kube; /* NULL without an API server */
@@ -46,16 +40,9 @@ typedef struct k8s {
     char pending[PENDING_MAX][MV_SEGSTORE_ID_LEN + 1];
     size_t npending;
     int podres_down_logged;
-} k8s;
+};
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static void pending_set(k8s *a, const char *id, int on)
+static void pending_set(mv_agent_k8s *a, const char *id, int on)
 {
     pthread_mutex_lock(&a->mu);
     size_t i = 0;
@@ -87,7 +74,7 @@ static void on_invalid_label(void *arg, const char *entry, const char *why)
 /* Resolves the identity of segment `seg` and stores it. `why` names the trigger
  * (prestart, retry). Returns 1 when the identity is complete, 0 when a fallback
  * was stored and a retry is due. */
-static int resolve_identity(k8s *a, const mv_segstore_seg *seg, const char *why)
+static int resolve_identity(mv_agent_k8s *a, const mv_segstore_seg *seg, const char *why)
 {
     mv_podres_entry *pr = NULL;
     size_t npr = 0;
@@ -171,7 +158,7 @@ free_pr:
 
 /* ---- RDMA export ----------------------------------------------------------------------- */
 
-static mv_rdmax *rdmax_get(k8s *a, char *why, size_t whylen)
+static mv_rdmax *rdmax_get(mv_agent_k8s *a, char *why, size_t whylen)
 {
     pthread_mutex_lock(&a->mu);
     mv_rdmax *x = a->rdmax;
@@ -185,7 +172,7 @@ static mv_rdmax *rdmax_get(k8s *a, char *why, size_t whylen)
  * segment, the Agent service starts filling the rdma fields, open catalog watches
  * get every segment again with them, and the devices turn Healthy. Returns 1 when
  * the exporter is up (now or before), 0 when it is not. */
-static int rdma_try(k8s *a)
+static int rdma_try(mv_agent_k8s *a)
 {
     const mv_config *c = &a->cfg;
     if (rdmax_get(a, NULL, 0))
@@ -224,10 +211,9 @@ static int rdma_try(k8s *a)
 
 /* ---- Device plugin callbacks ------------------------------------------------------------ */
 
-static int cb_allocate(void *arg, const char *const *ids, size_t n, mv_dp_alloc *out, char *err,
-                       size_t errlen)
+int mv_agent_k8s_allocate(mv_agent_k8s *a, const char *const *ids, size_t n, mv_dp_alloc *out,
+                          char *err, size_t errlen)
 {
-    k8s *a = arg;
     /* Devices still backing a segment: either its pod is gone and GC has not run yet
      * (collect it now), or another container holds them (refuse). */
     mv_podres_entry *pr = NULL;
@@ -340,9 +326,9 @@ static int cb_allocate(void *arg, const char *const *ids, size_t n, mv_dp_alloc 
     return 0;
 }
 
-static int cb_prestart(void *arg, const char *const *ids, size_t n, char *err, size_t errlen)
+int mv_agent_k8s_prestart(mv_agent_k8s *a, const char *const *ids, size_t n, char *err,
+                          size_t errlen)
 {
-    k8s *a = arg;
     mv_segstore_seg seg;
     if (mv_segstore_find_device(a->store, ids[0], &seg) < 0) {
         MV_WARN("prestart.unknown_devices", "first_device=%s devices=%zu action=%s",
@@ -359,7 +345,7 @@ static int cb_prestart(void *arg, const char *const *ids, size_t n, char *err, s
 
 /* ---- Background: garbage collection and identity retries ------------------------------- */
 
-static void gc_pass(k8s *a)
+void mv_agent_k8s_gc_pass(mv_agent_k8s *a)
 {
     mv_podres_entry *pr = NULL;
     size_t npr = 0;
@@ -380,7 +366,7 @@ static void gc_pass(k8s *a)
         mv_podres_free(pr, npr);
         return;
     }
-    uint64_t now = now_ns();
+    uint64_t now = mv_wall_ns();
     for (size_t i = 0; i < n; i++) {
         const mv_segstore_seg *s = &v[i];
         if (!s->ndevices)
@@ -405,7 +391,7 @@ static void gc_pass(k8s *a)
     mv_podres_free(pr, npr);
 }
 
-static void retry_pass(k8s *a)
+void mv_agent_k8s_retry_pass(mv_agent_k8s *a)
 {
     char ids[64][MV_SEGSTORE_ID_LEN + 1];
     size_t n = 0;
@@ -430,25 +416,18 @@ static void retry_pass(k8s *a)
     }
 }
 
-static uint64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 static void *bg_main(void *arg)
 {
-    k8s *a = arg;
-    uint64_t next_gc = mono_ms() + a->cfg.gc_interval_ms;
-    uint64_t next_retry = mono_ms() + a->cfg.identity_retry_ms;
+    mv_agent_k8s *a = arg;
+    uint64_t next_gc = mv_mono_ms() + a->cfg.gc_interval_ms;
+    uint64_t next_retry = mv_mono_ms() + a->cfg.identity_retry_ms;
     /* UINT64_MAX: no RDMA target to bring up (none configured, or it is up). */
     uint64_t next_rdma = a->cfg.rdma_listen[0] && !rdmax_get(a, NULL, 0)
-                             ? mono_ms() + a->cfg.rdma_retry_ms
+                             ? mv_mono_ms() + a->cfg.rdma_retry_ms
                              : UINT64_MAX;
     pthread_mutex_lock(&a->mu);
     while (!a->stopping) {
-        uint64_t now = mono_ms();
+        uint64_t now = mv_mono_ms();
         uint64_t due = next_gc < next_retry ? next_gc : next_retry;
         if (next_rdma < due)
             due = next_rdma;
@@ -466,15 +445,15 @@ static void *bg_main(void *arg)
             continue;
         }
         pthread_mutex_unlock(&a->mu);
-        if (mono_ms() >= next_rdma)
-            next_rdma = rdma_try(a) ? UINT64_MAX : mono_ms() + a->cfg.rdma_retry_ms;
-        if (mono_ms() >= next_retry) {
-            retry_pass(a);
-            next_retry = mono_ms() + a->cfg.identity_retry_ms;
+        if (mv_mono_ms() >= next_rdma)
+            next_rdma = rdma_try(a) ? UINT64_MAX : mv_mono_ms() + a->cfg.rdma_retry_ms;
+        if (mv_mono_ms() >= next_retry) {
+            mv_agent_k8s_retry_pass(a);
+            next_retry = mv_mono_ms() + a->cfg.identity_retry_ms;
         }
-        if (mono_ms() >= next_gc) {
-            gc_pass(a);
-            next_gc = mono_ms() + a->cfg.gc_interval_ms;
+        if (mv_mono_ms() >= next_gc) {
+            mv_agent_k8s_gc_pass(a);
+            next_gc = mv_mono_ms() + a->cfg.gc_interval_ms;
         }
         pthread_mutex_lock(&a->mu);
     }
@@ -482,112 +461,46 @@ static void *bg_main(void *arg)
     return NULL;
 }
 
-/* ---- Entry point -------------------------------------------------------------------------- */
+/* ---- Life cycle and the run hooks ---------------------------------------------------------- */
 
-static void k8s_usage(FILE *f)
+int mv_agent_k8s_create(const mv_config *cfg, mv_agent_k8s **out)
 {
-    fprintf(f,
-            "usage: microview-agent [--config FILE] [--KEY VALUE]...   (Kubernetes mode)\n"
-            "       microview-agent --standalone [options]            (see --standalone --help)\n"
-            "Every configuration key is also a flag (dashes or underscores), e.g.\n"
-            "  --resource-name microview.io/metrics --page-size 4Ki --pool-size 16Mi\n"
-            "Keys:");
-    for (const char *const *k = mv_config_keys(); *k; k++)
-        fprintf(f, " %s", *k);
-    fprintf(f, "\n");
-}
-
-int agent_k8s_main(int argc, char **argv)
-{
-    const char *const *keys = mv_config_keys();
-    size_t nkeys = 0;
-    while (keys[nkeys])
-        nkeys++;
-    struct option *lo = calloc(nkeys * 2 + 3, sizeof *lo);
-    char(*names)[64] = calloc(nkeys, sizeof *names);
-    const char **ovk = calloc((size_t)argc + 1, sizeof *ovk),
-               **ovv = calloc((size_t)argc + 1, sizeof *ovv);
-    int rc = 2;
-    size_t nov = 0;
-    const char *cfg_file = NULL;
-    k8s *a = calloc(1, sizeof *a);
-    if (!lo || !names || !ovk || !ovv || !a) {
-        fprintf(stderr, "microview-agent: out of memory\n");
-        goto free_opts;
-    }
-    size_t no = 0;
-    for (size_t i = 0; i < nkeys; i++) {
-        lo[no++] = (struct option){keys[i], required_argument, NULL, 1000 + (int)i};
-        snprintf(names[i], sizeof names[i], "%s", keys[i]);
-        for (char *c = names[i]; *c; c++)
-            if (*c == '_')
-                *c = '-';
-        lo[no++] = (struct option){names[i], required_argument, NULL, 1000 + (int)i};
-    }
-    lo[no++] = (struct option){"config", required_argument, NULL, 'c'};
-    lo[no++] = (struct option){"help", no_argument, NULL, 'h'};
-    int opt;
-    while ((opt = getopt_long(argc, argv, "c:h", lo, NULL)) != -1) {
-        if (opt == 'c') {
-            cfg_file = optarg;
-        } else if (opt == 'h') {
-            k8s_usage(stdout);
-            rc = 0;
-            goto free_opts;
-        } else if (opt >= 1000 && opt < 1000 + (int)nkeys) {
-            ovk[nov] = keys[opt - 1000];
-            ovv[nov++] = optarg;
-        } else {
-            k8s_usage(stderr);
-            goto free_opts;
-        }
-    }
-    if (optind < argc) {
-        fprintf(stderr, "microview-agent: unexpected argument %s\n", argv[optind]);
-        goto free_opts;
-    }
-    mv_config *c = &a->cfg;
-    char err[768];
-    mv_config_defaults(c);
-    if (cfg_file && mv_config_load_file(c, cfg_file, err, sizeof err) < 0) {
-        fprintf(stderr, "microview-agent: config: %s\n", err);
-        goto free_opts;
-    }
-    for (size_t i = 0; i < nov; i++)
-        if (mv_config_set(c, ovk[i], ovv[i], err, sizeof err) < 0) {
-            fprintf(stderr, "microview-agent: --%s: %s\n", ovk[i], err);
-            goto free_opts;
-        }
-    mv_log_level level;
-    if (mv_config_finish(c, err, sizeof err) < 0 || mv_log_parse_level(c->log_level, &level) < 0) {
-        fprintf(stderr, "microview-agent: config: %s\n",
-                err[0] ? err : "log_level: debug, info, warn or error");
-        goto free_opts;
-    }
-    rc = 1;
-    mv_log_init("agent", level);
-
-    sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-    signal(SIGPIPE, SIG_IGN);
-
+    mv_agent_k8s *a = calloc(1, sizeof *a);
+    *out = NULL;
+    if (!a)
+        return -ENOMEM;
+    a->cfg = *cfg;
     pthread_mutex_init(&a->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&a->cv, &ca);
     pthread_condattr_destroy(&ca);
+    *out = a;
+    return 0;
+}
 
-    uint64_t pages = c->pool_size / c->page_size;
-    mv_segstore_opts so = {.dir = c->state_dir,
-                           .max_size = c->max_segment_size,
-                           .pool_pages = pages,
-                           .page_size = c->page_size};
-    if (mv_segstore_open(&so, &a->store) < 0)
-        goto destroy_sync;
+void mv_agent_k8s_destroy(mv_agent_k8s *a)
+{
+    if (!a)
+        return;
+    pthread_cond_destroy(&a->cv);
+    pthread_mutex_destroy(&a->mu);
+    free(a);
+}
+
+size_t mv_agent_k8s_pending(mv_agent_k8s *a)
+{
+    pthread_mutex_lock(&a->mu);
+    size_t n = a->npending;
+    pthread_mutex_unlock(&a->mu);
+    return n;
+}
+
+int mv_agent_k8s_attach(mv_agent_k8s *a, mv_segstore *store)
+{
+    const mv_config *c = &a->cfg;
+    a->store = store;
     if (c->api_server[0]) {
         mv_kube_opts ko = {.url = c->api_server,
                            .token_file = c->token_file[0] ? c->token_file : NULL,
@@ -596,69 +509,97 @@ int agent_k8s_main(int argc, char **argv)
                            .token_reread_s = (int)c->token_reread_seconds,
                            .timeout_ms = (int)c->api_timeout_ms};
         if (mv_kube_create(&ko, &a->kube) < 0)
-            goto close_store;
+            return -EINVAL;
     } else {
         MV_WARN("kube.disabled", "reason=%s effect=%s",
                 mv_log_q("no api_server and no KUBERNETES_SERVICE_HOST"),
                 mv_log_q("identity labels come from PodResources only; no annotation labels"));
     }
     /* Segments from before a restart: refresh their identity once. */
-    {
-        mv_segstore_seg *v;
-        size_t n;
-        if (mv_segstore_list(a->store, &v, &n, NULL) == 0) {
-            for (size_t i = 0; i < n; i++)
-                if (v[i].ndevices)
-                    pending_set(a, v[i].id, 1);
-            mv_segstore_segs_free(v, n);
-        }
+    mv_segstore_seg *v;
+    size_t n;
+    if (mv_segstore_list(a->store, &v, &n, NULL) == 0) {
+        for (size_t i = 0; i < n; i++)
+            if (v[i].ndevices)
+                pending_set(a, v[i].id, 1);
+        mv_segstore_segs_free(v, n);
     }
 
+    char err[MV_ERR_MAX];
     if (c->collector_token_file[0] && mv_rdma_token_load(c->collector_token_file, a->token,
                                                          sizeof a->token, err, sizeof err) < 0) {
         MV_ERROR("agent.config_invalid", "key=collector_token_file err=%s", mv_log_q(err));
-        goto destroy_kube;
+        mv_agent_k8s_detach(a);
+        return -EINVAL;
     }
     if (c->listen[0] && !a->token[0])
         MV_WARN("agent.insecure_listen", "listen=%s risk=%s", mv_log_q(c->listen),
                 mv_log_q("no collector_token_file: anyone who reaches this address can list, "
                          "create and release segments"));
+    return 0;
+}
 
-    mv_rpc_server *srv;
-    if (mv_rpc_server_create(NULL, &srv) < 0)
-        goto destroy_kube;
-    char addr[MV_CONFIG_STR_MAX + 8];
-    snprintf(addr, sizeof addr, "unix:%s", c->agent_socket);
-    if (mv_agentsvc_register(srv, a->store, &a->svc) < 0 ||
-        (a->token[0] && mv_rpc_server_set_token(srv, a->token) < 0))
-        goto destroy_server;
+void mv_agent_k8s_detach(mv_agent_k8s *a)
+{
+    mv_kube_destroy(a->kube);
+    a->kube = NULL;
+}
+
+static int hook_setup(void *arg, mv_segstore *store)
+{
+    return mv_agent_k8s_attach(arg, store);
+}
+
+static void hook_teardown(void *arg)
+{
+    mv_agent_k8s_detach(arg);
+}
+
+static int hook_before_listen(void *arg, mv_agentsvc *svc)
+{
+    mv_agent_k8s *a = arg;
+    a->svc = svc;
     /* First try at the RDMA target before serving; the background thread retries. */
-    if (c->rdma_listen[0])
+    if (a->cfg.rdma_listen[0])
         rdma_try(a);
-    int tcp_port = 0;
-    if (mv_rpc_server_listen(srv, addr) < 0 ||
-        (c->listen[0] && (tcp_port = mv_rpc_server_listen(srv, c->listen)) < 0) ||
-        mv_rpc_server_start(srv) < 0) {
-        MV_ERROR("agent.listen_failed", "socket=%s listen=%s", mv_log_q(c->agent_socket),
-                 mv_log_q(c->listen[0] ? c->listen : "off"));
-        goto destroy_server;
-    }
+    return 0;
+}
+
+static int dp_allocate(void *arg, const char *const *ids, size_t n, mv_dp_alloc *out, char *err,
+                       size_t errlen)
+{
+    return mv_agent_k8s_allocate(arg, ids, n, out, err, errlen);
+}
+
+static int dp_prestart(void *arg, const char *const *ids, size_t n, char *err, size_t errlen)
+{
+    return mv_agent_k8s_prestart(arg, ids, n, err, errlen);
+}
+
+static int hook_started(void *arg, int tcp_port)
+{
+    mv_agent_k8s *a = arg;
+    const mv_config *c = &a->cfg;
+    uint64_t pages = c->pool_size / c->page_size;
     int rdma_up = rdmax_get(a, NULL, 0) != NULL;
     mv_dp_config dc = {.plugin_dir = c->device_plugin_dir,
                        .endpoint = c->endpoint,
                        .resource_name = c->resource_name,
                        .ndevices = (size_t)pages,
                        .start_unhealthy = c->require_rdma && !rdma_up};
-    mv_dp_callbacks cb = {.allocate = cb_allocate, .prestart = cb_prestart, .arg = a};
+    mv_dp_callbacks cb = {.allocate = dp_allocate, .prestart = dp_prestart, .arg = a};
     if (mv_dp_start(&dc, &cb, &a->dp) < 0)
-        goto destroy_server;
+        return -EIO;
     if (dc.start_unhealthy)
         MV_WARN("dp.health_changed", "resource=%s devices=%" PRIu64 " health=%s reason=%s",
                 mv_log_q(c->resource_name), pages, "Unhealthy",
                 mv_log_q("RDMA is required (require_rdma) but unavailable"));
     int e = pthread_create(&a->bg, NULL, bg_main, a);
-    if (e)
-        goto stop_dp;
+    if (e) {
+        mv_dp_stop(a->dp);
+        a->dp = NULL;
+        return -e;
+    }
     MV_INFO("agent.started",
             "mode=kubernetes resource=%s pages=%" PRIu64 " page_size=%" PRIu64
             " plugin_dir=%s state_dir=%s agent_socket=%s pod_resources=%s api_server=%s "
@@ -673,38 +614,47 @@ int agent_k8s_main(int argc, char **argv)
             : c->require_rdma  ? "required_unavailable"
                                : "unavailable",
             (int)getpid());
+    return 0;
+}
 
-    int sig = 0;
-    sigwait(&sigs, &sig);
-    MV_INFO("agent.stopping", "signal=%s", sig == SIGINT ? "SIGINT" : "SIGTERM");
-    rc = 0;
-    /* The background thread first (it may touch the device plugin), then the plugin
-     * (waits for callbacks in flight), then the control plane, then the exporter. */
+/* The background thread first (it may touch the device plugin), then the plugin
+ * (waits for callbacks in flight); the control plane goes next. */
+static void hook_stopping(void *arg)
+{
+    mv_agent_k8s *a = arg;
     pthread_mutex_lock(&a->mu);
     a->stopping = 1;
     pthread_cond_broadcast(&a->cv);
     pthread_mutex_unlock(&a->mu);
     pthread_join(a->bg, NULL);
-stop_dp:
     mv_dp_stop(a->dp);
-destroy_server:
-    mv_rpc_server_destroy(srv); /* ends every open watch before the service goes */
+    a->dp = NULL;
+}
+
+static void hook_after_server(void *arg)
+{
+    mv_agent_k8s *a = arg;
     mv_rdmax_destroy(a->rdmax); /* revokes every rkey */
-    mv_agentsvc_destroy(a->svc);
-destroy_kube:
-    mv_kube_destroy(a->kube);
-close_store:
-    mv_segstore_close(a->store);
-destroy_sync:
-    pthread_cond_destroy(&a->cv);
-    pthread_mutex_destroy(&a->mu);
-    if (rc == 0)
-        MV_INFO("agent.stopped", "%s", "");
-free_opts:
-    free(a);
-    free(ovv);
-    free(ovk);
-    free(names);
-    free(lo);
-    return rc;
+    a->rdmax = NULL;
+    a->svc = NULL;
+}
+
+void mv_agent_k8s_mode(mv_agent_k8s *a, mv_agent_run_opts *o, mv_agent_mode *m)
+{
+    const mv_config *c = &a->cfg;
+    *o = (mv_agent_run_opts){.mode = "kubernetes",
+                             .store = {.dir = c->state_dir,
+                                       .max_size = c->max_segment_size,
+                                       .pool_pages = c->pool_size / c->page_size,
+                                       .page_size = c->page_size},
+                             .socket_path = c->agent_socket,
+                             .tcp_listen = c->listen,
+                             .token = a->token};
+    *m = (mv_agent_mode){.arg = a,
+                         .setup = hook_setup,
+                         .before_listen = hook_before_listen,
+                         .started = hook_started,
+                         .stopping = hook_stopping,
+                         .after_server = hook_after_server,
+                         .teardown = hook_teardown};
 }
