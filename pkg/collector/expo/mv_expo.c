@@ -1,5 +1,5 @@
 /* mv_expo: Prometheus text 0.0.4 / OpenMetrics 1.0 renderer and Accept negotiation. */
-#include "mv_expo.h"
+#include "mv_expo_internal.h"
 
 #include <errno.h>
 #include <float.h>
@@ -137,18 +137,13 @@ static int is_alpha_(unsigned char c)
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
 }
 
-static int is_digit(unsigned char c)
-{
-    return c >= '0' && c <= '9';
-}
-
 static int valid_name(const char *s, int label)
 {
     if (!s || !*s)
         return 0;
     for (size_t i = 0; s[i]; i++) {
         unsigned char c = (unsigned char)s[i];
-        int ok = is_alpha_(c) || (!label && c == ':') || (i > 0 && is_digit(c));
+        int ok = is_alpha_(c) || (!label && c == ':') || (i > 0 && expo_is_digit(c));
         if (!ok)
             return 0;
     }
@@ -162,11 +157,11 @@ size_t mv_expo_sanitize_name(const char *s, int label_name, char *out, size_t ou
         return 0;
     if (!s)
         s = "";
-    if (is_digit((unsigned char)s[0]))
+    if (expo_is_digit((unsigned char)s[0]))
         out[n++] = '_';
     for (size_t i = 0; s[i] && n < outsz - 1; i++) {
         unsigned char c = (unsigned char)s[i];
-        int ok = is_alpha_(c) || is_digit(c) || (!label_name && c == ':');
+        int ok = is_alpha_(c) || expo_is_digit(c) || (!label_name && c == ':');
         out[n++] = ok ? (char)c : '_';
     }
     if (n == 0)
@@ -262,164 +257,6 @@ static void put_escaped(mv_expo *e, const char *str, int esc_quote)
     put_escaped_n(e, str, strlen(str), esc_quote);
 }
 
-/* ---- Numbers ------------------------------------------------------------------------ */
-
-/* Writes v in decimal to out (room for 20 digits); returns the length. */
-static size_t fmt_u64(uint64_t v, char *out)
-{
-    char tmp[20];
-    size_t n = 0;
-    do {
-        tmp[sizeof tmp - 1 - n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    memcpy(out, tmp + sizeof tmp - n, n);
-    return n;
-}
-
-static size_t fmt_i64(int64_t v, char *out)
-{
-    if (v >= 0)
-        return fmt_u64((uint64_t)v, out);
-    out[0] = '-';
-    return 1 + fmt_u64((uint64_t)(-(v + 1)) + 1, out + 1);
-}
-
-/* Exact powers of ten representable as doubles. */
-static const double pow10_tab[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
-                                     1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
-                                     1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
-
-/* Fast path for the common case: a = s / 10^k for an integer s < 10^15 whose quotient,
- * correctly rounded, is a. Such a decimal is the only one of at most 15 significant
- * digits within half an ulp of a, so it is exactly what rounding a to 15 digits gives
- * (and it round-trips): the same digits the general path finds. Fills digits (trailing
- * zeros stripped) and the decimal exponent; returns the digit count or 0. */
-static int short_digits(double a, char *digits, int *exp10)
-{
-    if (!(a >= 1e-7 && a < 1e15))
-        return 0;
-    int k = 0;
-    while (a * pow10_tab[k] < 1)
-        k++;
-    for (; k <= 22; k++) {
-        double t = a * pow10_tab[k];
-        if (t >= 1e15)
-            return 0;
-        uint64_t si = (uint64_t)(t + 0.5);
-        if (si == 0 || (double)si / pow10_tab[k] != a)
-            continue;
-        char tmp[20];
-        int nd = (int)fmt_u64(si, tmp);
-        *exp10 = nd - 1 - k;
-        while (nd > 1 && tmp[nd - 1] == '0')
-            nd--;
-        memcpy(digits, tmp, (size_t)nd);
-        return nd;
-    }
-    return 0;
-}
-
-/* General path: the first of 15, 16 or 17 significant digits that round-trips. */
-static int round_trip_digits(double v, char *digits, int *exp10)
-{
-    char tmp[40];
-    /* 15 significant digits round-trip exactly when any representation of <= 15 digits
-     * does (DBL_DIG); else try 16, else 17 always works. */
-    int prec0 = fabs(v) < DBL_MIN ? 0 : 14; /* subnormals carry fewer digits: search all */
-    for (int prec = prec0; prec <= 16; prec++) {
-        snprintf(tmp, sizeof tmp, "%.*e", prec, v);
-        if (prec == 16 || strtod(tmp, NULL) == v)
-            break;
-    }
-    /* tmp is [-]d.ddde[+-]xx */
-    const char *p = tmp;
-    int nd = 0;
-    if (*p == '-')
-        p++;
-    for (; *p && *p != 'e'; p++)
-        if (is_digit((unsigned char)*p))
-            digits[nd++] = *p;
-    *exp10 = *p == 'e' ? atoi(p + 1) : 0;
-    while (nd > 1 && digits[nd - 1] == '0')
-        nd--;
-    return nd;
-}
-
-size_t mv_expo_format_double(double v, int canonical, char *out, size_t outsz)
-{
-    char digits[24];
-    if (!out || outsz < 32)
-        return 0;
-    if (isnan(v)) {
-        memcpy(out, "NaN", 4);
-        return 3;
-    }
-    if (isinf(v)) {
-        memcpy(out, v > 0 ? "+Inf" : "-Inf", 5);
-        return 4;
-    }
-    if (v == 0) {
-        size_t o = 0;
-        if (signbit(v))
-            out[o++] = '-';
-        out[o++] = '0';
-        if (canonical) {
-            out[o++] = '.';
-            out[o++] = '0';
-        }
-        out[o] = '\0';
-        return o;
-    }
-    int neg = signbit(v) != 0, exp10 = 0;
-    int nd = short_digits(neg ? -v : v, digits, &exp10);
-    if (nd == 0)
-        nd = round_trip_digits(v, digits, &exp10);
-
-    /* Layout as Go's strconv.FormatFloat(v, 'g', -1, 64). */
-    size_t o = 0;
-    if (neg)
-        out[o++] = '-';
-    if (exp10 < -4 || exp10 >= 6) {
-        out[o++] = digits[0];
-        if (nd > 1) {
-            out[o++] = '.';
-            memcpy(out + o, digits + 1, (size_t)nd - 1);
-            o += (size_t)nd - 1;
-        }
-        int ax = exp10 < 0 ? -exp10 : exp10;
-        out[o++] = 'e';
-        out[o++] = exp10 < 0 ? '-' : '+';
-        if (ax >= 100)
-            out[o++] = (char)('0' + ax / 100);
-        out[o++] = (char)('0' + ax / 10 % 10);
-        out[o++] = (char)('0' + ax % 10);
-        out[o] = '\0';
-        return o;
-    }
-    if (exp10 < 0) {
-        out[o++] = '0';
-        out[o++] = '.';
-        for (int i = 0; i < -exp10 - 1; i++)
-            out[o++] = '0';
-        memcpy(out + o, digits, (size_t)nd);
-        o += (size_t)nd;
-    } else {
-        for (int i = 0; i <= exp10; i++)
-            out[o++] = i < nd ? digits[i] : '0';
-        if (nd > exp10 + 1) {
-            out[o++] = '.';
-            memcpy(out + o, digits + exp10 + 1, (size_t)(nd - exp10 - 1));
-            o += (size_t)(nd - exp10 - 1);
-        } else if (canonical) {
-            out[o++] = '.';
-            out[o++] = '0';
-        }
-    }
-    out[o] = '\0';
-    return o;
-}
-
 /* ---- Lifecycle ---------------------------------------------------------------------- */
 
 mv_expo *mv_expo_create(mv_expo_format f, size_t cap)
@@ -511,7 +348,7 @@ static const char *type_word(mv_expo_format f, mv_expo_type t)
 static int valid_unit(const char *u)
 {
     for (; *u; u++)
-        if (!is_alpha_((unsigned char)*u) && !is_digit((unsigned char)*u) && *u != ':')
+        if (!is_alpha_((unsigned char)*u) && !expo_is_digit((unsigned char)*u) && *u != ':')
             return 0;
     return 1;
 }
@@ -768,13 +605,13 @@ static size_t fmt_ts(mv_expo_format f, int64_t ts_ms, char *out)
 {
     out[0] = ' ';
     if (f == MV_EXPO_TEXT)
-        return 1 + fmt_i64(ts_ms, out + 1);
+        return 1 + expo_fmt_i64(ts_ms, out + 1);
     uint64_t mag = ts_ms < 0 ? (uint64_t)(-(ts_ms + 1)) + 1 : (uint64_t)ts_ms;
     uint64_t sec = mag / 1000, ms = mag % 1000;
     size_t o = 1;
     if (ts_ms < 0)
         out[o++] = '-';
-    o += fmt_u64(sec, out + o);
+    o += expo_fmt_u64(sec, out + o);
     if (ms) {
         out[o++] = '.';
         out[o++] = (char)('0' + ms / 100);
@@ -852,7 +689,7 @@ int mv_expo_sample_u64(mv_expo *e, const char *suffix, const mv_expo_label *a, s
                        double extra_value, uint64_t value, int64_t ts_ms)
 {
     char num[32];
-    size_t n = fmt_u64(value, num);
+    size_t n = expo_fmt_u64(value, num);
     return sample_str(e, suffix, a, na, b, nb, extra_name, extra_value, num, n, ts_ms);
 }
 
@@ -861,7 +698,7 @@ int mv_expo_sample_i64(mv_expo *e, const char *suffix, const mv_expo_label *a, s
                        double extra_value, int64_t value, int64_t ts_ms)
 {
     char num[32];
-    size_t n = fmt_i64(value, num);
+    size_t n = expo_fmt_i64(value, num);
     return sample_str(e, suffix, a, na, b, nb, extra_name, extra_value, num, n, ts_ms);
 }
 
@@ -880,189 +717,4 @@ int mv_expo_finish(mv_expo *e)
     e->finished = 1;
     update_room(e);
     return 0;
-}
-
-/* ---- Accept negotiation ------------------------------------------------------------- */
-
-typedef struct {
-    const char *p, *end;
-} cursor;
-
-static int lc(int c)
-{
-    return (c >= 'A' && c <= 'Z') ? c + 32 : c;
-}
-
-static int tok_eq(const char *s, size_t n, const char *lit)
-{
-    size_t m = strlen(lit);
-    if (n != m)
-        return 0;
-    for (size_t i = 0; i < n; i++)
-        if (lc((unsigned char)s[i]) != lit[i])
-            return 0;
-    return 1;
-}
-
-static void skip_ows(cursor *c)
-{
-    while (c->p < c->end && (*c->p == ' ' || *c->p == '\t'))
-        c->p++;
-}
-
-/* Token characters: anything but separators, whitespace and controls. */
-static int is_tchar(unsigned char ch)
-{
-    return ch > 0x20 && ch < 0x7F && !strchr("()<>@,;:\\\"/[]?={}", ch);
-}
-
-static size_t read_token(cursor *c, const char **start)
-{
-    *start = c->p;
-    while (c->p < c->end && is_tchar((unsigned char)*c->p))
-        c->p++;
-    return (size_t)(c->p - *start);
-}
-
-/* Reads a token or quoted-string value into out (truncated to outsz-1, flagged by *long_). */
-static void read_value(cursor *c, char *out, size_t outsz, int *too_long)
-{
-    size_t n = 0;
-    *too_long = 0;
-    if (c->p < c->end && *c->p == '"') {
-        c->p++;
-        while (c->p < c->end && *c->p != '"') {
-            if (*c->p == '\\' && c->p + 1 < c->end)
-                c->p++;
-            if (n < outsz - 1)
-                out[n++] = *c->p;
-            else
-                *too_long = 1;
-            c->p++;
-        }
-        if (c->p < c->end)
-            c->p++; /* closing quote */
-    } else {
-        const char *s;
-        size_t len = read_token(c, &s);
-        if (len > outsz - 1) {
-            *too_long = 1;
-            len = outsz - 1;
-        }
-        memcpy(out, s, len);
-        n = len;
-    }
-    out[n] = '\0';
-}
-
-/* Parses an HTTP qvalue ("0", "0.5", "1.000"); returns -1 if malformed. */
-static double parse_q(const char *s)
-{
-    if (s[0] != '0' && s[0] != '1')
-        return -1;
-    double q = s[0] - '0', scale = 0.1;
-    const char *p = s + 1;
-    if (*p == '.') {
-        p++;
-        for (int i = 0; *p && i < 3; i++, p++) {
-            if (!is_digit((unsigned char)*p))
-                return -1;
-            q += (*p - '0') * scale;
-            scale /= 10;
-        }
-    }
-    if (*p)
-        return -1;
-    return q > 1 ? 1 : q;
-}
-
-typedef struct {
-    double q;
-    int spec; /* -1: no range matched */
-} fmt_pref;
-
-static void offer(fmt_pref *f, int spec, double q)
-{
-    if (spec > f->spec || (spec == f->spec && q > f->q)) {
-        f->spec = spec;
-        f->q = q;
-    }
-}
-
-mv_expo_format mv_expo_negotiate(const char *accept)
-{
-    fmt_pref text = {0, -1}, om = {0, -1};
-    if (!accept)
-        return MV_EXPO_TEXT;
-    cursor c = {accept, accept + strlen(accept)};
-    while (c.p < c.end) {
-        const char *type, *sub = "";
-        size_t tl, sl = 0;
-        skip_ows(&c);
-        tl = read_token(&c, &type);
-        if (c.p < c.end && *c.p == '/') {
-            c.p++;
-            sl = read_token(&c, &sub);
-        }
-        int ok = tl > 0 && sl > 0;
-        double q = 1;
-        char version[16] = "";
-        int has_version = 0;
-        for (;;) {
-            skip_ows(&c);
-            if (c.p >= c.end || *c.p != ';')
-                break;
-            c.p++;
-            skip_ows(&c);
-            const char *pn;
-            size_t pl = read_token(&c, &pn);
-            char val[16];
-            int too_long = 0;
-            val[0] = '\0';
-            skip_ows(&c);
-            if (c.p < c.end && *c.p == '=') {
-                c.p++;
-                skip_ows(&c);
-                read_value(&c, val, sizeof val, &too_long);
-            }
-            if (tok_eq(pn, pl, "q")) {
-                q = too_long ? -1 : parse_q(val);
-                if (q < 0)
-                    ok = 0;
-            } else if (tok_eq(pn, pl, "version")) {
-                has_version = 1;
-                if (too_long)
-                    snprintf(version, sizeof version, "?");
-                else
-                    snprintf(version, sizeof version, "%s", val);
-            }
-        }
-        /* Skip anything unparsed up to the next range. */
-        while (c.p < c.end && *c.p != ',') {
-            c.p++;
-            ok = 0;
-        }
-        if (c.p < c.end)
-            c.p++;
-        if (!ok)
-            continue;
-        int exact = has_version ? 3 : 2;
-        if (tok_eq(type, tl, "*") && tok_eq(sub, sl, "*")) {
-            offer(&text, 0, q);
-            offer(&om, 0, q);
-        } else if (tok_eq(type, tl, "text")) {
-            if (tok_eq(sub, sl, "*"))
-                offer(&text, 1, q);
-            else if (tok_eq(sub, sl, "plain") && (!has_version || !strcmp(version, "0.0.4")))
-                offer(&text, exact, q);
-        } else if (tok_eq(type, tl, "application")) {
-            if (tok_eq(sub, sl, "*"))
-                offer(&om, 1, q);
-            else if (tok_eq(sub, sl, "openmetrics-text") &&
-                     (!has_version || !strcmp(version, "1.0.0")))
-                offer(&om, exact, q);
-        }
-    }
-    double qt = text.spec < 0 ? 0 : text.q, qo = om.spec < 0 ? 0 : om.q;
-    return (qo > 0 && qo > qt) ? MV_EXPO_OPENMETRICS : MV_EXPO_TEXT;
 }

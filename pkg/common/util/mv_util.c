@@ -38,6 +38,16 @@ int mv_set_nonblock(int fd)
     return 0;
 }
 
+void mv_err_set(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (!err || !errlen)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
 int mv_vfmt(char *buf, size_t len, const char *fmt, va_list ap)
 {
     int n = vsnprintf(buf, len, fmt, ap);

@@ -20,6 +20,11 @@ extern "C" {
 /* Size of the buffer callers give to functions that report an error text. */
 #define MV_ERR_MAX 256
 
+/* Writes an error sentence into `err` (truncated to errlen; NULL or 0 is a
+ * no-op), for functions following the convention above. */
+void mv_err_set(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 /* ---- Clocks ------------------------------------------------------------------ */
 
 /* CLOCK_MONOTONIC: for intervals, deadlines and timeouts (never jumps). */
