@@ -1,5 +1,8 @@
 # Helpers so that a leaf CMakeLists.txt is little more than a source list.
 include(${CMAKE_CURRENT_LIST_DIR}/sides.cmake)
+# Sides of pkg/ link only what cmake/sides.cmake allows (docs/architecture.md): checked once every
+# directory has been read, so targets added anywhere (even after this line) are covered.
+cmake_language(DEFER DIRECTORY ${PROJECT_SOURCE_DIR} CALL mv_check_sides)
 
 # mv_library(<name> SOURCES <files...> [DEPS <targets...>] [PUBLIC_DEPS <targets...>])
 # A static library whose header lives next to its sources; its side is taken from
@@ -18,11 +21,17 @@ function(mv_library name)
   endif()
 endfunction()
 
-# mv_binary(<name> SIDE <side> SOURCES <files...> DEPS <targets...>)
+# mv_binary(<name> [SIDE <side>] SOURCES <files...> DEPS <targets...>)
+# Without SIDE, microview-<side> names its side; other binaries are not checked.
 function(mv_binary name)
   cmake_parse_arguments(A "" "SIDE" "SOURCES;DEPS" ${ARGN})
   add_executable(${name} ${A_SOURCES})
-  mv_side(${name} ${A_SIDE})
+  if(NOT A_SIDE AND name MATCHES "^microview-([a-z]+)$" AND DEFINED MV_SIDE_ALLOWS_${CMAKE_MATCH_1})
+    set(A_SIDE ${CMAKE_MATCH_1})
+  endif()
+  if(A_SIDE)
+    mv_side(${name} ${A_SIDE})
+  endif()
   target_link_libraries(${name} PRIVATE ${A_DEPS} Threads::Threads)
   install(TARGETS ${name} RUNTIME DESTINATION bin)
 endfunction()

@@ -64,10 +64,12 @@ function(mv_side target)
   if(ARGC GREATER 1)
     set(side ${ARGV1})
   else()
+    # pkg/<side>/<module>, or pkg/<side> for a side that is one module (webhook).
     file(RELATIVE_PATH rel ${PROJECT_SOURCE_DIR}/pkg ${CMAKE_CURRENT_SOURCE_DIR})
     string(REGEX MATCH "^[a-z]+" side "${rel}")
-    if(rel MATCHES "^\\.\\." OR NOT rel MATCHES "^[a-z]+/")
-      message(FATAL_ERROR "${target}: libraries live in pkg/<side>/<module>, not ${rel}")
+    if(rel MATCHES "^\\.\\." OR NOT side OR NOT DEFINED MV_SIDE_ALLOWS_${side})
+      message(FATAL_ERROR "${target}: libraries live in pkg/<side>/<module> with a side named "
+                          "in cmake/sides.cmake, not pkg/${rel}")
     endif()
   endif()
   mv_side_allowed(${side} ${side} ok) # fails on an unknown side

@@ -204,7 +204,7 @@ static int k8s_main(int argc, char **argv)
         fprintf(stderr, "microview-agent: unexpected argument %s\n", argv[optind]);
         goto free_opts;
     }
-    char err[768];
+    char err[MV_ERR_MAX];
     mv_config_defaults(cfg);
     if (cfg_file && mv_config_load_file(cfg, cfg_file, err, sizeof err) < 0) {
         fprintf(stderr, "microview-agent: config: %s\n", err);

@@ -17,6 +17,7 @@
 #include "mv_log.h"
 #include "mv_rdma.h"
 #include "mv_verbs.h"
+#include "mv_util.h"
 
 #define DEFAULT_AGENT "unix:/run/microview/agent.sock"
 #define MAX_STATIC    256
@@ -87,7 +88,7 @@ static int parse_ulong(const char *s, unsigned long lo, unsigned long hi, unsign
 static void disc_added(void *arg, const mv_disc_segment *s)
 {
     app *a = arg;
-    char err[256];
+    char err[MV_ERR_MAX];
     void *src;
     uint64_t size;
     int rc = mv_coll_shm_open(s->path, s->size, &src, &size, err, sizeof err);
@@ -120,7 +121,7 @@ static int add_static(app *a, char *spec)
     mv_seg_label labels[MV_SEG_LABELS_MAX];
     size_t n = 0;
     char *save = NULL, *path = strtok_r(spec, ",", &save), *kv;
-    char err[256], id[300];
+    char err[MV_ERR_MAX], id[300];
     while ((kv = strtok_r(NULL, ",", &save))) {
         char *eq = strchr(kv, '=');
         if (!eq || eq == kv || n == MV_SEG_LABELS_MAX) {
@@ -318,7 +319,7 @@ int main(int argc, char **argv)
         return 2;
     }
     if (verbs) {
-        char err[256];
+        char err[MV_ERR_MAX];
         if (nagents == 0 || !rdma_token_file) {
             fprintf(stderr, "microview-collector: --transport verbs needs --agent IP:PORT "
                             "(repeatable) and --rdma-token-file\n");

@@ -9,6 +9,7 @@
 
 #include "microview/v1/agent.pb-c.h"
 #include "mv_rpc.h"
+#include "mv_util.h"
 
 #define M_CREATE  "/microview.v1.Agent/CreateSegment"
 #define M_RELEASE "/microview.v1.Agent/ReleaseSegment"
@@ -23,7 +24,7 @@ struct mv_agentc {
     mv_rpc_channel *ch;
     char *target;
     int timeout_ms;
-    char err[512];
+    char err[MV_ERR_MAX];
 };
 
 static void set_err(mv_agentc *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -79,11 +80,6 @@ void mv_agentc_close(mv_agentc *c)
 int mv_agentc_set_token(mv_agentc *c, const char *token)
 {
     return mv_rpc_channel_set_token(c->ch, token);
-}
-
-void mv_agentc_set_timeout(mv_agentc *c, int timeout_ms)
-{
-    c->timeout_ms = timeout_ms;
 }
 
 /* Maps a gRPC status to an errno and records a message. */

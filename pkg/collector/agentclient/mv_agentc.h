@@ -52,9 +52,6 @@ const char *mv_agentc_error(const mv_agentc *c);
  * an agent's TCP listener requires. Before the first call. 0, -EINVAL, -ENOMEM. */
 int mv_agentc_set_token(mv_agentc *c, const char *token);
 
-/* Per-call deadline for unary calls (default 5000 ms). */
-void mv_agentc_set_timeout(mv_agentc *c, int timeout_ms);
-
 /* The calls below return 0 or a negative errno mapped from the gRPC status:
  * -ECONNREFUSED (agent not reachable), -EINVAL (bad argument), -ENOENT (unknown
  * id), -ENOSPC (out of resources), -ETIMEDOUT, -EPROTO (bad reply), -EACCES

@@ -350,7 +350,7 @@ static void mark_broken(mv_rdma_conn *c, const char *why)
 /* Reconnects a broken connection when its backoff allows. Returns 0 if connected. */
 static int ensure_connected(mv_rdma_conn *c)
 {
-    char err[256];
+    char err[MV_ERR_MAX];
     uint64_t now = mv_mono_ns();
     int rc;
 

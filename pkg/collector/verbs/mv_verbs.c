@@ -12,6 +12,7 @@
 #include "mv_discovery.h"
 #include "mv_log.h"
 #include "mv_rdma_conn.h"
+#include "mv_util.h"
 
 #define AGENTS_MAX   64
 #define SEGMENTS_MAX 65536 /* per agent */
@@ -93,7 +94,7 @@ static int ensure_conn(vagent *a)
     mv_rdma_conn_opts o;
     mv_rdma_conn_opts_default(&o);
     o.src_ip = a->set->src_ip[0] ? a->set->src_ip : NULL;
-    char err[256];
+    char err[MV_ERR_MAX];
     mv_rdma_conn *conn = NULL;
     int rc = mv_rdma_conn_open(a->ip, a->set->rdma_port, a->set->token, &o, &conn, err, sizeof err);
     if (rc == 0) {

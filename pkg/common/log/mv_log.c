@@ -33,11 +33,6 @@ int mv_log_parse_level(const char *s, mv_log_level *out)
     return -1;
 }
 
-int mv_log_enabled(mv_log_level level)
-{
-    return level >= g_min;
-}
-
 static int needs_quotes(const char *s)
 {
     if (*s == '\0')
@@ -88,7 +83,7 @@ const char *mv_log_q(const char *s)
     return out;
 }
 
-void mv_log_v(mv_log_level level, const char *event, const char *fields_fmt, va_list ap)
+static void log_v(mv_log_level level, const char *event, const char *fields_fmt, va_list ap)
 {
     char line[4096];
     struct timespec ts;
@@ -119,6 +114,6 @@ void mv_log(mv_log_level level, const char *event, const char *fields_fmt, ...)
 {
     va_list ap;
     va_start(ap, fields_fmt);
-    mv_log_v(level, event, fields_fmt, ap);
+    log_v(level, event, fields_fmt, ap);
     va_end(ap);
 }

@@ -18,16 +18,12 @@ void mv_log_init(const char *component, mv_log_level min_level);
 /* Parses "debug", "info", "warn" or "error". Returns 0, or -1 if unknown. */
 int mv_log_parse_level(const char *s, mv_log_level *out);
 
-/* Returns nonzero if a line at this level would be printed. */
-int mv_log_enabled(mv_log_level level);
-
 /* Prints one line: ts=... level=... comp=... event=<event> <fields>.
  * `fields_fmt` is printf-style and should produce space-separated key=value
  * pairs; wrap free text values in mv_log_q(). The line is written with one
  * write(2) so lines from threads and processes never interleave. */
 void mv_log(mv_log_level level, const char *event, const char *fields_fmt, ...)
     __attribute__((format(printf, 3, 4)));
-void mv_log_v(mv_log_level level, const char *event, const char *fields_fmt, va_list ap);
 
 /* Returns `s` quoted and escaped for a logfmt value ("a b" -> "\"a b\"").
  * The result lives in a small thread-local ring (8 slots of 512 bytes), so up

@@ -143,7 +143,6 @@ int mv_rpc_stream_end(mv_rpc_stream *st, int code, const char *message);
 void mv_rpc_stream_set_user(mv_rpc_stream *st, void *user);
 void *mv_rpc_stream_user(const mv_rpc_stream *st);
 
-void mv_rpc_stream_ref(mv_rpc_stream *st);
 void mv_rpc_stream_unref(mv_rpc_stream *st);
 
 /* ---- Client ---------------------------------------------------------------- */

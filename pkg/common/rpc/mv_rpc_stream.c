@@ -18,11 +18,6 @@
 
 /* ---- Server: streams ---------------------------------------------------------- */
 
-void mv_rpc_stream_ref(mv_rpc_stream *st)
-{
-    atomic_fetch_add(&st->refs, 1);
-}
-
 static void queue_drop(mv_rpc_stream *st)
 {
     while (st->head) {

@@ -69,10 +69,10 @@ int mv_fmt(char *buf, size_t len, const char *fmt, ...)
 
 int mv_buf_append(mv_buf *b, const void *p, size_t n)
 {
-    if (b->overflow || n > b->cap - b->len) {
-        b->overflow = 1;
-        return -E2BIG;
-    }
+    if (b->error)
+        return b->error;
+    if (n > b->cap - b->len)
+        return b->error = -E2BIG;
     if (b->len + n + 1 > b->alloc) {
         size_t want = b->alloc ? b->alloc : 4096;
         while (want < b->len + n + 1)
@@ -80,10 +80,8 @@ int mv_buf_append(mv_buf *b, const void *p, size_t n)
         if (want > b->cap + 1)
             want = b->cap + 1;
         char *d = realloc(b->data, want);
-        if (!d) {
-            b->overflow = 1;
-            return -ENOMEM;
-        }
+        if (!d)
+            return b->error = -ENOMEM;
         b->data = d;
         b->alloc = want;
     }

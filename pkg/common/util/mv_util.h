@@ -18,7 +18,7 @@ extern "C" {
 #endif
 
 /* Size of the buffer callers give to functions that report an error text. */
-#define MV_ERR_MAX 256
+#define MV_ERR_MAX 1024
 
 /* Writes an error sentence into `err` (truncated to errlen; NULL or 0 is a
  * no-op), for functions following the convention above. */
@@ -48,20 +48,19 @@ int mv_vfmt(char *buf, size_t len, const char *fmt, va_list ap);
 
 /* ---- Capped buffer ----------------------------------------------------------- */
 
-/* A growable byte buffer with a hard cap, for bodies received over HTTP: data
- * beyond `cap` bytes sets `overflow` and is dropped. The data is always
- * NUL-terminated (data[len] == 0) once anything was appended. Zero-initialise
- * and set `cap`; free `data` with mv_buf_free. */
+/* A growable byte buffer with a hard cap, for bodies received over HTTP. The
+ * data is always NUL-terminated (data[len] == 0) once anything was appended.
+ * Zero-initialise and set `cap`; free with mv_buf_free. */
 typedef struct mv_buf {
     char *data;
     size_t len;
     size_t alloc;
     size_t cap;
-    int overflow; /* set when data was dropped at the cap (or memory ran out) */
+    int error; /* 0, or why an append failed: -E2BIG (beyond cap) or -ENOMEM */
 } mv_buf;
 
-/* Appends `n` bytes. Returns 0, or -E2BIG (cap reached) / -ENOMEM; in both
- * cases `overflow` is set and nothing is appended. */
+/* Appends `n` bytes. Returns 0, or -E2BIG (cap reached) / -ENOMEM: nothing is
+ * appended, `error` is set and every later append fails too. */
 int mv_buf_append(mv_buf *b, const void *p, size_t n);
 /* Frees the data and zeroes the buffer, keeping `cap`. */
 void mv_buf_free(mv_buf *b);

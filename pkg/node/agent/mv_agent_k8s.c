@@ -78,7 +78,7 @@ static int resolve_identity(mv_agent_k8s *a, const mv_segstore_seg *seg, const c
 {
     mv_podres_entry *pr = NULL;
     size_t npr = 0;
-    char err[512];
+    char err[MV_ERR_MAX];
     mv_segstore_label labels[MV_SEGSTORE_LABELS_MAX];
     size_t nl = 0;
     int complete = 0;
@@ -177,7 +177,7 @@ static int rdma_try(mv_agent_k8s *a)
     const mv_config *c = &a->cfg;
     if (rdmax_get(a, NULL, 0))
         return 1;
-    char err[256] = "";
+    char err[MV_ERR_MAX] = "";
     mv_rdmax_opts xo = {.bind_ip = c->rdma_ip, .port = c->rdma_port, .token = a->token};
     mv_rdmax *x;
     if (mv_rdmax_create(&xo, a->store, &x, err, sizeof err) < 0) {
@@ -224,7 +224,7 @@ int mv_agent_k8s_allocate(mv_agent_k8s *a, const char *const *ids, size_t n, mv_
         if (mv_segstore_find_device(a->store, ids[i], &old) < 0)
             continue;
         if (!listed) {
-            char perr[256];
+            char perr[MV_ERR_MAX];
             rc = mv_podres_list(a->cfg.pod_resources_socket, a->cfg.resource_name,
                                 PODRES_TIMEOUT_MS, &pr, &npr, perr, sizeof perr);
             if (rc < 0) {
@@ -349,7 +349,7 @@ void mv_agent_k8s_gc_pass(mv_agent_k8s *a)
 {
     mv_podres_entry *pr = NULL;
     size_t npr = 0;
-    char err[512];
+    char err[MV_ERR_MAX];
     int rc = mv_podres_list(a->cfg.pod_resources_socket, a->cfg.resource_name, PODRES_TIMEOUT_MS,
                             &pr, &npr, err, sizeof err);
     if (rc < 0) {

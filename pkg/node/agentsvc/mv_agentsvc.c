@@ -9,6 +9,7 @@
 
 #include "microview/v1/agent.pb-c.h"
 #include "mv_log.h"
+#include "mv_util.h"
 
 #define REQ_MAX (64u << 10) /* control-plane requests are small */
 
@@ -115,7 +116,7 @@ static void on_create(void *arg, mv_rpc_call *call, const uint8_t *req, size_t l
         labels[i].value = r->labels[i]->value;
     }
     mv_segstore_seg seg;
-    char err[256];
+    char err[MV_ERR_MAX];
     int rc = mv_segstore_create(svc->store, r->size_bytes, r->owner_pid, labels, r->n_labels, &seg,
                                 err, sizeof err);
     if (rc < 0) {

@@ -16,6 +16,7 @@
 
 #include "k8s/deviceplugin/v1beta1/api.pb-c.h"
 #include "mv_log.h"
+#include "mv_util.h"
 #include "mv_rpc.h"
 
 #define P_OPTIONS   "/v1beta1.DevicePlugin/GetDevicePluginOptions"
@@ -58,13 +59,6 @@ struct mv_dp {
 
 static mv_rpc_buf build_devices(const mv_dp *dp, int healthy, int *rc);
 
-static uint64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 static void wake(mv_dp *dp)
 {
     uint64_t one = 1;
@@ -73,13 +67,13 @@ static void wake(mv_dp *dp)
     }
 }
 
-int mv_dp_device_id(const mv_dp *dp, size_t index, char *buf, size_t len)
+static int device_id(const mv_dp *dp, size_t index, char *buf, size_t len)
 {
     int n = snprintf(buf, len, "%s%zu", dp->prefix, index);
     return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
 }
 
-int mv_dp_device_index(const mv_dp *dp, const char *id, size_t *index)
+static int device_index(const mv_dp *dp, const char *id, size_t *index)
 {
     size_t pl = strlen(dp->prefix);
     if (!id || strncmp(id, dp->prefix, pl) != 0)
@@ -127,22 +121,6 @@ int mv_dp_set_healthy(mv_dp *dp, int healthy, const char *reason)
            dp->ndevices, healthy ? "Healthy" : "Unhealthy", mv_log_q(reason ? reason : ""),
            streams);
     return 0;
-}
-
-int mv_dp_healthy(mv_dp *dp)
-{
-    pthread_mutex_lock(&dp->mu);
-    int h = dp->healthy;
-    pthread_mutex_unlock(&dp->mu);
-    return h;
-}
-
-unsigned mv_dp_registrations(mv_dp *dp)
-{
-    pthread_mutex_lock(&dp->mu);
-    unsigned n = dp->registrations;
-    pthread_mutex_unlock(&dp->mu);
-    return n;
 }
 
 /* ---- Handlers (server thread) -------------------------------------------------- */
@@ -239,7 +217,7 @@ static int build_container_response(const mv_dp_alloc *a, V1beta1__ContainerAllo
 static void do_allocate(mv_dp *dp, mv_rpc_call *call, V1beta1__AllocateRequest *r)
 {
     size_t n = r->n_container_requests;
-    char err[512] = "";
+    char err[MV_ERR_MAX] = "";
     if (n == 0 || n > 64) {
         mv_rpc_reply_error(call, MV_RPC_INVALID_ARGUMENT,
                            "AllocateRequest needs 1..64 container requests");
@@ -265,7 +243,7 @@ static void do_allocate(mv_dp *dp, mv_rpc_call *call, V1beta1__AllocateRequest *
         }
         for (size_t j = 0; j < c->n_devices_ids; j++) {
             size_t idx;
-            if (mv_dp_device_index(dp, c->devices_ids[j], &idx) < 0) {
+            if (device_index(dp, c->devices_ids[j], &idx) < 0) {
                 snprintf(err, sizeof err, "unknown device ID %.64s for resource %s",
                          c->devices_ids[j], dp->resource);
                 MV_WARN("dp.allocate_refused", "resource=%s reason=%s", mv_log_q(dp->resource),
@@ -307,7 +285,7 @@ free_all:
 
 static void do_prestart(mv_dp *dp, mv_rpc_call *call, V1beta1__PreStartContainerRequest *r)
 {
-    char err[512] = "";
+    char err[MV_ERR_MAX] = "";
     if (!r->n_devices_ids || r->n_devices_ids > MV_DP_DEVICES_PER_CALL) {
         mv_rpc_reply_error(call, MV_RPC_INVALID_ARGUMENT, "PreStartContainer names no devices");
         return;
@@ -412,7 +390,11 @@ static int server_up(mv_dp *dp)
     if (rc < 0)
         return rc;
     char addr[SOCK_PATH_MAX + 8];
-    snprintf(addr, sizeof addr, "unix:%s", dp->sock_path);
+    if ((rc = mv_fmt(addr, sizeof addr, "unix:%s", dp->sock_path)) < 0) {
+        MV_WARN("dp.listen_failed", "socket=%s reason=%s", mv_log_q(dp->sock_path),
+                mv_log_q("path too long for a unix socket"));
+        goto destroy;
+    }
     if ((rc = mv_rpc_server_add_unary(srv, P_OPTIONS, on_options, dp)) < 0 ||
         (rc = mv_rpc_server_add_stream(srv, P_LAW, on_law, on_law_close, dp)) < 0 ||
         (rc = mv_rpc_server_add_unary(srv, P_ALLOCATE, on_allocate, dp)) < 0 ||
@@ -440,7 +422,10 @@ destroy:
 static int do_register(mv_dp *dp, char *why, size_t whylen)
 {
     char target[SOCK_PATH_MAX + 8];
-    snprintf(target, sizeof target, "unix:%s", dp->kubelet_path);
+    if (mv_fmt(target, sizeof target, "unix:%s", dp->kubelet_path) < 0) {
+        snprintf(why, whylen, "kubelet socket path too long: %s", dp->kubelet_path);
+        return -ENAMETOOLONG;
+    }
     mv_rpc_channel *ch;
     int rc = mv_rpc_channel_open(target, 0, &ch);
     if (rc < 0) {
@@ -540,7 +525,7 @@ static void *mgr_main(void *arg)
             wd = inotify_add_watch(ifd, dp->dir,
                                    IN_CREATE | IN_DELETE | IN_MOVED_TO | IN_MOVED_FROM |
                                        IN_DELETE_SELF | IN_MOVE_SELF | IN_ATTRIB);
-        uint64_t now = mono_ms();
+        uint64_t now = mv_mono_ms();
         file_id kid = stat_id(dp->kubelet_path);
         if (need && now >= next_try) {
             if (!kid.exists) {
@@ -549,7 +534,7 @@ static void *mgr_main(void *arg)
                 kubelet_gone_logged = 1;
             } else {
                 kubelet_gone_logged = 0;
-                uint64_t t0 = mono_ms();
+                uint64_t t0 = mv_mono_ms();
                 server_down(dp);
                 char why[384] = "";
                 int rc = server_up(dp);
@@ -565,7 +550,7 @@ static void *mgr_main(void *arg)
                     MV_INFO(registered_once ? "dp.reregistered" : "dp.registered",
                             "resource=%s endpoint=%s devices=%zu reason=%s took_ms=%llu",
                             mv_log_q(dp->resource), mv_log_q(dp->sock_path), dp->ndevices,
-                            mv_log_q(reason), (unsigned long long)(mono_ms() - t0));
+                            mv_log_q(reason), (unsigned long long)(mv_mono_ms() - t0));
                     registered_once = 1;
                     need = 0;
                     backoff = BACKOFF_MIN;
@@ -574,7 +559,7 @@ static void *mgr_main(void *arg)
                     MV_WARN("dp.register_failed", "resource=%s kubelet=%s err=%s retry_ms=%u",
                             mv_log_q(dp->resource), mv_log_q(dp->kubelet_path), mv_log_q(why),
                             backoff);
-                    next_try = mono_ms() + backoff;
+                    next_try = mv_mono_ms() + backoff;
                     backoff = backoff * 2 > (unsigned)dp->backoff_max_ms
                                   ? (unsigned)dp->backoff_max_ms
                                   : backoff * 2;
@@ -582,8 +567,8 @@ static void *mgr_main(void *arg)
             }
         }
         int timeout = TICK_MS;
-        if (need && next_try > mono_ms() && next_try - mono_ms() < (uint64_t)timeout)
-            timeout = (int)(next_try - mono_ms());
+        if (need && next_try > mv_mono_ms() && next_try - mv_mono_ms() < (uint64_t)timeout)
+            timeout = (int)(next_try - mv_mono_ms());
         struct pollfd pfd[2] = {{.fd = dp->wake_fd, .events = POLLIN},
                                 {.fd = ifd, .events = POLLIN}};
         poll(pfd, ifd >= 0 ? 2 : 1, timeout);
@@ -617,7 +602,7 @@ static void *mgr_main(void *arg)
         } else if (dropped) {
             need = 1;
             reason = "list_and_watch_dropped";
-            next_try = mono_ms() + backoff;
+            next_try = mv_mono_ms() + backoff;
             backoff = backoff * 2 > (unsigned)dp->backoff_max_ms ? (unsigned)dp->backoff_max_ms
                                                                  : backoff * 2;
         }
@@ -642,7 +627,7 @@ static mv_rpc_buf build_devices(const mv_dp *dp, int healthy, int *rc)
         goto free_all;
     for (size_t i = 0; i < dp->ndevices; i++) {
         v1beta1__device__init(&devs[i]);
-        if (mv_dp_device_id(dp, i, ids + i * 64, 64) < 0) {
+        if (device_id(dp, i, ids + i * 64, 64) < 0) {
             *rc = -ENAMETOOLONG;
             goto free_all;
         }

@@ -78,16 +78,5 @@ void mv_dp_stop(mv_dp *dp);
  * ListAndWatch stream; the kubelet stops admitting pods for Unhealthy devices.
  * Logs the change with `reason`. Returns 0 or -ENOMEM. Thread-safe. */
 int mv_dp_set_healthy(mv_dp *dp, int healthy, const char *reason);
-/* The health devices currently report (1 Healthy, 0 Unhealthy). */
-int mv_dp_healthy(mv_dp *dp);
-
-/* Number of successful registrations so far (for tests and health checks). */
-unsigned mv_dp_registrations(mv_dp *dp);
-
-/* Writes device ID `index` into buf ("page-12"). Returns 0 or -ENAMETOOLONG. */
-int mv_dp_device_id(const mv_dp *dp, size_t index, char *buf, size_t len);
-
-/* Parses a device ID of this plugin back into its index. 0 or -EINVAL. */
-int mv_dp_device_index(const mv_dp *dp, const char *id, size_t *index);
 
 #endif

@@ -13,6 +13,7 @@
 #include <json-c/json.h>
 
 #include "mv_log.h"
+#include "mv_util.h"
 #include "mv_segment.h"
 
 #define TOKEN_MAX   (64u << 10)
@@ -279,9 +280,7 @@ int mv_kube_parse_labels(const char *s, mv_kube_kv **out, size_t *n,
 
 static time_t mono_s(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + 1; /* never 0 */
+    return (time_t)(mv_mono_ns() / 1000000000u) + 1; /* never 0 */
 }
 
 /* Reads the token file into k->token. Caller holds k->mu. */
@@ -337,30 +336,6 @@ static char *auth_header(mv_kube *k, int force)
     return h;
 }
 
-typedef struct body {
-    char *data;
-    size_t len;
-    int too_big;
-} body;
-
-static size_t on_data(char *ptr, size_t size, size_t nmemb, void *arg)
-{
-    body *b = arg;
-    size_t n = size * nmemb;
-    if (b->len + n > MV_KUBE_BODY_MAX) {
-        b->too_big = 1;
-        return 0;
-    }
-    char *nd = realloc(b->data, b->len + n + 1);
-    if (!nd)
-        return 0;
-    memcpy(nd + b->len, ptr, n);
-    b->data = nd;
-    b->len += n;
-    b->data[b->len] = 0;
-    return n;
-}
-
 /* DNS-1123 names: what namespaces and pod names may be. */
 static int valid_k8s_name(const char *s)
 {
@@ -374,8 +349,8 @@ static int valid_k8s_name(const char *s)
     return 1;
 }
 
-static int http_get(mv_kube *k, const char *url, int force_token, body *b, long *status, char *err,
-                    size_t errlen)
+static int http_get(mv_kube *k, const char *url, int force_token, mv_buf *b, long *status,
+                    char *err, size_t errlen)
 {
     int rc = -EIO;
     CURL *c = curl_easy_init();
@@ -390,7 +365,7 @@ static int http_get(mv_kube *k, const char *url, int force_token, body *b, long 
     char ebuf[CURL_ERROR_SIZE] = "";
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, mv_buf_curl_write);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, b);
     curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)k->timeout_ms);
     curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)k->timeout_ms);
@@ -402,7 +377,8 @@ static int http_get(mv_kube *k, const char *url, int force_token, body *b, long 
     CURLcode cr = curl_easy_perform(c);
     if (cr != CURLE_OK) {
         set_err(err, errlen, "GET %s: %s", url,
-                b->too_big ? "answer too large" : (ebuf[0] ? ebuf : curl_easy_strerror(cr)));
+                b->error == -E2BIG ? "answer too large"
+                                   : (ebuf[0] ? ebuf : curl_easy_strerror(cr)));
         goto cleanup;
     }
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, status);
@@ -433,7 +409,7 @@ int mv_kube_get_pod(mv_kube *k, const char *ns, const char *name, mv_kube_pod *o
     int rc;
     long status = 0;
     for (int attempt = 0; attempt < 2; attempt++) {
-        body b = {0};
+        mv_buf b = {.cap = MV_KUBE_BODY_MAX};
         status = 0;
         rc = http_get(k, url, attempt > 0, &b, &status, err, errlen);
         if (rc == 0 && status == 401 && attempt == 0 && k->token_file) {

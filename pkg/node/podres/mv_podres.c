@@ -8,6 +8,7 @@
 
 #include "k8s/podresources/v1/api.pb-c.h"
 #include "mv_rpc.h"
+#include "mv_util.h"
 
 #define P_LIST   "/v1.PodResourcesLister/List"
 #define RESP_MAX (16u << 20) /* the kubelet's own limit */
@@ -113,7 +114,10 @@ int mv_podres_list(const char *socket_path, const char *resource, int timeout_ms
     *out = NULL;
     *n = 0;
     char target[4200];
-    snprintf(target, sizeof target, "unix:%s", socket_path);
+    if (mv_fmt(target, sizeof target, "unix:%s", socket_path) < 0) {
+        snprintf(err, errlen, "PodResources socket path too long: %.200s", socket_path);
+        return -ENAMETOOLONG;
+    }
     mv_rpc_channel *ch;
     int rc = mv_rpc_channel_open(target, RESP_MAX, &ch);
     if (rc < 0) {

@@ -87,7 +87,7 @@ static int load(mv_segstore *st)
         free(path);
         return rc;
     }
-    char err[256];
+    char err[MV_ERR_MAX];
     mv_segstore_seg *v;
     size_t n;
     uint64_t rev;
@@ -301,11 +301,6 @@ void mv_segstore_close(mv_segstore *st)
     pthread_mutex_destroy(&st->mu);
     free(st->dir);
     free(st);
-}
-
-const char *mv_segstore_dir(const mv_segstore *st)
-{
-    return st->dir;
 }
 
 /* Creates, sizes and formats the file. Returns 0 or a negative errno. */

@@ -68,8 +68,6 @@ int mv_segstore_open(const mv_segstore_opts *opts, mv_segstore **out);
 /* Stops the reaper and frees the store. Segment files are kept. NULL-safe. */
 void mv_segstore_close(mv_segstore *st);
 
-const char *mv_segstore_dir(const mv_segstore *st);
-
 /* Creates a segment of `size` bytes rounded up to 4 KiB (must be within
  * [4 KiB, max_size]) with the given labels (validated: label names as in
  * Prometheus, values UTF-8, at most MV_SEGSTORE_LABELS_MAX). The file is

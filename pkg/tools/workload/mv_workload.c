@@ -1,6 +1,8 @@
 /* mv_workload: registers gen_* metrics and updates them at a steady rate. */
 #include "mv_workload.h"
 
+#include "mv_util.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,9 +22,7 @@ struct mv_workload {
 
 static double mono_s(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    return (double)mv_mono_ns() / 1e9;
 }
 
 static uint64_t xorshift(uint64_t *s)
@@ -99,7 +99,7 @@ fail:
     return rc;
 }
 
-void mv_workload_step(mv_workload *w)
+static void workload_step(mv_workload *w)
 {
     double t = mono_s() - w->t0;
     for (unsigned i = 0; i < w->o.counters; i++)
@@ -122,7 +122,7 @@ uint64_t mv_workload_run(mv_workload *w, const volatile int *stop)
     while (!(stop && *stop)) {
         if (w->o.duration_s > 0 && mono_s() - start >= w->o.duration_s)
             break;
-        mv_workload_step(w);
+        workload_step(w);
         if ((w->steps & 63) == 0 || ++beat % 16 == 0)
             mv_heartbeat(w->seg);
         next += period;

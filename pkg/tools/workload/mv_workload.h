@@ -23,9 +23,6 @@ typedef struct mv_workload mv_workload;
 int mv_workload_create(mv_segment *seg, const mv_workload_opts *o, mv_workload **out);
 void mv_workload_destroy(mv_workload *w);
 
-/* Performs one step: every metric updated once. */
-void mv_workload_step(mv_workload *w);
-
 /* Steps at rate_hz until duration_s elapses or *stop becomes nonzero.
  * Returns the number of steps taken. */
 uint64_t mv_workload_run(mv_workload *w, const volatile int *stop);
