@@ -50,3 +50,29 @@ function(mv_unit_test name)
   endif()
   set_tests_properties(${name} PROPERTIES TIMEOUT ${A_TIMEOUT} LABELS "unit;${A_LABELS}")
 endfunction()
+
+# mv_fuzz_driver(<name> SOURCES <driver.c and the code under test...> [INCLUDES <dirs...>]
+#                [DEPS <targets...>])
+# Every build: fuzz_replay_<name> runs the driver once on each file of tests/fuzz/corpus/<name>/
+# (ctest fuzz_corpus_<name>). With MV_FUZZ (clang): also the libFuzzer binary fuzz_<name>, the code
+# under test compiled into it so that it is instrumented (scripts/fuzz.sh runs it).
+function(mv_fuzz_driver name)
+  cmake_parse_arguments(A "" "" "SOURCES;INCLUDES;DEPS" ${ARGN})
+  set(targets fuzz_replay_${name})
+  add_executable(fuzz_replay_${name} ${A_SOURCES} ${PROJECT_SOURCE_DIR}/tests/fuzz/replay_main.c)
+  set_target_properties(fuzz_replay_${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY
+                                                       ${CMAKE_BINARY_DIR}/tests)
+  add_test(NAME fuzz_corpus_${name}
+           COMMAND fuzz_replay_${name} ${PROJECT_SOURCE_DIR}/tests/fuzz/corpus/${name})
+  set_tests_properties(fuzz_corpus_${name} PROPERTIES TIMEOUT 120 LABELS "unit;fuzz")
+  if(MV_FUZZ)
+    add_executable(fuzz_${name} ${A_SOURCES})
+    target_compile_options(fuzz_${name} PRIVATE -fsanitize=fuzzer,address,undefined)
+    target_link_options(fuzz_${name} PRIVATE -fsanitize=fuzzer,address,undefined)
+    list(APPEND targets fuzz_${name})
+  endif()
+  foreach(t IN LISTS targets)
+    target_include_directories(${t} PRIVATE ${A_INCLUDES})
+    target_link_libraries(${t} PRIVATE ${A_DEPS})
+  endforeach()
+endfunction()

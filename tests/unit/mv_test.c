@@ -13,9 +13,15 @@
 
 int mv_test_run(const char *suite, const mv_test *tests, size_t n)
 {
+    return mv_test_run_fixture(suite, NULL, NULL, tests, n);
+}
+
+int mv_test_run_fixture(const char *suite, int (*init)(void), int (*clean)(void),
+                        const mv_test *tests, size_t n)
+{
     if (CU_initialize_registry() != CUE_SUCCESS)
         return 2;
-    CU_pSuite s = CU_add_suite(suite, NULL, NULL);
+    CU_pSuite s = CU_add_suite(suite, init, clean);
     if (!s) {
         CU_cleanup_registry();
         return 2;

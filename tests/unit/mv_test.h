@@ -17,6 +17,11 @@ typedef struct mv_test {
  * start. */
 int mv_test_run(const char *suite, const mv_test *tests, size_t n);
 #define MV_TEST_RUN(suite, tests) mv_test_run(suite, tests, sizeof(tests) / sizeof((tests)[0]))
+/* The same with CUnit suite set-up and tear-down functions (0 = success). */
+int mv_test_run_fixture(const char *suite, int (*init)(void), int (*clean)(void),
+                        const mv_test *tests, size_t n);
+#define MV_TEST_RUN_FIXTURE(suite, init, clean, tests)                                             \
+    mv_test_run_fixture(suite, init, clean, tests, sizeof(tests) / sizeof((tests)[0]))
 
 /* Makes a fresh directory /tmp/mv-<tag>-XXXXXX. Returns a path to free(), or
  * NULL. */

@@ -1,6 +1,5 @@
 /* Unit tests for mv_httpd: routing, methods, HEAD, gzip negotiation and concurrency, driven
  * by libcurl against a server on 127.0.0.1 with an ephemeral port. */
-#include <CUnit/Basic.h>
 #include <curl/curl.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -16,6 +15,7 @@
 
 #include "mv_httpd.h"
 #include "mv_log.h"
+#include "mv_test.h"
 
 static mv_httpd *srv;
 static char base[64];
@@ -470,27 +470,23 @@ int main(void)
     }
     snprintf(base, sizeof base, "http://127.0.0.1:%u", (unsigned)mv_httpd_port(srv));
 
-    if (CU_initialize_registry() != CUE_SUCCESS)
-        return 2;
-    CU_pSuite s = CU_add_suite("httpd", NULL, NULL);
-    CU_add_test(s, "GET 200 with body and Content-Type", test_get_ok);
-    CU_add_test(s, "request accessors", test_request_accessors);
-    CU_add_test(s, "HEAD", test_head);
-    CU_add_test(s, "404", test_not_found);
-    CU_add_test(s, "405", test_method_not_allowed);
-    CU_add_test(s, "handler error 500", test_handler_error);
-    CU_add_test(s, "gzip negotiated", test_gzip);
-    CU_add_test(s, "no gzip", test_no_gzip);
-    CU_add_test(s, "Accept-Encoding parsing", test_accepts_gzip);
-    CU_add_test(s, "concurrent requests", test_concurrent);
-    CU_add_test(s, "request header cap", test_header_cap);
-    CU_add_test(s, "config errors", test_config_errors);
-    CU_add_test(s, "IPv6 any address", test_ipv6_any);
-    CU_basic_set_mode(CU_BRM_VERBOSE);
-    CU_basic_run_tests();
-    unsigned fails = CU_get_number_of_failures();
-    CU_cleanup_registry();
+    static const mv_test tests[] = {
+        {"GET 200 with body and Content-Type", test_get_ok},
+        {"request accessors", test_request_accessors},
+        {"HEAD", test_head},
+        {"404", test_not_found},
+        {"405", test_method_not_allowed},
+        {"handler error 500", test_handler_error},
+        {"gzip negotiated", test_gzip},
+        {"no gzip", test_no_gzip},
+        {"Accept-Encoding parsing", test_accepts_gzip},
+        {"concurrent requests", test_concurrent},
+        {"request header cap", test_header_cap},
+        {"config errors", test_config_errors},
+        {"IPv6 any address", test_ipv6_any},
+    };
+    int fails = MV_TEST_RUN("httpd", tests);
     mv_httpd_destroy(srv);
     curl_global_cleanup();
-    return fails ? 1 : 0;
+    return fails;
 }

@@ -1,8 +1,8 @@
 /* Unit tests for mv_sketch: relative-error quantiles against exact sorts, merge, limits. */
 #include "mv_sketch.h"
 #include "analytics_rng.h"
+#include "mv_test.h"
 
-#include <CUnit/Basic.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -307,19 +307,15 @@ static void test_invalid(void)
 
 int main(void)
 {
-    if (CU_initialize_registry() != CUE_SUCCESS)
-        return 1;
-    CU_pSuite s = CU_add_suite("sketch", NULL, NULL);
-    CU_add_test(s, "distributions within alpha", test_distributions);
-    CU_add_test(s, "single values within alpha", test_single_values);
-    CU_add_test(s, "merge equals union", test_merge_equals_union);
-    CU_add_test(s, "bucket limit collapses lowest", test_bucket_limit);
-    CU_add_test(s, "window moves", test_window_moves);
-    CU_add_test(s, "explicit-bucket histogram delta", test_add_buckets);
-    CU_add_test(s, "invalid input", test_invalid);
-    CU_basic_set_mode(CU_BRM_VERBOSE);
-    CU_basic_run_tests();
-    unsigned fails = CU_get_number_of_failures();
-    CU_cleanup_registry();
-    return fails ? 1 : 0;
+    static const mv_test tests[] = {
+        {"distributions within alpha", test_distributions},
+        {"single values within alpha", test_single_values},
+        {"merge equals union", test_merge_equals_union},
+        {"bucket limit collapses lowest", test_bucket_limit},
+        {"window moves", test_window_moves},
+        {"explicit-bucket histogram delta", test_add_buckets},
+        {"invalid input", test_invalid},
+    };
+    int fails = MV_TEST_RUN("sketch", tests);
+    return fails;
 }

@@ -216,8 +216,11 @@ static int mark_drops(walk *w)
                 sfx[2] = "_count";
             }
             for (int s = 0; s < 3 && sfx[s]; s++) {
+                size_t sl = strlen(sfx[s]);
                 set[ns++] = bp;
-                bp += sprintf(bp, "%s%s", nm, sfx[s]) + 1;
+                memcpy(bp, nm, len);
+                memcpy(bp + len, sfx[s], sl + 1);
+                bp += len + sl + 1;
             }
         }
         i = j;
@@ -324,9 +327,11 @@ static int walk_build(walk *w, const mv_coll_seg_view *const *views, size_t nvie
             size_t base =
                 m->type == MV_SEG_COUNTER ? counter_base_len(m->name, m->name_len) : m->name_len;
             for (int q = 0; q < nk; q++) {
-                int len = sprintf(ap, "%.*s%s", (int)base, m->name, kinds[ks[q]].suffix);
+                size_t sl = strlen(kinds[ks[q]].suffix);
+                memcpy(ap, m->name, base);
+                memcpy(ap + base, kinds[ks[q]].suffix, sl + 1);
                 w->ents[k++] = (entry){ap, (uint32_t)i, (uint32_t)j, ks[q], 0};
-                ap += len + 1;
+                ap += base + sl + 1;
             }
             w->ents[k++] = (entry){kinds[K_CHANGES].fixed, (uint32_t)i, (uint32_t)j, K_CHANGES, 0};
         }
