@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# shellcheck of every shell script in the repository (tracked files with a sh/bash shebang or a
+# Runs shellcheck on every shell script in the repository (tracked files with a sh/bash shebang or a
 # .sh name), following sourced files relative to each script. Warnings and errors fail.
 set -euo pipefail
 cd "$(dirname "$0")/.." || exit 1

@@ -26,12 +26,16 @@ static size_t big_len;
 
 static int h_metrics(void *arg, const mv_httpd_request *req, mv_httpd_response *resp)
 {
+    (void)arg;
+    (void)req;
     mv_httpd_set_content_type(resp, "text/plain; version=0.0.4; charset=utf-8");
     return mv_httpd_copy_body(resp, "up 1\n", 5);
 }
 
 static int h_big(void *arg, const mv_httpd_request *req, mv_httpd_response *resp)
 {
+    (void)arg;
+    (void)req;
     char *b = malloc(big_len);
     if (!b)
         return -ENOMEM;
@@ -42,6 +46,7 @@ static int h_big(void *arg, const mv_httpd_request *req, mv_httpd_response *resp
 
 static int h_echo(void *arg, const mv_httpd_request *req, mv_httpd_response *resp)
 {
+    (void)arg;
     char buf[512];
     const char *q = mv_httpd_query(req, "x");
     const char *flag = mv_httpd_query(req, "flag");
@@ -55,6 +60,8 @@ static int h_echo(void *arg, const mv_httpd_request *req, mv_httpd_response *res
 
 static int h_fail(void *arg, const mv_httpd_request *req, mv_httpd_response *resp)
 {
+    (void)arg;
+    (void)req;
     mv_httpd_copy_body(resp, "partial", 7); /* must be freed by the module */
     return -EIO;
 }
@@ -66,6 +73,8 @@ static int inflight, max_inflight;
 
 static int h_slow(void *arg, const mv_httpd_request *req, mv_httpd_response *resp)
 {
+    (void)arg;
+    (void)req;
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
     until.tv_sec += 5;

@@ -175,6 +175,9 @@ static void test_pod_parse(void)
 static int ninvalid;
 static void count_invalid(void *arg, const char *entry, const char *why)
 {
+    (void)arg;
+    (void)entry;
+    (void)why;
     ninvalid++;
 }
 

@@ -35,17 +35,22 @@ static double now_s(void)
 
 static void echo(void *arg, mv_rpc_call *call, const uint8_t *req, size_t len)
 {
+    (void)arg;
     mv_rpc_reply(call, req, len);
 }
 
 static void fail(void *arg, mv_rpc_call *call, const uint8_t *req, size_t len)
 {
+    (void)arg;
+    (void)req;
+    (void)len;
     mv_rpc_reply_error(call, MV_RPC_INVALID_ARGUMENT, "size must be positive");
 }
 
 /* Request "N": sends N messages "msg-i", then OK. */
 static void count(void *arg, mv_rpc_stream *st, const uint8_t *req, size_t len)
 {
+    (void)arg;
     char buf[32];
     int n = 0;
     if (len < sizeof buf) {
@@ -65,12 +70,18 @@ static void count(void *arg, mv_rpc_stream *st, const uint8_t *req, size_t len)
 /* Sends one message and keeps the stream open until the client or server ends it. */
 static void forever(void *arg, mv_rpc_stream *st, const uint8_t *req, size_t len)
 {
+    (void)arg;
+    (void)req;
+    (void)len;
     mv_rpc_stream_write(st, "hello", 5);
 }
 
 /* Writes far more than the queue holds, synchronously. */
 static void flood(void *arg, mv_rpc_stream *st, const uint8_t *req, size_t len)
 {
+    (void)arg;
+    (void)req;
+    (void)len;
     int rc = 0;
     for (int i = 0; i < 100 && rc == 0; i++)
         rc = mv_rpc_stream_write(st, "x", 1);
@@ -82,6 +93,8 @@ static void flood(void *arg, mv_rpc_stream *st, const uint8_t *req, size_t len)
 
 static void on_close(void *arg, mv_rpc_stream *st, int cancelled)
 {
+    (void)arg;
+    (void)st;
     pthread_mutex_lock(&mu);
     closes_seen++;
     last_cancelled = cancelled;

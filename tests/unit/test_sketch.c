@@ -18,26 +18,33 @@ typedef double (*gen_fn)(test_rng *r, size_t i);
 
 static double gen_uniform(test_rng *r, size_t i)
 {
+    (void)i;
     return 1.0 + 999.0 * rng_unif(r);
 }
 static double gen_lognormal(test_rng *r, size_t i)
 {
+    (void)i;
     return exp(2.0 + 1.5 * rng_gauss(r));
 }
 static double gen_pareto(test_rng *r, size_t i)
 {
+    (void)i;
     return 1e-3 * pow(rng_unif(r), -1.0 / 1.1); /* tail index 1.1 */
 }
 static double gen_constant(test_rng *r, size_t i)
 {
+    (void)r;
+    (void)i;
     return 42.125;
 }
 static double gen_negative(test_rng *r, size_t i)
 {
+    (void)i;
     return -exp(1.0 + 2.0 * rng_gauss(r));
 }
 static double gen_mixed(test_rng *r, size_t i)
 {
+    (void)i;
     double u = rng_unif(r);
     if (u < 0.05)
         return 0.0;
@@ -46,6 +53,7 @@ static double gen_mixed(test_rng *r, size_t i)
 }
 static double gen_decades(test_rng *r, size_t i)
 {
+    (void)i;
     return pow(10.0, -9.0 + 18.0 * rng_unif(r)); /* 1e-9 .. 1e9 */
 }
 

@@ -747,6 +747,9 @@ typedef struct value_sink {
 static int value_family(sink *k, const char *name, mv_expo_type t, const char *help,
                         const char *unit)
 {
+    (void)t;
+    (void)help;
+    (void)unit;
     value_sink *s = (value_sink *)k;
     size_t len = strlen(name);
     /* Samples are named family + suffix; skip families that cannot match. */

@@ -1,5 +1,6 @@
 /* mv_config: defaults, flat YAML parsing with libyaml, overrides and checks. */
 #include "mv_config.h"
+#include "mv_util.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -67,18 +68,6 @@ static const key KEYS[] = {
     U(rdma_retry_ms, 3600000),
 };
 #define NKEYS (sizeof KEYS / sizeof KEYS[0])
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || !errlen)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 const char *const *mv_config_keys(void)
 {
@@ -148,7 +137,7 @@ int mv_config_set(mv_config *c, const char *name, const char *value, char *err, 
     char norm[64];
     size_t nl = strlen(name);
     if (nl >= sizeof norm) {
-        set_err(err, errlen, "unknown key %.64s", name);
+        mv_err_set(err, errlen, "unknown key %.64s", name);
         return -EINVAL;
     }
     for (size_t i = 0; i <= nl; i++)
@@ -161,7 +150,7 @@ int mv_config_set(mv_config *c, const char *name, const char *value, char *err, 
         if (k->k == K_STR) {
             size_t vl = strlen(value);
             if (vl >= k->cap) {
-                set_err(err, errlen, "%s: value longer than %zu bytes", k->name, k->cap - 1);
+                mv_err_set(err, errlen, "%s: value longer than %zu bytes", k->name, k->cap - 1);
                 return -EINVAL;
             }
             memcpy(field, value, vl + 1);
@@ -174,7 +163,7 @@ int mv_config_set(mv_config *c, const char *name, const char *value, char *err, 
             else if (!strcmp(value, "false") || !strcmp(value, "no") || !strcmp(value, "0"))
                 b = 0;
             else {
-                set_err(err, errlen, "%s: %.64s is not true or false", k->name, value);
+                mv_err_set(err, errlen, "%s: %.64s is not true or false", k->name, value);
                 return -EINVAL;
             }
             memcpy(field, &b, sizeof b);
@@ -191,15 +180,15 @@ int mv_config_set(mv_config *c, const char *name, const char *value, char *err, 
             v = x;
         }
         if (bad) {
-            set_err(err, errlen, "%s: %.64s is not %s up to %llu", k->name, value,
-                    k->k == K_SIZE ? "a size (bytes, or with Ki/Mi/Gi)" : "a whole number",
-                    (unsigned long long)k->max);
+            mv_err_set(err, errlen, "%s: %.64s is not %s up to %llu", k->name, value,
+                       k->k == K_SIZE ? "a size (bytes, or with Ki/Mi/Gi)" : "a whole number",
+                       (unsigned long long)k->max);
             return -EINVAL;
         }
         memcpy(field, &v, sizeof v);
         return 0;
     }
-    set_err(err, errlen, "unknown key %.64s", name);
+    mv_err_set(err, errlen, "unknown key %.64s", name);
     return -EINVAL;
 }
 
@@ -207,12 +196,12 @@ int mv_config_parse(mv_config *c, const char *text, size_t len, char *err, size_
 {
     int rc = -EINVAL;
     if (len > MV_CONFIG_FILE_MAX) {
-        set_err(err, errlen, "configuration larger than %u bytes", MV_CONFIG_FILE_MAX);
+        mv_err_set(err, errlen, "configuration larger than %u bytes", MV_CONFIG_FILE_MAX);
         return -EINVAL;
     }
     yaml_parser_t p;
     if (!yaml_parser_initialize(&p)) {
-        set_err(err, errlen, "out of memory");
+        mv_err_set(err, errlen, "out of memory");
         return -ENOMEM;
     }
     yaml_parser_set_input_string(&p, (const unsigned char *)text, len);
@@ -222,8 +211,8 @@ int mv_config_parse(mv_config *c, const char *text, size_t len, char *err, size_
     for (;;) {
         yaml_event_t ev;
         if (!yaml_parser_parse(&p, &ev)) {
-            set_err(err, errlen, "YAML error at line %zu: %s", p.problem_mark.line + 1,
-                    p.problem ? p.problem : "syntax");
+            mv_err_set(err, errlen, "YAML error at line %zu: %s", p.problem_mark.line + 1,
+                       p.problem ? p.problem : "syntax");
             goto done;
         }
         size_t line = ev.start_mark.line + 1;
@@ -235,7 +224,7 @@ int mv_config_parse(mv_config *c, const char *text, size_t len, char *err, size_
             break;
         case YAML_DOCUMENT_START_EVENT:
             if (++docs > 1) {
-                set_err(err, errlen, "line %zu: only one YAML document is allowed", line);
+                mv_err_set(err, errlen, "line %zu: only one YAML document is allowed", line);
                 ok = 0;
             }
             break;
@@ -245,8 +234,8 @@ int mv_config_parse(mv_config *c, const char *text, size_t len, char *err, size_
             goto done;
         case YAML_MAPPING_START_EVENT:
             if (state != 0) {
-                set_err(err, errlen, "line %zu: nested mappings are not allowed (keys are flat)",
-                        line);
+                mv_err_set(err, errlen, "line %zu: nested mappings are not allowed (keys are flat)",
+                           line);
                 ok = 0;
             }
             state = 1;
@@ -257,11 +246,11 @@ int mv_config_parse(mv_config *c, const char *text, size_t len, char *err, size_
         case YAML_SCALAR_EVENT: {
             const char *v = (const char *)ev.data.scalar.value;
             if (strlen(v) != ev.data.scalar.length) {
-                set_err(err, errlen, "line %zu: NUL byte in a scalar", line);
+                mv_err_set(err, errlen, "line %zu: NUL byte in a scalar", line);
                 ok = 0;
             } else if (state == 1) {
                 if (ev.data.scalar.length >= sizeof keybuf) {
-                    set_err(err, errlen, "line %zu: unknown key", line);
+                    mv_err_set(err, errlen, "line %zu: unknown key", line);
                     ok = 0;
                 } else {
                     memcpy(keybuf, v, ev.data.scalar.length + 1);
@@ -270,14 +259,14 @@ int mv_config_parse(mv_config *c, const char *text, size_t len, char *err, size_
             } else if (state == 2) {
                 char e2[256];
                 if (mv_config_set(c, keybuf, v, e2, sizeof e2) < 0) {
-                    set_err(err, errlen, "line %zu: %s", line, e2);
+                    mv_err_set(err, errlen, "line %zu: %s", line, e2);
                     ok = 0;
                 }
                 state = 1;
             } else if (state == 0 && ev.data.scalar.length == 0) {
                 state = 3; /* an empty document */
             } else {
-                set_err(err, errlen, "line %zu: the document must be a mapping of keys", line);
+                mv_err_set(err, errlen, "line %zu: the document must be a mapping of keys", line);
                 ok = 0;
             }
             break;
@@ -286,8 +275,8 @@ int mv_config_parse(mv_config *c, const char *text, size_t len, char *err, size_
         case YAML_SEQUENCE_END_EVENT:
         case YAML_ALIAS_EVENT:
         default:
-            set_err(err, errlen, "line %zu: only scalar values are allowed%s", line,
-                    state == 2 ? " (got a list or alias)" : "");
+            mv_err_set(err, errlen, "line %zu: only scalar values are allowed%s", line,
+                       state == 2 ? " (got a list or alias)" : "");
             ok = 0;
             break;
         }
@@ -305,13 +294,13 @@ int mv_config_load_file(mv_config *c, const char *path, char *err, size_t errlen
     FILE *f = fopen(path, "re");
     if (!f) {
         int e = errno;
-        set_err(err, errlen, "cannot open %s: %s", path, strerror(e));
+        mv_err_set(err, errlen, "cannot open %s: %s", path, strerror(e));
         return -e;
     }
     struct stat sb;
     if (fstat(fileno(f), &sb) < 0 || !S_ISREG(sb.st_mode) || sb.st_size > MV_CONFIG_FILE_MAX) {
-        set_err(err, errlen, "%s: not a regular file of at most %u bytes", path,
-                MV_CONFIG_FILE_MAX);
+        mv_err_set(err, errlen, "%s: not a regular file of at most %u bytes", path,
+                   MV_CONFIG_FILE_MAX);
         fclose(f);
         return -EINVAL;
     }
@@ -327,7 +316,7 @@ int mv_config_load_file(mv_config *c, const char *path, char *err, size_t errlen
     char e2[512];
     int rc = mv_config_parse(c, buf, got, e2, sizeof e2);
     if (rc < 0)
-        set_err(err, errlen, "%s: %s", path, e2);
+        mv_err_set(err, errlen, "%s: %s", path, e2);
     free(buf);
     return rc;
 }
@@ -335,47 +324,48 @@ int mv_config_load_file(mv_config *c, const char *path, char *err, size_t errlen
 int mv_config_finish(mv_config *c, char *err, size_t errlen)
 {
     if (c->page_size == 0 || c->page_size % 4096) {
-        set_err(err, errlen, "page_size %llu: must be a positive multiple of 4096",
-                (unsigned long long)c->page_size);
+        mv_err_set(err, errlen, "page_size %llu: must be a positive multiple of 4096",
+                   (unsigned long long)c->page_size);
         return -EINVAL;
     }
     if (c->pool_size < c->page_size || c->pool_size / c->page_size > 1000000) {
-        set_err(err, errlen, "pool_size must hold 1 to 1000000 pages of page_size bytes");
+        mv_err_set(err, errlen, "pool_size must hold 1 to 1000000 pages of page_size bytes");
         return -EINVAL;
     }
     if (c->max_segment_size < c->page_size) {
-        set_err(err, errlen, "max_segment_size must be at least page_size");
+        mv_err_set(err, errlen, "max_segment_size must be at least page_size");
         return -EINVAL;
     }
     const char *slash = strchr(c->resource_name, '/');
     if (!slash || slash == c->resource_name || !slash[1] || strchr(slash + 1, '/')) {
-        set_err(err, errlen, "resource_name %s: must be <domain>/<name>", c->resource_name);
+        mv_err_set(err, errlen, "resource_name %s: must be <domain>/<name>", c->resource_name);
         return -EINVAL;
     }
     if (!c->endpoint[0] || strchr(c->endpoint, '/') || strcmp(c->endpoint, "kubelet.sock") == 0) {
-        set_err(err, errlen, "endpoint must be a socket file name other than kubelet.sock");
+        mv_err_set(err, errlen, "endpoint must be a socket file name other than kubelet.sock");
         return -EINVAL;
     }
     if (c->container_path[0] != '/') {
-        set_err(err, errlen, "container_path must be absolute");
+        mv_err_set(err, errlen, "container_path must be absolute");
         return -EINVAL;
     }
     if (!c->state_dir[0] || !c->device_plugin_dir[0] || !c->pod_resources_socket[0]) {
-        set_err(err, errlen, "state_dir, device_plugin_dir and pod_resources_socket are required");
+        mv_err_set(err, errlen,
+                   "state_dir, device_plugin_dir and pod_resources_socket are required");
         return -EINVAL;
     }
     if (!c->gc_interval_ms || !c->identity_retry_ms || !c->token_reread_seconds ||
         !c->api_timeout_ms || !c->rdma_retry_ms) {
-        set_err(err, errlen, "intervals and timeouts must be positive");
+        mv_err_set(err, errlen, "intervals and timeouts must be positive");
         return -EINVAL;
     }
     if (c->require_rdma && !c->rdma_listen[0]) {
-        set_err(err, errlen, "require_rdma needs rdma_listen (the RDMA netdev's IP)");
+        mv_err_set(err, errlen, "require_rdma needs rdma_listen (the RDMA netdev's IP)");
         return -EINVAL;
     }
     if (c->rdma_listen[0] && !c->collector_token_file[0]) {
-        set_err(err, errlen,
-                "rdma_listen needs collector_token_file (collectors must present the token)");
+        mv_err_set(err, errlen,
+                   "rdma_listen needs collector_token_file (collectors must present the token)");
         return -EINVAL;
     }
     c->rdma_ip[0] = 0;
@@ -383,17 +373,17 @@ int mv_config_finish(mv_config *c, char *err, size_t errlen)
     if (c->rdma_listen[0] &&
         mv_config_split_endpoint(c->rdma_listen, MV_CONFIG_RDMA_PORT, c->rdma_ip, sizeof c->rdma_ip,
                                  &c->rdma_port) < 0) {
-        set_err(err, errlen, "rdma_listen %.100s: want IP[:PORT]", c->rdma_listen);
+        mv_err_set(err, errlen, "rdma_listen %.100s: want IP[:PORT]", c->rdma_listen);
         return -EINVAL;
     }
     if (c->listen[0] && !strchr(c->listen, ':')) {
-        set_err(err, errlen, "listen %.100s: want HOST:PORT", c->listen);
+        mv_err_set(err, errlen, "listen %.100s: want HOST:PORT", c->listen);
         return -EINVAL;
     }
     if (!c->agent_socket[0]) {
         int n = snprintf(c->agent_socket, sizeof c->agent_socket, "%s/agent.sock", c->state_dir);
         if (n < 0 || (size_t)n >= sizeof c->agent_socket) {
-            set_err(err, errlen, "state_dir is too long");
+            mv_err_set(err, errlen, "state_dir is too long");
             return -EINVAL;
         }
     }

@@ -405,6 +405,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **con_cls)
 {
+    (void)version;
+    (void)upload_data;
     mv_httpd *h = cls;
     static int first_call_marker;
     int get = !strcmp(method, MHD_HTTP_METHOD_GET), head = !strcmp(method, MHD_HTTP_METHOD_HEAD);
@@ -439,6 +441,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 
 static void mhd_log(void *cls, const char *fmt, va_list ap)
 {
+    (void)cls;
     char buf[256];
     vsnprintf(buf, sizeof buf, fmt, ap);
     size_t n = strlen(buf);

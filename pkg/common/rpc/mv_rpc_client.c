@@ -215,6 +215,18 @@ destroy_cq:
     return rc;
 }
 
+/* Releases what a started stream call holds (the call, its metadata and buffers). */
+static void cstream_release_call(mv_rpc_cstream *cs)
+{
+    grpc_metadata_array_destroy(&cs->md_initial);
+    grpc_metadata_array_destroy(&cs->md_trailing);
+    grpc_slice_unref(cs->details);
+    if (cs->error_string)
+        gpr_free((void *)cs->error_string);
+    grpc_byte_buffer_destroy(cs->send_bb);
+    grpc_call_unref(cs->call);
+}
+
 int mv_rpc_cstream_open(mv_rpc_channel *ch, const char *method, const void *req, size_t len,
                         int timeout_ms, mv_rpc_cstream **out)
 {
@@ -264,13 +276,7 @@ int mv_rpc_cstream_open(mv_rpc_channel *ch, const char *method, const void *req,
     *out = cs;
     return 0;
 unref_call:
-    grpc_metadata_array_destroy(&cs->md_initial);
-    grpc_metadata_array_destroy(&cs->md_trailing);
-    grpc_slice_unref(cs->details);
-    if (cs->error_string)
-        gpr_free((void *)cs->error_string);
-    grpc_byte_buffer_destroy(cs->send_bb);
-    grpc_call_unref(cs->call);
+    cstream_release_call(cs);
 destroy_cq:
     cq_drain_destroy(cs->cq);
 free_cs:
@@ -346,13 +352,7 @@ void mv_rpc_cstream_close(mv_rpc_cstream *cs)
     if (!cs->status_done)
         grpc_completion_queue_pluck(cs->cq, &cs->status_tag, inf, NULL);
     grpc_completion_queue_pluck(cs->cq, &cs->start_tag, inf, NULL);
-    grpc_metadata_array_destroy(&cs->md_initial);
-    grpc_metadata_array_destroy(&cs->md_trailing);
-    grpc_slice_unref(cs->details);
-    if (cs->error_string)
-        gpr_free((void *)cs->error_string);
-    grpc_byte_buffer_destroy(cs->send_bb);
-    grpc_call_unref(cs->call);
+    cstream_release_call(cs);
     cq_drain_destroy(cs->cq);
     free(cs);
 }

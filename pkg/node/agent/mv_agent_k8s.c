@@ -329,6 +329,8 @@ int mv_agent_k8s_allocate(mv_agent_k8s *a, const char *const *ids, size_t n, mv_
 int mv_agent_k8s_prestart(mv_agent_k8s *a, const char *const *ids, size_t n, char *err,
                           size_t errlen)
 {
+    (void)err;
+    (void)errlen;
     mv_segstore_seg seg;
     if (mv_segstore_find_device(a->store, ids[0], &seg) < 0) {
         MV_WARN("prestart.unknown_devices", "first_device=%s devices=%zu action=%s",

@@ -172,6 +172,8 @@ static void on_release(void *arg, mv_rpc_call *call, const uint8_t *req, size_t 
 
 static void on_list(void *arg, mv_rpc_call *call, const uint8_t *req, size_t len)
 {
+    (void)req;
+    (void)len;
     mv_agentsvc *svc = arg;
     mv_segstore_seg *v;
     size_t n;
@@ -252,6 +254,8 @@ static void watch_event(void *arg, int event, const mv_segstore_seg *seg, uint64
 
 static void on_watch(void *arg, mv_rpc_stream *st, const uint8_t *req, size_t len)
 {
+    (void)req;
+    (void)len;
     mv_agentsvc *svc = arg;
     watch *w = calloc(1, sizeof *w);
     if (!w) {

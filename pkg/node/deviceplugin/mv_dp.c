@@ -127,6 +127,9 @@ int mv_dp_set_healthy(mv_dp *dp, int healthy, const char *reason)
 
 static void on_options(void *arg, mv_rpc_call *call, const uint8_t *req, size_t len)
 {
+    (void)arg;
+    (void)req;
+    (void)len;
     V1beta1__DevicePluginOptions o = V1BETA1__DEVICE_PLUGIN_OPTIONS__INIT;
     o.pre_start_required = 1;
     o.get_preferred_allocation_available = 0;
@@ -136,6 +139,8 @@ static void on_options(void *arg, mv_rpc_call *call, const uint8_t *req, size_t 
 
 static void on_law(void *arg, mv_rpc_stream *st, const uint8_t *req, size_t len)
 {
+    (void)req;
+    (void)len;
     mv_dp *dp = arg;
     pthread_mutex_lock(&dp->mu);
     if (dp->nstreams == STREAMS_MAX) {
@@ -155,6 +160,7 @@ static void on_law(void *arg, mv_rpc_stream *st, const uint8_t *req, size_t len)
 
 static void on_law_close(void *arg, mv_rpc_stream *st, int cancelled)
 {
+    (void)cancelled;
     mv_dp *dp = arg;
     int found = 0, dropped = 0;
     pthread_mutex_lock(&dp->mu);
@@ -364,6 +370,9 @@ static void on_prestart(void *arg, mv_rpc_call *call, const uint8_t *req, size_t
 
 static void on_preferred(void *arg, mv_rpc_call *call, const uint8_t *req, size_t len)
 {
+    (void)arg;
+    (void)req;
+    (void)len;
     mv_rpc_reply_error(call, MV_RPC_UNIMPLEMENTED,
                        "GetPreferredAllocation is not offered by this plugin");
 }
@@ -655,6 +664,19 @@ static char *join(const char *dir, const char *name)
     return p;
 }
 
+/* Frees the plugin's strings, its device list message and the plugin itself. */
+static void dp_free(mv_dp *dp)
+{
+    mv_rpc_buf_free(&dp->devices_msg);
+    free(dp->kubelet_path);
+    free(dp->sock_path);
+    free(dp->prefix);
+    free(dp->resource);
+    free(dp->endpoint);
+    free(dp->dir);
+    free(dp);
+}
+
 int mv_dp_start(const mv_dp_config *cfg, const mv_dp_callbacks *cb, mv_dp **out)
 {
     int rc = -EINVAL;
@@ -703,7 +725,7 @@ int mv_dp_start(const mv_dp_config *cfg, const mv_dp_callbacks *cb, mv_dp **out)
     dp->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (dp->wake_fd < 0) {
         rc = -errno;
-        goto free_msg;
+        goto free_dp;
     }
     pthread_mutex_init(&dp->mu, NULL);
     pthread_cond_init(&dp->cv, NULL);
@@ -718,16 +740,8 @@ destroy_sync:
     pthread_cond_destroy(&dp->cv);
     pthread_mutex_destroy(&dp->mu);
     close(dp->wake_fd);
-free_msg:
-    mv_rpc_buf_free(&dp->devices_msg);
 free_dp:
-    free(dp->kubelet_path);
-    free(dp->sock_path);
-    free(dp->prefix);
-    free(dp->resource);
-    free(dp->endpoint);
-    free(dp->dir);
-    free(dp);
+    dp_free(dp);
     return rc;
 }
 
@@ -741,12 +755,5 @@ void mv_dp_stop(mv_dp *dp)
     pthread_cond_destroy(&dp->cv);
     pthread_mutex_destroy(&dp->mu);
     close(dp->wake_fd);
-    mv_rpc_buf_free(&dp->devices_msg);
-    free(dp->kubelet_path);
-    free(dp->sock_path);
-    free(dp->prefix);
-    free(dp->resource);
-    free(dp->endpoint);
-    free(dp->dir);
-    free(dp);
+    dp_free(dp);
 }

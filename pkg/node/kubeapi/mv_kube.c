@@ -31,18 +31,6 @@ struct mv_kube {
     time_t token_read; /* monotonic seconds; 0 = never */
 };
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || !errlen)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 /* ---- Small value helpers ------------------------------------------------------- */
 
 void mv_kube_kvs_free(mv_kube_kv *v, size_t n)
@@ -140,7 +128,7 @@ int mv_kube_parse_pod(const char *json, size_t len, mv_kube_pod *out, char *err,
     int rc = -EINVAL;
     memset(out, 0, sizeof *out);
     if (len > MV_KUBE_BODY_MAX) {
-        set_err(err, errlen, "pod JSON larger than %u bytes", MV_KUBE_BODY_MAX);
+        mv_err_set(err, errlen, "pod JSON larger than %u bytes", MV_KUBE_BODY_MAX);
         return -EINVAL;
     }
     json_tokener *tok = json_tokener_new_ex(JSON_DEPTH);
@@ -149,7 +137,7 @@ int mv_kube_parse_pod(const char *json, size_t len, mv_kube_pod *out, char *err,
     json_tokener_set_flags(tok, JSON_TOKENER_STRICT | JSON_TOKENER_VALIDATE_UTF8);
     json_object *root = json_tokener_parse_ex(tok, json, (int)len);
     if (!root || json_tokener_get_error(tok) != json_tokener_success) {
-        set_err(err, errlen, "pod is not valid JSON");
+        mv_err_set(err, errlen, "pod is not valid JSON");
         goto put_root;
     }
     json_object *kind, *meta = NULL, *spec = NULL;
@@ -157,12 +145,12 @@ int mv_kube_parse_pod(const char *json, size_t len, mv_kube_pod *out, char *err,
         !json_object_object_get_ex(root, "kind", &kind) ||
         !json_object_is_type(kind, json_type_string) ||
         strcmp(json_object_get_string(kind), "Pod") != 0) {
-        set_err(err, errlen, "not a Pod object");
+        mv_err_set(err, errlen, "not a Pod object");
         goto put_root;
     }
     if (!json_object_object_get_ex(root, "metadata", &meta) ||
         !json_object_is_type(meta, json_type_object)) {
-        set_err(err, errlen, "pod has no metadata object");
+        mv_err_set(err, errlen, "pod has no metadata object");
         goto put_root;
     }
     if (json_object_object_get_ex(root, "spec", &spec) &&
@@ -172,18 +160,18 @@ int mv_kube_parse_pod(const char *json, size_t len, mv_kube_pod *out, char *err,
         (rc = get_str(meta, "name", &out->name)) < 0 ||
         (rc = get_str(meta, "uid", &out->uid)) < 0 ||
         (rc = get_str(spec, "nodeName", &out->node_name)) < 0) {
-        set_err(err, errlen, "pod metadata field is not a string");
+        mv_err_set(err, errlen, "pod metadata field is not a string");
         goto clear;
     }
     if (!out->name || !out->namespace_) {
         rc = -EINVAL;
-        set_err(err, errlen, "pod metadata lacks name or namespace");
+        mv_err_set(err, errlen, "pod metadata lacks name or namespace");
         goto clear;
     }
     if ((rc = get_map(meta, "labels", &out->labels, &out->nlabels)) < 0 ||
         (rc = get_map(meta, "annotations", &out->annotations, &out->nannotations)) < 0) {
-        set_err(err, errlen, "pod labels or annotations are not a string map of at most %d",
-                MV_KUBE_KV_MAX);
+        mv_err_set(err, errlen, "pod labels or annotations are not a string map of at most %d",
+                   MV_KUBE_KV_MAX);
         goto clear;
     }
     rc = 0;
@@ -355,7 +343,7 @@ static int http_get(mv_kube *k, const char *url, int force_token, mv_buf *b, lon
     int rc = -EIO;
     CURL *c = curl_easy_init();
     if (!c) {
-        set_err(err, errlen, "curl_easy_init failed");
+        mv_err_set(err, errlen, "curl_easy_init failed");
         return -ENOMEM;
     }
     struct curl_slist *hdrs = curl_slist_append(NULL, "Accept: application/json");
@@ -376,9 +364,9 @@ static int http_get(mv_kube *k, const char *url, int force_token, mv_buf *b, lon
         curl_easy_setopt(c, CURLOPT_CAINFO, k->ca_file);
     CURLcode cr = curl_easy_perform(c);
     if (cr != CURLE_OK) {
-        set_err(err, errlen, "GET %s: %s", url,
-                b->error == -E2BIG ? "answer too large"
-                                   : (ebuf[0] ? ebuf : curl_easy_strerror(cr)));
+        mv_err_set(err, errlen, "GET %s: %s", url,
+                   b->error == -E2BIG ? "answer too large"
+                                      : (ebuf[0] ? ebuf : curl_easy_strerror(cr)));
         goto cleanup;
     }
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, status);
@@ -398,7 +386,7 @@ int mv_kube_get_pod(mv_kube *k, const char *ns, const char *name, mv_kube_pod *o
 {
     memset(out, 0, sizeof *out);
     if (!valid_k8s_name(ns) || !valid_k8s_name(name)) {
-        set_err(err, errlen, "not a valid namespace/pod name");
+        mv_err_set(err, errlen, "not a valid namespace/pod name");
         return -EINVAL;
     }
     size_t ul = strlen(k->url) + strlen(ns) + strlen(name) + 64;
@@ -422,14 +410,14 @@ int mv_kube_get_pod(mv_kube *k, const char *ns, const char *name, mv_kube_pod *o
                 if (rc < 0)
                     rc = -EIO;
             } else if (status == 404) {
-                set_err(err, errlen, "pod %s/%s not found", ns, name);
+                mv_err_set(err, errlen, "pod %s/%s not found", ns, name);
                 rc = -ENOENT;
             } else if (status == 401 || status == 403) {
-                set_err(err, errlen, "GET %s: HTTP %ld (check the token and RBAC: pods get)", url,
-                        status);
+                mv_err_set(err, errlen, "GET %s: HTTP %ld (check the token and RBAC: pods get)",
+                           url, status);
                 rc = -EACCES;
             } else {
-                set_err(err, errlen, "GET %s: HTTP %ld", url, status);
+                mv_err_set(err, errlen, "GET %s: HTTP %ld", url, status);
                 rc = -EIO;
             }
         }
