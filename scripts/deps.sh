@@ -24,6 +24,7 @@ test_pkgs=(
   ibverbs-utils perftest iproute2 util-linux
   yamllint
   openssl
+  shellcheck
 )
 
 pkgs=("${build_pkgs[@]}")

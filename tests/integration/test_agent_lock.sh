@@ -5,7 +5,7 @@
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
 
-"$bin/microview-agent" --standalone --dir "$tmp/segs" 2>"$tmp/a1.log" & a1=$!; pids+=($a1)
+"$bin/microview-agent" --standalone --dir "$tmp/segs" 2>"$tmp/a1.log" & a1=$!; pids+=("$a1")
 wait_for 5 test -S "$tmp/segs/agent.sock"
 "$bin/microviewctl" create --agent "unix:$tmp/segs/agent.sock" --size 8192 >"$tmp/create.out" 2>&1
 check "first agent serves" grep -q 'seg' "$tmp/create.out"
@@ -21,7 +21,7 @@ check "and still lists its segment" \
   test "$("$bin/microviewctl" list --agent "unix:$tmp/segs/agent.sock" | grep -c seg)" -ge 1
 
 kill "$a1"; wait "$a1" 2>/dev/null
-"$bin/microview-agent" --standalone --dir "$tmp/segs" 2>"$tmp/a3.log" & a3=$!; pids+=($a3)
+"$bin/microview-agent" --standalone --dir "$tmp/segs" 2>"$tmp/a3.log" & a3=$!; pids+=("$a3")
 check "after the first stops, a new agent takes the directory" \
   wait_for 5 test -S "$tmp/segs/agent.sock"
 check "and recovers the segment" \

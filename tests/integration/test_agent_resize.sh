@@ -7,7 +7,7 @@ set -uo pipefail
 
 start_agent() {
   "$bin/microview-agent" --standalone --dir "$tmp/segs" --reap-interval-ms 100 \
-    2>>"$tmp/agent.log" & agent=$!; pids+=($agent)
+    2>>"$tmp/agent.log" & agent=$!; pids+=("$agent")
   wait_for 5 test -S "$tmp/segs/agent.sock"
 }
 start_agent

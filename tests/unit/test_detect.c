@@ -1,8 +1,8 @@
 /* Unit tests for mv_detect: steps/ramps detected within bounds, false alarms, read control. */
 #include "mv_detect.h"
 #include "analytics_rng.h"
+#include "mv_test.h"
 
-#include <CUnit/Basic.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -263,22 +263,18 @@ static void test_rate_controller(void)
 
 int main(void)
 {
-    if (CU_initialize_registry() != CUE_SUCCESS)
-        return 1;
-    CU_pSuite s = CU_add_suite("detect", NULL, NULL);
-    CU_add_test(s, "steps detected within bound", test_steps);
-    CU_add_test(s, "ramps detected within bound", test_ramps);
-    CU_add_test(s, "1 sigma step mostly found", test_small_step_mostly_found);
-    CU_add_test(s, "false alarms under stationary noise", test_false_alarms);
-    CU_add_test(s, "constant then jump", test_constant_then_jump);
-    CU_add_test(s, "spike does not poison baseline", test_spike_does_not_poison_baseline);
-    CU_add_test(s, "constant then noise: re-learns", test_constant_then_noise_relearns);
-    CU_add_test(s, "sigma 1 -> 10: re-learns", test_scale_rise_relearns);
-    CU_add_test(s, "invalid input", test_invalid);
-    CU_add_test(s, "adaptive read interval", test_rate_controller);
-    CU_basic_set_mode(CU_BRM_VERBOSE);
-    CU_basic_run_tests();
-    unsigned fails = CU_get_number_of_failures();
-    CU_cleanup_registry();
-    return fails ? 1 : 0;
+    static const mv_test tests[] = {
+        {"steps detected within bound", test_steps},
+        {"ramps detected within bound", test_ramps},
+        {"1 sigma step mostly found", test_small_step_mostly_found},
+        {"false alarms under stationary noise", test_false_alarms},
+        {"constant then jump", test_constant_then_jump},
+        {"spike does not poison baseline", test_spike_does_not_poison_baseline},
+        {"constant then noise: re-learns", test_constant_then_noise_relearns},
+        {"sigma 1 -> 10: re-learns", test_scale_rise_relearns},
+        {"invalid input", test_invalid},
+        {"adaptive read interval", test_rate_controller},
+    };
+    int fails = MV_TEST_RUN("detect", tests);
+    return fails;
 }

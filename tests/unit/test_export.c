@@ -1,5 +1,4 @@
 /* Unit tests for mv_export: derived series fixtures in both formats, collisions, value lookup. */
-#include <CUnit/Basic.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -11,6 +10,7 @@
 
 #include "microview.h"
 #include "mv_export.h"
+#include "mv_test.h"
 
 #define FIXTURES "tests/data/export"
 
@@ -307,19 +307,16 @@ int main(void)
 {
     if (!mkdtemp(g_dir))
         return 1;
-    CU_initialize_registry();
-    CU_pSuite s = CU_add_suite("export", NULL, NULL);
-    CU_add_test(s, "derived fixtures (text and OpenMetrics)", test_fixtures);
-    CU_add_test(s, "choice of derived series", test_selection);
-    CU_add_test(s, "truncation is counted", test_truncation);
-    CU_add_test(s, "no analytics: raw only", test_segments_without_pipe);
-    CU_basic_set_mode(CU_BRM_VERBOSE);
-    CU_basic_run_tests();
-    unsigned fails = CU_get_number_of_failures();
-    CU_cleanup_registry();
+    static const mv_test tests[] = {
+        {"derived fixtures (text and OpenMetrics)", test_fixtures},
+        {"choice of derived series", test_selection},
+        {"truncation is counted", test_truncation},
+        {"no analytics: raw only", test_segments_without_pipe},
+    };
+    int fails = MV_TEST_RUN("export", tests);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     if (system(cmd) != 0)
         fprintf(stderr, "could not remove %s\n", g_dir);
-    return fails ? 1 : 0;
+    return fails;
 }

@@ -1,8 +1,8 @@
 /* Unit tests for mv_fd: covariance error bound, subspace scores separate normal from anomalous. */
 #include "mv_fd.h"
 #include "analytics_rng.h"
+#include "mv_test.h"
 
-#include <CUnit/Basic.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -307,18 +307,14 @@ static void test_invalid(void)
 
 int main(void)
 {
-    if (CU_initialize_registry() != CUE_SUCCESS)
-        return 1;
-    CU_pSuite s = CU_add_suite("fd", NULL, NULL);
-    CU_add_test(s, "covariance error bound", test_covariance_bound);
-    CU_add_test(s, "exact before shrink, orthonormal basis", test_exact_small);
-    CU_add_test(s, "scores separate in- from off-subspace", test_separation);
-    CU_add_test(s, "eta, warm-up, zero and NaN samples", test_eta_and_warmup);
-    CU_add_test(s, "idle start is warm-up", test_idle_start_is_warmup);
-    CU_add_test(s, "invalid config", test_invalid);
-    CU_basic_set_mode(CU_BRM_VERBOSE);
-    CU_basic_run_tests();
-    unsigned fails = CU_get_number_of_failures();
-    CU_cleanup_registry();
-    return fails ? 1 : 0;
+    static const mv_test tests[] = {
+        {"covariance error bound", test_covariance_bound},
+        {"exact before shrink, orthonormal basis", test_exact_small},
+        {"scores separate in- from off-subspace", test_separation},
+        {"eta, warm-up, zero and NaN samples", test_eta_and_warmup},
+        {"idle start is warm-up", test_idle_start_is_warmup},
+        {"invalid config", test_invalid},
+    };
+    int fails = MV_TEST_RUN("fd", tests);
+    return fails;
 }

@@ -1,6 +1,5 @@
 /* Unit tests for mv_pipeline and adaptive sampling: window math, quantile bounds, changes, scores.
  */
-#include <CUnit/Basic.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -16,6 +15,7 @@
 #include "mv_collect.h"
 #include "mv_detect.h"
 #include "mv_pipeline.h"
+#include "mv_test.h"
 
 #define SEC 1000000000ull
 
@@ -641,27 +641,24 @@ int main(void)
 {
     if (!mkdtemp(g_dir))
         return 1;
-    CU_initialize_registry();
-    CU_pSuite s = CU_add_suite("pipeline", NULL, NULL);
-    CU_add_test(s, "counter window", test_counter_window);
-    CU_add_test(s, "short rate follows a step", test_short_rate_follows_step);
-    CU_add_test(s, "gauge window quantiles", test_gauge_window_quantiles);
-    CU_add_test(s, "gauge quantiles over 1 ns .. 1000 s", test_gauge_wide_range);
-    CU_add_test(s, "histogram window", test_histogram_window);
-    CU_add_test(s, "changes on steps", test_changes_on_steps);
-    CU_add_test(s, "constant then noisy: backs off", test_constant_then_noisy_backs_off);
-    CU_add_test(s, "backed-off reads do not alias", test_backed_off_reads_do_not_alias);
-    CU_add_test(s, "anomaly score", test_anomaly_score);
-    CU_add_test(s, "anomaly score after an idle start", test_anomaly_idle_start);
-    CU_add_test(s, "rebuild carries state", test_rebuild_carries_state);
-    CU_add_test(s, "adaptive sampling", test_adaptive_sampling);
-    CU_basic_set_mode(CU_BRM_VERBOSE);
-    CU_basic_run_tests();
-    unsigned fails = CU_get_number_of_failures();
-    CU_cleanup_registry();
+    static const mv_test tests[] = {
+        {"counter window", test_counter_window},
+        {"short rate follows a step", test_short_rate_follows_step},
+        {"gauge window quantiles", test_gauge_window_quantiles},
+        {"gauge quantiles over 1 ns .. 1000 s", test_gauge_wide_range},
+        {"histogram window", test_histogram_window},
+        {"changes on steps", test_changes_on_steps},
+        {"constant then noisy: backs off", test_constant_then_noisy_backs_off},
+        {"backed-off reads do not alias", test_backed_off_reads_do_not_alias},
+        {"anomaly score", test_anomaly_score},
+        {"anomaly score after an idle start", test_anomaly_idle_start},
+        {"rebuild carries state", test_rebuild_carries_state},
+        {"adaptive sampling", test_adaptive_sampling},
+    };
+    int fails = MV_TEST_RUN("pipeline", tests);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     if (system(cmd) != 0)
         fprintf(stderr, "could not remove %s\n", g_dir);
-    return fails ? 1 : 0;
+    return fails;
 }

@@ -1,8 +1,8 @@
 /* Unit tests for mv_sketch: relative-error quantiles against exact sorts, merge, limits. */
 #include "mv_sketch.h"
 #include "analytics_rng.h"
+#include "mv_test.h"
 
-#include <CUnit/Basic.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -18,26 +18,33 @@ typedef double (*gen_fn)(test_rng *r, size_t i);
 
 static double gen_uniform(test_rng *r, size_t i)
 {
+    (void)i;
     return 1.0 + 999.0 * rng_unif(r);
 }
 static double gen_lognormal(test_rng *r, size_t i)
 {
+    (void)i;
     return exp(2.0 + 1.5 * rng_gauss(r));
 }
 static double gen_pareto(test_rng *r, size_t i)
 {
+    (void)i;
     return 1e-3 * pow(rng_unif(r), -1.0 / 1.1); /* tail index 1.1 */
 }
 static double gen_constant(test_rng *r, size_t i)
 {
+    (void)r;
+    (void)i;
     return 42.125;
 }
 static double gen_negative(test_rng *r, size_t i)
 {
+    (void)i;
     return -exp(1.0 + 2.0 * rng_gauss(r));
 }
 static double gen_mixed(test_rng *r, size_t i)
 {
+    (void)i;
     double u = rng_unif(r);
     if (u < 0.05)
         return 0.0;
@@ -46,6 +53,7 @@ static double gen_mixed(test_rng *r, size_t i)
 }
 static double gen_decades(test_rng *r, size_t i)
 {
+    (void)i;
     return pow(10.0, -9.0 + 18.0 * rng_unif(r)); /* 1e-9 .. 1e9 */
 }
 
@@ -423,21 +431,17 @@ static void test_invalid(void)
 
 int main(void)
 {
-    if (CU_initialize_registry() != CUE_SUCCESS)
-        return 1;
-    CU_pSuite s = CU_add_suite("sketch", NULL, NULL);
-    CU_add_test(s, "distributions within alpha", test_distributions);
-    CU_add_test(s, "single values within alpha", test_single_values);
-    CU_add_test(s, "merge equals union", test_merge_equals_union);
-    CU_add_test(s, "bucket limit collapses lowest", test_bucket_limit);
-    CU_add_test(s, "sparse store: range and memory", test_sparse_range_and_memory);
-    CU_add_test(s, "extreme ranges, small budgets, merges", test_extreme_ranges);
-    CU_add_test(s, "window moves", test_window_moves);
-    CU_add_test(s, "explicit-bucket histogram delta", test_add_buckets);
-    CU_add_test(s, "invalid input", test_invalid);
-    CU_basic_set_mode(CU_BRM_VERBOSE);
-    CU_basic_run_tests();
-    unsigned fails = CU_get_number_of_failures();
-    CU_cleanup_registry();
-    return fails ? 1 : 0;
+    static const mv_test tests[] = {
+        {"distributions within alpha", test_distributions},
+        {"single values within alpha", test_single_values},
+        {"merge equals union", test_merge_equals_union},
+        {"bucket limit collapses lowest", test_bucket_limit},
+        {"sparse store: range and memory", test_sparse_range_and_memory},
+        {"extreme ranges, small budgets, merges", test_extreme_ranges},
+        {"window moves", test_window_moves},
+        {"explicit-bucket histogram delta", test_add_buckets},
+        {"invalid input", test_invalid},
+    };
+    int fails = MV_TEST_RUN("sketch", tests);
+    return fails;
 }
