@@ -21,6 +21,7 @@ test_pkgs=(
   golang-go golang-github-prometheus-client-golang-dev
   qemu-system-x86 qemu-utils busybox-static cpio xz-utils kmod
   ibverbs-utils perftest iproute2 util-linux
+  yamllint
 )
 
 pkgs=("${build_pkgs[@]}")

@@ -36,12 +36,37 @@ typedef struct app {
     mv_coll *coll;
     size_t body_cap;
     mv_verbs *verbs; /* --transport verbs only */
+    mv_httpd *httpd; /* set before it serves */
 } app;
 
-/* /metrics renders the RDMA read statistics first (--transport verbs). */
-static int render_verbs(void *arg, mv_expo *e, const mv_coll_snap *snap)
+/* The HTTP server's connection figures, so refused clients are visible. */
+static void render_http_stats(mv_httpd *h, mv_expo *e)
+{
+    mv_httpd_stats st;
+    mv_httpd_get_stats(h, &st);
+    mv_expo_family(e, "microview_http_connections_total", MV_EXPO_COUNTER,
+                   "HTTP connections accepted by the collector.", NULL);
+    mv_expo_sample_u64(e, NULL, NULL, 0, NULL, 0, NULL, 0, st.accepted, MV_EXPO_NO_TS);
+    mv_expo_family(e, "microview_http_connections_open", MV_EXPO_GAUGE,
+                   "HTTP connections open now.", NULL);
+    mv_expo_sample_u64(e, NULL, NULL, 0, NULL, 0, NULL, 0, st.active, MV_EXPO_NO_TS);
+    mv_expo_family(e, "microview_http_connections_refused_total", MV_EXPO_COUNTER,
+                   "HTTP connections refused, by limit (per_client: --http-max-conns-per-client; "
+                   "total: --http-max-conns).",
+                   NULL);
+    mv_expo_label l = {"limit", "per_client"};
+    mv_expo_sample_u64(e, NULL, &l, 1, NULL, 0, NULL, 0, st.refused_client, MV_EXPO_NO_TS);
+    l.value = "total";
+    mv_expo_sample_u64(e, NULL, &l, 1, NULL, 0, NULL, 0, st.refused_limit, MV_EXPO_NO_TS);
+}
+
+/* /metrics renders the HTTP connection figures and the RDMA read statistics (--transport
+ * verbs) before the collector's own families. */
+static int render_extra(void *arg, mv_expo *e, const mv_coll_snap *snap)
 {
     app *a = arg;
+    if (a->httpd)
+        render_http_stats(a->httpd, e);
     return a->verbs ? mv_verbs_render(a->verbs, e, snap) : 0;
 }
 
@@ -69,6 +94,9 @@ static void usage(FILE *f)
            "  --no-detect              no change detection (and no adaptation)\n"
            "  --quarantine-after-ms N  quarantine segments invalid this long (default 1000)\n"
            "  --max-body-bytes N       cap on a /metrics body (default 67108864)\n"
+           "  --http-max-conns N       concurrent HTTP connections (default 1024)\n"
+           "  --http-max-conns-per-client N  of which from one client address (default 64)\n"
+           "  --http-idle-timeout-s N  close idle HTTP connections after N s (default 10)\n"
            "  --log-level LEVEL        debug, info, warn, error (default info)\n");
 }
 
@@ -180,7 +208,12 @@ int main(int argc, char **argv)
                                          {"rdma-token-file", required_argument, 0, 'R'},
                                          {"rdma-port", required_argument, 0, 'P'},
                                          {"rdma-src-ip", required_argument, 0, 'S'},
+                                         {"http-max-conns", required_argument, 0, 'C'},
+                                         {"http-max-conns-per-client", required_argument, 0, 'c'},
+                                         {"http-idle-timeout-s", required_argument, 0, 'I'},
                                          {0, 0, 0, 0}};
+    mv_httpd_config hc;
+    mv_httpd_config_default(&hc);
     while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (opt) {
         case 't':
@@ -196,6 +229,28 @@ int main(int argc, char **argv)
             break;
         case 'R':
             rdma_token_file = optarg;
+            break;
+        case 'C':
+            if (parse_ulong(optarg, 1, 1000000, &v)) {
+                fprintf(stderr, "microview-collector: --http-max-conns must be 1..1000000\n");
+                return 2;
+            }
+            hc.max_conns = (unsigned)v;
+            break;
+        case 'c':
+            if (parse_ulong(optarg, 1, 1000000, &v)) {
+                fprintf(stderr,
+                        "microview-collector: --http-max-conns-per-client must be 1..1000000\n");
+                return 2;
+            }
+            hc.max_conns_per_client = (unsigned)v;
+            break;
+        case 'I':
+            if (parse_ulong(optarg, 1, 3600, &v)) {
+                fprintf(stderr, "microview-collector: --http-idle-timeout-s must be 1..3600\n");
+                return 2;
+            }
+            hc.timeout_s = (unsigned)v;
             break;
         case 'P':
             if (parse_ulong(optarg, 1, 65535, &rdma_port)) {
@@ -364,14 +419,14 @@ int main(int argc, char **argv)
         goto destroy_coll;
     }
     mv_api_opts ao = {
-        .coll = a.coll, .body_cap = a.body_cap, .render_extra = render_verbs, .extra_arg = &a};
+        .coll = a.coll, .body_cap = a.body_cap, .render_extra = render_extra, .extra_arg = &a};
     if (mv_api_create(&ao, &api) != 0) {
         MV_ERROR("collector.failed", "error=%s", mv_log_q("out of memory"));
         goto destroy_coll;
     }
     mv_httpd *httpd = NULL;
-    mv_httpd_config hc;
-    mv_httpd_config_default(&hc);
+    if (hc.max_conns_per_client > hc.max_conns)
+        hc.max_conns_per_client = hc.max_conns;
     hc.addr = host[0] ? host : "0.0.0.0";
     hc.port = (uint16_t)port;
     if (mv_httpd_create(&hc, &httpd) != 0) {
@@ -379,6 +434,7 @@ int main(int argc, char **argv)
                  mv_log_q("invalid listen address"));
         goto destroy_coll;
     }
+    a.httpd = httpd; /* before it serves: /metrics shows its connection figures */
     if ((rc = mv_api_route(api, httpd)) != 0 || (rc = mv_httpd_start(httpd)) != 0) {
         MV_ERROR("http.failed", "listen=%s error=%s", mv_log_q(listen), mv_log_q(strerror(-rc)));
         rc = 1;

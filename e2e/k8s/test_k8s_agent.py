@@ -367,6 +367,22 @@ def sc_kubelet_restart(env):
     out2 = env.kubelet.restart(timeout=10)
     check("second kubelet restart re-registered within 1 s",
           out2["seconds"] is not None and out2["seconds"] <= 1.0, out2)
+    # One Register per kubelet instance: older kubelets may drop the newer of two
+    # registrations. Also when the kubelet touches its socket after listening.
+    for touch in (False, True):
+        base = accepted_registrations(env)
+        out3 = env.kubelet.restart(timeout=10, touch_socket=touch)
+        check("restart (socket touched after listen: %s) re-registered" % touch,
+              out3["seconds"] is not None, out3)
+        time.sleep(1.5)  # an observation window: a second Register would arrive within it
+        n = accepted_registrations(env) - base
+        check("exactly one Register for that kubelet instance (socket touched: %s)" % touch,
+              n == 1, n)
+
+
+def accepted_registrations(env):
+    return sum(1 for r in env.kubelet.state()["registrations"]
+               if r["resource"] == RES and r["accepted"])
 
 
 def inode(path):
@@ -630,6 +646,29 @@ def sc_rdma_optional(env):
           s is not None and s["rdma"]["readable"] is False and s["rdma"]["rkey"] == 0, s)
 
 
+def sc_pool_max(env):
+    """The largest pool the agent accepts: its device list reaches a kubelet-like client whose
+    gRPC receive limit is the kubelet's (4 MiB); one page more is refused at start."""
+    max_pages = 65536
+    env.cfg["pool_size"] = str(PAGE * max_pages)
+    env.start_agent()
+    check("agent registers with %d pages" % max_pages, env.registered(timeout=20))
+    check("all %d devices received through ListAndWatch (4 MiB client limit)" % max_pages,
+          env.kubelet.wait_devices(RES, healthy=max_pages, timeout=30))
+    env.stop_agent()
+    cfg = dict(env.cfg, pool_size=str(PAGE * (max_pages + 1)))
+    yaml_path = os.path.join(env.tmp, "too-big.yaml")
+    with open(yaml_path, "w") as f:
+        for k, v in cfg.items():
+            f.write("%s: %s\n" % (k, json.dumps(v)))
+    res = subprocess.run([os.path.join(env.bin, "microview-agent"), "--config", yaml_path,
+                          "--node-name", "node-1"], capture_output=True, text=True, timeout=20)
+    check("one page more is refused at start", res.returncode != 0, res.returncode)
+    check("the refusal names pool_size, the limit and the remedy",
+          "pool_size" in res.stderr and "65536" in res.stderr and "4 MiB" in res.stderr and
+          "raise page_size" in res.stderr, res.stderr[-500:])
+
+
 SCENARIOS = {
     "register": sc_register,
     "allocate": sc_allocate,
@@ -642,6 +681,7 @@ SCENARIOS = {
     "api_down": sc_api_down,
     "rdma_required": sc_rdma_required,
     "rdma_optional": sc_rdma_optional,
+    "pool_max": sc_pool_max,
 }
 
 

@@ -197,7 +197,17 @@ static void test_truncation(void)
     scene s;
     scene_open(&s);
     const mv_coll_seg_view *v[1] = {&s.view};
-    mv_expo *e = mv_expo_create(MV_EXPO_TEXT, 2500);
+    /* The cap: just past the self-metrics of a full render, so the pod's series are cut. */
+    mv_expo *full = mv_expo_create(MV_EXPO_TEXT, 0);
+    CU_ASSERT_EQUAL_FATAL(mv_export_render_views(full, v, 1, &s.stats, NULL), 0);
+    size_t flen;
+    const char *fd = mv_expo_data(full, &flen);
+    const char *last = memmem(fd, flen, "microview_exposition_truncated_total 0\n", 39);
+    CU_ASSERT_FATAL(last != NULL);
+    size_t cap = (size_t)(last - fd) + 39 + 64;
+    CU_ASSERT_FATAL(cap < flen);
+    mv_expo_destroy(full);
+    mv_expo *e = mv_expo_create(MV_EXPO_TEXT, cap);
     mv_export_stats st = {0};
     CU_ASSERT_EQUAL(mv_export_render_views(e, v, 1, &s.stats, &st), -ENOSPC);
     CU_ASSERT_EQUAL(st.truncated, 1);

@@ -40,6 +40,17 @@ typedef struct seg {
     cat_ref *pipe_cat; /* the catalog pipe was built on */
     mv_detect_rate *rate;
     uint64_t due_ns; /* CLOCK_MONOTONIC time of the next read */
+    /* Torn histograms: the last consistent words of every histogram (laid out
+     * like the hot area), which metric indexes have them, and since when each
+     * has failed to copy consistently (0 = its last copy was fine). Indexes
+     * survive catalog appends (records are never moved); a new instance
+     * (re-format) clears them. */
+    void *good;
+    uint32_t good_cap;
+    uint8_t *have_good, *omit_work;
+    uint64_t *torn_since;
+    size_t nmet_cap;
+    uint64_t good_instance;
 
     /* Published state, under mu. */
     pthread_mutex_t mu;
@@ -51,7 +62,11 @@ typedef struct seg {
     uint32_t pub_len;
     uint64_t read_ns, heartbeat_ns, reads, read_errors, torn;
     uint64_t interval_ns, skipped;
-    uint64_t read_bytes; /* moved by the transport for this segment (atomic) */
+    uint64_t read_bytes;    /* moved by the transport for this segment (atomic) */
+    uint64_t busy_since_ns; /* CLOCK_REALTIME when the catalog went busy (odd generation) */
+    uint8_t *pub_omit;      /* per metric index: 1 = no consistent copy, omit it */
+    size_t pub_nomit;
+    uint32_t pub_stale, pub_omitted;
 
     struct seg *next;
 } seg;
@@ -77,6 +92,8 @@ struct mv_coll {
     struct tick_item *tick_items;
     mv_coll_read *tick_reqs;
     size_t tick_cap;
+    mv_coll_drop_fn drop_fn; /* under mu */
+    void *drop_arg;
 };
 
 struct mv_coll_snap {
@@ -118,6 +135,7 @@ void mv_coll_opts_default(mv_coll_opts *o)
     mv_pipe_config_default(&o->pipe);
     o->max_interval_us = 0;
     o->calm_reads = 8;
+    o->torn_stale_ms = 1000;
 }
 
 int mv_coll_create(const mv_coll_opts *o, mv_coll **out)
@@ -162,6 +180,11 @@ static void seg_free(seg *s)
     free(s->full);
     free(s->work);
     free(s->pub_hot);
+    free(s->pub_omit);
+    free(s->good);
+    free(s->have_good);
+    free(s->omit_work);
+    free(s->torn_since);
     mv_pipe_seg_destroy(s->pipe);
     mv_detect_rate_destroy(s->rate);
     cat_put(s->pipe_cat);
@@ -301,6 +324,35 @@ static int id_is(const seg *s, const void *arg)
     return strcmp(s->id, arg) == 0;
 }
 
+static int seg_is(const seg *s, const void *arg)
+{
+    return s == arg;
+}
+
+void mv_coll_set_drop_hook(mv_coll *c, mv_coll_drop_fn fn, void *arg)
+{
+    pthread_mutex_lock(&c->mu);
+    c->drop_fn = fn;
+    c->drop_arg = arg;
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Drops the very object whose read said "gone" — not whatever now carries its
+ * id: an agent resync may have re-added the id with a new source (a new rkey)
+ * while this tick's read with the old one was in flight. */
+static void drop_gone(mv_coll *c, seg *s, int status)
+{
+    if (!remove_if(c, seg_is, s))
+        return; /* already replaced or removed */
+    MV_INFO("segment.gone", "id=%s error=%s", mv_log_q(s->id), mv_log_q(strerror(-status)));
+    pthread_mutex_lock(&c->mu);
+    mv_coll_drop_fn fn = c->drop_fn;
+    void *arg = c->drop_arg;
+    pthread_mutex_unlock(&c->mu);
+    if (fn)
+        fn(arg, s->id, s->src);
+}
+
 int mv_coll_remove(mv_coll *c, const char *id)
 {
     return remove_if(c, id_is, id) ? 0 : -ENOENT;
@@ -334,6 +386,8 @@ static void set_failure(mv_coll *c, seg *s, mv_seg_reason r, const char *detail,
         s->fail_since_ns = now;
     pthread_mutex_lock(&s->mu);
     s->reason = r;
+    if (r == MV_SEG_E_BUSY && !s->busy_since_ns)
+        s->busy_since_ns = now;
     snprintf(s->detail, sizeof s->detail, "%s", detail);
     s->read_errors++;
     /* busy/changed/torn clear on a re-read: they never quarantine. */
@@ -446,43 +500,117 @@ static int load_catalog(mv_coll *c, seg *s, uint64_t now)
     return 0;
 }
 
-/* Re-reads torn histogram records; falls back to the last published words. */
-static uint64_t fix_torn(seg *s, const mv_seg_catalog *cat)
+/* Sizes the per-metric torn-histogram state for `n` metrics and forgets it
+ * when the segment was re-formatted (new instance). */
+static int torn_state(seg *s, size_t n, uint32_t hot_len)
+{
+    const mv_seg_header *h = s->work;
+    if (n > s->nmet_cap) {
+        uint8_t *hg = realloc(s->have_good, n);
+        if (hg)
+            s->have_good = hg;
+        uint8_t *ow = realloc(s->omit_work, n);
+        if (ow)
+            s->omit_work = ow;
+        uint64_t *ts = realloc(s->torn_since, n * sizeof *ts);
+        if (ts)
+            s->torn_since = ts;
+        if (!hg || !ow || !ts)
+            return -ENOMEM;
+        memset(s->have_good + s->nmet_cap, 0, n - s->nmet_cap);
+        memset(s->torn_since + s->nmet_cap, 0, (n - s->nmet_cap) * sizeof *ts);
+        s->nmet_cap = n;
+    }
+    if (!s->good || s->good_cap < hot_len) { /* grow, keeping the words we have */
+        void *g = aligned_alloc(64, ((size_t)hot_len + 63) & ~(size_t)63);
+        if (!g)
+            return -ENOMEM;
+        if (s->good)
+            memcpy(g, s->good, s->good_cap);
+        free(s->good);
+        s->good = g;
+        s->good_cap = hot_len;
+    }
+    if (h->instance != s->good_instance) {
+        memset(s->have_good, 0, s->nmet_cap);
+        memset(s->torn_since, 0, s->nmet_cap * sizeof *s->torn_since);
+        s->good_instance = h->instance;
+    }
+    memset(s->omit_work, 0, n);
+    return 0;
+}
+
+/* Re-reads torn histogram records. A record still torn after TORN_RETRIES
+ * copies is served from its last consistent words for at most
+ * torn_stale_ms, then omitted (omit_work) until a consistent copy arrives;
+ * one never copied consistently is omitted at once. Never zeros: a
+ * histogram that drops to zero reads as a counter reset downstream. */
+static uint64_t fix_torn(mv_coll *c, seg *s, const mv_seg_catalog *cat, uint64_t now,
+                         uint32_t *stale, uint32_t *omitted)
 {
     uint64_t torn = 0;
     const mv_seg_header *h = s->work;
-    for (size_t i = 0; i < mv_seg_catalog_count(cat); i++) {
+    size_t n = mv_seg_catalog_count(cat);
+    *stale = *omitted = 0;
+    if (torn_state(s, n, mv_seg_catalog_hot_size(cat)) != 0)
+        return 0; /* out of memory: keep the copy as validated by hot_check */
+    for (size_t i = 0; i < n; i++) {
         const mv_seg_metric *m = mv_seg_catalog_metric(cat, i);
-        mv_seg_hist_view hv;
-        if (m->type != MV_SEG_HISTOGRAM || mv_seg_read_histogram(s->work, m, &hv) == MV_SEG_OK)
+        if (m->type != MV_SEG_HISTOGRAM)
             continue;
-        torn++;
         uint64_t off = (uint64_t)h->values_offset + m->value_offset;
-        int ok = 0;
+        mv_seg_hist_view hv;
+        int ok = mv_seg_read_histogram(s->work, m, &hv) == MV_SEG_OK;
+        if (!ok)
+            torn++;
         for (int k = 0; k < TORN_RETRIES && !ok; k++) {
             mv_coll_read rq = {
                 .src = s->src, .off = off, .len = m->value_size, .dst = (char *)s->work + off};
             seg_read(s, &rq, 1);
             ok = rq.status == 0 && mv_seg_read_histogram(s->work, m, &hv) == MV_SEG_OK;
         }
-        if (!ok) {
-            /* Keep the previous good words (or zeros) so published copies are consistent. */
-            pthread_mutex_lock(&s->mu);
-            if (s->pub_hot && s->pub_cat && s->pub_cat->cat == cat &&
-                s->pub_len >= off + m->value_size)
-                memcpy((char *)s->work + off, (char *)s->pub_hot + off, m->value_size);
-            else
-                memset((char *)s->work + off, 0, m->value_size);
-            pthread_mutex_unlock(&s->mu);
+        if (ok) {
+            memcpy((char *)s->good + off, (char *)s->work + off, m->value_size);
+            s->have_good[i] = 1;
+            s->torn_since[i] = 0;
+            continue;
+        }
+        if (!s->torn_since[i])
+            s->torn_since[i] = now;
+        /* The pipeline sees the last consistent words (or zeros if none). */
+        if (s->have_good[i])
+            memcpy((char *)s->work + off, (char *)s->good + off, m->value_size);
+        else
+            memset((char *)s->work + off, 0, m->value_size);
+        if (s->have_good[i] &&
+            now - s->torn_since[i] <= (uint64_t)c->o.torn_stale_ms * 1000000ull) {
+            (*stale)++;
+        } else {
+            s->omit_work[i] = 1;
+            (*omitted)++;
         }
     }
     return torn;
 }
 
-static void publish(seg *s, uint64_t now, uint64_t hb, uint64_t torn)
+static void publish(seg *s, uint64_t now, uint64_t hb, uint64_t torn, uint32_t stale,
+                    uint32_t omitted)
 {
     uint32_t len = mv_seg_catalog_hot_size(s->cat->cat);
+    size_t n = mv_seg_catalog_count(s->cat->cat);
+    uint8_t *om = NULL;
+    if (omitted) {
+        if ((om = malloc(n)) == NULL)
+            return; /* cannot say what to omit: keep serving the previous copy */
+        memcpy(om, s->omit_work, n);
+    }
     pthread_mutex_lock(&s->mu);
+    free(s->pub_omit);
+    s->pub_omit = om;
+    s->pub_nomit = om ? n : 0;
+    s->pub_stale = stale;
+    s->pub_omitted = omitted;
+    s->busy_since_ns = 0;
     if (s->pub_cat != s->cat) {
         cat_put(s->pub_cat);
         s->pub_cat = cat_get(s->cat);
@@ -610,11 +738,12 @@ static void tick_finish(mv_coll *c, seg *s, int status, uint32_t len, uint64_t *
             set_failure(c, s, r, err.detail, now);
             return;
         }
-        uint64_t torn = fix_torn(s, s->cat->cat);
+        uint32_t stale, omitted;
+        uint64_t torn = fix_torn(c, s, s->cat->cat, now, &stale, &omitted);
         *torn_total += torn;
         s->fail_since_ns = 0;
         analyse(c, s, now);
-        publish(s, now, hb, torn);
+        publish(s, now, hb, torn, stale, omitted);
         return;
     }
 }
@@ -688,21 +817,28 @@ void mv_coll_tick(mv_coll *c)
     for (size_t i = 0; i < m; i++) {
         seg *s = c->tick_items[i].s;
         if (read_gone(c->tick_reqs[i].status)) {
-            MV_INFO("segment.gone", "id=%s error=%s", mv_log_q(s->id),
-                    mv_log_q(strerror(-c->tick_reqs[i].status)));
-            mv_coll_remove(c, s->id);
+            drop_gone(c, s, c->tick_reqs[i].status);
             continue;
         }
         tick_finish(c, s, c->tick_reqs[i].status, c->tick_items[i].len, &torn);
     }
     for (size_t i = 0; i < n; i++)
         seg_put(c->tick_segs[i]);
+    double took = (double)(now_ns(CLOCK_MONOTONIC) - t0) / 1e9;
+    size_t b = 0;
+    while (b < MV_COLL_TICK_BUCKETS && took > mv_coll_tick_bounds[b])
+        b++;
     pthread_mutex_lock(&c->mu);
     c->stats.ticks++;
     c->stats.torn_retries += torn;
-    c->stats.last_tick_seconds = (double)(now_ns(CLOCK_MONOTONIC) - t0) / 1e9;
+    c->stats.last_tick_seconds = took;
+    c->stats.tick_buckets[b]++;
+    c->stats.tick_seconds_sum += took;
     pthread_mutex_unlock(&c->mu);
 }
+
+const double mv_coll_tick_bounds[MV_COLL_TICK_BUCKETS] = {
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1};
 
 static void *tick_main(void *arg)
 {
@@ -714,6 +850,12 @@ static void *tick_main(void *arg)
         next += period;
         uint64_t now = now_ns(CLOCK_MONOTONIC);
         if (next < now) {
+            uint64_t missed = (now - next) / period;
+            if (missed) {
+                pthread_mutex_lock(&c->mu);
+                c->stats.ticks_missed += missed;
+                pthread_mutex_unlock(&c->mu);
+            }
             next = now; /* overrun: do not try to catch up in a burst */
             continue;
         }
@@ -775,8 +917,13 @@ mv_coll_snap *mv_coll_snapshot(mv_coll *c)
                 v->cat = s->pub_cat->cat;
                 v->hot = hot;
                 v->hot_len = s->pub_len;
+                if (s->pub_omit && (v->omitted = malloc(s->pub_nomit)) != NULL)
+                    memcpy((void *)v->omitted, s->pub_omit, s->pub_nomit);
             }
         }
+        v->stale_histograms = s->pub_stale;
+        v->busy_since_ns = s->busy_since_ns;
+        v->omitted_histograms = s->pub_omitted;
         v->read_ns = s->read_ns;
         v->heartbeat_ns = s->heartbeat_ns;
         v->reads = s->reads;
@@ -810,6 +957,7 @@ void mv_coll_snap_free(mv_coll_snap *sn)
         }
         free((void *)v->labels);
         free((void *)v->hot);
+        free((void *)v->omitted);
         free((void *)v->pipe);
         cat_put(sn->cats[i]);
     }

@@ -56,6 +56,10 @@ typedef struct mv_coll_opts {
      * <= tick_us: every segment is read every tick. */
     uint32_t max_interval_us;
     uint32_t calm_reads; /* calm reads before the interval grows; default 8 */
+    /* A histogram still torn after a few re-reads is served from its last
+     * consistent copy for at most this long, then omitted until a consistent
+     * copy arrives; default 1000. Never served as zeros. */
+    uint32_t torn_stale_ms;
 } mv_coll_opts;
 
 typedef struct mv_coll mv_coll;
@@ -76,6 +80,13 @@ int mv_coll_add(mv_coll *c, const char *id, uint64_t size, const mv_seg_label *l
                 size_t nlabels, const mv_coll_transport *t, void *src);
 /* Removes a segment (e.g. released or its rkey revoked). Returns 0 or -ENOENT. */
 int mv_coll_remove(mv_coll *c, const char *id);
+/* Called (from the tick thread, no table lock held) after the table dropped a
+ * segment on its own because a read said it is gone (-ENOENT/-EACCES, e.g. a
+ * revoked rkey). `src` is the dropped source (closed later through its
+ * transport): whoever added it learns that it is no longer in the table and
+ * may add it again, e.g. with a fresh rkey. */
+typedef void (*mv_coll_drop_fn)(void *arg, const char *id, void *src);
+void mv_coll_set_drop_hook(mv_coll *c, mv_coll_drop_fn fn, void *arg);
 /* Removes every segment whose id is not in `keep` (used after a resync). */
 void mv_coll_retain(mv_coll *c, const char *const *keep, size_t n);
 
@@ -97,6 +108,14 @@ typedef struct mv_coll_seg_view {
     const mv_seg_catalog *cat; /* NULL unless a catalog was ever valid */
     const void *hot;           /* copy of header + values matching cat, or NULL */
     uint32_t hot_len;
+    /* NULL, or one byte per catalog metric: 1 = that histogram had no
+     * consistent copy within torn_stale_ms; consumers must omit it. */
+    const uint8_t *omitted;
+    uint32_t stale_histograms;   /* served from an older consistent copy in this one */
+    uint32_t omitted_histograms; /* omitted from this copy */
+    /* CLOCK_REALTIME since when the segment's catalog has been busy (an append in progress,
+     * or an appender that died: values are frozen meanwhile); 0 = not busy. */
+    uint64_t busy_since_ns;
     uint64_t read_ns; /* CLOCK_REALTIME of the copy */
     uint64_t heartbeat_ns;
     uint64_t reads, read_errors, torn;
@@ -110,8 +129,17 @@ typedef struct mv_coll_seg_view {
     uint64_t reads_skipped; /* ticks that skipped this segment (not due) */
 } mv_coll_seg_view;
 
+/* Upper bounds (seconds) of the tick-duration histogram's finite buckets. */
+#define MV_COLL_TICK_BUCKETS 12
+extern const double mv_coll_tick_bounds[MV_COLL_TICK_BUCKETS];
+
 typedef struct mv_coll_stats {
     uint64_t ticks;
+    /* Ticks whose start time passed while an earlier tick still ran (the tick
+     * thread then starts at once and does not catch up in a burst). */
+    uint64_t ticks_missed;
+    uint64_t tick_buckets[MV_COLL_TICK_BUCKETS + 1]; /* non-cumulative; last = +Inf */
+    double tick_seconds_sum;
     uint64_t errors[MV_SEG_REASON_COUNT_]; /* quarantine events by reason */
     uint64_t torn_retries;                 /* histogram copies caught mid-update */
     uint64_t catalog_reads;

@@ -10,9 +10,12 @@
 #include <string.h>
 #include <time.h>
 
-#define MAX_LABELS (MV_SEG_LABELS_MAX + 1)
-#define MAX_ID     64
-#define NO_METRIC  UINT32_MAX
+#include "mv_log.h"
+
+#define MAX_LABELS    (MV_SEG_LABELS_MAX + 1)
+#define MAX_ID        64
+#define SEGMENT_LABEL "microview_segment" /* tells apart segments of equal identity */
+#define NO_METRIC     UINT32_MAX
 
 /* What an entry renders. */
 enum kind {
@@ -30,6 +33,9 @@ enum kind {
     K_ANOM,    /* microview_anomaly_score */
     K_IVAL,    /* microview_segment_read_interval_seconds */
     K_READS,   /* microview_segment_reads_total */
+    K_STALE,   /* microview_segment_stale_histograms */
+    K_OMIT,    /* microview_segment_omitted_histograms */
+    K_BUSY,    /* microview_segment_busy_seconds */
     K_COUNT_
 };
 
@@ -66,6 +72,15 @@ static const struct {
                 "Current adaptive read interval of the segment."},
     [K_READS] = {NULL, "microview_segment_reads_total", MV_EXPO_COUNTER,
                  "Successful reads of the segment."},
+    [K_STALE] = {NULL, "microview_segment_stale_histograms", MV_EXPO_GAUGE,
+                 "Histograms of the segment served from an older consistent copy because every "
+                 "recent copy was caught mid-update."},
+    [K_BUSY] = {NULL, "microview_segment_busy_seconds", MV_EXPO_GAUGE,
+                "How long the segment's catalog has been busy (an append in progress or an "
+                "appender that died): its values are frozen meanwhile; 0 = not busy."},
+    [K_OMIT] = {NULL, "microview_segment_omitted_histograms", MV_EXPO_GAUGE,
+                "Histograms of the segment omitted because no consistent copy was read within the "
+                "staleness bound."},
 };
 
 typedef struct entry {
@@ -92,7 +107,10 @@ typedef struct walk {
     entry *ents;
     size_t n;
     char *arena;
-    uint64_t dropped_type, dropped_collision, renamed;
+    char *drop_buf;
+    uint8_t *dup; /* per sorted segment: its identity labels equal another's */
+    uint64_t dropped_type, dropped_collision, renamed, unrenderable;
+    const char *collided_name; /* a family dropped for a name collision, for the log */
 } walk;
 
 static int label_set_cmp(const mv_seg_label *a, size_t na, const mv_seg_label *b, size_t nb)
@@ -173,19 +191,87 @@ static int reserved(const char **set, size_t n, const char *s)
     return n && bsearch(&s, set, n, sizeof *set, str_cmp) != NULL;
 }
 
-/* Marks type conflicts and derived families whose sample names collide with
- * a raw family's. */
+/* A set of names (open addressing; capacity a power of two, never full). */
+typedef struct nameset {
+    const char **slot;
+    size_t mask;
+} nameset;
+
+static size_t name_hash(const char *s)
+{
+    size_t h = 1469598103934665603ull;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+static int nameset_has(const nameset *ns, const char *s)
+{
+    for (size_t i = name_hash(s) & ns->mask; ns->slot[i]; i = (i + 1) & ns->mask)
+        if (strcmp(ns->slot[i], s) == 0)
+            return 1;
+    return 0;
+}
+
+static void nameset_add(nameset *ns, const char *s)
+{
+    size_t i = name_hash(s) & ns->mask;
+    while (ns->slot[i] && strcmp(ns->slot[i], s) != 0)
+        i = (i + 1) & ns->mask;
+    ns->slot[i] = s;
+}
+
+/* Every name a raw family of type `t` puts on the wire, in either format:
+ * family names and sample names. Written into `bp` (room for 4 names of
+ * MV_SEG_NAME_MAX + 10); returns how many. */
+static int family_names(const char *nm, mv_expo_type t, char *bp, const char **out)
+{
+    size_t len = strlen(nm);
+    int n = 0;
+    out[n++] = nm;
+    const char *sfx[3] = {NULL, NULL, NULL};
+    if (t == MV_EXPO_COUNTER) {
+        if (counter_base_len(nm, len) != len) { /* OpenMetrics family name */
+            memcpy(bp, nm, len - 6);
+            bp[len - 6] = '\0';
+            out[n++] = bp;
+            return n;
+        }
+        sfx[0] = "_total";
+    } else if (t == MV_EXPO_HISTOGRAM) {
+        sfx[0] = "_bucket";
+        sfx[1] = "_sum";
+        sfx[2] = "_count";
+    }
+    for (int i = 0; i < 3 && sfx[i]; i++) {
+        out[n++] = bp;
+        bp += sprintf(bp, "%s%s", nm, sfx[i]) + 1;
+    }
+    return n;
+}
+
+/* Marks what is not exported, so that no pod can make the body unparseable:
+ *  - a series whose type differs from its family's (drop 1);
+ *  - a raw family any of whose wire names (family or sample, either format)
+ *    another raw family already claimed: families claim in name order, so of
+ *    histogram `x` and gauge `x_count`, or counters `x` and `x_total`, the
+ *    second is dropped (drop 2);
+ *  - a derived family whose names collide with a raw family's (drop 2). */
 static int mark_drops(walk *w)
 {
     size_t nraw = 0;
     for (size_t i = 0; i < w->n; i++)
         nraw += w->ents[i].kind == K_RAW;
-    /* Every sample name a raw family may produce, in either format. */
+    size_t cap = 16;
+    while (cap < 8 * nraw + 16)
+        cap <<= 1;
+    nameset claimed = {calloc(cap, sizeof(char *)), cap - 1};
     const char **set = calloc(4 * nraw + 1, sizeof *set);
     char *buf = malloc(4 * nraw * (MV_SEG_NAME_MAX + 10) + 1);
-    if (!set || !buf) {
+    if (!set || !buf || !claimed.slot) {
         free(set);
         free(buf);
+        free(claimed.slot);
         return -ENOMEM;
     }
     size_t ns = 0;
@@ -196,28 +282,25 @@ static int mark_drops(walk *w)
             j++;
         entry *g = &w->ents[i];
         if (g->kind == K_RAW) {
-            mv_expo_type t = entry_type(w, g);
-            const char *nm = g->name;
-            size_t len = strlen(nm);
-            set[ns++] = nm;
-            const char *sfx[3] = {NULL, NULL, NULL};
-            if (t == MV_EXPO_COUNTER) {
-                if (counter_base_len(nm, len) != len) {
-                    memcpy(bp, nm, len - 6);
-                    bp[len - 6] = '\0';
-                    set[ns++] = bp;
-                    bp += len - 5;
-                } else {
-                    sfx[0] = "_total";
+            const char *names[4];
+            int nn = family_names(g->name, entry_type(w, g), bp, names);
+            int clash = 0;
+            for (int q = 0; q < nn && !clash; q++)
+                clash = nameset_has(&claimed, names[q]);
+            if (clash) {
+                for (size_t k = i; k < j; k++)
+                    if (w->ents[k].kind == K_RAW && !w->ents[k].drop) {
+                        w->ents[k].drop = 2;
+                        w->dropped_collision++;
+                    }
+                if (w->collided_name == NULL)
+                    w->collided_name = g->name;
+            } else {
+                for (int q = 0; q < nn; q++) {
+                    nameset_add(&claimed, names[q]);
+                    set[ns++] = names[q];
                 }
-            } else if (t == MV_EXPO_HISTOGRAM) {
-                sfx[0] = "_bucket";
-                sfx[1] = "_sum";
-                sfx[2] = "_count";
-            }
-            for (int s = 0; s < 3 && sfx[s]; s++) {
-                set[ns++] = bp;
-                bp += sprintf(bp, "%s%s", nm, sfx[s]) + 1;
+                bp += 4 * (MV_SEG_NAME_MAX + 10);
             }
         }
         i = j;
@@ -230,6 +313,10 @@ static int mark_drops(walk *w)
             j++;
         entry *g = &w->ents[i];
         mv_expo_type t = entry_type(w, g);
+        if (g->kind == K_RAW && g->drop == 2) {
+            i = j; /* the whole raw family is out */
+            continue;
+        }
         int collide = g->kind != K_RAW && reserved(set, ns, g->name);
         if (!collide && g->kind != K_RAW) {
             char tmp[MV_SEG_NAME_MAX + 32];
@@ -249,6 +336,8 @@ static int mark_drops(walk *w)
             if (en->kind != K_RAW && (collide || g->kind == K_RAW)) {
                 en->drop = 2;
                 w->dropped_collision++;
+                if (w->collided_name == NULL && g->kind != K_RAW && collide)
+                    w->collided_name = en->name;
             } else if (entry_type(w, en) != t) {
                 en->drop = 1;
                 w->dropped_type++;
@@ -256,13 +345,16 @@ static int mark_drops(walk *w)
         }
         i = j;
     }
+    free(claimed.slot);
     free(set);
-    free(buf);
+    w->drop_buf = buf; /* collided_name may point into it */
     return 0;
 }
 
 static void walk_free(walk *w)
 {
+    free(w->dup);
+    free(w->drop_buf);
     free(w->segs);
     free(w->ents);
     free(w->arena);
@@ -281,12 +373,22 @@ static int walk_build(walk *w, const mv_coll_seg_view *const *views, size_t nvie
         if (!seg_valid(v))
             continue;
         size_t n = mv_seg_catalog_count(v->cat);
-        total += 3 + n * (seg_pipe(v) ? 7 : 1);
+        total += 6 + n * (seg_pipe(v) ? 7 : 1);
         if (seg_pipe(v))
             for (size_t j = 0; j < n; j++)
                 arena += 6 * ((size_t)mv_seg_catalog_metric(v->cat, j)->name_len + 16);
     }
     qsort(w->segs, w->nseg, sizeof *w->segs, seg_cmp);
+    /* Segments with equal identity labels (two standalone workloads started
+     * with the same --label set) would give duplicate series: each of them is
+     * told apart by an extra identity label microview_segment="<id>". */
+    w->dup = calloc(w->nseg ? w->nseg : 1, 1);
+    if (!w->dup)
+        return -ENOMEM;
+    for (size_t i = 1; i < w->nseg; i++)
+        if (label_set_cmp(w->segs[i]->labels, w->segs[i]->nlabels, w->segs[i - 1]->labels,
+                          w->segs[i - 1]->nlabels) == 0)
+            w->dup[i] = w->dup[i - 1] = 1;
     w->ents = calloc(total ? total : 1, sizeof *w->ents);
     w->arena = malloc(arena);
     if (!w->ents || !w->arena)
@@ -300,7 +402,9 @@ static int walk_build(walk *w, const mv_coll_seg_view *const *views, size_t nvie
         const mv_pipe_view *p = seg_pipe(v);
         for (size_t j = 0; j < mv_seg_catalog_count(v->cat); j++) {
             const mv_seg_metric *m = mv_seg_catalog_metric(v->cat, j);
-            w->ents[k++] = (entry){m->name, (uint32_t)i, (uint32_t)j, K_RAW, 0};
+            /* A histogram with no consistent copy lately is omitted, never zeros. */
+            if (!v->omitted || !v->omitted[j])
+                w->ents[k++] = (entry){m->name, (uint32_t)i, (uint32_t)j, K_RAW, 0};
             if (!p)
                 continue;
             const mv_pipe_out *o = &p->m[j];
@@ -334,30 +438,66 @@ static int walk_build(walk *w, const mv_coll_seg_view *const *views, size_t nvie
             w->ents[k++] = (entry){kinds[K_ANOM].fixed, (uint32_t)i, NO_METRIC, K_ANOM, 0};
         w->ents[k++] = (entry){kinds[K_IVAL].fixed, (uint32_t)i, NO_METRIC, K_IVAL, 0};
         w->ents[k++] = (entry){kinds[K_READS].fixed, (uint32_t)i, NO_METRIC, K_READS, 0};
+        w->ents[k++] = (entry){kinds[K_STALE].fixed, (uint32_t)i, NO_METRIC, K_STALE, 0};
+        w->ents[k++] = (entry){kinds[K_OMIT].fixed, (uint32_t)i, NO_METRIC, K_OMIT, 0};
+        w->ents[k++] = (entry){kinds[K_BUSY].fixed, (uint32_t)i, NO_METRIC, K_BUSY, 0};
     }
     w->n = k;
     qsort(w->ents, k, sizeof *w->ents, entry_cmp);
     return mark_drops(w);
 }
 
+#define RENAME_MAX (MV_SEG_LABEL_KEY_MAX + 4 * 9 + 1) /* up to four "exported_" prefixes */
+
+/* Does `name` clash with an identity label, `extra`, or one of the first `n`
+ * final names in out[] or the original keys of m's labels other than `self`? */
+static int label_taken(const mv_coll_seg_view *v, const mv_seg_metric *m, const char *extra,
+                       const char *extra2, const mv_expo_label *out, uint16_t n, uint16_t self,
+                       const char *name)
+{
+    if ((extra && strcmp(extra, name) == 0) || (extra2 && strcmp(extra2, name) == 0))
+        return 1;
+    for (size_t j = 0; j < v->nlabels; j++)
+        if (strcmp(v->labels[j].key, name) == 0)
+            return 1;
+    for (uint16_t j = 0; j < m->label_count; j++)
+        if (j != self && strcmp(j < n ? out[j].name : m->labels[j].key, name) == 0)
+            return 1;
+    return 0;
+}
+
 /* The metric's own labels; a name that clashes with an identity label (or
- * `extra`, e.g. "metric") is renamed exported_<name>, as Prometheus does. */
-static size_t own_labels(const mv_coll_seg_view *v, const mv_seg_metric *m, const char *extra,
-                         mv_expo_label *out, char (*buf)[MV_SEG_LABEL_KEY_MAX + 10],
-                         uint64_t *renamed)
+ * `extra`, e.g. "metric") is renamed exported_<name>, as Prometheus does, and
+ * prefixed again while that name is taken too (own labels `service` and
+ * `exported_service` under identity `service` give `exported_exported_service`
+ * and `exported_service`). Returns the count, or -1 if no free name was found
+ * within four prefixes (the series cannot be rendered). */
+static int own_labels(const mv_coll_seg_view *v, const mv_seg_metric *m, const char *extra,
+                      const char *extra2, mv_expo_label *out, char (*buf)[RENAME_MAX],
+                      uint64_t *renamed)
 {
     for (uint16_t i = 0; i < m->label_count; i++) {
-        const char *k = m->labels[i].key;
-        out[i].name = k;
+        out[i].name = m->labels[i].key;
         out[i].value = m->labels[i].value;
-        int clash = extra && strcmp(extra, k) == 0;
+    }
+    for (uint16_t i = 0; i < m->label_count; i++) {
+        const char *k = m->labels[i].key;
+        int clash = (extra && strcmp(extra, k) == 0) || (extra2 && strcmp(extra2, k) == 0);
         for (size_t j = 0; j < v->nlabels && !clash; j++)
             clash = strcmp(v->labels[j].key, k) == 0;
-        if (clash) {
-            snprintf(buf[i], sizeof buf[i], "exported_%s", k);
-            out[i].name = buf[i];
-            (*renamed)++;
+        if (!clash)
+            continue;
+        int ok = 0;
+        for (int depth = 1; depth <= 4 && !ok; depth++) {
+            int len = snprintf(buf[i], sizeof buf[i], "%.*s%s", 9 * depth,
+                               "exported_exported_exported_exported_", k);
+            ok = len > 0 && (size_t)len < sizeof buf[i] &&
+                 !label_taken(v, m, extra, extra2, out, m->label_count, i, buf[i]);
         }
+        if (!ok)
+            return -1;
+        out[i].name = buf[i];
+        (*renamed)++;
     }
     return m->label_count;
 }
@@ -366,12 +506,17 @@ static int emit(sink *k, walk *w, const entry *en)
 {
     const mv_coll_seg_view *v = w->segs[en->seg];
     const mv_pipe_view *p = seg_pipe(v);
-    mv_expo_label idl[MAX_ID + 1], own[MAX_LABELS];
-    char renamed[MAX_LABELS][MV_SEG_LABEL_KEY_MAX + 10];
+    mv_expo_label idl[MAX_ID + 2], own[MAX_LABELS];
+    char renamed[MAX_LABELS][RENAME_MAX];
     size_t nid = v->nlabels < MAX_ID ? v->nlabels : MAX_ID, nown = 0;
     for (size_t i = 0; i < nid; i++) {
         idl[i].name = v->labels[i].key;
         idl[i].value = v->labels[i].value;
+    }
+    const char *segl = w->dup[en->seg] ? SEGMENT_LABEL : NULL;
+    if (segl) {
+        idl[nid].name = segl;
+        idl[nid++].value = v->id;
     }
     if (en->metric == NO_METRIC) {
         if (en->kind == K_ANOM)
@@ -379,16 +524,38 @@ static int emit(sink *k, walk *w, const entry *en)
         if (en->kind == K_IVAL)
             return k->sample(k, NULL, idl, nid, NULL, 0, NULL, 0, (double)v->read_interval_ns / 1e9,
                              0, 0);
+        if (en->kind == K_BUSY) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+            double busy = v->busy_since_ns && now > v->busy_since_ns
+                              ? (double)(now - v->busy_since_ns) / 1e9
+                              : 0;
+            return k->sample(k, NULL, idl, nid, NULL, 0, NULL, 0, busy, 0, 0);
+        }
+        if (en->kind == K_STALE || en->kind == K_OMIT)
+            return k->sample(k, NULL, idl, nid, NULL, 0, NULL, 0, 0,
+                             en->kind == K_STALE ? v->stale_histograms : v->omitted_histograms, 1);
         return k->sample(k, NULL, idl, nid, NULL, 0, NULL, 0, 0, v->reads, 1);
     }
     const mv_seg_metric *m = mv_seg_catalog_metric(v->cat, en->metric);
     if (en->kind == K_CHANGES) {
         idl[nid].name = "metric";
         idl[nid].value = m->name;
-        nown = own_labels(v, m, "metric", own, renamed, &w->renamed);
+        int no = own_labels(v, m, "metric", segl, own, renamed, &w->renamed);
+        if (no < 0) {
+            w->unrenderable++;
+            return 0;
+        }
+        nown = (size_t)no;
         return k->sample(k, NULL, idl, nid + 1, own, nown, NULL, 0, 0, p->m[en->metric].changes, 1);
     }
-    nown = own_labels(v, m, NULL, own, renamed, &w->renamed);
+    int no = own_labels(v, m, segl, NULL, own, renamed, &w->renamed);
+    if (no < 0) {
+        w->unrenderable++;
+        return 0;
+    }
+    nown = (size_t)no;
     int rc = 0;
     if (en->kind != K_RAW) {
         const mv_pipe_out *o = &p->m[en->metric];
@@ -485,6 +652,7 @@ typedef struct expo_sink {
     sink k;
     mv_expo *e;
     uint64_t series;
+    uint64_t invalid; /* samples the renderer refused (-EINVAL) */
 } expo_sink;
 
 static int expo_family(sink *k, const char *name, mv_expo_type t, const char *help,
@@ -504,7 +672,9 @@ static int expo_sample(sink *k, const char *suffix, const mv_expo_label *a, size
                   : mv_expo_sample(s->e, suffix, a, na, b, nb, xname, xval, v, MV_EXPO_NO_TS);
     if (rc == 0)
         s->series++;
-    return rc == -EINVAL ? 0 : rc; /* an unrenderable series is skipped, not fatal */
+    if (rc == -EINVAL)
+        s->invalid++; /* an unrenderable series is skipped and counted, not fatal */
+    return rc == -EINVAL ? 0 : rc;
 }
 
 static int render_self(mv_expo *e, const mv_coll_seg_view *const *views, size_t n,
@@ -544,6 +714,21 @@ static int render_self(mv_expo *e, const mv_coll_seg_view *const *views, size_t 
     rc |= mv_expo_family(e, "microview_collector_tick_duration_seconds", MV_EXPO_GAUGE,
                          "Duration of the last collection tick.", "seconds");
     rc |= mv_expo_sample(e, NULL, NULL, 0, NULL, 0, NULL, 0, cs->last_tick_seconds, MV_EXPO_NO_TS);
+    rc |= mv_expo_family(e, "microview_collector_tick_seconds", MV_EXPO_HISTOGRAM,
+                         "Duration of collection ticks (a tick longer than the period delays the "
+                         "next one).",
+                         "seconds");
+    uint64_t cum = 0;
+    for (size_t b = 0; b <= MV_COLL_TICK_BUCKETS; b++) {
+        cum += cs->tick_buckets[b];
+        double le = b < MV_COLL_TICK_BUCKETS ? mv_coll_tick_bounds[b] : INFINITY;
+        rc |= mv_expo_sample_u64(e, "_bucket", NULL, 0, NULL, 0, "le", le, cum, MV_EXPO_NO_TS);
+    }
+    rc |= mv_expo_sample(e, "_sum", NULL, 0, NULL, 0, NULL, 0, cs->tick_seconds_sum, MV_EXPO_NO_TS);
+    rc |= mv_expo_sample_u64(e, "_count", NULL, 0, NULL, 0, NULL, 0, cum, MV_EXPO_NO_TS);
+    rc |= mv_expo_family(e, "microview_collector_ticks_missed_total", MV_EXPO_COUNTER,
+                         "Ticks skipped because the previous tick overran its period.", NULL);
+    rc |= mv_expo_sample_u64(e, NULL, NULL, 0, NULL, 0, NULL, 0, cs->ticks_missed, MV_EXPO_NO_TS);
     rc |= mv_expo_family(e, "microview_series_dropped_total", MV_EXPO_COUNTER,
                          "Series not exported, by reason.", NULL);
     mv_expo_label l = {"reason", "type_conflict"};
@@ -551,6 +736,8 @@ static int render_self(mv_expo *e, const mv_coll_seg_view *const *views, size_t 
     l.value = "name_collision";
     rc |=
         mv_expo_sample_u64(e, NULL, &l, 1, NULL, 0, NULL, 0, st->dropped_collision, MV_EXPO_NO_TS);
+    l.value = "invalid";
+    rc |= mv_expo_sample_u64(e, NULL, &l, 1, NULL, 0, NULL, 0, st->dropped_invalid, MV_EXPO_NO_TS);
     rc |=
         mv_expo_family(e, "microview_exposition_truncated_total", MV_EXPO_COUNTER,
                        "Expositions cut at the body cap (--max-body-bytes) before this one.", NULL);
@@ -579,6 +766,31 @@ int mv_export_render(mv_expo *e, const mv_coll_snap *snap, mv_export_stats *cumu
     return rc;
 }
 
+/* One warning per newly seen reason to drop: a family dropped for a name
+ * collision (by name) or series that could not be rendered. */
+static void note_drops(mv_export_stats *st, const walk *w, uint64_t invalid)
+{
+    if (w->collided_name) {
+        uint64_t h = name_hash(w->collided_name) | 1;
+        int seen = 0;
+        for (size_t i = 0; i < MV_EXPORT_LOGGED && !seen; i++)
+            seen = st->logged[i] == h;
+        if (!seen) {
+            st->logged[st->nlogged++ % MV_EXPORT_LOGGED] = h;
+            MV_WARN("series.dropped", "reason=name_collision family=%s detail=%s",
+                    mv_log_q(w->collided_name),
+                    mv_log_q("its names clash with another family's; see "
+                             "microview_series_dropped_total"));
+        }
+    }
+    if (invalid && !st->logged_invalid) {
+        st->logged_invalid = 1;
+        MV_WARN("series.dropped", "reason=invalid count=%llu detail=%s",
+                (unsigned long long)invalid,
+                mv_log_q("series the exposition formats cannot express were skipped"));
+    }
+}
+
 int mv_export_render_views(mv_expo *e, const mv_coll_seg_view *const *views, size_t nviews,
                            const mv_coll_stats *cs, mv_export_stats *cumulative)
 {
@@ -597,7 +809,7 @@ int mv_export_render_views(mv_expo *e, const mv_coll_seg_view *const *views, siz
         st.dropped_type = w.dropped_type;
         st.dropped_collision = w.dropped_collision;
     }
-    expo_sink k = {{expo_family, expo_sample}, e, 0};
+    expo_sink k = {{expo_family, expo_sample}, e, 0, 0};
     rc = render_self(e, views, nviews, cs, &st);
     if (rc == 0)
         rc = walk_run(&w, &k.k);
@@ -608,6 +820,8 @@ int mv_export_render_views(mv_expo *e, const mv_coll_seg_view *const *views, siz
     if (cumulative) {
         cumulative->series = k.series;
         cumulative->renamed_labels += w.renamed;
+        cumulative->dropped_invalid += k.invalid + w.unrenderable;
+        note_drops(cumulative, &w, k.invalid + w.unrenderable);
         if (rc == -ENOSPC)
             cumulative->truncated++;
     }

@@ -29,9 +29,15 @@
 typedef struct mv_export_stats {
     uint64_t series;            /* samples written by the last render */
     uint64_t dropped_type;      /* series dropped: same name, other type than the first pod's */
-    uint64_t dropped_collision; /* derived series dropped: name collides with a raw family */
+    uint64_t dropped_collision; /* series dropped: their names collide with another family's */
     uint64_t renamed_labels;    /* metric labels renamed exported_<name> (clash with identity) */
     uint64_t truncated;         /* renders that hit the body cap */
+    uint64_t dropped_invalid;   /* series the formats cannot express (e.g. no free label name) */
+    /* Log rate limiting (internal): hashes of families already reported. */
+#define MV_EXPORT_LOGGED 64
+    uint64_t logged[MV_EXPORT_LOGGED];
+    size_t nlogged;
+    int logged_invalid;
 } mv_export_stats;
 
 /* Renders the snapshot (see above). `cumulative` carries counts across calls

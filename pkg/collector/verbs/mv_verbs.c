@@ -25,6 +25,7 @@ typedef struct vseg {
     mv_seg_label *labels; /* copies */
     size_t nlabels;
     int in_table; /* added to the collector's table */
+    void *src;    /* the table's source for it while in_table */
 } vseg;
 
 typedef struct vagent {
@@ -133,6 +134,7 @@ static void vseg_add_to_table(vagent *a, vseg *s)
                      src);
     if (rc == 0 || rc == -EEXIST) {
         s->in_table = rc == 0;
+        s->src = rc == 0 ? src : NULL;
         if (rc == 0)
             MV_DEBUG("segment.rdma_added", "id=%s agent=%s rkey=0x%x bytes=%llu", mv_log_q(s->id),
                      mv_log_q(a->target), s->rkey, (unsigned long long)s->len);
@@ -227,6 +229,25 @@ static void on_synced(void *arg, const char *const *ids, size_t n)
     pthread_mutex_unlock(&a->mu);
 }
 
+/* The table dropped a source on its own (its read said "gone"): forget that
+ * it is in the table, so the next poll adds it again if the agent still lists
+ * it (with whatever rkey the agent announced last). */
+static void on_table_drop(void *arg, const char *id, void *src)
+{
+    mv_verbs *v = arg;
+    for (size_t i = 0; i < v->n; i++) {
+        vagent *a = &v->agents[i];
+        pthread_mutex_lock(&a->mu);
+        vseg *s = vseg_find(a, id);
+        if (s && s->in_table && s->src == src) {
+            s->in_table = 0;
+            s->src = NULL;
+            MV_INFO("segment.readd_pending", "id=%s agent=%s", mv_log_q(id), mv_log_q(a->target));
+        }
+        pthread_mutex_unlock(&a->mu);
+    }
+}
+
 int mv_verbs_create(const mv_verbs_opts *o, mv_coll *coll, mv_verbs **out)
 {
     *out = NULL;
@@ -266,6 +287,7 @@ int mv_verbs_create(const mv_verbs_opts *o, mv_coll *coll, mv_verbs **out)
         pthread_mutex_init(&a->mu, NULL);
         v->n++;
     }
+    mv_coll_set_drop_hook(coll, on_table_drop, v); /* cleared by mv_coll_destroy's stop */
     for (size_t i = 0; i < v->n; i++) {
         vagent *a = &v->agents[i];
         mv_disc_callbacks cb = {

@@ -339,8 +339,13 @@ int mv_config_finish(mv_config *c, char *err, size_t errlen)
                 (unsigned long long)c->page_size);
         return -EINVAL;
     }
-    if (c->pool_size < c->page_size || c->pool_size / c->page_size > 1000000) {
-        set_err(err, errlen, "pool_size must hold 1 to 1000000 pages of page_size bytes");
+    if (c->pool_size < c->page_size || c->pool_size / c->page_size > MV_CONFIG_MAX_PAGES) {
+        set_err(err, errlen,
+                "pool_size %llu / page_size %llu = %llu pages: must be 1 to %u (one device per "
+                "page; the device list must stay well under the kubelet's 4 MiB gRPC message "
+                "limit); raise page_size for a larger pool",
+                (unsigned long long)c->pool_size, (unsigned long long)c->page_size,
+                (unsigned long long)(c->pool_size / c->page_size), (unsigned)MV_CONFIG_MAX_PAGES);
         return -EINVAL;
     }
     if (c->max_segment_size < c->page_size) {

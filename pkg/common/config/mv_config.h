@@ -14,6 +14,9 @@
 
 #define MV_CONFIG_STR_MAX  1024
 #define MV_CONFIG_FILE_MAX (1u << 20) /* bytes of YAML accepted */
+/* Most pages (devices) a pool may have: their ListAndWatch list, ~30 bytes a device, stays
+ * under 2 MiB, half of the kubelet's 4 MiB gRPC message limit. */
+#define MV_CONFIG_MAX_PAGES 65536u
 
 typedef struct mv_config {
     char resource_name[256];                   /* microview.io/metrics */

@@ -8,8 +8,11 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <pthread.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
+#include <time.h>
 #include <zlib.h>
 
 #include "mv_log.h"
@@ -32,6 +35,17 @@ struct mv_httpd {
     size_t nroutes;
     struct MHD_Daemon *d;
     uint16_t port;
+    /* Connections per client address (open addressing on the address bytes;
+     * a slot with n == 0 is free once its key is cleared), under mu. */
+    pthread_mutex_t mu;
+    struct client {
+        unsigned char key[17]; /* family byte + up to 16 address bytes */
+        unsigned n;
+    } * clients;
+    size_t nclients_cap;
+    mv_httpd_stats st;
+    time_t last_refusal_log;
+    uint64_t refusals_at_log;
 };
 
 struct mv_httpd_request {
@@ -58,9 +72,10 @@ void mv_httpd_config_default(mv_httpd_config *cfg)
     cfg->addr = "127.0.0.1";
     cfg->port = 0;
     cfg->threads = 2;
-    cfg->max_conns = 64;
+    cfg->max_conns = 1024;
+    cfg->max_conns_per_client = 64;
     cfg->max_request_bytes = 16 * 1024;
-    cfg->timeout_s = 30;
+    cfg->timeout_s = 10;
     cfg->gzip_level = 6;
     cfg->gzip_min_bytes = 1024;
 }
@@ -75,6 +90,7 @@ int mv_httpd_create(const mv_httpd_config *cfg, mv_httpd **out)
     }
     const char *addr = cfg->addr ? cfg->addr : "127.0.0.1";
     if (cfg->threads < 1 || cfg->threads > 64 || cfg->max_conns < 1 ||
+        cfg->max_conns_per_client < 1 || cfg->max_conns_per_client > cfg->max_conns ||
         cfg->max_request_bytes < 1024 || cfg->gzip_level < 1 || cfg->gzip_level > 9) {
         MV_ERROR("httpd_config",
                  "msg=%s threads=%u max_conns=%u max_request_bytes=%zu "
@@ -87,6 +103,7 @@ int mv_httpd_create(const mv_httpd_config *cfg, mv_httpd **out)
     mv_httpd *h = calloc(1, sizeof *h);
     if (!h)
         return -ENOMEM;
+    pthread_mutex_init(&h->mu, NULL);
     h->cfg = *cfg;
     snprintf(h->addr, sizeof h->addr, "%s", addr);
     h->cfg.addr = h->addr;
@@ -437,14 +454,157 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     return ret;
 }
 
+/* ---- Connection limits ----------------------------------------------------------------- */
+
+static size_t client_key(const struct sockaddr *sa, unsigned char key[17])
+{
+    memset(key, 0, 17);
+    if (sa && sa->sa_family == AF_INET) {
+        key[0] = 4;
+        memcpy(key + 1, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+        return 5;
+    }
+    if (sa && sa->sa_family == AF_INET6) {
+        key[0] = 6;
+        memcpy(key + 1, &((const struct sockaddr_in6 *)sa)->sin6_addr, 16);
+        return 17;
+    }
+    return 1; /* unknown family: one shared bucket */
+}
+
+/* The slot for `key` (h->mu held): its own, or a free one to take, or NULL if the table is
+ * full (cannot happen: it has room for every allowed connection). */
+static struct client *client_slot(mv_httpd *h, const unsigned char key[17])
+{
+    size_t hash = 1469598103934665603ull;
+    for (int i = 0; i < 17; i++)
+        hash = (hash ^ key[i]) * 1099511628211ull;
+    struct client *reuse = NULL;
+    for (size_t i = 0, j = hash % h->nclients_cap; i < h->nclients_cap;
+         i++, j = (j + 1) % h->nclients_cap) {
+        struct client *c = &h->clients[j];
+        if (memcmp(c->key, key, 17) == 0)
+            return c;
+        if (!c->n && !reuse)
+            reuse = c; /* free, or a client with no connection left */
+        if (c->key[0] == 0)
+            break; /* never used: the key is not further along */
+    }
+    if (reuse)
+        memcpy(reuse->key, key, 17);
+    return reuse;
+}
+
+/* Logs refusals at most every 10 s, with how many there were meanwhile (h->mu held). */
+static void note_refusal(mv_httpd *h, const char *why, const char *client)
+{
+    time_t now = time(NULL);
+    uint64_t total = h->st.refused_client + h->st.refused_limit;
+    if (now - h->last_refusal_log < 10)
+        return;
+    MV_WARN("httpd.connection_refused", "reason=%s client=%s refused_since_last_log=%llu %s=%u",
+            why, mv_log_q(client), (unsigned long long)(total - h->refusals_at_log),
+            strcmp(why, "per_client_limit") == 0 ? "max_conns_per_client" : "max_conns",
+            strcmp(why, "per_client_limit") == 0 ? h->cfg.max_conns_per_client : h->cfg.max_conns);
+    h->last_refusal_log = now;
+    h->refusals_at_log = total;
+}
+
+/* Accept policy: refuses a client that already holds max_conns_per_client connections, so
+ * one client's idle or slow connections cannot starve the others (Prometheus). */
+static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen)
+{
+    mv_httpd *h = cls;
+    unsigned char key[17];
+    (void)addrlen;
+    client_key(addr, key);
+    pthread_mutex_lock(&h->mu);
+    struct client *c = client_slot(h, key);
+    int ok = c && c->n < h->cfg.max_conns_per_client;
+    if (!ok) {
+        char ip[INET6_ADDRSTRLEN] = "?";
+        if (addr && addr->sa_family == AF_INET)
+            inet_ntop(AF_INET, &((const struct sockaddr_in *)addr)->sin_addr, ip, sizeof ip);
+        else if (addr && addr->sa_family == AF_INET6)
+            inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)addr)->sin6_addr, ip, sizeof ip);
+        h->st.refused_client++;
+        note_refusal(h, "per_client_limit", ip);
+    }
+    pthread_mutex_unlock(&h->mu);
+    return ok ? MHD_YES : MHD_NO;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe)
+{
+    mv_httpd *h = cls;
+    (void)socket_context;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    unsigned char key[17];
+    client_key(ci ? ci->client_addr : NULL, key);
+    pthread_mutex_lock(&h->mu);
+    struct client *c = client_slot(h, key);
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        h->st.accepted++;
+        h->st.active++;
+        if (c)
+            c->n++;
+    } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+        if (h->st.active)
+            h->st.active--;
+        if (c && c->n)
+            c->n--;
+    }
+    pthread_mutex_unlock(&h->mu);
+}
+
+void mv_httpd_get_stats(mv_httpd *h, mv_httpd_stats *out)
+{
+    pthread_mutex_lock(&h->mu);
+    *out = h->st;
+    pthread_mutex_unlock(&h->mu);
+}
+
 static void mhd_log(void *cls, const char *fmt, va_list ap)
 {
+    mv_httpd *h = cls;
     char buf[256];
     vsnprintf(buf, sizeof buf, fmt, ap);
     size_t n = strlen(buf);
     while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
         buf[--n] = '\0';
+    if (strncmp(buf, "Server reached connection limit", 31) == 0) {
+        pthread_mutex_lock(&h->mu);
+        h->st.refused_limit++;
+        note_refusal(h, "connection_limit", "any");
+        pthread_mutex_unlock(&h->mu);
+        return;
+    }
     MV_WARN("httpd_mhd", "msg=%s", mv_log_q(buf));
+}
+
+/* Makes room for max_conns sockets in RLIMIT_NOFILE (raising the soft limit up to the hard
+ * one); lowers max_conns with a warning when the hard limit is too small. */
+static void fit_fd_limit(mv_httpd *h)
+{
+    struct rlimit rl;
+    rlim_t need = (rlim_t)h->cfg.max_conns + 256; /* agents, segments, logs, ... */
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= need)
+        return;
+    rlim_t want = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= need ? need : rl.rlim_max;
+    rl.rlim_cur = want;
+    if (setrlimit(RLIMIT_NOFILE, &rl) == 0 && want >= need)
+        return;
+    unsigned fit = want > 512 ? (unsigned)(want - 256) : 256;
+    if (fit < h->cfg.max_conns) {
+        MV_WARN("httpd.fd_limit", "max_conns=%u lowered_to=%u nofile_hard=%llu hint=%s",
+                h->cfg.max_conns, fit, (unsigned long long)rl.rlim_max,
+                mv_log_q("raise the open-files limit (ulimit -n) to serve more connections"));
+        h->cfg.max_conns = fit;
+        if (h->cfg.max_conns_per_client > fit)
+            h->cfg.max_conns_per_client = fit;
+    }
 }
 
 int mv_httpd_start(mv_httpd *h)
@@ -454,13 +614,19 @@ int mv_httpd_start(mv_httpd *h)
     unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
     if (h->v6)
         flags |= MHD_USE_DUAL_STACK;
+    fit_fd_limit(h);
+    h->nclients_cap = 2 * (size_t)h->cfg.max_conns + 1;
+    free(h->clients);
+    h->clients = calloc(h->nclients_cap, sizeof *h->clients);
+    if (!h->clients)
+        return -ENOMEM;
     errno = 0;
-    h->d = MHD_start_daemon(flags, h->cfg.port, NULL, NULL, on_request, h,
-                            MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h, MHD_OPTION_SOCK_ADDR,
-                            (struct sockaddr *)&h->sa, MHD_OPTION_THREAD_POOL_SIZE, h->cfg.threads,
-                            MHD_OPTION_CONNECTION_LIMIT, h->cfg.max_conns,
-                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, h->cfg.max_request_bytes,
-                            MHD_OPTION_CONNECTION_TIMEOUT, h->cfg.timeout_s, MHD_OPTION_END);
+    h->d = MHD_start_daemon(
+        flags, h->cfg.port, on_accept, h, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, h, MHD_OPTION_SOCK_ADDR,
+        (struct sockaddr *)&h->sa, MHD_OPTION_THREAD_POOL_SIZE, h->cfg.threads,
+        MHD_OPTION_CONNECTION_LIMIT, h->cfg.max_conns, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+        h->cfg.max_request_bytes, MHD_OPTION_CONNECTION_TIMEOUT, h->cfg.timeout_s, MHD_OPTION_END);
     if (!h->d) {
         int err = errno == EADDRINUSE || errno == EACCES ? errno : EIO;
         MV_ERROR("httpd_start_failed", "addr=%s port=%u err=%s msg=%s", mv_log_q(h->addr),
@@ -471,8 +637,10 @@ int mv_httpd_start(mv_httpd *h)
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
     h->port = info ? info->port : h->cfg.port;
-    MV_INFO("httpd_listening", "addr=%s port=%u threads=%u max_conns=%u", mv_log_q(h->addr),
-            (unsigned)h->port, h->cfg.threads, h->cfg.max_conns);
+    MV_INFO("httpd_listening",
+            "addr=%s port=%u threads=%u max_conns=%u max_conns_per_client=%u idle_timeout_s=%u",
+            mv_log_q(h->addr), (unsigned)h->port, h->cfg.threads, h->cfg.max_conns,
+            h->cfg.max_conns_per_client, h->cfg.timeout_s);
     return 0;
 }
 
@@ -489,5 +657,7 @@ void mv_httpd_destroy(mv_httpd *h)
         MHD_stop_daemon(h->d);
     for (size_t i = 0; i < h->nroutes; i++)
         free(h->routes[i].path);
+    free(h->clients);
+    pthread_mutex_destroy(&h->mu);
     free(h);
 }

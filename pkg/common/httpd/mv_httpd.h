@@ -37,18 +37,23 @@ typedef struct mv_httpd_response mv_httpd_response;
 typedef int (*mv_httpd_handler)(void *arg, const mv_httpd_request *req, mv_httpd_response *resp);
 
 typedef struct {
-    const char *addr;         /* numeric IPv4/IPv6 address; "::" also accepts IPv4 */
-    uint16_t port;            /* 0 = ephemeral; see mv_httpd_port() */
-    unsigned threads;         /* worker threads (thread pool size) */
-    unsigned max_conns;       /* concurrent connections; more are refused */
-    size_t max_request_bytes; /* per-connection memory, bounds request line + headers */
-    unsigned timeout_s;       /* idle connection timeout */
-    int gzip_level;           /* zlib level 1..9 */
-    size_t gzip_min_bytes;    /* compress only bodies larger than this */
+    const char *addr;              /* numeric IPv4/IPv6 address; "::" also accepts IPv4 */
+    uint16_t port;                 /* 0 = ephemeral; see mv_httpd_port() */
+    unsigned threads;              /* worker threads (thread pool size) */
+    unsigned max_conns;            /* concurrent connections; more are refused */
+    unsigned max_conns_per_client; /* concurrent connections of one client address */
+    size_t max_request_bytes;      /* per-connection memory, bounds request line + headers */
+    unsigned timeout_s;            /* idle connection timeout (also for a request trickling in) */
+    int gzip_level;                /* zlib level 1..9 */
+    size_t gzip_min_bytes;         /* compress only bodies larger than this */
 } mv_httpd_config;
 
-/* Fills defaults: 127.0.0.1, port 0, 2 threads, 64 connections, 16 KiB requests,
- * 30 s timeout, gzip level 6 for bodies over 1024 bytes. */
+/* Fills defaults: 127.0.0.1, port 0, 2 threads, 1024 connections of which at most 64 from
+ * one client address, 16 KiB requests, 10 s idle timeout, gzip level 6 for bodies over
+ * 1024 bytes. mv_httpd_start raises the open-files soft limit to fit max_conns (or lowers
+ * max_conns, with a warning, when the hard limit is too small). Refused connections are
+ * counted (mv_httpd_get_stats) and logged at most every 10 s (event
+ * httpd.connection_refused). */
 void mv_httpd_config_default(mv_httpd_config *cfg);
 
 /* Creates a server (not yet listening). Returns 0, -EINVAL (bad address or limits, logged)
@@ -64,6 +69,15 @@ int mv_httpd_start(mv_httpd *h);
 
 /* The bound port (useful with port 0), or 0 if not started. */
 uint16_t mv_httpd_port(const mv_httpd *h);
+
+typedef struct mv_httpd_stats {
+    uint64_t accepted;       /* connections served */
+    uint64_t active;         /* open now */
+    uint64_t refused_client; /* refused: the client held max_conns_per_client */
+    uint64_t refused_limit;  /* refused: max_conns reached */
+} mv_httpd_stats;
+
+void mv_httpd_get_stats(mv_httpd *h, mv_httpd_stats *out);
 
 /* Stops (if started) and frees. NULL is ignored. */
 void mv_httpd_destroy(mv_httpd *h);

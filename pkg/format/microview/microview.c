@@ -13,6 +13,7 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -28,6 +29,8 @@ struct mv_histogram {
 
 struct mv_segment {
     char *path;
+    dev_t dev; /* the file's identity, to tell a live lock holder (it maps the file) */
+    ino_t ino;
     unsigned char *base;
     size_t size;
     mv_seg_header *h;
@@ -142,6 +145,9 @@ static int format_if_zero(int fd, mv_segment *s)
     return rc;
 }
 
+static int seg_lock(mv_segment *s);
+static void seg_repair(mv_segment *s, uint64_t *gen);
+
 int mv_open(const char *path, mv_segment **out)
 {
     struct stat st;
@@ -171,6 +177,8 @@ int mv_open(const char *path, mv_segment **out)
         goto free_s;
     }
     s->size = (size_t)st.st_size;
+    s->dev = st.st_dev;
+    s->ino = st.st_ino;
     s->base = mmap(NULL, s->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (s->base == MAP_FAILED) {
         s->base = NULL;
@@ -192,12 +200,22 @@ int mv_open(const char *path, mv_segment **out)
     mv_seg_reason r = MV_SEG_E_BUSY;
     int racing = 1;
     for (int tries = 0; tries < 200 && r != MV_SEG_OK && racing; tries++) {
+        if (r == MV_SEG_E_BUSY && tries >= 40)
+            break; /* busy for 200 ms: see below */
         uint64_t g0 = __atomic_load_n(&s->h->generation, __ATOMIC_ACQUIRE);
         r = mv_seg_catalog_parse(s->base, s->size, s->size, &cat, &e);
         uint64_t g1 = __atomic_load_n(&s->h->generation, __ATOMIC_ACQUIRE);
         racing = r == MV_SEG_E_BUSY || (g0 & 1) || g0 != g1;
         if (r != MV_SEG_OK && racing)
             usleep(5000);
+    }
+    if (r == MV_SEG_E_BUSY && seg_lock(s) == MV_OK) {
+        /* Still busy after a second: its appender died (section 8, step 2). */
+        uint64_t gen = __atomic_load_n(&s->h->generation, __ATOMIC_ACQUIRE);
+        seg_repair(s, &gen);
+        __atomic_store_n(&s->h->lock, 0, __ATOMIC_RELEASE);
+        r = mv_seg_catalog_parse(s->base, s->size, s->size, &cat, &e);
+        racing = 0;
     }
     if (r != MV_SEG_OK && !racing) {
         rc = fail(MV_ERR_FORMAT, "%s: %s (%s)", path, e.detail, mv_seg_reason_name(r));
@@ -241,8 +259,36 @@ void mv_close(mv_segment *s)
 
 /* ---- Registration ------------------------------------------------------------- */
 
-/* Takes the cross-process registration lock (header word `lock` = owner pid).
- * A lock whose owner process no longer exists is taken over. */
+/* Whether process `pid` can be the lock holder: it exists and maps this segment. A pid that
+ * exists but maps no file of this device and inode is a reused pid: the holder died. When
+ * /proc/PID/maps cannot be read (another user, no /proc), the holder counts as alive. */
+static int holder_alive(const mv_segment *s, pid_t pid)
+{
+    if (kill(pid, 0) != 0 && errno == ESRCH)
+        return 0;
+    char path[64], line[512];
+    snprintf(path, sizeof path, "/proc/%d/maps", (int)pid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return 1;
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f)) {
+        unsigned maj, min;
+        unsigned long long ino;
+        /* address perms offset dev inode [path] */
+        if (sscanf(line, "%*s %*s %*s %x:%x %llu", &maj, &min, &ino) == 3)
+            found = maj == major(s->dev) && min == minor(s->dev) && (ino_t)ino == s->ino;
+        size_t n = strlen(line);
+        while (n && line[n - 1] != '\n' && fgets(line, sizeof line, f)) /* skip a long tail */
+            n = strlen(line);
+    }
+    fclose(f);
+    return found;
+}
+
+/* Takes the cross-process registration lock (header word `lock` = owner pid). A lock whose
+ * holder is gone (no such process, or a process that does not map the segment: its pid was
+ * reused) is taken over. */
 static int seg_lock(mv_segment *s)
 {
     uint32_t self = (uint32_t)getpid();
@@ -253,7 +299,7 @@ static int seg_lock(mv_segment *s)
             return MV_OK;
         if (expect == self)
             return fail(MV_ERR_BUSY, "registration lock already held by this process");
-        if (i > 10 && kill((pid_t)expect, 0) != 0 && errno == ESRCH &&
+        if (i > 10 && !holder_alive(s, (pid_t)expect) &&
             __atomic_compare_exchange_n(&s->h->lock, &expect, self, 0, __ATOMIC_ACQUIRE,
                                         __ATOMIC_RELAXED))
             return MV_OK;
@@ -261,6 +307,22 @@ static int seg_lock(mv_segment *s)
     }
     return fail(MV_ERR_BUSY, "%s: registration lock held by pid %u for over 2 s", s->path,
                 __atomic_load_n(&s->h->lock, __ATOMIC_RELAXED));
+}
+
+/* Spec section 8, step 2, under the lock: an odd generation means an appender died between
+ * steps 6 and 10. Its counts may be half-stored (it can die inside step 9), so they are
+ * recomputed from the records before the generation is made even again. */
+static void seg_repair(mv_segment *s, uint64_t *gen)
+{
+    if (!(*gen & 1))
+        return;
+    uint32_t count, cused, vused;
+    mv_seg_recount(s->base, s->size, &count, &cused, &vused);
+    mv_seg_header *h = s->h;
+    __atomic_store_n(&h->values_used, vused, __ATOMIC_RELAXED);
+    __atomic_store_n(&h->catalog_used, cused, __ATOMIC_RELAXED);
+    __atomic_store_n(&h->metric_count, count, __ATOMIC_RELAXED);
+    __atomic_store_n(&h->generation, ++*gen, __ATOMIC_RELEASE);
 }
 
 static void seg_unlock(mv_segment *s)
@@ -312,8 +374,7 @@ static int do_register(mv_segment *s, const mv_seg_metric_desc *d, uint64_t **sl
 
     mv_seg_header *h = s->h;
     uint64_t gen = __atomic_load_n(&h->generation, __ATOMIC_ACQUIRE);
-    if (gen & 1) /* an appender died half-way: its record was never published */
-        __atomic_store_n(&h->generation, ++gen, __ATOMIC_RELEASE);
+    seg_repair(s, &gen); /* an appender died half-way */
 
     mv_seg_catalog *cat;
     if ((r = mv_seg_catalog_parse(s->base, s->size, s->size, &cat, &e)) != MV_SEG_OK) {

@@ -711,6 +711,36 @@ mv_seg_reason mv_seg_catalog_parse(const void *buf, size_t len, uint64_t expecte
     return MV_SEG_OK;
 }
 
+void mv_seg_recount(const void *base, size_t size, uint32_t *metric_count, uint32_t *catalog_used,
+                    uint32_t *values_used)
+{
+    const mv_seg_header *h = base;
+    uint32_t n = 0, pos = 0, vend = 0;
+    const char *cat = (const char *)base + h->catalog_offset;
+    uint64_t cap = h->catalog_size;
+    if ((uint64_t)h->catalog_offset + cap > size || (uint64_t)h->values_offset > size)
+        cap = 0; /* a header that lies about its areas: nothing to trust */
+    while (n < MV_SEG_METRICS_MAX && cap - pos >= MV_SEG_RECORD_MIN) {
+        mv_seg_record_head hd;
+        memcpy(&hd, cat + pos, sizeof hd);
+        if (hd.record_size < MV_SEG_RECORD_MIN || hd.record_size % 8 || hd.record_size > cap - pos)
+            break;
+        uint64_t sum;
+        memcpy(&sum, cat + pos + hd.record_size - 8, 8);
+        if (sum != mv_seg_fnv1a64(cat + pos, hd.record_size - 8))
+            break;
+        if (hd.value_offset % 8 || hd.value_offset < vend || hd.value_size == 0 ||
+            (uint64_t)hd.value_offset + hd.value_size > h->values_size)
+            break;
+        vend = hd.value_offset + hd.value_size;
+        pos += hd.record_size;
+        n++;
+    }
+    *metric_count = n;
+    *catalog_used = pos;
+    *values_used = vend;
+}
+
 /* ---- Reader: values ------------------------------------------------------------ */
 
 mv_seg_reason mv_seg_hot_check(const mv_seg_catalog *c, const void *buf, size_t len,

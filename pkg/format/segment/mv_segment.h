@@ -204,6 +204,17 @@ uint32_t mv_seg_value_size(const mv_seg_metric_desc *d);
  * must have mv_seg_record_size(d) bytes; the checksum is filled in. */
 void mv_seg_record_encode(void *out, const mv_seg_metric_desc *d, uint32_t value_offset);
 
+/* Repair (spec section 8, step 2), for a writer holding the registration lock of a segment
+ * whose generation is odd: recomputes what an appender that died half-way should have
+ * published, from the records themselves. Walks the catalog area from its start while each
+ * record's size is valid, its checksum matches and its value slot follows the previous one
+ * inside the value area; returns their count, the catalog bytes they use and the value bytes
+ * their slots end at. A complete record of the dead appender counts (its slot was zeroed
+ * before the record was written); a partial one ends the walk. `base` is the live segment
+ * of `size` bytes whose header passed a structural check. */
+void mv_seg_recount(const void *base, size_t size, uint32_t *metric_count, uint32_t *catalog_used,
+                    uint32_t *values_used);
+
 /* ---- Reader: the catalog ---------------------------------------------------- */
 
 typedef struct mv_seg_metric {

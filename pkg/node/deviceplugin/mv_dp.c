@@ -2,6 +2,7 @@
 #include "mv_dp.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -11,6 +12,7 @@
 #include <sys/eventfd.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -26,12 +28,14 @@
 #define P_PREFERRED "/v1beta1.DevicePlugin/GetPreferredAllocation"
 #define P_REGISTER  "/v1beta1.Registration/Register"
 
-#define REQ_MAX       (16u << 20)
-#define DEVICES_CAP   1000000
-#define TICK_MS       250
-#define BACKOFF_MIN   100
-#define STREAMS_MAX   64
-#define SOCK_PATH_MAX 108 /* sun_path */
+#define REQ_MAX     (16u << 20)
+#define DEVICES_CAP 65536u /* see MAX_LIST_BYTES */
+/* A ListAndWatch message larger than this is refused at start: the kubelet accepts 4 MiB. */
+#define MAX_LIST_BYTES (2u << 20)
+#define TICK_MS        250
+#define BACKOFF_MIN    100
+#define STREAMS_MAX    64
+#define SOCK_PATH_MAX  108 /* sun_path */
 
 struct mv_dp {
     char *dir, *endpoint, *resource, *prefix;
@@ -455,22 +459,31 @@ static int do_register(mv_dp *dp, char *why, size_t whylen)
     return rc;
 }
 
+/* Which kubelet instance serves kubelet.sock: the socket file's identity. Device, inode and
+ * birth time, not ctime: a kubelet changes its socket's metadata after listening (SELinux
+ * label, mode), and taking that for a new instance would register twice with one kubelet
+ * (older kubelets can then drop the newer registration). The birth time tells a new socket
+ * that reuses a freed inode number from the old one. */
 typedef struct file_id {
     int exists;
     dev_t dev;
     ino_t ino;
-    struct timespec ctim;
+    int64_t btime_sec;
+    uint32_t btime_nsec;
 } file_id;
 
 static file_id stat_id(const char *path)
 {
     file_id f = {0};
-    struct stat sb;
-    if (lstat(path, &sb) == 0) {
+    struct statx sx;
+    if (statx(AT_FDCWD, path, AT_SYMLINK_NOFOLLOW, STATX_INO | STATX_BTIME, &sx) == 0) {
         f.exists = 1;
-        f.dev = sb.st_dev;
-        f.ino = sb.st_ino;
-        f.ctim = sb.st_ctim;
+        f.dev = makedev(sx.stx_dev_major, sx.stx_dev_minor);
+        f.ino = sx.stx_ino;
+        if (sx.stx_mask & STATX_BTIME) {
+            f.btime_sec = sx.stx_btime.tv_sec;
+            f.btime_nsec = sx.stx_btime.tv_nsec;
+        }
     }
     return f;
 }
@@ -478,12 +491,12 @@ static file_id stat_id(const char *path)
 static int same_id(const file_id *a, const file_id *b)
 {
     return a->exists == b->exists && a->dev == b->dev && a->ino == b->ino &&
-           a->ctim.tv_sec == b->ctim.tv_sec && a->ctim.tv_nsec == b->ctim.tv_nsec;
+           a->btime_sec == b->btime_sec && a->btime_nsec == b->btime_nsec;
 }
 
 /* Drains inotify; returns nonzero if kubelet.sock or our socket was touched or
  * the watch went away. */
-static int drain_inotify(mv_dp *dp, int ifd, int *wd)
+static int drain_inotify(mv_dp *dp, int ifd, int *wd, int *kubelet_created)
 {
     char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
     int relevant = 0;
@@ -499,6 +512,9 @@ static int drain_inotify(mv_dp *dp, int ifd, int *wd)
             } else if (ev->len && (strcmp(ev->name, MV_DP_KUBELET_SOCKET) == 0 ||
                                    strcmp(ev->name, dp->endpoint) == 0)) {
                 relevant = 1;
+                if ((ev->mask & (IN_CREATE | IN_MOVED_TO)) &&
+                    strcmp(ev->name, MV_DP_KUBELET_SOCKET) == 0)
+                    *kubelet_created = 1; /* a new socket, even if its inode number is reused */
             }
             p += sizeof *ev + ev->len;
         }
@@ -511,7 +527,7 @@ static void *mgr_main(void *arg)
     mv_dp *dp = arg;
     int ifd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
     int wd = -1;
-    int need = 1, registered_once = 0, kubelet_gone_logged = 0;
+    int need = 1, registered_once = 0, kubelet_gone_logged = 0, kubelet_created = 0;
     const char *reason = "startup";
     unsigned backoff = BACKOFF_MIN;
     uint64_t next_try = 0;
@@ -555,6 +571,10 @@ static void *mgr_main(void *arg)
                     need = 0;
                     backoff = BACKOFF_MIN;
                     kubelet_id = kid;
+                    /* Creations seen so far are of the instance we just registered with. */
+                    if (ifd >= 0)
+                        drain_inotify(dp, ifd, &wd, &kubelet_created);
+                    kubelet_created = 0;
                 } else {
                     MV_WARN("dp.register_failed", "resource=%s kubelet=%s err=%s retry_ms=%u",
                             mv_log_q(dp->resource), mv_log_q(dp->kubelet_path), mv_log_q(why),
@@ -578,7 +598,9 @@ static void *mgr_main(void *arg)
                 /* nothing to do: it was only a wake-up */
             }
         }
-        int touched = ifd >= 0 && (pfd[1].revents & POLLIN) ? drain_inotify(dp, ifd, &wd) : 0;
+        int touched = ifd >= 0 && (pfd[1].revents & POLLIN)
+                          ? drain_inotify(dp, ifd, &wd, &kubelet_created)
+                          : 0;
         if (__atomic_load_n(&dp->stop, __ATOMIC_ACQUIRE))
             break;
         if (need) {
@@ -591,7 +613,7 @@ static void *mgr_main(void *arg)
         pthread_mutex_lock(&dp->mu);
         int dropped = dp->stream_dropped;
         pthread_mutex_unlock(&dp->mu);
-        if (now_kid.exists && !same_id(&now_kid, &kubelet_id)) {
+        if (now_kid.exists && (!same_id(&now_kid, &kubelet_id) || kubelet_created)) {
             need = 1;
             reason = "kubelet_restarted";
             next_try = 0;
@@ -697,6 +719,20 @@ int mv_dp_start(const mv_dp_config *cfg, const mv_dp_callbacks *cb, mv_dp **out)
         goto free_dp;
     }
     dp->healthy = !cfg->start_unhealthy;
+    /* The largest list we may send (all Unhealthy) must fit the kubelet's limit with room. */
+    mv_rpc_buf worst = build_devices(dp, 0, &rc);
+    if (rc < 0)
+        goto free_dp;
+    size_t worst_len = worst.len;
+    free(worst.data);
+    if (worst_len > MAX_LIST_BYTES) {
+        MV_ERROR("dp.bad_config", "devices=%zu list_bytes=%zu max_bytes=%u detail=%s", dp->ndevices,
+                 worst_len, MAX_LIST_BYTES,
+                 mv_log_q("the device list would not fit well under the kubelet's 4 MiB gRPC "
+                          "message limit: use fewer, larger pages"));
+        rc = -E2BIG;
+        goto free_dp;
+    }
     dp->devices_msg = build_devices(dp, dp->healthy, &rc);
     if (rc < 0)
         goto free_dp;

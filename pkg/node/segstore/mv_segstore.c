@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -32,6 +33,7 @@ struct mv_segstore_sub {
 
 struct mv_segstore {
     char *dir;
+    int lock_fd; /* flock(LOCK_EX) on DIR/.lock while open: one agent per directory */
     uint64_t max_size;
     mode_t file_mode;
     int reap_ms;
@@ -62,10 +64,28 @@ static void notify(mv_segstore *st, int ev, const mv_segstore_seg *seg)
         s->fn(s->arg, ev, seg, st->revision);
 }
 
-static int seg_file_ok(const mv_segstore_seg *s)
+/* Puts a segment file back to its recorded size when something (its pod: the file is
+ * writable in the container) truncated or extended it: a truncated segment makes readers
+ * fault or read zeros inside the first page, an extended one no longer matches what was
+ * registered for RDMA and announced. Bytes cut off come back as zeros. Returns 0 (size
+ * right or restored), -ENOENT (no file), -EINVAL (not a regular file) or another -errno. */
+static int seg_fix_size(const mv_segstore_seg *s)
 {
     struct stat sb;
-    return lstat(s->path, &sb) == 0 && S_ISREG(sb.st_mode) && (uint64_t)sb.st_size == s->size;
+    if (lstat(s->path, &sb) != 0)
+        return -errno;
+    if (!S_ISREG(sb.st_mode))
+        return -EINVAL;
+    if ((uint64_t)sb.st_size == s->size)
+        return 0;
+    int fd = open(s->path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+    int rc = fd < 0 || ftruncate(fd, (off_t)s->size) != 0 ? -errno : 0;
+    if (fd >= 0)
+        close(fd);
+    MV_WARN("segment.size_changed", "id=%s path=%s recorded=%" PRIu64 " found=%lld action=%s",
+            s->id, mv_log_q(s->path), s->size, (long long)sb.st_size,
+            mv_log_q(rc == 0 ? "restored to the recorded size" : strerror(-rc)));
+    return rc;
 }
 
 static int load(mv_segstore *st)
@@ -102,9 +122,18 @@ static int load(mv_segstore *st)
     }
     size_t kept = 0;
     for (size_t i = 0; i < n; i++) {
-        if (!seg_file_ok(&v[i])) {
-            MV_WARN("catalog.entry_dropped", "id=%s path=%s reason=%s", v[i].id,
-                    mv_log_q(v[i].path), mv_log_q("segment file missing or wrong size"));
+        int frc = seg_fix_size(&v[i]);
+        if (frc != 0) {
+            /* Not a segment we can keep: drop the entry, and remove what is at its path
+             * (a file, or an empty directory) unless nothing is there, so that no stray is
+             * left behind. */
+            int removed = frc != -ENOENT && (unlink(v[i].path) == 0 || rmdir(v[i].path) == 0);
+            MV_WARN("catalog.entry_dropped", "id=%s path=%s reason=%s removed=%d", v[i].id,
+                    mv_log_q(v[i].path),
+                    mv_log_q(frc == -ENOENT   ? "segment file missing"
+                             : frc == -EINVAL ? "not a regular file"
+                                              : strerror(-frc)),
+                    removed);
             mv_segstore_seg_clear(&v[i]);
             continue;
         }
@@ -207,6 +236,47 @@ static void *reaper_main(void *arg)
     return NULL;
 }
 
+#define LOCK_NAME ".lock"
+
+/* Takes DIR/.lock exclusively, so a second agent on the same directory is refused instead of
+ * taking over its socket and racing its catalog writes. The holder's pid is written into the
+ * file for the message. Returns the fd, or -EBUSY (logged) / another negative errno. */
+static int lock_dir(const char *dir)
+{
+    char path[4096];
+    if ((size_t)snprintf(path, sizeof path, "%s/" LOCK_NAME, dir) >= sizeof path)
+        return -ENAMETOOLONG;
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        int e = errno;
+        MV_ERROR("segstore.lock_failed", "path=%s err=%s", mv_log_q(path), mv_log_q(strerror(e)));
+        return -e;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+        int e = errno;
+        char pid[32] = "";
+        ssize_t n = pread(fd, pid, sizeof pid - 1, 0);
+        pid[n > 0 ? n : 0] = 0;
+        pid[strcspn(pid, "\n")] = 0;
+        close(fd);
+        if (e != EWOULDBLOCK) {
+            MV_ERROR("segstore.lock_failed", "path=%s err=%s", mv_log_q(path),
+                     mv_log_q(strerror(e)));
+            return -e;
+        }
+        MV_ERROR("segstore.dir_in_use", "dir=%s holder_pid=%s msg=%s", mv_log_q(dir),
+                 mv_log_q(pid[0] ? pid : "unknown"),
+                 mv_log_q("another microview-agent already uses this directory; stop it, or "
+                          "give this agent its own directory"));
+        return -EBUSY;
+    }
+    char pid[32];
+    int len = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) < 0 || pwrite(fd, pid, (size_t)len, 0) != len)
+        MV_WARN("segstore.lock_pid", "path=%s err=%s", mv_log_q(path), mv_log_q(strerror(errno)));
+    return fd;
+}
+
 int mv_segstore_open(const mv_segstore_opts *opts, mv_segstore **out)
 {
     int rc;
@@ -214,6 +284,7 @@ int mv_segstore_open(const mv_segstore_opts *opts, mv_segstore **out)
     mv_segstore *st = calloc(1, sizeof *st);
     if (!st)
         return -ENOMEM;
+    st->lock_fd = -1;
     st->dir = strdup(opts && opts->dir ? opts->dir : MV_SEGSTORE_DEFAULT_DIR);
     if (!st->dir) {
         rc = -ENOMEM;
@@ -255,9 +326,12 @@ int mv_segstore_open(const mv_segstore_opts *opts, mv_segstore **out)
                  mv_log_q(strerror(-rc)));
         goto destroy_sync;
     }
-    rc = load(st);
+    rc = st->lock_fd = lock_dir(st->dir);
     if (rc < 0)
         goto destroy_sync;
+    rc = load(st);
+    if (rc < 0)
+        goto unlock;
     log_strays(st);
     if (st->reap_ms > 0) {
         int e = pthread_create(&st->reaper, NULL, reaper_main, st);
@@ -271,6 +345,8 @@ int mv_segstore_open(const mv_segstore_opts *opts, mv_segstore **out)
     return 0;
 free_segs:
     mv_segstore_segs_free(st->segs, st->nsegs);
+unlock:
+    close(st->lock_fd);
 destroy_sync:
     pthread_cond_destroy(&st->cv);
     pthread_mutex_destroy(&st->mu);
@@ -299,6 +375,8 @@ void mv_segstore_close(mv_segstore *st)
     mv_segstore_segs_free(st->segs, st->nsegs);
     pthread_cond_destroy(&st->cv);
     pthread_mutex_destroy(&st->mu);
+    if (st->lock_fd >= 0)
+        close(st->lock_fd); /* releases the directory */
     free(st->dir);
     free(st);
 }
@@ -683,6 +761,8 @@ int mv_segstore_reap(mv_segstore *st)
 {
     int n = 0;
     pthread_mutex_lock(&st->mu);
+    for (size_t i = 0; i < st->nsegs; i++)
+        seg_fix_size(&st->segs[i]); /* logs and restores a truncated or extended file */
     for (size_t i = 0; i < st->nsegs;) {
         pid_t pid = (pid_t)st->segs[i].owner_pid;
         if (pid > 0 && kill(pid, 0) < 0 && errno == ESRCH) {

@@ -60,9 +60,11 @@ typedef struct mv_segstore_opts {
     uint64_t page_size;
 } mv_segstore_opts;
 
-/* Opens the store: creates the directory (0755) if needed, reloads catalog.json
- * (dropping entries whose file is gone), and starts the reaper. Returns 0 or a
- * negative errno (the reason is logged). */
+/* Opens the store: creates the directory (0755) if needed, locks it (flock on
+ * DIR/.lock, held until mv_segstore_close: a second store on the same directory,
+ * in this or another process, gets -EBUSY with the holder's pid in the log),
+ * reloads catalog.json (dropping entries whose file is gone), and starts the
+ * reaper. Returns 0 or a negative errno (the reason is logged). */
 int mv_segstore_open(const mv_segstore_opts *opts, mv_segstore **out);
 
 /* Stops the reaper and frees the store. Segment files are kept. NULL-safe. */
@@ -110,8 +112,10 @@ int mv_segstore_release(mv_segstore *st, const char *id);
 /* Copies the catalog. *out is malloc'd (free with mv_segstore_segs_free). */
 int mv_segstore_list(mv_segstore *st, mv_segstore_seg **out, size_t *n, uint64_t *revision);
 
-/* Runs one reaping pass now (what the reaper thread does every interval).
- * Returns the number of segments released. */
+/* Runs one reaping pass now (what the reaper thread does every interval): a segment file
+ * whose size changed (truncated or extended by its writer) is put back to its recorded size
+ * (event segment.size_changed); segments of dead owners are released. Returns the number
+ * of segments released. */
 int mv_segstore_reap(mv_segstore *st);
 
 void mv_segstore_seg_clear(mv_segstore_seg *s);

@@ -98,11 +98,28 @@ static json_object *metric_json(const void *buf, const mv_seg_metric *m)
     return o;
 }
 
+void mv_inspect_put_escaped(FILE *out, const char *s)
+{
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '\\' || *p == '"')
+            fprintf(out, "\\%c", *p);
+        else if (*p == '\n')
+            fputs("\\n", out);
+        else if (*p < 0x20 || *p == 0x7f)
+            fprintf(out, "\\x%02x", *p);
+        else
+            fputc(*p, out);
+    }
+}
+
 static void print_text_metric(FILE *out, const void *buf, const mv_seg_metric *m)
 {
     fprintf(out, "%-9s %s{", type_name(m->type), m->name);
-    for (uint16_t i = 0; i < m->label_count; i++)
-        fprintf(out, "%s%s=\"%s\"", i ? "," : "", m->labels[i].key, m->labels[i].value);
+    for (uint16_t i = 0; i < m->label_count; i++) {
+        fprintf(out, "%s%s=\"", i ? "," : "", m->labels[i].key);
+        mv_inspect_put_escaped(out, m->labels[i].value);
+        fputc('"', out);
+    }
     fputc('}', out);
     if (m->type == MV_SEG_COUNTER) {
         fprintf(out, " %" PRIu64, mv_seg_read_counter(buf, m));

@@ -11,6 +11,11 @@
 /* Copies the segment file at `path` (read-only mapping, 8-byte atomic word
  * copies) into a new buffer. Returns 0 and *buf (free with free()) and *len,
  * or -errno with a message in errbuf. */
+/* Writes `s` for a one-line human listing: backslash, double quote and newline escaped as in
+ * the Prometheus text format, other control bytes as \xNN, so a label value cannot break or
+ * forge a line. */
+void mv_inspect_put_escaped(FILE *out, const char *s);
+
 int mv_inspect_load(const char *path, void **buf, size_t *len, char *errbuf, size_t errlen);
 
 /* Decodes `buf` and prints it to `out`, as text (json = 0) or one JSON
