@@ -669,6 +669,73 @@ def sc_pool_max(env):
           "raise page_size" in res.stderr, res.stderr[-500:])
 
 
+def put_pod_spec(env, ns, name, pod_sc=None, container_sc=None):
+    """A pod whose spec carries securityContexts (pod level and container "app")."""
+    c = {"name": "app", "image": "example"}
+    if container_sc:
+        c["securityContext"] = container_sc
+    spec = {"nodeName": "node-1", "containers": [c]}
+    if pod_sc:
+        spec["securityContext"] = pod_sc
+    env.api.put_pod({"kind": "Pod", "apiVersion": "v1",
+                     "metadata": {"namespace": ns, "name": name, "uid": "uid-" + name,
+                                  "labels": {}, "annotations": {}},
+                     "spec": spec, "status": {"phase": "Running"}})
+
+
+def write_as(env, path, uid, gid, groups=()):
+    """Runs `microviewctl gen` on the segment as uid:gid (and supplementary groups), as a
+    container's process would; returns (exit code, output)."""
+    args = ["setpriv", "--reuid", str(uid), "--regid", str(gid)]
+    args += ["--groups", ",".join(map(str, groups))] if groups else ["--clear-groups"]
+    args += [os.path.join(env.bin, "microviewctl"), "gen", "--segment", path, "--duration", "1",
+             "--rate", "50", "--counters", "1", "--gauges", "0", "--histograms", "0"]
+    res = subprocess.run(args, capture_output=True, text=True, timeout=30)
+    return res.returncode, (res.stdout + res.stderr)[-800:]
+
+
+def sc_nonroot(env):
+    """A writer that runs as non-root (what the restricted Pod Security Standard asks) can open
+    its segment: the agent hands the file to the container's user and group from the pod spec
+    at PreStartContainer, or makes it writable for the container when the spec names none."""
+    if os.geteuid() != 0:
+        raise Skip("needs root to run the writer as other users (setpriv)")
+    if not shutil.which("setpriv"):
+        raise Skip("setpriv (util-linux) not installed")
+    env.start_agent()
+    env.ready()
+    # Bins must be reachable by the other users.
+    for d in (env.tmp, env.state):
+        os.chmod(d, 0o755)
+    cases = [
+        ("run-as", {"runAsUser": 1000, "runAsGroup": 1000}, None, (1000, 1000, 0o660),
+         (1000, 1000, ())),
+        ("container-over-pod", {"runAsUser": 1000, "fsGroup": 2000}, {"runAsUser": 1500},
+         (1500, 2000, 0o660), (1500, 1500, (2000,))),
+        ("no-user", None, None, (0, 0, 0o666), (1002, 1002, ())),
+    ]
+    for name, pod_sc, c_sc, (want_uid, want_gid, want_mode), (wuid, wgid, groups) in cases:
+        put_pod_spec(env, "team-a", name, pod_sc, c_sc)
+        a = env.kubelet.allocate("team-a", name, "app", 1)
+        path = os.path.join(seg_dir_of(a), os.path.basename(envs_of(a)["MICROVIEW_SEGMENT"]))
+
+        def owned():
+            st = os.stat(path)
+            return (st.st_uid, st.st_gid, st.st_mode & 0o777) == (want_uid, want_gid, want_mode)
+
+        got = wait_until(owned, 5)
+        st = os.stat(path)
+        check("%s: segment owned %d:%d mode %o" % (name, want_uid, want_gid, want_mode), got,
+              (st.st_uid, st.st_gid, oct(st.st_mode & 0o777)))
+        rc, out = write_as(env, path, wuid, wgid, groups)
+        check("%s: a writer running as %d:%d%s writes its segment" %
+              (name, wuid, wgid, " +%s" % list(groups) if groups else ""), rc == 0, out)
+        if want_mode == 0o660:
+            rc2, out2 = write_as(env, path, 4242, 4242)
+            check("%s: another user cannot open it" % name, rc2 != 0, out2)
+    check("ownership logged", env.log_has("segment.owner_set"))
+
+
 SCENARIOS = {
     "register": sc_register,
     "allocate": sc_allocate,
@@ -682,6 +749,7 @@ SCENARIOS = {
     "rdma_required": sc_rdma_required,
     "rdma_optional": sc_rdma_optional,
     "pool_max": sc_pool_max,
+    "nonroot": sc_nonroot,
 }
 
 

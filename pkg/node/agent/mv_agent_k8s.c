@@ -136,6 +136,12 @@ static int resolve_identity(mv_agent_k8s *a, const mv_segstore_seg *seg, const c
                                  on_invalid_label, &ic);
             for (size_t i = 0; i < nextra && nl < MV_SEGSTORE_LABELS_MAX; i++)
                 labels[nl++] = (mv_segstore_label){extra[i].key, extra[i].value};
+            /* The writer may run as non-root (restricted Pod Security): hand it the file. */
+            int64_t uid, gid;
+            mv_kube_pod_owner(&pod, e->container, &uid, &gid);
+            if (mv_segstore_set_owner(a->store, seg->id, uid, gid, err, sizeof err) < 0)
+                MV_WARN("segment.owner_failed", "id=%s pod=%s container=%s err=%s", seg->id,
+                        mv_log_q(e->pod), mv_log_q(e->container), mv_log_q(err));
         }
     }
     rc = mv_segstore_set_labels(a->store, seg->id, labels, nl, err, sizeof err);
@@ -352,6 +358,9 @@ void mv_agent_k8s_gc_pass(mv_agent_k8s *a)
     mv_podres_entry *pr = NULL;
     size_t npr = 0;
     char err[MV_ERR_MAX];
+    /* The assignments seen are as of the List call: only a segment created a grace period
+     * before it can be judged by it (one allocated while List was in flight is not in it). */
+    uint64_t listed_at = mv_wall_ns();
     int rc = mv_podres_list(a->cfg.pod_resources_socket, a->cfg.resource_name, PODRES_TIMEOUT_MS,
                             &pr, &npr, err, sizeof err);
     if (rc < 0) {
@@ -368,12 +377,11 @@ void mv_agent_k8s_gc_pass(mv_agent_k8s *a)
         mv_podres_free(pr, npr);
         return;
     }
-    uint64_t now = mv_wall_ns();
     for (size_t i = 0; i < n; i++) {
         const mv_segstore_seg *s = &v[i];
         if (!s->ndevices)
             continue;
-        if (now - s->created_ns < a->cfg.gc_grace_ms * 1000000ull)
+        if (s->created_ns + a->cfg.gc_grace_ms * 1000000ull > listed_at)
             continue;
         int held = 0;
         for (size_t j = 0; j < s->ndevices && !held; j++)

@@ -54,7 +54,22 @@ void mv_kube_pod_clear(mv_kube_pod *p)
     free(p->node_name);
     mv_kube_kvs_free(p->labels, p->nlabels);
     mv_kube_kvs_free(p->annotations, p->nannotations);
+    for (size_t i = 0; i < p->ncontainers; i++)
+        free(p->containers[i].name);
+    free(p->containers);
     memset(p, 0, sizeof *p);
+}
+
+void mv_kube_pod_owner(const mv_kube_pod *p, const char *container, int64_t *uid, int64_t *gid)
+{
+    const mv_kube_container *c = NULL;
+    for (size_t i = 0; container && i < p->ncontainers && !c; i++)
+        if (p->containers[i].name && strcmp(p->containers[i].name, container) == 0)
+            c = &p->containers[i];
+    *uid = c && c->run_as_user >= 0 ? c->run_as_user : p->run_as_user;
+    *gid = c && c->run_as_group >= 0 ? c->run_as_group
+           : p->run_as_group >= 0    ? p->run_as_group
+                                     : p->fs_group;
 }
 
 const char *mv_kube_pod_annotation(const mv_kube_pod *p, const char *key)
@@ -123,6 +138,81 @@ static int get_map(json_object *o, const char *key, mv_kube_kv **out, size_t *n)
     return 0;
 }
 
+/* securityContext ids: absent or null = -1; otherwise an integer in 0..2^31-1. */
+static int get_id(json_object *o, const char *key, int64_t *out)
+{
+    json_object *v;
+    *out = -1;
+    if (!o || !json_object_object_get_ex(o, key, &v) || json_object_is_type(v, json_type_null))
+        return 0;
+    if (!json_object_is_type(v, json_type_int))
+        return -EINVAL;
+    int64_t x = json_object_get_int64(v);
+    if (x < 0 || x > INT32_MAX)
+        return -EINVAL;
+    *out = x;
+    return 0;
+}
+
+static json_object *get_obj(json_object *o, const char *key)
+{
+    json_object *v;
+    return o && json_object_object_get_ex(o, key, &v) && json_object_is_type(v, json_type_object)
+               ? v
+               : NULL;
+}
+
+/* spec.securityContext and the containers' (containers and initContainers). */
+static int parse_security(json_object *spec, mv_kube_pod *out, char *err, size_t errlen)
+{
+    json_object *psc = get_obj(spec, "securityContext");
+    if (get_id(psc, "runAsUser", &out->run_as_user) < 0 ||
+        get_id(psc, "runAsGroup", &out->run_as_group) < 0 ||
+        get_id(psc, "fsGroup", &out->fs_group) < 0) {
+        set_err(err, errlen,
+                "pod securityContext: runAsUser, runAsGroup and fsGroup must be "
+                "integers in 0..2147483647");
+        return -EINVAL;
+    }
+    static const char *const lists[2] = {"containers", "initContainers"};
+    size_t total = 0;
+    json_object *arr[2] = {NULL, NULL};
+    for (int l = 0; l < 2; l++) {
+        json_object *a;
+        if (spec && json_object_object_get_ex(spec, lists[l], &a) &&
+            json_object_is_type(a, json_type_array)) {
+            arr[l] = a;
+            total += json_object_array_length(a);
+        }
+    }
+    if (total > MV_KUBE_KV_MAX) {
+        set_err(err, errlen, "pod has more than %d containers", MV_KUBE_KV_MAX);
+        return -EINVAL;
+    }
+    out->containers = calloc(total ? total : 1, sizeof *out->containers);
+    if (!out->containers)
+        return -ENOMEM;
+    for (int l = 0; l < 2; l++)
+        for (size_t i = 0; arr[l] && i < json_object_array_length(arr[l]); i++) {
+            json_object *c = json_object_array_get_idx(arr[l], i);
+            mv_kube_container *k = &out->containers[out->ncontainers];
+            if (!json_object_is_type(c, json_type_object))
+                continue;
+            int rc = get_str(c, "name", &k->name);
+            json_object *csc = get_obj(c, "securityContext");
+            if (rc == 0 && (get_id(csc, "runAsUser", &k->run_as_user) < 0 ||
+                            get_id(csc, "runAsGroup", &k->run_as_group) < 0))
+                rc = -EINVAL;
+            out->ncontainers++;
+            if (rc < 0) {
+                set_err(err, errlen, "container %zu of %s: bad name or securityContext ids", i,
+                        lists[l]);
+                return rc;
+            }
+        }
+    return 0;
+}
+
 int mv_kube_parse_pod(const char *json, size_t len, mv_kube_pod *out, char *err, size_t errlen)
 {
     int rc = -EINVAL;
@@ -174,6 +264,8 @@ int mv_kube_parse_pod(const char *json, size_t len, mv_kube_pod *out, char *err,
                    MV_KUBE_KV_MAX);
         goto clear;
     }
+    if ((rc = parse_security(spec, out, err, errlen)) < 0)
+        goto clear;
     rc = 0;
     goto put_root;
 clear:

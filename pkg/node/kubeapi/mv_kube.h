@@ -13,6 +13,7 @@
 #define MV_KUBE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #define MV_KUBE_ANNOTATION      "microview.io/labels"
 #define MV_KUBE_BODY_MAX        (4u << 20) /* bytes of one API answer accepted */
@@ -25,6 +26,12 @@ typedef struct mv_kube_kv {
     char *value;
 } mv_kube_kv;
 
+/* A container's own securityContext ids: -1 = not set there. */
+typedef struct mv_kube_container {
+    char *name;
+    int64_t run_as_user, run_as_group;
+} mv_kube_container;
+
 typedef struct mv_kube_pod {
     char *namespace_;
     char *name;
@@ -34,7 +41,17 @@ typedef struct mv_kube_pod {
     mv_kube_kv *labels;
     size_t nannotations;
     mv_kube_kv *annotations;
+    /* spec.securityContext (-1 = not set) and every container and init container. */
+    int64_t run_as_user, run_as_group, fs_group;
+    size_t ncontainers;
+    mv_kube_container *containers;
 } mv_kube_pod;
+
+/* The user and group a container's processes run as, as far as the pod spec says:
+ * uid = the container's runAsUser, else the pod's; gid = the container's runAsGroup, else the
+ * pod's, else the pod's fsGroup (which Kubernetes adds to the container's groups). -1 where
+ * the spec names none (the image's USER then decides, which the agent cannot see). */
+void mv_kube_pod_owner(const mv_kube_pod *p, const char *container, int64_t *uid, int64_t *gid);
 
 typedef struct mv_kube_opts {
     const char *url;        /* "https://10.0.0.1:443" or "http://127.0.0.1:8080" */

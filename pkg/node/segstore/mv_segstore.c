@@ -646,6 +646,42 @@ static int labels_equal(const mv_segstore_seg *s, const mv_segstore_label *label
     return 1;
 }
 
+int mv_segstore_set_owner(mv_segstore *st, const char *id, int64_t uid, int64_t gid, char *err,
+                          size_t errlen)
+{
+    char path[4096] = "";
+    pthread_mutex_lock(&st->mu);
+    for (size_t i = 0; id && i < st->nsegs && !path[0]; i++)
+        if (strcmp(st->segs[i].id, id) == 0)
+            mv_fmt(path, sizeof path, "%s", st->segs[i].path);
+    pthread_mutex_unlock(&st->mu);
+    if (!path[0]) {
+        mv_err_set(err, errlen, "no segment with id %.40s", id ? id : "");
+        return -ENOENT;
+    }
+    int fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        mv_err_set(err, errlen, "open %s: %s", path, strerror(e));
+        return -e;
+    }
+    mode_t mode = uid < 0 && gid < 0 ? 0666 : 0660;
+    int rc = 0;
+    if ((uid >= 0 || gid >= 0) &&
+        fchown(fd, uid >= 0 ? (uid_t)uid : (uid_t)-1, gid >= 0 ? (gid_t)gid : (gid_t)-1) < 0)
+        rc = -errno;
+    if (rc == 0 && fchmod(fd, mode) < 0)
+        rc = -errno;
+    close(fd);
+    if (rc < 0) {
+        mv_err_set(err, errlen, "chown/chmod %s: %s", path, strerror(-rc));
+        return rc;
+    }
+    MV_INFO("segment.owner_set", "id=%s uid=%lld gid=%lld mode=%04o", id, (long long)uid,
+            (long long)gid, (unsigned)mode);
+    return 0;
+}
+
 int mv_segstore_set_labels(mv_segstore *st, const char *id, const mv_segstore_label *labels,
                            size_t nlabels, char *err, size_t errlen)
 {

@@ -89,6 +89,15 @@ int mv_segstore_create_dev(mv_segstore *st, const char *const *devices, size_t n
                            const mv_segstore_label *labels, size_t nlabels, mv_segstore_seg *out,
                            char *err, size_t errlen);
 
+/* Hands a segment file to the user and group its writer runs as (uid/gid -1: unknown):
+ * a known uid becomes the owner, a known gid the group, and the file is made 0660; with
+ * neither known (the container runs as its image's USER, which the agent cannot see) the
+ * file is made 0666 instead, so any user of that one container can write it (see
+ * docs/kubernetes.md for why that is safe). Idempotent. Returns 0, or -ENOENT / -errno with
+ * the reason in `err`. */
+int mv_segstore_set_owner(mv_segstore *st, const char *id, int64_t uid, int64_t gid, char *err,
+                          size_t errlen);
+
 /* Replaces a segment's labels (validated as in create). Setting the labels it
  * already has changes nothing. Otherwise the change is persisted and watchers see
  * CHANGED with the new labels (the file and its mapping stay as they were). Returns 1 if changed, 0
