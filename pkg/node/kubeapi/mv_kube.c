@@ -169,9 +169,9 @@ static int parse_security(json_object *spec, mv_kube_pod *out, char *err, size_t
     if (get_id(psc, "runAsUser", &out->run_as_user) < 0 ||
         get_id(psc, "runAsGroup", &out->run_as_group) < 0 ||
         get_id(psc, "fsGroup", &out->fs_group) < 0) {
-        set_err(err, errlen,
-                "pod securityContext: runAsUser, runAsGroup and fsGroup must be "
-                "integers in 0..2147483647");
+        mv_err_set(err, errlen,
+                   "pod securityContext: runAsUser, runAsGroup and fsGroup must be "
+                   "integers in 0..2147483647");
         return -EINVAL;
     }
     static const char *const lists[2] = {"containers", "initContainers"};
@@ -186,7 +186,7 @@ static int parse_security(json_object *spec, mv_kube_pod *out, char *err, size_t
         }
     }
     if (total > MV_KUBE_KV_MAX) {
-        set_err(err, errlen, "pod has more than %d containers", MV_KUBE_KV_MAX);
+        mv_err_set(err, errlen, "pod has more than %d containers", MV_KUBE_KV_MAX);
         return -EINVAL;
     }
     out->containers = calloc(total ? total : 1, sizeof *out->containers);
@@ -205,8 +205,8 @@ static int parse_security(json_object *spec, mv_kube_pod *out, char *err, size_t
                 rc = -EINVAL;
             out->ncontainers++;
             if (rc < 0) {
-                set_err(err, errlen, "container %zu of %s: bad name or securityContext ids", i,
-                        lists[l]);
+                mv_err_set(err, errlen, "container %zu of %s: bad name or securityContext ids", i,
+                           lists[l]);
                 return rc;
             }
         }
