@@ -126,11 +126,14 @@ static int serve_open(void)
     close(fd);
     mv_segment *seg;
     mv_gauge g;
+    mv_counter big;
     mv_label l = {"queue", "jobs"};
     if (mv_open(path, &seg) != MV_OK ||
-        mv_gauge_register(seg, "queue_depth", "Jobs waiting.", NULL, &l, 1, &g) != MV_OK)
+        mv_gauge_register(seg, "queue_depth", "Jobs waiting.", NULL, &l, 1, &g) != MV_OK ||
+        mv_counter_register(seg, "bytes_total", "Bytes.", NULL, NULL, 0, &big) != MV_OK)
         return -1;
     mv_gauge_set(g, 7);
+    mv_counter_add(big, 9007199254740993ull); /* 2^53 + 1: not a double */
     mv_coll_opts co;
     mv_coll_opts_default(&co);
     if (mv_coll_create(&co, &g_coll) != 0)
@@ -268,6 +271,28 @@ static void test_value_route(void)
 
     CU_ASSERT_EQUAL_FATAL(get("/api/v1/value?metric=queue_depth&label=queue", NULL, &r), 0);
     CU_ASSERT_EQUAL(r.status, 400);
+    mv_buf_free(&r.body);
+
+    /* A misspelt filter must not widen the query silently. */
+    CU_ASSERT_EQUAL_FATAL(get("/api/v1/value?metric=queue_depth&namspace=team-a", NULL, &r), 0);
+    CU_ASSERT_EQUAL(r.status, 400);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.body.data, "unknown parameter namspace"));
+    mv_buf_free(&r.body);
+
+    /* Integers above 2^53 are exact, per series and aggregated. */
+    CU_ASSERT_EQUAL_FATAL(get("/api/v1/value?metric=bytes_total", NULL, &r), 0);
+    CU_ASSERT_EQUAL(r.status, 200);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.body.data, "\"value\":9007199254740993,"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.body.data, "\"value\":9007199254740993}"));
+    mv_buf_free(&r.body);
+
+    /* Per-segment collector series are served; the collector-wide ones say where they are. */
+    CU_ASSERT_EQUAL_FATAL(get("/api/v1/value?metric=microview_segment_reads_total", NULL, &r), 0);
+    CU_ASSERT_EQUAL(r.status, 200);
+    mv_buf_free(&r.body);
+    CU_ASSERT_EQUAL_FATAL(get("/api/v1/value?metric=microview_collector_ticks_total", NULL, &r), 0);
+    CU_ASSERT_EQUAL(r.status, 404);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.body.data, "on /metrics only"));
     mv_buf_free(&r.body);
 }
 

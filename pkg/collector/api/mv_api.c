@@ -2,6 +2,7 @@
 #include "mv_api.h"
 
 #include <errno.h>
+#include <json-c/json.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #include "mv_expo.h"
 #include "mv_httpd.h"
 #include "mv_log.h"
+#include "mv_util.h"
 
 struct mv_api {
     mv_api_opts o;
@@ -110,11 +112,34 @@ static const char *req_query(void *ctx, const char *key)
     return mv_httpd_query(ctx, key);
 }
 
+static int first_unknown(void *arg, const char *key, const char *value)
+{
+    (void)value;
+    if (mv_api_value_known_key(key))
+        return 0;
+    *(const char **)arg = key;
+    return 1;
+}
+
 static int h_value(void *arg, const mv_httpd_request *req, mv_httpd_response *resp)
 {
     mv_api *api = arg;
     mv_api_value_query q;
-    const char *err_json;
+    const char *err_json, *unknown = NULL;
+    if (mv_httpd_query_each(req, first_unknown, &unknown)) {
+        json_object *o = json_object_new_object();
+        char msg[MV_SEG_LABEL_KEY_MAX + 200];
+        mv_fmt(msg, sizeof msg,
+               "unknown parameter %.*s: give metric, agg, label=KEY=VALUE or one of namespace, "
+               "pod, container, quantile, le, service, instance, node, job",
+               MV_SEG_LABEL_KEY_MAX, unknown);
+        json_object_object_add(o, "error", json_object_new_string(msg));
+        int rc = respond_json(resp, 400,
+                              json_object_to_json_string_ext(
+                                  o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE));
+        json_object_put(o);
+        return rc;
+    }
     if (mv_api_value_parse(req_query, (void *)req, &q, &err_json) < 0)
         return respond_json(resp, 400, err_json);
     mv_coll_snap *snap = mv_coll_snapshot(api->o.coll);

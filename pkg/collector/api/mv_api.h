@@ -69,6 +69,11 @@ typedef struct mv_api_value_query {
 /* Returns the value of query parameter `key`, or NULL when absent. */
 typedef const char *(*mv_api_query_fn)(void *ctx, const char *key);
 
+/* 1 if `key` is a parameter of the value query (metric, agg, label, or one of the named
+ * label filters), else 0: an unknown parameter is refused, since a misspelt filter would
+ * otherwise silently widen the query (a whole node summed into an autoscaler's input). */
+int mv_api_value_known_key(const char *key);
+
 /* Parses a value query. Returns 0, or -EINVAL with *err_json set to a static
  * JSON error document for a 400 reply. */
 int mv_api_value_parse(mv_api_query_fn get, void *ctx, mv_api_value_query *q,

@@ -7,6 +7,16 @@
 static const char *const value_keys[MV_API_VALUE_KEYS] = {
     "namespace", "pod", "container", "quantile", "le", "service", "instance", "node", "job"};
 
+int mv_api_value_known_key(const char *key)
+{
+    if (strcmp(key, "metric") == 0 || strcmp(key, "agg") == 0 || strcmp(key, "label") == 0)
+        return 1;
+    for (size_t i = 0; i < MV_API_VALUE_KEYS; i++)
+        if (strcmp(key, value_keys[i]) == 0)
+            return 1;
+    return 0;
+}
+
 int mv_api_value_parse(mv_api_query_fn get, void *ctx, mv_api_value_query *q, const char **err_json)
 {
     memset(q, 0, sizeof *q);

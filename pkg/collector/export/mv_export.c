@@ -1172,6 +1172,10 @@ typedef struct value_sink {
     size_t count;
     double agg_v;
     int agg; /* 0 sum, 1 avg, 2 max, 3 min */
+    /* While every matched sample is an integer (counters, counts), the sum, max and min
+     * are also kept exactly: doubles lose integers above 2^53. */
+    int all_u, u_overflow;
+    uint64_t agg_u;
 } value_sink;
 
 static int value_family(sink *k, const char *name, mv_expo_type t, const char *help,
@@ -1227,8 +1231,16 @@ static int value_sample(sink *k, const char *suffix, const mv_expo_label *a, siz
     if (xname)
         json_object_object_add(l, xname, json_object_new_string(xbuf));
     json_object_object_add(o, "labels", l);
-    json_object_object_add(o, "value", jnum(val));
+    json_object_object_add(o, "value", is_u ? json_object_new_uint64(u) : jnum(val));
     json_object_array_add(s->series, o);
+    if (!is_u)
+        s->all_u = 0;
+    else if (s->count == 0)
+        s->agg_u = u;
+    else if (s->agg <= 1)
+        s->u_overflow |= __builtin_add_overflow(s->agg_u, u, &s->agg_u);
+    else if ((s->agg == 2) == (u > s->agg_u))
+        s->agg_u = u;
     if (isfinite(val)) {
         if (s->count == 0)
             s->agg_v = val;
@@ -1261,8 +1273,18 @@ int mv_export_value_json(const mv_coll_snap *snap, const char *metric, const mv_
         free(views);
         return rc;
     }
-    value_sink s = {{value_family, value_sample}, metric, 0, filters, nfilters,
-                    json_object_new_array(),      0,      0, ai};
+    value_sink s = {{value_family, value_sample},
+                    metric,
+                    0,
+                    filters,
+                    nfilters,
+                    json_object_new_array(),
+                    0,
+                    0,
+                    ai,
+                    1,
+                    0,
+                    0};
     walk_run(&w, &s.k);
     walk_free(&w);
     free(views);
@@ -1270,13 +1292,21 @@ int mv_export_value_json(const mv_coll_snap *snap, const char *metric, const mv_
     json_object_object_add(root, "metric", json_object_new_string(metric));
     json_object_object_add(root, "aggregation", json_object_new_string(aggs[ai]));
     double v = s.count == 0 ? NAN : ai == 1 ? s.agg_v / (double)s.count : s.agg_v;
-    json_object_object_add(root, "value", jnum(v));
+    if (s.count && s.all_u && ai != 1 && !s.u_overflow)
+        json_object_object_add(root, "value", json_object_new_uint64(s.agg_u));
+    else
+        json_object_object_add(root, "value", jnum(v));
     json_object_object_add(root, "count", json_object_new_uint64(s.count));
     size_t nseries = json_object_array_length(s.series);
     json_object_object_add(root, "series", s.series);
     if (nseries == 0)
-        json_object_object_add(root, "error",
-                               json_object_new_string("no series matches this metric and labels"));
+        json_object_object_add(
+            root, "error",
+            json_object_new_string(
+                strncmp(metric, "microview_", 10) == 0
+                    ? "no series matches this metric and labels (the collector-wide microview_* "
+                      "families are on /metrics only; per-segment ones are served here)"
+                    : "no series matches this metric and labels"));
     *out = strdup(json_object_to_json_string_ext(root, JSON_C_TO_STRING_NOSLASHESCAPE));
     json_object_put(root);
     if (!*out)

@@ -248,6 +248,29 @@ const char *mv_httpd_query(const mv_httpd_request *req, const char *key)
     return NULL;
 }
 
+typedef struct each_ctx {
+    int (*fn)(void *arg, const char *key, const char *value);
+    void *arg;
+    int rc;
+} each_ctx;
+
+static enum MHD_Result each_arg(void *cls, enum MHD_ValueKind kind, const char *key,
+                                const char *value)
+{
+    each_ctx *c = cls;
+    (void)kind;
+    c->rc = c->fn(c->arg, key, value ? value : "");
+    return c->rc ? MHD_NO : MHD_YES;
+}
+
+int mv_httpd_query_each(const mv_httpd_request *req,
+                        int (*fn)(void *arg, const char *key, const char *value), void *arg)
+{
+    each_ctx c = {fn, arg, 0};
+    MHD_get_connection_values(req->conn, MHD_GET_ARGUMENT_KIND, each_arg, &c);
+    return c.rc;
+}
+
 const char *mv_httpd_header(const mv_httpd_request *req, const char *name)
 {
     return MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, name);

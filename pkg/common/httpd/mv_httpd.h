@@ -87,6 +87,10 @@ const char *mv_httpd_method(const mv_httpd_request *req); /* "GET" or "HEAD" */
 const char *mv_httpd_path(const mv_httpd_request *req);
 /* A query argument ("?key=value"), "" for "?key", NULL when absent. */
 const char *mv_httpd_query(const mv_httpd_request *req, const char *key);
+/* Calls fn(arg, key, value) for every query argument in order ("" for "?key"); stops at
+ * the first nonzero return and returns it, else 0. */
+int mv_httpd_query_each(const mv_httpd_request *req,
+                        int (*fn)(void *arg, const char *key, const char *value), void *arg);
 /* A request header, case-insensitive name; NULL when absent. */
 const char *mv_httpd_header(const mv_httpd_request *req, const char *name);
 
