@@ -2,6 +2,7 @@
 #include "mv_discovery.h"
 #include "mv_agentc.h"
 #include "mv_log.h"
+#include "mv_util.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -103,6 +104,7 @@ static void *disc_main(void *arg)
     int was_up = -1;
     while (!__atomic_load_n(&d->stop, __ATOMIC_ACQUIRE)) {
         mv_agentc *c = NULL;
+        char why[MV_ERR_MAX] = "";
         int rc = mv_agentc_open(d->target, &c);
         if (rc == 0 && d->token && (rc = mv_agentc_set_token(c, d->token)) < 0) {
             mv_agentc_close(c);
@@ -114,6 +116,7 @@ static void *disc_main(void *arg)
             if (rc == -EACCES)
                 MV_ERROR("agent.refused", "target=%s error=%s", mv_log_q(d->target),
                          mv_log_q(mv_agentc_error(c)));
+            mv_fmt(why, sizeof why, "%s", mv_agentc_error(c));
             mv_agentc_close(c);
             if (d->synced) {
                 backoff = 100;
@@ -123,8 +126,9 @@ static void *disc_main(void *arg)
         if (__atomic_load_n(&d->stop, __ATOMIC_ACQUIRE))
             break;
         if (was_up != 0)
-            MV_WARN("agent.unreachable", "target=%s error=%d retry_ms=%u", mv_log_q(d->target), rc,
-                    backoff);
+            MV_WARN(d->synced ? "agent.watch_ended" : "agent.unreachable",
+                    "target=%s error=%s retry_ms=%u", mv_log_q(d->target),
+                    mv_log_q(why[0] ? why : strerror(rc < 0 ? -rc : rc)), backoff);
         was_up = 0;
         sleep_ms(backoff, &d->stop);
         backoff = backoff * 2 > 5000 ? 5000 : backoff * 2;

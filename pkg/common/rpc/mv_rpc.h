@@ -79,8 +79,9 @@ typedef struct mv_rpc_call mv_rpc_call;     /* a unary call awaiting its reply *
 typedef struct mv_rpc_stream mv_rpc_stream; /* a server-streaming call */
 
 typedef struct mv_rpc_server_opts {
-    size_t max_recv_bytes;   /* largest request accepted; 0 = 4 MiB */
-    size_t stream_queue_cap; /* messages queued per stream before overflow; 0 = 1024 */
+    size_t max_recv_bytes;     /* largest request accepted; 0 = 4 MiB */
+    size_t stream_queue_cap;   /* messages queued per stream before overflow; 0 = 262144 */
+    size_t stream_queue_bytes; /* payload bytes queued per stream before overflow; 0 = 64 MiB */
 } mv_rpc_server_opts;
 
 /* Unary handler: must reply to `call` exactly once, with mv_rpc_reply* (from

@@ -11,8 +11,12 @@
 #include <grpc/grpc.h>
 #include <grpc/support/time.h>
 
-#define DEFAULT_MAX_RECV    (4u << 20)
-#define DEFAULT_QUEUE_CAP   1024u
+#define DEFAULT_MAX_RECV (4u << 20)
+/* Per-stream queue bounds: a slow client cannot make the server hold more than this. The
+ * message count is high enough for a whole catalog's initial list (65,536 segments, and
+ * twice that when every segment is re-announced); the bytes bound the memory. */
+#define DEFAULT_QUEUE_CAP   (1u << 18)
+#define DEFAULT_QUEUE_BYTES (64u << 20)
 #define REQUESTS_PER_METHOD 4
 
 /* ---- Shared helpers (mv_rpc.c) -------------------------------------------------- */
@@ -88,6 +92,7 @@ struct mv_rpc_call {
 
 typedef struct qmsg {
     grpc_byte_buffer *bb;
+    size_t bytes;
     struct qmsg *next;
 } qmsg;
 
@@ -101,6 +106,7 @@ struct mv_rpc_stream {
     grpc_metadata_array md;
     qmsg *head, *tail;
     size_t qlen, qcap;
+    size_t qbytes, qbytes_cap; /* payload bytes queued, and their bound */
     grpc_byte_buffer *inflight_bb;
     int send_inflight;
     int md_sent;
@@ -121,6 +127,7 @@ struct mv_rpc_server {
     atomic_int shutting_down;
     size_t max_recv;
     size_t queue_cap;
+    size_t queue_bytes;
     rpc_method *methods;
     pthread_mutex_t calls_mu;
     struct mv_rpc_call *calls;

@@ -333,6 +333,8 @@ int mv_rpc_server_create(const mv_rpc_server_opts *opts, mv_rpc_server **out)
         return -ENOMEM;
     s->max_recv = opts && opts->max_recv_bytes ? opts->max_recv_bytes : DEFAULT_MAX_RECV;
     s->queue_cap = opts && opts->stream_queue_cap ? opts->stream_queue_cap : DEFAULT_QUEUE_CAP;
+    s->queue_bytes =
+        opts && opts->stream_queue_bytes ? opts->stream_queue_bytes : DEFAULT_QUEUE_BYTES;
     if (s->max_recv > INT32_MAX)
         s->max_recv = INT32_MAX;
     s->shutdown_tag.kind = TAG_SHUTDOWN;

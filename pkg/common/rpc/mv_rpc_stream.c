@@ -28,6 +28,7 @@ static void queue_drop(mv_rpc_stream *st)
     }
     st->tail = NULL;
     st->qlen = 0;
+    st->qbytes = 0;
 }
 
 void mv_rpc_stream_unref(mv_rpc_stream *st)
@@ -67,6 +68,7 @@ static void stream_kick(mv_rpc_stream *st)
         if (!st->head)
             st->tail = NULL;
         st->qlen--;
+        st->qbytes -= q->bytes;
         st->inflight_bb = q->bb;
         free(q);
         ops[n].op = GRPC_OP_SEND_MESSAGE;
@@ -115,12 +117,14 @@ static int stream_queue(mv_rpc_stream *st, grpc_byte_buffer *bb)
         rc = -EPIPE;
         goto out;
     }
-    if (st->qlen >= st->qcap) {
+    size_t bytes = grpc_byte_buffer_length(bb);
+    if (st->qlen >= st->qcap || st->qbytes + bytes > st->qbytes_cap) {
         queue_drop(st);
         st->ending = 1;
         st->status_code = MV_RPC_RESOURCE_EXHAUSTED;
         st->status_msg = strdup("stream queue overflow: the client is too slow, resync");
-        MV_WARN("rpc.stream_overflow", "method=%s cap=%zu", mv_log_q(st->m->path), st->qcap);
+        MV_WARN("rpc.stream_overflow", "method=%s cap_messages=%zu cap_bytes=%zu",
+                mv_log_q(st->m->path), st->qcap, st->qbytes_cap);
         stream_kick(st);
         rc = -ENOBUFS;
         goto out;
@@ -131,6 +135,8 @@ static int stream_queue(mv_rpc_stream *st, grpc_byte_buffer *bb)
         goto out;
     }
     q->bb = bb;
+    q->bytes = bytes;
+    st->qbytes += bytes;
     bb = NULL;
     q->next = NULL;
     if (st->tail)
@@ -194,6 +200,7 @@ void rpc_stream_start(mv_rpc_server *s, slot *sl)
     st->call = sl->call;
     st->md = sl->md;
     st->qcap = s->queue_cap;
+    st->qbytes_cap = s->queue_bytes;
     atomic_init(&st->refs, 2);
     pthread_mutex_init(&st->mu, NULL);
 
