@@ -171,7 +171,7 @@ int main(int argc, char **argv)
     }
     int sig = 0;
     sigwait(&set, &sig);
-    MV_INFO("webhook_stopping", "signal=%d", sig);
+    MV_INFO("webhook.stopping", "signal=%d", sig);
     mv_wh_server_destroy(s);
     return 0;
 }

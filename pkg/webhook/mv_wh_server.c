@@ -240,7 +240,7 @@ int mv_wh_server_check_reload(mv_wh_server *s)
     keypair *kp = keypair_load(s->cert_file, s->key_file, err, sizeof err);
     if (!kp) {
         atomic_fetch_add(&s->reload_failed, 1);
-        MV_ERROR("tls_reload_failed", "cert=%s key=%s err=%s msg=%s", mv_log_q(s->cert_file),
+        MV_ERROR("tls.reload_failed", "cert=%s key=%s err=%s msg=%s", mv_log_q(s->cert_file),
                  mv_log_q(s->key_file), mv_log_q(err),
                  mv_log_q("still serving the previous key pair; write a matching PEM "
                           "certificate and key"));
@@ -262,7 +262,7 @@ int mv_wh_server_check_reload(mv_wh_server *s)
     pthread_mutex_unlock(&s->lock);
     keypair_free(drop);
     atomic_fetch_add(&s->reload_ok, 1);
-    MV_INFO("tls_reloaded", "cert=%s key=%s chain=%u not_after=%lld", mv_log_q(s->cert_file),
+    MV_INFO("tls.reloaded", "cert=%s key=%s chain=%u not_after=%lld", mv_log_q(s->cert_file),
             mv_log_q(s->key_file), kp->ncerts, (long long)kp->not_after);
     return 1;
 }
@@ -337,7 +337,7 @@ static enum MHD_Result reply_text_allow(mv_wh_server *s, struct MHD_Connection *
         while (n && m[n - 1] == '\n')
             m[--n] = '\0';
         atomic_fetch_add(&s->http_rejected, 1);
-        MV_WARN("http_rejected", "status=%u msg=%s", status, mv_log_q(m));
+        MV_WARN("http.rejected", "status=%u msg=%s", status, mv_log_q(m));
     }
     return reply_allow(c, status, "text/plain; charset=utf-8", (char *)text, strlen(text), 0,
                        allow);
@@ -417,7 +417,7 @@ static enum MHD_Result review(mv_wh_server *s, struct MHD_Connection *c, const u
     mv_wh_result r;
     if (mv_wh_review(&s->cfg.review, u->buf ? u->buf : "", u->len, &r) != 0) {
         atomic_fetch_add(&s->results[R_ERROR], 1);
-        MV_ERROR("admission_failed", "msg=%s", mv_log_q("out of memory"));
+        MV_ERROR("admission.failed", "msg=%s", mv_log_q("out of memory"));
         return reply_text(s, c, 500, "out of memory\n");
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
@@ -492,7 +492,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             u->discarded += n;
             if (u->discarded > DISCARD_MAX) {
                 atomic_fetch_add(&s->http_rejected, 1);
-                MV_WARN("http_rejected", "status=413 msg=%s",
+                MV_WARN("http.rejected", "status=413 msg=%s",
                         mv_log_q("chunked request body over 16 MiB; connection closed"));
                 return MHD_NO;
             }
@@ -549,7 +549,7 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
     size_t n = strlen(buf);
     while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
         buf[--n] = '\0';
-    MV_WARN("http_library", "msg=%s", mv_log_q(buf));
+    MV_WARN("http.library", "msg=%s", mv_log_q(buf));
 }
 
 /* ---- lifecycle ------------------------------------------------------------------------------ */
@@ -600,12 +600,12 @@ int mv_wh_server_create(const mv_wh_server_config *cfg, mv_wh_server **out)
     char err[512];
     *out = NULL;
     if (!cfg->cert_file || !cfg->key_file || !cfg->listen) {
-        MV_ERROR("webhook_config", "msg=%s",
+        MV_ERROR("webhook.config", "msg=%s",
                  mv_log_q("a certificate file, a key file and a listen address are required"));
         return -EINVAL;
     }
     if (mv_wh_config_check(&cfg->review, err, sizeof err) != 0) {
-        MV_ERROR("webhook_config", "msg=%s", mv_log_q(err));
+        MV_ERROR("webhook.config", "msg=%s", mv_log_q(err));
         return -EINVAL;
     }
     mv_wh_server *s = calloc(1, sizeof *s);
@@ -635,7 +635,7 @@ int mv_wh_server_create(const mv_wh_server_config *cfg, mv_wh_server **out)
     s->cfg.listen = s->listen;
 
     if (mv_wh_split_listen(cfg->listen, s->host, sizeof s->host, &s->port) != 0) {
-        MV_ERROR("webhook_config", "listen=%s msg=%s", mv_log_q(cfg->listen),
+        MV_ERROR("webhook.config", "listen=%s msg=%s", mv_log_q(cfg->listen),
                  mv_log_q("listen must be [HOST]:PORT with a numeric host, such as :8443, "
                           "127.0.0.1:8443 or [::1]:8443"));
         mv_wh_server_destroy(s);
@@ -655,7 +655,7 @@ int mv_wh_server_create(const mv_wh_server_config *cfg, mv_wh_server **out)
             a6->sin6_port = htons(s->port);
             s->v6 = 1;
         } else {
-            MV_ERROR("webhook_config", "listen=%s msg=%s", mv_log_q(cfg->listen),
+            MV_ERROR("webhook.config", "listen=%s msg=%s", mv_log_q(cfg->listen),
                      mv_log_q("the host must be a numeric IPv4 or IPv6 address"));
             mv_wh_server_destroy(s);
             return -EINVAL;
@@ -666,7 +666,7 @@ int mv_wh_server_create(const mv_wh_server_config *cfg, mv_wh_server **out)
     file_stat(s->key_file, &s->key_id);
     s->current = keypair_load(s->cert_file, s->key_file, err, sizeof err);
     if (!s->current) {
-        MV_ERROR("tls_load_failed", "cert=%s key=%s err=%s", mv_log_q(s->cert_file),
+        MV_ERROR("tls.load_failed", "cert=%s key=%s err=%s", mv_log_q(s->cert_file),
                  mv_log_q(s->key_file), mv_log_q(err));
         mv_wh_server_destroy(s);
         return -EINVAL;
@@ -674,7 +674,7 @@ int mv_wh_server_create(const mv_wh_server_config *cfg, mv_wh_server **out)
     pthread_mutex_lock(&g_lock);
     if (g_server) {
         pthread_mutex_unlock(&g_lock);
-        MV_ERROR("webhook_config", "msg=%s", mv_log_q("a webhook server already exists"));
+        MV_ERROR("webhook.config", "msg=%s", mv_log_q("a webhook server already exists"));
         mv_wh_server_destroy(s);
         return -EBUSY;
     }
@@ -714,7 +714,7 @@ int mv_wh_server_start(mv_wh_server *s)
     }
     if (!s->d) {
         int err = errno == EADDRINUSE || errno == EACCES ? errno : EIO;
-        MV_ERROR("webhook_listen_failed", "listen=%s err=%s msg=%s", mv_log_q(s->listen),
+        MV_ERROR("webhook.listen_failed", "listen=%s err=%s msg=%s", mv_log_q(s->listen),
                  mv_log_q(strerror(err)),
                  mv_log_q("cannot listen; check that the port is free and the address local"));
         return -err;
@@ -725,8 +725,8 @@ int mv_wh_server_start(mv_wh_server *s)
     if (pthread_create(&s->watcher, NULL, watch_main, s) == 0)
         s->watching = 1;
     else
-        MV_WARN("tls_watch_failed", "msg=%s", mv_log_q("key pair rotation will not be noticed"));
-    MV_INFO("webhook_listening",
+        MV_WARN("tls.watch_failed", "msg=%s", mv_log_q("key pair rotation will not be noticed"));
+    MV_INFO("webhook.listening",
             "listen=%s port=%u resource=%s page_size=%" PRIu64 " max_pages_per_pod=%" PRIu64
             " reload_interval_ms=%u",
             mv_log_q(s->listen), (unsigned)s->port, mv_log_q(s->cfg.review.resource_name),

@@ -84,7 +84,7 @@ mkdir -p "$work/mismatch" && cp "$secret/tls.crt" "$work/mismatch/" && cp "$work
 rc=0
 "$bin" --listen 127.0.0.1:0 --tls-cert-file "$work/mismatch/tls.crt" \
   --tls-key-file "$work/mismatch/tls.key" >"$work/mismatch.log" 2>&1 || rc=$?
-[ "$rc" = 1 ] && grep -q 'event=tls_load_failed' "$work/mismatch.log" ||
+[ "$rc" = 1 ] && grep -q 'event=tls.load_failed' "$work/mismatch.log" ||
   fail "a mismatched key pair was not refused at start (exit $rc)"
 ok "mismatched key pair refused at start"
 
@@ -95,12 +95,12 @@ printf 'page_size: 8Ki\npool_size: 1Mi\n' >"$work/agent.yaml"
 pid=$!
 port=
 for _ in $(seq 100); do
-  port=$(sed -n 's/.*event=webhook_listening .* port=\([0-9]*\) .*/\1/p' "$work/log" | head -n1)
+  port=$(sed -n 's/.*event=webhook.listening .* port=\([0-9]*\) .*/\1/p' "$work/log" | head -n1)
   [ -n "$port" ] && break
   kill -0 "$pid" 2>/dev/null || fail "the webhook exited at start"
   sleep 0.1
 done
-[ -n "$port" ] || fail "the webhook did not log webhook_listening within 10 s"
+[ -n "$port" ] || fail "the webhook did not log webhook.listening within 10 s"
 grep -q 'page_size=8192 max_pages_per_pod=128' "$work/log" ||
   fail "--config did not give page_size 8Ki and pool_size/page_size pages per pod"
 ok "listening on 127.0.0.1:$port with the agent's page_size and pool_size"
@@ -184,7 +184,7 @@ if curl -sS -o /dev/null --cacert "$work/ca1.crt" "$url/healthz" 2>/dev/null; th
 fi
 [ "$(metric "$work/ca2.crt" 'microview_webhook_tls_reloads_total{result="ok"}')" = 1 ] ||
   fail "tls_reloads_total{result=\"ok\"} is not 1"
-grep -q 'event=tls_reloaded' "$work/log" || fail "no tls_reloaded log line"
+grep -q 'event=tls.reloaded' "$work/log" || fail "no tls.reloaded log line"
 ok "rotated key pair served without a restart (same pid $pid)"
 
 # ---- a bad pair (key of another certificate) keeps the current one -------------------------------
@@ -201,7 +201,7 @@ for _ in $(seq 100); do
 done
 [ "$failed" = 1 ] || fail "the bad pair was not counted as a failed reload within 10 s"
 curl -sS -o /dev/null --cacert "$work/ca2.crt" "$url/healthz" || fail "the previous pair is no longer served"
-grep -q 'event=tls_reload_failed' "$work/log" || fail "no tls_reload_failed log line"
+grep -q 'event=tls.reload_failed' "$work/log" || fail "no tls_reload_failed log line"
 ok "a mismatched new pair is refused and the previous pair stays in use"
 
 # ---- back to a good pair --------------------------------------------------------------------------

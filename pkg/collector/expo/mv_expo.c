@@ -57,7 +57,7 @@ static void overflow(mv_expo *e, int code)
     snprintf(e->errmsg, sizeof e->errmsg, "%s",
              code == ENOMEM ? "out of memory while rendering"
                             : "exposition reached its size cap; later families dropped");
-    MV_WARN("expo_truncated", "cap=%zu kept_bytes=%zu reason=%s", e->cap, e->len,
+    MV_WARN("expo.truncated", "cap=%zu kept_bytes=%zu reason=%s", e->cap, e->len,
             code == ENOMEM ? "enomem" : "cap");
 }
 

@@ -321,7 +321,7 @@ static int session_connect(mv_rdma_conn *c, char *err, size_t errlen)
     c->st.initiator_depth = c->depth;
     c->st.staging_bytes = c->staging_len;
     pthread_mutex_unlock(&c->lock);
-    MV_INFO("rdma_connected",
+    MV_INFO("rdma.connected",
             "agent=%s device=%s port_num=%u gid_index=%d gid=%s gid_type=%s initiator_depth=%u "
             "sq_depth=%u staging_bytes=%zu",
             mv_log_q(c->agent), mv_log_q(c->info.device), (unsigned)c->info.port_num,
@@ -344,7 +344,7 @@ static void mark_broken(mv_rdma_conn *c, const char *why)
     pthread_mutex_lock(&c->lock);
     c->st.connected = 0;
     pthread_mutex_unlock(&c->lock);
-    MV_WARN("rdma_connection_broken", "agent=%s why=%s", mv_log_q(c->agent), mv_log_q(why));
+    MV_WARN("rdma.connection_broken", "agent=%s why=%s", mv_log_q(c->agent), mv_log_q(why));
 }
 
 /* Reconnects a broken connection when its backoff allows. Returns 0 if connected. */
@@ -367,7 +367,7 @@ static int ensure_connected(mv_rdma_conn *c)
         pthread_mutex_lock(&c->lock);
         c->st.connect_failures++;
         pthread_mutex_unlock(&c->lock);
-        MV_WARN("rdma_reconnect_failed", "agent=%s retry_in_ms=%u err=%s", mv_log_q(c->agent),
+        MV_WARN("rdma.reconnect_failed", "agent=%s retry_in_ms=%u err=%s", mv_log_q(c->agent),
                 c->backoff_ms, mv_log_q(err));
         return rc;
     }
@@ -409,12 +409,12 @@ static void grow_staging(mv_rdma_conn *c, size_t need)
     while (len < need)
         len = len > c->opts.staging_max / 2 ? c->opts.staging_max : len * 2;
     if (posix_memalign((void **)&buf, 4096, len)) {
-        MV_WARN("rdma_staging_grow_failed", "bytes=%zu err=%s", len, mv_log_q("out of memory"));
+        MV_WARN("rdma.staging_grow_failed", "bytes=%zu err=%s", len, mv_log_q("out of memory"));
         return;
     }
     mr = ibv_reg_mr(c->pd, buf, len, IBV_ACCESS_LOCAL_WRITE);
     if (!mr) {
-        MV_WARN("rdma_staging_grow_failed", "bytes=%zu err=%s", len, mv_log_q(strerror(errno)));
+        MV_WARN("rdma.staging_grow_failed", "bytes=%zu err=%s", len, mv_log_q(strerror(errno)));
         free(buf);
         return;
     }
@@ -426,7 +426,7 @@ static void grow_staging(mv_rdma_conn *c, size_t need)
     pthread_mutex_lock(&c->lock);
     c->st.staging_bytes = len;
     pthread_mutex_unlock(&c->lock);
-    MV_DEBUG("rdma_staging_grown", "bytes=%zu", len);
+    MV_DEBUG("rdma.staging_grown", "bytes=%zu", len);
 }
 
 /* Waits for completions until `deadline`: returns how many are in c->wc, 0 on
@@ -570,7 +570,7 @@ static int run_round(mv_rdma_conn *c, mv_coll_read *reqs, size_t from, size_t to
     }
     if (broken) {
         if (err_first != SIZE_MAX)
-            MV_WARN("rdma_read_error", "agent=%s status=%s request=%zu rkey=0x%x",
+            MV_WARN("rdma.read_error", "agent=%s status=%s request=%zu rkey=0x%x",
                     mv_log_q(c->agent), mv_log_q(why), err_first,
                     ((const rdma_src *)reqs[err_first].src)->rkey);
         mark_broken(c, why);
@@ -610,7 +610,7 @@ static void rdma_read_many(void *ctx, mv_coll_read *reqs, size_t n)
             if (i == n)
                 break;
             if (align_up(reqs[i].len) > c->staging_len) {
-                MV_WARN("rdma_read_too_large", "len=%u staging_bytes=%zu staging_max=%zu",
+                MV_WARN("rdma.read_too_large", "len=%u staging_bytes=%zu staging_max=%zu",
                         reqs[i].len, c->staging_len, c->opts.staging_max);
                 reqs[i++].status = -EINVAL;
                 continue;
@@ -796,7 +796,7 @@ free_arrays:
 destroy_lock:
     pthread_mutex_destroy(&c->lock);
 free_conn:
-    MV_ERROR("rdma_connect_failed", "agent=%s:%u err=%s", mv_log_q(agent_ip), (unsigned)port,
+    MV_ERROR("rdma.connect_failed", "agent=%s:%u err=%s", mv_log_q(agent_ip), (unsigned)port,
              mv_log_q(err));
     free(c);
     return rc;

@@ -92,7 +92,7 @@ int mv_httpd_create(const mv_httpd_config *cfg, mv_httpd **out)
     if (cfg->threads < 1 || cfg->threads > 64 || cfg->max_conns < 1 ||
         cfg->max_conns_per_client < 1 || cfg->max_conns_per_client > cfg->max_conns ||
         cfg->max_request_bytes < 1024 || cfg->gzip_level < 1 || cfg->gzip_level > 9) {
-        MV_ERROR("httpd_config",
+        MV_ERROR("httpd.config",
                  "msg=%s threads=%u max_conns=%u max_request_bytes=%zu "
                  "gzip_level=%d",
                  mv_log_q("need threads 1..64, max_conns >= 1, max_request_bytes >= 1024, "
@@ -117,7 +117,7 @@ int mv_httpd_create(const mv_httpd_config *cfg, mv_httpd **out)
         s6->sin6_port = htons(cfg->port);
         h->v6 = 1;
     } else {
-        MV_ERROR("httpd_config", "addr=%s msg=%s", mv_log_q(addr),
+        MV_ERROR("httpd.config", "addr=%s msg=%s", mv_log_q(addr),
                  mv_log_q("listen address must be a numeric IPv4 or IPv6 address, e.g. "
                           "127.0.0.1, 0.0.0.0 or ::"));
         free(h);
@@ -470,7 +470,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     int rc = rt->fn(rt->arg, &req, &resp);
     enum MHD_Result ret;
     if (rc < 0) {
-        MV_WARN("httpd_handler_failed", "path=%s rc=%d", mv_log_q(url), rc);
+        MV_WARN("httpd.handler_failed", "path=%s rc=%d", mv_log_q(url), rc);
         ret = queue_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal error\n", NULL);
     } else {
         ret = send_response(h, c, &resp);
@@ -606,7 +606,7 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
         pthread_mutex_unlock(&h->mu);
         return;
     }
-    MV_WARN("httpd_mhd", "msg=%s", mv_log_q(buf));
+    MV_WARN("httpd.mhd", "msg=%s", mv_log_q(buf));
 }
 
 /* Makes room for max_conns sockets in RLIMIT_NOFILE (raising the soft limit up to the hard
@@ -654,7 +654,7 @@ int mv_httpd_start(mv_httpd *h)
         h->cfg.max_request_bytes, MHD_OPTION_CONNECTION_TIMEOUT, h->cfg.timeout_s, MHD_OPTION_END);
     if (!h->d) {
         int err = errno == EADDRINUSE || errno == EACCES ? errno : EIO;
-        MV_ERROR("httpd_start_failed", "addr=%s port=%u err=%s msg=%s", mv_log_q(h->addr),
+        MV_ERROR("httpd.start_failed", "addr=%s port=%u err=%s msg=%s", mv_log_q(h->addr),
                  (unsigned)h->cfg.port, mv_log_q(strerror(err)),
                  mv_log_q("cannot listen; check that the port is free and the address is "
                           "local"));
@@ -662,7 +662,7 @@ int mv_httpd_start(mv_httpd *h)
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
     h->port = info ? info->port : h->cfg.port;
-    MV_INFO("httpd_listening",
+    MV_INFO("httpd.listening",
             "addr=%s port=%u threads=%u max_conns=%u max_conns_per_client=%u idle_timeout_s=%u",
             mv_log_q(h->addr), (unsigned)h->port, h->cfg.threads, h->cfg.max_conns,
             h->cfg.max_conns_per_client, h->cfg.timeout_s);

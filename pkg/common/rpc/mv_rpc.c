@@ -12,11 +12,44 @@
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
 #include <grpc/support/alloc.h>
+#include <grpc/support/log.h>
 #include <grpc/support/time.h>
 
 #include "mv_log.h"
 
 /* ---- Generic helpers ---------------------------------------------------------- */
+
+/* gRPC core's own messages ("E1123 12:00:00 ... chttp2_server.cc:...") become one logfmt
+ * line each, at the matching level, so `kubectl logs` stays parseable. */
+static void grpc_log_to_logfmt(gpr_log_func_args *a)
+{
+    const char *file = a->file ? strrchr(a->file, '/') : NULL;
+    file = file ? file + 1 : a->file ? a->file : "?";
+    switch (a->severity) {
+    case GPR_LOG_SEVERITY_ERROR:
+        MV_ERROR("grpc.log", "source=%s:%d msg=%s", mv_log_q(file), a->line, mv_log_q(a->message));
+        break;
+    case GPR_LOG_SEVERITY_INFO:
+        MV_INFO("grpc.log", "source=%s:%d msg=%s", mv_log_q(file), a->line, mv_log_q(a->message));
+        break;
+    default:
+        MV_DEBUG("grpc.log", "source=%s:%d msg=%s", mv_log_q(file), a->line, mv_log_q(a->message));
+        break;
+    }
+}
+
+static pthread_once_t g_grpc_once = PTHREAD_ONCE_INIT;
+
+static void grpc_once(void)
+{
+    gpr_set_log_function(grpc_log_to_logfmt);
+}
+
+void rpc_grpc_init(void)
+{
+    pthread_once(&g_grpc_once, grpc_once);
+    grpc_init();
+}
 
 const char *mv_rpc_code_name(int code)
 {

@@ -46,7 +46,7 @@ int mv_rpc_channel_open(const char *target, size_t max_recv_bytes, mv_rpc_channe
     mv_rpc_channel *c = calloc(1, sizeof *c);
     if (!c)
         return -ENOMEM;
-    grpc_init();
+    rpc_grpc_init();
     grpc_arg a[1];
     grpc_channel_args args;
     if (!max_recv_bytes)

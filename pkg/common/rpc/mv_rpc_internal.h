@@ -141,4 +141,7 @@ void rpc_stream_start(mv_rpc_server *s, slot *sl);
 void rpc_stream_on_close(mv_rpc_stream *st);
 void rpc_stream_on_send(mv_rpc_stream *st, int ok);
 
+/* grpc_init() with gRPC core's logging routed into logfmt (first call installs it). */
+void rpc_grpc_init(void);
+
 #endif

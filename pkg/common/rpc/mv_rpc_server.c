@@ -339,7 +339,7 @@ int mv_rpc_server_create(const mv_rpc_server_opts *opts, mv_rpc_server **out)
         s->max_recv = INT32_MAX;
     s->shutdown_tag.kind = TAG_SHUTDOWN;
     pthread_mutex_init(&s->calls_mu, NULL);
-    grpc_init();
+    rpc_grpc_init();
     grpc_arg a[1];
     grpc_channel_args args;
     s->server = grpc_server_create(rpc_size_args(a, &args, s->max_recv), NULL);

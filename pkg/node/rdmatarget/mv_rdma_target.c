@@ -102,9 +102,9 @@ static void reject(struct rdma_cm_id *id, const char *peer_addr, const char *rea
         n = sizeof msg - 4;
     memcpy(msg, MV_RDMA_WIRE_MAGIC, 4);
     memcpy(msg + 4, reason, n);
-    MV_WARN("rdma_connect_rejected", "peer=%s reason=%s", mv_log_q(peer_addr), mv_log_q(reason));
+    MV_WARN("rdma.connect_rejected", "peer=%s reason=%s", mv_log_q(peer_addr), mv_log_q(reason));
     if (rdma_reject(id, msg, (uint8_t)(4 + n)))
-        MV_WARN("rdma_reject_failed", "peer=%s err=%s", mv_log_q(peer_addr),
+        MV_WARN("rdma.reject_failed", "peer=%s err=%s", mv_log_q(peer_addr),
                 mv_log_q(strerror(errno)));
     rdma_destroy_id(id);
 }
@@ -121,7 +121,7 @@ static void peer_drop(mv_rdma_target *t, peer *p, const char *why)
     t->npeers--;
     if (p->established)
         atomic_fetch_sub(&t->nestablished, 1);
-    MV_INFO("rdma_collector_gone", "peer=%s why=%s", mv_log_q(p->addr), why);
+    MV_INFO("rdma.collector_gone", "peer=%s why=%s", mv_log_q(p->addr), why);
     if (p->id->qp)
         rdma_destroy_qp(p->id);
     rdma_destroy_id(p->id);
@@ -177,7 +177,7 @@ static void on_connect_request(mv_rdma_target *t, struct rdma_cm_id *id, const u
     qa.cap.max_send_sge = 1;
     qa.cap.max_recv_sge = 1;
     if (rdma_create_qp(id, t->pd, &qa)) {
-        MV_ERROR("rdma_create_qp_failed", "peer=%s err=%s", mv_log_q(paddr),
+        MV_ERROR("rdma.create_qp_failed", "peer=%s err=%s", mv_log_q(paddr),
                  mv_log_q(strerror(errno)));
         goto free_peer;
     }
@@ -198,14 +198,14 @@ static void on_connect_request(mv_rdma_target *t, struct rdma_cm_id *id, const u
     cp.private_data = accept_pd;
     cp.private_data_len = sizeof accept_pd;
     if (rdma_accept(id, &cp)) {
-        MV_ERROR("rdma_accept_failed", "peer=%s err=%s", mv_log_q(paddr),
+        MV_ERROR("rdma.accept_failed", "peer=%s err=%s", mv_log_q(paddr),
                  mv_log_q(strerror(errno)));
         goto destroy_qp;
     }
     p->next = t->peers;
     t->peers = p;
     t->npeers++;
-    MV_DEBUG("rdma_connect_accepted", "peer=%s responder_resources=%u", mv_log_q(paddr),
+    MV_DEBUG("rdma.connect_accepted", "peer=%s responder_resources=%u", mv_log_q(paddr),
              (unsigned)cp.responder_resources);
     return;
 
@@ -251,7 +251,7 @@ static void handle_event(mv_rdma_target *t, struct rdma_cm_event *ev)
         if (p && !p->established) {
             p->established = 1;
             atomic_fetch_add(&t->nestablished, 1);
-            MV_INFO("rdma_collector_connected", "peer=%s", mv_log_q(p->addr));
+            MV_INFO("rdma.collector_connected", "peer=%s", mv_log_q(p->addr));
         }
         break;
     case RDMA_CM_EVENT_DISCONNECTED:
@@ -270,18 +270,18 @@ static void handle_event(mv_rdma_target *t, struct rdma_cm_event *ev)
         if (p) {
             peer_drop(t, p, "device removed");
         } else {
-            MV_ERROR("rdma_device_removed", "device=%s msg=%s", mv_log_q(t->info.device),
+            MV_ERROR("rdma.device_removed", "device=%s msg=%s", mv_log_q(t->info.device),
                      mv_log_q("the RDMA device of the listener went away; restart the agent"));
         }
         break;
     case RDMA_CM_EVENT_ADDR_CHANGE:
-        MV_WARN("rdma_addr_change", "ip=%s msg=%s", mv_log_q(t->bind_ip),
+        MV_WARN("rdma.addr_change", "ip=%s msg=%s", mv_log_q(t->bind_ip),
                 mv_log_q("the address moved to another device; restart the agent"));
         break;
     case RDMA_CM_EVENT_TIMEWAIT_EXIT:
         break;
     default:
-        MV_DEBUG("rdma_cm_event", "event=%s status=%d", rdma_event_str(type), status);
+        MV_DEBUG("rdma.cm_event", "event=%s status=%d", rdma_event_str(type), status);
         break;
     }
 }
@@ -297,7 +297,7 @@ static void *event_thread(void *arg)
         if (poll(pf, 2, -1) < 0) {
             if (errno == EINTR)
                 continue;
-            MV_ERROR("rdma_poll_failed", "err=%s", mv_log_q(strerror(errno)));
+            MV_ERROR("rdma.poll_failed", "err=%s", mv_log_q(strerror(errno)));
             break;
         }
         if (pf[1].revents)
@@ -389,7 +389,7 @@ int mv_rdma_register(mv_rdma_target *t, void *addr, size_t len, mv_rdma_mr **out
 
 unlock:
     pthread_mutex_unlock(&t->lock);
-    MV_ERROR("rdma_register_failed", "len=%zu err=%s", len, mv_log_q(err));
+    MV_ERROR("rdma.register_failed", "len=%zu err=%s", len, mv_log_q(err));
     free(m);
     return rc;
 }
@@ -414,7 +414,7 @@ int mv_rdma_deregister(mv_rdma_mr *m)
     rc = ibv_dereg_mr(m->mr);
     if (rc) {
         rc = -rc;
-        MV_ERROR("rdma_deregister_failed", "err=%s", mv_log_q(strerror(-rc)));
+        MV_ERROR("rdma.deregister_failed", "err=%s", mv_log_q(strerror(-rc)));
     }
     free(m);
     return rc;
@@ -524,7 +524,7 @@ int mv_rdma_target_create(const char *bind_ip, uint16_t port, const char *token,
     }
     t->thread_started = 1;
 
-    MV_INFO("rdma_target_listening",
+    MV_INFO("rdma.target_listening",
             "ip=%s port=%u device=%s port_num=%u port_state=%s link_layer=%s gid_index=%d "
             "gid=%s gid_type=%s max_qp_rd_atom=%u",
             mv_log_q(bind_ip), (unsigned)t->port, mv_log_q(t->info.device),
@@ -560,7 +560,7 @@ void mv_rdma_target_destroy(mv_rdma_target *t)
         return;
     if (t->thread_started) {
         if (write(t->wake_fd, &one, sizeof one) != sizeof one)
-            MV_WARN("rdma_wake_failed", "err=%s", mv_log_q(strerror(errno)));
+            MV_WARN("rdma.wake_failed", "err=%s", mv_log_q(strerror(errno)));
         pthread_join(t->thread, NULL);
     }
     while (t->peers) {
@@ -569,7 +569,7 @@ void mv_rdma_target_destroy(mv_rdma_target *t)
         peer_drop(t, p, "agent stopping");
     }
     while (t->mrs) {
-        MV_WARN("rdma_mr_leaked", "msg=%s", mv_log_q("deregistered at target destroy"));
+        MV_WARN("rdma.mr_leaked", "msg=%s", mv_log_q("deregistered at target destroy"));
         mv_rdma_deregister(t->mrs);
     }
     close(t->wake_fd);
