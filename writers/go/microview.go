@@ -63,7 +63,7 @@ func randomInstance() uint64 {
 func OpenFromEnv() (*Segment, error) {
 	p := os.Getenv(EnvSegment)
 	if p == "" {
-		return nil, fail(ErrNoEnv, "environment variable "+EnvSegment+" is not set; request the microview.io/metrics resource (or set it to a segment path)")
+		return nil, fail(ErrNoEnv, "request the microview.io/metrics resource (or set it to a segment path)")
 	}
 	return Open(p)
 }
