@@ -194,8 +194,8 @@ mv_seg_reason mv_seg_format(void *base, uint64_t size, uint32_t values_size, mv_
     return mv_seg_format_with(base, size, values_size, random_instance(), realtime_ns(), err);
 }
 
-mv_seg_reason mv_seg_format_with(void *base, uint64_t size, uint32_t values_size,
-                                 uint64_t instance, uint64_t created_ns, mv_seg_error *err)
+mv_seg_reason mv_seg_format_with(void *base, uint64_t size, uint32_t values_size, uint64_t instance,
+                                 uint64_t created_ns, mv_seg_error *err)
 {
     uint32_t vdef, cdef;
     if (!base || ((uintptr_t)base % MV_SEG_ALIGN))

@@ -178,8 +178,8 @@ mv_seg_reason mv_seg_format(void *base, uint64_t size, uint32_t values_size, mv_
 /* As mv_seg_format, with the instance id (nonzero) and creation time given by the caller
  * instead of drawn from /dev/urandom and the clock: reproducible segments for test vectors.
  * The bytes written are the same format; only the choice of those two values differs. */
-mv_seg_reason mv_seg_format_with(void *base, uint64_t size, uint32_t values_size,
-                                 uint64_t instance, uint64_t created_ns, mv_seg_error *err);
+mv_seg_reason mv_seg_format_with(void *base, uint64_t size, uint32_t values_size, uint64_t instance,
+                                 uint64_t created_ns, mv_seg_error *err);
 
 /* ---- Catalog records (writer side) ----------------------------------------- */
 

@@ -108,8 +108,9 @@ static int err_code(const char *name)
     static const struct {
         const char *n;
         int code;
-    } t[] = {{"name", MV_ERR_NAME},         {"invalid", MV_ERR_INVALID}, {"conflict", MV_ERR_CONFLICT},
-             {"full", MV_ERR_FULL},         {"busy", MV_ERR_BUSY},       {"format", MV_ERR_FORMAT},
+    } t[] = {{"name", MV_ERR_NAME},          {"invalid", MV_ERR_INVALID},
+             {"conflict", MV_ERR_CONFLICT},  {"full", MV_ERR_FULL},
+             {"busy", MV_ERR_BUSY},          {"format", MV_ERR_FORMAT},
              {"nosegment", MV_ERR_NOSEGMENT}};
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
         if (strcmp(t[i].n, name) == 0)
@@ -136,7 +137,8 @@ static int do_register(run *r, int kind, char **tok, int ntok, int want)
         if (strcmp(k, "label") == 0) {
             char *eq2 = strchr(v, '=');
             if (!eq2 || nl == sizeof labels / sizeof labels[0])
-                return bad(r, "label needs key=value (and at most %zu)", sizeof labels / sizeof labels[0]);
+                return bad(r, "label needs key=value (and at most %zu)",
+                           sizeof labels / sizeof labels[0]);
             *eq2 = 0;
             if (unescape(v) || unescape(eq2 + 1))
                 return bad(r, "bad %% escape");
@@ -184,8 +186,8 @@ static int do_register(run *r, int kind, char **tok, int ntok, int want)
 
 static int kind_of(const char *s)
 {
-    return !strcmp(s, "counter") ? MV_SEG_COUNTER
-           : !strcmp(s, "gauge") ? MV_SEG_GAUGE
+    return !strcmp(s, "counter")     ? MV_SEG_COUNTER
+           : !strcmp(s, "gauge")     ? MV_SEG_GAUGE
            : !strcmp(s, "histogram") ? MV_SEG_HISTOGRAM
                                      : 0;
 }
@@ -209,16 +211,17 @@ static int do_line(run *r, char **tok, int ntok)
         uint64_t inst = 0, created = 0, vsize = 0;
         for (int i = 1; i < ntok; i++) {
             char *eq = strchr(tok[i], '=');
-            uint64_t *dst = !eq ? NULL
-                            : !strncmp(tok[i], "instance=", 9)    ? &inst
-                            : !strncmp(tok[i], "created_ns=", 11) ? &created
+            uint64_t *dst = !eq                                    ? NULL
+                            : !strncmp(tok[i], "instance=", 9)     ? &inst
+                            : !strncmp(tok[i], "created_ns=", 11)  ? &created
                             : !strncmp(tok[i], "values_size=", 12) ? &vsize
                                                                    : NULL;
             if (!dst || parse_u64(eq + 1, dst))
                 return bad(r, "format instance=N created_ns=N [values_size=N]");
         }
         int fd = open(r->path, O_RDWR | O_CLOEXEC);
-        void *p = fd < 0 ? MAP_FAILED : mmap(NULL, r->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        void *p =
+            fd < 0 ? MAP_FAILED : mmap(NULL, r->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
         if (fd >= 0)
             close(fd);
         if (p == MAP_FAILED)
@@ -237,15 +240,16 @@ static int do_line(run *r, char **tok, int ntok)
             static const struct {
                 const char *n;
                 uint32_t off, width;
-            } f[] = {{"instance", 40, 8}, {"heartbeat_ns", 72, 8}, {"created_ns", 80, 8},
+            } f[] = {{"instance", 40, 8},
+                     {"heartbeat_ns", 72, 8},
+                     {"created_ns", 80, 8},
                      {"writer_pid", 88, 4}};
             char *eq = strchr(tok[i], '=');
             size_t k = 0;
             if (eq)
                 for (*eq = 0; k < 4 && strcmp(f[k].n, tok[i]); k++)
                     ;
-            if (!eq || k == 4 || r->nstamps == 8 ||
-                parse_u64(eq + 1, &r->stamps[r->nstamps].value))
+            if (!eq || k == 4 || r->nstamps == 8 || parse_u64(eq + 1, &r->stamps[r->nstamps].value))
                 return bad(r, "stamp instance|heartbeat_ns|created_ns|writer_pid=N");
             r->stamps[r->nstamps].off = f[k].off;
             r->stamps[r->nstamps++].width = f[k].width;
@@ -298,7 +302,8 @@ static int replay(const char *ops_path, unsigned char **out, uint64_t *size)
         goto done;
     }
     r->ops_path = ops_path;
-    snprintf(r->path, sizeof r->path, "%s/mv_vectors.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    snprintf(r->path, sizeof r->path, "%s/mv_vectors.XXXXXX",
+             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     int tfd = mkstemp(r->path);
     if (tfd < 0) {
         fprintf(stderr, "mkstemp: %s\n", strerror(errno));
@@ -429,8 +434,9 @@ static int check_one(const char *dir, const char *ops_name)
     }
     for (uint64_t i = 0; i < ng; i++) {
         if (got[i] != want[i]) {
-            fprintf(stderr, "FAIL %s: first difference at byte 0x%llx: libmicroview wrote %02x, "
-                            "vector has %02x\n",
+            fprintf(stderr,
+                    "FAIL %s: first difference at byte 0x%llx: libmicroview wrote %02x, "
+                    "vector has %02x\n",
                     ops_name, (unsigned long long)i, got[i], want[i]);
             goto out;
         }

@@ -111,12 +111,12 @@ func TestUserCodeWritesTheSegment(t *testing.T) {
 	}
 	defer s.Close()
 	c, err := s.NewCounter(microview.Opts{Name: "shop_http_requests_total", Help: "Requests served.",
-		Labels: []microview.Label{{"service", "checkout"}, {"route", "/cart"}, {"code", "200"}}})
+		Labels: []microview.Label{{Key: "service", Value: "checkout"}, {Key: "route", Value: "/cart"}, {Key: "code", Value: "200"}}})
 	if err != nil || c.Value() != 4000 {
 		t.Errorf("segment counter %d, %v", c.Value(), err)
 	}
 	h, err := s.NewHistogram(microview.Opts{Name: "request_duration_seconds", Help: "Latency.",
-		Labels: []microview.Label{{"route", "/cart"}}}, []float64{0.001, 0.01, 0.1, 1})
+		Labels: []microview.Label{{Key: "route", Value: "/cart"}}}, []float64{0.001, 0.01, 0.1, 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -241,13 +241,13 @@ static PyObject *Segment_get_size(SegmentObject *self, void *c)
     return PyLong_FromSize_t(mv_segment_size(self->seg));
 }
 
-static PyMethodDef Segment_methods[] = {
-    {"register", (PyCFunction)Segment_register, METH_VARARGS,
-     "register(kind, name, help, unit, labels, bounds=None, cls=None): registers (or finds) a series and "
-     "returns its handle; raises Error on failure."},
-    {"heartbeat", (PyCFunction)Segment_heartbeat, METH_NOARGS,
-     "Stores the current time as the writer heartbeat."},
-    {NULL}};
+static PyMethodDef Segment_methods[] = {{"register", (PyCFunction)Segment_register, METH_VARARGS,
+                                         "register(kind, name, help, unit, labels, bounds=None, "
+                                         "cls=None): registers (or finds) a series and "
+                                         "returns its handle; raises Error on failure."},
+                                        {"heartbeat", (PyCFunction)Segment_heartbeat, METH_NOARGS,
+                                         "Stores the current time as the writer heartbeat."},
+                                        {NULL}};
 
 static PyGetSetDef Segment_getset[] = {
     {"path", (getter)Segment_get_path, NULL, "segment file path", NULL},
@@ -389,7 +389,7 @@ static PyMethodDef Histogram_methods[] = {
 
 #define HANDLE_TYPE(T, pyname, methods, doc)                                                       \
     static PyTypeObject T = {                                                                      \
-        PyVarObject_HEAD_INIT(NULL, 0).tp_name = "microview._microview." pyname,                 \
+        PyVarObject_HEAD_INIT(NULL, 0).tp_name = "microview._microview." pyname,                   \
         .tp_basicsize = sizeof(HistogramObject),                                                   \
         .tp_dealloc = (destructor)Handle_dealloc,                                                  \
         .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,                                      \
