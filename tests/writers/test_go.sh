@@ -14,6 +14,7 @@ echo "== writers/go/prometheus"
 (cd "$root/writers/go/prometheus" && go mod download && go test $race -count=1 ./...) || rc=1
 echo "== go vet"
 (cd "$root/writers/go" && GOPROXY=off go vet ./... && cd prometheus && go vet ./...) || rc=1
+(cd "$root/bench/writers/go" && go mod download && go vet .) || rc=1
 [ -z "$(cd "$root" && gofmt -l writers/go tests/writers bench/writers 2>/dev/null)" ] ||
   { echo "gofmt: files need formatting:"; (cd "$root" && gofmt -l writers/go tests/writers bench/writers); rc=1; }
 exit $rc
