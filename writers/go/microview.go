@@ -162,6 +162,9 @@ func (s *Segment) Close() error {
 
 // Heartbeat stores the current time as the writer heartbeat (one store).
 func (s *Segment) Heartbeat() {
+	if s == nil || len(s.mem) == 0 {
+		return
+	}
 	atomic.StoreUint64(word64(s.mem, offHeartbeat), nowNs())
 }
 

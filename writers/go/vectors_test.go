@@ -303,15 +303,24 @@ func readHex(t *testing.T, path string) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
+	b, err := parseHex(string(data))
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return b
+}
+
+// parseHex reads a NAME.hex vector: "size N", then "OFFSET: 16 bytes" lines.
+func parseHex(data string) ([]byte, error) {
 	var out []byte
-	for _, line := range strings.Split(string(data), "\n") {
+	for _, line := range strings.Split(data, "\n") {
 		if line == "" || line[0] == '#' {
 			continue
 		}
 		if strings.HasPrefix(line, "size ") {
 			n, err := strconv.Atoi(line[5:])
-			if err != nil {
-				t.Fatal(err)
+			if err != nil || n < 0 || n > 1<<24 {
+				return nil, fmt.Errorf("bad size line %q", line)
 			}
 			out = make([]byte, n)
 			continue
@@ -320,17 +329,17 @@ func readHex(t *testing.T, path string) []byte {
 		o, err := strconv.ParseUint(off, 16, 32)
 		f := strings.Fields(rest)
 		if !ok || err != nil || len(f) != 16 || int(o)+16 > len(out) {
-			t.Fatalf("%s: bad line %q", path, line)
+			return nil, fmt.Errorf("bad line %q", line)
 		}
 		for i, x := range f {
 			v, err := strconv.ParseUint(x, 16, 8)
 			if err != nil {
-				t.Fatalf("%s: bad byte %q", path, x)
+				return nil, fmt.Errorf("bad byte %q", x)
 			}
 			out[int(o)+i] = byte(v)
 		}
 	}
-	return out
+	return out, nil
 }
 
 func TestVectors(t *testing.T) {

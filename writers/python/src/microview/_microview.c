@@ -233,6 +233,8 @@ static PyObject *Segment_heartbeat(SegmentObject *self, PyObject *unused)
 
 static PyObject *Segment_get_path(SegmentObject *self, void *c)
 {
+    if (!self->seg)
+        Py_RETURN_NONE;
     return PyUnicode_DecodeFSDefault(mv_segment_path(self->seg));
 }
 
