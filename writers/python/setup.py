@@ -1,6 +1,6 @@
 """Builds microview._microview against libmicroview.
 
-Where libmicroview comes from, first match wins:
+Where libmicroview comes from, first match wins (give absolute paths: pip builds in a copy):
   MICROVIEW_INCLUDE_DIR (dir of microview.h) and MICROVIEW_LIBRARY (libmicroview.a or .so);
   pkg-config libmicroview (an installed libmicroview; its static archive is preferred so
   the extension has no run-time dependency).

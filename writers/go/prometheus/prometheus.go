@@ -219,6 +219,9 @@ func (m *counter) Add(v float64) {
 	if v < 0 {
 		panic(errors.New("counter cannot decrease in value"))
 	}
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		panic(errors.New("microview: a counter can only add finite amounts (segment counters are integers)"))
+	}
 	if w := math.Trunc(v); w == v && v < 1<<63 {
 		m.c.Add(uint64(w))
 		return

@@ -111,10 +111,24 @@ class Api(unittest.TestCase):
         with self.assertRaises(ValueError):
             c.labels("1").inc(-1)
         with self.assertRaises(ValueError):
-            c.labels("1").inc(0.5)
-        c.labels("1").inc(2.0)  # whole floats are fine
+            c.labels("1").inc(float("inf"))
         with self.assertRaises(NotImplementedError):
             c.remove("1")
+
+    def test_fractional_counter_increments_are_carried(self):
+        c = Counter("cpu_seconds", "x", segment=self.seg)
+        c.inc(2.0)
+        for _ in range(10):
+            c.inc(0.25)
+        self.assertEqual(read_segment(self.path)[("cpu_seconds_total", ())][3], (4,))
+        self.assertEqual(c._child().get(), 4.5)
+        ts = [threading.Thread(target=lambda: [c.inc(0.25) for _ in range(1000)]) for _ in range(4)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        self.assertEqual(read_segment(self.path)[("cpu_seconds_total", ())][3], (1004,))
+        self.assertEqual(c._child().get(), 1004.5)
 
     def test_threads(self):
         c = Counter("t", "x", ["k"], segment=self.seg)

@@ -6,9 +6,9 @@ into the shared-memory segment named by $MICROVIEW_SEGMENT through libmicroview 
 extension): one atomic operation per update, safe from any number of threads, and nothing
 to serve or render in the process: the MicroView collector reads the segment.
 
-Differences from prometheus_client are listed in docs/writers.md; the main ones: counters
-count whole numbers, series cannot be removed, there is no Summary/Info/Enum, and
-registry= arguments are accepted and ignored.
+Differences from prometheus_client are listed in docs/writers.md; the main ones: segment
+counters are integers (fractional increments are carried until they make whole units),
+series cannot be removed, there is no Summary/Info/Enum, and registry= is ignored.
 """
 
 import functools
@@ -282,7 +282,7 @@ class _Metric:
 class Counter(_Metric):
     """A counter: Counter(name, documentation, labelnames=(), namespace, subsystem, unit).
     As in prometheus_client the series is named NAME_total. inc(amount=1) takes a
-    non-negative whole number."""
+    non-negative amount; fractions are carried until they make whole units."""
     _kind = "counter"
     _child_cls = CounterChild
     _child_methods = ("inc",)

@@ -23,6 +23,7 @@ typedef struct {
 typedef struct {
     PyObject_HEAD PyObject *segment;
     mv_counter c;
+    uint64_t frac; /* double bits: fractional increments not yet carried into the segment */
 } CounterObject;
 
 typedef struct {
@@ -264,48 +265,70 @@ static void Handle_dealloc(CounterObject *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* A counter amount: a non-negative int, or a float with an integral value. */
-static int get_amount(PyObject *o, uint64_t *out)
+/* Adds a fractional amount: the fraction is kept in the handle (compare-and-swap, so
+ * concurrent callers lose nothing) and whole units are carried into the segment. */
+static void counter_add_fraction(CounterObject *self, double d)
 {
-    if (PyLong_Check(o)) {
-        unsigned long long v = PyLong_AsUnsignedLongLong(o);
-        if (v == (unsigned long long)-1 && PyErr_Occurred()) {
-            PyErr_SetString(PyExc_ValueError,
-                            "counters can only be incremented by non-negative amounts below 2^64");
-            return -1;
-        }
-        *out = v;
-        return 0;
-    }
-    double d = PyFloat_AsDouble(o);
-    if (d == -1.0 && PyErr_Occurred())
-        return -1;
-    if (!(d >= 0) || d != floor(d) || d >= 18446744073709551616.0) {
-        PyErr_SetString(PyExc_ValueError,
-                        "MicroView counters count whole numbers: the amount must be a "
-                        "non-negative integer (use a gauge or histogram for fractions)");
-        return -1;
-    }
-    *out = (uint64_t)d;
-    return 0;
+    uint64_t old = __atomic_load_n(&self->frac, __ATOMIC_RELAXED), nw;
+    double whole;
+    do {
+        double f;
+        memcpy(&f, &old, sizeof f);
+        f += d;
+        whole = floor(f);
+        f -= whole;
+        memcpy(&nw, &f, sizeof nw);
+    } while (
+        !__atomic_compare_exchange_n(&self->frac, &old, nw, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+    if (whole > 0)
+        mv_counter_add(self->c, (uint64_t)whole);
 }
 
 static PyObject *Counter_inc(CounterObject *self, PyObject *const *args, Py_ssize_t n)
 {
-    uint64_t v = 1;
     if (n > 1) {
         PyErr_SetString(PyExc_TypeError, "inc(amount=1)");
         return NULL;
     }
-    if (n == 1 && get_amount(args[0], &v))
+    if (n == 0) {
+        mv_counter_inc(self->c);
+        Py_RETURN_NONE;
+    }
+    PyObject *o = args[0];
+    if (PyLong_Check(o)) {
+        unsigned long long v = PyLong_AsUnsignedLongLong(o);
+        if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+            PyErr_SetString(PyExc_ValueError,
+                            "Counters can only be incremented by non-negative amounts.");
+            return NULL;
+        }
+        mv_counter_add(self->c, v);
+        Py_RETURN_NONE;
+    }
+    double d = PyFloat_AsDouble(o);
+    if (d == -1.0 && PyErr_Occurred())
         return NULL;
-    mv_counter_add(self->c, v);
+    if (!(d >= 0) || isinf(d)) {
+        PyErr_SetString(PyExc_ValueError,
+                        "Counters can only be incremented by non-negative finite amounts.");
+        return NULL;
+    }
+    if (d == floor(d) && d < 18446744073709551616.0)
+        mv_counter_add(self->c, (uint64_t)d);
+    else
+        counter_add_fraction(self, d);
     Py_RETURN_NONE;
 }
 
 static PyObject *Counter_get(CounterObject *self, PyObject *unused)
 {
-    return PyLong_FromUnsignedLongLong(__atomic_load_n(self->c.slot, __ATOMIC_RELAXED));
+    uint64_t v = __atomic_load_n(self->c.slot, __ATOMIC_RELAXED);
+    uint64_t bits = __atomic_load_n(&self->frac, __ATOMIC_RELAXED);
+    double f;
+    memcpy(&f, &bits, sizeof f);
+    if (f == 0)
+        return PyLong_FromUnsignedLongLong(v);
+    return PyFloat_FromDouble((double)v + f);
 }
 
 static int get_double(PyObject *o, double *out)
@@ -373,8 +396,10 @@ static PyObject *Histogram_observe(HistogramObject *self, PyObject *const *args,
 
 static PyMethodDef Counter_methods[] = {
     {"inc", (PyCFunction)(void (*)(void))Counter_inc, METH_FASTCALL,
-     "inc(amount=1): adds a non-negative whole number (one atomic add)."},
-    {"get", (PyCFunction)Counter_get, METH_NOARGS, "Reads the counter."},
+     "inc(amount=1): adds a non-negative amount (one atomic add; fractions are carried "
+     "in the handle and reach the segment as whole units)."},
+    {"get", (PyCFunction)Counter_get, METH_NOARGS,
+     "Reads the counter: an int, or a float while a fraction is pending."},
     {NULL}};
 
 static PyMethodDef Gauge_methods[] = {
@@ -392,7 +417,7 @@ static PyMethodDef Histogram_methods[] = {
 #define HANDLE_TYPE(T, pyname, methods, doc)                                                       \
     static PyTypeObject T = {                                                                      \
         PyVarObject_HEAD_INIT(NULL, 0).tp_name = "microview._microview." pyname,                   \
-        .tp_basicsize = sizeof(HistogramObject),                                                   \
+        .tp_basicsize = sizeof(CounterObject),                                                     \
         .tp_dealloc = (destructor)Handle_dealloc,                                                  \
         .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,                                      \
         .tp_doc = doc,                                                                             \
