@@ -155,20 +155,19 @@ static PyTypeObject *handle_type(PyObject *cls, PyTypeObject *base)
     return (PyTypeObject *)cls;
 }
 
-/* segment.register(kind, name, help, unit, labels, bounds=None, cls=None) -> handle */
-static PyObject *Segment_register(SegmentObject *self, PyObject *args)
+/* segment.register(kind, name, help, unit, labels, bounds=None, cls=None) -> handle
+ * The GIL is released while libmicroview registers (it may wait up to 2 s for another
+ * process's registration lock); the strings stay alive in `args` meanwhile. */
+static PyObject *register_impl(SegmentObject *self, const char *kind, const char *name,
+                               const char *help, const char *unit, PyObject *labels,
+                               PyObject *bounds, PyObject *cls)
 {
-    const char *kind, *name, *help, *unit;
-    PyObject *labels, *bounds = Py_None, *cls = Py_None;
     PyTypeObject *t;
     mv_label lv[MAX_LABELS + 1];
     size_t nl = 0;
     double bv[MAX_BUCKETS + 1];
     size_t nb = 0;
     int rc;
-    if (!PyArg_ParseTuple(args, "szzzO|OO:register", &kind, &name, &help, &unit, &labels, &bounds,
-                          &cls))
-        return NULL;
     if (get_labels(labels, lv, &nl))
         return NULL;
     if (bounds != Py_None) {
@@ -190,7 +189,9 @@ static PyObject *Segment_register(SegmentObject *self, PyObject *args)
         if (!(t = handle_type(cls, &CounterType)))
             return NULL;
         mv_counter c;
+        Py_BEGIN_ALLOW_THREADS;
         rc = mv_counter_register(self->seg, name, help, unit, lv, nl, &c);
+        Py_END_ALLOW_THREADS;
         if (rc != MV_OK)
             return raise_mv(rc);
         PyObject *o = new_handle(t, self);
@@ -202,7 +203,9 @@ static PyObject *Segment_register(SegmentObject *self, PyObject *args)
         if (!(t = handle_type(cls, &GaugeType)))
             return NULL;
         mv_gauge g;
+        Py_BEGIN_ALLOW_THREADS;
         rc = mv_gauge_register(self->seg, name, help, unit, lv, nl, &g);
+        Py_END_ALLOW_THREADS;
         if (rc != MV_OK)
             return raise_mv(rc);
         PyObject *o = new_handle(t, self);
@@ -214,7 +217,9 @@ static PyObject *Segment_register(SegmentObject *self, PyObject *args)
         if (!(t = handle_type(cls, &HistogramType)))
             return NULL;
         mv_histogram *h;
+        Py_BEGIN_ALLOW_THREADS;
         rc = mv_histogram_register(self->seg, name, help, unit, lv, nl, bv, nb, &h);
+        Py_END_ALLOW_THREADS;
         if (rc != MV_OK)
             return raise_mv(rc);
         PyObject *o = new_handle(t, self);
@@ -224,6 +229,22 @@ static PyObject *Segment_register(SegmentObject *self, PyObject *args)
     }
     PyErr_Format(PyExc_ValueError, "unknown metric kind %s", kind);
     return NULL;
+}
+
+static PyObject *Segment_register(SegmentObject *self, PyObject *args)
+{
+    const char *kind, *name, *help, *unit;
+    PyObject *labels, *bounds = Py_None, *cls = Py_None;
+    if (!PyArg_ParseTuple(args, "szzzO|OO:register", &kind, &name, &help, &unit, &labels, &bounds,
+                          &cls))
+        return NULL;
+    /* A private tuple: its strings cannot go away while the GIL is released. */
+    PyObject *lt = PySequence_Tuple(labels);
+    if (!lt)
+        return NULL;
+    PyObject *r = register_impl(self, kind, name, help, unit, lt, bounds, cls);
+    Py_DECREF(lt);
+    return r;
 }
 
 static PyObject *Segment_heartbeat(SegmentObject *self, PyObject *unused)
