@@ -2,7 +2,10 @@ module microview.io/tests/goservice
 
 go 1.19
 
-require microview.io/writers/go/prometheus v0.0.0
+require (
+	microview.io/writers/go v0.0.0
+	microview.io/writers/go/prometheus v0.0.0
+)
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
@@ -15,7 +18,6 @@ require (
 	github.com/prometheus/procfs v0.8.0 // indirect
 	golang.org/x/sys v0.0.0-20220520151302-bc2c85ada10a // indirect
 	google.golang.org/protobuf v1.28.1 // indirect
-	microview.io/writers/go v0.0.0 // indirect
 )
 
 replace (
