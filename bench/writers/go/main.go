@@ -225,6 +225,7 @@ func main() {
 	runs := flag.Int("runs", 5, "measured rounds; the median is printed")
 	quick := flag.Bool("quick", false, "5M/2M iterations, 3 runs")
 	onlyOp := flag.String("op", "", "run only this operation")
+	onlyImpl := flag.String("impl", "", "run only this front end (microview_go or microview_go_prom)")
 	flag.Parse()
 	if *quick {
 		*iters, *histIters, *runs = 5000000, 2000000, 3
@@ -259,6 +260,9 @@ func main() {
 			continue
 		}
 		for _, im := range impls {
+			if *onlyImpl != "" && *onlyImpl != im.name {
+				continue
+			}
 			for _, mode := range []string{"1t", "2t_same", "2t_diff", "2t_diff_padded"} {
 				if op == "counter_add_local" {
 					fmt.Printf("impl=%s op=%s mode=%s skipped=1 reason=no_equivalent\n", im.name, op, mode)

@@ -219,14 +219,12 @@ func (m *counter) Add(v float64) {
 	if v < 0 {
 		panic(errors.New("counter cannot decrease in value"))
 	}
+	if iv := uint64(v); float64(iv) == v { // whole amounts: one atomic add
+		m.c.Add(iv)
+		return
+	}
 	if math.IsNaN(v) || math.IsInf(v, 0) {
 		panic(errors.New("microview: a counter can only add finite amounts (segment counters are integers)"))
-	}
-	if v < 1<<63 { // whole amounts: one atomic add (no math.Trunc call on the hot path)
-		if iv := uint64(v); float64(iv) == v {
-			m.c.Add(iv)
-			return
-		}
 	}
 	for {
 		old := atomic.LoadUint64(&m.frac)
