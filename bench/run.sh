@@ -71,7 +71,7 @@ cmake --build "$build" -j"$(nproc)" --target pipeline_bench >/dev/null &&
 
 # ---- Go peers (client_golang from Debian, GOPATH mode, offline) ------------------
 if command -v go >/dev/null; then
-  export GO111MODULE=off GOPROXY=off GOFLAGS= GOTOOLCHAIN=local
+  export GO111MODULE=off GOPROXY=off GOFLAGS="" GOTOOLCHAIN=local
   export GOPATH=$tmp/gopath:/usr/share/gocode GOCACHE=$tmp/gocache GOTMPDIR=$tmp
   mkdir -p "$tmp/gopath"
   for p in writer expo; do

@@ -12,6 +12,7 @@ build_pkgs=(
   libmicrohttpd-dev zlib1g-dev libyaml-dev libcurl4-openssl-dev libjson-c-dev
   libibverbs-dev librdmacm-dev rdma-core
   curl
+  libgnutls28-dev
 )
 test_pkgs=(
   libcunit1-dev clang libclang-rt-14-dev clang-format
@@ -21,6 +22,9 @@ test_pkgs=(
   golang-go golang-github-prometheus-client-golang-dev
   qemu-system-x86 qemu-utils busybox-static cpio xz-utils kmod
   ibverbs-utils perftest iproute2 util-linux
+  yamllint
+  openssl
+  shellcheck
 )
 
 pkgs=("${build_pkgs[@]}")
