@@ -11,7 +11,7 @@ go_env() {
   command -v go >/dev/null || skip "go not found (golang-go)"
   mkdir -p "$cache/gomod" "$cache/gobuild" || skip "cannot create the Go cache in $cache"
   export GOTOOLCHAIN=local GOMODCACHE=$cache/gomod GOCACHE=$cache/gobuild GOFLAGS=-mod=readonly
-  export GOPROXY=${GOPROXY:-https://proxy.golang.org} GONOSUMDB= GOTELEMETRY=off
+  export GOPROXY=${GOPROXY:-https://proxy.golang.org} GOTELEMETRY=off
 }
 
 # build_py DEST INCLUDE_DIR LIBRARY: pip-installs writers/python into DEST/site from a copy
