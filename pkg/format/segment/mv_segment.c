@@ -191,6 +191,12 @@ static uint64_t random_instance(void)
 
 mv_seg_reason mv_seg_format(void *base, uint64_t size, uint32_t values_size, mv_seg_error *err)
 {
+    return mv_seg_format_with(base, size, values_size, random_instance(), realtime_ns(), err);
+}
+
+mv_seg_reason mv_seg_format_with(void *base, uint64_t size, uint32_t values_size, uint64_t instance,
+                                 uint64_t created_ns, mv_seg_error *err)
+{
     uint32_t vdef, cdef;
     if (!base || ((uintptr_t)base % MV_SEG_ALIGN))
         return fail(err, MV_SEG_E_INVAL, "segment base is NULL or not 8-aligned");
@@ -198,6 +204,8 @@ mv_seg_reason mv_seg_format(void *base, uint64_t size, uint32_t values_size, mv_
         return fail(err, MV_SEG_E_SIZE,
                     "segment size %llu is not a multiple of 8 in [%u, %u] bytes",
                     (unsigned long long)size, MV_SEG_MIN_SIZE, MV_SEG_MAX_SIZE);
+    if (instance == 0)
+        return fail(err, MV_SEG_E_INVAL, "instance id must be nonzero");
     if (values_size == 0)
         values_size = vdef;
     if (values_size % 64 || values_size < 64 ||
@@ -216,9 +224,9 @@ mv_seg_reason mv_seg_format(void *base, uint64_t size, uint32_t values_size, mv_
     h->values_size = values_size;
     h->catalog_offset = MV_SEG_HEADER_SIZE + values_size;
     h->catalog_size = (uint32_t)(size - h->catalog_offset);
-    h->instance = random_instance();
+    h->instance = instance;
     h->generation = 0;
-    h->created_ns = realtime_ns();
+    h->created_ns = created_ns;
     uint64_t magic;
     memcpy(&magic, MV_SEG_MAGIC, 8);
     __atomic_store_n((uint64_t *)(void *)h->magic, magic, __ATOMIC_RELEASE);

@@ -175,6 +175,12 @@ int mv_seg_default_layout(uint64_t size, uint32_t *values_size, uint32_t *catalo
  * half-written header as valid. Returns MV_SEG_OK or a reason (+ detail). */
 mv_seg_reason mv_seg_format(void *base, uint64_t size, uint32_t values_size, mv_seg_error *err);
 
+/* As mv_seg_format, with the instance id (nonzero) and creation time given by the caller
+ * instead of drawn from /dev/urandom and the clock: reproducible segments for test vectors.
+ * The bytes written are the same format; only the choice of those two values differs. */
+mv_seg_reason mv_seg_format_with(void *base, uint64_t size, uint32_t values_size, uint64_t instance,
+                                 uint64_t created_ns, mv_seg_error *err);
+
 /* ---- Catalog records (writer side) ----------------------------------------- */
 
 typedef struct mv_seg_label {
