@@ -185,6 +185,8 @@ static int k8s_main(int argc, char **argv)
     lo[no++] = (struct option){"config", required_argument, NULL, 'c'};
     lo[no++] = (struct option){"help", no_argument, NULL, 'h'};
     int opt;
+    if (mv_opts_exact("microview-agent", argc, argv, lo) < 0)
+        return 2;
     while ((opt = getopt_long(argc, argv, "c:h", lo, NULL)) != -1) {
         if (opt == 'c') {
             cfg_file = optarg;
@@ -282,6 +284,8 @@ int main(int argc, char **argv)
     mv_log_level level = MV_LOG_INFO;
     rdma_flags rf = {0};
     int opt;
+    if (mv_opts_exact("microview-agent", argc, argv, longopts) < 0)
+        return 2;
     while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (opt) {
         case O_STANDALONE: /* the mode was chosen above */
@@ -335,6 +339,13 @@ int main(int argc, char **argv)
     if (optind < argc) {
         fprintf(stderr, "microview-agent: unexpected argument %s\n", argv[optind]);
         return 2;
+    }
+    if (tcp_listen) {
+        char err[MV_ERR_MAX];
+        if (mv_config_check_listen("--listen", tcp_listen, err, sizeof err) < 0) {
+            fprintf(stderr, "microview-agent: %s\n", err);
+            return 2;
+        }
     }
     if (rdma_flags_check(&rf, tcp_listen) < 0)
         return 2;

@@ -229,6 +229,8 @@ int main(int argc, char **argv)
                                          {0, 0, 0, 0}};
     mv_httpd_config hc;
     mv_httpd_config_default(&hc);
+    if (mv_opts_exact("microview-collector", argc, argv, opts) < 0)
+        return 2;
     while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (opt) {
         case 't':

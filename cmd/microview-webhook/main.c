@@ -11,6 +11,7 @@
 
 #include "mv_config.h"
 #include "mv_log.h"
+#include "mv_util.h"
 #include "mv_webhook.h"
 
 static void usage(FILE *f)
@@ -57,6 +58,8 @@ int main(int argc, char **argv)
                *res = NULL, *level = NULL, *config = NULL;
     int opt;
     opterr = 0;
+    if (mv_opts_exact("microview-webhook", argc, argv, longopts) < 0)
+        return 2;
     while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (opt) {
         case O_LISTEN:

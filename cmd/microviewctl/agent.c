@@ -11,6 +11,7 @@
 #include "ctl.h"
 #include "mv_agentc.h"
 #include "mv_inspect.h"
+#include "mv_util.h"
 #include "mv_rdma.h"
 
 /* Opens a client for `target`; with `token_file`, every call presents its token
@@ -114,6 +115,10 @@ static const char *parse_agent_opt(int argc, char **argv, int *json, const char 
                                          {0, 0, 0, 0}};
     *ok = 1;
     *token_file = NULL;
+    if (mv_opts_exact("microviewctl", argc, argv, opts) < 0) {
+        *ok = 0;
+        return target;
+    }
     while ((opt = getopt_long(argc, argv, "a:jt:", opts, NULL)) != -1) {
         if (opt == 'a')
             target = optarg;
@@ -178,6 +183,8 @@ int mv_ctl_create(int argc, char **argv)
                                          {"label", required_argument, 0, 'l'},
                                          {"token-file", required_argument, 0, 't'},
                                          {0, 0, 0, 0}};
+    if (mv_opts_exact("microviewctl", argc, argv, opts) < 0)
+        return 2;
     while ((opt = getopt_long(argc, argv, "a:s:l:t:", opts, NULL)) != -1) {
         char *end, *eq;
         switch (opt) {

@@ -50,6 +50,8 @@ static int cmd_dump(int argc, char **argv)
     int json = 0, opt;
     static const struct option opts[] = {
         {"json", no_argument, 0, 'j'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    if (mv_opts_exact("microviewctl", argc, argv, opts) < 0)
+        return 2;
     while ((opt = getopt_long(argc, argv, "jh", opts, NULL)) != -1) {
         if (opt == 'j')
             json = 1;
@@ -126,6 +128,8 @@ static int cmd_gen(int argc, char **argv)
                                          {"label", required_argument, 0, 'l'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
+    if (mv_opts_exact("microviewctl", argc, argv, opts) < 0)
+        return 2;
     while ((opt = getopt_long(argc, argv, "a:s:S:c:g:H:r:d:l:h", opts, NULL)) != -1) {
         switch (opt) {
         case 'a':

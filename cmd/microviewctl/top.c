@@ -166,6 +166,8 @@ int mv_ctl_top(int argc, char **argv, const volatile int *stop)
                                          {"limit", required_argument, 0, 'l'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
+    if (mv_opts_exact("microviewctl", argc, argv, opts) < 0)
+        return 2;
     while ((opt = getopt_long(argc, argv, "c:oi:l:h", opts, NULL)) != -1) {
         switch (opt) {
         case 'c':

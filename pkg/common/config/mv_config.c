@@ -382,10 +382,8 @@ int mv_config_finish(mv_config *c, char *err, size_t errlen)
         mv_err_set(err, errlen, "rdma_listen %.100s: want IP[:PORT]", c->rdma_listen);
         return -EINVAL;
     }
-    if (c->listen[0] && !strchr(c->listen, ':')) {
-        mv_err_set(err, errlen, "listen %.100s: want HOST:PORT", c->listen);
+    if (c->listen[0] && mv_config_check_listen("listen", c->listen, err, errlen) < 0)
         return -EINVAL;
-    }
     if (!c->agent_socket[0]) {
         int n = snprintf(c->agent_socket, sizeof c->agent_socket, "%s/agent.sock", c->state_dir);
         if (n < 0 || (size_t)n >= sizeof c->agent_socket) {
@@ -405,6 +403,31 @@ int mv_config_finish(mv_config *c, char *err, size_t errlen)
             snprintf(c->api_server, sizeof c->api_server, "https://%s%s%s:%s", v6 ? "[" : "", h,
                      v6 ? "]" : "", p && p[0] ? p : "443");
         }
+    }
+    return 0;
+}
+
+int mv_config_check_listen(const char *what, const char *s, char *err, size_t errlen)
+{
+    const char *colon = strrchr(s, ':');
+    size_t hl = colon ? (size_t)(colon - s) : 0;
+    int v6 = hl >= 2 && s[0] == '[' && s[hl - 1] == ']';
+    const char *p = colon ? colon + 1 : NULL;
+    char *end = NULL;
+    unsigned long port = 0;
+    int ok = colon && hl > 0 && (v6 || !memchr(s, ':', hl)) && !memchr(s, ' ', hl) && p &&
+             *p >= '0' && *p <= '9';
+    if (ok) {
+        errno = 0;
+        port = strtoul(p, &end, 10);
+        ok = !errno && !*end && port <= 65535;
+    }
+    if (!ok) {
+        mv_err_set(err, errlen,
+                   "%s %.100s: want HOST:PORT with PORT 0..65535 (0 = any free port), e.g. "
+                   "0.0.0.0:7470 or [::1]:7470",
+                   what, s);
+        return -EINVAL;
     }
     return 0;
 }

@@ -75,6 +75,10 @@ const char *const *mv_config_keys(void);
 
 /* Splits "IP[:PORT]" (IPv4 or a host name; PORT 1..65535, `defport` when absent)
  * into `ip` and `*port`. Returns 0 or -EINVAL. */
+/* Checks a TCP listen address HOST:PORT (IPv6 as [ADDR]:PORT; PORT 0..65535, 0 = any free
+ * port). Returns 0, or -EINVAL with a message naming `what` and the accepted form. */
+int mv_config_check_listen(const char *what, const char *s, char *err, size_t errlen);
+
 int mv_config_split_endpoint(const char *s, uint16_t defport, char *ip, size_t iplen,
                              uint16_t *port);
 

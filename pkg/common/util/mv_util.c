@@ -2,6 +2,7 @@
 #include "mv_util.h"
 
 #include <errno.h>
+#include <getopt.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,4 +107,35 @@ size_t mv_buf_curl_write(char *p, size_t size, size_t n, void *userdata)
     if (n && bytes / n != size)
         return 0;
     return mv_buf_append(userdata, p, bytes) == 0 ? bytes : 0;
+}
+
+int mv_opts_exact(const char *prog, int argc, char *const *argv, const struct option *opts)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--") == 0)
+            break;
+        if (strncmp(a, "--", 2) != 0)
+            continue;
+        const char *name = a + 2, *eq = strchr(name, '=');
+        size_t n = eq ? (size_t)(eq - name) : strlen(name);
+        const struct option *hit = NULL, *guess = NULL;
+        for (const struct option *o = opts; o->name; o++) {
+            if (strlen(o->name) == n && strncmp(o->name, name, n) == 0)
+                hit = o;
+            else if (!guess && strncmp(o->name, name, n) == 0)
+                guess = o;
+        }
+        if (!hit) {
+            if (guess)
+                fprintf(stderr, "%s: unknown option --%.*s (did you mean --%s?)\n", prog, (int)n,
+                        name, guess->name);
+            else
+                fprintf(stderr, "%s: unknown option --%.*s (see --help)\n", prog, (int)n, name);
+            return -1;
+        }
+        if (hit->has_arg == required_argument && !eq)
+            i++; /* its value is the next word, whatever it looks like */
+    }
+    return 0;
 }

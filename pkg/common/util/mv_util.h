@@ -38,6 +38,15 @@ uint64_t mv_wall_ns(void);
 /* Sets O_NONBLOCK on `fd`. Returns 0 or -errno. */
 int mv_set_nonblock(int fd);
 
+/* ---- Command-line options ---------------------------------------------------- */
+
+struct option;
+/* getopt_long takes any unambiguous prefix of a long option (--tick for --tick-ms), which
+ * hides typos and silently changes meaning as options are added. Call this before
+ * getopt_long: it checks that every --name in argv (up to a lone "--") is spelled out in
+ * full, printing "PROG: unknown option --x (did you mean --y?)" otherwise. Returns 0 or -1. */
+int mv_opts_exact(const char *prog, int argc, char *const *argv, const struct option *opts);
+
 /* ---- Bounded strings --------------------------------------------------------- */
 
 /* snprintf that reports truncation: formats into `buf` (always NUL-terminated
