@@ -99,6 +99,7 @@ static void test_value_label_key_limit(void)
 /* ---- Routes over HTTP ---------------------------------------------------------------------- */
 
 static char *g_dir;
+static mv_segment *g_seg;
 static mv_coll *g_coll;
 static mv_api *g_api;
 static mv_httpd *g_httpd;
@@ -124,13 +125,12 @@ static int serve_open(void)
     if (fd < 0 || ftruncate(fd, 65536) != 0)
         return -1;
     close(fd);
-    mv_segment *seg;
     mv_gauge g;
     mv_counter big;
     mv_label l = {"queue", "jobs"};
-    if (mv_open(path, &seg) != MV_OK ||
-        mv_gauge_register(seg, "queue_depth", "Jobs waiting.", NULL, &l, 1, &g) != MV_OK ||
-        mv_counter_register(seg, "bytes_total", "Bytes.", NULL, NULL, 0, &big) != MV_OK)
+    if (mv_open(path, &g_seg) != MV_OK ||
+        mv_gauge_register(g_seg, "queue_depth", "Jobs waiting.", NULL, &l, 1, &g) != MV_OK ||
+        mv_counter_register(g_seg, "bytes_total", "Bytes.", NULL, NULL, 0, &big) != MV_OK)
         return -1;
     mv_gauge_set(g, 7);
     mv_counter_add(big, 9007199254740993ull); /* 2^53 + 1: not a double */
@@ -161,6 +161,7 @@ static void serve_close(void)
     mv_httpd_destroy(g_httpd);
     mv_api_destroy(g_api);
     mv_coll_destroy(g_coll);
+    mv_close(g_seg);
     if (g_dir)
         mv_test_rmrf(g_dir);
     free(g_dir);

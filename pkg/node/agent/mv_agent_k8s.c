@@ -34,7 +34,7 @@ struct mv_agent_k8s {
     /* RDMA export (rdma_listen): the exporter once its target came up; until then
      * the last reason it could not. Both under mu; the exporter is never replaced. */
     mv_rdmax *rdmax;
-    char rdma_err[256];
+    char rdma_err[MV_ERR_MAX];
     char token[MV_RDMA_TOKEN_MAX + 1]; /* collector_token_file's content */
     /* segments whose identity is incomplete (PodResources or API server failed) */
     char pending[PENDING_MAX][MV_SEGSTORE_ID_LEN + 1];
@@ -262,7 +262,7 @@ int mv_agent_k8s_allocate(mv_agent_k8s *a, const char *const *ids, size_t n, mv_
     }
     mv_podres_free(pr, npr);
 
-    char why[256];
+    char why[MV_ERR_MAX];
     mv_rdmax *x = a->cfg.rdma_listen[0] ? rdmax_get(a, why, sizeof why) : NULL;
     if (a->cfg.require_rdma && !x) {
         snprintf(err, errlen,
