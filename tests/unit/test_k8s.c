@@ -51,21 +51,25 @@ static void test_config_errors(void)
     mv_config c;
     char err[256];
     const char *bad[] = {
-        "nope: 1\n",                      /* unknown key */
-        "page_size: -4096\n",             /* negative */
-        "page_size: 4Ti\n",               /* bad suffix */
-        "gc_interval_ms: [1, 2]\n",       /* list */
-        "state_dir:\n  nested: 1\n",      /* nested mapping */
-        "- a\n- b\n",                     /* not a mapping */
-        "a: &x 1\nresource_name: *x\n",   /* alias */
-        "page_size: 4096\n---\nb: 1\n",   /* two documents */
-        "resource_name: [unterminated\n", /* syntax */
+        "nope: 1\n",                          /* unknown key */
+        "page_size: -4096\n",                 /* negative */
+        "page_size: 4Ti\n",                   /* bad suffix */
+        "gc_interval_ms: [1, 2]\n",           /* list */
+        "state_dir:\n  nested: 1\n",          /* nested mapping */
+        "- a\n- b\n",                         /* not a mapping */
+        "a: &x 1\nresource_name: *x\n",       /* alias */
+        "page_size: 4096\n---\nb: 1\n",       /* two documents */
+        "resource_name: [unterminated\n",     /* syntax */
+        "page_size: 4096\npage_size: 8192\n", /* a key given twice */
+        "pool_size: 1Mi\npool-size: 2Mi\n",   /* the same key in its other spelling */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         mv_config_defaults(&c);
         err[0] = 0;
         CU_ASSERT_EQUAL(mv_config_parse(&c, bad[i], strlen(bad[i]), err, sizeof err), -EINVAL);
         CU_ASSERT(err[0] != 0);
+        if (strstr(bad[i], "size: 8192") || strstr(bad[i], "pool-size"))
+            CU_ASSERT_PTR_NOT_NULL(strstr(err, "given twice (first on line 1)"));
     }
     mv_config_defaults(&c);
     mv_config_set(&c, "page_size", "1000", err, sizeof err);

@@ -208,6 +208,10 @@ int mv_config_parse(mv_config *c, const char *text, size_t len, char *err, size_
     /* States: 0 before the mapping, 1 expecting a key, 2 expecting a value, 3 after. */
     int state = 0, docs = 0;
     char keybuf[64] = "";
+    /* Keys seen so far (spelled with '_'), to refuse one given twice: YAML keeps the last
+     * silently, which hides an edit that did not take. */
+    char seen[sizeof KEYS / sizeof KEYS[0]][64];
+    size_t seen_line[sizeof KEYS / sizeof KEYS[0]], nseen = 0;
     for (;;) {
         yaml_event_t ev;
         if (!yaml_parser_parse(&p, &ev)) {
@@ -254,6 +258,20 @@ int mv_config_parse(mv_config *c, const char *text, size_t len, char *err, size_
                     ok = 0;
                 } else {
                     memcpy(keybuf, v, ev.data.scalar.length + 1);
+                    for (char *q = keybuf; *q; q++)
+                        if (*q == '-')
+                            *q = '_';
+                    for (size_t i = 0; i < nseen && ok; i++)
+                        if (strcmp(seen[i], keybuf) == 0) {
+                            mv_err_set(err, errlen,
+                                       "line %zu: key %s given twice (first on line %zu)", line,
+                                       keybuf, seen_line[i]);
+                            ok = 0;
+                        }
+                    if (ok && nseen < sizeof seen / sizeof seen[0]) {
+                        memcpy(seen[nseen], keybuf, sizeof keybuf);
+                        seen_line[nseen++] = line;
+                    }
                     state = 2;
                 }
             } else if (state == 2) {

@@ -470,7 +470,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     int rc = rt->fn(rt->arg, &req, &resp);
     enum MHD_Result ret;
     if (rc < 0) {
-        MV_WARN("httpd.handler_failed", "path=%s rc=%d", mv_log_q(url), rc);
+        MV_WARN("httpd.handler_failed", "path=%s err=%s", mv_log_q(url),
+                mv_log_q(strerror(rc < 0 ? -rc : rc)));
         ret = queue_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal error\n", NULL);
     } else {
         ret = send_response(h, c, &resp);

@@ -105,6 +105,8 @@ static void log_v(mv_log_level level, const char *event, const char *fields_fmt,
     }
     if (n > sizeof line - 2)
         n = sizeof line - 2;
+    while (n && line[n - 1] == ' ') /* fields that formatted to nothing: no trailing space */
+        n--;
     line[n++] = '\n';
     ssize_t r = write(STDERR_FILENO, line, n);
     (void)r;

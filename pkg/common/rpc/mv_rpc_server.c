@@ -31,7 +31,8 @@ static void post_slot(mv_rpc_server *s, slot *sl)
                                             &sl->md, &sl->payload, s->cq, s->cq, &sl->t);
     if (e == GRPC_CALL_OK)
         return;
-    MV_WARN("rpc.request_failed", "method=%s err=%d", mv_log_q(sl->m->path), (int)e);
+    MV_WARN("rpc.request_failed", "method=%s err=%s", mv_log_q(sl->m->path),
+            mv_log_q(grpc_call_error_to_string(e)));
     grpc_metadata_array_destroy(&sl->md);
 free_slot:
     free(sl);
@@ -161,7 +162,7 @@ static int reply_common(mv_rpc_call *c, int code, const char *message, const voi
     grpc_call_error e = grpc_call_start_batch(c->call, ops, n, &c->done, NULL);
     grpc_slice_unref(details);
     if (e != GRPC_CALL_OK) {
-        MV_WARN("rpc.reply_failed", "err=%d", (int)e);
+        MV_WARN("rpc.reply_failed", "err=%s", mv_log_q(grpc_call_error_to_string(e)));
         unary_free(c);
         return -EIO;
     }

@@ -85,7 +85,8 @@ static void stream_kick(mv_rpc_stream *st)
     grpc_call_error e = grpc_call_start_batch(st->call, ops, n, &st->send_tag, NULL);
     grpc_slice_unref(details);
     if (e != GRPC_CALL_OK) {
-        MV_WARN("rpc.stream_send_failed", "method=%s err=%d", mv_log_q(st->m->path), (int)e);
+        MV_WARN("rpc.stream_send_failed", "method=%s err=%s", mv_log_q(st->m->path),
+                mv_log_q(grpc_call_error_to_string(e)));
         if (st->inflight_bb) {
             grpc_byte_buffer_destroy(st->inflight_bb);
             st->inflight_bb = NULL;

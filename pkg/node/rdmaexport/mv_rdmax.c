@@ -112,7 +112,8 @@ static void drop(mv_rdmax *x, entry *e)
 {
     if (e->mr) {
         int rc = mv_rdma_deregister(e->mr);
-        MV_INFO("segment.rdma_revoked", "id=%s rkey=0x%x rc=%d", e->id, e->rkey, rc);
+        MV_INFO("segment.rdma_revoked", "id=%s rkey=0x%x result=%s", e->id, e->rkey,
+                mv_log_q(rc == 0 ? "ok" : strerror(rc < 0 ? -rc : rc)));
     }
     if (e->map)
         munmap(e->map, e->len);
