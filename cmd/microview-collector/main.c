@@ -195,11 +195,8 @@ int main(int argc, char **argv)
     int opt;
 
     mv_coll_opts_default(&co);
-    a.derived = mv_export_sel_create();
-    if (!a.derived) {
-        fprintf(stderr, "microview-collector: out of memory\n");
-        return 1;
-    }
+    const char *derived_specs[64];
+    size_t nderived = 0;
     co.analytics = 1;
     co.max_interval_us = 1000000;
     int max_interval_set = 0;
@@ -346,14 +343,24 @@ int main(int argc, char **argv)
         case 'n':
             co.analytics = 0;
             break;
-        case 'X': {
-            char err[256];
-            if (mv_export_sel_add(a.derived, optarg, err, sizeof err) != 0) {
-                fprintf(stderr, "microview-collector: --derived: %s\n", err);
+        case 'X':
+            if (nderived == sizeof derived_specs / sizeof derived_specs[0]) {
+                fprintf(stderr, "microview-collector: at most 64 --derived\n");
                 return 2;
             }
+            derived_specs[nderived++] = optarg;
+            {
+                /* Checked now so that a bad spec is refused before anything starts. */
+                char err[256];
+                mv_export_sel *t = mv_export_sel_create();
+                int bad = t && mv_export_sel_add(t, optarg, err, sizeof err) != 0;
+                mv_export_sel_destroy(t);
+                if (bad) {
+                    fprintf(stderr, "microview-collector: --derived: %s\n", err);
+                    return 2;
+                }
+            }
             break;
-        }
         case 'D':
             co.pipe.detect = 0;
             break;
@@ -442,6 +449,19 @@ int main(int argc, char **argv)
     if (mv_coll_start(a.coll) != 0) {
         MV_ERROR("collector.failed", "error=%s", mv_log_q("cannot start the tick thread"));
         goto destroy_coll;
+    }
+    a.derived = mv_export_sel_create();
+    if (!a.derived) {
+        fprintf(stderr, "microview-collector: out of memory\n");
+        goto destroy_coll;
+    }
+    for (size_t i = 0; i < nderived; i++) {
+        char err[256];
+        if (mv_export_sel_add(a.derived, derived_specs[i], err, sizeof err) != 0) {
+            fprintf(stderr, "microview-collector: --derived: %s\n", err);
+            rc = 2;
+            goto destroy_coll;
+        }
     }
     mv_api_opts ao = {.coll = a.coll,
                       .body_cap = a.body_cap,

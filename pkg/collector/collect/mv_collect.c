@@ -533,11 +533,14 @@ static int torn_state(seg *s, size_t n, uint32_t hot_len)
         s->good_cap = hot_len;
     }
     if (h->instance != s->good_instance) {
-        memset(s->have_good, 0, s->nmet_cap);
-        memset(s->torn_since, 0, s->nmet_cap * sizeof *s->torn_since);
+        if (s->nmet_cap) {
+            memset(s->have_good, 0, s->nmet_cap);
+            memset(s->torn_since, 0, s->nmet_cap * sizeof *s->torn_since);
+        }
         s->good_instance = h->instance;
     }
-    memset(s->omit_work, 0, n);
+    if (n)
+        memset(s->omit_work, 0, n);
     return 0;
 }
 
