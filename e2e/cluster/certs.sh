@@ -63,7 +63,7 @@ gen_certs() {
     cert_leaf ca controller-manager "/CN=system:kube-controller-manager" clientAuth
     cert_leaf ca scheduler "/CN=system:kube-scheduler" clientAuth
     cert_leaf ca kubelet "/O=system:nodes/CN=system:node:$MV_NODE" clientAuth
-    cert_leaf ca kubelet-serving "/CN=$MV_NODE" serverAuth "IP:127.0.0.1,DNS:$MV_NODE,DNS:localhost"
+    cert_leaf ca kubelet-serving "/CN=$MV_NODE" serverAuth "IP:127.0.0.1,DNS:localhost"
     cert_leaf ca kcm-serving "/CN=kube-controller-manager" serverAuth "IP:127.0.0.1,DNS:localhost"
     cert_leaf ca scheduler-serving "/CN=kube-scheduler" serverAuth "IP:127.0.0.1,DNS:localhost"
     cert_leaf front-proxy-ca front-proxy-client "/CN=front-proxy-client" clientAuth

@@ -5,7 +5,9 @@
 MV_CLUSTER_SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 MV_CACHE=${MV_CACHE:-/var/cache/microview}
 MV_CLUSTER_DIR=${MV_CLUSTER_DIR:-/var/tmp/mv-cluster}
-MV_NODE=${MV_NODE:-mv-e2e-node}
+# The node is named by its address, as in hack/local-up-cluster.sh: the kubelet refuses a loopback
+# --node-ip but takes an IP given as --hostname-override for the InternalIP.
+MV_NODE=${MV_NODE:-127.0.0.1}
 MV_ETCD_PORT=${MV_ETCD_PORT:-23791}
 MV_ETCD_PEER_PORT=${MV_ETCD_PEER_PORT:-23801}
 MV_API_PORT=${MV_API_PORT:-16443}
@@ -41,6 +43,9 @@ die() {
 
 # Directory with the component binaries (built by build.sh, cached by version).
 k8s_bin() {
+  if [ -z "${MV_K8S_BIN:-}" ] && [ -f "$D/bin" ]; then
+    MV_K8S_BIN=$(cat "$D/bin") # written by up.sh
+  fi
   if [ -z "${MV_K8S_BIN:-}" ]; then
     MV_K8S_BIN=$("$MV_CLUSTER_SRC/build.sh")
   fi
@@ -103,7 +108,7 @@ stop_proc() {
 start_kubelet() {
   start_proc kubelet "$(k8s_bin)/kubelet" --config="$D/kubelet.yaml" \
     --kubeconfig="$D/kubelet.kubeconfig" --root-dir="$KUBELET_ROOT" \
-    --hostname-override="$MV_NODE" --node-ip=127.0.0.1 --v=2
+    --hostname-override="$MV_NODE" --v=2
 }
 
 # https_ok URL CERT KEY: the URL answers 200 over TLS signed by the cluster CA.

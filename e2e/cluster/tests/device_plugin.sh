@@ -140,7 +140,8 @@ start_kubelet
 # The kubelet serves device-plugin registration once it re-creates kubelet.sock.
 sock_new() { [ -S "$MV_DEVICE_PLUGIN_DIR/kubelet.sock" ] && [ "$(sock_ino)" != "$ino0" ]; }
 wait_for 60 "kubelet.sock re-created" sock_new
-t_serving=$(now_ms)
+# When the kubelet bound its registration socket (its ctime, ms resolution).
+t_serving=$(stat -c %.3Z "$MV_DEVICE_PLUGIN_DIR/kubelet.sock" | tr -d .)
 rereg() { [ "$(events dp.reregistered)" -gt "$before_rereg" ]; }
 wait_for 10 "dp.reregistered" rereg
 check "agent re-registered after the kubelet restart (dp.reregistered)" rereg
