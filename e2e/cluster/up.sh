@@ -145,7 +145,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "$MV_PAUSE_IMAGE"
   enable_selinux = false
-  restrict_oom_score_adj = false
+  # This sandbox has no CAP_SYS_RESOURCE (not even in root's bounding set), so no process may
+  # lower its oom_score_adj: runc fails the kubelet's -998 for sandboxes with "can't get final
+  # child's PID from pipe: EOF". Clamp to containerd's own score, as rootless setups do.
+  restrict_oom_score_adj = true
   # Sandbox network namespaces under the state dir, not /var/run/netns.
   netns_mounts_under_state_dir = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
@@ -188,6 +191,8 @@ authorization: {mode: Webhook}
 containerRuntimeEndpoint: unix://$CTRD_SOCK
 cgroupDriver: cgroupfs
 failSwapOn: false
+# 0, not -999: the kubelet cannot lower its own score here (no CAP_SYS_RESOURCE).
+oomScoreAdj: 0
 failCgroupV1: false
 podLogsDir: $D/pod-logs
 clusterDomain: cluster.local
