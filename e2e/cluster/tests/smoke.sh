@@ -45,6 +45,7 @@ check "kubectl logs shows the container's output" has_log
 out=$(kc exec smoke -c main -- /bin/echo exec-ok 2>&1)
 check "kubectl exec through the API server and the kubelet: '$out'" test "$out" = exec-ok
 eth0_ip() { kc logs smoke -c main | grep -q "inet $ip/"; }
+wait_for 15 "the address in the pod log" eth0_ip
 check "the container's eth0 has the pod IP" eth0_ip
 kc delete pod smoke --wait=true --timeout=60s >/dev/null
 gone() { ! kc get pod smoke >/dev/null 2>&1; }
