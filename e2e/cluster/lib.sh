@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034  # settings used by the scripts that source this file
 # Shared settings and helpers of the e2e cluster scripts (sourced by up.sh, down.sh and the tests).
 # Everything the cluster writes lives under $MV_CLUSTER_DIR except what the components hard-code
 # (see README.md, "What lives outside the cluster directory").
