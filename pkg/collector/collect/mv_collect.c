@@ -532,12 +532,15 @@ static int torn_state(seg *s, size_t n, uint32_t hot_len)
         s->good = g;
         s->good_cap = hot_len;
     }
-    if (h->instance != s->good_instance) {
+    /* No metrics yet (a segment just allocated): the arrays may not exist, and memset of a
+     * null pointer is undefined even for zero bytes. */
+    if (h->instance != s->good_instance && s->nmet_cap) {
         memset(s->have_good, 0, s->nmet_cap);
         memset(s->torn_since, 0, s->nmet_cap * sizeof *s->torn_since);
-        s->good_instance = h->instance;
     }
-    memset(s->omit_work, 0, n);
+    s->good_instance = h->instance;
+    if (n)
+        memset(s->omit_work, 0, n);
     return 0;
 }
 
