@@ -24,7 +24,7 @@ docker_build() {
 import_image() {
   docker save "$1" -o "$ctx/image.tar"
   ctrd images import --snapshotter overlayfs "$ctx/image.tar" >/dev/null
-  ctrd images ls -q | grep -qx "$1" || die "containerd does not list $1 after import"
+  ctrd images ls -q | grep -x "$1" >/dev/null || die "containerd does not list $1 after import"
   log "image $1 imported into containerd (k8s.io)"
 }
 

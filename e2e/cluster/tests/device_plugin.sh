@@ -62,7 +62,7 @@ identity_retry_ms: "500"
 EOF
 start_proc microview-agent "$build/bin/microview-agent" --config "$D/agent.yaml"
 events() { grep -c "event=$1" "$AGENT_LOG" 2>/dev/null || true; }
-has_event() { grep "event=$1" "$AGENT_LOG" 2>/dev/null | grep -q -- "${2:-}"; }
+has_event() { grep "event=$1" "$AGENT_LOG" 2>/dev/null | grep -- "${2:-}" >/dev/null; }
 wait_for 20 "dp.registered" has_event dp.registered
 check "agent registered with the real kubelet (dp.registered)" has_event dp.registered
 allocatable() { kc get node "$MV_NODE" -o jsonpath="{.status.allocatable.microview\.io/metrics}"; }
@@ -110,7 +110,7 @@ t_running=$(now_ms)
 check "kubelet called Allocate: dp.allocated pages=16" has_event dp.allocated "pages=16 "
 wait_for 15 "prestart.mapped for writer" has_event prestart.mapped 'pod=writer'
 mapped() { grep 'event=prestart.mapped' "$AGENT_LOG" | grep 'namespace=team-a' | grep 'pod=writer' |
-  grep -q 'container=app'; }
+  grep 'container=app' >/dev/null; }
 check "kubelet called PreStartContainer: prestart.mapped namespace=team-a pod=writer container=app" mapped
 seg_id=$(grep 'event=dp.allocated' "$AGENT_LOG" | grep 'pages=16 ' | tail -1 | grep -o 'id=seg-[0-9a-f]*' | cut -d= -f2)
 cid=$(kc get pod writer -n team-a -o jsonpath='{.status.containerStatuses[0].containerID}')
@@ -124,7 +124,7 @@ check "the container sees its segment mounted at /var/run/microview/segment" \
   test -f "/proc/$cpid/root/var/run/microview/segment"
 series() {
   metrics 2>/dev/null | grep '^gen_' | grep 'namespace="team-a"' | grep "pod=\"$1\"" |
-    grep 'container="app"' | grep 'app="checkout"' | grep -q 'tier="web"'
+    grep 'container="app"' | grep 'app="checkout"' | grep 'tier="web"' >/dev/null
 }
 wait_for 30 "collector series of writer" series writer
 check "collector /metrics has the writer's series with namespace, pod, container and annotation labels" series writer
@@ -133,6 +133,7 @@ gen_value() { metrics | grep '^gen_requests_total{' | grep -m1 'pod="writer"' | 
 
 # --- kubelet restart: re-registration and allocatable
 before_rereg=$(events dp.reregistered)
+before_failed=$(events dp.register_failed)
 sock_ino() { stat -c %i "$MV_DEVICE_PLUGIN_DIR/kubelet.sock" 2>/dev/null || echo none; }
 ino0=$(sock_ino)
 v0=$(gen_value)
@@ -155,6 +156,9 @@ t_serving=$(stat -c %.3Z "$MV_DEVICE_PLUGIN_DIR/kubelet.sock" | tr -d .)
 rereg() { [ "$(events dp.reregistered)" -gt "$before_rereg" ]; }
 wait_for 10 "dp.reregistered" rereg
 check "agent re-registered after the kubelet restart (dp.reregistered)" rereg
+refused=$(($(events dp.register_failed) - before_failed))
+check "refused Register calls while the kubelet was down were backed off ($refused dp.register_failed lines)" \
+  test "$refused" -le 20
 rereg_ts=$(grep 'event=dp.reregistered' "$AGENT_LOG" | tail -1 | grep -o '^ts=[^ ]*' | cut -d= -f2)
 rereg_ms=$(date -d "$rereg_ts" +%s%3N)
 rereg_s=$(secs "$t_serving" "$rereg_ms")
@@ -172,7 +176,7 @@ min_seen=$(awk -v t="$t_kstart" -v m="$POOL" '$1 > t && $2 != "" && $2 + 0 < m {
 last=$(tail -1 "$WATCH" | awk '{print $2}')
 check "allocatable $RES never dropped below $POOL in the $posts node update(s) after the kubelet restart (lowest: $min_seen, last: $last)" \
   test "$min_seen" = "$POOL" -a "$last" = "$POOL"
-not_failed() { ! kc get events -n team-a -o jsonpath='{.items[*].reason}' | grep -q UnexpectedAdmissionError; }
+not_failed() { ! kc get events -n team-a -o jsonpath='{.items[*].reason}' | grep UnexpectedAdmissionError >/dev/null; }
 check "no UnexpectedAdmissionError events" not_failed
 restarts=$(kc get pod writer -n team-a -o jsonpath='{.status.containerStatuses[0].restartCount}')
 check "the first writer kept running through the kubelet restart (restartCount=$restarts)" \

@@ -39,12 +39,12 @@ check "scheduled by kube-scheduler onto $MV_NODE" test "$node" = "$MV_NODE"
 ip=$(kc get pod smoke -o jsonpath='{.status.podIP}')
 in_subnet() { case $ip in "${MV_POD_SUBNET%.*/*}".*) return 0 ;; esac; return 1; }
 check "pod IP $ip from the CNI bridge subnet $MV_POD_SUBNET" in_subnet
-has_log() { kc logs smoke -c main 2>/dev/null | grep -q "smoke-says-hello from smoke"; }
+has_log() { kc logs smoke -c main 2>/dev/null | grep "smoke-says-hello from smoke" >/dev/null; }
 wait_for 30 "pod log line" has_log
 check "kubectl logs shows the container's output" has_log
 out=$(kc exec smoke -c main -- /bin/echo exec-ok 2>&1)
 check "kubectl exec through the API server and the kubelet: '$out'" test "$out" = exec-ok
-eth0_ip() { kc logs smoke -c main | grep -q "inet $ip/"; }
+eth0_ip() { kc logs smoke -c main | grep "inet $ip/" >/dev/null; }
 wait_for 15 "the address in the pod log" eth0_ip
 check "the container's eth0 has the pod IP" eth0_ip
 kc delete pod smoke --wait=true --timeout=60s >/dev/null
