@@ -95,7 +95,7 @@ start_proc kube-scheduler "$BIN/kube-scheduler" \
   --bind-address=127.0.0.1 --secure-port="$MV_SCHED_PORT" \
   --tls-cert-file="$CERTS/scheduler-serving.crt" --tls-private-key-file="$CERTS/scheduler-serving.key" \
   --client-ca-file="$CERTS/ca.crt" --requestheader-client-ca-file="$CERTS/front-proxy-ca.crt" \
-  --leader-elect=false --v=1
+  --leader-elect=false --v=2
 
 # --- CNI: a bridge of our own with host-local IPAM (state under $D)
 mkdir -p "$D/cni/net.d" "$D/cni/ipam"

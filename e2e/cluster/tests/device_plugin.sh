@@ -134,7 +134,8 @@ gen_value() { metrics | grep '^gen_requests_total{' | grep -m1 'pod="writer"' | 
 # --- kubelet restart: re-registration and allocatable
 before_rereg=$(events dp.reregistered)
 before_failed=$(events dp.register_failed)
-sock_ino() { stat -c %i "$MV_DEVICE_PLUGIN_DIR/kubelet.sock" 2>/dev/null || echo none; }
+# inode and ctime: a re-created socket may get the old inode number back
+sock_ino() { stat -c "%i %.9Z" "$MV_DEVICE_PLUGIN_DIR/kubelet.sock" 2>/dev/null || echo none; }
 ino0=$(sock_ino)
 v0=$(gen_value)
 # Every node update the API server sends from here on, with its allocatable, time-stamped.
@@ -147,10 +148,12 @@ watch_pid=$!
 wait_for 10 "node watch" test -s "$WATCH"
 stop_proc kubelet 15
 t_kstart=$(now_ms)
+log "step: kubelet restarted"
 start_kubelet
 # The kubelet serves device-plugin registration once it re-creates kubelet.sock.
 sock_new() { [ -S "$MV_DEVICE_PLUGIN_DIR/kubelet.sock" ] && [ "$(sock_ino)" != "$ino0" ]; }
 wait_for 60 "kubelet.sock re-created" sock_new
+check "the restarted kubelet re-created kubelet.sock" sock_new
 # When the kubelet bound its registration socket (its ctime, ms resolution).
 t_serving=$(stat -c %.3Z "$MV_DEVICE_PLUGIN_DIR/kubelet.sock" | tr -d .)
 rereg() { [ "$(events dp.reregistered)" -gt "$before_rereg" ]; }
@@ -165,8 +168,15 @@ rereg_s=$(secs "$t_serving" "$rereg_ms")
 check "re-registered within 1 s of the kubelet serving kubelet.sock (${rereg_s}s)" \
   awk -v s="$rereg_s" 'BEGIN{exit !(s <= 1.0)}'
 # A pod admitted right after the restart gets the resource (no UnexpectedAdmissionError).
+t_w2=$(now_ms)
 writer_pod writer2 16
 wait_for 90 "pod writer2 Running" is_running writer2
+t_w2_run=$(now_ms)
+log "step: writer2 running"
+if [ $((t_w2_run - t_w2)) -gt 15000 ]; then
+  echo "note: writer2 took $(secs "$t_w2" "$t_w2_run")s to run; its events:"
+  kc get events -n team-a --field-selector involvedObject.name=writer2 -o wide 2>&1 | head -20
+fi
 check "a pod created right after the kubelet restart is admitted and Running" is_running writer2
 # Allocatable in every node update during and after the restart (the restarted kubelet posts
 # node status when it changes; a dip would show here).
@@ -188,13 +198,16 @@ check "the writer's counter kept advancing in the collector ($v0 -> $(gen_value)
 # --- pod deleted: segment collected, pages back
 seg2=$(grep 'event=dp.allocated' "$AGENT_LOG" | grep 'pages=16 ' | tail -1 | grep -o 'id=seg-[0-9a-f]*' | cut -d= -f2)
 t_del=$(now_ms)
+log "step: deleting the writers"
 kc delete pod writer writer2 -n team-a --wait=true --timeout=60s >/dev/null
+log "step: writers deleted"
 collected() { has_event segment.collected "id=$1"; }
 wait_for 30 "segment $seg_id collected" collected "$seg_id"
 check "segment $seg_id collected after its pod was deleted (segment.collected)" collected "$seg_id"
 wait_for 30 "segment $seg2 collected" collected "$seg2"
 check "segment $seg2 collected" collected "$seg2"
 t_gc=$(now_ms)
+log "step: segments collected"
 check "the segment directory $STATE/$seg_id is gone" test ! -e "$STATE/$seg_id"
 series_gone() { ! series writer; }
 wait_for 15 "writer series gone from the collector" series_gone
@@ -209,7 +222,7 @@ check "Allocate of the whole pool: dp.allocated pages=$POOL pool_used=$POOL" \
 echo "device_plugin: up=$(secs "$t0" "$t_up")s pod_running=$(secs "$t_up" "$t_running")s" \
   "series=$(secs "$t_running" "$t_series")s kubelet_start_to_sock=$(secs "$t_kstart" "$t_serving")s" \
   "reregistration_after_sock=${rereg_s}s" \
-  "node_updates_after_restart=$posts allocatable_min_during_restart=$min_seen gc_after_delete=$(secs "$t_del" "$t_gc")s" \
+  "pod_after_restart_running=$(secs "$t_w2" "$t_w2_run")s node_updates_after_restart=$posts allocatable_min_during_restart=$min_seen gc_after_delete=$(secs "$t_del" "$t_gc")s" \
   "total=$(secs "$t0" "$(now_ms)")s failed=$MV_FAILED"
 [ "$MV_FAILED" -eq 0 ] || {
   dump_logs 40
