@@ -194,8 +194,8 @@ static int rdma_try(mv_agent_k8s *a)
     mv_rdmax *x;
     if (mv_rdmax_create(&xo, a->store, &x, err, sizeof err) < 0) {
         pthread_mutex_lock(&a->mu);
-        int same = strcmp(a->rdma_err, err) == 0;
-        snprintf(a->rdma_err, sizeof a->rdma_err, "%s", err);
+        int same = strncmp(a->rdma_err, err, sizeof a->rdma_err - 1) == 0;
+        snprintf(a->rdma_err, sizeof a->rdma_err, "%.*s", (int)sizeof a->rdma_err - 1, err);
         pthread_mutex_unlock(&a->mu);
         /* Once per distinct reason; the retries in between go to debug. */
         mv_log(same              ? MV_LOG_DEBUG
