@@ -73,9 +73,11 @@ for t in mangle nat filter; do
   done
 done
 
-# The device-plugin dir is fixed by the kubelet: empty it, remove it if up.sh created it.
+# The device-plugin dir is fixed by the kubelet and shared with anything else on the host:
+# remove only the kubelet's files and the test agent's socket, and the dir if up.sh made it.
 if [ -d "$MV_DEVICE_PLUGIN_DIR" ]; then
-  find "$MV_DEVICE_PLUGIN_DIR" -mindepth 1 -maxdepth 1 -exec rm -rf {} + 2>/dev/null
+  rm -f "$MV_DEVICE_PLUGIN_DIR/kubelet.sock" "$MV_DEVICE_PLUGIN_DIR/kubelet_internal_checkpoint" \
+    "$MV_DEVICE_PLUGIN_DIR/$MV_AGENT_ENDPOINT"
   if [ -f "$D/created-device-plugin-dir" ]; then
     rmdir "$MV_DEVICE_PLUGIN_DIR" 2>/dev/null
     rmdir /var/lib/kubelet 2>/dev/null

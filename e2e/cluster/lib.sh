@@ -25,6 +25,9 @@ MV_HPA_SYNC=${MV_HPA_SYNC:-5s}
 # The kubelet's device manager hard-codes this directory (k8s.io/kubelet deviceplugin/v1beta1
 # KubeletSocket); it cannot be moved under $MV_CLUSTER_DIR.
 MV_DEVICE_PLUGIN_DIR=/var/lib/kubelet/device-plugins
+# The test agent's socket there: not the agent's default name, so that an agent started with
+# defaults elsewhere on this host is neither clobbered nor mistaken for ours.
+MV_AGENT_ENDPOINT=${MV_AGENT_ENDPOINT:-mv-e2e.sock}
 
 D=$MV_CLUSTER_DIR
 CERTS=$D/certs
@@ -154,4 +157,23 @@ need_host_tools() {
   [ -x /usr/lib/cni/bridge ] || skip "containernetworking-plugins not installed (scripts/deps.sh test)"
   docker info >/dev/null 2>&1 || skip "Docker Engine not running (images are built with docker build)"
   command -v "${GO:-go}" >/dev/null || skip "no Go toolchain to build the Kubernetes components"
+}
+
+# private_kubelet_dir SCRIPT ARGS...: re-runs the calling test in its own mount namespace with a
+# tmpfs on /var/lib/kubelet, so the kubelet's fixed device-plugin dir is the test's alone (an
+# agent started with its defaults elsewhere on this host can neither register with this
+# kubelet nor lose its socket to down.sh). Returns only inside the namespace.
+private_kubelet_dir() {
+  [ -n "${MV_CLUSTER_PRIVATE:-}" ] && return 0
+  command -v unshare >/dev/null || skip "unshare (util-linux) not installed"
+  local made=0 rc
+  if [ ! -d /var/lib/kubelet ]; then
+    mkdir -p /var/lib/kubelet
+    made=1
+  fi
+  MV_CLUSTER_PRIVATE=1 unshare --mount --propagation private \
+    bash -c 'mount -t tmpfs mv-e2e-kubelet /var/lib/kubelet && exec "$@"' private "$@"
+  rc=$?
+  [ "$made" = 1 ] && rmdir /var/lib/kubelet 2>/dev/null
+  exit "$rc"
 }

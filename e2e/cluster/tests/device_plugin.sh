@@ -12,6 +12,7 @@ build=${1:?usage: device_plugin.sh BUILD_DIR [LOG_DIR]}
 build=$(cd "$build" && pwd)
 keep=${2:-$MV_CACHE/e2e-cluster-logs/device_plugin}
 need_host_tools
+private_kubelet_dir "$0" "$@"
 for b in microview-agent microview-collector microviewctl; do
   [ -x "$build/bin/$b" ] || skip "$build/bin/$b not built"
 done
@@ -50,6 +51,7 @@ STATE=$D/microview
 AGENT_LOG=$LOGS/microview-agent.log
 cat >"$D/agent.yaml" <<EOF
 device_plugin_dir: "$MV_DEVICE_PLUGIN_DIR"
+endpoint: "$MV_AGENT_ENDPOINT"
 pod_resources_socket: "$POD_RESOURCES_SOCK"
 api_server: "https://127.0.0.1:$MV_API_PORT"
 token_file: "$D/agent.token"
@@ -60,6 +62,16 @@ gc_interval_ms: "500"
 gc_grace_ms: "5000"
 identity_retry_ms: "500"
 EOF
+# The kubelet's device-plugin dir is a fixed host path: another plugin serving there (an agent
+# started with its defaults by something else on this host) would register the same resource
+# with this kubelet and take our Allocate calls.
+foreign() {
+  find "$MV_DEVICE_PLUGIN_DIR" -maxdepth 1 -type s ! -name kubelet.sock ! -name "$MV_AGENT_ENDPOINT" 2>/dev/null
+}
+if [ -n "$(foreign)" ]; then
+  echo "FAIL: another device plugin serves in $MV_DEVICE_PLUGIN_DIR (a path the kubelet fixes): $(foreign | tr '\n' ' ')"
+  exit 1
+fi
 start_proc microview-agent "$build/bin/microview-agent" --config "$D/agent.yaml"
 events() { grep -c "event=$1" "$AGENT_LOG" 2>/dev/null || true; }
 has_event() { grep "event=$1" "$AGENT_LOG" 2>/dev/null | grep -- "${2:-}" >/dev/null; }
@@ -218,6 +230,13 @@ wait_for 90 "pod full Running" is_running full
 check "a pod asking for the whole pool ($POOL pages) is Running" is_running full
 check "Allocate of the whole pool: dp.allocated pages=$POOL pool_used=$POOL" \
   has_event dp.allocated "pages=$POOL .*pool_used=$POOL pool_total=$POOL"
+
+# Every registration the kubelet accepted came from this agent.
+kreg=$(grep -c 'Got registration request from device plugin' "$LOGS/kubelet.log")
+areg=$(($(events dp.registered) + $(events dp.reregistered)))
+check "the kubelet's $kreg registration(s) all came from this agent ($areg)" test "$kreg" = "$areg"
+no_foreign() { [ -z "$(foreign)" ]; }
+check "no other device plugin appeared in $MV_DEVICE_PLUGIN_DIR" no_foreign
 
 echo "device_plugin: up=$(secs "$t0" "$t_up")s pod_running=$(secs "$t_up" "$t_running")s" \
   "series=$(secs "$t_running" "$t_series")s kubelet_start_to_sock=$(secs "$t_kstart" "$t_serving")s" \

@@ -6,6 +6,7 @@
 set -uo pipefail
 . "$(dirname "$0")/../lib.sh"
 need_host_tools
+private_kubelet_dir "$0" "$@"
 keep=${1:-$MV_CACHE/e2e-cluster-logs/smoke}
 rm -rf "$keep"
 trap 'MV_KEEP_LOGS="$keep" "$MV_CLUSTER_SRC/down.sh"' EXIT

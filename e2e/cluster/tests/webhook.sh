@@ -12,6 +12,7 @@ build=${1:?usage: webhook.sh BUILD_DIR [LOG_DIR]}
 build=$(cd "$build" && pwd)
 keep=${2:-$MV_CACHE/e2e-cluster-logs/webhook}
 need_host_tools
+private_kubelet_dir "$0" "$@"
 [ -x "$build/bin/microview-webhook" ] || skip "$build/bin/microview-webhook not built"
 rm -rf "$keep"
 cleanup() {
