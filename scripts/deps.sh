@@ -25,6 +25,7 @@ test_pkgs=(
   yamllint
   openssl
   shellcheck
+  containerd runc containernetworking-plugins iptables
 )
 
 pkgs=("${build_pkgs[@]}")

@@ -91,7 +91,14 @@ static void pr_down(fixture *f)
     unlink(f->sock);
 }
 
+static void fixture_open_grace(fixture *f, int require_rdma, unsigned gc_grace_ms);
+
 static void fixture_open(fixture *f, int require_rdma)
+{
+    fixture_open_grace(f, require_rdma, 0);
+}
+
+static void fixture_open_grace(fixture *f, int require_rdma, unsigned gc_grace_ms)
 {
     memset(f, 0, sizeof *f);
     f->dir = mv_test_tmpdir("node-agent");
@@ -106,7 +113,7 @@ static void fixture_open(fixture *f, int require_rdma)
     snprintf(c.pod_resources_socket, sizeof c.pod_resources_socket, "%s", f->sock);
     snprintf(c.container_path, sizeof c.container_path, "/var/run/microview");
     c.api_server[0] = 0;
-    c.gc_grace_ms = 0;
+    c.gc_grace_ms = gc_grace_ms;
     if (require_rdma) {
         snprintf(c.rdma_listen, sizeof c.rdma_listen, "192.0.2.1");
         c.require_rdma = 1;
@@ -269,6 +276,38 @@ static void test_gc(void)
     fixture_close(&f);
 }
 
+/* A kubelet that has just restarted answers List before it knows its running pods: one List
+ * without the segment's devices must not collect it, only a grace period of such Lists. */
+static void test_gc_after_kubelet_restart(void)
+{
+    enum { GRACE_MS = 200 };
+    fixture f;
+    fixture_open_grace(&f, 0, GRACE_MS);
+    mv_dp_alloc out;
+    char err[256] = "";
+    CU_ASSERT_EQUAL_FATAL(mv_agent_k8s_allocate(f.a, pages01, 2, &out, err, sizeof err), 0);
+    mv_segstore_seg s;
+    pr_up(&f);
+    mv_test_sleep_ms(GRACE_MS + 20); /* the segment is older than the grace period */
+    /* the restarted kubelet's first List: empty */
+    pr_set(NULL, 0);
+    mv_agent_k8s_gc_pass(f.a);
+    CU_ASSERT_EQUAL(mv_segstore_find_device(f.store, "page-0", &s), 0);
+    mv_segstore_seg_clear(&s);
+    /* it learns its pods: held again, and the count starts over */
+    pr_set(pages01, 2);
+    mv_agent_k8s_gc_pass(f.a);
+    pr_set(NULL, 0);
+    mv_agent_k8s_gc_pass(f.a);
+    CU_ASSERT_EQUAL(mv_segstore_find_device(f.store, "page-0", &s), 0);
+    mv_segstore_seg_clear(&s);
+    /* left out for a whole grace period: collected */
+    mv_test_sleep_ms(GRACE_MS + 20);
+    mv_agent_k8s_gc_pass(f.a);
+    CU_ASSERT_NOT_EQUAL(mv_segstore_find_device(f.store, "page-0", &s), 0);
+    fixture_close(&f);
+}
+
 int main(void)
 {
     mv_log_init("test_node_agent", MV_LOG_ERROR);
@@ -278,6 +317,8 @@ int main(void)
         {"Allocate: require_rdma without a target", test_allocate_require_rdma},
         {"PreStartContainer: identity, fallback and retry", test_prestart_identity_and_retry},
         {"garbage collection follows PodResources", test_gc},
+        {"garbage collection waits out a restarted kubelet's empty List",
+         test_gc_after_kubelet_restart},
     };
     return MV_TEST_RUN("node_agent", tests);
 }

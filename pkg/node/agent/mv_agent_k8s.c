@@ -40,6 +40,12 @@ struct mv_agent_k8s {
     char pending[PENDING_MAX][MV_SEGSTORE_ID_LEN + 1];
     size_t npending;
     int podres_down_logged;
+    /* GC thread only: segments PodResources did not list, since when (first such List) */
+    struct gc_unheld {
+        char id[MV_SEGSTORE_ID_LEN + 1];
+        uint64_t since_ns;
+    } * unheld;
+    size_t nunheld;
 };
 
 static void pending_set(mv_agent_k8s *a, const char *id, int on)
@@ -188,8 +194,8 @@ static int rdma_try(mv_agent_k8s *a)
     mv_rdmax *x;
     if (mv_rdmax_create(&xo, a->store, &x, err, sizeof err) < 0) {
         pthread_mutex_lock(&a->mu);
-        int same = strcmp(a->rdma_err, err) == 0;
-        snprintf(a->rdma_err, sizeof a->rdma_err, "%s", err);
+        int same = strncmp(a->rdma_err, err, sizeof a->rdma_err - 1) == 0;
+        snprintf(a->rdma_err, sizeof a->rdma_err, "%.*s", (int)sizeof a->rdma_err - 1, err);
         pthread_mutex_unlock(&a->mu);
         /* Once per distinct reason; the retries in between go to debug. */
         mv_log(same              ? MV_LOG_DEBUG
@@ -377,17 +383,33 @@ void mv_agent_k8s_gc_pass(mv_agent_k8s *a)
         mv_podres_free(pr, npr);
         return;
     }
+    uint64_t grace = a->cfg.gc_grace_ms * 1000000ull;
+    /* A segment is collected only once List has left it out for a grace period in a row: a
+     * kubelet that has just restarted answers List before it knows its running pods. */
+    struct gc_unheld *unheld = n ? calloc(n, sizeof *unheld) : NULL;
+    size_t nunheld = 0;
     for (size_t i = 0; i < n; i++) {
         const mv_segstore_seg *s = &v[i];
         if (!s->ndevices)
             continue;
-        if (s->created_ns + a->cfg.gc_grace_ms * 1000000ull > listed_at)
+        if (s->created_ns + grace > listed_at)
             continue;
         int held = 0;
         for (size_t j = 0; j < s->ndevices && !held; j++)
             held = mv_podres_find(pr, npr, s->devices[j]) != NULL;
         if (held)
             continue;
+        uint64_t since = listed_at;
+        for (size_t j = 0; j < a->nunheld; j++)
+            if (strcmp(a->unheld[j].id, s->id) == 0)
+                since = a->unheld[j].since_ns;
+        if (since + grace > listed_at) {
+            if (unheld) {
+                snprintf(unheld[nunheld].id, sizeof unheld[0].id, "%s", s->id);
+                unheld[nunheld++].since_ns = since;
+            }
+            continue;
+        }
         if (mv_segstore_release(a->store, s->id) == 0) {
             pending_set(a, s->id, 0);
             uint64_t total, used;
@@ -397,6 +419,9 @@ void mv_agent_k8s_gc_pass(mv_agent_k8s *a)
                     mv_log_q("devices no longer assigned (pod gone)"), s->ndevices, used, total);
         }
     }
+    free(a->unheld);
+    a->unheld = unheld;
+    a->nunheld = nunheld;
     mv_segstore_segs_free(v, n);
     mv_podres_free(pr, npr);
 }
@@ -496,6 +521,7 @@ void mv_agent_k8s_destroy(mv_agent_k8s *a)
         return;
     pthread_cond_destroy(&a->cv);
     pthread_mutex_destroy(&a->mu);
+    free(a->unheld);
     free(a);
 }
 

@@ -541,6 +541,7 @@ static void *mgr_main(void *arg)
     unsigned backoff = BACKOFF_MIN;
     uint64_t next_try = 0;
     file_id kubelet_id = {0};
+    file_id tried_id = {0}; /* kubelet.sock at the last failed attempt */
     if (ifd < 0)
         MV_WARN("dp.inotify_unavailable", "err=%s action=%s", mv_log_q(strerror(errno)),
                 mv_log_q("polling every 250 ms instead"));
@@ -585,6 +586,10 @@ static void *mgr_main(void *arg)
                         drain_inotify(dp, ifd, &wd, &kubelet_created);
                     kubelet_created = 0;
                 } else {
+                    /* The first refusal by a new kubelet.sock (bound, not yet listening) is
+                     * retried soon: the kubelet is coming up, not failing. */
+                    if (!same_id(&kid, &tried_id))
+                        backoff = BACKOFF_MIN;
                     MV_WARN("dp.register_failed", "resource=%s kubelet=%s err=%s retry_ms=%u",
                             mv_log_q(dp->resource), mv_log_q(dp->kubelet_path), mv_log_q(why),
                             backoff);
@@ -592,6 +597,7 @@ static void *mgr_main(void *arg)
                     backoff = backoff * 2 > (unsigned)dp->backoff_max_ms
                                   ? (unsigned)dp->backoff_max_ms
                                   : backoff * 2;
+                    tried_id = kid;
                 }
             }
         }
@@ -613,8 +619,11 @@ static void *mgr_main(void *arg)
         if (__atomic_load_n(&dp->stop, __ATOMIC_ACQUIRE))
             break;
         if (need) {
-            /* A new kubelet.sock ends any backoff: the kubelet just came up. */
-            if (touched && stat_id(dp->kubelet_path).exists)
+            /* A new kubelet.sock ends any backoff: the kubelet just came up. Our own socket's
+             * events (every attempt re-creates it) and the stale kubelet.sock of a stopped
+             * kubelet do not, or a refused attempt would retry at once, forever. */
+            file_id k = touched ? stat_id(dp->kubelet_path) : (file_id){0};
+            if (k.exists && !same_id(&k, &tried_id))
                 next_try = 0;
             continue;
         }
