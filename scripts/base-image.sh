@@ -202,12 +202,27 @@ EOF
   log "$tag built and cached as $tar ($((SECONDS - t0)) s)"
 }
 
-for kind in "${kinds[@]}"; do
-  case $kind in
+one() { # <kind>
+  case $1 in
     build)
       [ "$arch" = amd64 ] || die "the build image is amd64 only: arm64 binaries are cross-built (cross-arm64)"
       ensure_imported build "microview-base/build:$suite-$arch" "$(pkg_list build)" ;;
     runtime) ensure_imported runtime "microview-base/runtime:$suite-$arch" "$(pkg_list runtime)" ;;
     cross-arm64) ensure_cross ;;
   esac
+}
+# build and runtime are independent and mostly wait on the mirror: make them side by side.
+# cross-arm64 starts from the build image, so it comes after.
+pids=()
+for kind in "${kinds[@]}"; do
+  [ "$kind" = cross-arm64 ] && continue
+  one "$kind" &
+  pids+=($!)
 done
+rc=0
+for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
+[ $rc -eq 0 ] || die "a base image failed (messages above)"
+for kind in "${kinds[@]}"; do
+  [ "$kind" = cross-arm64 ] && one cross-arm64
+done
+exit 0
