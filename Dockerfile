@@ -25,11 +25,13 @@ ARG ARCH
 WORKDIR /src
 COPY . .
 # -Werror as in CI; no tests in the image build (CI runs them, scripts/cross-arm64.sh for arm64).
+# GNUInstallDirs picks Debian's multiarch libdir only when not cross-compiling: arm64 names it.
 RUN set -eu; \
     case "$ARCH" in \
       amd64) tc= strip=strip ;; \
-      arm64) tc=-DCMAKE_TOOLCHAIN_FILE=/src/cmake/toolchain-aarch64-linux-gnu.cmake \
-             strip=aarch64-linux-gnu-strip ;; \
+      arm64) strip=aarch64-linux-gnu-strip \
+             tc="-DCMAKE_TOOLCHAIN_FILE=/src/cmake/toolchain-aarch64-linux-gnu.cmake \
+                 -DCMAKE_INSTALL_LIBDIR=lib/aarch64-linux-gnu" ;; \
       *) echo "ARCH must be amd64 or arm64, got $ARCH" >&2; exit 1 ;; \
     esac; \
     cmake -S . -B /build $tc -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_INSTALL_PREFIX=/usr \

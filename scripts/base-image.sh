@@ -20,7 +20,8 @@
 # mirror).
 #
 # arm64 (--arch arm64) makes the runtime image only, with `debootstrap --foreign` and a second
-# stage under qemu-user-static (needs a binfmt_misc entry for aarch64; see docs/image.md).
+# stage under qemu-aarch64-static (the host's, or the cross image's). Without a host-wide
+# binfmt_misc entry for aarch64, a private one is registered in a user namespace (Linux >= 6.7).
 #
 # Environment: MV_CACHE, MV_DEBIAN_MIRROR (default: the host's apt source for the suite, else
 # http://deb.debian.org/debian), MV_SUITE (default bookworm).
@@ -68,7 +69,12 @@ host_mirror() {
 mirror=${MV_DEBIAN_MIRROR:-$(host_mirror | grep -m1 -v security || true)}
 mirror=${mirror:-http://deb.debian.org/debian}
 
-pkg_list() { "$root/scripts/deps.sh" --list "$1" | sort -u | tr '\n' ' ' | sed 's/ $//'; }
+pkg_list() { # <deps.sh list>; an empty or failed list stops the script (it would bootstrap nothing)
+  local l
+  l=$("$root/scripts/deps.sh" --list "$1" | sort -u | tr '\n' ' ' | sed 's/ $//') && [ -n "$l" ] ||
+    die "scripts/deps.sh --list $1 failed or is empty"
+  echo "$l"
+}
 
 key_of() { # <kind> <packages>
   printf 'format=%s suite=%s arch=%s mirror=%s kind=%s pkgs=%s\n' \
@@ -81,6 +87,12 @@ docker info >/dev/null 2>&1 || die "the Docker daemon does not answer (docker in
 mkdir -p "$cache"
 exec 9>"$cache/.lock"
 flock 9 # one bootstrap at a time (parallel test runs share the cache)
+
+# Removes cached tarballs of other keys unused for a week (branches with other package lists
+# share the cache, so recent ones stay). Every use of a tarball refreshes its time.
+prune() { # <glob>
+  find "$cache" -maxdepth 1 -name "$1" -mtime +7 -print -delete | sed 's/^/base-image: pruned /' >&2
+}
 
 # Writes the tree's apt sources and trims what an image does not need.
 finish_tree() { # <dir> <kind>
@@ -130,26 +142,81 @@ bootstrap() { # <kind> <packages> <tar>
   rm -f "$dir.log"
   finish_tree "$dir" "$kind"
   tar --numeric-owner -C "$dir" -cf "$tar.tmp" .
-  rm -f "$cache/$suite-$arch-$kind"-*.tar # tarballs of older keys
+  prune "$suite-$arch-$kind-*.tar"
   mv "$tar.tmp" "$tar"
   rm -rf "$dir"
   trap - EXIT
   log "$kind/$arch tree cached as $tar ($((SECONDS - t0)) s, $(du -m "$tar" | cut -f1) MiB)"
 }
 
+# qemu-aarch64-static: the host's, else the one in the cross image (copied into the cache).
+qemu_aarch64() {
+  if [ -x /usr/bin/qemu-aarch64-static ]; then echo /usr/bin/qemu-aarch64-static; return; fi
+  local q=$cache/qemu-aarch64-static
+  if [ ! -x "$q" ]; then
+    ( arch=amd64; ensure_cross ) >&2
+    docker run --rm --network none microview-base/cross-arm64:"$suite" cat /usr/bin/qemu-aarch64-static >"$q.tmp" &&
+      chmod 755 "$q.tmp" && mv "$q.tmp" "$q" || die "cannot copy qemu-aarch64-static out of the cross image"
+  fi
+  echo "$q"
+}
+
+# Runs the second stage of a --foreign tree under qemu. With no host-wide binfmt_misc entry for
+# aarch64, it registers one in a private binfmt_misc instance of a new user namespace (Linux
+# >= 6.7), which nobody else sees; uids and gids 0-65535 are mapped to themselves, so the tree
+# gets the same owners as with a plain chroot.
+second_stage() { # <dir> <qemu>
+  local dir=$1 q=$2
+  if [ -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]; then
+    cp "$q" "$dir/usr/bin/qemu-aarch64-static"
+    chroot "$dir" /debootstrap/debootstrap --second-stage
+    local rc=$?
+    rm -f "$dir/usr/bin/qemu-aarch64-static"
+    return $rc
+  fi
+  local sync pid child i
+  sync=$(mktemp -d)
+  # shellcheck disable=SC2016
+  unshare --user --mount --pid --net --fork bash -c '
+    set -e
+    read -r hostpid _ </proc/self/stat
+    echo "$hostpid" >"$3/pid.tmp" && mv "$3/pid.tmp" "$3/pid"
+    for i in $(seq 100); do [ -e "$3/mapped" ] && break; sleep 0.05; done
+    [ -e "$3/mapped" ] || { echo "uid map not written" >&2; exit 1; }
+    mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc ||
+      { echo "no binfmt_misc in a user namespace (needs Linux >= 6.7)" >&2; exit 1; }
+    m="\x7fELF\x02\x01\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x02\x00\xb7\x00"
+    k="\xff\xff\xff\xff\xff\xff\xff\x00\xff\xff\xff\xff\xff\xff\xff\xff\xfe\xff\xff\xff"
+    echo ":qemu-aarch64:M::$m:$k:$2:F" >/proc/sys/fs/binfmt_misc/register
+    container=lxc chroot "$1" /debootstrap/debootstrap --second-stage
+  ' second-stage "$dir" "$q" "$sync" &
+  child=$!
+  for i in $(seq 100); do [ -s "$sync/pid" ] && break; sleep 0.05; done
+  pid=$(cat "$sync/pid" 2>/dev/null || true)
+  if [ -z "$pid" ] || ! echo '0 0 65536' >"/proc/$pid/uid_map" || ! echo '0 0 65536' >"/proc/$pid/gid_map"; then
+    kill "$child" 2>/dev/null
+    wait "$child" 2>/dev/null
+    rm -rf "$sync"
+    log "could not map the user namespace of the second stage"
+    return 1
+  fi
+  touch "$sync/mapped"
+  wait "$child"
+  local rc=$?
+  rm -rf "$sync"
+  return $rc
+}
+
 # A foreign tree: unpack with --foreign, then run the second stage under qemu-user-static.
 foreign_bootstrap() { # <include> <dir>
-  local include=$1 dir=$2 q=/usr/bin/qemu-aarch64-static
-  [ -x $q ] || die "arm64 needs qemu-user-static on this host (apt-get install qemu-user-static)"
-  [ -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ] ||
-    die "arm64 needs a binfmt_misc entry for aarch64 (see docs/image.md, 'arm64'): the second stage runs arm64 programs"
-  log "debootstrap --foreign $suite/$arch from $mirror, second stage under qemu"
+  local include=$1 dir=$2 q
+  [ "$arch" = arm64 ] || die "foreign trees are made for arm64 only"
+  q=$(qemu_aarch64)
+  log "debootstrap --foreign $suite/$arch from $mirror, second stage under $q"
   debootstrap --foreign --variant=minbase --arch="$arch" --include="$include" "$suite" "$dir" \
     "$mirror" >"$dir.log" 2>&1 || { tail -n 30 "$dir.log" >&2; die "debootstrap --foreign failed"; }
-  cp $q "$dir/usr/bin/"
-  chroot "$dir" /debootstrap/debootstrap --second-stage >>"$dir.log" 2>&1 ||
-    { tail -n 30 "$dir.log" >&2; die "second stage under qemu failed"; }
-  rm -f "$dir/usr/bin/qemu-aarch64-static"
+  second_stage "$dir" "$q" >>"$dir.log" 2>&1 ||
+    { tail -n 30 "$dir.log" >&2; die "second stage under qemu failed (log above)"; }
 }
 
 # Makes sure <tag> exists with <key>: keep it, import the cached tarball, or bootstrap.
@@ -158,22 +225,66 @@ ensure_imported() { # <kind> <tag> <packages>
   key=$(key_of "$kind" "$pkgs")
   if [ "$(image_key "$tag")" = "$key" ]; then
     log "$tag is current (key $key)"
+    set_architecture "$tag"
     return
   fi
   tar=$cache/$suite-$arch-$kind-$key.tar
-  [ -s "$tar" ] || bootstrap "$kind" "$pkgs" "$tar"
+  if [ -s "$tar" ]; then touch "$tar"; else bootstrap "$kind" "$pkgs" "$tar"; fi
   log "importing $tar as $tag"
-  docker import --change "LABEL io.microview.base.key=$key" \
+  docker import --platform "linux/$arch" --change "LABEL io.microview.base.key=$key" \
     --change "LABEL org.opencontainers.image.base.name=debian:$suite-minbase" \
     --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
     --change 'CMD ["/bin/bash"]' "$tar" "$tag" >/dev/null
+  set_architecture "$tag"
+}
+
+# `docker import --platform` is ignored by a daemon without multi-platform support: the image
+# would say amd64, and a node's container runtime picks images by that field. Rewrites the
+# field in the image's config (docker save, edit, docker load). Images built FROM it inherit it.
+set_architecture() { # <tag>
+  local tag=$1 have d
+  have=$(docker image inspect -f '{{.Architecture}}' "$tag")
+  [ "$have" = "$arch" ] && return 0
+  d=$(mktemp -d "$cache/arch.XXXXXX")
+  docker save -o "$d/image.tar" "$tag"
+  python3 - "$d/image.tar" "$arch" <<'PY' || { rm -rf "$d"; die "cannot set the architecture of $tag"; }
+import hashlib, io, json, sys, tarfile
+path, arch = sys.argv[1], sys.argv[2]
+with tarfile.open(path) as t:
+    members = {m.name: (m, t.extractfile(m).read() if m.isfile() else None) for m in t.getmembers()}
+manifest = json.loads(members["manifest.json"][1])
+old = manifest[0]["Config"]
+config = json.loads(members[old][1])
+config["architecture"] = arch
+if arch == "arm64":
+    config["variant"] = "v8"
+data = json.dumps(config, separators=(",", ":")).encode()
+new = hashlib.sha256(data).hexdigest() + ".json"
+manifest[0]["Config"] = new
+members.pop(old)
+members["manifest.json"] = (members["manifest.json"][0], json.dumps(manifest).encode())
+members[new] = (tarfile.TarInfo(new), data)
+with tarfile.open(path + ".new", "w") as out:
+    for name, (info, body) in members.items():
+        info.name = name
+        if body is not None:
+            info.size = len(body)
+            out.addfile(info, io.BytesIO(body))
+        else:
+            out.addfile(info)
+PY
+  docker load -q -i "$d/image.tar.new" >/dev/null
+  rm -rf "$d"
+  [ "$(docker image inspect -f '{{.Architecture}}' "$tag")" = "$arch" ] ||
+    die "$tag still does not say $arch"
 }
 
 # The cross image is a docker build; its `docker save` output is cached by key the same way.
 ensure_cross() {
   local tag=microview-base/cross-arm64:$suite from=microview-base/build:$suite-amd64 pkgs key tar
   [ "$arch" = amd64 ] || die "cross-arm64 runs on an amd64 build host (--arch amd64)"
-  ensure_imported build "$from" "$(pkg_list build)"
+  pkgs=$(pkg_list build)
+  ensure_imported build "$from" "$pkgs"
   pkgs=$(pkg_list cross-arm64)
   key=$(key_of "cross-arm64 from=$(image_key "$from")" "$pkgs")
   if [ "$(image_key "$tag")" = "$key" ]; then
@@ -182,6 +293,7 @@ ensure_cross() {
   fi
   tar=$cache/$suite-amd64-cross-arm64-$key.docker.tar
   if [ -s "$tar" ]; then
+    touch "$tar"
     log "loading $tar"
     docker load -i "$tar" >/dev/null
     [ "$(image_key "$tag")" = "$key" ] && return
@@ -197,7 +309,7 @@ RUN dpkg --add-architecture arm64 \\
       --no-install-recommends $pkgs >/dev/null \\
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb
 EOF
-  rm -f "$cache/$suite-amd64-cross-arm64"-*.docker.tar # older keys
+  prune "$suite-amd64-cross-arm64-*.docker.tar"
   docker save -o "$tar.tmp" "$tag" && mv "$tar.tmp" "$tar"
   log "$tag built and cached as $tar ($((SECONDS - t0)) s)"
 }
@@ -206,8 +318,11 @@ one() { # <kind>
   case $1 in
     build)
       [ "$arch" = amd64 ] || die "the build image is amd64 only: arm64 binaries are cross-built (cross-arm64)"
-      ensure_imported build "microview-base/build:$suite-$arch" "$(pkg_list build)" ;;
-    runtime) ensure_imported runtime "microview-base/runtime:$suite-$arch" "$(pkg_list runtime)" ;;
+      pkgs=$(pkg_list build)
+      ensure_imported build "microview-base/build:$suite-$arch" "$pkgs" ;;
+    runtime)
+      pkgs=$(pkg_list runtime)
+      ensure_imported runtime "microview-base/runtime:$suite-$arch" "$pkgs" ;;
     cross-arm64) ensure_cross ;;
   esac
 }

@@ -22,8 +22,9 @@ test_pkgs=(
   golang-go golang-github-prometheus-client-golang-dev
   qemu-system-x86 qemu-utils busybox-static cpio xz-utils kmod
   ibverbs-utils perftest iproute2 util-linux
-  debootstrap
 )
+# The container image tests: debootstrap makes the base images, openssl a throw-away TLS pair.
+test_pkgs+=(debootstrap openssl)
 # Not installed on this machine: package lists for the container images (scripts/base-image.sh)
 # and the arm64 cross build (scripts/cross-arm64.sh). `scripts/deps.sh --list NAME` prints one.
 # Runtime libraries of the binaries and libmicroview (the image's final stage; checked with ldd).
