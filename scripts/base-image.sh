@@ -191,7 +191,7 @@ second_stage() { # <dir> <qemu>
     container=lxc chroot "$1" /debootstrap/debootstrap --second-stage
   ' second-stage "$dir" "$q" "$sync" &
   child=$!
-  for i in $(seq 100); do [ -s "$sync/pid" ] && break; sleep 0.05; done
+  for _ in $(seq 100); do [ -s "$sync/pid" ] && break; sleep 0.05; done
   pid=$(cat "$sync/pid" 2>/dev/null || true)
   if [ -z "$pid" ] || ! echo '0 0 65536' >"/proc/$pid/uid_map" || ! echo '0 0 65536' >"/proc/$pid/gid_map"; then
     kill "$child" 2>/dev/null
