@@ -174,7 +174,7 @@ second_stage() { # <dir> <qemu>
     rm -f "$dir/usr/bin/qemu-aarch64-static"
     return $rc
   fi
-  local sync pid child i
+  local sync pid child
   sync=$(mktemp -d)
   # shellcheck disable=SC2016
   unshare --user --mount --pid --net --fork bash -c '

@@ -12,7 +12,7 @@
 # (it is always kept: the docker layer cache is what makes the next run fast).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$root"
+cd "$root" || exit 1
 
 fails=0 passes=0
 check() { # <description> <command...>
