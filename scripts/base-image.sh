@@ -128,7 +128,7 @@ bootstrap() { # <kind> <packages> <tar>
   [ "$(id -u)" -eq 0 ] || die "debootstrap needs root"
   dir=$(mktemp -d "$cache/tree.XXXXXX")
   # shellcheck disable=SC2064
-  trap "rm -rf '$dir'" EXIT
+  trap "rm -rf '$dir' '$dir.log'" EXIT # the log's tail is printed on failure
   local t0=$SECONDS
   local include
   include=$(tr ' ' ',' <<<"$pkgs")

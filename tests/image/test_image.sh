@@ -8,8 +8,8 @@
 # image; that it holds no compiler and no -dev package; and the OCI labels.
 # Exit 77 (ctest SKIP) only when Docker cannot run here at all.
 #
-# Environment: MV_CACHE (base image tarballs), MV_IMAGE_KEEP=1 keeps the image afterwards
-# (it is always kept: the docker layer cache is what makes the next run fast).
+# Environment: MV_CACHE (base image tarballs). The images are kept afterwards:
+# the docker layer cache is what makes the next run fast.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root" || exit 1
