@@ -4,12 +4,11 @@
 #
 # The FROM images are made locally from Debian packages (no registry): scripts/base-image.sh.
 # Build (amd64):   scripts/base-image.sh build runtime
-#                  docker build -t microview/microview:0.1.0 .
+#                  docker build -t microview/microview:0.1.0 --build-arg REVISION=$(git rev-parse HEAD) .
 # Build (arm64):   scripts/base-image.sh cross-arm64 && scripts/base-image.sh --arch arm64 runtime
 #                  docker build --build-arg ARCH=arm64 \
 #                    --build-arg BUILD_BASE=microview-base/cross-arm64:bookworm \
 #                    -t microview/microview:0.1.0-arm64 .
-# scripts/image.sh does both steps and passes the version and revision. See docs/image.md.
 #
 # The final stage only copies files (no RUN), so an arm64 image needs no emulation to build: the
 # arm64 binaries are cross-compiled in the build stage. The default user is 65532 (nonroot,
