@@ -9,7 +9,8 @@
 #include "bench_util.h"
 #include "mv_collect.h"
 #include "mv_log.h"
-#include "mv_rdma.h"
+#include "mv_rdma_target.h"
+#include "mv_rdma_conn.h"
 #include "mv_segment.h"
 
 #define TOKEN    "bench-token"

@@ -71,7 +71,7 @@ cmake --build "$build" -j"$(nproc)" --target pipeline_bench >/dev/null &&
 
 # ---- Go peers (client_golang from Debian, GOPATH mode, offline) ------------------
 if command -v go >/dev/null; then
-  export GO111MODULE=off GOPROXY=off GOFLAGS= GOTOOLCHAIN=local
+  export GO111MODULE=off GOPROXY=off GOFLAGS="" GOTOOLCHAIN=local
   export GOPATH=$tmp/gopath:/usr/share/gocode GOCACHE=$tmp/gocache GOTMPDIR=$tmp
   mkdir -p "$tmp/gopath"
   for p in writer expo; do
@@ -95,6 +95,31 @@ if [ -x "$py" ] && "$py" -c 'import prometheus_client' 2>/dev/null; then
 else
   note "$py with prometheus_client not found (needs python3-prometheus-client); Python peers not run"
   failed=1
+fi
+
+# ---- MicroView Go and Python writers (writers/), beside their peers -------------------
+# Go: module mode, the versions pinned in bench/writers/go/go.sum, from the Go module proxy
+# into ${MV_CACHE:-/var/cache/microview}/gomod. Python: writers/python built against this
+# build's libmicroview into the temp dir (pip --no-build-isolation, no PyPI).
+if command -v go >/dev/null; then
+  if (cd "$root/bench/writers/go" && env GO111MODULE=on GOFLAGS=-mod=readonly GOPATH="$tmp/gopath" \
+        GOMODCACHE="${MV_CACHE:-/var/cache/microview}/gomod" GOPROXY=https://proxy.golang.org \
+        go build -o "$tmp/go-writers" .); then
+    run go_writers "$tmp/go-writers" "${quick[@]}"
+  else
+    note "building the MicroView Go writer benchmark failed"; failed=1
+  fi
+fi
+if cmake --build "$build" --target microview_static >/dev/null; then
+  mvh=$(find "$root/pkg" -name microview.h -print -quit)
+  if [ -n "$mvh" ] && mkdir -p "$tmp/pywriter" && cp -r "$root/writers/python" "$tmp/pywriter/src" &&
+     MICROVIEW_INCLUDE_DIR=$(dirname "$mvh") MICROVIEW_LIBRARY=$build/lib/libmicroview.a \
+       "$py" -m pip install -q --no-build-isolation --no-deps --no-index --target "$tmp/pywriter/site" \
+       "$tmp/pywriter/src" >/dev/null 2>&1; then
+    run py_writers env PYTHONPATH="$tmp/pywriter/site" "$py" "$root/bench/writers/python/writer_bench.py" "${quick[@]}"
+  else
+    note "building writers/python failed (needs python3-dev, python3-setuptools, python3-pip)"; failed=1
+  fi
 fi
 
 [ -n "$out" ] && cp "$results" "$out"
@@ -123,6 +148,32 @@ END {
     o = v["libmicroview", order[i]]; g = v["client_golang", order[i]]; y = v["prometheus_client", order[i]]
     r = (o != "" && g != "" && g + 0 > 0) ? sprintf("%.2f", o / g) : "-"
     printf "%-18s %-15s %10s %14s %18s %14s\n", p[1], p[2], o == "" ? "-" : o, g == "" ? "-" : g, y == "" ? "-" : y, r
+  }
+}' "$results"
+echo
+echo "== MicroView writers vs their Prometheus clients, ns per operation per thread (median)"
+echo "   go = microview.io/writers/go, go_dropin = its client_golang drop-in; speedup = peer/ours"
+echo "   (goals: Go speedup >= 1 in every row, Python speedup >= 10)"
+awk '
+function kv(line, key,   n, i, a, f) {
+  n = split(line, f, " ")
+  for (i = 1; i <= n; i++) { split(f[i], a, "="); if (a[1] == key) return substr(f[i], length(key) + 2) }
+  return ""
+}
+function r(peer, ours) { return (peer != "" && ours != "" && ours + 0 > 0) ? sprintf("%.2f", peer / ours) : "-" }
+function d(x) { return x == "" ? "-" : x }
+kv($0, "op") != "" && kv($0, "ns_per_op") != "" {
+  k = kv($0, "op") SUBSEP kv($0, "mode"); v[kv($0, "impl"), k] = kv($0, "ns_per_op")
+  if (!(k in seen)) { seen[k] = 1; order[++n] = k }
+}
+END {
+  printf "%-18s %-15s %8s %10s %14s %9s %9s %10s %18s %9s\n", "operation", "threads", "go", "go_dropin", "client_golang", "speedup", "dropin", "python", "prometheus_client", "speedup"
+  for (i = 1; i <= n; i++) {
+    k = order[i]; split(k, p, SUBSEP)
+    g = v["microview_go", k]; gd = v["microview_go_prom", k]; cg = v["client_golang", k]
+    y = v["microview_py", k]; pc = v["prometheus_client", k]
+    if (g == "" && y == "") continue
+    printf "%-18s %-15s %8s %10s %14s %9s %9s %10s %18s %9s\n", p[1], p[2], d(g), d(gd), d(cg), r(cg, g), r(cg, gd), d(y), d(pc), r(pc, y)
   }
 }' "$results"
 echo

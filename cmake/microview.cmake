@@ -1,10 +1,16 @@
 # Helpers so that a leaf CMakeLists.txt is little more than a source list.
+include(${CMAKE_CURRENT_LIST_DIR}/sides.cmake)
+# Sides of pkg/ link only what cmake/sides.cmake allows (docs/architecture.md): checked once every
+# directory has been read, so targets added anywhere (even after this line) are covered.
+cmake_language(DEFER DIRECTORY ${PROJECT_SOURCE_DIR} CALL mv_check_sides)
 
 # mv_library(<name> SOURCES <files...> [DEPS <targets...>] [PUBLIC_DEPS <targets...>])
-# A static library whose header lives next to its sources.
+# A static library whose header lives next to its sources; its side is taken from
+# pkg/<side>/<module> (cmake/sides.cmake).
 function(mv_library name)
   cmake_parse_arguments(A "" "" "SOURCES;DEPS;PUBLIC_DEPS" ${ARGN})
   add_library(${name} STATIC ${A_SOURCES})
+  mv_side(${name})
   set_target_properties(${name} PROPERTIES POSITION_INDEPENDENT_CODE ON)
   target_include_directories(${name} PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
   if(A_DEPS)
@@ -15,10 +21,17 @@ function(mv_library name)
   endif()
 endfunction()
 
-# mv_binary(<name> SOURCES <files...> DEPS <targets...>)
+# mv_binary(<name> [SIDE <side>] SOURCES <files...> DEPS <targets...>)
+# Without SIDE, microview-<side> names its side; other binaries are not checked.
 function(mv_binary name)
-  cmake_parse_arguments(A "" "" "SOURCES;DEPS" ${ARGN})
+  cmake_parse_arguments(A "" "SIDE" "SOURCES;DEPS" ${ARGN})
   add_executable(${name} ${A_SOURCES})
+  if(NOT A_SIDE AND name MATCHES "^microview-([a-z]+)$" AND DEFINED MV_SIDE_ALLOWS_${CMAKE_MATCH_1})
+    set(A_SIDE ${CMAKE_MATCH_1})
+  endif()
+  if(A_SIDE)
+    mv_side(${name} ${A_SIDE})
+  endif()
   target_link_libraries(${name} PRIVATE ${A_DEPS} Threads::Threads)
   install(TARGETS ${name} RUNTIME DESTINATION bin)
 endfunction()
@@ -29,11 +42,37 @@ function(mv_unit_test name)
   cmake_parse_arguments(A "" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
   add_executable(${name} ${A_SOURCES})
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/tests/unit)
-  target_link_libraries(${name} PRIVATE ${A_DEPS} cunit Threads::Threads)
+  target_link_libraries(${name} PRIVATE ${A_DEPS} mv_testlib cunit Threads::Threads)
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
   add_test(NAME ${name} COMMAND ${name} WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   if(NOT A_TIMEOUT)
     set(A_TIMEOUT 300)
   endif()
   set_tests_properties(${name} PROPERTIES TIMEOUT ${A_TIMEOUT} LABELS "unit;${A_LABELS}")
+endfunction()
+
+# mv_fuzz_driver(<name> SOURCES <driver.c and the code under test...> [INCLUDES <dirs...>]
+#                [DEPS <targets...>])
+# Every build: fuzz_replay_<name> runs the driver once on each file of tests/fuzz/corpus/<name>/
+# (ctest fuzz_corpus_<name>). With MV_FUZZ (clang): also the libFuzzer binary fuzz_<name>, the code
+# under test compiled into it so that it is instrumented (scripts/fuzz.sh runs it).
+function(mv_fuzz_driver name)
+  cmake_parse_arguments(A "" "" "SOURCES;INCLUDES;DEPS" ${ARGN})
+  set(targets fuzz_replay_${name})
+  add_executable(fuzz_replay_${name} ${A_SOURCES} ${PROJECT_SOURCE_DIR}/tests/fuzz/replay_main.c)
+  set_target_properties(fuzz_replay_${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY
+                                                       ${CMAKE_BINARY_DIR}/tests)
+  add_test(NAME fuzz_corpus_${name}
+           COMMAND fuzz_replay_${name} ${PROJECT_SOURCE_DIR}/tests/fuzz/corpus/${name})
+  set_tests_properties(fuzz_corpus_${name} PROPERTIES TIMEOUT 120 LABELS "unit;fuzz")
+  if(MV_FUZZ)
+    add_executable(fuzz_${name} ${A_SOURCES})
+    target_compile_options(fuzz_${name} PRIVATE -fsanitize=fuzzer,address,undefined)
+    target_link_options(fuzz_${name} PRIVATE -fsanitize=fuzzer,address,undefined)
+    list(APPEND targets fuzz_${name})
+  endif()
+  foreach(t IN LISTS targets)
+    target_include_directories(${t} PRIVATE ${A_INCLUDES})
+    target_link_libraries(${t} PRIVATE ${A_DEPS})
+  endforeach()
 endfunction()

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what the tests need, builds, and runs the whole suite:
-#   1. clang-format check
+#   1. clang-format check, shellcheck of every script, banned C functions
 #   2. -Werror build + every ctest test (unit, integration, real Prometheus, real RDMA in VMs)
 #   3. the same suite built with AddressSanitizer + UndefinedBehaviorSanitizer
 #   4. each libFuzzer driver for a short run on its committed corpus
@@ -9,8 +9,7 @@
 # Environment: MV_TEST_SKIP_ASAN=1 / MV_TEST_SKIP_FUZZ=1 skip stages (reported as skipped),
 # MV_FUZZ_SECONDS (default 20) per fuzz driver, JOBS (default nproc).
 set -uo pipefail
-cd "$(dirname "$0")/.."
-root=$(pwd)
+cd "$(dirname "$0")/.." || exit 1
 jobs=${JOBS:-$(nproc)}
 
 passed=0 failed=0 skipped=0
@@ -41,6 +40,12 @@ note "dependencies"
 
 note "format"
 ./scripts/check-format.sh; record format $?
+
+note "shellcheck"
+./scripts/check-shell.sh; record shellcheck $?
+
+note "banned functions"
+./scripts/check-banned.sh; record banned-functions $?
 
 note "build (-Werror)"
 cmake -S . -B build -DMV_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null &&

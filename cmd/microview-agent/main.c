@@ -1,5 +1,4 @@
-/* microview-agent: node agent entry point: standalone mode flags and wiring; Kubernetes mode is in
- * k8s.c. */
+/* microview-agent: node agent entry point: flags of both modes; the logic is in pkg/node/agent. */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -9,14 +8,14 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "agent.h"
+#include "mv_agent.h"
 #include "mv_agentsvc.h"
 #include "mv_config.h"
 #include "mv_log.h"
 #include "mv_rdma.h"
 #include "mv_rdmax.h"
-#include "mv_rpc.h"
 #include "mv_segstore.h"
+#include "mv_util.h"
 
 static void usage(FILE *f)
 {
@@ -53,7 +52,7 @@ typedef struct rdma_flags {
 /* Validates the RDMA flags and loads the token. Returns 0 or -1 (message printed). */
 static int rdma_flags_check(rdma_flags *r, const char *tcp_listen)
 {
-    char err[256];
+    char err[MV_ERR_MAX];
     if (r->require && !r->listen) {
         fprintf(stderr, "microview-agent: --require-rdma needs --rdma-listen\n");
         return -1;
@@ -81,6 +80,56 @@ static int rdma_flags_check(rdma_flags *r, const char *tcp_listen)
     return 0;
 }
 
+/* ---- Standalone mode hooks ---------------------------------------------------------- */
+
+typedef struct sa_mode {
+    rdma_flags rf;
+    const char *dir, *sock, *tcp_listen;
+    mv_segstore *store;
+    mv_rdmax *rdmax;
+} sa_mode;
+
+static int sa_setup(void *arg, mv_segstore *store)
+{
+    ((sa_mode *)arg)->store = store;
+    return 0;
+}
+
+/* RDMA export (optional): segments are registered as they come and go. */
+static int sa_before_listen(void *arg, mv_agentsvc *svc)
+{
+    sa_mode *sa = arg;
+    rdma_flags *rf = &sa->rf;
+    if (!rf->listen)
+        return 0;
+    char err[MV_ERR_MAX];
+    mv_rdmax_opts xo = {.bind_ip = rf->ip, .port = rf->port, .token = rf->token};
+    if (mv_rdmax_create(&xo, sa->store, &sa->rdmax, err, sizeof err) < 0) {
+        mv_log(rf->require ? MV_LOG_ERROR : MV_LOG_WARN, "rdma.unavailable",
+               "listen=%s error=%s segments=%s", mv_log_q(rf->listen), mv_log_q(err),
+               rf->require ? "refused_require_rdma" : "shm_only");
+        return rf->require ? -ENODEV : 0;
+    }
+    mv_agentsvc_set_rdma(svc, mv_rdmax_lookup, sa->rdmax, rf->require);
+    return 0;
+}
+
+static int sa_started(void *arg, int tcp_port)
+{
+    sa_mode *sa = arg;
+    MV_INFO("agent.started", "mode=standalone dir=%s socket=%s listen=%s tcp_port=%d pid=%d",
+            mv_log_q(sa->dir), mv_log_q(sa->sock),
+            mv_log_q(sa->tcp_listen ? sa->tcp_listen : "off"), tcp_port, (int)getpid());
+    return 0;
+}
+
+static void sa_after_server(void *arg)
+{
+    sa_mode *sa = arg;
+    mv_rdmax_destroy(sa->rdmax); /* revokes every rkey */
+    sa->rdmax = NULL;
+}
+
 static int parse_u64(const char *s, uint64_t *out)
 {
     char *end;
@@ -92,6 +141,107 @@ static int parse_u64(const char *s, uint64_t *out)
     return 0;
 }
 
+static void k8s_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: microview-agent [--config FILE] [--KEY VALUE]...   (Kubernetes mode)\n"
+            "       microview-agent --standalone [options]            (see --standalone --help)\n"
+            "Every configuration key is also a flag (dashes or underscores), e.g.\n"
+            "  --resource-name microview.io/metrics --page-size 4Ki --pool-size 16Mi\n"
+            "Keys:");
+    for (const char *const *k = mv_config_keys(); *k; k++)
+        fprintf(f, " %s", *k);
+    fprintf(f, "\n");
+}
+
+/* Kubernetes mode: every configuration key is a flag too. */
+static int k8s_main(int argc, char **argv)
+{
+    const char *const *keys = mv_config_keys();
+    size_t nkeys = 0;
+    while (keys[nkeys])
+        nkeys++;
+    struct option *lo = calloc(nkeys * 2 + 3, sizeof *lo);
+    char(*names)[64] = calloc(nkeys, sizeof *names);
+    const char **ovk = calloc((size_t)argc + 1, sizeof *ovk),
+               **ovv = calloc((size_t)argc + 1, sizeof *ovv);
+    int rc = 2;
+    size_t nov = 0;
+    const char *cfg_file = NULL;
+    mv_config *cfg = calloc(1, sizeof *cfg);
+    if (!lo || !names || !ovk || !ovv || !cfg) {
+        fprintf(stderr, "microview-agent: out of memory\n");
+        goto free_opts;
+    }
+    size_t no = 0;
+    for (size_t i = 0; i < nkeys; i++) {
+        lo[no++] = (struct option){keys[i], required_argument, NULL, 1000 + (int)i};
+        snprintf(names[i], sizeof names[i], "%s", keys[i]);
+        for (char *c = names[i]; *c; c++)
+            if (*c == '_')
+                *c = '-';
+        lo[no++] = (struct option){names[i], required_argument, NULL, 1000 + (int)i};
+    }
+    lo[no++] = (struct option){"config", required_argument, NULL, 'c'};
+    lo[no++] = (struct option){"help", no_argument, NULL, 'h'};
+    int opt;
+    while ((opt = getopt_long(argc, argv, "c:h", lo, NULL)) != -1) {
+        if (opt == 'c') {
+            cfg_file = optarg;
+        } else if (opt == 'h') {
+            k8s_usage(stdout);
+            rc = 0;
+            goto free_opts;
+        } else if (opt >= 1000 && opt < 1000 + (int)nkeys) {
+            ovk[nov] = keys[opt - 1000];
+            ovv[nov++] = optarg;
+        } else {
+            k8s_usage(stderr);
+            goto free_opts;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "microview-agent: unexpected argument %s\n", argv[optind]);
+        goto free_opts;
+    }
+    char err[MV_ERR_MAX];
+    mv_config_defaults(cfg);
+    if (cfg_file && mv_config_load_file(cfg, cfg_file, err, sizeof err) < 0) {
+        fprintf(stderr, "microview-agent: config: %s\n", err);
+        goto free_opts;
+    }
+    for (size_t i = 0; i < nov; i++)
+        if (mv_config_set(cfg, ovk[i], ovv[i], err, sizeof err) < 0) {
+            fprintf(stderr, "microview-agent: --%s: %s\n", ovk[i], err);
+            goto free_opts;
+        }
+    mv_log_level level;
+    if (mv_config_finish(cfg, err, sizeof err) < 0 ||
+        mv_log_parse_level(cfg->log_level, &level) < 0) {
+        fprintf(stderr, "microview-agent: config: %s\n",
+                err[0] ? err : "log_level: debug, info, warn or error");
+        goto free_opts;
+    }
+    mv_log_init("agent", level);
+    mv_agent_k8s *a;
+    if (mv_agent_k8s_create(cfg, &a) < 0) {
+        fprintf(stderr, "microview-agent: out of memory\n");
+        goto free_opts;
+    }
+    mv_agent_run_opts ro;
+    mv_agent_mode mode;
+    mv_agent_k8s_mode(a, &ro, &mode);
+    rc = mv_agent_run(&ro, &mode);
+    mv_agent_k8s_destroy(a);
+free_opts:
+    free(cfg);
+    free(ovv);
+    free(ovk);
+    free(names);
+    free(lo);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     int standalone_flag = 0;
@@ -99,7 +249,7 @@ int main(int argc, char **argv)
         if (strcmp(argv[i], "--standalone") == 0)
             standalone_flag = 1;
     if (!standalone_flag)
-        return agent_k8s_main(argc, argv);
+        return k8s_main(argc, argv);
     enum {
         O_STANDALONE = 1,
         O_DIR,
@@ -127,8 +277,6 @@ int main(int argc, char **argv)
         {"require-rdma", no_argument, NULL, O_REQUIRE_RDMA},
         {NULL, 0, NULL, 0},
     };
-    int standalone = 0;
-    (void)standalone;
     const char *dir = MV_SEGSTORE_DEFAULT_DIR, *sock = NULL, *tcp_listen = NULL;
     uint64_t max_size = 0, reap_ms = 0;
     mv_log_level level = MV_LOG_INFO;
@@ -136,8 +284,7 @@ int main(int argc, char **argv)
     int opt;
     while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (opt) {
-        case O_STANDALONE:
-            standalone = 1;
+        case O_STANDALONE: /* the mode was chosen above */
             break;
         case O_DIR:
             dir = optarg;
@@ -193,74 +340,25 @@ int main(int argc, char **argv)
         return 2;
     mv_log_init("agent", level);
 
-    /* Signals are taken synchronously by the main thread; block them before any
-     * thread starts so that every thread inherits the mask. */
-    sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-
-    int rc = 1;
-    mv_rdmax *rdmax = NULL;
     char sockbuf[4096];
     if (!sock) {
-        snprintf(sockbuf, sizeof sockbuf, "%s/agent.sock", dir);
+        if (mv_fmt(sockbuf, sizeof sockbuf, "%s/agent.sock", dir) < 0) {
+            fprintf(stderr, "microview-agent: --dir: path too long for the socket\n");
+            return 2;
+        }
         sock = sockbuf;
     }
-    char unixaddr[4200];
-    snprintf(unixaddr, sizeof unixaddr, "unix:%s", sock);
-
-    mv_segstore_opts so = {.dir = dir, .max_size = max_size, .reap_interval_ms = (int)reap_ms};
-    mv_segstore *store;
-    if (mv_segstore_open(&so, &store) < 0)
-        return 1;
-    mv_rpc_server *srv;
-    if (mv_rpc_server_create(NULL, &srv) < 0)
-        goto close_store;
-    mv_agentsvc *svc;
-    if (mv_agentsvc_register(srv, store, &svc) < 0)
-        goto destroy_server;
-    /* RDMA export and control-plane token (optional). */
-    if (rf.token[0] && mv_rpc_server_set_token(srv, rf.token) < 0)
-        goto destroy_svc;
-    if (rf.listen) {
-        char err[256];
-        mv_rdmax_opts xo = {.bind_ip = rf.ip, .port = rf.port, .token = rf.token};
-        if (mv_rdmax_create(&xo, store, &rdmax, err, sizeof err) < 0) {
-            mv_log(rf.require ? MV_LOG_ERROR : MV_LOG_WARN, "rdma.unavailable",
-                   "listen=%s error=%s segments=%s", mv_log_q(rf.listen), mv_log_q(err),
-                   rf.require ? "refused_require_rdma" : "shm_only");
-            if (rf.require)
-                goto destroy_svc;
-        } else {
-            mv_agentsvc_set_rdma(svc, mv_rdmax_lookup, rdmax, rf.require);
-        }
-    }
-    int port = 0;
-    if (mv_rpc_server_listen(srv, unixaddr) < 0 ||
-        (tcp_listen && (port = mv_rpc_server_listen(srv, tcp_listen)) < 0))
-        goto destroy_svc;
-    if (mv_rpc_server_start(srv) < 0)
-        goto destroy_svc;
-    MV_INFO("agent.started", "mode=standalone dir=%s socket=%s listen=%s tcp_port=%d pid=%d",
-            mv_log_q(dir), mv_log_q(sock), mv_log_q(tcp_listen ? tcp_listen : "off"), port,
-            (int)getpid());
-
-    int sig = 0;
-    sigwait(&sigs, &sig);
-    MV_INFO("agent.stopping", "signal=%s", sig == SIGINT ? "SIGINT" : "SIGTERM");
-    rc = 0;
-destroy_svc:
-    mv_rpc_server_destroy(srv); /* ends every open watch before the service goes */
-    srv = NULL;
-    mv_rdmax_destroy(rdmax); /* revokes every rkey */
-    mv_agentsvc_destroy(svc);
-destroy_server:
-    mv_rpc_server_destroy(srv);
-close_store:
-    mv_segstore_close(store);
-    if (rc == 0)
-        MV_INFO("agent.stopped", "%s", "");
-    return rc;
+    sa_mode sa = {.rf = rf, .dir = dir, .sock = sock, .tcp_listen = tcp_listen};
+    mv_agent_run_opts ro = {
+        .mode = "standalone",
+        .store = {.dir = dir, .max_size = max_size, .reap_interval_ms = (int)reap_ms},
+        .socket_path = sock,
+        .tcp_listen = tcp_listen,
+        .token = sa.rf.token};
+    mv_agent_mode mode = {.arg = &sa,
+                          .setup = sa_setup,
+                          .before_listen = sa_before_listen,
+                          .started = sa_started,
+                          .after_server = sa_after_server};
+    return mv_agent_run(&ro, &mode);
 }

@@ -9,14 +9,16 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "mv_api.h"
 #include "mv_collect.h"
 #include "mv_discovery.h"
-#include "mv_export.h"
 #include "mv_expo.h"
+#include "mv_export.h"
 #include "mv_httpd.h"
 #include "mv_log.h"
 #include "mv_rdma.h"
-#include "verbs.h"
+#include "mv_verbs.h"
+#include "mv_util.h"
 
 #define DEFAULT_AGENT "unix:/run/microview/agent.sock"
 #define MAX_STATIC    256
@@ -34,10 +36,41 @@ static void on_signal(int sig)
 typedef struct app {
     mv_coll *coll;
     size_t body_cap;
-    mv_export_stats export_stats; /* under render_mu */
-    pthread_mutex_t render_mu;
-    verbs_agents *verbs; /* --transport verbs only */
+    mv_verbs *verbs;        /* --transport verbs only */
+    mv_httpd *httpd;        /* set before it serves */
+    mv_export_sel *derived; /* which derived series /metrics carries */
 } app;
+
+/* The HTTP server's connection figures, so refused clients are visible. */
+static void render_http_stats(mv_httpd *h, mv_expo *e)
+{
+    mv_httpd_stats st;
+    mv_httpd_get_stats(h, &st);
+    mv_expo_family(e, "microview_http_connections_total", MV_EXPO_COUNTER,
+                   "HTTP connections accepted by the collector.", NULL);
+    mv_expo_sample_u64(e, NULL, NULL, 0, NULL, 0, NULL, 0, st.accepted, MV_EXPO_NO_TS);
+    mv_expo_family(e, "microview_http_connections_open", MV_EXPO_GAUGE,
+                   "HTTP connections open now.", NULL);
+    mv_expo_sample_u64(e, NULL, NULL, 0, NULL, 0, NULL, 0, st.active, MV_EXPO_NO_TS);
+    mv_expo_family(e, "microview_http_connections_refused_total", MV_EXPO_COUNTER,
+                   "HTTP connections refused, by limit (per_client: --http-max-conns-per-client; "
+                   "total: --http-max-conns).",
+                   NULL);
+    mv_expo_label l = {"limit", "per_client"};
+    mv_expo_sample_u64(e, NULL, &l, 1, NULL, 0, NULL, 0, st.refused_client, MV_EXPO_NO_TS);
+    l.value = "total";
+    mv_expo_sample_u64(e, NULL, &l, 1, NULL, 0, NULL, 0, st.refused_limit, MV_EXPO_NO_TS);
+}
+
+/* /metrics renders the HTTP connection figures and the RDMA read statistics (--transport
+ * verbs) before the collector's own families. */
+static int render_extra(void *arg, mv_expo *e, const mv_coll_snap *snap)
+{
+    app *a = arg;
+    if (a->httpd)
+        render_http_stats(a->httpd, e);
+    return a->verbs ? mv_verbs_render(a->verbs, e, snap) : 0;
+}
 
 static void usage(FILE *f)
 {
@@ -58,11 +91,21 @@ static void usage(FILE *f)
            "                           (default 1000; equal to --tick-ms: no adaptation)\n"
            "  --window-ms N            export window of the derived series (default 15000)\n"
            "  --sketch-alpha A         relative accuracy of window quantiles (default 0.01)\n"
-           "  --sketch-buckets N       sketch keys per sign, bounds memory (default 256)\n"
+           "  --sketch-buckets N       sketch key budget per sign, bounds memory (default 1536:\n"
+           "                           1 ns .. 1 h at 1%%; pages of 16 keys are taken on use)\n"
+           "  --derived KEY=ITEMS      derived series on /metrics (repeatable); KEY: counter,\n"
+           "                           gauge, histogram or a metric name; ITEMS: rate,\n"
+           "                           rate_max, rate_short, resets, p50, p90, p99, p999,\n"
+           "                           quantiles, min, max, mean, last, changes, all, none\n"
+           "                           (default counter=rate,rate_short gauge=max,mean\n"
+           "                           histogram=p50,p99; /api/v1/value serves them all)\n"
            "  --no-analytics           raw values only: no derived series, no adaptation\n"
            "  --no-detect              no change detection (and no adaptation)\n"
            "  --quarantine-after-ms N  quarantine segments invalid this long (default 1000)\n"
            "  --max-body-bytes N       cap on a /metrics body (default 67108864)\n"
+           "  --http-max-conns N       concurrent HTTP connections (default 1024)\n"
+           "  --http-max-conns-per-client N  of which from one client address (default 64)\n"
+           "  --http-idle-timeout-s N  close idle HTTP connections after N s (default 10)\n"
            "  --log-level LEVEL        debug, info, warn, error (default info)\n");
 }
 
@@ -82,7 +125,7 @@ static int parse_ulong(const char *s, unsigned long lo, unsigned long hi, unsign
 static void disc_added(void *arg, const mv_disc_segment *s)
 {
     app *a = arg;
-    char err[256];
+    char err[MV_ERR_MAX];
     void *src;
     uint64_t size;
     int rc = mv_coll_shm_open(s->path, s->size, &src, &size, err, sizeof err);
@@ -108,134 +151,6 @@ static void disc_synced(void *arg, const char *const *ids, size_t n)
     mv_coll_retain(a->coll, ids, n);
 }
 
-/* ---- HTTP ---------------------------------------------------------------------------- */
-
-static int respond(mv_httpd_response *resp, unsigned status, const char *ctype, const void *body,
-                   size_t len)
-{
-    mv_httpd_set_status(resp, status);
-    int rc = mv_httpd_set_content_type(resp, ctype);
-    return rc ? rc : mv_httpd_copy_body(resp, body, len);
-}
-
-static int respond_text(mv_httpd_response *resp, unsigned status, const char *text)
-{
-    return respond(resp, status, "text/plain; charset=utf-8", text, strlen(text));
-}
-
-static int h_metrics(void *arg, const mv_httpd_request *req, mv_httpd_response *resp)
-{
-    app *a = arg;
-    mv_expo_format fmt = mv_expo_negotiate(mv_httpd_header(req, "Accept"));
-    mv_coll_snap *snap = mv_coll_snapshot(a->coll);
-    if (!snap)
-        return respond_text(resp, 503, "snapshot failed: out of memory\n");
-    mv_expo *e = mv_expo_create(fmt, a->body_cap);
-    if (!e) {
-        mv_coll_snap_free(snap);
-        return respond_text(resp, 503, "out of memory\n");
-    }
-    pthread_mutex_lock(&a->render_mu);
-    if (a->verbs) /* RDMA read statistics first: mv_export_render finishes the body */
-        verbs_agents_render(a->verbs, e, snap);
-    int rc = mv_export_render(e, snap, &a->export_stats);
-    pthread_mutex_unlock(&a->render_mu);
-    mv_coll_snap_free(snap);
-    if (rc == -ENOSPC)
-        MV_WARN("metrics.truncated", "cap_bytes=%zu truncated_total=%llu hint=%s", a->body_cap,
-                (unsigned long long)a->export_stats.truncated, mv_log_q("raise --max-body-bytes"));
-    size_t len;
-    const char *data = mv_expo_data(e, &len);
-    rc = respond(resp, 200, mv_expo_content_type(fmt), data, len);
-    mv_expo_destroy(e);
-    return rc;
-}
-
-static int h_segments(void *arg, const mv_httpd_request *req, mv_httpd_response *resp)
-{
-    app *a = arg;
-    (void)req;
-    mv_coll_snap *snap = mv_coll_snapshot(a->coll);
-    const char *series = mv_httpd_query(req, "series");
-    int with_series = series && strcmp(series, "0") != 0 && strcmp(series, "false") != 0;
-    char *json = snap ? mv_export_segments_json(snap, with_series) : NULL;
-    mv_coll_snap_free(snap);
-    if (!json)
-        return respond_text(resp, 503, "out of memory\n");
-    int rc = respond(resp, 200, "application/json", json, strlen(json));
-    free(json);
-    return rc;
-}
-
-static int respond_json(mv_httpd_response *resp, unsigned status, const char *json)
-{
-    return respond(resp, status, "application/json", json, strlen(json));
-}
-
-/* GET /api/v1/value?metric=NAME[&agg=sum|avg|max|min][&LABEL=VALUE...] */
-static int h_value(void *arg, const mv_httpd_request *req, mv_httpd_response *resp)
-{
-    app *a = arg;
-    static const char *const keys[] = {"namespace", "pod",      "container", "quantile", "le",
-                                       "service",   "instance", "node",      "job"};
-    const char *metric = mv_httpd_query(req, "metric");
-    if (!metric || !*metric)
-        return respond_json(resp, 400, "{\"error\":\"give ?metric=NAME (and label filters)\"}");
-    mv_seg_label f[MV_SEG_LABELS_MAX + 16];
-    size_t nf = 0;
-    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
-        const char *v = mv_httpd_query(req, keys[i]);
-        if (v)
-            f[nf++] = (mv_seg_label){keys[i], v};
-    }
-    /* Any other label: ?label=KEY=VALUE (repeatable is not supported by the
-     * query accessor, so one extra filter). */
-    const char *extra = mv_httpd_query(req, "label");
-    char ek[MV_SEG_LABEL_KEY_MAX + 1];
-    if (extra) {
-        const char *eq = strchr(extra, '=');
-        if (!eq || eq == extra || (size_t)(eq - extra) > MV_SEG_LABEL_KEY_MAX)
-            return respond_json(resp, 400, "{\"error\":\"label wants KEY=VALUE\"}");
-        memcpy(ek, extra, (size_t)(eq - extra));
-        ek[eq - extra] = '\0';
-        f[nf++] = (mv_seg_label){ek, eq + 1};
-    }
-    mv_coll_snap *snap = mv_coll_snapshot(a->coll);
-    if (!snap)
-        return respond_text(resp, 503, "snapshot failed: out of memory\n");
-    char *json = NULL;
-    int rc = mv_export_value_json(snap, metric, f, nf, mv_httpd_query(req, "agg"), &json);
-    mv_coll_snap_free(snap);
-    if (rc == -EINVAL)
-        return respond_json(resp, 400, "{\"error\":\"agg is one of sum, avg, max, min\"}");
-    if (!json)
-        return respond_text(resp, 503, "out of memory\n");
-    rc = respond(resp, rc == -ENOENT ? 404 : 200, "application/json", json, strlen(json));
-    free(json);
-    return rc;
-}
-
-static int h_health(void *arg, const mv_httpd_request *req, mv_httpd_response *resp)
-{
-    (void)arg;
-    (void)req;
-    return respond_text(resp, 200, "ok\n");
-}
-
-static int h_index(void *arg, const mv_httpd_request *req, mv_httpd_response *resp)
-{
-    (void)arg;
-    (void)req;
-    return respond_text(resp, 200,
-                        "microview-collector\n"
-                        "  /metrics          Prometheus text 0.0.4 / OpenMetrics 1.0\n"
-                        "  /debug/segments   segments, state, read statistics, anomaly scores\n"
-                        "                    (JSON; ?series=1 adds every metric's values)\n"
-                        "  /api/v1/value     ?metric=NAME&namespace=..&pod=..: current value(s)\n"
-                        "                    of a raw or derived series (JSON, for KEDA)\n"
-                        "  /healthz          liveness\n");
-}
-
 /* ---- main ------------------------------------------------------------------------------ */
 
 static int add_static(app *a, char *spec)
@@ -243,7 +158,7 @@ static int add_static(app *a, char *spec)
     mv_seg_label labels[MV_SEG_LABELS_MAX];
     size_t n = 0;
     char *save = NULL, *path = strtok_r(spec, ",", &save), *kv;
-    char err[256], id[300];
+    char err[MV_ERR_MAX], id[300];
     while ((kv = strtok_r(NULL, ",", &save))) {
         char *eq = strchr(kv, '=');
         if (!eq || eq == kv || n == MV_SEG_LABELS_MAX) {
@@ -280,6 +195,11 @@ int main(int argc, char **argv)
     int opt;
 
     mv_coll_opts_default(&co);
+    a.derived = mv_export_sel_create();
+    if (!a.derived) {
+        fprintf(stderr, "microview-collector: out of memory\n");
+        return 1;
+    }
     co.analytics = 1;
     co.max_interval_us = 1000000;
     int max_interval_set = 0;
@@ -297,12 +217,18 @@ int main(int argc, char **argv)
                                          {"sketch-alpha", required_argument, 0, 'A'},
                                          {"sketch-buckets", required_argument, 0, 'K'},
                                          {"no-analytics", no_argument, 0, 'n'},
+                                         {"derived", required_argument, 0, 'X'},
                                          {"no-detect", no_argument, 0, 'D'},
                                          {"help", no_argument, 0, 'h'},
                                          {"rdma-token-file", required_argument, 0, 'R'},
                                          {"rdma-port", required_argument, 0, 'P'},
                                          {"rdma-src-ip", required_argument, 0, 'S'},
+                                         {"http-max-conns", required_argument, 0, 'C'},
+                                         {"http-max-conns-per-client", required_argument, 0, 'c'},
+                                         {"http-idle-timeout-s", required_argument, 0, 'I'},
                                          {0, 0, 0, 0}};
+    mv_httpd_config hc;
+    mv_httpd_config_default(&hc);
     while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (opt) {
         case 't':
@@ -318,6 +244,28 @@ int main(int argc, char **argv)
             break;
         case 'R':
             rdma_token_file = optarg;
+            break;
+        case 'C':
+            if (parse_ulong(optarg, 1, 1000000, &v)) {
+                fprintf(stderr, "microview-collector: --http-max-conns must be 1..1000000\n");
+                return 2;
+            }
+            hc.max_conns = (unsigned)v;
+            break;
+        case 'c':
+            if (parse_ulong(optarg, 1, 1000000, &v)) {
+                fprintf(stderr,
+                        "microview-collector: --http-max-conns-per-client must be 1..1000000\n");
+                return 2;
+            }
+            hc.max_conns_per_client = (unsigned)v;
+            break;
+        case 'I':
+            if (parse_ulong(optarg, 1, 3600, &v)) {
+                fprintf(stderr, "microview-collector: --http-idle-timeout-s must be 1..3600\n");
+                return 2;
+            }
+            hc.timeout_s = (unsigned)v;
             break;
         case 'P':
             if (parse_ulong(optarg, 1, 65535, &rdma_port)) {
@@ -396,6 +344,14 @@ int main(int argc, char **argv)
         case 'n':
             co.analytics = 0;
             break;
+        case 'X': {
+            char err[256];
+            if (mv_export_sel_add(a.derived, optarg, err, sizeof err) != 0) {
+                fprintf(stderr, "microview-collector: --derived: %s\n", err);
+                return 2;
+            }
+            break;
+        }
         case 'D':
             co.pipe.detect = 0;
             break;
@@ -441,7 +397,7 @@ int main(int argc, char **argv)
         return 2;
     }
     if (verbs) {
-        char err[256];
+        char err[MV_ERR_MAX];
         if (nagents == 0 || !rdma_token_file) {
             fprintf(stderr, "microview-collector: --transport verbs needs --agent IP:PORT "
                             "(repeatable) and --rdma-token-file\n");
@@ -473,7 +429,7 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
 
     int rc = 1;
-    pthread_mutex_init(&a.render_mu, NULL);
+    mv_api *api = NULL;
     if (mv_coll_create(&co, &a.coll) != 0) {
         MV_ERROR("collector.failed", "error=%s", mv_log_q("out of memory"));
         return 1;
@@ -485,9 +441,18 @@ int main(int argc, char **argv)
         MV_ERROR("collector.failed", "error=%s", mv_log_q("cannot start the tick thread"));
         goto destroy_coll;
     }
+    mv_api_opts ao = {.coll = a.coll,
+                      .body_cap = a.body_cap,
+                      .render_extra = render_extra,
+                      .extra_arg = &a,
+                      .derived = a.derived};
+    if (mv_api_create(&ao, &api) != 0) {
+        MV_ERROR("collector.failed", "error=%s", mv_log_q("out of memory"));
+        goto destroy_coll;
+    }
     mv_httpd *httpd = NULL;
-    mv_httpd_config hc;
-    mv_httpd_config_default(&hc);
+    if (hc.max_conns_per_client > hc.max_conns)
+        hc.max_conns_per_client = hc.max_conns;
     hc.addr = host[0] ? host : "0.0.0.0";
     hc.port = (uint16_t)port;
     if (mv_httpd_create(&hc, &httpd) != 0) {
@@ -495,12 +460,8 @@ int main(int argc, char **argv)
                  mv_log_q("invalid listen address"));
         goto destroy_coll;
     }
-    mv_httpd_route(httpd, "/metrics", h_metrics, &a);
-    mv_httpd_route(httpd, "/debug/segments", h_segments, &a);
-    mv_httpd_route(httpd, "/healthz", h_health, &a);
-    mv_httpd_route(httpd, "/api/v1/value", h_value, &a);
-    mv_httpd_route(httpd, "/", h_index, &a);
-    if ((rc = mv_httpd_start(httpd)) != 0) {
+    a.httpd = httpd; /* before it serves: /metrics shows its connection figures */
+    if ((rc = mv_api_route(api, httpd)) != 0 || (rc = mv_httpd_start(httpd)) != 0) {
         MV_ERROR("http.failed", "listen=%s error=%s", mv_log_q(listen), mv_log_q(strerror(-rc)));
         rc = 1;
         goto destroy_httpd;
@@ -515,12 +476,12 @@ int main(int argc, char **argv)
         }
     }
     if (verbs) {
-        verbs_opts vo = {.targets = agents,
-                         .ntargets = nagents,
-                         .token = rdma_token,
-                         .rdma_port = (uint16_t)rdma_port,
-                         .src_ip = rdma_src_ip};
-        if (verbs_agents_create(&vo, a.coll, &a.verbs) != 0)
+        mv_verbs_opts vo = {.targets = agents,
+                            .ntargets = nagents,
+                            .token = rdma_token,
+                            .rdma_port = (uint16_t)rdma_port,
+                            .src_ip = rdma_src_ip};
+        if (mv_verbs_create(&vo, a.coll, &a.verbs) != 0)
             goto destroy_disc;
     }
     MV_INFO("collector.started",
@@ -534,7 +495,7 @@ int main(int argc, char **argv)
         if (a.verbs) {
             struct timespec ts = {0, 500 * 1000000L};
             nanosleep(&ts, NULL);
-            verbs_agents_poll(a.verbs);
+            mv_verbs_poll(a.verbs);
         } else {
             pause();
         }
@@ -542,13 +503,14 @@ int main(int argc, char **argv)
     MV_INFO("collector.stopping", "%s", "");
     rc = 0;
 destroy_disc:
-    verbs_agents_stop(a.verbs);
+    mv_verbs_stop(a.verbs);
     mv_disc_destroy(disc);
 destroy_httpd:
     mv_httpd_destroy(httpd);
 destroy_coll:
     mv_coll_destroy(a.coll);
-    verbs_agents_destroy(a.verbs); /* after the table: its sources used the connections */
-    pthread_mutex_destroy(&a.render_mu);
+    mv_verbs_destroy(a.verbs); /* after the table: its sources used the connections */
+    mv_api_destroy(api);
+    mv_export_sel_destroy(a.derived);
     return rc;
 }

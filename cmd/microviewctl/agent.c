@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <json-c/json.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,7 @@
 
 #include "ctl.h"
 #include "mv_agentc.h"
+#include "mv_inspect.h"
 #include "mv_rdma.h"
 
 /* Opens a client for `target`; with `token_file`, every call presents its token
@@ -66,23 +68,39 @@ void mv_ctl_lease_release(mv_ctl_lease *l)
     memset(l, 0, sizeof *l);
 }
 
-static void print_segment(const mv_agentc_segment *s, int json)
+static json_object *segment_json(const mv_agentc_segment *s)
 {
-    if (json) {
-        printf("{\"id\":\"%s\",\"path\":\"%s\",\"size\":%" PRIu64 ",\"owner_pid\":%u,\"labels\":{",
-               s->id, s->path, s->size, s->owner_pid);
-        for (size_t i = 0; i < s->nlabels; i++)
-            printf("%s\"%s\":\"%s\"", i ? "," : "", s->labels[i].name, s->labels[i].value);
-        printf("},\"rdma\":{\"readable\":%s,\"addr\":%" PRIu64 ",\"rkey\":%u,\"length\":%" PRIu64
-               ",\"layout_version\":%u}}",
-               s->rdma_readable ? "true" : "false", s->rdma_addr, s->rdma_rkey, s->rdma_length,
-               s->layout_version);
-        return;
-    }
-    printf("%-22s %8" PRIu64 "  %-7u ", s->id, s->size, s->owner_pid);
+    json_object *o = json_object_new_object(), *labels = json_object_new_object();
+    json_object *rdma = json_object_new_object();
+    json_object_object_add(o, "id", json_object_new_string(s->id));
+    json_object_object_add(o, "path", json_object_new_string(s->path));
+    json_object_object_add(o, "size", json_object_new_uint64(s->size));
+    json_object_object_add(o, "owner_pid", json_object_new_uint64(s->owner_pid));
     for (size_t i = 0; i < s->nlabels; i++)
-        printf("%s%s=%s", i ? "," : "", s->labels[i].name, s->labels[i].value);
-    printf("  %s\n", s->path);
+        json_object_object_add(labels, s->labels[i].name,
+                               json_object_new_string(s->labels[i].value));
+    json_object_object_add(o, "labels", labels);
+    json_object_object_add(rdma, "readable", json_object_new_boolean(s->rdma_readable));
+    json_object_object_add(rdma, "addr", json_object_new_uint64(s->rdma_addr));
+    json_object_object_add(rdma, "rkey", json_object_new_uint64(s->rdma_rkey));
+    json_object_object_add(rdma, "length", json_object_new_uint64(s->rdma_length));
+    json_object_object_add(rdma, "layout_version", json_object_new_uint64(s->layout_version));
+    json_object_object_add(o, "rdma", rdma);
+    return o;
+}
+
+static void print_segment(const mv_agentc_segment *s)
+{
+    printf("%-22s %8" PRIu64 "  %-7u ", s->id, s->size, s->owner_pid);
+    for (size_t i = 0; i < s->nlabels; i++) {
+        printf("%s", i ? "," : "");
+        mv_inspect_put_escaped(stdout, s->labels[i].name);
+        putchar('=');
+        mv_inspect_put_escaped(stdout, s->labels[i].value);
+    }
+    printf("  ");
+    mv_inspect_put_escaped(stdout, s->path);
+    putchar('\n');
 }
 
 static const char *parse_agent_opt(int argc, char **argv, int *json, const char **token_file,
@@ -130,16 +148,18 @@ int mv_ctl_list(int argc, char **argv)
         return 1;
     }
     if (json) {
-        printf("{\"revision\":%" PRIu64 ",\"segments\":[", rev);
-        for (size_t i = 0; i < n; i++) {
-            printf(i ? "," : "");
-            print_segment(&v[i], 1);
-        }
-        printf("]}\n");
+        json_object *root = json_object_new_object(), *segs = json_object_new_array();
+        json_object_object_add(root, "revision", json_object_new_uint64(rev));
+        for (size_t i = 0; i < n; i++)
+            json_object_array_add(segs, segment_json(&v[i]));
+        json_object_object_add(root, "segments", segs);
+        puts(json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN |
+                                                      JSON_C_TO_STRING_NOSLASHESCAPE));
+        json_object_put(root);
     } else {
         printf("%-22s %8s  %-7s %s  %s\n", "ID", "BYTES", "OWNER", "LABELS", "PATH");
         for (size_t i = 0; i < n; i++)
-            print_segment(&v[i], 0);
+            print_segment(&v[i]);
         printf("(%zu segments, catalog revision %" PRIu64 ")\n", n, rev);
     }
     mv_agentc_segments_free(v, n);

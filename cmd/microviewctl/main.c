@@ -12,6 +12,7 @@
 #include "mv_log.h"
 #include "mv_workload.h"
 #include "ctl.h"
+#include "mv_util.h"
 
 static volatile int g_stop;
 
@@ -62,7 +63,7 @@ static int cmd_dump(int argc, char **argv)
         return 2;
     }
     const char *path = argv[optind];
-    char errbuf[256];
+    char errbuf[MV_ERR_MAX];
     void *buf;
     size_t len;
     if (mv_inspect_load(path, &buf, &len, errbuf, sizeof errbuf) != 0) {

@@ -10,37 +10,17 @@
 #include <unistd.h>
 
 #include "ctl.h"
+#include "mv_util.h"
 
 #define MAX_BODY (64u << 20)
-
-typedef struct buf {
-    char *p;
-    size_t n;
-} buf;
-
-static size_t on_data(char *d, size_t sz, size_t nm, void *arg)
-{
-    buf *b = arg;
-    size_t add = sz * nm;
-    if (b->n + add > MAX_BODY)
-        return 0; /* refuse absurd bodies */
-    char *np = realloc(b->p, b->n + add + 1);
-    if (!np)
-        return 0;
-    memcpy(np + b->n, d, add);
-    b->p = np;
-    b->n += add;
-    b->p[b->n] = '\0';
-    return add;
-}
 
 /* Fetches URL; returns the parsed JSON or NULL (reason printed). */
 static json_object *fetch(CURL *c, const char *url)
 {
-    buf b = {0};
+    mv_buf b = {.cap = MAX_BODY};
     long status = 0;
     curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, mv_buf_curl_write);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
     curl_easy_setopt(c, CURLOPT_TIMEOUT, 5L);
     curl_easy_setopt(c, CURLOPT_ACCEPT_ENCODING, "");
@@ -51,9 +31,9 @@ static json_object *fetch(CURL *c, const char *url)
         fprintf(stderr, "microviewctl top: %s: %s\n", url, curl_easy_strerror(rc));
     else if (status != 200)
         fprintf(stderr, "microviewctl top: %s: HTTP %ld\n", url, status);
-    else if (!(o = json_tokener_parse(b.p ? b.p : "")))
+    else if (!(o = json_tokener_parse(b.data ? b.data : "")))
         fprintf(stderr, "microviewctl top: %s: the response is not JSON\n", url);
-    free(b.p);
+    mv_buf_free(&b);
     return o;
 }
 

@@ -367,6 +367,22 @@ def sc_kubelet_restart(env):
     out2 = env.kubelet.restart(timeout=10)
     check("second kubelet restart re-registered within 1 s",
           out2["seconds"] is not None and out2["seconds"] <= 1.0, out2)
+    # One Register per kubelet instance: older kubelets may drop the newer of two
+    # registrations. Also when the kubelet touches its socket after listening.
+    for touch in (False, True):
+        base = accepted_registrations(env)
+        out3 = env.kubelet.restart(timeout=10, touch_socket=touch)
+        check("restart (socket touched after listen: %s) re-registered" % touch,
+              out3["seconds"] is not None, out3)
+        time.sleep(1.5)  # an observation window: a second Register would arrive within it
+        n = accepted_registrations(env) - base
+        check("exactly one Register for that kubelet instance (socket touched: %s)" % touch,
+              n == 1, n)
+
+
+def accepted_registrations(env):
+    return sum(1 for r in env.kubelet.state()["registrations"]
+               if r["resource"] == RES and r["accepted"])
 
 
 def inode(path):
@@ -630,6 +646,96 @@ def sc_rdma_optional(env):
           s is not None and s["rdma"]["readable"] is False and s["rdma"]["rkey"] == 0, s)
 
 
+def sc_pool_max(env):
+    """The largest pool the agent accepts: its device list reaches a kubelet-like client whose
+    gRPC receive limit is the kubelet's (4 MiB); one page more is refused at start."""
+    max_pages = 65536
+    env.cfg["pool_size"] = str(PAGE * max_pages)
+    env.start_agent()
+    check("agent registers with %d pages" % max_pages, env.registered(timeout=20))
+    check("all %d devices received through ListAndWatch (4 MiB client limit)" % max_pages,
+          env.kubelet.wait_devices(RES, healthy=max_pages, timeout=30))
+    env.stop_agent()
+    cfg = dict(env.cfg, pool_size=str(PAGE * (max_pages + 1)))
+    yaml_path = os.path.join(env.tmp, "too-big.yaml")
+    with open(yaml_path, "w") as f:
+        for k, v in cfg.items():
+            f.write("%s: %s\n" % (k, json.dumps(v)))
+    res = subprocess.run([os.path.join(env.bin, "microview-agent"), "--config", yaml_path,
+                          "--node-name", "node-1"], capture_output=True, text=True, timeout=20)
+    check("one page more is refused at start", res.returncode != 0, res.returncode)
+    check("the refusal names pool_size, the limit and the remedy",
+          "pool_size" in res.stderr and "65536" in res.stderr and "4 MiB" in res.stderr and
+          "raise page_size" in res.stderr, res.stderr[-500:])
+
+
+def put_pod_spec(env, ns, name, pod_sc=None, container_sc=None):
+    """A pod whose spec carries securityContexts (pod level and container "app")."""
+    c = {"name": "app", "image": "example"}
+    if container_sc:
+        c["securityContext"] = container_sc
+    spec = {"nodeName": "node-1", "containers": [c]}
+    if pod_sc:
+        spec["securityContext"] = pod_sc
+    env.api.put_pod({"kind": "Pod", "apiVersion": "v1",
+                     "metadata": {"namespace": ns, "name": name, "uid": "uid-" + name,
+                                  "labels": {}, "annotations": {}},
+                     "spec": spec, "status": {"phase": "Running"}})
+
+
+def write_as(env, path, uid, gid, groups=()):
+    """Runs `microviewctl gen` on the segment as uid:gid (and supplementary groups), as a
+    container's process would; returns (exit code, output)."""
+    args = ["setpriv", "--reuid", str(uid), "--regid", str(gid)]
+    args += ["--groups", ",".join(map(str, groups))] if groups else ["--clear-groups"]
+    args += [os.path.join(env.bin, "microviewctl"), "gen", "--segment", path, "--duration", "1",
+             "--rate", "50", "--counters", "1", "--gauges", "0", "--histograms", "0"]
+    res = subprocess.run(args, capture_output=True, text=True, timeout=30)
+    return res.returncode, (res.stdout + res.stderr)[-800:]
+
+
+def sc_nonroot(env):
+    """A writer that runs as non-root (what the restricted Pod Security Standard asks) can open
+    its segment: the agent hands the file to the container's user and group from the pod spec
+    at PreStartContainer, or makes it writable for the container when the spec names none."""
+    if os.geteuid() != 0:
+        raise Skip("needs root to run the writer as other users (setpriv)")
+    if not shutil.which("setpriv"):
+        raise Skip("setpriv (util-linux) not installed")
+    env.start_agent()
+    env.ready()
+    # Bins must be reachable by the other users.
+    for d in (env.tmp, env.state):
+        os.chmod(d, 0o755)
+    cases = [
+        ("run-as", {"runAsUser": 1000, "runAsGroup": 1000}, None, (1000, 1000, 0o660),
+         (1000, 1000, ())),
+        ("container-over-pod", {"runAsUser": 1000, "fsGroup": 2000}, {"runAsUser": 1500},
+         (1500, 2000, 0o660), (1500, 1500, (2000,))),
+        ("no-user", None, None, (0, 0, 0o666), (1002, 1002, ())),
+    ]
+    for name, pod_sc, c_sc, (want_uid, want_gid, want_mode), (wuid, wgid, groups) in cases:
+        put_pod_spec(env, "team-a", name, pod_sc, c_sc)
+        a = env.kubelet.allocate("team-a", name, "app", 1)
+        path = os.path.join(seg_dir_of(a), os.path.basename(envs_of(a)["MICROVIEW_SEGMENT"]))
+
+        def owned():
+            st = os.stat(path)
+            return (st.st_uid, st.st_gid, st.st_mode & 0o777) == (want_uid, want_gid, want_mode)
+
+        got = wait_until(owned, 5)
+        st = os.stat(path)
+        check("%s: segment owned %d:%d mode %o" % (name, want_uid, want_gid, want_mode), got,
+              (st.st_uid, st.st_gid, oct(st.st_mode & 0o777)))
+        rc, out = write_as(env, path, wuid, wgid, groups)
+        check("%s: a writer running as %d:%d%s writes its segment" %
+              (name, wuid, wgid, " +%s" % list(groups) if groups else ""), rc == 0, out)
+        if want_mode == 0o660:
+            rc2, out2 = write_as(env, path, 4242, 4242)
+            check("%s: another user cannot open it" % name, rc2 != 0, out2)
+    check("ownership logged", env.log_has("segment.owner_set"))
+
+
 SCENARIOS = {
     "register": sc_register,
     "allocate": sc_allocate,
@@ -642,6 +748,8 @@ SCENARIOS = {
     "api_down": sc_api_down,
     "rdma_required": sc_rdma_required,
     "rdma_optional": sc_rdma_optional,
+    "pool_max": sc_pool_max,
+    "nonroot": sc_nonroot,
 }
 
 

@@ -417,8 +417,10 @@ class FakeKubelet:
         log("fake-kubelet", "pod removed", pod="%s/%s" % (namespace, pod), freed=freed)
         return freed
 
-    def restart(self, timeout=30.0):
+    def restart(self, timeout=30.0, touch_socket=False):
         """Simulates a kubelet restart and waits for every registered plugin to come back.
+        touch_socket: change kubelet.sock's metadata right after listening, as a kubelet that
+        labels its socket does.
 
         Stops serving, drops plugin connections, deletes every socket in the device-plugin dir
         (other files such as the checkpoint stay), re-creates kubelet.sock (and the
@@ -442,6 +444,10 @@ class FakeKubelet:
             os.unlink(self.podres_socket)
         t0 = time.monotonic()
         self._start_servers()
+        if touch_socket:
+            # What a real kubelet does after listening (SELinux label, mode): the socket's
+            # ctime moves although it is the same kubelet instance.
+            os.chmod(self.kubelet_socket, 0o660)
         log("fake-kubelet", "restarted", removed=",".join(removed), waiting=",".join(expected))
 
         def back():

@@ -10,7 +10,9 @@ trap 'rm -rf "$tmp"' EXIT
 cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
 export PKG_CONFIG_PATH=$tmp/prefix/lib/pkgconfig
 test -f "$tmp/prefix/include/microview.h"
+# shellcheck disable=SC2046 # pkg-config output is meant to split into arguments
 cc -std=c11 -Wall -Wextra -Werror -o "$tmp/hello" "$src/hello.c" $(pkg-config --cflags --libs libmicroview)
+# shellcheck disable=SC2046
 cc -std=c11 -Wall -Wextra -Werror -o "$tmp/hello-static" "$src/hello.c" \
   $(pkg-config --cflags libmicroview) "$tmp/prefix/lib/libmicroview.a" $(pkg-config --libs-only-other --static libmicroview) -lpthread -lm
 truncate -s 8192 "$tmp/seg"

@@ -2,6 +2,7 @@
 # Sets: bin, tmp, pids, passes, fails; the caller passes BUILD_DIR as $1.
 # shellcheck shell=bash
 build=${1:?usage: $0 BUILD_DIR}
+# shellcheck disable=SC2034 # read by the scripts that source this file
 bin=$build/bin
 tmp=$(mktemp -d)
 pids=()

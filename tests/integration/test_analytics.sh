@@ -17,7 +17,8 @@ wait_for 5 test -S "$sock" || { cat "$tmp/agent.log"; exit 1; }
 "$bin/microviewctl" create --agent "unix:$sock" --size 8192 --label namespace=shop \
   --label pod=idle-1 >"$tmp/create.out" 2>&1
 "$bin/microview-collector" --agent "unix:$sock" --listen "127.0.0.1:$port" --tick-ms 1 \
-  --max-interval-ms 256 --window-ms 1000 2>"$tmp/collector.log" & pids+=($!)
+  --max-interval-ms 256 --window-ms 1000 --derived counter=all --derived gauge=all \
+  --derived histogram=all 2>"$tmp/collector.log" & pids+=($!)
 base=http://127.0.0.1:$port
 url=$base/metrics
 id='namespace="shop",pod="web-1",worker="0"'
@@ -31,6 +32,8 @@ val() { grep "^$1 " "$tmp/m.prom" | awk '{print $2}'; }
 within() { $py -c "import sys; v=float(sys.argv[1]); sys.exit(0 if float(sys.argv[2]) <= v <= float(sys.argv[3]) else 1)" "$@"; }
 check "gen_requests_rate is near the generator's 500/s ($(val "gen_requests_rate{$id}"))" \
   within "$(val "gen_requests_rate{$id}")" 400 600
+check "gen_requests_rate_short is near 500/s ($(val "gen_requests_rate_short{$id}"))" \
+  within "$(val "gen_requests_rate_short{$id}")" 300 700
 check "gen_requests_rate_max >= the rate" \
   $py -c "import sys; sys.exit(0 if float('$(val "gen_requests_rate_max{$id}")') >= float('$(val "gen_requests_rate{$id}")') else 1)"
 check "gauge window summary with quantiles, min/max/mean/last" \
@@ -70,9 +73,25 @@ assert \"read_interval_seconds\" in s and \"reads_per_second\" in s and \"anomal
 check "microviewctl top --once prints the pods and their values" \
   bash -c "grep -q 'pod=web-1' $tmp/top.txt && grep -q 'gen_requests_total' $tmp/top.txt && grep -q ANOMALY $tmp/top.txt"
 
+# A second collector with the default choice of derived series: few samples per metric.
+port2=$(free_port)
+"$bin/microview-collector" --agent "unix:$sock" --listen "127.0.0.1:$port2" --tick-ms 1 \
+  --window-ms 1000 2>"$tmp/collector2.log" & pids+=($!)
+has2() { curl -sf "http://127.0.0.1:$port2/metrics" | grep -q "$1"; }
+check "default choice: gen_queue_depth_window_max appears" wait_for 10 has2 "^gen_queue_depth_window_max{$id} "
+curl -sf "http://127.0.0.1:$port2/metrics" >"$tmp/m2.prom"
+check "default choice: 3 samples per gauge ($(grep -c '^gen_queue_depth' "$tmp/m2.prom"))" \
+  test "$(grep -c '^gen_queue_depth' "$tmp/m2.prom")" = 3
+check "default choice: counters get _rate and _rate_short, not _rate_max" \
+  bash -c "grep -q '^gen_requests_rate_short{$id} ' $tmp/m2.prom && ! grep -q '^gen_requests_rate_max' $tmp/m2.prom"
+check "default choice: histogram window p50 and p99 only" \
+  bash -c "grep -q 'gen_latency_seconds_window{$id,quantile=\"0.99\"}' $tmp/m2.prom && ! grep -q 'gen_latency_seconds_window{$id,quantile=\"0.9\"}' $tmp/m2.prom"
+check "the JSON API still serves a series left out of /metrics" bash -c "curl -s 'http://127.0.0.1:$port2/api/v1/value?metric=gen_requests_rate_max&pod=web-1' | $py -c 'import json,sys; d=json.load(sys.stdin); assert d[\"count\"]==1'"
+check "promtool accepts the default output" promtool check metrics <"$tmp/m2.prom"
+
 echo "analytics: $passes passed, $fails failed"
 if [ $fails -ne 0 ]; then
   cat "$tmp/top.txt"
-  for f in agent collector gen; do echo "--- $f.log"; tail -n 20 "$tmp/$f.log"; done
+  for f in agent collector collector2 gen; do echo "--- $f.log"; tail -n 20 "$tmp/$f.log"; done
 fi
 [ $fails -eq 0 ]

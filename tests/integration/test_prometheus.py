@@ -305,6 +305,9 @@ def run(rep, bindir, tmp, spawn):
             "--tick-ms", "5"]
     if window_flag:
         argv += ["--window-ms", str(WINDOW_MS)]
+    if "--derived" in help_text:
+        # The checks below read every derived series, not only the default choice.
+        argv += ["--derived", "counter=all", "--derived", "gauge=all", "--derived", "histogram=all"]
     if "--max-interval-ms" in help_text:
         # Adaptive sampling lets a steady segment's raw values age up to the slow interval; a
         # 1 s age jitter is 25% of a 4 s rate span. Keep it small: this test is about Prometheus.

@@ -1,6 +1,5 @@
 /* Tests for the agent: segment store + Agent service + agent client, in-process
  * over a unix socket in a temporary directory. */
-#include <CUnit/Basic.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -20,6 +19,7 @@
 #include "mv_rpc.h"
 #include "mv_segment.h"
 #include "mv_segstore.h"
+#include "mv_test.h"
 
 static char tmpdir[256];
 static int dir_seq;
@@ -448,25 +448,21 @@ int main(void)
     snprintf(tmpdir, sizeof tmpdir, "/tmp/mv-agent-XXXXXX");
     if (!mkdtemp(tmpdir))
         return 1;
-    if (CU_initialize_registry() != CUE_SUCCESS)
-        return 1;
-    CU_pSuite s = CU_add_suite("agent", NULL, NULL);
-    CU_add_test(s, "create, list, release", test_create_list_release);
-    CU_add_test(s, "bad requests get clear errors", test_bad_requests);
-    CU_add_test(s, "agent not reachable", test_unreachable);
-    CU_add_test(s, "watch: ADDED, SYNCED, ADDED, REMOVED", test_watch);
-    CU_add_test(s, "watch ends when the agent stops", test_watch_survives_agent_stop);
-    CU_add_test(s, "dead owner's segment is reaped", test_reap_dead_owner);
-    CU_add_test(s, "restart keeps the catalog", test_restart_keeps_catalog);
-    CU_add_test(s, "catalog.json validation", test_catalog_parse);
-    CU_add_test(s, "protobuf unpack with a cap", test_proto_unpack_cap);
-    CU_basic_set_mode(CU_BRM_VERBOSE);
-    CU_basic_run_tests();
-    unsigned fails = CU_get_number_of_failures();
-    CU_cleanup_registry();
+    static const mv_test tests[] = {
+        {"create, list, release", test_create_list_release},
+        {"bad requests get clear errors", test_bad_requests},
+        {"agent not reachable", test_unreachable},
+        {"watch: ADDED, SYNCED, ADDED, REMOVED", test_watch},
+        {"watch ends when the agent stops", test_watch_survives_agent_stop},
+        {"dead owner's segment is reaped", test_reap_dead_owner},
+        {"restart keeps the catalog", test_restart_keeps_catalog},
+        {"catalog.json validation", test_catalog_parse},
+        {"protobuf unpack with a cap", test_proto_unpack_cap},
+    };
+    int fails = MV_TEST_RUN("agent", tests);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (!fails && system(cmd) != 0)
         fprintf(stderr, "could not remove %s\n", tmpdir);
-    return fails ? 1 : 0;
+    return fails;
 }

@@ -9,6 +9,7 @@
 
 #include "microview.h"
 #include "mv_collect.h"
+#include "mv_test.h"
 
 static char g_dir[] = "/tmp/mv-test-collect-XXXXXX";
 
@@ -226,6 +227,17 @@ static void test_retain_and_duplicates(void)
     mv_coll_destroy(c);
 }
 
+static int saw_fifty(void *arg)
+{
+    double v = 0;
+    if (!snap_value(arg, "d", "z_total", &v, NULL) || v != 50)
+        return 0;
+    mv_coll_snap *s = mv_coll_snapshot(arg);
+    int ok = s && mv_coll_snap_stats(s)->ticks >= 50;
+    mv_coll_snap_free(s);
+    return ok;
+}
+
 static void test_background_thread(void)
 {
     char *p = make_segment("d.seg", 8192);
@@ -242,12 +254,13 @@ static void test_background_thread(void)
     CU_ASSERT_FATAL(mv_coll_create(&o, &c) == 0);
     add_path(c, "d", path);
     CU_ASSERT_FATAL(mv_coll_start(c) == 0);
-    double v = 0;
     for (int i = 1; i <= 50; i++) {
         mv_counter_inc(ctr);
-        usleep(2000);
+        mv_test_sleep_ms(2); /* let ticks happen between the increments */
     }
-    usleep(20000);
+    /* the tick thread publishes the last increment within a few ticks */
+    CU_ASSERT(mv_test_wait_until(saw_fifty, c, 5000));
+    double v = 0;
     CU_ASSERT(snap_value(c, "d", "z_total", &v, NULL));
     CU_ASSERT_EQUAL(v, 50);
     mv_coll_snap *s = mv_coll_snapshot(c);
@@ -312,26 +325,20 @@ static void test_revoked_segment_is_dropped(void)
 
 int main(void)
 {
-    CU_pSuite suite;
     if (!mkdtemp(g_dir))
         return 1;
-    if (CU_initialize_registry() != CUE_SUCCESS)
-        return 1;
-    suite = CU_add_suite("collect", NULL, NULL);
-    CU_add_test(suite, "tick and catalog reload", test_tick_and_reload);
-    CU_add_test(suite, "quarantine and recovery", test_quarantine_and_recover);
-    CU_add_test(suite, "truncated file (SIGBUS guard)",
-                test_truncated_file_is_an_error_not_a_crash);
-    CU_add_test(suite, "retain, duplicates, pending", test_retain_and_duplicates);
-    CU_add_test(suite, "background tick thread", test_background_thread);
-    CU_add_test(suite, "revoked segment is dropped", test_revoked_segment_is_dropped);
-    CU_basic_set_mode(CU_BRM_VERBOSE);
-    CU_basic_run_tests();
-    unsigned failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
-    CU_cleanup_registry();
+    static const mv_test tests[] = {
+        {"tick and catalog reload", test_tick_and_reload},
+        {"quarantine and recovery", test_quarantine_and_recover},
+        {"truncated file (SIGBUS guard)", test_truncated_file_is_an_error_not_a_crash},
+        {"retain, duplicates, pending", test_retain_and_duplicates},
+        {"background tick thread", test_background_thread},
+        {"revoked segment is dropped", test_revoked_segment_is_dropped},
+    };
+    int failed = MV_TEST_RUN("collect", tests);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     if (system(cmd) != 0)
         fprintf(stderr, "could not remove %s\n", g_dir);
-    return failed ? 1 : 0;
+    return failed;
 }

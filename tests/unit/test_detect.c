@@ -1,8 +1,8 @@
 /* Unit tests for mv_detect: steps/ramps detected within bounds, false alarms, read control. */
 #include "mv_detect.h"
 #include "analytics_rng.h"
+#include "mv_test.h"
 
-#include <CUnit/Basic.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -113,6 +113,61 @@ static void test_constant_then_jump(void)
     mv_detect_destroy(d);
 }
 
+/* A series constant through warm-up that then turns noisy: one change at the
+ * onset (a constant that starts to move is a change), then the detector must
+ * have re-learnt level and scale - no further change over 60 s at 1 kHz. */
+static void test_constant_then_noise_relearns(void)
+{
+    mv_detect *d = make(1);
+    test_rng r = {1313};
+    for (int i = 0; i < 200; i++)
+        CU_ASSERT((mv_detect_update(d, 0, 5.0) & MV_DETECT_CHANGED) == 0);
+    uint64_t later = 0;
+    int first = -1;
+    for (int i = 0; i < 60000; i++) {
+        unsigned f = mv_detect_update(d, 0, 5.0 + rng_gauss(&r));
+        if ((f & MV_DETECT_CHANGED) && first < 0)
+            first = i;
+        else if (f & MV_DETECT_CHANGED)
+            later++;
+    }
+    printf("\n  constant then noise: first change at %d, %llu more in 60000 samples\n", first,
+           (unsigned long long)later);
+    CU_ASSERT(first == 0); /* detected at the first noisy sample */
+    CU_ASSERT(later <= 1); /* stated: <= 5 per 1e6 stationary samples once re-learnt */
+    CU_ASSERT(fabs(mv_detect_sigma(d, 0) - 1.0) < 0.2);
+    mv_detect_destroy(d);
+}
+
+/* Noise whose sigma rises from 1 to 10: a change, then the new scale is
+ * learnt - no change later than 100 samples after the rise. */
+static void test_scale_rise_relearns(void)
+{
+    mv_detect *d = make(1);
+    int late_total = 0, found = 0;
+    for (int t = 0; t < 50; t++) {
+        test_rng r = {900 + (uint64_t)t};
+        mv_detect_reset(d, 0);
+        int late = 0, any = 0;
+        for (int i = 0; i < 2000; i++)
+            mv_detect_update(d, 0, 3.0 + rng_gauss(&r));
+        for (int i = 0; i < 20000; i++) {
+            unsigned f = mv_detect_update(d, 0, 3.0 + 10.0 * rng_gauss(&r));
+            if (f & MV_DETECT_CHANGED) {
+                any = 1;
+                late += i >= 100;
+            }
+        }
+        found += any;
+        late_total += late;
+    }
+    printf("\n  sigma 1 -> 10: found in %d of 50 trials, %d changes later than 100 samples\n",
+           found, late_total);
+    CU_ASSERT(found == 50);
+    CU_ASSERT(late_total <= 5); /* 1e6 samples after re-learning: <= 5 per 1e6 */
+    mv_detect_destroy(d);
+}
+
 static void test_spike_does_not_poison_baseline(void)
 {
     mv_detect *d = make(1);
@@ -184,7 +239,8 @@ static void test_rate_controller(void)
     CU_ASSERT(interval_after == rc.fast_ns);            /* snapped back to the fast tick */
     CU_ASSERT(mv_detect_rate_interval(r) == rc.max_ns); /* calm again at the end */
 
-    /* Pure controller arithmetic. */
+    /* Pure controller arithmetic (no dither). */
+    rc.jitter = 0;
     mv_detect_rate *q = NULL;
     CU_ASSERT_FATAL(mv_detect_rate_create(&rc, &q) == 0);
     for (int i = 0; i < 7; i++)
@@ -207,20 +263,18 @@ static void test_rate_controller(void)
 
 int main(void)
 {
-    if (CU_initialize_registry() != CUE_SUCCESS)
-        return 1;
-    CU_pSuite s = CU_add_suite("detect", NULL, NULL);
-    CU_add_test(s, "steps detected within bound", test_steps);
-    CU_add_test(s, "ramps detected within bound", test_ramps);
-    CU_add_test(s, "1 sigma step mostly found", test_small_step_mostly_found);
-    CU_add_test(s, "false alarms under stationary noise", test_false_alarms);
-    CU_add_test(s, "constant then jump", test_constant_then_jump);
-    CU_add_test(s, "spike does not poison baseline", test_spike_does_not_poison_baseline);
-    CU_add_test(s, "invalid input", test_invalid);
-    CU_add_test(s, "adaptive read interval", test_rate_controller);
-    CU_basic_set_mode(CU_BRM_VERBOSE);
-    CU_basic_run_tests();
-    unsigned fails = CU_get_number_of_failures();
-    CU_cleanup_registry();
-    return fails ? 1 : 0;
+    static const mv_test tests[] = {
+        {"steps detected within bound", test_steps},
+        {"ramps detected within bound", test_ramps},
+        {"1 sigma step mostly found", test_small_step_mostly_found},
+        {"false alarms under stationary noise", test_false_alarms},
+        {"constant then jump", test_constant_then_jump},
+        {"spike does not poison baseline", test_spike_does_not_poison_baseline},
+        {"constant then noise: re-learns", test_constant_then_noise_relearns},
+        {"sigma 1 -> 10: re-learns", test_scale_rise_relearns},
+        {"invalid input", test_invalid},
+        {"adaptive read interval", test_rate_controller},
+    };
+    int fails = MV_TEST_RUN("detect", tests);
+    return fails;
 }

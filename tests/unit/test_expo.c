@@ -4,7 +4,6 @@
  * tests/data/expo/README.md) with the expected outputs <case>.prom (text 0.0.4) and
  * <case>.om (OpenMetrics 1.0). Set MV_EXPO_REGEN=1 to rewrite the expected files from the
  * current renderer (then review the diff). */
-#include <CUnit/Basic.h>
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -15,6 +14,7 @@
 
 #include "mv_expo.h"
 #include "mv_log.h"
+#include "mv_test.h"
 
 #define CASE_DIR   "tests/data/expo"
 #define MAX_LABELS 32
@@ -551,18 +551,11 @@ static void test_api_errors(void)
 int main(void)
 {
     mv_log_init("test_expo", MV_LOG_ERROR); /* the cap sweep truncates on purpose */
-    if (CU_initialize_registry() != CUE_SUCCESS)
-        return 2;
-    CU_pSuite s = CU_add_suite("expo", NULL, NULL);
-    CU_add_test(s, "data-driven cases", test_cases);
-    CU_add_test(s, "accept negotiation", test_negotiate);
-    CU_add_test(s, "number formatting", test_numbers);
-    CU_add_test(s, "name sanitizing", test_sanitize);
-    CU_add_test(s, "cap sweep", test_cap_sweep);
-    CU_add_test(s, "api errors", test_api_errors);
-    CU_basic_set_mode(CU_BRM_VERBOSE);
-    CU_basic_run_tests();
-    unsigned fails = CU_get_number_of_failures();
-    CU_cleanup_registry();
-    return fails ? 1 : 0;
+    static const mv_test tests[] = {
+        {"data-driven cases", test_cases},   {"accept negotiation", test_negotiate},
+        {"number formatting", test_numbers}, {"name sanitizing", test_sanitize},
+        {"cap sweep", test_cap_sweep},       {"api errors", test_api_errors},
+    };
+    int fails = MV_TEST_RUN("expo", tests);
+    return fails;
 }

@@ -1,5 +1,4 @@
 /* Unit tests for mv_export: derived series fixtures in both formats, collisions, value lookup. */
-#include <CUnit/Basic.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -11,6 +10,7 @@
 
 #include "microview.h"
 #include "mv_export.h"
+#include "mv_test.h"
 
 #define FIXTURES "tests/data/export"
 
@@ -77,14 +77,20 @@ static void scene_open(scene *s)
     s->pipe->window_start_ns = 1700000000000000000ull;
     s->pipe->window_end_ns = 1700000015000000000ull;
     s->pipe->anomaly_score = 0.125;
+    s->pipe->mem_bytes = 6144;
+    s->pipe->collapses = 2;
+    s->pipe->window_reads = 15;
+    s->pipe->window_max_interval_ns = 1000000000ull;
     mv_pipe_out *o = s->pipe->m;
     o[0] = (mv_pipe_out){.type = MV_SEG_COUNTER,
                          .has_window = 1,
                          .changes = 2,
                          .resets = 1,
                          .rate = 12.5,
-                         .rate_max = 250};
-    o[1] = (mv_pipe_out){.type = MV_SEG_COUNTER, .has_window = 1, .rate = 0.2, .rate_max = 1000};
+                         .rate_max = 250,
+                         .rate_short = 20};
+    o[1] = (mv_pipe_out){
+        .type = MV_SEG_COUNTER, .has_window = 1, .rate = 0.2, .rate_max = 1000, .rate_short = NAN};
     o[2] = (mv_pipe_out){.type = MV_SEG_GAUGE,
                          .has_window = 1,
                          .changes = 1,
@@ -171,24 +177,82 @@ static void check_fixture(const char *name, const char *got, size_t len)
     free(want);
 }
 
+/* Renderings of the scene with a choice of derived series: every series
+ * (NULL), the collector's default, and per-type / per-family specs. */
+static const struct {
+    const char *prom, *om;
+    int all;              /* NULL selection: every derived series */
+    const char *specs[6]; /* applied to the default selection */
+    uint64_t collisions;  /* derived series dropped for a name collision */
+} fixture_cases[] = {
+    {"derived.prom", "derived.om", 1, {NULL}, 2},
+    {"derived_default.prom", "derived_default.om", 0, {NULL}, 2},
+    {"derived_custom.prom",
+     "derived_custom.om",
+     0,
+     {"gauge=none", "queue_depth=p99,last,changes", "counter=rate_max,resets",
+      "lat_seconds=quantiles", "http_requests_total=none", NULL},
+     0},
+};
+
 static void test_fixtures(void)
 {
     scene s;
     scene_open(&s);
     const mv_coll_seg_view *v[1] = {&s.view};
-    static const char *const files[2] = {"derived.prom", "derived.om"};
-    for (int f = 0; f < 2; f++) {
-        mv_expo *e = mv_expo_create((mv_expo_format)f, 0);
-        mv_export_stats st = {0};
-        CU_ASSERT_EQUAL_FATAL(mv_export_render_views(e, v, 1, &s.stats, &st), 0);
-        /* The derived http_requests_rate collides with the pod's gauge. */
-        CU_ASSERT_EQUAL(st.dropped_collision, 2);
-        size_t len;
-        const char *d = mv_expo_data(e, &len);
-        check_fixture(files[f], d, len);
-        mv_expo_destroy(e);
+    for (size_t c = 0; c < sizeof fixture_cases / sizeof fixture_cases[0]; c++) {
+        mv_export_sel *sel = NULL;
+        char err[256];
+        if (!fixture_cases[c].all) {
+            sel = mv_export_sel_create();
+            CU_ASSERT_FATAL(sel != NULL);
+            for (int k = 0; fixture_cases[c].specs[k]; k++)
+                CU_ASSERT_EQUAL(mv_export_sel_add(sel, fixture_cases[c].specs[k], err, sizeof err),
+                                0);
+        }
+        for (int f = 0; f < 2; f++) {
+            mv_expo *e = mv_expo_create((mv_expo_format)f, 0);
+            mv_export_stats st = {0};
+            CU_ASSERT_EQUAL_FATAL(mv_export_render_views_sel(e, v, 1, &s.stats, sel, &st), 0);
+            /* The derived http_requests_rate collides with the pod's gauge. */
+            CU_ASSERT_EQUAL(st.dropped_collision, fixture_cases[c].collisions);
+            size_t len;
+            const char *d = mv_expo_data(e, &len);
+            check_fixture(f ? fixture_cases[c].om : fixture_cases[c].prom, d, len);
+            mv_expo_destroy(e);
+        }
+        mv_export_sel_destroy(sel);
     }
     scene_close(&s);
+}
+
+/* Selection specs: masks by type and family, later specs win, errors say why. */
+static void test_selection(void)
+{
+    mv_export_sel *sel = mv_export_sel_create();
+    char err[256];
+    CU_ASSERT_FATAL(sel != NULL);
+    CU_ASSERT_EQUAL(mv_export_sel_mask(NULL, MV_SEG_GAUGE, "x"), MV_DERIVED_ALL);
+    CU_ASSERT_EQUAL(mv_export_sel_mask(sel, MV_SEG_GAUGE, "x"), MV_EXPORT_DEFAULT_GAUGE);
+    CU_ASSERT_EQUAL(mv_export_sel_mask(sel, MV_SEG_COUNTER, "x"), MV_EXPORT_DEFAULT_COUNTER);
+    CU_ASSERT_EQUAL(mv_export_sel_add(sel, "gauge=quantiles,min", err, sizeof err), 0);
+    CU_ASSERT_EQUAL(mv_export_sel_mask(sel, MV_SEG_GAUGE, "x"),
+                    MV_DERIVED_P50 | MV_DERIVED_P90 | MV_DERIVED_P99 | MV_DERIVED_P999 |
+                        MV_DERIVED_MIN);
+    CU_ASSERT_EQUAL(mv_export_sel_add(sel, "zz_depth=all", err, sizeof err), 0);
+    CU_ASSERT_EQUAL(mv_export_sel_add(sel, "aa_depth=max", err, sizeof err), 0);
+    CU_ASSERT_EQUAL(mv_export_sel_add(sel, "zz_depth=last", err, sizeof err), 0);
+    CU_ASSERT_EQUAL(mv_export_sel_mask(sel, MV_SEG_GAUGE, "zz_depth"), MV_DERIVED_LAST);
+    CU_ASSERT_EQUAL(mv_export_sel_mask(sel, MV_SEG_GAUGE, "aa_depth"), MV_DERIVED_MAX);
+    CU_ASSERT_EQUAL(mv_export_sel_mask(sel, MV_SEG_HISTOGRAM, "mm"), MV_EXPORT_DEFAULT_HISTOGRAM);
+    static const char *const bad[] = {
+        "gauge", "=all", "gauge=p42", "gauge=", "9x=all", "a b=all", "gauge=max,,min"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err[0] = '\0';
+        CU_ASSERT_EQUAL(mv_export_sel_add(sel, bad[i], err, sizeof err), -EINVAL);
+        CU_ASSERT(err[0] != '\0');
+    }
+    mv_export_sel_destroy(sel);
 }
 
 /* A tiny cap: the self-metrics come first and the truncation is counted. */
@@ -197,7 +261,17 @@ static void test_truncation(void)
     scene s;
     scene_open(&s);
     const mv_coll_seg_view *v[1] = {&s.view};
-    mv_expo *e = mv_expo_create(MV_EXPO_TEXT, 2500);
+    /* The cap: just past the self-metrics of a full render, so the pod's series are cut. */
+    mv_expo *full = mv_expo_create(MV_EXPO_TEXT, 0);
+    CU_ASSERT_EQUAL_FATAL(mv_export_render_views(full, v, 1, &s.stats, NULL), 0);
+    size_t flen;
+    const char *fd = mv_expo_data(full, &flen);
+    const char *last = memmem(fd, flen, "microview_exposition_truncated_total 0\n", 39);
+    CU_ASSERT_FATAL(last != NULL);
+    size_t cap = (size_t)(last - fd) + 39 + 64;
+    CU_ASSERT_FATAL(cap < flen);
+    mv_expo_destroy(full);
+    mv_expo *e = mv_expo_create(MV_EXPO_TEXT, cap);
     mv_export_stats st = {0};
     CU_ASSERT_EQUAL(mv_export_render_views(e, v, 1, &s.stats, &st), -ENOSPC);
     CU_ASSERT_EQUAL(st.truncated, 1);
@@ -233,18 +307,16 @@ int main(void)
 {
     if (!mkdtemp(g_dir))
         return 1;
-    CU_initialize_registry();
-    CU_pSuite s = CU_add_suite("export", NULL, NULL);
-    CU_add_test(s, "derived fixtures (text and OpenMetrics)", test_fixtures);
-    CU_add_test(s, "truncation is counted", test_truncation);
-    CU_add_test(s, "no analytics: raw only", test_segments_without_pipe);
-    CU_basic_set_mode(CU_BRM_VERBOSE);
-    CU_basic_run_tests();
-    unsigned fails = CU_get_number_of_failures();
-    CU_cleanup_registry();
+    static const mv_test tests[] = {
+        {"derived fixtures (text and OpenMetrics)", test_fixtures},
+        {"choice of derived series", test_selection},
+        {"truncation is counted", test_truncation},
+        {"no analytics: raw only", test_segments_without_pipe},
+    };
+    int fails = MV_TEST_RUN("export", tests);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     if (system(cmd) != 0)
         fprintf(stderr, "could not remove %s\n", g_dir);
-    return fails ? 1 : 0;
+    return fails;
 }

@@ -1,8 +1,8 @@
 /* Unit tests for mv_fd: covariance error bound, subspace scores separate normal from anomalous. */
 #include "mv_fd.h"
 #include "analytics_rng.h"
+#include "mv_test.h"
 
-#include <CUnit/Basic.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -255,6 +255,39 @@ static void test_eta_and_warmup(void)
     mv_fd_destroy(fd);
 }
 
+/* An idle start (all-zero samples) teaches nothing: the scorer stays in
+ * warm-up until it has learnt from `warmup` non-zero samples, and then scores
+ * in-subspace samples low at once (no basis-less 1.0 after an idle start). */
+static void test_idle_start_is_warmup(void)
+{
+    mv_fd_config cfg;
+    mv_fd *fd = NULL;
+    mv_fd_config_default(&cfg, 4); /* ell = k = 2, warm-up 4 */
+    cfg.eta = 0.1;
+    CU_ASSERT_FATAL(mv_fd_create(&cfg, &fd) == 0);
+    double z[4] = {0}, x[4];
+    mv_fd_result res;
+    double v = 0;
+    CU_ASSERT(isnan(mv_fd_score(fd, (double[4]){1, 2, 3, 4}))); /* no basis: no score */
+    for (int t = 0; t < 30; t++) {
+        CU_ASSERT(mv_fd_observe(fd, z, &res) == 0);
+        CU_ASSERT(res.warming);
+    }
+    int warming = 0, high = 0;
+    test_rng r = {5};
+    for (int t = 0; t < 40; t++) {
+        v = 1 + rng_unif(&r);
+        x[0] = v, x[1] = 2 * v, x[2] = 3 * v + 0.01 * rng_gauss(&r), x[3] = 4 * v;
+        CU_ASSERT(mv_fd_observe(fd, x, &res) == 0);
+        warming += res.warming;
+        high += !res.warming && res.score > 0.1;
+    }
+    printf("\n  idle start: %d warming steps, %d high scores after ", warming, high);
+    CU_ASSERT(warming == (int)cfg.warmup);
+    CU_ASSERT(high == 0);
+    mv_fd_destroy(fd);
+}
+
 static void test_invalid(void)
 {
     mv_fd_config cfg;
@@ -274,17 +307,14 @@ static void test_invalid(void)
 
 int main(void)
 {
-    if (CU_initialize_registry() != CUE_SUCCESS)
-        return 1;
-    CU_pSuite s = CU_add_suite("fd", NULL, NULL);
-    CU_add_test(s, "covariance error bound", test_covariance_bound);
-    CU_add_test(s, "exact before shrink, orthonormal basis", test_exact_small);
-    CU_add_test(s, "scores separate in- from off-subspace", test_separation);
-    CU_add_test(s, "eta, warm-up, zero and NaN samples", test_eta_and_warmup);
-    CU_add_test(s, "invalid config", test_invalid);
-    CU_basic_set_mode(CU_BRM_VERBOSE);
-    CU_basic_run_tests();
-    unsigned fails = CU_get_number_of_failures();
-    CU_cleanup_registry();
-    return fails ? 1 : 0;
+    static const mv_test tests[] = {
+        {"covariance error bound", test_covariance_bound},
+        {"exact before shrink, orthonormal basis", test_exact_small},
+        {"scores separate in- from off-subspace", test_separation},
+        {"eta, warm-up, zero and NaN samples", test_eta_and_warmup},
+        {"idle start is warm-up", test_idle_start_is_warmup},
+        {"invalid config", test_invalid},
+    };
+    int fails = MV_TEST_RUN("fd", tests);
+    return fails;
 }

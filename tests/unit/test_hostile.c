@@ -19,8 +19,8 @@
  */
 #include "microview.h"
 #include "mv_segment.h"
+#include "mv_test.h"
 
-#include <CUnit/Basic.h>
 #include <ctype.h>
 #include <fcntl.h>
 #include <math.h>
@@ -511,13 +511,9 @@ int main(int argc, char **argv)
         return 1;
     }
     compute_anchors();
-    if (CU_initialize_registry() != CUE_SUCCESS)
-        return CU_get_error();
-    CU_pSuite s = CU_add_suite("hostile", NULL, NULL);
-    CU_add_test(s, "hostile segment corpus", test_corpus);
-    CU_basic_set_mode(CU_BRM_VERBOSE);
-    CU_basic_run_tests();
-    unsigned failed = CU_get_number_of_failures();
-    CU_cleanup_registry();
-    return failed ? 1 : 0;
+    static const mv_test tests[] = {
+        {"hostile segment corpus", test_corpus},
+    };
+    int failed = MV_TEST_RUN("hostile", tests);
+    return failed;
 }

@@ -1,6 +1,5 @@
 /* Unit tests for mv_httpd: routing, methods, HEAD, gzip negotiation and concurrency, driven
  * by libcurl against a server on 127.0.0.1 with an ephemeral port. */
-#include <CUnit/Basic.h>
 #include <curl/curl.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -16,6 +15,7 @@
 
 #include "mv_httpd.h"
 #include "mv_log.h"
+#include "mv_test.h"
 
 static mv_httpd *srv;
 static char base[64];
@@ -26,12 +26,16 @@ static size_t big_len;
 
 static int h_metrics(void *arg, const mv_httpd_request *req, mv_httpd_response *resp)
 {
+    (void)arg;
+    (void)req;
     mv_httpd_set_content_type(resp, "text/plain; version=0.0.4; charset=utf-8");
     return mv_httpd_copy_body(resp, "up 1\n", 5);
 }
 
 static int h_big(void *arg, const mv_httpd_request *req, mv_httpd_response *resp)
 {
+    (void)arg;
+    (void)req;
     char *b = malloc(big_len);
     if (!b)
         return -ENOMEM;
@@ -42,6 +46,7 @@ static int h_big(void *arg, const mv_httpd_request *req, mv_httpd_response *resp
 
 static int h_echo(void *arg, const mv_httpd_request *req, mv_httpd_response *resp)
 {
+    (void)arg;
     char buf[512];
     const char *q = mv_httpd_query(req, "x");
     const char *flag = mv_httpd_query(req, "flag");
@@ -55,6 +60,8 @@ static int h_echo(void *arg, const mv_httpd_request *req, mv_httpd_response *res
 
 static int h_fail(void *arg, const mv_httpd_request *req, mv_httpd_response *resp)
 {
+    (void)arg;
+    (void)req;
     mv_httpd_copy_body(resp, "partial", 7); /* must be freed by the module */
     return -EIO;
 }
@@ -66,6 +73,8 @@ static int inflight, max_inflight;
 
 static int h_slow(void *arg, const mv_httpd_request *req, mv_httpd_response *resp)
 {
+    (void)arg;
+    (void)req;
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
     until.tv_sec += 5;
@@ -470,27 +479,23 @@ int main(void)
     }
     snprintf(base, sizeof base, "http://127.0.0.1:%u", (unsigned)mv_httpd_port(srv));
 
-    if (CU_initialize_registry() != CUE_SUCCESS)
-        return 2;
-    CU_pSuite s = CU_add_suite("httpd", NULL, NULL);
-    CU_add_test(s, "GET 200 with body and Content-Type", test_get_ok);
-    CU_add_test(s, "request accessors", test_request_accessors);
-    CU_add_test(s, "HEAD", test_head);
-    CU_add_test(s, "404", test_not_found);
-    CU_add_test(s, "405", test_method_not_allowed);
-    CU_add_test(s, "handler error 500", test_handler_error);
-    CU_add_test(s, "gzip negotiated", test_gzip);
-    CU_add_test(s, "no gzip", test_no_gzip);
-    CU_add_test(s, "Accept-Encoding parsing", test_accepts_gzip);
-    CU_add_test(s, "concurrent requests", test_concurrent);
-    CU_add_test(s, "request header cap", test_header_cap);
-    CU_add_test(s, "config errors", test_config_errors);
-    CU_add_test(s, "IPv6 any address", test_ipv6_any);
-    CU_basic_set_mode(CU_BRM_VERBOSE);
-    CU_basic_run_tests();
-    unsigned fails = CU_get_number_of_failures();
-    CU_cleanup_registry();
+    static const mv_test tests[] = {
+        {"GET 200 with body and Content-Type", test_get_ok},
+        {"request accessors", test_request_accessors},
+        {"HEAD", test_head},
+        {"404", test_not_found},
+        {"405", test_method_not_allowed},
+        {"handler error 500", test_handler_error},
+        {"gzip negotiated", test_gzip},
+        {"no gzip", test_no_gzip},
+        {"Accept-Encoding parsing", test_accepts_gzip},
+        {"concurrent requests", test_concurrent},
+        {"request header cap", test_header_cap},
+        {"config errors", test_config_errors},
+        {"IPv6 any address", test_ipv6_any},
+    };
+    int fails = MV_TEST_RUN("httpd", tests);
     mv_httpd_destroy(srv);
     curl_global_cleanup();
-    return fails ? 1 : 0;
+    return fails;
 }

@@ -1,6 +1,5 @@
 /* Unit tests of the Kubernetes-mode modules: config, pod JSON and annotation parsing,
  * PodResources decoding, and the segment store's device-backed segments and pool. */
-#include <CUnit/Basic.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +13,7 @@
 #include "mv_podres.h"
 #include "mv_rpc.h"
 #include "mv_segstore.h"
+#include "mv_test.h"
 
 /* ---- config ------------------------------------------------------------------------ */
 
@@ -175,6 +175,9 @@ static void test_pod_parse(void)
 static int ninvalid;
 static void count_invalid(void *arg, const char *entry, const char *why)
 {
+    (void)arg;
+    (void)entry;
+    (void)why;
     ninvalid++;
 }
 
@@ -199,11 +202,9 @@ static void test_annotation_labels(void)
     CU_ASSERT_EQUAL(n, 0);
     /* at most 13 */
     char many[1024] = "";
-    for (int i = 0; i < 20; i++) {
-        char e[16];
-        snprintf(e, sizeof e, "%sl%d=v", i ? "," : "", i);
-        strcat(many, e);
-    }
+    size_t off = 0;
+    for (int i = 0; i < 20; i++)
+        off += (size_t)snprintf(many + off, sizeof many - off, "%sl%d=v", i ? "," : "", i);
     ninvalid = 0;
     CU_ASSERT_EQUAL(mv_kube_parse_labels(many, &v, &n, count_invalid, NULL),
                     MV_KUBE_POD_LABELS_MAX);
@@ -390,21 +391,16 @@ static void test_catalog_devices_parse(void)
 
 int main(void)
 {
-    if (CU_initialize_registry() != CUE_SUCCESS)
-        return 1;
-    CU_pSuite s = CU_add_suite("k8s", NULL, NULL);
-    CU_add_test(s, "config defaults, YAML and overrides", test_config_defaults_and_yaml);
-    CU_add_test(s, "config errors", test_config_errors);
-    CU_add_test(s, "config: remote collectors (listen, rdma_listen, require_rdma)",
-                test_config_rdma);
-    CU_add_test(s, "pod JSON parsing", test_pod_parse);
-    CU_add_test(s, "microview.io/labels annotation", test_annotation_labels);
-    CU_add_test(s, "PodResources List decoding", test_podres_parse);
-    CU_add_test(s, "segstore device-backed segments and pool", test_segstore_devices);
-    CU_add_test(s, "catalog devices parsing", test_catalog_devices_parse);
-    CU_basic_set_mode(CU_BRM_VERBOSE);
-    CU_basic_run_tests();
-    unsigned fails = CU_get_number_of_failures();
-    CU_cleanup_registry();
-    return fails ? 1 : 0;
+    static const mv_test tests[] = {
+        {"config defaults, YAML and overrides", test_config_defaults_and_yaml},
+        {"config errors", test_config_errors},
+        {"config: remote collectors (listen, rdma_listen, require_rdma)", test_config_rdma},
+        {"pod JSON parsing", test_pod_parse},
+        {"microview.io/labels annotation", test_annotation_labels},
+        {"PodResources List decoding", test_podres_parse},
+        {"segstore device-backed segments and pool", test_segstore_devices},
+        {"catalog devices parsing", test_catalog_devices_parse},
+    };
+    int fails = MV_TEST_RUN("k8s", tests);
+    return fails;
 }

@@ -1,8 +1,8 @@
 /* Unit tests for libmicroview: open, register, update, read back through the segment reader. */
 #include "microview.h"
 #include "mv_segment.h"
+#include "mv_test.h"
 
-#include <CUnit/Basic.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
@@ -397,19 +397,14 @@ static void test_fork_concurrent(void)
 
 int main(void)
 {
-    if (CU_initialize_registry() != CUE_SUCCESS)
-        return CU_get_error();
-    CU_pSuite s = CU_add_suite("microview", suite_init, suite_clean);
-    CU_add_test(s, "open errors", test_open_errors);
-    CU_add_test(s, "open formats a zero file", test_open_formats_zero_file);
-    CU_add_test(s, "register, update, read back", test_register_update_read);
-    CU_add_test(s, "registration errors", test_register_errors);
-    CU_add_test(s, "full segment", test_full);
-    CU_add_test(s, "exponential buckets", test_exponential_buckets);
-    CU_add_test(s, "two processes register concurrently", test_fork_concurrent);
-    CU_basic_set_mode(CU_BRM_VERBOSE);
-    CU_basic_run_tests();
-    unsigned failed = CU_get_number_of_failures();
-    CU_cleanup_registry();
-    return failed ? 1 : 0;
+    static const mv_test tests[] = {
+        {"open errors", test_open_errors},
+        {"open formats a zero file", test_open_formats_zero_file},
+        {"register, update, read back", test_register_update_read},
+        {"registration errors", test_register_errors},
+        {"full segment", test_full},
+        {"exponential buckets", test_exponential_buckets},
+        {"two processes register concurrently", test_fork_concurrent},
+    };
+    return MV_TEST_RUN_FIXTURE("microview", suite_init, suite_clean, tests);
 }

@@ -1,6 +1,5 @@
 /* Unit tests for mv_pipeline and adaptive sampling: window math, quantile bounds, changes, scores.
  */
-#include <CUnit/Basic.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -14,7 +13,9 @@
 #include "analytics_rng.h"
 #include "microview.h"
 #include "mv_collect.h"
+#include "mv_detect.h"
 #include "mv_pipeline.h"
+#include "mv_test.h"
 
 #define SEC 1000000000ull
 
@@ -131,6 +132,39 @@ static void test_counter_window(void)
     fx_close(&f);
 }
 
+/* A step in a counter's rate: the short-horizon rate shows it exactly within
+ * its horizon (1 s) plus one read; the window rate needs up to two windows. */
+static void test_short_rate_follows_step(void)
+{
+    fixture f;
+    mv_counter c;
+    fx_open(&f, "short.seg", 16384);
+    CU_ASSERT_FATAL(mv_counter_register(f.seg, "jobs_total", NULL, NULL, NULL, 0, &c) == MV_OK);
+    fx_catalog(&f);
+    mv_pipe_seg *p = new_pipe(f.cat, 15 * SEC, 0, 0);
+    uint64_t dt = SEC / 100, t0 = 10005 * SEC, step = t0 + 20 * SEC + 3 * SEC / 10;
+    double short_lat = -1, window_lat = -1;
+    for (uint64_t t = t0; t < step + 40 * SEC; t += dt) {
+        mv_counter_add(c, t <= step ? 1 : 10); /* 100/s, then 1000/s */
+        mv_pipe_seg_feed(p, f.map, t);
+        mv_pipe_view *v = mv_pipe_seg_view(p);
+        if (t > step && short_lat < 0 && rel_err(v->m[0].rate_short, 1000.0) < 1e-9)
+            short_lat = (double)(t - step) / 1e9;
+        if (t > step && window_lat < 0 && v->m[0].has_window &&
+            rel_err(v->m[0].rate, 1000.0) < 1e-9)
+            window_lat = (double)(t - step) / 1e9;
+        if (t <= step && t > t0 + 2 * SEC)
+            CU_ASSERT(rel_err(v->m[0].rate_short, 100.0) < 1e-9);
+        free(v);
+    }
+    printf("\n  rate step 100 -> 1000/s: short rate exact after %.3f s, window rate after %.3f s ",
+           short_lat, window_lat);
+    CU_ASSERT(short_lat > 0 && short_lat <= 1.0 + 0.011);
+    CU_ASSERT(window_lat > 15.0);
+    mv_pipe_seg_destroy(p);
+    fx_close(&f);
+}
+
 /* Gauge: exact min/max/mean/last/count/sum, quantiles within alpha of exact. */
 static void test_gauge_window_quantiles(void)
 {
@@ -165,6 +199,49 @@ static void test_gauge_window_quantiles(void)
         double want = xs[(size_t)floor(mv_pipe_quantiles[q] * (N - 1))];
         CU_ASSERT(rel_err(o->q[q], want) <= 0.01 + 1e-12);
     }
+    free(v);
+    mv_pipe_seg_destroy(p);
+    fx_close(&f);
+}
+
+/* Window quantiles with the DEFAULT config over a wide range: log-uniform
+ * 1 ns .. 1000 s (12 decades) and a 1 ms .. 10 s latency mix, every quantile
+ * within alpha (the default sketch covers at least 1 ns .. 1 h). */
+static void test_gauge_wide_range(void)
+{
+    fixture f;
+    mv_gauge g[2];
+    fx_open(&f, "wide.seg", 16384);
+    CU_ASSERT_FATAL(mv_gauge_register(f.seg, "wide", NULL, NULL, NULL, 0, &g[0]) == MV_OK);
+    CU_ASSERT_FATAL(mv_gauge_register(f.seg, "lat", NULL, NULL, NULL, 0, &g[1]) == MV_OK);
+    fx_catalog(&f);
+    mv_pipe_seg *p = new_pipe(f.cat, SEC, 0, 0);
+    uint64_t t0 = 8000 * SEC;
+    enum { N = 20000 };
+    static double xs[2][N];
+    test_rng r = {4242};
+    for (int i = 0; i < N; i++) {
+        xs[0][i] = pow(10.0, -9.0 + 12.0 * rng_unif(&r));
+        /* 90% fast (1-5 ms), 10% slow (1-10 s) */
+        xs[1][i] = rng_unif(&r) < 0.9 ? 0.001 + 0.004 * rng_unif(&r) : 1 + 9 * rng_unif(&r);
+        mv_gauge_set(g[0], xs[0][i]);
+        mv_gauge_set(g[1], xs[1][i]);
+        mv_pipe_seg_feed(p, f.map, t0 + (uint64_t)i * (SEC / N));
+    }
+    mv_pipe_seg_feed(p, f.map, t0 + SEC);
+    mv_pipe_view *v = mv_pipe_seg_view(p);
+    for (int m = 0; m < 2; m++) {
+        qsort(xs[m], N, sizeof xs[m][0], dcmp);
+        for (int q = 0; q < MV_PIPE_QUANTILES; q++) {
+            double want = xs[m][(size_t)floor(mv_pipe_quantiles[q] * (N - 1))];
+            double e = rel_err(v->m[m].q[q], want);
+            if (e > 0.01)
+                printf("\n  metric %d q=%g got %g want %g (x%.3g) ", m, mv_pipe_quantiles[q],
+                       v->m[m].q[q], want, v->m[m].q[q] / want);
+            CU_ASSERT(e <= 0.01 + 1e-12);
+        }
+    }
+    CU_ASSERT_EQUAL(v->m[0].count, N);
     free(v);
     mv_pipe_seg_destroy(p);
     fx_close(&f);
@@ -255,6 +332,83 @@ static void test_changes_on_steps(void)
     fx_close(&f);
 }
 
+/* A gauge constant while the detectors warm up that then turns noisy
+ * (stationary): one change at the onset, then no more, and the segment backs
+ * off to the slowest interval instead of staying at the fast tick. Simulated
+ * time: 1 ms fast tick, 1 s max interval, 60 s of noise. */
+static void test_constant_then_noisy_backs_off(void)
+{
+    fixture f;
+    mv_gauge g;
+    fx_open(&f, "noisy.seg", 16384);
+    CU_ASSERT_FATAL(mv_gauge_register(f.seg, "queue", NULL, NULL, NULL, 0, &g) == MV_OK);
+    fx_catalog(&f);
+    mv_pipe_seg *p = new_pipe(f.cat, 15 * SEC, 0, 0);
+    mv_detect_rate_config rc;
+    mv_detect_rate_config_default(&rc);
+    mv_detect_rate *r = NULL;
+    CU_ASSERT_FATAL(mv_detect_rate_create(&rc, &r) == 0);
+    test_rng g_rng = {2024};
+    uint64_t t0 = 7005 * SEC, t = t0, onset = t0 + 5 * SEC, end = onset + 60 * SEC;
+    uint64_t changes = 0, reads_last_30s = 0;
+    while (t < end) {
+        mv_gauge_set(g, t < onset ? 40.0 : 40.0 + 3.0 * rng_gauss(&g_rng));
+        unsigned fl = mv_pipe_seg_feed(p, f.map, t);
+        changes += (fl & MV_PIPE_CHANGED) != 0;
+        reads_last_30s += t >= end - 30 * SEC;
+        t += mv_detect_rate_observe(r, (fl & MV_PIPE_CHANGED) != 0, (fl & MV_PIPE_MOVING) != 0);
+    }
+    printf("\n  constant then noisy: %llu changes, %.2f reads/s over the last 30 s ",
+           (unsigned long long)changes, (double)reads_last_30s / 30.0);
+    CU_ASSERT(changes <= 1);
+    CU_ASSERT(reads_last_30s <= 2 * 30);
+    CU_ASSERT_EQUAL(mv_detect_rate_interval(r), rc.max_ns);
+    mv_detect_rate_destroy(r);
+    mv_pipe_seg_destroy(p);
+    fx_close(&f);
+}
+
+/* Aliasing: a gauge cycling through 0..9 every 10 ms on a segment the
+ * detector judges calm. Backed off to 1 s, reads at exact multiples of the
+ * cycle would see one phase only (p50 = p99); read times are dithered, so
+ * the window still samples the whole cycle. Simulated time, 1 ms fast tick. */
+static void test_backed_off_reads_do_not_alias(void)
+{
+    fixture f;
+    mv_gauge g;
+    fx_open(&f, "alias.seg", 16384);
+    CU_ASSERT_FATAL(mv_gauge_register(f.seg, "phase", NULL, NULL, NULL, 0, &g) == MV_OK);
+    fx_catalog(&f);
+    mv_pipe_seg *p = new_pipe(f.cat, 15 * SEC, 0, 0);
+    mv_detect_rate_config rc;
+    mv_detect_rate_config_default(&rc);
+    mv_detect_rate *r = NULL;
+    CU_ASSERT_FATAL(mv_detect_rate_create(&rc, &r) == 0);
+    uint64_t t = 20010 * SEC, end = t + 120 * SEC;
+    int windows = 0, spread = 0;
+    while (t < end) {
+        mv_gauge_set(g, (double)((t / 1000000ull) % 10)); /* 0..9, one step per ms */
+        unsigned fl = mv_pipe_seg_feed(p, f.map, t);
+        if ((fl & MV_PIPE_WINDOW) && t > end - 60 * SEC) {
+            mv_pipe_view *v = mv_pipe_seg_view(p);
+            windows++;
+            spread += v->m[0].q[2] - v->m[0].q[0] >= 3.0; /* p99 - p50 (true: 9 - 4) */
+            /* The summary says it came from backed-off reads. */
+            CU_ASSERT(v->window_max_interval_ns > 500000000ull);
+            CU_ASSERT(v->window_reads < 40);
+            free(v);
+        }
+        t += mv_detect_rate_observe(r, (fl & MV_PIPE_CHANGED) != 0, (fl & MV_PIPE_MOVING) != 0);
+    }
+    printf("\n  cycling gauge, backed off to %.0f ms: %d of %d windows show the cycle ",
+           mv_detect_rate_interval(r) / 1e6, spread, windows);
+    CU_ASSERT(mv_detect_rate_interval(r) == rc.max_ns); /* still backed off: calm */
+    CU_ASSERT(windows >= 3 && spread == windows);
+    mv_detect_rate_destroy(r);
+    mv_pipe_seg_destroy(p);
+    fx_close(&f);
+}
+
 /* Anomaly score: low while four counters move together, high when one departs. */
 static void test_anomaly_score(void)
 {
@@ -298,6 +452,68 @@ static void test_anomaly_score(void)
     CU_ASSERT(v->anomaly_score > 0.3);
     CU_ASSERT(v->anomaly_score > 3 * normal_max);
     free(v);
+    mv_pipe_seg_destroy(p);
+    fx_close(&f);
+}
+
+/* Anomaly score after an idle start: absent (not 1.0) until the scorer has
+ * learnt from real activity, then low under correlated load - never stuck. */
+static void test_anomaly_idle_start(void)
+{
+    fixture f;
+    mv_counter c[4];
+    char name[32];
+    fx_open(&f, "idle.seg", 16384);
+    for (int i = 0; i < 4; i++) {
+        snprintf(name, sizeof name, "c%d_total", i);
+        CU_ASSERT_FATAL(mv_counter_register(f.seg, name, NULL, NULL, NULL, 0, &c[i]) == MV_OK);
+    }
+    fx_catalog(&f);
+    /* 1 s windows, scorer every 1 s (the default), reads every 10 ms. */
+    mv_pipe_seg *p = new_pipe(f.cat, SEC, 1, 0);
+    uint64_t t = 9000 * SEC, dt = SEC / 100;
+    test_rng r = {77};
+    int high = 0, finite = 0, first_finite = -1;
+    for (int w = 0; w < 60; w++) {
+        for (int i = 0; i < 100; i++, t += dt) {
+            if (w >= 30) { /* 30 s idle, then 30 s of load shared by all four */
+                double load = 1 + 0.5 * sin((double)(w * 100 + i) / 300);
+                for (int k = 0; k < 4; k++)
+                    mv_counter_add(c[k], (uint64_t)((k + 1) * 20 * load + 3 * rng_unif(&r)));
+            }
+            mv_pipe_seg_feed(p, f.map, t);
+        }
+        mv_pipe_view *v = mv_pipe_seg_view(p);
+        if (isfinite(v->anomaly_score)) {
+            finite++;
+            if (first_finite < 0)
+                first_finite = w;
+            high += v->anomaly_score > 0.2;
+        }
+        free(v);
+    }
+    printf("\n  idle start: first score in window %d, %d windows scored, %d high ", first_finite,
+           finite, high);
+    CU_ASSERT(first_finite >= 30 && first_finite <= 37); /* warm-up: 4 steps of load */
+    CU_ASSERT(high == 0);
+    /* Counter 3 stops for good: the score rises, then the new mix is learnt
+     * and it comes down (not sticky). */
+    double first_break = NAN, last = NAN;
+    for (int w = 0; w < 30; w++) {
+        for (int i = 0; i < 100; i++, t += dt) {
+            for (int k = 0; k < 3; k++)
+                mv_counter_add(c[k], (uint64_t)((k + 1) * 20 + 3 * rng_unif(&r)));
+            mv_pipe_seg_feed(p, f.map, t);
+        }
+        mv_pipe_view *v = mv_pipe_seg_view(p);
+        if (w < 3 && !(v->anomaly_score <= first_break))
+            first_break = v->anomaly_score; /* the largest of its first windows */
+        last = v->anomaly_score;
+        free(v);
+    }
+    printf("break: %.3f in its first windows, %.3f after 30 s ", first_break, last);
+    CU_ASSERT(first_break > 0.3);
+    CU_ASSERT(last < 0.2);
     mv_pipe_seg_destroy(p);
     fx_close(&f);
 }
@@ -425,22 +641,24 @@ int main(void)
 {
     if (!mkdtemp(g_dir))
         return 1;
-    CU_initialize_registry();
-    CU_pSuite s = CU_add_suite("pipeline", NULL, NULL);
-    CU_add_test(s, "counter window", test_counter_window);
-    CU_add_test(s, "gauge window quantiles", test_gauge_window_quantiles);
-    CU_add_test(s, "histogram window", test_histogram_window);
-    CU_add_test(s, "changes on steps", test_changes_on_steps);
-    CU_add_test(s, "anomaly score", test_anomaly_score);
-    CU_add_test(s, "rebuild carries state", test_rebuild_carries_state);
-    CU_add_test(s, "adaptive sampling", test_adaptive_sampling);
-    CU_basic_set_mode(CU_BRM_VERBOSE);
-    CU_basic_run_tests();
-    unsigned fails = CU_get_number_of_failures();
-    CU_cleanup_registry();
+    static const mv_test tests[] = {
+        {"counter window", test_counter_window},
+        {"short rate follows a step", test_short_rate_follows_step},
+        {"gauge window quantiles", test_gauge_window_quantiles},
+        {"gauge quantiles over 1 ns .. 1000 s", test_gauge_wide_range},
+        {"histogram window", test_histogram_window},
+        {"changes on steps", test_changes_on_steps},
+        {"constant then noisy: backs off", test_constant_then_noisy_backs_off},
+        {"backed-off reads do not alias", test_backed_off_reads_do_not_alias},
+        {"anomaly score", test_anomaly_score},
+        {"anomaly score after an idle start", test_anomaly_idle_start},
+        {"rebuild carries state", test_rebuild_carries_state},
+        {"adaptive sampling", test_adaptive_sampling},
+    };
+    int fails = MV_TEST_RUN("pipeline", tests);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     if (system(cmd) != 0)
         fprintf(stderr, "could not remove %s\n", g_dir);
-    return fails ? 1 : 0;
+    return fails;
 }

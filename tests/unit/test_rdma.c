@@ -1,5 +1,4 @@
 /* Unit tests for mv_rdma on a real (or Soft-RoCE) device; exits 77 (skipped) without one. */
-#include <CUnit/Basic.h>
 #include <arpa/inet.h>
 #include <errno.h>
 #include <ifaddrs.h>
@@ -19,7 +18,9 @@
 #include "microview.h"
 #include "mv_collect.h"
 #include "mv_log.h"
-#include "mv_rdma.h"
+#include "mv_rdma_target.h"
+#include "mv_rdma_conn.h"
+#include "mv_test.h"
 
 #define TOKEN   "test-token-0123456789"
 #define BUF_LEN 8192
@@ -546,7 +547,6 @@ int main(void)
 {
     struct ibv_device **devs;
     int ndev = 0;
-    CU_pSuite suite;
 
     devs = ibv_get_device_list(&ndev);
     if (devs)
@@ -565,21 +565,17 @@ int main(void)
     mv_log_init("test_rdma", getenv("MV_LOG_DEBUG") ? MV_LOG_DEBUG : MV_LOG_INFO);
     printf("test_rdma: using %s\n", g_ip);
 
-    if (CU_initialize_registry() != CUE_SUCCESS)
-        return 1;
-    suite = CU_add_suite("rdma", NULL, NULL);
-    CU_add_test(suite, "device info", test_device_info);
-    CU_add_test(suite, "bad arguments", test_bad_arguments);
-    CU_add_test(suite, "read two buffers", test_read_two_buffers);
-    CU_add_test(suite, "wrong token is refused", test_wrong_token_refused);
-    CU_add_test(suite, "revoked segment: -EACCES, then reconnect", test_revoked_segment);
-    CU_add_test(suite, "many reads, staging growth and rounds", test_many_reads_and_rounds);
-    CU_add_test(suite, "memlock message", test_memlock_message);
-    CU_add_test(suite, "agent restart: backoff, reconnect", test_agent_restart);
-    CU_add_test(suite, "collector table over RDMA", test_collector_table_over_rdma);
-    CU_basic_set_mode(CU_BRM_VERBOSE);
-    CU_basic_run_tests();
-    unsigned failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
-    CU_cleanup_registry();
-    return failed ? 1 : 0;
+    static const mv_test tests[] = {
+        {"device info", test_device_info},
+        {"bad arguments", test_bad_arguments},
+        {"read two buffers", test_read_two_buffers},
+        {"wrong token is refused", test_wrong_token_refused},
+        {"revoked segment: -EACCES, then reconnect", test_revoked_segment},
+        {"many reads, staging growth and rounds", test_many_reads_and_rounds},
+        {"memlock message", test_memlock_message},
+        {"agent restart: backoff, reconnect", test_agent_restart},
+        {"collector table over RDMA", test_collector_table_over_rdma},
+    };
+    int failed = MV_TEST_RUN("rdma", tests);
+    return failed;
 }

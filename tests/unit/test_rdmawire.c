@@ -1,6 +1,5 @@
 /* Tests for the RDMA wiring that needs no RDMA device: the shared token file, the
  * control-plane token over TCP, and the Agent service's rdma fields and --require-rdma. */
-#include <CUnit/Basic.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -16,6 +15,7 @@
 #include "mv_rdma.h"
 #include "mv_rpc.h"
 #include "mv_segstore.h"
+#include "mv_test.h"
 
 #define TOKEN "tok-5d1c"
 
@@ -382,25 +382,21 @@ int main(void)
     mv_log_init("test", MV_LOG_ERROR);
     if (!mkdtemp(tmpdir))
         return 1;
-    if (CU_initialize_registry() != CUE_SUCCESS)
-        return 1;
-    CU_pSuite s = CU_add_suite("rdmawire", NULL, NULL);
-    CU_add_test(s, "token file: trimmed, bounded, printable", test_token_file);
-    CU_add_test(s, "TCP control plane needs the token; unix socket does not", test_tcp_needs_token);
-    CU_add_test(s, "Segment carries the rdma fields from the hook", test_rdma_fields);
-    CU_add_test(s, "--require-rdma refuses and releases", test_require_rdma);
-    CU_add_test(s, "discovery over TCP with the token", test_discovery_token);
-    CU_add_test(s, "RDMA hook attached while serving: watches get the rdma fields",
-                test_rdma_attached_while_serving);
-    CU_add_test(s, "label change: CHANGED for the store, REMOVED+ADDED on the wire",
-                test_label_change_is_changed);
-    CU_basic_set_mode(CU_BRM_VERBOSE);
-    CU_basic_run_tests();
-    unsigned fails = CU_get_number_of_failures();
-    CU_cleanup_registry();
+    static const mv_test tests[] = {
+        {"token file: trimmed, bounded, printable", test_token_file},
+        {"TCP control plane needs the token; unix socket does not", test_tcp_needs_token},
+        {"Segment carries the rdma fields from the hook", test_rdma_fields},
+        {"--require-rdma refuses and releases", test_require_rdma},
+        {"discovery over TCP with the token", test_discovery_token},
+        {"RDMA hook attached while serving: watches get the rdma fields",
+         test_rdma_attached_while_serving},
+        {"label change: CHANGED for the store, REMOVED+ADDED on the wire",
+         test_label_change_is_changed},
+    };
+    int fails = MV_TEST_RUN("rdmawire", tests);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (!fails && system(cmd) != 0)
         fprintf(stderr, "could not remove %s\n", tmpdir);
-    return fails ? 1 : 0;
+    return fails;
 }

@@ -1,5 +1,4 @@
 /* Unit tests for mv_rpc: real gRPC over unix sockets in a temporary directory. */
-#include <CUnit/Basic.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -10,6 +9,7 @@
 
 #include "mv_log.h"
 #include "mv_rpc.h"
+#include "mv_test.h"
 
 static char tmpdir[256];
 static int sock_seq;
@@ -35,17 +35,22 @@ static double now_s(void)
 
 static void echo(void *arg, mv_rpc_call *call, const uint8_t *req, size_t len)
 {
+    (void)arg;
     mv_rpc_reply(call, req, len);
 }
 
 static void fail(void *arg, mv_rpc_call *call, const uint8_t *req, size_t len)
 {
+    (void)arg;
+    (void)req;
+    (void)len;
     mv_rpc_reply_error(call, MV_RPC_INVALID_ARGUMENT, "size must be positive");
 }
 
 /* Request "N": sends N messages "msg-i", then OK. */
 static void count(void *arg, mv_rpc_stream *st, const uint8_t *req, size_t len)
 {
+    (void)arg;
     char buf[32];
     int n = 0;
     if (len < sizeof buf) {
@@ -65,12 +70,18 @@ static void count(void *arg, mv_rpc_stream *st, const uint8_t *req, size_t len)
 /* Sends one message and keeps the stream open until the client or server ends it. */
 static void forever(void *arg, mv_rpc_stream *st, const uint8_t *req, size_t len)
 {
+    (void)arg;
+    (void)req;
+    (void)len;
     mv_rpc_stream_write(st, "hello", 5);
 }
 
 /* Writes far more than the queue holds, synchronously. */
 static void flood(void *arg, mv_rpc_stream *st, const uint8_t *req, size_t len)
 {
+    (void)arg;
+    (void)req;
+    (void)len;
     int rc = 0;
     for (int i = 0; i < 100 && rc == 0; i++)
         rc = mv_rpc_stream_write(st, "x", 1);
@@ -82,6 +93,8 @@ static void flood(void *arg, mv_rpc_stream *st, const uint8_t *req, size_t len)
 
 static void on_close(void *arg, mv_rpc_stream *st, int cancelled)
 {
+    (void)arg;
+    (void)st;
     pthread_mutex_lock(&mu);
     closes_seen++;
     last_cancelled = cancelled;
@@ -338,23 +351,19 @@ int main(void)
     snprintf(tmpdir, sizeof tmpdir, "/tmp/mv-rpc-XXXXXX");
     if (!mkdtemp(tmpdir))
         return 1;
-    if (CU_initialize_registry() != CUE_SUCCESS)
-        return 1;
-    CU_pSuite s = CU_add_suite("rpc", NULL, NULL);
-    CU_add_test(s, "unary echo", test_unary_echo);
-    CU_add_test(s, "error status reaches client", test_error_status);
-    CU_add_test(s, "unknown method is UNIMPLEMENTED", test_unknown_method);
-    CU_add_test(s, "oversize request rejected", test_oversize_rejected);
-    CU_add_test(s, "stream of several messages", test_stream_messages);
-    CU_add_test(s, "client cancel seen by server", test_client_cancel_seen);
-    CU_add_test(s, "shutdown with an open stream", test_shutdown_with_open_stream);
-    CU_add_test(s, "stream queue overflow", test_stream_overflow);
-    CU_add_test(s, "TCP listen on loopback", test_tcp_listen);
-    CU_add_test(s, "unreachable server", test_unreachable);
-    CU_basic_set_mode(CU_BRM_VERBOSE);
-    CU_basic_run_tests();
-    unsigned fails = CU_get_number_of_failures();
-    CU_cleanup_registry();
+    static const mv_test tests[] = {
+        {"unary echo", test_unary_echo},
+        {"error status reaches client", test_error_status},
+        {"unknown method is UNIMPLEMENTED", test_unknown_method},
+        {"oversize request rejected", test_oversize_rejected},
+        {"stream of several messages", test_stream_messages},
+        {"client cancel seen by server", test_client_cancel_seen},
+        {"shutdown with an open stream", test_shutdown_with_open_stream},
+        {"stream queue overflow", test_stream_overflow},
+        {"TCP listen on loopback", test_tcp_listen},
+        {"unreachable server", test_unreachable},
+    };
+    int fails = MV_TEST_RUN("rpc", tests);
     rmdir(tmpdir);
-    return fails ? 1 : 0;
+    return fails;
 }

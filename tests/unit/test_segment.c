@@ -1,7 +1,7 @@
 /* Unit tests for pkg/segment: formatting, validation helpers, records, hot reads. */
 #include "mv_segment.h"
+#include "mv_test.h"
 
-#include <CUnit/Basic.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -386,18 +386,11 @@ static void test_values(void)
 
 int main(void)
 {
-    if (CU_initialize_registry() != CUE_SUCCESS)
-        return CU_get_error();
-    CU_pSuite s = CU_add_suite("segment", NULL, NULL);
-    CU_add_test(s, "format and parse", test_format_parse);
-    CU_add_test(s, "names and UTF-8", test_names_utf8);
-    CU_add_test(s, "description checks", test_desc_check);
-    CU_add_test(s, "record round trip", test_record_roundtrip);
-    CU_add_test(s, "hot check", test_hot_check);
-    CU_add_test(s, "values", test_values);
-    CU_basic_set_mode(CU_BRM_VERBOSE);
-    CU_basic_run_tests();
-    unsigned failed = CU_get_number_of_failures();
-    CU_cleanup_registry();
-    return failed ? 1 : 0;
+    static const mv_test tests[] = {
+        {"format and parse", test_format_parse}, {"names and UTF-8", test_names_utf8},
+        {"description checks", test_desc_check}, {"record round trip", test_record_roundtrip},
+        {"hot check", test_hot_check},           {"values", test_values},
+    };
+    int failed = MV_TEST_RUN("segment", tests);
+    return failed;
 }

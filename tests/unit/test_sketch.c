@@ -1,8 +1,8 @@
 /* Unit tests for mv_sketch: relative-error quantiles against exact sorts, merge, limits. */
 #include "mv_sketch.h"
 #include "analytics_rng.h"
+#include "mv_test.h"
 
-#include <CUnit/Basic.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -18,26 +18,33 @@ typedef double (*gen_fn)(test_rng *r, size_t i);
 
 static double gen_uniform(test_rng *r, size_t i)
 {
+    (void)i;
     return 1.0 + 999.0 * rng_unif(r);
 }
 static double gen_lognormal(test_rng *r, size_t i)
 {
+    (void)i;
     return exp(2.0 + 1.5 * rng_gauss(r));
 }
 static double gen_pareto(test_rng *r, size_t i)
 {
+    (void)i;
     return 1e-3 * pow(rng_unif(r), -1.0 / 1.1); /* tail index 1.1 */
 }
 static double gen_constant(test_rng *r, size_t i)
 {
+    (void)r;
+    (void)i;
     return 42.125;
 }
 static double gen_negative(test_rng *r, size_t i)
 {
+    (void)i;
     return -exp(1.0 + 2.0 * rng_gauss(r));
 }
 static double gen_mixed(test_rng *r, size_t i)
 {
+    (void)i;
     double u = rng_unif(r);
     if (u < 0.05)
         return 0.0;
@@ -46,6 +53,7 @@ static double gen_mixed(test_rng *r, size_t i)
 }
 static double gen_decades(test_rng *r, size_t i)
 {
+    (void)i;
     return pow(10.0, -9.0 + 18.0 * rng_unif(r)); /* 1e-9 .. 1e9 */
 }
 
@@ -187,7 +195,7 @@ static void test_bucket_limit(void)
     cfg.max_buckets = 256; /* ~7.3 octaves at alpha 0.01 */
     CU_ASSERT_FATAL(mv_sketch_create(&cfg, &sk) == 0);
     CU_ASSERT(mv_sketch_memory_bytes(&cfg) >= 2 * 8 * 256);
-    CU_ASSERT(mv_sketch_memory_bytes(&cfg) < 2 * 8 * 256 + 256);
+    CU_ASSERT(mv_sketch_memory_bytes(&cfg) < 2 * 8 * 256 + 1024); /* + page directories */
 
     /* Values 1 .. 1e6 (20 octaves) uniformly in log space. */
     test_rng r = {5};
@@ -200,7 +208,9 @@ static void test_bucket_limit(void)
     }
     qsort(v, n, sizeof(double), cmp_double);
     CU_ASSERT(mv_sketch_collapsed(sk));
+    CU_ASSERT(mv_sketch_collapses(sk) > 0);
     CU_ASSERT(mv_sketch_bucket_count(sk) <= 256);
+    CU_ASSERT(mv_sketch_memory_used(sk) <= mv_sketch_memory_bytes(&cfg));
     CU_ASSERT(mv_sketch_count(sk) == n);
     CU_ASSERT(mv_sketch_min(sk) == v[0]);
     /* The kept top ~7.3 octaves (above 1e6 / 2^7.3 ~ 6.3e3): still within alpha. */
@@ -224,6 +234,120 @@ static void test_bucket_limit(void)
     CU_ASSERT(fabs(mv_sketch_quantile(sk, 0.5) - 3.0) <= 0.03);
     free(v);
     mv_sketch_destroy(sk);
+}
+
+/* The default sketch covers 1 ns .. 1 h within alpha without collapsing, a
+ * steady value costs one page, and the memory used never passes the bound. */
+static void test_sparse_range_and_memory(void)
+{
+    mv_sketch_config cfg;
+    mv_sketch *sk = NULL;
+    mv_sketch_config_default(&cfg);
+    cfg.max_buckets = 1536; /* the collector's default */
+    CU_ASSERT_FATAL(mv_sketch_create(&cfg, &sk) == 0);
+    for (int i = 0; i < 1000; i++)
+        mv_sketch_add(sk, 0.25);
+    size_t one = mv_sketch_memory_used(sk);
+    printf("\n  memory: one value %zu B, bound %zu B", one, mv_sketch_memory_bytes(&cfg));
+    CU_ASSERT(one < 1024);
+    mv_sketch_reset(sk);
+    test_rng r = {31};
+    size_t n = 200000;
+    double *v = malloc(sizeof(double) * n), worst = 0;
+    CU_ASSERT_FATAL(v != NULL);
+    for (size_t i = 0; i < n; i++) {
+        v[i] = 1e-9 * pow(3.6e12, rng_unif(&r)); /* log-uniform 1 ns .. 1 h */
+        if (i == 0)
+            v[i] = 1e-9;
+        if (i == 1)
+            v[i] = 3600.0;
+        mv_sketch_add(sk, v[i]);
+    }
+    qsort(v, n, sizeof(double), cmp_double);
+    for (int q = 0; q <= 1000; q++) {
+        double x = exact_quantile(v, n, q / 1000.0), y = mv_sketch_quantile(sk, q / 1000.0);
+        if (fabs(y - x) / x > worst)
+            worst = fabs(y - x) / x;
+    }
+    printf(", 1 ns .. 1 h: worst %.5f, %u buckets, %zu B used ", worst, mv_sketch_bucket_count(sk),
+           mv_sketch_memory_used(sk));
+    CU_ASSERT(worst <= 0.01);
+    CU_ASSERT(!mv_sketch_collapsed(sk));
+    CU_ASSERT(mv_sketch_memory_used(sk) <= mv_sketch_memory_bytes(&cfg));
+    /* 24 decades: the budget runs out and the LOWEST buckets collapse, counted. */
+    mv_sketch_reset(sk);
+    for (size_t i = 0; i < n; i++) {
+        v[i] = 1e-12 * pow(1e24, rng_unif(&r));
+        mv_sketch_add(sk, v[i]);
+    }
+    qsort(v, n, sizeof(double), cmp_double);
+    CU_ASSERT(mv_sketch_collapsed(sk) && mv_sketch_collapses(sk) > 0);
+    CU_ASSERT(mv_sketch_memory_used(sk) <= mv_sketch_memory_bytes(&cfg));
+    for (int q = 500; q <= 1000; q++) { /* the top 12 decades keep the bound */
+        double x = exact_quantile(v, n, q / 1000.0), y = mv_sketch_quantile(sk, q / 1000.0);
+        CU_ASSERT(fabs(y - x) / x <= 0.01);
+    }
+    double x = exact_quantile(v, n, 0.1), y = mv_sketch_quantile(sk, 0.1);
+    CU_ASSERT(y > x); /* collapsed: over-estimated, never under */
+    free(v);
+    mv_sketch_destroy(sk);
+}
+
+/* Values over the whole double range, both signs, small budgets, resets and
+ * merges: counts, min and max stay exact, memory stays within the bound, and
+ * every quantile is within [min, max] and never below the truth's magnitude
+ * ordering (the highest quantile keeps alpha: it is never collapsed). */
+static void test_extreme_ranges(void)
+{
+    const uint32_t budgets[] = {16, 48, 256, 2048};
+    test_rng r = {77};
+    for (size_t b = 0; b < 4; b++) {
+        mv_sketch_config cfg;
+        mv_sketch *sk = NULL, *o = NULL;
+        mv_sketch_config_default(&cfg);
+        cfg.max_buckets = budgets[b];
+        CU_ASSERT_FATAL(mv_sketch_create(&cfg, &sk) == 0);
+        CU_ASSERT_FATAL(mv_sketch_create(&cfg, &o) == 0);
+        for (int round = 0; round < 20; round++) {
+            mv_sketch_reset(sk);
+            uint64_t n = 0;
+            double mx = -INFINITY;
+            for (int i = 0; i < 2000; i++) {
+                double x = ldexp(1.0 + rng_unif(&r), (int)(rng_u64(&r) % 2000) - 1000);
+                if (rng_unif(&r) < 0.3)
+                    x = -x;
+                if (round % 3 == 0)
+                    x = fabs(x) * 1e-3 + 1.0; /* sometimes a narrow range */
+                CU_ASSERT(mv_sketch_add(sk, x) == 0);
+                n++;
+                if (x > mx)
+                    mx = x;
+            }
+            if (round % 4 == 1) {
+                mv_sketch_reset(o);
+                for (int i = 0; i < 100; i++)
+                    mv_sketch_add(o, ldexp(1.0, (int)(rng_u64(&r) % 600) - 300));
+                CU_ASSERT(mv_sketch_merge(sk, o) == 0);
+                n += 100;
+                if (mv_sketch_max(o) > mx)
+                    mx = mv_sketch_max(o);
+            }
+            CU_ASSERT(mv_sketch_count(sk) == n);
+            CU_ASSERT(mv_sketch_max(sk) == mx);
+            CU_ASSERT(mv_sketch_memory_used(sk) <= mv_sketch_memory_bytes(&cfg));
+            double lo = mv_sketch_min(sk), prev = -INFINITY;
+            for (int q = 0; q <= 20; q++) {
+                double y = mv_sketch_quantile(sk, q / 20.0);
+                CU_ASSERT(y >= lo && y <= mx);
+                CU_ASSERT(y >= prev); /* monotone in q */
+                prev = y;
+            }
+            double top = mv_sketch_quantile(sk, 1.0);
+            CU_ASSERT(mx > 0 ? fabs(top - mx) <= 0.01 * fabs(mx) : top == mx);
+        }
+        mv_sketch_destroy(o);
+        mv_sketch_destroy(sk);
+    }
 }
 
 static void test_window_moves(void)
@@ -307,19 +431,17 @@ static void test_invalid(void)
 
 int main(void)
 {
-    if (CU_initialize_registry() != CUE_SUCCESS)
-        return 1;
-    CU_pSuite s = CU_add_suite("sketch", NULL, NULL);
-    CU_add_test(s, "distributions within alpha", test_distributions);
-    CU_add_test(s, "single values within alpha", test_single_values);
-    CU_add_test(s, "merge equals union", test_merge_equals_union);
-    CU_add_test(s, "bucket limit collapses lowest", test_bucket_limit);
-    CU_add_test(s, "window moves", test_window_moves);
-    CU_add_test(s, "explicit-bucket histogram delta", test_add_buckets);
-    CU_add_test(s, "invalid input", test_invalid);
-    CU_basic_set_mode(CU_BRM_VERBOSE);
-    CU_basic_run_tests();
-    unsigned fails = CU_get_number_of_failures();
-    CU_cleanup_registry();
-    return fails ? 1 : 0;
+    static const mv_test tests[] = {
+        {"distributions within alpha", test_distributions},
+        {"single values within alpha", test_single_values},
+        {"merge equals union", test_merge_equals_union},
+        {"bucket limit collapses lowest", test_bucket_limit},
+        {"sparse store: range and memory", test_sparse_range_and_memory},
+        {"extreme ranges, small budgets, merges", test_extreme_ranges},
+        {"window moves", test_window_moves},
+        {"explicit-bucket histogram delta", test_add_buckets},
+        {"invalid input", test_invalid},
+    };
+    int fails = MV_TEST_RUN("sketch", tests);
+    return fails;
 }

@@ -11,8 +11,8 @@
  */
 #include "microview.h"
 #include "mv_segment.h"
+#include "mv_test.h"
 
-#include <CUnit/Basic.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -276,13 +276,9 @@ static void test_torture(void)
 
 int main(void)
 {
-    if (CU_initialize_registry() != CUE_SUCCESS)
-        return CU_get_error();
-    CU_pSuite s = CU_add_suite("torture", NULL, NULL);
-    CU_add_test(s, "concurrent writers and memcpy readers", test_torture);
-    CU_basic_set_mode(CU_BRM_VERBOSE);
-    CU_basic_run_tests();
-    unsigned failed = CU_get_number_of_failures();
-    CU_cleanup_registry();
-    return failed ? 1 : 0;
+    static const mv_test tests[] = {
+        {"concurrent writers and memcpy readers", test_torture},
+    };
+    int failed = MV_TEST_RUN("torture", tests);
+    return failed;
 }

@@ -1,0 +1,650 @@
+/* mv_sketch: DDSketch-style quantile sketch with a cubic log2 approximation for the keys. */
+#include "mv_sketch.h"
+
+#include <errno.h>
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Cubic approximation of log2(1 + s) on [0, 1]; see the header for the proof. */
+#define P_C1         (10.0 / 7.0)
+#define P_C2         (-3.0 / 5.0)
+#define P_C3         (6.0 / 35.0)
+#define P_MIN_SLOPE  (10.0 / 7.0) /* min over [0,1] of (1 + s) P'(s) */
+#define ALPHA_SHRINK (1.0 - 1e-7)
+#define KEY_SPAN     1100 /* e + P(s) lies in [-1022, 1024] for normal doubles */
+
+#define PAGE_SHIFT 4
+#define PAGE       (1u << PAGE_SHIFT) /* keys per page */
+#define COVER_OCT  64                 /* octaves the page directory spans at least */
+#define MAX_PAGES  65535u             /* directory entries are uint16 (0 = no page) */
+
+/*
+ * One sign's sparse store. Keys are biased (non-negative); key k lives in
+ * page k >> PAGE_SHIFT. `dir` is a window of dir_len page slots starting at
+ * page lo_page: dir[i] = 1 + index into `pool` (pages of PAGE counts), or 0.
+ * Pages are allocated on first use (the pool grows by doubling up to
+ * max_pages) and kept across resets, so a steady metric stops allocating
+ * after its first window; freed pages go on a free list threaded through
+ * their first count.
+ */
+typedef struct store {
+    uint16_t *dir;
+    uint64_t *pool;
+    uint32_t dir_len;
+    uint32_t lo_page;
+    uint32_t pool_cap;  /* pages allocated in pool */
+    uint32_t pool_next; /* pages of pool handed out since the last reset */
+    uint32_t free_head; /* 1 + first free page, 0 = none */
+    uint32_t pages;     /* pages in use */
+    uint64_t total;
+} store;
+
+struct mv_sketch {
+    double alpha;
+    double mult;   /* M: keys per unit of e + P(s) */
+    double bias_d; /* keeps M * (e + P(s)) + bias positive so truncation floors */
+    int32_t bias;
+    uint32_t max_pages; /* per sign */
+    int collapsed;
+    uint64_t collapses; /* values or pages folded into a lower bucket's neighbour */
+    uint64_t count;
+    uint64_t zero_count;
+    double sum;
+    double min;
+    double max;
+    store pos;
+    store neg;
+};
+
+static uint32_t dir_len_for(double mult, uint32_t max_buckets)
+{
+    uint32_t need = (uint32_t)ceil(COVER_OCT * mult / PAGE) + 2;
+    uint32_t budget = (max_buckets + PAGE - 1) / PAGE + 2;
+    uint32_t n = need > budget ? need : budget;
+    return n;
+}
+
+static double mult_for(double alpha)
+{
+    double a = alpha * ALPHA_SHRINK;
+    double gamma_ln = log1p(2.0 * a / (1.0 - a)); /* ln((1 + a) / (1 - a)) */
+    return 1.0 / (P_MIN_SLOPE * gamma_ln);
+}
+
+static uint32_t pages_for(uint32_t max_buckets)
+{
+    uint32_t p = (max_buckets + PAGE - 1) / PAGE;
+    return p > MAX_PAGES ? MAX_PAGES : p;
+}
+
+void mv_sketch_config_default(mv_sketch_config *cfg)
+{
+    cfg->alpha = 0.01;
+    cfg->max_buckets = 2048;
+}
+
+const char *mv_sketch_config_check(const mv_sketch_config *cfg)
+{
+    if (cfg == NULL)
+        return NULL;
+    if (!(cfg->alpha >= 1e-4 && cfg->alpha <= 0.5))
+        return "alpha (relative accuracy) must be within [1e-4, 0.5]";
+    if (cfg->max_buckets < 16 || cfg->max_buckets > (1u << 20))
+        return "max_buckets must be within [16, 1048576]";
+    return NULL;
+}
+
+size_t mv_sketch_memory_bytes(const mv_sketch_config *cfg)
+{
+    mv_sketch_config def;
+    if (cfg == NULL) {
+        mv_sketch_config_default(&def);
+        cfg = &def;
+    }
+    if (mv_sketch_config_check(cfg) != NULL)
+        return 0;
+    size_t dir = dir_len_for(mult_for(cfg->alpha), cfg->max_buckets);
+    return sizeof(mv_sketch) + 2 * (dir * sizeof(uint16_t) +
+                                    (size_t)pages_for(cfg->max_buckets) * PAGE * sizeof(uint64_t));
+}
+
+size_t mv_sketch_memory_used(const mv_sketch *sk)
+{
+    return sizeof(mv_sketch) + (size_t)(sk->pos.dir_len + sk->neg.dir_len) * sizeof(uint16_t) +
+           (size_t)(sk->pos.pool_cap + sk->neg.pool_cap) * PAGE * sizeof(uint64_t);
+}
+
+static void store_clear(store *st)
+{
+    if (st->pool_next)
+        memset(st->pool, 0, sizeof(uint64_t) * PAGE * st->pool_next);
+    memset(st->dir, 0, sizeof(uint16_t) * st->dir_len);
+    st->lo_page = 0;
+    st->pool_next = 0;
+    st->free_head = 0;
+    st->pages = 0;
+    st->total = 0;
+}
+
+int mv_sketch_create(const mv_sketch_config *cfg, mv_sketch **out)
+{
+    mv_sketch_config def;
+    mv_sketch *sk;
+    uint16_t *dir;
+
+    if (out == NULL)
+        return -EINVAL;
+    *out = NULL;
+    if (cfg == NULL) {
+        mv_sketch_config_default(&def);
+        cfg = &def;
+    }
+    if (mv_sketch_config_check(cfg) != NULL)
+        return -EINVAL;
+    sk = calloc(1, sizeof(*sk));
+    if (sk == NULL)
+        goto fail_none;
+    sk->alpha = cfg->alpha;
+    sk->mult = mult_for(cfg->alpha);
+    sk->bias = (int32_t)ceil(KEY_SPAN * sk->mult) + 1;
+    sk->bias_d = (double)sk->bias;
+    sk->max_pages = pages_for(cfg->max_buckets);
+    uint32_t dl = dir_len_for(sk->mult, cfg->max_buckets);
+    dir = calloc(2 * (size_t)dl, sizeof(uint16_t));
+    if (dir == NULL)
+        goto fail_sketch;
+    sk->pos.dir = dir;
+    sk->pos.dir_len = dl;
+    sk->neg.dir = dir + dl;
+    sk->neg.dir_len = dl;
+    mv_sketch_reset(sk);
+    *out = sk;
+    return 0;
+
+fail_sketch:
+    free(sk);
+fail_none:
+    return -ENOMEM;
+}
+
+void mv_sketch_destroy(mv_sketch *sk)
+{
+    if (sk == NULL)
+        return;
+    free(sk->pos.dir); /* one block holds both directories */
+    free(sk->pos.pool);
+    free(sk->neg.pool);
+    free(sk);
+}
+
+void mv_sketch_reset(mv_sketch *sk)
+{
+    store_clear(&sk->pos);
+    store_clear(&sk->neg);
+    sk->collapsed = 0;
+    sk->count = 0;
+    sk->zero_count = 0;
+    sk->sum = 0.0;
+    sk->min = INFINITY;
+    sk->max = -INFINITY;
+}
+
+/* Biased key of a positive normal double: floor(M * (e + P(s))) + bias >= 0. */
+static inline uint32_t ukey_of(const mv_sketch *sk, double x)
+{
+    uint64_t bits;
+    memcpy(&bits, &x, sizeof(bits));
+    int e = (int)((bits >> 52) & 0x7ff) - 1023;
+    uint64_t mbits = (bits & 0x000fffffffffffffull) | 0x3ff0000000000000ull;
+    double m;
+    memcpy(&m, &mbits, sizeof(m));
+    double s = m - 1.0;
+    double f = (double)e + ((P_C3 * s + P_C2) * s + P_C1) * s;
+    return (uint32_t)(f * sk->mult + sk->bias_d);
+}
+
+/* Inverse of P on [0, 1] by bisection (query path only). */
+static double p_inverse(double t)
+{
+    double a = 0.0, b = 1.0;
+    for (int i = 0; i < 64; i++) {
+        double mid = 0.5 * (a + b);
+        if (((P_C3 * mid + P_C2) * mid + P_C1) * mid < t)
+            a = mid;
+        else
+            b = mid;
+    }
+    return 0.5 * (a + b);
+}
+
+/* Smallest x whose e + P(s) equals f. */
+static double f_inverse(double f)
+{
+    double e = floor(f);
+    if (e >= 1024.0)
+        return DBL_MAX;
+    return ldexp(1.0 + p_inverse(f - e), (int)e);
+}
+
+/* Value reported for a biased key: 2 lo hi / (lo + hi), within alpha of [lo, hi]. */
+static double key_value(const mv_sketch *sk, uint32_t ukey)
+{
+    int32_t key = (int32_t)ukey - sk->bias;
+    double lo = f_inverse((double)key / sk->mult);
+    double hi = f_inverse((double)(key + 1) / sk->mult);
+    return 2.0 / (1.0 / lo + 1.0 / hi); /* same value, no overflow near DBL_MAX */
+}
+
+static inline uint64_t *page_at(const store *st, uint32_t page)
+{
+    uint32_t i = page - st->lo_page;
+    if (i >= st->dir_len || st->dir[i] == 0)
+        return NULL;
+    return st->pool + (size_t)(st->dir[i] - 1) * PAGE;
+}
+
+/* Lowest page in use at or above `from` (window-relative index), or UINT32_MAX. */
+static uint32_t lowest_page_from(const store *st, uint32_t from)
+{
+    for (uint32_t i = from; i < st->dir_len; i++)
+        if (st->dir[i])
+            return st->lo_page + i;
+    return UINT32_MAX;
+}
+
+/* Takes a page for slot `page` (in the window); 0 or -ENOMEM (budget or malloc). */
+static int page_alloc(const mv_sketch *sk, store *st, uint32_t page)
+{
+    uint32_t idx;
+    if (st->pages >= sk->max_pages)
+        return -ENOMEM;
+    if (st->free_head) {
+        idx = st->free_head - 1;
+        st->free_head = (uint32_t)st->pool[(size_t)idx * PAGE];
+        st->pool[(size_t)idx * PAGE] = 0;
+    } else {
+        if (st->pool_next == st->pool_cap) {
+            uint32_t cap = st->pool_cap ? 2 * st->pool_cap : 1;
+            if (cap > sk->max_pages)
+                cap = sk->max_pages;
+            uint64_t *np = realloc(st->pool, sizeof(uint64_t) * PAGE * cap);
+            if (np == NULL)
+                return -ENOMEM;
+            memset(np + (size_t)st->pool_cap * PAGE, 0,
+                   sizeof(uint64_t) * PAGE * (cap - st->pool_cap));
+            st->pool = np;
+            st->pool_cap = cap;
+        }
+        idx = st->pool_next++;
+    }
+    st->dir[page - st->lo_page] = (uint16_t)(idx + 1);
+    st->pages++;
+    return 0;
+}
+
+/* Frees the page in window slot i and returns the sum of its counts. */
+static uint64_t page_free(store *st, uint32_t i)
+{
+    uint32_t idx = st->dir[i] - 1u;
+    uint64_t *c = st->pool + (size_t)idx * PAGE, n = 0;
+    for (uint32_t j = 0; j < PAGE; j++)
+        n += c[j];
+    memset(c, 0, sizeof(uint64_t) * PAGE);
+    c[0] = st->free_head;
+    st->free_head = idx + 1;
+    st->dir[i] = 0;
+    st->pages--;
+    return n;
+}
+
+/* Moves the window so that it starts at page new_lo; pages that would fall
+ * below it must have been freed. */
+static void window_move(store *st, uint32_t new_lo)
+{
+    uint32_t len = st->dir_len;
+    if (new_lo > st->lo_page) {
+        uint32_t sh = new_lo - st->lo_page;
+        if (sh < len) {
+            memmove(st->dir, st->dir + sh, sizeof(uint16_t) * (len - sh));
+            memset(st->dir + len - sh, 0, sizeof(uint16_t) * sh);
+        } else {
+            memset(st->dir, 0, sizeof(uint16_t) * len);
+        }
+    } else if (new_lo < st->lo_page) {
+        uint32_t sh = st->lo_page - new_lo;
+        if (sh < len) {
+            memmove(st->dir + sh, st->dir, sizeof(uint16_t) * (len - sh));
+            memset(st->dir, 0, sizeof(uint16_t) * sh);
+        } else {
+            memset(st->dir, 0, sizeof(uint16_t) * len);
+        }
+    }
+    st->lo_page = new_lo;
+}
+
+/* Frees every page below window slot `upto`; returns the values they held. */
+static uint64_t free_below(store *st, uint32_t upto)
+{
+    uint64_t moved = 0;
+    for (uint32_t i = 0; i < upto && i < st->dir_len; i++)
+        if (st->dir[i])
+            moved += page_free(st, i);
+    return moved;
+}
+
+/* Puts `moved` folded values into the lowest key of the lowest page in the
+ * window, allocating `page` (which must be in the window) when none is left. */
+static void place_folded(mv_sketch *sk, store *st, uint64_t moved, uint32_t page)
+{
+    if (moved == 0)
+        return;
+    uint32_t target = lowest_page_from(st, 0);
+    if (target == UINT32_MAX) {
+        target = page;
+        if (page_alloc(sk, st, page) != 0)
+            return; /* unreachable: a page was just freed */
+    }
+    page_at(st, target)[0] += moved;
+    sk->collapsed = 1;
+    sk->collapses++;
+}
+
+/* Highest page in use, or UINT32_MAX (slow path only). */
+static uint32_t highest_page(const store *st)
+{
+    for (uint32_t i = st->dir_len; i-- > 0;)
+        if (st->dir[i])
+            return st->lo_page + i;
+    return UINT32_MAX;
+}
+
+/* Lowest key with a count (the lowest kept bucket), or `dflt` when empty. */
+static uint32_t lowest_key(const store *st, uint32_t dflt)
+{
+    for (uint32_t i = 0; i < st->dir_len; i++) {
+        if (!st->dir[i])
+            continue;
+        const uint64_t *c = st->pool + (size_t)(st->dir[i] - 1) * PAGE;
+        for (uint32_t j = 0; j < PAGE; j++)
+            if (c[j])
+                return ((st->lo_page + i) << PAGE_SHIFT) + j;
+    }
+    return dflt;
+}
+
+/* Slow path of store_add: makes room for `key`, collapsing the LOWEST
+ * buckets only when the range is wider than the window or the page budget is
+ * spent. Returns the key the count must go to (its page exists). */
+static uint32_t store_make_room(mv_sketch *sk, store *st, uint32_t key)
+{
+    uint32_t page = key >> PAGE_SHIFT;
+    if (st->total == 0 && st->pages == 0) {
+        uint32_t half = st->dir_len / 2;
+        window_move(st, page > half ? page - half : 0);
+    }
+    if (page - st->lo_page >= st->dir_len) {
+        uint32_t pmin = lowest_page_from(st, 0), pmax = highest_page(st);
+        if (pmin == UINT32_MAX)
+            pmin = pmax = page;
+        uint32_t lo = page < pmin ? page : pmin, hi = page > pmax ? page : pmax;
+        if (hi - lo < st->dir_len) {
+            uint32_t slack = (st->dir_len - (hi - lo + 1)) / 2;
+            window_move(st, lo > slack ? lo - slack : 0);
+        } else if (page > pmax) {
+            uint32_t new_lo = page - st->dir_len + 1;
+            uint64_t moved = free_below(st, new_lo - st->lo_page);
+            window_move(st, new_lo);
+            place_folded(sk, st, moved, page);
+        } else {
+            /* Below a window that cannot stretch: the lowest kept bucket. */
+            sk->collapsed = 1;
+            sk->collapses++;
+            return lowest_key(st, key);
+        }
+    }
+    if (page_at(st, page) == NULL && page_alloc(sk, st, page) != 0) {
+        /* Out of pages: fold the lowest page into the next one up, or put the
+         * value in the lowest kept bucket if it is below everything. */
+        uint32_t low = lowest_page_from(st, 0);
+        if (low == UINT32_MAX || page < low) {
+            sk->collapsed = 1;
+            sk->collapses++;
+            return lowest_key(st, key);
+        }
+        place_folded(sk, st, free_below(st, low - st->lo_page + 1), page);
+        if (page_at(st, page) == NULL && page_alloc(sk, st, page) != 0) {
+            sk->collapsed = 1;
+            sk->collapses++;
+            return lowest_key(st, key); /* allocation failed: keep the count somewhere */
+        }
+    }
+    return key;
+}
+
+static inline void store_add(mv_sketch *sk, store *st, uint32_t key, uint64_t n)
+{
+    uint32_t i = (key >> PAGE_SHIFT) - st->lo_page;
+    if (i < st->dir_len && st->dir[i] != 0) {
+        st->pool[(size_t)(st->dir[i] - 1) * PAGE + (key & (PAGE - 1))] += n;
+    } else {
+        key = store_make_room(sk, st, key);
+        uint64_t *pg = page_at(st, key >> PAGE_SHIFT);
+        if (pg == NULL)
+            return; /* no page at all could be had (malloc failed on an empty store) */
+        pg[key & (PAGE - 1)] += n;
+    }
+    st->total += n;
+}
+
+int mv_sketch_add_n(mv_sketch *sk, double x, uint64_t n)
+{
+    if (!isfinite(x))
+        return -EDOM;
+    if (n == 0)
+        return 0;
+    if (x > MV_SKETCH_MIN_INDEXABLE)
+        store_add(sk, &sk->pos, ukey_of(sk, x), n);
+    else if (x < -MV_SKETCH_MIN_INDEXABLE)
+        store_add(sk, &sk->neg, ukey_of(sk, -x), n);
+    else
+        sk->zero_count += n;
+    sk->count += n;
+    sk->sum += n == 1 ? x : x * (double)n;
+    if (x < sk->min)
+        sk->min = x;
+    if (x > sk->max)
+        sk->max = x;
+    return 0;
+}
+
+int mv_sketch_add(mv_sketch *sk, double x)
+{
+    return mv_sketch_add_n(sk, x, 1);
+}
+
+int mv_sketch_add_buckets(mv_sketch *sk, const double *bounds, size_t nbounds,
+                          const uint64_t *counts, double sum)
+{
+    if (sk == NULL || counts == NULL || (nbounds > 0 && bounds == NULL))
+        return -EINVAL;
+    for (size_t i = 0; i < nbounds; i++) {
+        if (!isfinite(bounds[i]) || (i > 0 && !(bounds[i] > bounds[i - 1])))
+            return -EINVAL;
+    }
+    double before = sk->sum;
+    for (size_t i = 0; i <= nbounds; i++) {
+        if (counts[i] == 0)
+            continue;
+        double rep;
+        if (nbounds == 0) {
+            rep = isfinite(sum) ? sum / (double)counts[i] : 0.0;
+        } else if (i == 0) {
+            rep = bounds[0];
+        } else if (i == nbounds) {
+            rep = bounds[nbounds - 1];
+        } else {
+            double lo = bounds[i - 1], hi = bounds[i];
+            if (lo >= 0.0 || hi <= 0.0)
+                rep = 2.0 * lo * (hi / (lo + hi)); /* same sign: lo + hi != 0 */
+            else
+                rep = 0.5 * (lo + hi);
+        }
+        if (!isfinite(rep))
+            rep = i == 0 ? bounds[0] : bounds[i - 1];
+        int rc = mv_sketch_add_n(sk, rep, counts[i]);
+        if (rc != 0)
+            return rc;
+    }
+    if (isfinite(sum))
+        sk->sum = before + sum;
+    return 0;
+}
+
+static int store_merge(mv_sketch *dst, store *d, const store *s)
+{
+    if (s->total == 0)
+        return 0;
+    /* Highest keys first so a collapsing destination settles its window once. */
+    for (uint32_t i = s->dir_len; i-- > 0;) {
+        if (!s->dir[i])
+            continue;
+        const uint64_t *c = s->pool + (size_t)(s->dir[i] - 1) * PAGE;
+        uint32_t base = (s->lo_page + i) << PAGE_SHIFT;
+        for (uint32_t j = PAGE; j-- > 0;)
+            if (c[j])
+                store_add(dst, d, base + j, c[j]);
+    }
+    return 0;
+}
+
+int mv_sketch_merge(mv_sketch *dst, const mv_sketch *src)
+{
+    if (dst == NULL || src == NULL || dst->mult != src->mult)
+        return -EINVAL;
+    if (src->count == 0)
+        return 0;
+    store_merge(dst, &dst->pos, &src->pos);
+    store_merge(dst, &dst->neg, &src->neg);
+    dst->zero_count += src->zero_count;
+    dst->count += src->count;
+    dst->sum += src->sum;
+    if (src->min < dst->min)
+        dst->min = src->min;
+    if (src->max > dst->max)
+        dst->max = src->max;
+    if (src->collapsed)
+        dst->collapsed = 1;
+    dst->collapses += src->collapses;
+    return 0;
+}
+
+double mv_sketch_quantile(const mv_sketch *sk, double q)
+{
+    if (sk->count == 0 || !(q >= 0.0 && q <= 1.0))
+        return NAN;
+    uint64_t rank = (uint64_t)floor(q * (double)(sk->count - 1));
+    uint64_t seen = 0;
+    double v = 0.0;
+    const store *st = &sk->neg;
+    int found = 0;
+    if (st->total > rank) {
+        /* Most negative first: highest magnitude key first. */
+        for (uint32_t i = st->dir_len; i-- > 0 && !found;) {
+            if (!st->dir[i])
+                continue;
+            const uint64_t *c = st->pool + (size_t)(st->dir[i] - 1) * PAGE;
+            for (uint32_t j = PAGE; j-- > 0;) {
+                seen += c[j];
+                if (seen > rank) {
+                    v = -key_value(sk, ((st->lo_page + i) << PAGE_SHIFT) + j);
+                    found = 1;
+                    break;
+                }
+            }
+        }
+    } else {
+        seen = st->total;
+    }
+    if (!found) {
+        seen += sk->zero_count;
+        if (seen > rank) {
+            v = 0.0;
+        } else {
+            st = &sk->pos;
+            for (uint32_t i = 0; i < st->dir_len && !found; i++) {
+                if (!st->dir[i])
+                    continue;
+                const uint64_t *c = st->pool + (size_t)(st->dir[i] - 1) * PAGE;
+                for (uint32_t j = 0; j < PAGE; j++) {
+                    seen += c[j];
+                    if (seen > rank) {
+                        v = key_value(sk, ((st->lo_page + i) << PAGE_SHIFT) + j);
+                        found = 1;
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    /* The true quantile lies in [min, max]; clamping never adds error. */
+    if (v < sk->min)
+        v = sk->min;
+    if (v > sk->max)
+        v = sk->max;
+    return v;
+}
+
+uint64_t mv_sketch_count(const mv_sketch *sk)
+{
+    return sk->count;
+}
+
+double mv_sketch_sum(const mv_sketch *sk)
+{
+    return sk->sum;
+}
+
+double mv_sketch_min(const mv_sketch *sk)
+{
+    return sk->count ? sk->min : NAN;
+}
+
+double mv_sketch_max(const mv_sketch *sk)
+{
+    return sk->count ? sk->max : NAN;
+}
+
+double mv_sketch_alpha(const mv_sketch *sk)
+{
+    return sk->alpha;
+}
+
+static uint32_t store_nonempty(const store *st)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < st->dir_len; i++) {
+        if (!st->dir[i])
+            continue;
+        const uint64_t *c = st->pool + (size_t)(st->dir[i] - 1) * PAGE;
+        for (uint32_t j = 0; j < PAGE; j++)
+            n += c[j] != 0;
+    }
+    return n;
+}
+
+uint32_t mv_sketch_bucket_count(const mv_sketch *sk)
+{
+    return store_nonempty(&sk->pos) + store_nonempty(&sk->neg) + (sk->zero_count != 0);
+}
+
+int mv_sketch_collapsed(const mv_sketch *sk)
+{
+    return sk->collapsed;
+}
+
+uint64_t mv_sketch_collapses(const mv_sketch *sk)
+{
+    return sk->collapses;
+}

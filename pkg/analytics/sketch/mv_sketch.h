@@ -1,0 +1,121 @@
+/* mv_sketch: relative-error quantile sketch (DDSketch-style log buckets) with a sparse, paged
+ * store. */
+#ifndef MV_SKETCH_H
+#define MV_SKETCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/*
+ * Guarantee: for every q, mv_sketch_quantile() returns a value y with
+ * |y - x| <= alpha * |x|, where x is the element of rank floor(q * (count - 1))
+ * (0-based) of the sorted input, provided that
+ *   - |x| >= MV_SKETCH_MIN_INDEXABLE (smaller magnitudes are kept as zero), and
+ *   - x's bucket was not collapsed (see "Store" below).
+ * Values added with mv_sketch_add_buckets() carry the pod histogram's bucket
+ * error instead (see there).
+ *
+ * Index mapping: x = 2^e * (1 + s), s in [0, 1), is mapped to the key
+ * floor(M * (e + P(s))) with the cubic P(s) = (10/7) s - (3/5) s^2 + (6/35) s^3.
+ * P(0) = 0, P(1) = 1 and (1 + s) P'(s) = 10/7 + (2s/35)(3s - 2)^2 >= 10/7, so
+ * one key spans at most (7/10)/M in ln(x). With M = 7 / (10 ln gamma) a bucket's
+ * bounds satisfy hi/lo <= gamma = (1 + alpha)/(1 - alpha), and the bucket's
+ * representative 2 lo hi / (lo + hi) is within (gamma - 1)/(gamma + 1) = alpha
+ * of any value in it. The mapping needs only bit operations and one cubic; it
+ * uses about 1% more buckets than the exact log mapping (7 / (10 ln 2) = 1.0099).
+ * alpha is shrunk by a factor (1 - 1e-7) internally, which absorbs the rounding
+ * of the index computation, so the bound above holds in floating point.
+ *
+ * Store: sparse, in pages of 16 keys allocated on first use. Each sign has a
+ * page directory spanning at least 64 octaves (2^64 ~ 1.8e19 between the
+ * lowest and highest magnitude kept; more when max_buckets asks for it) that
+ * re-centres when the data move, and a budget of max_buckets keys
+ * (max_buckets / 16 pages). Only two things collapse buckets, and then
+ * always the LOWEST-magnitude ones, into the lowest kept bucket: a range wider
+ * than the directory, or a spent page budget. Counts, count, sum, min and
+ * max stay exact, quantiles above the collapsed bucket keep the alpha bound,
+ * and quantiles falling in it are over-estimated in magnitude.
+ * mv_sketch_collapses() counts these events (since create).
+ * With alpha = 0.01 one octave is ~35 keys (~116 per decade): 1 ns .. 1 h
+ * (12.6 decades) needs ~1,460 keys, i.e. ~93 pages.
+ *
+ * Memory: a steady value uses one page; mv_sketch_memory_used(sk) is what is
+ * allocated now (pages are kept across resets, so after the first window of
+ * a steady metric nothing is allocated), mv_sketch_memory_bytes(cfg) the
+ * most it can grow to: 2 * (2 * dir_len + 8 * max_buckets) + a header.
+ * Adds allocate only when a page is first touched (never after the budget is
+ * reached); a failed allocation collapses instead.
+ *
+ * Threading: a sketch is not thread-safe; use one per thread or lock outside.
+ * Ownership: mv_sketch_create allocates; the caller frees with mv_sketch_destroy.
+ */
+
+#define MV_SKETCH_MIN_INDEXABLE 2.2250738585072014e-308 /* DBL_MIN */
+
+typedef struct mv_sketch mv_sketch;
+
+typedef struct mv_sketch_config {
+    double alpha;         /* relative accuracy, in [1e-4, 0.5]; default 0.01 */
+    uint32_t max_buckets; /* key budget per sign, in [16, 1 << 20]; default 2048 */
+} mv_sketch_config;
+
+/* Fills the defaults (alpha 0.01, 2048 buckets per sign). */
+void mv_sketch_config_default(mv_sketch_config *cfg);
+
+/* Returns NULL if cfg is valid, else a sentence saying what to fix. */
+const char *mv_sketch_config_check(const mv_sketch_config *cfg);
+
+/* Most bytes one sketch with this config can own (0 if the config is invalid). */
+size_t mv_sketch_memory_bytes(const mv_sketch_config *cfg);
+
+/* Creates an empty sketch (cfg NULL = defaults). Returns 0, -EINVAL (call
+ * mv_sketch_config_check for the reason) or -ENOMEM. */
+int mv_sketch_create(const mv_sketch_config *cfg, mv_sketch **out);
+void mv_sketch_destroy(mv_sketch *sk);
+
+/* Adds one value / `count` copies of a value. Returns 0, or -EDOM for NaN or
+ * an infinity (not added). Allocates only when a new page of keys is first
+ * touched (see "Store"). */
+int mv_sketch_add(mv_sketch *sk, double value);
+int mv_sketch_add_n(mv_sketch *sk, double value, uint64_t count);
+
+/* Adds a pod-written explicit-bucket histogram delta: `bounds` holds nbounds
+ * strictly increasing finite upper bounds, `counts` holds nbounds + 1
+ * NON-cumulative counts (counts[i] for (bounds[i-1], bounds[i]], the last for
+ * (bounds[nbounds-1], +Inf)). Each bucket's count is attributed to one value:
+ * 2 lo hi / (lo + hi) for a bucket of one sign (relative error at most
+ * (hi - lo)/(hi + lo) for the values it stood for), the midpoint for a bucket
+ * straddling zero, bounds[0] for the first open bucket and bounds[nbounds-1]
+ * for the +Inf bucket (there only the bound is known). The resulting quantile
+ * error is therefore bounded by the pod's bucket width (plus alpha), not by
+ * alpha alone. If `sum` is finite it replaces the representative-based sum
+ * contribution, so mv_sketch_sum stays exact. Returns 0, -EINVAL for bad
+ * bounds (nothing is added), or -EDOM. */
+int mv_sketch_add_buckets(mv_sketch *sk, const double *bounds, size_t nbounds,
+                          const uint64_t *counts, double sum);
+
+/* Adds `src` into `dst`. Both must have the same alpha (same key mapping);
+ * returns -EINVAL otherwise. dst's own bucket limit applies. */
+int mv_sketch_merge(mv_sketch *dst, const mv_sketch *src);
+
+/* Empties the sketch (keeps the config and memory). */
+void mv_sketch_reset(mv_sketch *sk);
+
+/* Quantile q in [0, 1]; NaN if the sketch is empty or q is out of range. */
+double mv_sketch_quantile(const mv_sketch *sk, double q);
+
+uint64_t mv_sketch_count(const mv_sketch *sk);
+double mv_sketch_sum(const mv_sketch *sk);
+double mv_sketch_min(const mv_sketch *sk); /* NaN when empty */
+double mv_sketch_max(const mv_sketch *sk); /* NaN when empty */
+double mv_sketch_alpha(const mv_sketch *sk);
+/* Number of non-empty buckets (both signs, zero bucket included). */
+uint32_t mv_sketch_bucket_count(const mv_sketch *sk);
+/* Nonzero once a bucket limit has forced a collapse since the last reset. */
+int mv_sketch_collapsed(const mv_sketch *sk);
+/* Collapse events since create (not cleared by reset). */
+uint64_t mv_sketch_collapses(const mv_sketch *sk);
+/* Bytes the sketch holds now (header, directories, pages allocated so far). */
+size_t mv_sketch_memory_used(const mv_sketch *sk);
+
+#endif

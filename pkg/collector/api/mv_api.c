@@ -1,0 +1,197 @@
+/* mv_api: the collector's HTTP handlers over snapshots of the table. */
+#include "mv_api.h"
+
+#include <errno.h>
+#include <json-c/json.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mv_collect.h"
+#include "mv_export.h"
+#include "mv_expo.h"
+#include "mv_httpd.h"
+#include "mv_log.h"
+#include "mv_util.h"
+
+struct mv_api {
+    mv_api_opts o;
+    pthread_mutex_t render_mu;    /* one /metrics render at a time: guards export_stats */
+    mv_export_stats export_stats; /* under render_mu */
+};
+
+int mv_api_create(const mv_api_opts *o, mv_api **out)
+{
+    mv_api *api = calloc(1, sizeof *api);
+    *out = NULL;
+    if (!api)
+        return -ENOMEM;
+    api->o = *o;
+    if (!api->o.body_cap)
+        api->o.body_cap = 64u << 20;
+    pthread_mutex_init(&api->render_mu, NULL);
+    *out = api;
+    return 0;
+}
+
+void mv_api_destroy(mv_api *api)
+{
+    if (!api)
+        return;
+    pthread_mutex_destroy(&api->render_mu);
+    free(api);
+}
+
+static int respond(mv_httpd_response *resp, unsigned status, const char *ctype, const void *body,
+                   size_t len)
+{
+    mv_httpd_set_status(resp, status);
+    int rc = mv_httpd_set_content_type(resp, ctype);
+    return rc ? rc : mv_httpd_copy_body(resp, body, len);
+}
+
+static int respond_text(mv_httpd_response *resp, unsigned status, const char *text)
+{
+    return respond(resp, status, "text/plain; charset=utf-8", text, strlen(text));
+}
+
+static int respond_json(mv_httpd_response *resp, unsigned status, const char *json)
+{
+    return respond(resp, status, "application/json", json, strlen(json));
+}
+
+static int h_metrics(void *arg, const mv_httpd_request *req, mv_httpd_response *resp)
+{
+    mv_api *api = arg;
+    mv_expo_format fmt = mv_expo_negotiate(mv_httpd_header(req, "Accept"));
+    mv_coll_snap *snap = mv_coll_snapshot(api->o.coll);
+    if (!snap)
+        return respond_text(resp, 503, "snapshot failed: out of memory\n");
+    mv_expo *e = mv_expo_create(fmt, api->o.body_cap);
+    if (!e) {
+        mv_coll_snap_free(snap);
+        return respond_text(resp, 503, "out of memory\n");
+    }
+    pthread_mutex_lock(&api->render_mu);
+    /* Extra families first: mv_export_render finishes the body. */
+    int rc = api->o.render_extra ? api->o.render_extra(api->o.extra_arg, e, snap) : 0;
+    if (rc < 0 && rc != -ENOSPC)
+        MV_WARN("metrics.partial", "error=%s effect=%s", mv_log_q(strerror(-rc)),
+                mv_log_q("RDMA read statistics left out of this scrape"));
+    rc = mv_export_render_sel(e, snap, api->o.derived, &api->export_stats);
+    pthread_mutex_unlock(&api->render_mu);
+    mv_coll_snap_free(snap);
+    if (rc == -ENOSPC)
+        MV_WARN("metrics.truncated", "cap_bytes=%zu truncated_total=%llu hint=%s", api->o.body_cap,
+                (unsigned long long)api->export_stats.truncated,
+                mv_log_q("raise --max-body-bytes"));
+    size_t len;
+    const char *data = mv_expo_data(e, &len);
+    rc = respond(resp, 200, mv_expo_content_type(fmt), data, len);
+    mv_expo_destroy(e);
+    return rc;
+}
+
+static int h_segments(void *arg, const mv_httpd_request *req, mv_httpd_response *resp)
+{
+    mv_api *api = arg;
+    mv_coll_snap *snap = mv_coll_snapshot(api->o.coll);
+    const char *series = mv_httpd_query(req, "series");
+    int with_series = series && strcmp(series, "0") != 0 && strcmp(series, "false") != 0;
+    char *json = snap ? mv_export_segments_json(snap, with_series) : NULL;
+    mv_coll_snap_free(snap);
+    if (!json)
+        return respond_text(resp, 503, "out of memory\n");
+    int rc = respond_json(resp, 200, json);
+    free(json);
+    return rc;
+}
+
+static const char *req_query(void *ctx, const char *key)
+{
+    return mv_httpd_query(ctx, key);
+}
+
+static int first_unknown(void *arg, const char *key, const char *value)
+{
+    (void)value;
+    if (mv_api_value_known_key(key))
+        return 0;
+    *(const char **)arg = key;
+    return 1;
+}
+
+static int h_value(void *arg, const mv_httpd_request *req, mv_httpd_response *resp)
+{
+    mv_api *api = arg;
+    mv_api_value_query q;
+    const char *err_json, *unknown = NULL;
+    if (mv_httpd_query_each(req, first_unknown, &unknown)) {
+        json_object *o = json_object_new_object();
+        char msg[MV_SEG_LABEL_KEY_MAX + 200];
+        mv_fmt(msg, sizeof msg,
+               "unknown parameter %.*s: give metric, agg, label=KEY=VALUE or one of namespace, "
+               "pod, container, quantile, le, service, instance, node, job",
+               MV_SEG_LABEL_KEY_MAX, unknown);
+        json_object_object_add(o, "error", json_object_new_string(msg));
+        int rc = respond_json(resp, 400,
+                              json_object_to_json_string_ext(
+                                  o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE));
+        json_object_put(o);
+        return rc;
+    }
+    if (mv_api_value_parse(req_query, (void *)req, &q, &err_json) < 0)
+        return respond_json(resp, 400, err_json);
+    mv_coll_snap *snap = mv_coll_snapshot(api->o.coll);
+    if (!snap)
+        return respond_text(resp, 503, "snapshot failed: out of memory\n");
+    char *json = NULL;
+    int rc = mv_export_value_json(snap, q.metric, q.filters, q.nfilters, q.agg, &json);
+    mv_coll_snap_free(snap);
+    if (rc == -EINVAL)
+        return respond_json(resp, 400, "{\"error\":\"agg is one of sum, avg, max, min\"}");
+    if (!json)
+        return respond_text(resp, 503, "out of memory\n");
+    rc = respond(resp, rc == -ENOENT ? 404 : 200, "application/json", json, strlen(json));
+    free(json);
+    return rc;
+}
+
+static int h_health(void *arg, const mv_httpd_request *req, mv_httpd_response *resp)
+{
+    (void)arg;
+    (void)req;
+    return respond_text(resp, 200, "ok\n");
+}
+
+static int h_index(void *arg, const mv_httpd_request *req, mv_httpd_response *resp)
+{
+    (void)arg;
+    (void)req;
+    return respond_text(resp, 200,
+                        "microview-collector\n"
+                        "  /metrics          Prometheus text 0.0.4 / OpenMetrics 1.0\n"
+                        "  /debug/segments   segments, state, read statistics, anomaly scores\n"
+                        "                    (JSON; ?series=1 adds every metric's values)\n"
+                        "  /api/v1/value     ?metric=NAME&namespace=..&pod=..: current value(s)\n"
+                        "                    of a raw or derived series (JSON, for KEDA)\n"
+                        "  /healthz          liveness\n");
+}
+
+int mv_api_route(mv_api *api, mv_httpd *h)
+{
+    static const struct {
+        const char *path;
+        mv_httpd_handler fn;
+    } routes[] = {
+        {"/metrics", h_metrics}, {"/debug/segments", h_segments},
+        {"/healthz", h_health},  {"/api/v1/value", h_value},
+        {"/", h_index},
+    };
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
+        int rc = mv_httpd_route(h, routes[i].path, routes[i].fn, api);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}

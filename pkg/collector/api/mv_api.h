@@ -1,0 +1,85 @@
+/* mv_api: the collector's HTTP surface: /metrics (content negotiation), /debug/segments,
+ * /api/v1/value, /healthz and an index page, served from collector snapshots.
+ *
+ * Handlers render from a snapshot (copies of the published buffers), so a slow
+ * client never delays a tick. The /api/v1/value query is parsed by
+ * mv_api_value_parse, which knows nothing of HTTP: it reads parameters through
+ * a lookup function (libmicrohttpd's decoded query arguments in the server).
+ *
+ * Ownership: mv_api borrows the collector table, which must outlive it; routes
+ * registered with mv_api_route refer to the mv_api, so destroy the HTTP server
+ * first.
+ */
+#ifndef MV_API_H
+#define MV_API_H
+
+#include <stddef.h>
+
+#include "mv_segment.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mv_coll mv_coll;
+typedef struct mv_coll_snap mv_coll_snap;
+typedef struct mv_expo mv_expo;
+typedef struct mv_httpd mv_httpd;
+typedef struct mv_export_sel mv_export_sel;
+
+typedef struct mv_api mv_api;
+
+typedef struct mv_api_opts {
+    mv_coll *coll;   /* borrowed */
+    size_t body_cap; /* largest /metrics body; 0 = 64 MiB */
+    /* Optional families rendered before the collector's own on /metrics (the
+     * RDMA read statistics); a failure is logged and the rest still rendered. */
+    int (*render_extra)(void *arg, mv_expo *e, const mv_coll_snap *snap);
+    void *extra_arg;
+    /* Which derived series /metrics carries (borrowed; NULL = the default choice);
+     * /api/v1/value serves them all. */
+    const mv_export_sel *derived;
+} mv_api_opts;
+
+/* Returns 0 or -ENOMEM. Free with mv_api_destroy. */
+int mv_api_create(const mv_api_opts *o, mv_api **out);
+/* Registers every route on `h` (before mv_httpd_start). Returns 0 or the
+ * first error of mv_httpd_route. */
+int mv_api_route(mv_api *api, mv_httpd *h);
+/* NULL is a no-op. */
+void mv_api_destroy(mv_api *api);
+
+/* ---- /api/v1/value?metric=NAME[&agg=sum|avg|max|min][&LABEL=VALUE...][&label=KEY=VALUE] ---- */
+
+/* Label filters taken by name: the identity labels and a few common ones. */
+#define MV_API_VALUE_KEYS 9
+/* Filters one query can carry: the named ones and one label=KEY=VALUE. */
+#define MV_API_FILTERS_MAX (MV_API_VALUE_KEYS + 1)
+
+/* A parsed value query. Its strings point into what the lookup returned and
+ * into `extra_key`, so a query must not be copied or outlive the request. */
+typedef struct mv_api_value_query {
+    const char *metric;
+    const char *agg; /* NULL = no aggregation */
+    mv_seg_label filters[MV_API_FILTERS_MAX];
+    size_t nfilters;
+    char extra_key[MV_SEG_LABEL_KEY_MAX + 1];
+} mv_api_value_query;
+
+/* Returns the value of query parameter `key`, or NULL when absent. */
+typedef const char *(*mv_api_query_fn)(void *ctx, const char *key);
+
+/* 1 if `key` is a parameter of the value query (metric, agg, label, or one of the named
+ * label filters), else 0: an unknown parameter is refused, since a misspelt filter would
+ * otherwise silently widen the query (a whole node summed into an autoscaler's input). */
+int mv_api_value_known_key(const char *key);
+
+/* Parses a value query. Returns 0, or -EINVAL with *err_json set to a static
+ * JSON error document for a 400 reply. */
+int mv_api_value_parse(mv_api_query_fn get, void *ctx, mv_api_value_query *q,
+                       const char **err_json);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,984 @@
+/* mv_collect: segment table, tick loop (copy, validate, publish) and snapshots. */
+#include "mv_collect.h"
+#include "mv_detect.h"
+#include "mv_log.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define TORN_RETRIES 3
+
+/* A parsed catalog shared by the table and snapshots. */
+typedef struct cat_ref {
+    int refs; /* atomic */
+    mv_seg_catalog *cat;
+} cat_ref;
+
+typedef struct seg {
+    char *id;
+    mv_seg_label *labels;
+    size_t nlabels;
+    uint64_t size;
+    const mv_coll_transport *t;
+    void *src;
+
+    /* Tick-thread state. */
+    void *full;                            /* whole-segment buffer for catalog reads */
+    void *work;                            /* hot copy being validated */
+    uint64_t hdr2[MV_SEG_HEADER_SIZE / 8]; /* header re-read after a catalog copy */
+    uint32_t work_cap;
+    cat_ref *cat; /* current catalog (tick's reference) */
+    uint64_t fail_since_ns, next_recheck_ns;
+    int refs; /* atomic: the list holds one, a running tick another */
+    /* Analytics and adaptive sampling (tick thread; pipe is swapped under mu). */
+    mv_pipe_seg *pipe;
+    cat_ref *pipe_cat; /* the catalog pipe was built on */
+    mv_detect_rate *rate;
+    uint64_t due_ns; /* CLOCK_MONOTONIC time of the next read */
+    /* Torn histograms: the last consistent words of every histogram (laid out
+     * like the hot area), which metric indexes have them, and since when each
+     * has failed to copy consistently (0 = its last copy was fine). Indexes
+     * survive catalog appends (records are never moved); a new instance
+     * (re-format) clears them. */
+    void *good;
+    uint32_t good_cap;
+    uint8_t *have_good, *omit_work;
+    uint64_t *torn_since;
+    size_t nmet_cap;
+    uint64_t good_instance;
+
+    /* Published state, under mu. */
+    pthread_mutex_t mu;
+    mv_coll_state state;
+    mv_seg_reason reason;
+    char detail[192];
+    cat_ref *pub_cat;
+    void *pub_hot;
+    uint32_t pub_len;
+    uint64_t read_ns, heartbeat_ns, reads, read_errors, torn;
+    uint64_t interval_ns, skipped;
+    uint64_t read_bytes;    /* moved by the transport for this segment (atomic) */
+    uint64_t busy_since_ns; /* CLOCK_REALTIME when the catalog went busy (odd generation) */
+    uint8_t *pub_omit;      /* per metric index: 1 = no consistent copy, omit it */
+    size_t pub_nomit;
+    uint32_t pub_stale, pub_omitted;
+
+    struct seg *next;
+} seg;
+
+/* Reads through the segment's transport and counts the bytes that arrived. */
+static void seg_read(seg *s, mv_coll_read *rq, size_t n)
+{
+    s->t->read_many(s->t->ctx, rq, n);
+    for (size_t i = 0; i < n; i++)
+        if (rq[i].status == 0)
+            __atomic_add_fetch(&s->read_bytes, rq[i].len, __ATOMIC_RELAXED);
+}
+
+struct mv_coll {
+    mv_coll_opts o;
+    pthread_mutex_t mu; /* protects the list and stats */
+    seg *segs;
+    size_t nsegs;
+    mv_coll_stats stats;
+    pthread_t thread;
+    int running, stop; /* stop is atomic */
+    seg **tick_segs;   /* tick thread's scratch arrays */
+    struct tick_item *tick_items;
+    mv_coll_read *tick_reqs;
+    size_t tick_cap;
+    mv_coll_drop_fn drop_fn; /* under mu */
+    void *drop_arg;
+};
+
+struct mv_coll_snap {
+    mv_coll_seg_view *v;
+    cat_ref **cats;
+    size_t n;
+    mv_coll_stats stats;
+};
+
+static uint64_t now_ns(clockid_t clk)
+{
+    struct timespec ts;
+    clock_gettime(clk, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void cat_put(cat_ref *r)
+{
+    if (r && __atomic_sub_fetch(&r->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+        mv_seg_catalog_free(r->cat);
+        free(r);
+    }
+}
+
+static cat_ref *cat_get(cat_ref *r)
+{
+    if (r)
+        __atomic_add_fetch(&r->refs, 1, __ATOMIC_RELAXED);
+    return r;
+}
+
+void mv_coll_opts_default(mv_coll_opts *o)
+{
+    o->tick_us = 10000;
+    o->quarantine_after_ms = 1000;
+    o->recheck_ms = 5000;
+    o->max_segment_size = 64ull << 20;
+    o->analytics = 0;
+    mv_pipe_config_default(&o->pipe);
+    o->max_interval_us = 0;
+    o->calm_reads = 8;
+    o->torn_stale_ms = 1000;
+}
+
+int mv_coll_create(const mv_coll_opts *o, mv_coll **out)
+{
+    mv_coll *c = calloc(1, sizeof *c);
+    if (!c)
+        return -ENOMEM;
+    if (o)
+        c->o = *o;
+    else
+        mv_coll_opts_default(&c->o);
+    if (c->o.tick_us < 1000)
+        c->o.tick_us = 1000;
+    if (!c->o.max_segment_size)
+        c->o.max_segment_size = 64ull << 20;
+    if (c->o.analytics && mv_pipe_config_check(&c->o.pipe)) {
+        MV_ERROR("collector.config", "error=%s", mv_log_q(mv_pipe_config_check(&c->o.pipe)));
+        free(c);
+        return -EINVAL;
+    }
+    if (!c->o.analytics || c->o.max_interval_us <= c->o.tick_us)
+        c->o.max_interval_us = 0;
+    if (!c->o.calm_reads)
+        c->o.calm_reads = 8;
+    pthread_mutex_init(&c->mu, NULL);
+    *out = c;
+    return 0;
+}
+
+static void seg_free(seg *s)
+{
+    if (!s)
+        return;
+    if (s->t && s->t->src_close)
+        s->t->src_close(s->t->ctx, s->src);
+    for (size_t i = 0; i < s->nlabels; i++) {
+        free((char *)s->labels[i].key);
+        free((char *)s->labels[i].value);
+    }
+    free(s->labels);
+    free(s->id);
+    free(s->full);
+    free(s->work);
+    free(s->pub_hot);
+    free(s->pub_omit);
+    free(s->good);
+    free(s->have_good);
+    free(s->omit_work);
+    free(s->torn_since);
+    mv_pipe_seg_destroy(s->pipe);
+    mv_detect_rate_destroy(s->rate);
+    cat_put(s->pipe_cat);
+    cat_put(s->cat);
+    cat_put(s->pub_cat);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+static void seg_put(seg *s)
+{
+    if (s && __atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL) == 0)
+        seg_free(s);
+}
+
+void mv_coll_destroy(mv_coll *c)
+{
+    if (!c)
+        return;
+    if (c->running) {
+        __atomic_store_n(&c->stop, 1, __ATOMIC_RELEASE);
+        pthread_join(c->thread, NULL);
+    }
+    for (seg *s = c->segs, *n; s; s = n) {
+        n = s->next;
+        seg_put(s);
+    }
+    free(c->tick_segs);
+    free(c->tick_items);
+    free(c->tick_reqs);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}
+
+int mv_coll_add(mv_coll *c, const char *id, uint64_t size, const mv_seg_label *labels,
+                size_t nlabels, const mv_coll_transport *t, void *src)
+{
+    seg *s = calloc(1, sizeof *s);
+    if (!s) {
+        if (t && t->src_close)
+            t->src_close(t->ctx, src);
+        return -ENOMEM;
+    }
+    s->t = t;
+    s->src = src;
+    s->size = size;
+    s->refs = 1;
+    pthread_mutex_init(&s->mu, NULL);
+    if (size > c->o.max_segment_size || size < MV_SEG_MIN_SIZE) {
+        MV_WARN("segment.refused", "id=%s size=%llu max=%llu", mv_log_q(id),
+                (unsigned long long)size, (unsigned long long)c->o.max_segment_size);
+        seg_free(s);
+        return -EFBIG;
+    }
+    s->id = strdup(id);
+    s->labels = calloc(nlabels ? nlabels : 1, sizeof *s->labels);
+    s->interval_ns = (uint64_t)c->o.tick_us * 1000ull;
+    if (c->o.max_interval_us) {
+        mv_detect_rate_config rc;
+        mv_detect_rate_config_default(&rc);
+        rc.fast_ns = (uint64_t)c->o.tick_us * 1000ull;
+        rc.max_ns = (uint64_t)c->o.max_interval_us * 1000ull;
+        rc.calm_reads = c->o.calm_reads;
+        rc.seed = mv_seg_fnv1a64(id, strlen(id)); /* dither differs per segment */
+        if (mv_detect_rate_create(&rc, &s->rate) != 0) {
+            seg_free(s);
+            return -ENOMEM;
+        }
+    }
+    if (!s->id || !s->labels) {
+        seg_free(s);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < nlabels; i++) {
+        s->labels[i].key = strdup(labels[i].key);
+        s->labels[i].value = strdup(labels[i].value ? labels[i].value : "");
+        s->nlabels = i + 1;
+        if (!s->labels[i].key || !s->labels[i].value) {
+            seg_free(s);
+            return -ENOMEM;
+        }
+    }
+    /* Identity labels in name order, so every series renders the same way. */
+    for (size_t i = 1; i < s->nlabels; i++)
+        for (size_t j = i; j > 0 && strcmp(s->labels[j - 1].key, s->labels[j].key) > 0; j--) {
+            mv_seg_label tmp = s->labels[j];
+            s->labels[j] = s->labels[j - 1];
+            s->labels[j - 1] = tmp;
+        }
+    pthread_mutex_lock(&c->mu);
+    for (seg *p = c->segs; p; p = p->next) {
+        if (strcmp(p->id, id) == 0) {
+            pthread_mutex_unlock(&c->mu);
+            seg_free(s);
+            return -EEXIST;
+        }
+    }
+    s->next = c->segs;
+    c->segs = s;
+    c->nsegs++;
+    c->stats.segments_added++;
+    pthread_mutex_unlock(&c->mu);
+    MV_INFO("segment.added", "id=%s size=%llu transport=%s", mv_log_q(id), (unsigned long long)size,
+            t->name);
+    return 0;
+}
+
+/* Unlinks segments matching `pred` under the lock, frees them outside it. */
+static size_t remove_if(mv_coll *c, int (*pred)(const seg *, const void *), const void *arg)
+{
+    seg *dead = NULL;
+    size_t n = 0;
+    pthread_mutex_lock(&c->mu);
+    for (seg **pp = &c->segs; *pp;) {
+        seg *s = *pp;
+        if (pred(s, arg)) {
+            *pp = s->next;
+            s->next = dead;
+            dead = s;
+            c->nsegs--;
+            c->stats.segments_removed++;
+            n++;
+        } else {
+            pp = &s->next;
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    for (seg *s = dead, *nx; s; s = nx) {
+        nx = s->next;
+        MV_INFO("segment.removed", "id=%s", mv_log_q(s->id));
+        seg_put(s);
+    }
+    return n;
+}
+
+static int id_is(const seg *s, const void *arg)
+{
+    return strcmp(s->id, arg) == 0;
+}
+
+static int seg_is(const seg *s, const void *arg)
+{
+    return s == arg;
+}
+
+void mv_coll_set_drop_hook(mv_coll *c, mv_coll_drop_fn fn, void *arg)
+{
+    pthread_mutex_lock(&c->mu);
+    c->drop_fn = fn;
+    c->drop_arg = arg;
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Drops the very object whose read said "gone" — not whatever now carries its
+ * id: an agent resync may have re-added the id with a new source (a new rkey)
+ * while this tick's read with the old one was in flight. */
+static void drop_gone(mv_coll *c, seg *s, int status)
+{
+    if (!remove_if(c, seg_is, s))
+        return; /* already replaced or removed */
+    MV_INFO("segment.gone", "id=%s error=%s", mv_log_q(s->id), mv_log_q(strerror(-status)));
+    pthread_mutex_lock(&c->mu);
+    mv_coll_drop_fn fn = c->drop_fn;
+    void *arg = c->drop_arg;
+    pthread_mutex_unlock(&c->mu);
+    if (fn)
+        fn(arg, s->id, s->src);
+}
+
+int mv_coll_remove(mv_coll *c, const char *id)
+{
+    return remove_if(c, id_is, id) ? 0 : -ENOENT;
+}
+
+typedef struct keep_set {
+    const char *const *ids;
+    size_t n;
+} keep_set;
+
+static int not_kept(const seg *s, const void *arg)
+{
+    const keep_set *k = arg;
+    for (size_t i = 0; i < k->n; i++)
+        if (strcmp(k->ids[i], s->id) == 0)
+            return 0;
+    return 1;
+}
+
+void mv_coll_retain(mv_coll *c, const char *const *keep, size_t n)
+{
+    keep_set k = {keep, n};
+    remove_if(c, not_kept, &k);
+}
+
+/* ---- Tick ------------------------------------------------------------------------ */
+
+static void set_failure(mv_coll *c, seg *s, mv_seg_reason r, const char *detail, uint64_t now)
+{
+    if (!s->fail_since_ns)
+        s->fail_since_ns = now;
+    pthread_mutex_lock(&s->mu);
+    s->reason = r;
+    if (r == MV_SEG_E_BUSY && !s->busy_since_ns)
+        s->busy_since_ns = now;
+    snprintf(s->detail, sizeof s->detail, "%s", detail);
+    s->read_errors++;
+    /* busy/changed/torn clear on a re-read: they never quarantine. */
+    int quarantine = s->state != MV_COLL_QUARANTINED && !mv_seg_reason_transient(r) &&
+                     now - s->fail_since_ns >= (uint64_t)c->o.quarantine_after_ms * 1000000ull;
+    if (quarantine) {
+        s->state = MV_COLL_QUARANTINED;
+        cat_put(s->pub_cat);
+        s->pub_cat = NULL;
+        free(s->pub_hot);
+        s->pub_hot = NULL;
+        s->pub_len = 0;
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (quarantine) {
+        s->next_recheck_ns = now + (uint64_t)c->o.recheck_ms * 1000000ull;
+        cat_put(s->cat);
+        s->cat = NULL;
+        pthread_mutex_lock(&c->mu);
+        c->stats.errors[r < MV_SEG_REASON_COUNT_ ? r : MV_SEG_E_INVAL]++;
+        pthread_mutex_unlock(&c->mu);
+        MV_WARN("segment.quarantined", "id=%s reason=%s detail=%s", mv_log_q(s->id),
+                mv_seg_reason_name(r), mv_log_q(detail));
+    }
+}
+
+static int ensure_buf(void **buf, uint32_t *cap, uint32_t need)
+{
+    if (*buf && *cap >= need)
+        return 0;
+    void *p = aligned_alloc(64, ((size_t)need + 63) & ~(size_t)63);
+    if (!p)
+        return -ENOMEM;
+    free(*buf);
+    *buf = p;
+    *cap = need;
+    return 0;
+}
+
+/* Reads the whole segment and parses its catalog; retries transient reasons a
+ * few times since a writer's append takes microseconds. */
+static int load_catalog(mv_coll *c, seg *s, uint64_t now)
+{
+    mv_seg_error err = {0};
+    mv_seg_reason r = MV_SEG_OK;
+    mv_seg_catalog *cat = NULL;
+
+    if (!s->full && !(s->full = aligned_alloc(64, (s->size + 63) & ~(uint64_t)63))) {
+        set_failure(c, s, MV_SEG_E_NOMEM, "cannot allocate the segment buffer", now);
+        return -1;
+    }
+    /* The copy has no defined order across words, so a parse of a copy taken
+     * while the writer appended can fail or succeed on a mix. Re-read the
+     * header afterwards: only a parse whose generation (even) and instance
+     * are unchanged in the second read is trusted, success or rejection. */
+    for (int attempt = 0; attempt < 8; attempt++) {
+        mv_coll_read rq[2] = {
+            {.src = s->src, .off = 0, .len = (uint32_t)s->size, .dst = s->full},
+            {.src = s->src, .off = 0, .len = MV_SEG_HEADER_SIZE, .dst = s->hdr2},
+        };
+        seg_read(s, &rq[0], 1);
+        if (rq[0].status) {
+            snprintf(err.detail, sizeof err.detail, "read failed: %s", strerror(-rq[0].status));
+            r = MV_SEG_E_TRUNCATED;
+            break;
+        }
+        r = mv_seg_catalog_parse(s->full, s->size, s->size, &cat, &err);
+        seg_read(s, &rq[1], 1);
+        const mv_seg_header *h1 = s->full, *h2 = (const void *)s->hdr2;
+        int stable = rq[1].status == 0 && !(h1->generation & 1) &&
+                     h1->generation == h2->generation && h1->instance == h2->instance;
+        if (stable || r == MV_SEG_E_MAGIC || r == MV_SEG_E_VERSION || rq[1].status)
+            break;
+        if (cat) {
+            mv_seg_catalog_free(cat);
+            cat = NULL;
+        }
+        if (r == MV_SEG_OK) {
+            r = MV_SEG_E_CHANGED;
+            snprintf(err.detail, sizeof err.detail, "catalog changed while it was read");
+        }
+        usleep(50);
+    }
+    pthread_mutex_lock(&c->mu);
+    c->stats.catalog_reads++;
+    pthread_mutex_unlock(&c->mu);
+    if (r != MV_SEG_OK) {
+        if (cat)
+            mv_seg_catalog_free(cat);
+        set_failure(c, s, r, err.detail, now);
+        return -1;
+    }
+    cat_ref *ref = malloc(sizeof *ref);
+    if (!ref) {
+        mv_seg_catalog_free(cat);
+        set_failure(c, s, MV_SEG_E_NOMEM, "out of memory", now);
+        return -1;
+    }
+    ref->refs = 1;
+    ref->cat = cat;
+    cat_put(s->cat);
+    s->cat = ref;
+    if (s->fail_since_ns || s->state == MV_COLL_QUARANTINED)
+        MV_INFO("segment.recovered", "id=%s metrics=%zu", mv_log_q(s->id),
+                mv_seg_catalog_count(cat));
+    else
+        MV_DEBUG("segment.catalog", "id=%s generation=%llu metrics=%zu", mv_log_q(s->id),
+                 (unsigned long long)mv_seg_catalog_generation(cat), mv_seg_catalog_count(cat));
+    s->fail_since_ns = 0;
+    return 0;
+}
+
+/* Sizes the per-metric torn-histogram state for `n` metrics and forgets it
+ * when the segment was re-formatted (new instance). */
+static int torn_state(seg *s, size_t n, uint32_t hot_len)
+{
+    const mv_seg_header *h = s->work;
+    if (n > s->nmet_cap) {
+        uint8_t *hg = realloc(s->have_good, n);
+        if (hg)
+            s->have_good = hg;
+        uint8_t *ow = realloc(s->omit_work, n);
+        if (ow)
+            s->omit_work = ow;
+        uint64_t *ts = realloc(s->torn_since, n * sizeof *ts);
+        if (ts)
+            s->torn_since = ts;
+        if (!hg || !ow || !ts)
+            return -ENOMEM;
+        memset(s->have_good + s->nmet_cap, 0, n - s->nmet_cap);
+        memset(s->torn_since + s->nmet_cap, 0, (n - s->nmet_cap) * sizeof *ts);
+        s->nmet_cap = n;
+    }
+    if (!s->good || s->good_cap < hot_len) { /* grow, keeping the words we have */
+        void *g = aligned_alloc(64, ((size_t)hot_len + 63) & ~(size_t)63);
+        if (!g)
+            return -ENOMEM;
+        if (s->good)
+            memcpy(g, s->good, s->good_cap);
+        free(s->good);
+        s->good = g;
+        s->good_cap = hot_len;
+    }
+    if (h->instance != s->good_instance) {
+        memset(s->have_good, 0, s->nmet_cap);
+        memset(s->torn_since, 0, s->nmet_cap * sizeof *s->torn_since);
+        s->good_instance = h->instance;
+    }
+    memset(s->omit_work, 0, n);
+    return 0;
+}
+
+/* Re-reads torn histogram records. A record still torn after TORN_RETRIES
+ * copies is served from its last consistent words for at most
+ * torn_stale_ms, then omitted (omit_work) until a consistent copy arrives;
+ * one never copied consistently is omitted at once. Never zeros: a
+ * histogram that drops to zero reads as a counter reset downstream. */
+static uint64_t fix_torn(mv_coll *c, seg *s, const mv_seg_catalog *cat, uint64_t now,
+                         uint32_t *stale, uint32_t *omitted)
+{
+    uint64_t torn = 0;
+    const mv_seg_header *h = s->work;
+    size_t n = mv_seg_catalog_count(cat);
+    *stale = *omitted = 0;
+    if (torn_state(s, n, mv_seg_catalog_hot_size(cat)) != 0)
+        return 0; /* out of memory: keep the copy as validated by hot_check */
+    for (size_t i = 0; i < n; i++) {
+        const mv_seg_metric *m = mv_seg_catalog_metric(cat, i);
+        if (m->type != MV_SEG_HISTOGRAM)
+            continue;
+        uint64_t off = (uint64_t)h->values_offset + m->value_offset;
+        mv_seg_hist_view hv;
+        int ok = mv_seg_read_histogram(s->work, m, &hv) == MV_SEG_OK;
+        if (!ok)
+            torn++;
+        for (int k = 0; k < TORN_RETRIES && !ok; k++) {
+            mv_coll_read rq = {
+                .src = s->src, .off = off, .len = m->value_size, .dst = (char *)s->work + off};
+            seg_read(s, &rq, 1);
+            ok = rq.status == 0 && mv_seg_read_histogram(s->work, m, &hv) == MV_SEG_OK;
+        }
+        if (ok) {
+            memcpy((char *)s->good + off, (char *)s->work + off, m->value_size);
+            s->have_good[i] = 1;
+            s->torn_since[i] = 0;
+            continue;
+        }
+        if (!s->torn_since[i])
+            s->torn_since[i] = now;
+        /* The pipeline sees the last consistent words (or zeros if none). */
+        if (s->have_good[i])
+            memcpy((char *)s->work + off, (char *)s->good + off, m->value_size);
+        else
+            memset((char *)s->work + off, 0, m->value_size);
+        if (s->have_good[i] &&
+            now - s->torn_since[i] <= (uint64_t)c->o.torn_stale_ms * 1000000ull) {
+            (*stale)++;
+        } else {
+            s->omit_work[i] = 1;
+            (*omitted)++;
+        }
+    }
+    return torn;
+}
+
+static void publish(seg *s, uint64_t now, uint64_t hb, uint64_t torn, uint32_t stale,
+                    uint32_t omitted)
+{
+    uint32_t len = mv_seg_catalog_hot_size(s->cat->cat);
+    size_t n = mv_seg_catalog_count(s->cat->cat);
+    uint8_t *om = NULL;
+    if (omitted) {
+        if ((om = malloc(n)) == NULL)
+            return; /* cannot say what to omit: keep serving the previous copy */
+        memcpy(om, s->omit_work, n);
+    }
+    pthread_mutex_lock(&s->mu);
+    free(s->pub_omit);
+    s->pub_omit = om;
+    s->pub_nomit = om ? n : 0;
+    s->pub_stale = stale;
+    s->pub_omitted = omitted;
+    s->busy_since_ns = 0;
+    if (s->pub_cat != s->cat) {
+        cat_put(s->pub_cat);
+        s->pub_cat = cat_get(s->cat);
+    }
+    /* Swap buffers: the old published copy becomes the next work buffer. */
+    void *old = s->pub_hot;
+    uint32_t old_cap = s->pub_len;
+    s->pub_hot = s->work;
+    s->pub_len = len;
+    s->state = MV_COLL_OK;
+    s->read_ns = now;
+    s->heartbeat_ns = hb;
+    s->reads++;
+    s->torn += torn;
+    pthread_mutex_unlock(&s->mu);
+    s->work = old;
+    s->work_cap = old ? old_cap : 0;
+}
+
+/* (Re)builds the segment's pipeline for the current catalog. */
+static int ensure_pipe(mv_coll *c, seg *s)
+{
+    if (s->pipe && s->pipe_cat == s->cat)
+        return 0;
+    mv_pipe_seg *np = NULL;
+    int rc = mv_pipe_seg_create(&c->o.pipe, s->cat->cat, s->pipe, &np);
+    if (rc != 0) {
+        MV_WARN("analytics.failed", "id=%s error=%s", mv_log_q(s->id), mv_log_q(strerror(-rc)));
+        return rc;
+    }
+    pthread_mutex_lock(&s->mu);
+    mv_pipe_seg *old = s->pipe;
+    cat_ref *old_cat = s->pipe_cat;
+    s->pipe = np;
+    s->pipe_cat = cat_get(s->cat);
+    pthread_mutex_unlock(&s->mu);
+    mv_pipe_seg_destroy(old);
+    cat_put(old_cat);
+    return 0;
+}
+
+/* Feeds the validated copy to the pipeline and picks the next read time. */
+static void analyse(mv_coll *c, seg *s, uint64_t now)
+{
+    if (!c->o.analytics || ensure_pipe(c, s) != 0)
+        return;
+    unsigned f = mv_pipe_seg_feed(s->pipe, s->work, now);
+    if (s->rate) {
+        uint64_t iv =
+            mv_detect_rate_observe(s->rate, (f & MV_PIPE_CHANGED) != 0, (f & MV_PIPE_MOVING) != 0);
+        s->due_ns = now_ns(CLOCK_MONOTONIC) + iv; /* iv is dithered when backed off */
+        iv = mv_detect_rate_interval(s->rate);
+        if (iv != s->interval_ns) {
+            pthread_mutex_lock(&s->mu);
+            s->interval_ns = iv;
+            pthread_mutex_unlock(&s->mu);
+        }
+    }
+}
+
+/* Phase 1 of a tick for one segment: decides whether it is read now, loads
+ * its catalog when needed, and sizes its buffer. Returns the hot length to
+ * read, or 0 to skip it this tick. */
+static uint32_t tick_prepare(mv_coll *c, seg *s)
+{
+    /* Adaptive sampling: a segment not yet due is skipped (half a tick of
+     * slack, so a due time a few microseconds ahead does not cost a tick). */
+    if (s->rate && s->state == MV_COLL_OK &&
+        now_ns(CLOCK_MONOTONIC) + (uint64_t)c->o.tick_us * 500ull < s->due_ns) {
+        __atomic_add_fetch(&s->skipped, 1, __ATOMIC_RELAXED);
+        return 0;
+    }
+    uint64_t now = now_ns(CLOCK_REALTIME);
+    if (s->state == MV_COLL_QUARANTINED && now < s->next_recheck_ns)
+        return 0;
+    if (s->state == MV_COLL_QUARANTINED)
+        s->next_recheck_ns = now + (uint64_t)c->o.recheck_ms * 1000000ull;
+    if (!s->cat && load_catalog(c, s, now) != 0)
+        return 0;
+    uint32_t len = mv_seg_catalog_hot_size(s->cat->cat);
+    if (ensure_buf(&s->work, &s->work_cap, len) != 0) {
+        set_failure(c, s, MV_SEG_E_NOMEM, "out of memory", now);
+        return 0;
+    }
+    return len;
+}
+
+/* A read refused because the segment is gone (RDMA: rkey revoked; file
+ * removed): drop it rather than quarantine it. The agent's catalog brings it
+ * back if it still exists. */
+static int read_gone(int status)
+{
+    return status == -EACCES || status == -ENOENT;
+}
+
+/* Phase 3: validates and publishes a copy read in phase 2. A copy whose
+ * catalog moved is re-read (catalog and values) right away. */
+static void tick_finish(mv_coll *c, seg *s, int status, uint32_t len, uint64_t *torn_total)
+{
+    uint64_t now = now_ns(CLOCK_REALTIME);
+    mv_seg_error err = {0};
+
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1) {
+            if ((len = tick_prepare(c, s)) == 0)
+                return;
+            mv_coll_read rq = {.src = s->src, .off = 0, .len = len, .dst = s->work};
+            seg_read(s, &rq, 1);
+            status = rq.status;
+        }
+        if (status) {
+            snprintf(err.detail, sizeof err.detail, "read failed: %s", strerror(-status));
+            set_failure(c, s, MV_SEG_E_TRUNCATED, err.detail, now);
+            return;
+        }
+        uint64_t hb = 0;
+        mv_seg_reason r = mv_seg_hot_check(s->cat->cat, s->work, len, &hb, &err);
+        if (r == MV_SEG_E_CHANGED) {
+            cat_put(s->cat);
+            s->cat = NULL;
+            continue; /* re-read the catalog in this same tick */
+        }
+        if (r != MV_SEG_OK) {
+            cat_put(s->cat);
+            s->cat = NULL;
+            set_failure(c, s, r, err.detail, now);
+            return;
+        }
+        uint32_t stale, omitted;
+        uint64_t torn = fix_torn(c, s, s->cat->cat, now, &stale, &omitted);
+        *torn_total += torn;
+        s->fail_since_ns = 0;
+        analyse(c, s, now);
+        publish(s, now, hb, torn, stale, omitted);
+        return;
+    }
+}
+
+typedef struct tick_item {
+    seg *s;
+    uint32_t len;
+} tick_item;
+
+static int item_by_transport(const void *a, const void *b)
+{
+    uintptr_t x = (uintptr_t)((const tick_item *)a)->s->t;
+    uintptr_t y = (uintptr_t)((const tick_item *)b)->s->t;
+    return x < y ? -1 : x > y;
+}
+
+void mv_coll_tick(mv_coll *c)
+{
+    uint64_t t0 = now_ns(CLOCK_MONOTONIC), torn = 0;
+    /* Hold the list lock only to take references; reads, validation and
+     * catalog parsing run unlocked, so snapshots and add/remove never wait
+     * for a whole tick. A segment removed meanwhile is freed by seg_put. */
+    pthread_mutex_lock(&c->mu);
+    size_t n = 0;
+    if (c->tick_cap < c->nsegs) {
+        seg **v = realloc(c->tick_segs, c->nsegs * sizeof *v);
+        tick_item *it = realloc(c->tick_items, c->nsegs * sizeof *it);
+        mv_coll_read *rq = realloc(c->tick_reqs, c->nsegs * sizeof *rq);
+        if (v)
+            c->tick_segs = v;
+        if (it)
+            c->tick_items = it;
+        if (rq)
+            c->tick_reqs = rq;
+        if (v && it && rq)
+            c->tick_cap = c->nsegs;
+    }
+    for (seg *s = c->segs; s && n < c->tick_cap; s = s->next) {
+        __atomic_add_fetch(&s->refs, 1, __ATOMIC_RELAXED);
+        c->tick_segs[n++] = s;
+    }
+    pthread_mutex_unlock(&c->mu);
+
+    /* 1: choose what is due and size the copies. */
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t len = tick_prepare(c, c->tick_segs[i]);
+        if (len)
+            c->tick_items[m++] = (tick_item){c->tick_segs[i], len};
+    }
+    /* 2: one read_many per transport, so RDMA posts every segment's READ of
+     * an agent in batches instead of one round trip per segment. */
+    if (m > 1)
+        qsort(c->tick_items, m, sizeof *c->tick_items, item_by_transport);
+    for (size_t i = 0; i < m; i++)
+        c->tick_reqs[i] = (mv_coll_read){.src = c->tick_items[i].s->src,
+                                         .off = 0,
+                                         .len = c->tick_items[i].len,
+                                         .dst = c->tick_items[i].s->work};
+    for (size_t i = 0, j; i < m; i = j) {
+        const mv_coll_transport *t = c->tick_items[i].s->t;
+        for (j = i; j < m && c->tick_items[j].s->t == t; j++)
+            ;
+        t->read_many(t->ctx, &c->tick_reqs[i], j - i);
+    }
+    for (size_t i = 0; i < m; i++)
+        if (c->tick_reqs[i].status == 0)
+            __atomic_add_fetch(&c->tick_items[i].s->read_bytes, c->tick_reqs[i].len,
+                               __ATOMIC_RELAXED);
+    /* 3: validate and publish. */
+    for (size_t i = 0; i < m; i++) {
+        seg *s = c->tick_items[i].s;
+        if (read_gone(c->tick_reqs[i].status)) {
+            drop_gone(c, s, c->tick_reqs[i].status);
+            continue;
+        }
+        tick_finish(c, s, c->tick_reqs[i].status, c->tick_items[i].len, &torn);
+    }
+    for (size_t i = 0; i < n; i++)
+        seg_put(c->tick_segs[i]);
+    double took = (double)(now_ns(CLOCK_MONOTONIC) - t0) / 1e9;
+    size_t b = 0;
+    while (b < MV_COLL_TICK_BUCKETS && took > mv_coll_tick_bounds[b])
+        b++;
+    pthread_mutex_lock(&c->mu);
+    c->stats.ticks++;
+    c->stats.torn_retries += torn;
+    c->stats.last_tick_seconds = took;
+    c->stats.tick_buckets[b]++;
+    c->stats.tick_seconds_sum += took;
+    pthread_mutex_unlock(&c->mu);
+}
+
+const double mv_coll_tick_bounds[MV_COLL_TICK_BUCKETS] = {
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1};
+
+static void *tick_main(void *arg)
+{
+    mv_coll *c = arg;
+    uint64_t period = (uint64_t)c->o.tick_us * 1000ull;
+    uint64_t next = now_ns(CLOCK_MONOTONIC);
+    while (!__atomic_load_n(&c->stop, __ATOMIC_ACQUIRE)) {
+        mv_coll_tick(c);
+        next += period;
+        uint64_t now = now_ns(CLOCK_MONOTONIC);
+        if (next < now) {
+            uint64_t missed = (now - next) / period;
+            if (missed) {
+                pthread_mutex_lock(&c->mu);
+                c->stats.ticks_missed += missed;
+                pthread_mutex_unlock(&c->mu);
+            }
+            next = now; /* overrun: do not try to catch up in a burst */
+            continue;
+        }
+        struct timespec ts = {.tv_sec = (time_t)(next / 1000000000ull),
+                              .tv_nsec = (long)(next % 1000000000ull)};
+        clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+    }
+    return NULL;
+}
+
+int mv_coll_start(mv_coll *c)
+{
+    if (c->running)
+        return -EALREADY;
+    int rc = pthread_create(&c->thread, NULL, tick_main, c);
+    if (rc)
+        return -rc;
+    c->running = 1;
+    return 0;
+}
+
+/* ---- Snapshots ---------------------------------------------------------------------- */
+
+mv_coll_snap *mv_coll_snapshot(mv_coll *c)
+{
+    mv_coll_snap *sn = calloc(1, sizeof *sn);
+    if (!sn)
+        return NULL;
+    pthread_mutex_lock(&c->mu);
+    size_t n = c->nsegs;
+    sn->v = calloc(n ? n : 1, sizeof *sn->v);
+    sn->cats = calloc(n ? n : 1, sizeof *sn->cats);
+    if (!sn->v || !sn->cats) {
+        pthread_mutex_unlock(&c->mu);
+        mv_coll_snap_free(sn);
+        return NULL;
+    }
+    sn->stats = c->stats;
+    size_t i = 0;
+    for (seg *s = c->segs; s && i < n; s = s->next, i++) {
+        mv_coll_seg_view *v = &sn->v[i];
+        pthread_mutex_lock(&s->mu);
+        v->id = strdup(s->id);
+        v->nlabels = s->nlabels;
+        mv_seg_label *l = calloc(s->nlabels ? s->nlabels : 1, sizeof *l);
+        for (size_t k = 0; l && k < s->nlabels; k++) {
+            l[k].key = strdup(s->labels[k].key);
+            l[k].value = strdup(s->labels[k].value);
+        }
+        v->labels = l;
+        v->state = s->state;
+        v->reason = s->reason;
+        v->detail = strdup(s->detail);
+        if (s->pub_cat && s->pub_hot) {
+            void *hot = aligned_alloc(64, ((size_t)s->pub_len + 63) & ~(size_t)63);
+            if (hot) {
+                memcpy(hot, s->pub_hot, s->pub_len);
+                sn->cats[i] = cat_get(s->pub_cat);
+                v->cat = s->pub_cat->cat;
+                v->hot = hot;
+                v->hot_len = s->pub_len;
+                if (s->pub_omit && (v->omitted = malloc(s->pub_nomit)) != NULL)
+                    memcpy((void *)v->omitted, s->pub_omit, s->pub_nomit);
+            }
+        }
+        v->stale_histograms = s->pub_stale;
+        v->busy_since_ns = s->busy_since_ns;
+        v->omitted_histograms = s->pub_omitted;
+        v->read_ns = s->read_ns;
+        v->heartbeat_ns = s->heartbeat_ns;
+        v->reads = s->reads;
+        v->read_errors = s->read_errors;
+        v->read_bytes = __atomic_load_n(&s->read_bytes, __ATOMIC_RELAXED);
+        v->torn = s->torn;
+        v->size = s->size;
+        v->transport = s->t->name;
+        v->read_interval_ns = s->interval_ns;
+        v->reads_skipped = __atomic_load_n(&s->skipped, __ATOMIC_RELAXED);
+        if (s->pipe)
+            v->pipe = mv_pipe_seg_view(s->pipe);
+        pthread_mutex_unlock(&s->mu);
+    }
+    sn->n = i;
+    pthread_mutex_unlock(&c->mu);
+    return sn;
+}
+
+void mv_coll_snap_free(mv_coll_snap *sn)
+{
+    if (!sn)
+        return;
+    for (size_t i = 0; i < sn->n; i++) {
+        mv_coll_seg_view *v = &sn->v[i];
+        free((char *)v->id);
+        free((char *)v->detail);
+        for (size_t k = 0; v->labels && k < v->nlabels; k++) {
+            free((char *)v->labels[k].key);
+            free((char *)v->labels[k].value);
+        }
+        free((void *)v->labels);
+        free((void *)v->hot);
+        free((void *)v->omitted);
+        free((void *)v->pipe);
+        cat_put(sn->cats[i]);
+    }
+    free(sn->v);
+    free(sn->cats);
+    free(sn);
+}
+
+size_t mv_coll_snap_count(const mv_coll_snap *s)
+{
+    return s->n;
+}
+
+const mv_coll_seg_view *mv_coll_snap_seg(const mv_coll_snap *s, size_t i)
+{
+    return i < s->n ? &s->v[i] : NULL;
+}
+
+const mv_coll_stats *mv_coll_snap_stats(const mv_coll_snap *s)
+{
+    return &s->stats;
+}

@@ -1,0 +1,162 @@
+/* mv_collect: the collector's segment table, tick loop and snapshots.
+ *
+ * Segments come and go (from an agent's catalog watch or static paths). Each
+ * tick copies every segment's hot area (header + values) through its
+ * transport, validates it with the segment reader (the single gate between
+ * segment bytes and everything else), re-reads the catalog when the
+ * generation moves, and publishes the copy. Consumers (exposition, the
+ * analytics pipeline) take snapshots; a snapshot never blocks the tick for
+ * longer than a few small memcpy calls.
+ *
+ * Transports only move bytes: the shm transport maps a file read-only; the
+ * verbs transport posts RDMA READs. Both implement mv_coll_transport
+ * (mv_transport.h).
+ */
+#ifndef MV_COLLECT_H
+#define MV_COLLECT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mv_pipeline.h"
+#include "mv_segment.h"
+#include "mv_transport.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Transports ------------------------------------------------------------ */
+
+/* The same-host transport: segments are files mapped read-only. Copies use
+ * 8-byte atomic loads, and a SIGBUS from a file truncated under us turns
+ * into -EIO instead of a crash. */
+const mv_coll_transport *mv_coll_shm_transport(void);
+/* Opens `path` for the shm transport; the file must be exactly `size` bytes
+ * (0 = take the file's size). Returns 0 and a source, or -errno with a
+ * message in errbuf. */
+int mv_coll_shm_open(const char *path, uint64_t size, void **src, uint64_t *size_out, char *errbuf,
+                     size_t errlen);
+
+/* ---- The table --------------------------------------------------------------- */
+
+typedef struct mv_coll_opts {
+    uint32_t tick_us;             /* default 10000 (10 ms); minimum 1000 */
+    uint32_t quarantine_after_ms; /* failures persisting this long quarantine; default 1000 */
+    uint32_t recheck_ms;          /* quarantined segments are re-validated this often; 5000 */
+    uint64_t max_segment_size;    /* larger segments are refused; default 64 MiB */
+    /* Analytics: when set, every successful read feeds the segment's
+     * mv_pipe_seg (built from `pipe`, rebuilt when the catalog changes). */
+    int analytics;       /* default 0 */
+    mv_pipe_config pipe; /* default mv_pipe_config_default */
+    /* Adaptive sampling (needs analytics): each segment's read interval is
+     * chosen by an mv_detect_rate controller between tick_us and
+     * max_interval_us; the tick skips segments not yet due, and a read that
+     * sees a change brings the segment back to every tick. 0 (default) or
+     * <= tick_us: every segment is read every tick. */
+    uint32_t max_interval_us;
+    uint32_t calm_reads; /* calm reads before the interval grows; default 8 */
+    /* A histogram still torn after a few re-reads is served from its last
+     * consistent copy for at most this long, then omitted until a consistent
+     * copy arrives; default 1000. Never served as zeros. */
+    uint32_t torn_stale_ms;
+} mv_coll_opts;
+
+typedef struct mv_coll mv_coll;
+
+void mv_coll_opts_default(mv_coll_opts *o);
+/* Creates a table; free with mv_coll_destroy (which stops the tick thread). */
+int mv_coll_create(const mv_coll_opts *o, mv_coll **out);
+void mv_coll_destroy(mv_coll *c);
+/* Starts the tick thread. */
+int mv_coll_start(mv_coll *c);
+/* Runs one tick synchronously (for tests and benchmarks; not with start). */
+void mv_coll_tick(mv_coll *c);
+
+/* Adds a segment; `src` (owned by the table from now on, even on error) is
+ * read through `t`. `labels` are identity labels copied by the table.
+ * Returns 0, -EEXIST if `id` is present, -ENOMEM. */
+int mv_coll_add(mv_coll *c, const char *id, uint64_t size, const mv_seg_label *labels,
+                size_t nlabels, const mv_coll_transport *t, void *src);
+/* Removes a segment (e.g. released or its rkey revoked). Returns 0 or -ENOENT. */
+int mv_coll_remove(mv_coll *c, const char *id);
+/* Called (from the tick thread, no table lock held) after the table dropped a
+ * segment on its own because a read said it is gone (-ENOENT/-EACCES, e.g. a
+ * revoked rkey). `src` is the dropped source (closed later through its
+ * transport): whoever added it learns that it is no longer in the table and
+ * may add it again, e.g. with a fresh rkey. */
+typedef void (*mv_coll_drop_fn)(void *arg, const char *id, void *src);
+void mv_coll_set_drop_hook(mv_coll *c, mv_coll_drop_fn fn, void *arg);
+/* Removes every segment whose id is not in `keep` (used after a resync). */
+void mv_coll_retain(mv_coll *c, const char *const *keep, size_t n);
+
+/* ---- Snapshots ---------------------------------------------------------------- */
+
+typedef enum mv_coll_state {
+    MV_COLL_PENDING = 0,     /* no valid catalog yet */
+    MV_COLL_OK = 1,          /* values published */
+    MV_COLL_QUARANTINED = 2, /* invalid for longer than quarantine_after_ms */
+} mv_coll_state;
+
+typedef struct mv_coll_seg_view {
+    const char *id;
+    const mv_seg_label *labels; /* identity labels */
+    size_t nlabels;
+    mv_coll_state state;
+    mv_seg_reason reason;      /* last rejection reason, if any */
+    const char *detail;        /* its detail text */
+    const mv_seg_catalog *cat; /* NULL unless a catalog was ever valid */
+    const void *hot;           /* copy of header + values matching cat, or NULL */
+    uint32_t hot_len;
+    /* NULL, or one byte per catalog metric: 1 = that histogram had no
+     * consistent copy within torn_stale_ms; consumers must omit it. */
+    const uint8_t *omitted;
+    uint32_t stale_histograms;   /* served from an older consistent copy in this one */
+    uint32_t omitted_histograms; /* omitted from this copy */
+    /* CLOCK_REALTIME since when the segment's catalog has been busy (an append in progress,
+     * or an appender that died: values are frozen meanwhile); 0 = not busy. */
+    uint64_t busy_since_ns;
+    uint64_t read_ns; /* CLOCK_REALTIME of the copy */
+    uint64_t heartbeat_ns;
+    uint64_t reads, read_errors, torn;
+    uint64_t read_bytes; /* bytes the transport delivered for it (hot area, catalog, retries) */
+    uint64_t size;
+    const char *transport;
+    /* Analytics (NULL/0 without): the last complete window's summaries,
+     * meaningful only when pipe->cat == cat; the current read interval. */
+    const mv_pipe_view *pipe;
+    uint64_t read_interval_ns;
+    uint64_t reads_skipped; /* ticks that skipped this segment (not due) */
+} mv_coll_seg_view;
+
+/* Upper bounds (seconds) of the tick-duration histogram's finite buckets. */
+#define MV_COLL_TICK_BUCKETS 12
+extern const double mv_coll_tick_bounds[MV_COLL_TICK_BUCKETS];
+
+typedef struct mv_coll_stats {
+    uint64_t ticks;
+    /* Ticks whose start time passed while an earlier tick still ran (the tick
+     * thread then starts at once and does not catch up in a burst). */
+    uint64_t ticks_missed;
+    uint64_t tick_buckets[MV_COLL_TICK_BUCKETS + 1]; /* non-cumulative; last = +Inf */
+    double tick_seconds_sum;
+    uint64_t errors[MV_SEG_REASON_COUNT_]; /* quarantine events by reason */
+    uint64_t torn_retries;                 /* histogram copies caught mid-update */
+    uint64_t catalog_reads;
+    uint64_t segments_added, segments_removed;
+    double last_tick_seconds;
+} mv_coll_stats;
+
+typedef struct mv_coll_snap mv_coll_snap;
+
+/* Takes a consistent copy of every segment's latest published values. */
+mv_coll_snap *mv_coll_snapshot(mv_coll *c);
+void mv_coll_snap_free(mv_coll_snap *s);
+size_t mv_coll_snap_count(const mv_coll_snap *s);
+const mv_coll_seg_view *mv_coll_snap_seg(const mv_coll_snap *s, size_t i);
+const mv_coll_stats *mv_coll_snap_stats(const mv_coll_snap *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,22 @@
+/* mv_expo_internal: what the renderer and the number formatting of pkg/collector/expo share.
+ * Not part of the module's interface: include mv_expo.h outside this directory. */
+#ifndef MV_EXPO_INTERNAL_H
+#define MV_EXPO_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mv_expo.h"
+
+/* ASCII decimal digit. */
+static inline int expo_is_digit(unsigned char c)
+{
+    return c >= '0' && c <= '9';
+}
+
+/* Decimal digits of v into out (at least 20 bytes, not NUL-terminated); returns the length. */
+size_t expo_fmt_u64(uint64_t v, char *out);
+/* The same for a signed value (at least 21 bytes). */
+size_t expo_fmt_i64(int64_t v, char *out);
+
+#endif

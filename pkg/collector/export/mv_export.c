@@ -1,0 +1,1315 @@
+/* mv_export: raw segment values, derived window series and collector self-metrics as text/JSON. */
+#include "mv_export.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <json-c/json.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "mv_log.h"
+
+#define MAX_LABELS    (MV_SEG_LABELS_MAX + 1)
+#define MAX_ID        64
+#define SEGMENT_LABEL "microview_segment" /* tells apart segments of equal identity */
+#define NO_METRIC     UINT32_MAX
+
+/* What an entry renders. */
+enum kind {
+    K_RAW = 0,
+    K_RATE,       /* B_rate */
+    K_RATE_MAX,   /* B_rate_max */
+    K_RATE_SHORT, /* B_rate_short */
+    K_RESETS,     /* B_resets_total */
+    K_GWIN,       /* G_window summary */
+    K_GMIN,
+    K_GMAX,
+    K_GMEAN,
+    K_GLAST,
+    K_HWIN,    /* H_window summary */
+    K_CHANGES, /* microview_changes_total{metric=...} */
+    K_ANOM,    /* microview_anomaly_score */
+    K_IVAL,    /* microview_segment_read_interval_seconds */
+    K_READS,   /* microview_segment_reads_total */
+    K_COLL,    /* microview_sketch_collapses_total */
+    K_MEM,     /* microview_analytics_memory_bytes */
+    K_GAP,     /* microview_segment_window_read_interval_max_seconds */
+    K_STALE,   /* microview_segment_stale_histograms */
+    K_OMIT,    /* microview_segment_omitted_histograms */
+    K_BUSY,    /* microview_segment_busy_seconds */
+    K_COUNT_
+};
+
+static const struct {
+    const char *suffix; /* appended to the base name; NULL for fixed names */
+    const char *fixed;
+    mv_expo_type type;
+    const char *help;
+} kinds[K_COUNT_] = {
+    [K_RAW] = {NULL, NULL, MV_EXPO_UNKNOWN, NULL},
+    [K_RATE] = {"_rate", NULL, MV_EXPO_GAUGE,
+                "Per-second increase over the last complete window (derived by the collector)."},
+    [K_RATE_MAX] = {"_rate_max", NULL, MV_EXPO_GAUGE,
+                    "Highest per-second rate between two consecutive reads in the last window."},
+    [K_RATE_SHORT] = {"_rate_short", NULL, MV_EXPO_GAUGE,
+                      "Per-second increase over the reads of the last second (short horizon)."},
+    [K_RESETS] = {"_resets_total", NULL, MV_EXPO_COUNTER,
+                  "Counter resets (value went down) seen by the collector."},
+    [K_GWIN] = {"_window", NULL, MV_EXPO_SUMMARY,
+                "Quantiles (relative-error sketch), sum and count of the samples read in the "
+                "last complete window."},
+    [K_GMIN] = {"_window_min", NULL, MV_EXPO_GAUGE, "Smallest sample read in the last window."},
+    [K_GMAX] = {"_window_max", NULL, MV_EXPO_GAUGE, "Largest sample read in the last window."},
+    [K_GMEAN] = {"_window_mean", NULL, MV_EXPO_GAUGE,
+                 "Mean of the samples read in the last window."},
+    [K_GLAST] = {"_window_last", NULL, MV_EXPO_GAUGE, "Last sample read in the last window."},
+    [K_HWIN] = {"_window", NULL, MV_EXPO_SUMMARY,
+                "Quantiles, sum and count of the observations made in the last complete window "
+                "(error bounded by the histogram's bucket width)."},
+    [K_CHANGES] = {NULL, "microview_changes_total", MV_EXPO_COUNTER,
+                   "Changes (level shifts) detected per metric by the collector."},
+    [K_ANOM] = {NULL, "microview_anomaly_score", MV_EXPO_GAUGE,
+                "Largest Frequent-Directions residual of the segment's normalised metric vector "
+                "in the last window (0 = usual mix, 1 = orthogonal to it)."},
+    [K_IVAL] = {NULL, "microview_segment_read_interval_seconds", MV_EXPO_GAUGE,
+                "Current adaptive read interval of the segment."},
+    [K_READS] = {NULL, "microview_segment_reads_total", MV_EXPO_COUNTER,
+                 "Successful reads of the segment."},
+    [K_COLL] = {NULL, "microview_sketch_collapses_total", MV_EXPO_COUNTER,
+                "Times a window sketch of the segment ran out of room and merged its lowest "
+                "buckets (quantiles below the merged bucket are over-estimated)."},
+    [K_GAP] = {NULL, "microview_segment_window_read_interval_max_seconds", MV_EXPO_GAUGE,
+               "Longest interval between two reads in the last window; above the tick the "
+               "window's summaries come from backed-off reads (values between reads unseen)."},
+    [K_MEM] = {NULL, "microview_analytics_memory_bytes", MV_EXPO_GAUGE,
+               "Bytes of analytics state (sketches, detectors, scorer) held for the segment."},
+    [K_STALE] = {NULL, "microview_segment_stale_histograms", MV_EXPO_GAUGE,
+                 "Histograms of the segment served from an older consistent copy because every "
+                 "recent copy was caught mid-update."},
+    [K_BUSY] = {NULL, "microview_segment_busy_seconds", MV_EXPO_GAUGE,
+                "How long the segment's catalog has been busy (an append in progress or an "
+                "appender that died): its values are frozen meanwhile; 0 = not busy."},
+    [K_OMIT] = {NULL, "microview_segment_omitted_histograms", MV_EXPO_GAUGE,
+                "Histograms of the segment omitted because no consistent copy was read within the "
+                "staleness bound."},
+};
+
+typedef struct entry {
+    const char *name;
+    uint32_t seg;    /* index into the sorted segment order */
+    uint32_t metric; /* index in the segment's catalog, NO_METRIC for per-segment series */
+    uint8_t kind;
+    uint8_t drop;  /* 1 type conflict, 2 name collision */
+    uint16_t mask; /* summaries: the MV_DERIVED_P* chosen */
+} entry;
+
+/* A consumer of families and samples: the exposition renderer or the value finder. */
+typedef struct sink sink;
+struct sink {
+    /* Returns 0 to receive the family's samples, 1 to skip them, <0 to stop. */
+    int (*family)(sink *k, const char *name, mv_expo_type t, const char *help, const char *unit);
+    int (*sample)(sink *k, const char *suffix, const mv_expo_label *a, size_t na,
+                  const mv_expo_label *b, size_t nb, const char *xname, double xval, double v,
+                  uint64_t u, int is_u);
+};
+
+typedef struct walk {
+    const mv_coll_seg_view **segs; /* sorted */
+    size_t nseg;
+    entry *ents;
+    size_t n;
+    char *arena;
+    char *drop_buf;
+    uint8_t *dup; /* per sorted segment: its identity labels equal another's */
+    uint64_t dropped_type, dropped_collision, renamed, unrenderable;
+    const char *collided_name; /* a family dropped for a name collision, for the log */
+} walk;
+
+static int label_set_cmp(const mv_seg_label *a, size_t na, const mv_seg_label *b, size_t nb)
+{
+    for (size_t i = 0; i < na && i < nb; i++) {
+        int d = strcmp(a[i].key, b[i].key);
+        if (!d)
+            d = strcmp(a[i].value, b[i].value);
+        if (d)
+            return d;
+    }
+    return na < nb ? -1 : na > nb;
+}
+
+static int seg_cmp(const void *x, const void *y)
+{
+    const mv_coll_seg_view *a = *(const mv_coll_seg_view *const *)x;
+    const mv_coll_seg_view *b = *(const mv_coll_seg_view *const *)y;
+    int d = label_set_cmp(a->labels, a->nlabels, b->labels, b->nlabels);
+    return d ? d : strcmp(a->id, b->id);
+}
+
+/* Raw entries sort before derived ones of the same name, so a group that has
+ * any raw entry starts with one. */
+static int entry_cmp(const void *x, const void *y)
+{
+    const entry *a = x, *b = y;
+    int d = strcmp(a->name, b->name);
+    if (d)
+        return d;
+    if ((a->kind == K_RAW) != (b->kind == K_RAW))
+        return a->kind == K_RAW ? -1 : 1;
+    if (a->seg != b->seg)
+        return a->seg < b->seg ? -1 : 1;
+    if (a->metric != b->metric)
+        return a->metric < b->metric ? -1 : 1;
+    return (int)a->kind - (int)b->kind;
+}
+
+static mv_expo_type raw_type(uint8_t t)
+{
+    return t == MV_SEG_COUNTER ? MV_EXPO_COUNTER
+           : t == MV_SEG_GAUGE ? MV_EXPO_GAUGE
+                               : MV_EXPO_HISTOGRAM;
+}
+
+static int seg_valid(const mv_coll_seg_view *v)
+{
+    return v->cat && v->hot && v->state == MV_COLL_OK;
+}
+
+static const mv_pipe_view *seg_pipe(const mv_coll_seg_view *v)
+{
+    const mv_pipe_view *p = v->pipe;
+    return p && p->cat == (const void *)v->cat && p->n == mv_seg_catalog_count(v->cat) ? p : NULL;
+}
+
+static mv_expo_type entry_type(const walk *w, const entry *en)
+{
+    if (en->kind != K_RAW)
+        return kinds[en->kind].type;
+    return raw_type(mv_seg_catalog_metric(w->segs[en->seg]->cat, en->metric)->type);
+}
+
+/* The base of a counter name: without a trailing "_total". */
+static size_t counter_base_len(const char *name, size_t len)
+{
+    return len > 6 && strcmp(name + len - 6, "_total") == 0 ? len - 6 : len;
+}
+
+static int str_cmp(const void *x, const void *y)
+{
+    return strcmp(*(const char *const *)x, *(const char *const *)y);
+}
+
+static int reserved(const char **set, size_t n, const char *s)
+{
+    return n && bsearch(&s, set, n, sizeof *set, str_cmp) != NULL;
+}
+
+/* A set of names (open addressing; capacity a power of two, never full). */
+typedef struct nameset {
+    const char **slot;
+    size_t mask;
+} nameset;
+
+static size_t name_hash(const char *s)
+{
+    size_t h = 1469598103934665603ull;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+static int nameset_has(const nameset *ns, const char *s)
+{
+    for (size_t i = name_hash(s) & ns->mask; ns->slot[i]; i = (i + 1) & ns->mask)
+        if (strcmp(ns->slot[i], s) == 0)
+            return 1;
+    return 0;
+}
+
+static void nameset_add(nameset *ns, const char *s)
+{
+    size_t i = name_hash(s) & ns->mask;
+    while (ns->slot[i] && strcmp(ns->slot[i], s) != 0)
+        i = (i + 1) & ns->mask;
+    ns->slot[i] = s;
+}
+
+/* Every name a raw family of type `t` puts on the wire, in either format:
+ * family names and sample names. Written into `bp` (room for 4 names of
+ * MV_SEG_NAME_MAX + 10); returns how many. */
+static int family_names(const char *nm, mv_expo_type t, char *bp, const char **out)
+{
+    size_t len = strlen(nm);
+    int n = 0;
+    out[n++] = nm;
+    const char *sfx[3] = {NULL, NULL, NULL};
+    if (t == MV_EXPO_COUNTER) {
+        if (counter_base_len(nm, len) != len) { /* OpenMetrics family name */
+            memcpy(bp, nm, len - 6);
+            bp[len - 6] = '\0';
+            out[n++] = bp;
+            return n;
+        }
+        sfx[0] = "_total";
+    } else if (t == MV_EXPO_HISTOGRAM) {
+        sfx[0] = "_bucket";
+        sfx[1] = "_sum";
+        sfx[2] = "_count";
+    }
+    for (int i = 0; i < 3 && sfx[i]; i++) {
+        size_t sl = strlen(sfx[i]);
+        out[n++] = bp;
+        memcpy(bp, nm, len);
+        memcpy(bp + len, sfx[i], sl + 1);
+        bp += len + sl + 1;
+    }
+    return n;
+}
+
+/* Marks what is not exported, so that no pod can make the body unparseable:
+ *  - a series whose type differs from its family's (drop 1);
+ *  - a raw family any of whose wire names (family or sample, either format)
+ *    another raw family already claimed: families claim in name order, so of
+ *    histogram `x` and gauge `x_count`, or counters `x` and `x_total`, the
+ *    second is dropped (drop 2);
+ *  - a derived family whose names collide with a raw family's (drop 2). */
+static int mark_drops(walk *w)
+{
+    size_t nraw = 0;
+    for (size_t i = 0; i < w->n; i++)
+        nraw += w->ents[i].kind == K_RAW;
+    size_t cap = 16;
+    while (cap < 8 * nraw + 16)
+        cap <<= 1;
+    nameset claimed = {calloc(cap, sizeof(char *)), cap - 1};
+    const char **set = calloc(4 * nraw + 1, sizeof *set);
+    char *buf = malloc(4 * nraw * (MV_SEG_NAME_MAX + 10) + 1);
+    if (!set || !buf || !claimed.slot) {
+        free(set);
+        free(buf);
+        free(claimed.slot);
+        return -ENOMEM;
+    }
+    size_t ns = 0;
+    char *bp = buf;
+    for (size_t i = 0; i < w->n;) {
+        size_t j = i + 1;
+        while (j < w->n && strcmp(w->ents[j].name, w->ents[i].name) == 0)
+            j++;
+        entry *g = &w->ents[i];
+        if (g->kind == K_RAW) {
+            const char *names[4];
+            int nn = family_names(g->name, entry_type(w, g), bp, names);
+            int clash = 0;
+            for (int q = 0; q < nn && !clash; q++)
+                clash = nameset_has(&claimed, names[q]);
+            if (clash) {
+                for (size_t k = i; k < j; k++)
+                    if (w->ents[k].kind == K_RAW && !w->ents[k].drop) {
+                        w->ents[k].drop = 2;
+                        w->dropped_collision++;
+                    }
+                if (w->collided_name == NULL)
+                    w->collided_name = g->name;
+            } else {
+                for (int q = 0; q < nn; q++) {
+                    nameset_add(&claimed, names[q]);
+                    set[ns++] = names[q];
+                }
+                bp += 4 * (MV_SEG_NAME_MAX + 10);
+            }
+        }
+        i = j;
+    }
+    qsort(set, ns, sizeof *set, str_cmp);
+
+    for (size_t i = 0; i < w->n;) {
+        size_t j = i + 1;
+        while (j < w->n && strcmp(w->ents[j].name, w->ents[i].name) == 0)
+            j++;
+        entry *g = &w->ents[i];
+        mv_expo_type t = entry_type(w, g);
+        if (g->kind == K_RAW && g->drop == 2) {
+            i = j; /* the whole raw family is out */
+            continue;
+        }
+        int collide = g->kind != K_RAW && reserved(set, ns, g->name);
+        if (!collide && g->kind != K_RAW) {
+            char tmp[MV_SEG_NAME_MAX + 32];
+            size_t len = strlen(g->name);
+            if (t == MV_EXPO_COUNTER && counter_base_len(g->name, len) != len) {
+                snprintf(tmp, sizeof tmp, "%.*s", (int)(len - 6), g->name);
+                collide = reserved(set, ns, tmp);
+            } else if (t == MV_EXPO_SUMMARY) {
+                snprintf(tmp, sizeof tmp, "%s_sum", g->name);
+                collide = reserved(set, ns, tmp);
+                snprintf(tmp, sizeof tmp, "%s_count", g->name);
+                collide = collide || reserved(set, ns, tmp);
+            }
+        }
+        for (size_t k = i; k < j; k++) {
+            entry *en = &w->ents[k];
+            if (en->kind != K_RAW && (collide || g->kind == K_RAW)) {
+                en->drop = 2;
+                w->dropped_collision++;
+                if (w->collided_name == NULL && g->kind != K_RAW && collide)
+                    w->collided_name = en->name;
+            } else if (entry_type(w, en) != t) {
+                en->drop = 1;
+                w->dropped_type++;
+            }
+        }
+        i = j;
+    }
+    free(claimed.slot);
+    free(set);
+    w->drop_buf = buf; /* collided_name may point into it */
+    return 0;
+}
+
+static void walk_free(walk *w)
+{
+    free(w->dup);
+    free(w->drop_buf);
+    free(w->segs);
+    free(w->ents);
+    free(w->arena);
+}
+
+/* ---- Selection of derived series ----------------------------------------------------------- */
+
+typedef struct fam_sel {
+    char *name;
+    uint32_t mask;
+} fam_sel;
+
+struct mv_export_sel {
+    uint32_t type_mask[4]; /* by MV_SEG_* type */
+    fam_sel *fam;          /* sorted by name */
+    size_t nfam, cap;
+};
+
+static const struct {
+    const char *name;
+    uint32_t bits;
+} sel_items[] = {
+    {"rate", MV_DERIVED_RATE},
+    {"rate_max", MV_DERIVED_RATE_MAX},
+    {"rate_short", MV_DERIVED_RATE_SHORT},
+    {"resets", MV_DERIVED_RESETS},
+    {"p50", MV_DERIVED_P50},
+    {"p90", MV_DERIVED_P90},
+    {"p99", MV_DERIVED_P99},
+    {"p999", MV_DERIVED_P999},
+    {"quantiles", MV_DERIVED_P50 | MV_DERIVED_P90 | MV_DERIVED_P99 | MV_DERIVED_P999},
+    {"min", MV_DERIVED_MIN},
+    {"max", MV_DERIVED_MAX},
+    {"mean", MV_DERIVED_MEAN},
+    {"last", MV_DERIVED_LAST},
+    {"changes", MV_DERIVED_CHANGES},
+    {"all", MV_DERIVED_ALL},
+    {"none", 0},
+};
+
+mv_export_sel *mv_export_sel_create(void)
+{
+    mv_export_sel *sel = calloc(1, sizeof *sel);
+    if (!sel)
+        return NULL;
+    sel->type_mask[MV_SEG_COUNTER] = MV_EXPORT_DEFAULT_COUNTER;
+    sel->type_mask[MV_SEG_GAUGE] = MV_EXPORT_DEFAULT_GAUGE;
+    sel->type_mask[MV_SEG_HISTOGRAM] = MV_EXPORT_DEFAULT_HISTOGRAM;
+    return sel;
+}
+
+void mv_export_sel_destroy(mv_export_sel *sel)
+{
+    if (!sel)
+        return;
+    for (size_t i = 0; i < sel->nfam; i++)
+        free(sel->fam[i].name);
+    free(sel->fam);
+    free(sel);
+}
+
+static int fam_cmp(const void *k, const void *e)
+{
+    return strcmp((const char *)k, ((const fam_sel *)e)->name);
+}
+
+int mv_export_sel_add(mv_export_sel *sel, const char *spec, char *err, size_t errlen)
+{
+    const char *eq = strchr(spec, '=');
+    size_t klen = eq ? (size_t)(eq - spec) : 0;
+    if (!eq || klen == 0 || klen > MV_SEG_NAME_MAX) {
+        snprintf(err, errlen,
+                 "want KEY=ITEMS (KEY: counter, gauge, histogram or a metric name), "
+                 "got \"%s\"",
+                 spec);
+        return -EINVAL;
+    }
+    for (size_t i = 0; i < klen; i++) {
+        char c = spec[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == ':' ||
+              (i > 0 && c >= '0' && c <= '9'))) {
+            snprintf(err, errlen, "\"%.*s\" is not a metric name", (int)klen, spec);
+            return -EINVAL;
+        }
+    }
+    uint32_t mask = 0;
+    const char *p = eq + 1;
+    while (1) {
+        const char *end = strchr(p, ',');
+        size_t n = end ? (size_t)(end - p) : strlen(p);
+        size_t k = 0, nitems = sizeof sel_items / sizeof sel_items[0];
+        while (k < nitems &&
+               !(strlen(sel_items[k].name) == n && strncmp(sel_items[k].name, p, n) == 0))
+            k++;
+        if (k == nitems) {
+            snprintf(err, errlen,
+                     "unknown derived series \"%.*s\" (rate, rate_max, rate_short, resets, p50, "
+                     "p90, p99, p999, quantiles, min, max, mean, last, changes, all, none)",
+                     (int)n, p);
+            return -EINVAL;
+        }
+        mask |= sel_items[k].bits;
+        if (!end)
+            break;
+        p = end + 1;
+    }
+    static const char *const types[4] = {NULL, "counter", "gauge", "histogram"};
+    for (int t = 1; t < 4; t++) {
+        if (strlen(types[t]) == klen && strncmp(types[t], spec, klen) == 0) {
+            sel->type_mask[t] = mask;
+            return 0;
+        }
+    }
+    char name[MV_SEG_NAME_MAX + 1];
+    memcpy(name, spec, klen);
+    name[klen] = '\0';
+    fam_sel *f = sel->nfam ? bsearch(name, sel->fam, sel->nfam, sizeof *sel->fam, fam_cmp) : NULL;
+    if (f) {
+        f->mask = mask;
+        return 0;
+    }
+    if (sel->nfam == sel->cap) {
+        size_t cap = sel->cap ? 2 * sel->cap : 8;
+        fam_sel *nf = realloc(sel->fam, cap * sizeof *nf);
+        if (!nf)
+            return -ENOMEM;
+        sel->fam = nf;
+        sel->cap = cap;
+    }
+    size_t at = 0;
+    while (at < sel->nfam && strcmp(sel->fam[at].name, name) < 0)
+        at++;
+    char *dup = strdup(name);
+    if (!dup)
+        return -ENOMEM;
+    memmove(sel->fam + at + 1, sel->fam + at, (sel->nfam - at) * sizeof *sel->fam);
+    sel->fam[at] = (fam_sel){dup, mask};
+    sel->nfam++;
+    return 0;
+}
+
+uint32_t mv_export_sel_mask(const mv_export_sel *sel, uint8_t type, const char *name)
+{
+    if (!sel)
+        return MV_DERIVED_ALL;
+    if (sel->nfam) {
+        const fam_sel *f = bsearch(name, sel->fam, sel->nfam, sizeof *sel->fam, fam_cmp);
+        if (f)
+            return f->mask;
+    }
+    return type < 4 ? sel->type_mask[type] : 0;
+}
+
+#define QMASK (MV_DERIVED_P50 | MV_DERIVED_P90 | MV_DERIVED_P99 | MV_DERIVED_P999)
+
+static int walk_build(walk *w, const mv_coll_seg_view *const *views, size_t nviews,
+                      const mv_export_sel *sel)
+{
+    memset(w, 0, sizeof *w);
+    w->nseg = nviews;
+    size_t total = 0, arena = 1;
+    w->segs = calloc(w->nseg ? w->nseg : 1, sizeof *w->segs);
+    if (!w->segs)
+        return -ENOMEM;
+    for (size_t i = 0; i < w->nseg; i++) {
+        const mv_coll_seg_view *v = w->segs[i] = views[i];
+        if (!seg_valid(v))
+            continue;
+        size_t n = mv_seg_catalog_count(v->cat);
+        total += 9 + n * (seg_pipe(v) ? 7 : 1);
+        if (seg_pipe(v))
+            for (size_t j = 0; j < n; j++)
+                arena += 6 * ((size_t)mv_seg_catalog_metric(v->cat, j)->name_len + 16);
+    }
+    qsort(w->segs, w->nseg, sizeof *w->segs, seg_cmp);
+    /* Segments with equal identity labels (two standalone workloads started
+     * with the same --label set) would give duplicate series: each of them is
+     * told apart by an extra identity label microview_segment="<id>". */
+    w->dup = calloc(w->nseg ? w->nseg : 1, 1);
+    if (!w->dup)
+        return -ENOMEM;
+    for (size_t i = 1; i < w->nseg; i++)
+        if (label_set_cmp(w->segs[i]->labels, w->segs[i]->nlabels, w->segs[i - 1]->labels,
+                          w->segs[i - 1]->nlabels) == 0)
+            w->dup[i] = w->dup[i - 1] = 1;
+    w->ents = calloc(total ? total : 1, sizeof *w->ents);
+    w->arena = malloc(arena);
+    if (!w->ents || !w->arena)
+        return -ENOMEM;
+    char *ap = w->arena;
+    size_t k = 0;
+    for (size_t i = 0; i < w->nseg; i++) {
+        const mv_coll_seg_view *v = w->segs[i];
+        if (!seg_valid(v))
+            continue;
+        const mv_pipe_view *p = seg_pipe(v);
+        for (size_t j = 0; j < mv_seg_catalog_count(v->cat); j++) {
+            const mv_seg_metric *m = mv_seg_catalog_metric(v->cat, j);
+            /* A histogram with no consistent copy lately is omitted, never zeros. */
+            if (!v->omitted || !v->omitted[j])
+                w->ents[k++] = (entry){m->name, (uint32_t)i, (uint32_t)j, K_RAW, 0, 0};
+            if (!p)
+                continue;
+            const mv_pipe_out *o = &p->m[j];
+            uint32_t mask = mv_export_sel_mask(sel, m->type, m->name);
+            uint8_t ks[5];
+            int nk = 0;
+            if (m->type == MV_SEG_COUNTER) {
+                if (o->has_window && (mask & MV_DERIVED_RATE))
+                    ks[nk++] = K_RATE;
+                if (o->has_window && (mask & MV_DERIVED_RATE_MAX))
+                    ks[nk++] = K_RATE_MAX;
+                if ((mask & MV_DERIVED_RATE_SHORT) && !isnan(o->rate_short))
+                    ks[nk++] = K_RATE_SHORT;
+                if (mask & MV_DERIVED_RESETS)
+                    ks[nk++] = K_RESETS;
+            } else if (m->type == MV_SEG_GAUGE && o->has_window) {
+                if (mask & QMASK)
+                    ks[nk++] = K_GWIN;
+                if (mask & MV_DERIVED_MIN)
+                    ks[nk++] = K_GMIN;
+                if (mask & MV_DERIVED_MAX)
+                    ks[nk++] = K_GMAX;
+                if (mask & MV_DERIVED_MEAN)
+                    ks[nk++] = K_GMEAN;
+                if (mask & MV_DERIVED_LAST)
+                    ks[nk++] = K_GLAST;
+            } else if (m->type == MV_SEG_HISTOGRAM && o->has_window && (mask & QMASK)) {
+                ks[nk++] = K_HWIN;
+            }
+            size_t base =
+                m->type == MV_SEG_COUNTER ? counter_base_len(m->name, m->name_len) : m->name_len;
+            for (int q = 0; q < nk; q++) {
+                size_t sl = strlen(kinds[ks[q]].suffix);
+                memcpy(ap, m->name, base);
+                memcpy(ap + base, kinds[ks[q]].suffix, sl + 1);
+                w->ents[k++] = (entry){ap, (uint32_t)i, (uint32_t)j, ks[q], 0, (uint16_t)mask};
+                ap += base + sl + 1;
+            }
+            if (mask & MV_DERIVED_CHANGES)
+                w->ents[k++] =
+                    (entry){kinds[K_CHANGES].fixed, (uint32_t)i, (uint32_t)j, K_CHANGES, 0, 0};
+        }
+        if (p && !isnan(p->anomaly_score))
+            w->ents[k++] = (entry){kinds[K_ANOM].fixed, (uint32_t)i, NO_METRIC, K_ANOM, 0, 0};
+        if (p) {
+            w->ents[k++] = (entry){kinds[K_COLL].fixed, (uint32_t)i, NO_METRIC, K_COLL, 0, 0};
+            w->ents[k++] = (entry){kinds[K_MEM].fixed, (uint32_t)i, NO_METRIC, K_MEM, 0, 0};
+            if (p->window_end_ns)
+                w->ents[k++] = (entry){kinds[K_GAP].fixed, (uint32_t)i, NO_METRIC, K_GAP, 0, 0};
+        }
+        w->ents[k++] = (entry){kinds[K_IVAL].fixed, (uint32_t)i, NO_METRIC, K_IVAL, 0, 0};
+        w->ents[k++] = (entry){kinds[K_READS].fixed, (uint32_t)i, NO_METRIC, K_READS, 0, 0};
+        w->ents[k++] = (entry){kinds[K_STALE].fixed, (uint32_t)i, NO_METRIC, K_STALE, 0, 0};
+        w->ents[k++] = (entry){kinds[K_OMIT].fixed, (uint32_t)i, NO_METRIC, K_OMIT, 0, 0};
+        w->ents[k++] = (entry){kinds[K_BUSY].fixed, (uint32_t)i, NO_METRIC, K_BUSY, 0, 0};
+    }
+    w->n = k;
+    qsort(w->ents, k, sizeof *w->ents, entry_cmp);
+    return mark_drops(w);
+}
+
+#define RENAME_MAX (MV_SEG_LABEL_KEY_MAX + 4 * 9 + 1) /* up to four "exported_" prefixes */
+
+/* Does `name` clash with an identity label, `extra`, or one of the first `n`
+ * final names in out[] or the original keys of m's labels other than `self`? */
+static int label_taken(const mv_coll_seg_view *v, const mv_seg_metric *m, const char *extra,
+                       const char *extra2, const mv_expo_label *out, uint16_t n, uint16_t self,
+                       const char *name)
+{
+    if ((extra && strcmp(extra, name) == 0) || (extra2 && strcmp(extra2, name) == 0))
+        return 1;
+    for (size_t j = 0; j < v->nlabels; j++)
+        if (strcmp(v->labels[j].key, name) == 0)
+            return 1;
+    for (uint16_t j = 0; j < m->label_count; j++)
+        if (j != self && strcmp(j < n ? out[j].name : m->labels[j].key, name) == 0)
+            return 1;
+    return 0;
+}
+
+/* The metric's own labels; a name that clashes with an identity label (or
+ * `extra`, e.g. "metric") is renamed exported_<name>, as Prometheus does, and
+ * prefixed again while that name is taken too (own labels `service` and
+ * `exported_service` under identity `service` give `exported_exported_service`
+ * and `exported_service`). Returns the count, or -1 if no free name was found
+ * within four prefixes (the series cannot be rendered). */
+static int own_labels(const mv_coll_seg_view *v, const mv_seg_metric *m, const char *extra,
+                      const char *extra2, mv_expo_label *out, char (*buf)[RENAME_MAX],
+                      uint64_t *renamed)
+{
+    for (uint16_t i = 0; i < m->label_count; i++) {
+        out[i].name = m->labels[i].key;
+        out[i].value = m->labels[i].value;
+    }
+    for (uint16_t i = 0; i < m->label_count; i++) {
+        const char *k = m->labels[i].key;
+        int clash = (extra && strcmp(extra, k) == 0) || (extra2 && strcmp(extra2, k) == 0);
+        for (size_t j = 0; j < v->nlabels && !clash; j++)
+            clash = strcmp(v->labels[j].key, k) == 0;
+        if (!clash)
+            continue;
+        int ok = 0;
+        for (int depth = 1; depth <= 4 && !ok; depth++) {
+            int len = snprintf(buf[i], sizeof buf[i], "%.*s%s", 9 * depth,
+                               "exported_exported_exported_exported_", k);
+            ok = len > 0 && (size_t)len < sizeof buf[i] &&
+                 !label_taken(v, m, extra, extra2, out, m->label_count, i, buf[i]);
+        }
+        if (!ok)
+            return -1;
+        out[i].name = buf[i];
+        (*renamed)++;
+    }
+    return m->label_count;
+}
+
+static int emit(sink *k, walk *w, const entry *en)
+{
+    const mv_coll_seg_view *v = w->segs[en->seg];
+    const mv_pipe_view *p = seg_pipe(v);
+    mv_expo_label idl[MAX_ID + 2], own[MAX_LABELS];
+    char renamed[MAX_LABELS][RENAME_MAX];
+    size_t nid = v->nlabels < MAX_ID ? v->nlabels : MAX_ID, nown = 0;
+    for (size_t i = 0; i < nid; i++) {
+        idl[i].name = v->labels[i].key;
+        idl[i].value = v->labels[i].value;
+    }
+    const char *segl = w->dup[en->seg] ? SEGMENT_LABEL : NULL;
+    if (segl) {
+        idl[nid].name = segl;
+        idl[nid++].value = v->id;
+    }
+    if (en->metric == NO_METRIC) {
+        if (en->kind == K_ANOM)
+            return k->sample(k, NULL, idl, nid, NULL, 0, NULL, 0, p->anomaly_score, 0, 0);
+        if (en->kind == K_COLL)
+            return k->sample(k, NULL, idl, nid, NULL, 0, NULL, 0, 0, p->collapses, 1);
+        if (en->kind == K_GAP)
+            return k->sample(k, NULL, idl, nid, NULL, 0, NULL, 0,
+                             (double)p->window_max_interval_ns / 1e9, 0, 0);
+        if (en->kind == K_MEM)
+            return k->sample(k, NULL, idl, nid, NULL, 0, NULL, 0, 0, p->mem_bytes, 1);
+        if (en->kind == K_IVAL)
+            return k->sample(k, NULL, idl, nid, NULL, 0, NULL, 0, (double)v->read_interval_ns / 1e9,
+                             0, 0);
+        if (en->kind == K_BUSY) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+            double busy = v->busy_since_ns && now > v->busy_since_ns
+                              ? (double)(now - v->busy_since_ns) / 1e9
+                              : 0;
+            return k->sample(k, NULL, idl, nid, NULL, 0, NULL, 0, busy, 0, 0);
+        }
+        if (en->kind == K_STALE || en->kind == K_OMIT)
+            return k->sample(k, NULL, idl, nid, NULL, 0, NULL, 0, 0,
+                             en->kind == K_STALE ? v->stale_histograms : v->omitted_histograms, 1);
+        return k->sample(k, NULL, idl, nid, NULL, 0, NULL, 0, 0, v->reads, 1);
+    }
+    const mv_seg_metric *m = mv_seg_catalog_metric(v->cat, en->metric);
+    if (en->kind == K_CHANGES) {
+        idl[nid].name = "metric";
+        idl[nid].value = m->name;
+        int no = own_labels(v, m, "metric", segl, own, renamed, &w->renamed);
+        if (no < 0) {
+            w->unrenderable++;
+            return 0;
+        }
+        nown = (size_t)no;
+        return k->sample(k, NULL, idl, nid + 1, own, nown, NULL, 0, 0, p->m[en->metric].changes, 1);
+    }
+    int no = own_labels(v, m, segl, NULL, own, renamed, &w->renamed);
+    if (no < 0) {
+        w->unrenderable++;
+        return 0;
+    }
+    nown = (size_t)no;
+    int rc = 0;
+    if (en->kind != K_RAW) {
+        const mv_pipe_out *o = &p->m[en->metric];
+        switch (en->kind) {
+        case K_RATE:
+            return k->sample(k, NULL, idl, nid, own, nown, NULL, 0, o->rate, 0, 0);
+        case K_RATE_MAX:
+            return k->sample(k, NULL, idl, nid, own, nown, NULL, 0, o->rate_max, 0, 0);
+        case K_RATE_SHORT:
+            return k->sample(k, NULL, idl, nid, own, nown, NULL, 0, o->rate_short, 0, 0);
+        case K_RESETS:
+            return k->sample(k, NULL, idl, nid, own, nown, NULL, 0, 0, o->resets, 1);
+        case K_GMIN:
+            return k->sample(k, NULL, idl, nid, own, nown, NULL, 0, o->min, 0, 0);
+        case K_GMAX:
+            return k->sample(k, NULL, idl, nid, own, nown, NULL, 0, o->max, 0, 0);
+        case K_GMEAN:
+            return k->sample(k, NULL, idl, nid, own, nown, NULL, 0, o->mean, 0, 0);
+        case K_GLAST:
+            return k->sample(k, NULL, idl, nid, own, nown, NULL, 0, o->last, 0, 0);
+        default: /* K_GWIN, K_HWIN */
+            for (int q = 0; q < MV_PIPE_QUANTILES && rc == 0; q++)
+                if (en->mask & (MV_DERIVED_P50 << q))
+                    rc = k->sample(k, NULL, idl, nid, own, nown, "quantile", mv_pipe_quantiles[q],
+                                   o->q[q], 0, 0);
+            if (rc == 0)
+                rc = k->sample(k, "_sum", idl, nid, own, nown, NULL, 0, o->sum, 0, 0);
+            if (rc == 0)
+                rc = k->sample(k, "_count", idl, nid, own, nown, NULL, 0, 0, o->count, 1);
+            return rc;
+        }
+    }
+    if (m->type == MV_SEG_COUNTER)
+        return k->sample(k, NULL, idl, nid, own, nown, NULL, 0, 0, mv_seg_read_counter(v->hot, m),
+                         1);
+    if (m->type == MV_SEG_GAUGE)
+        return k->sample(k, NULL, idl, nid, own, nown, NULL, 0, mv_seg_read_gauge(v->hot, m), 0, 0);
+    mv_seg_hist_view hv;
+    if (mv_seg_read_histogram(v->hot, m, &hv) != MV_SEG_OK)
+        return 0; /* the tick publishes only consistent records; be safe anyway */
+    uint64_t cum = 0;
+    for (uint32_t i = 0; i <= m->bucket_count && rc == 0; i++) {
+        cum += hv.buckets[i];
+        double le = i < m->bucket_count ? m->bounds[i] : INFINITY;
+        rc = k->sample(k, "_bucket", idl, nid, own, nown, "le", le, 0, cum, 1);
+    }
+    if (rc == 0)
+        rc = k->sample(k, "_sum", idl, nid, own, nown, NULL, 0, hv.sum, 0, 0);
+    if (rc == 0)
+        rc = k->sample(k, "_count", idl, nid, own, nown, NULL, 0, 0, hv.count, 1);
+    return rc;
+}
+
+/* Walks every family in order; stops at the first negative return. */
+static int walk_run(walk *w, sink *k)
+{
+    for (size_t i = 0; i < w->n;) {
+        size_t j = i;
+        while (j < w->n && strcmp(w->ents[j].name, w->ents[i].name) == 0)
+            j++;
+        size_t first = i;
+        while (first < j && w->ents[first].drop)
+            first++;
+        if (first < j) {
+            const entry *g = &w->ents[first];
+            const char *help = kinds[g->kind].help, *unit = NULL;
+            if (g->kind == K_RAW || g->metric != NO_METRIC) {
+                const mv_seg_metric *m = mv_seg_catalog_metric(w->segs[g->seg]->cat, g->metric);
+                if (g->kind == K_RAW)
+                    help = m->help;
+                if (m->unit_len && g->kind != K_CHANGES && g->kind != K_RESETS &&
+                    g->kind != K_RATE && g->kind != K_RATE_MAX && g->kind != K_RATE_SHORT)
+                    unit = m->unit;
+            } else if (g->kind == K_IVAL) {
+                unit = "seconds";
+            } else if (g->kind == K_GAP) {
+                unit = "seconds";
+            } else if (g->kind == K_MEM) {
+                unit = "bytes";
+            }
+            int rc = k->family(k, g->name, entry_type(w, g), help, unit);
+            if (rc < 0)
+                return rc;
+            for (size_t e = first; e < j && rc == 0; e++) {
+                if (w->ents[e].drop)
+                    continue;
+                rc = emit(k, w, &w->ents[e]);
+                if (rc < 0)
+                    return rc;
+                rc = 0;
+            }
+        }
+        i = j;
+    }
+    return 0;
+}
+
+/* ---- Exposition ------------------------------------------------------------------------------ */
+
+typedef struct expo_sink {
+    sink k;
+    mv_expo *e;
+    uint64_t series;
+    uint64_t invalid; /* samples the renderer refused (-EINVAL) */
+} expo_sink;
+
+static int expo_family(sink *k, const char *name, mv_expo_type t, const char *help,
+                       const char *unit)
+{
+    expo_sink *s = (expo_sink *)k;
+    int rc = mv_expo_family(s->e, name, t, help, unit);
+    return rc == -EINVAL ? 1 : rc;
+}
+
+static int expo_sample(sink *k, const char *suffix, const mv_expo_label *a, size_t na,
+                       const mv_expo_label *b, size_t nb, const char *xname, double xval, double v,
+                       uint64_t u, int is_u)
+{
+    expo_sink *s = (expo_sink *)k;
+    int rc = is_u ? mv_expo_sample_u64(s->e, suffix, a, na, b, nb, xname, xval, u, MV_EXPO_NO_TS)
+                  : mv_expo_sample(s->e, suffix, a, na, b, nb, xname, xval, v, MV_EXPO_NO_TS);
+    if (rc == 0)
+        s->series++;
+    if (rc == -EINVAL)
+        s->invalid++; /* an unrenderable series is skipped and counted, not fatal */
+    return rc == -EINVAL ? 0 : rc;
+}
+
+static int render_self(mv_expo *e, const mv_coll_seg_view *const *views, size_t n,
+                       const mv_coll_stats *cs, const mv_export_stats *st)
+{
+    size_t by_state[3] = {0};
+    int rc = 0;
+    for (size_t i = 0; i < n; i++) {
+        const mv_coll_seg_view *v = views[i];
+        if ((unsigned)v->state < 3)
+            by_state[v->state]++;
+    }
+    static const char *const state_names[3] = {"pending", "ok", "quarantined"};
+    rc |= mv_expo_family(e, "microview_segments", MV_EXPO_GAUGE,
+                         "Segments known to the collector, by state.", NULL);
+    for (int s = 0; s < 3; s++) {
+        mv_expo_label l = {"state", state_names[s]};
+        rc |= mv_expo_sample_u64(e, NULL, &l, 1, NULL, 0, NULL, 0, by_state[s], MV_EXPO_NO_TS);
+    }
+    rc |= mv_expo_family(e, "microview_segment_errors_total", MV_EXPO_COUNTER,
+                         "Segments quarantined, by the reader's rejection reason.", NULL);
+    for (int r = 1; r < MV_SEG_REASON_COUNT_; r++) {
+        if (r == MV_SEG_E_FULL || r == MV_SEG_E_INVAL || r == MV_SEG_E_CHANGED)
+            continue; /* writer-side or internal reasons never quarantine */
+        mv_expo_label l = {"reason", mv_seg_reason_name((mv_seg_reason)r)};
+        rc |= mv_expo_sample_u64(e, NULL, &l, 1, NULL, 0, NULL, 0, cs->errors[r], MV_EXPO_NO_TS);
+    }
+    rc |= mv_expo_family(e, "microview_segment_torn_reads_total", MV_EXPO_COUNTER,
+                         "Histogram copies caught mid-update and re-read.", NULL);
+    rc |= mv_expo_sample_u64(e, NULL, NULL, 0, NULL, 0, NULL, 0, cs->torn_retries, MV_EXPO_NO_TS);
+    rc |= mv_expo_family(e, "microview_catalog_reads_total", MV_EXPO_COUNTER,
+                         "Full segment reads to (re)load a catalog.", NULL);
+    rc |= mv_expo_sample_u64(e, NULL, NULL, 0, NULL, 0, NULL, 0, cs->catalog_reads, MV_EXPO_NO_TS);
+    rc |= mv_expo_family(e, "microview_collector_ticks_total", MV_EXPO_COUNTER,
+                         "Collection ticks run.", NULL);
+    rc |= mv_expo_sample_u64(e, NULL, NULL, 0, NULL, 0, NULL, 0, cs->ticks, MV_EXPO_NO_TS);
+    rc |= mv_expo_family(e, "microview_collector_tick_duration_seconds", MV_EXPO_GAUGE,
+                         "Duration of the last collection tick.", "seconds");
+    rc |= mv_expo_sample(e, NULL, NULL, 0, NULL, 0, NULL, 0, cs->last_tick_seconds, MV_EXPO_NO_TS);
+    rc |= mv_expo_family(e, "microview_collector_tick_seconds", MV_EXPO_HISTOGRAM,
+                         "Duration of collection ticks (a tick longer than the period delays the "
+                         "next one).",
+                         "seconds");
+    uint64_t cum = 0;
+    for (size_t b = 0; b <= MV_COLL_TICK_BUCKETS; b++) {
+        cum += cs->tick_buckets[b];
+        double le = b < MV_COLL_TICK_BUCKETS ? mv_coll_tick_bounds[b] : INFINITY;
+        rc |= mv_expo_sample_u64(e, "_bucket", NULL, 0, NULL, 0, "le", le, cum, MV_EXPO_NO_TS);
+    }
+    rc |= mv_expo_sample(e, "_sum", NULL, 0, NULL, 0, NULL, 0, cs->tick_seconds_sum, MV_EXPO_NO_TS);
+    rc |= mv_expo_sample_u64(e, "_count", NULL, 0, NULL, 0, NULL, 0, cum, MV_EXPO_NO_TS);
+    rc |= mv_expo_family(e, "microview_collector_ticks_missed_total", MV_EXPO_COUNTER,
+                         "Ticks skipped because the previous tick overran its period.", NULL);
+    rc |= mv_expo_sample_u64(e, NULL, NULL, 0, NULL, 0, NULL, 0, cs->ticks_missed, MV_EXPO_NO_TS);
+    rc |= mv_expo_family(e, "microview_series_dropped_total", MV_EXPO_COUNTER,
+                         "Series not exported, by reason.", NULL);
+    mv_expo_label l = {"reason", "type_conflict"};
+    rc |= mv_expo_sample_u64(e, NULL, &l, 1, NULL, 0, NULL, 0, st->dropped_type, MV_EXPO_NO_TS);
+    l.value = "name_collision";
+    rc |=
+        mv_expo_sample_u64(e, NULL, &l, 1, NULL, 0, NULL, 0, st->dropped_collision, MV_EXPO_NO_TS);
+    l.value = "invalid";
+    rc |= mv_expo_sample_u64(e, NULL, &l, 1, NULL, 0, NULL, 0, st->dropped_invalid, MV_EXPO_NO_TS);
+    rc |=
+        mv_expo_family(e, "microview_exposition_truncated_total", MV_EXPO_COUNTER,
+                       "Expositions cut at the body cap (--max-body-bytes) before this one.", NULL);
+    rc |= mv_expo_sample_u64(e, NULL, NULL, 0, NULL, 0, NULL, 0, st->truncated, MV_EXPO_NO_TS);
+    return rc ? -ENOSPC : 0;
+}
+
+/* Views of a snapshot, as an array. */
+static const mv_coll_seg_view **snap_views(const mv_coll_snap *snap)
+{
+    size_t n = mv_coll_snap_count(snap);
+    const mv_coll_seg_view **v = calloc(n ? n : 1, sizeof *v);
+    for (size_t i = 0; v && i < n; i++)
+        v[i] = mv_coll_snap_seg(snap, i);
+    return v;
+}
+
+int mv_export_render_sel(mv_expo *e, const mv_coll_snap *snap, const mv_export_sel *sel,
+                         mv_export_stats *cumulative)
+{
+    const mv_coll_seg_view **v = snap_views(snap);
+    if (!v)
+        return -ENOMEM;
+    int rc = mv_export_render_views_sel(e, v, mv_coll_snap_count(snap), mv_coll_snap_stats(snap),
+                                        sel, cumulative);
+    free(v);
+    return rc;
+}
+
+int mv_export_render(mv_expo *e, const mv_coll_snap *snap, mv_export_stats *cumulative)
+{
+    return mv_export_render_sel(e, snap, NULL, cumulative);
+}
+
+/* One warning per newly seen reason to drop: a family dropped for a name
+ * collision (by name) or series that could not be rendered. */
+static void note_drops(mv_export_stats *st, const walk *w, uint64_t invalid)
+{
+    if (w->collided_name) {
+        uint64_t h = name_hash(w->collided_name) | 1;
+        int seen = 0;
+        for (size_t i = 0; i < MV_EXPORT_LOGGED && !seen; i++)
+            seen = st->logged[i] == h;
+        if (!seen) {
+            st->logged[st->nlogged++ % MV_EXPORT_LOGGED] = h;
+            MV_WARN("series.dropped", "reason=name_collision family=%s detail=%s",
+                    mv_log_q(w->collided_name),
+                    mv_log_q("its names clash with another family's; see "
+                             "microview_series_dropped_total"));
+        }
+    }
+    if (invalid && !st->logged_invalid) {
+        st->logged_invalid = 1;
+        MV_WARN("series.dropped", "reason=invalid count=%llu detail=%s",
+                (unsigned long long)invalid,
+                mv_log_q("series the exposition formats cannot express were skipped"));
+    }
+}
+
+int mv_export_render_views(mv_expo *e, const mv_coll_seg_view *const *views, size_t nviews,
+                           const mv_coll_stats *cs, mv_export_stats *cumulative)
+{
+    return mv_export_render_views_sel(e, views, nviews, cs, NULL, cumulative);
+}
+
+int mv_export_render_views_sel(mv_expo *e, const mv_coll_seg_view *const *views, size_t nviews,
+                               const mv_coll_stats *cs, const mv_export_sel *sel,
+                               mv_export_stats *cumulative)
+{
+    walk w;
+    int rc = walk_build(&w, views, nviews, sel);
+    if (rc != 0) {
+        walk_free(&w);
+        return rc;
+    }
+    mv_export_stats st = {0};
+    if (cumulative) {
+        cumulative->dropped_type += w.dropped_type;
+        cumulative->dropped_collision += w.dropped_collision;
+        st = *cumulative;
+    } else {
+        st.dropped_type = w.dropped_type;
+        st.dropped_collision = w.dropped_collision;
+    }
+    expo_sink k = {{expo_family, expo_sample}, e, 0, 0};
+    rc = render_self(e, views, nviews, cs, &st);
+    if (rc == 0)
+        rc = walk_run(&w, &k.k);
+    if (rc == 0)
+        rc = mv_expo_finish(e);
+    if (mv_expo_truncated(e))
+        rc = -ENOSPC;
+    if (cumulative) {
+        cumulative->series = k.series;
+        cumulative->renamed_labels += w.renamed;
+        cumulative->dropped_invalid += k.invalid + w.unrenderable;
+        note_drops(cumulative, &w, k.invalid + w.unrenderable);
+        if (rc == -ENOSPC)
+            cumulative->truncated++;
+    }
+    walk_free(&w);
+    if (rc == -ENOMEM)
+        return rc;
+    return rc ? -ENOSPC : 0;
+}
+
+/* ---- JSON ------------------------------------------------------------------------------------ */
+
+static json_object *jnum(double v)
+{
+    return isfinite(v) ? json_object_new_double(v) : NULL; /* JSON has no NaN/Inf */
+}
+
+static json_object *jlabels(const mv_seg_label *l, size_t n)
+{
+    json_object *o = json_object_new_object();
+    for (size_t k = 0; k < n; k++)
+        json_object_object_add(o, l[k].key, json_object_new_string(l[k].value));
+    return o;
+}
+
+static json_object *metric_json(const mv_coll_seg_view *v, const mv_pipe_view *p, size_t j)
+{
+    static const char *const tn[4] = {"?", "counter", "gauge", "histogram"};
+    const mv_seg_metric *m = mv_seg_catalog_metric(v->cat, j);
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "name", json_object_new_string(m->name));
+    json_object_object_add(o, "labels", jlabels(m->labels, m->label_count));
+    json_object_object_add(o, "type", json_object_new_string(tn[m->type & 3]));
+    if (m->type == MV_SEG_COUNTER) {
+        json_object_object_add(o, "value", json_object_new_uint64(mv_seg_read_counter(v->hot, m)));
+    } else if (m->type == MV_SEG_GAUGE) {
+        json_object_object_add(o, "value", jnum(mv_seg_read_gauge(v->hot, m)));
+    } else {
+        mv_seg_hist_view hv;
+        if (mv_seg_read_histogram(v->hot, m, &hv) == MV_SEG_OK) {
+            json_object_object_add(o, "count", json_object_new_uint64(hv.count));
+            json_object_object_add(o, "sum", jnum(hv.sum));
+        }
+    }
+    if (p) {
+        const mv_pipe_out *w = &p->m[j];
+        json_object_object_add(o, "changes", json_object_new_uint64(w->changes));
+        if (w->has_window && m->type == MV_SEG_COUNTER) {
+            json_object_object_add(o, "rate", jnum(w->rate));
+            json_object_object_add(o, "rate_max", jnum(w->rate_max));
+        } else if (w->has_window) {
+            json_object_object_add(o, "window_count", json_object_new_uint64(w->count));
+            json_object_object_add(o, "window_mean", jnum(w->mean));
+            json_object_object_add(o, "window_p50", jnum(w->q[0]));
+            json_object_object_add(o, "window_p99", jnum(w->q[2]));
+        }
+    }
+    return o;
+}
+
+char *mv_export_segments_json(const mv_coll_snap *snap, int metrics)
+{
+    static const char *const state_names[3] = {"pending", "ok", "quarantined"};
+    json_object *root = json_object_new_object(), *arr = json_object_new_array();
+    const mv_coll_stats *cs = mv_coll_snap_stats(snap);
+    for (size_t i = 0; i < mv_coll_snap_count(snap); i++) {
+        const mv_coll_seg_view *v = mv_coll_snap_seg(snap, i);
+        const mv_pipe_view *p = v->cat ? seg_pipe(v) : NULL;
+        json_object *o = json_object_new_object();
+        json_object_object_add(o, "id", json_object_new_string(v->id));
+        json_object_object_add(o, "labels", jlabels(v->labels, v->nlabels));
+        json_object_object_add(
+            o, "state",
+            json_object_new_string((unsigned)v->state < 3 ? state_names[v->state] : "?"));
+        if (v->reason != MV_SEG_OK) {
+            json_object_object_add(o, "last_error",
+                                   json_object_new_string(mv_seg_reason_name(v->reason)));
+            json_object_object_add(o, "last_error_detail",
+                                   json_object_new_string(v->detail ? v->detail : ""));
+        }
+        json_object_object_add(o, "transport", json_object_new_string(v->transport));
+        json_object_object_add(o, "size", json_object_new_uint64(v->size));
+        json_object_object_add(o, "metrics",
+                               json_object_new_uint64(v->cat ? mv_seg_catalog_count(v->cat) : 0));
+        json_object_object_add(o, "reads", json_object_new_uint64(v->reads));
+        json_object_object_add(o, "reads_skipped", json_object_new_uint64(v->reads_skipped));
+        json_object_object_add(o, "read_errors", json_object_new_uint64(v->read_errors));
+        json_object_object_add(o, "torn", json_object_new_uint64(v->torn));
+        json_object_object_add(o, "read_interval_seconds", jnum((double)v->read_interval_ns / 1e9));
+        json_object_object_add(o, "reads_per_second",
+                               v->read_interval_ns ? jnum(1e9 / (double)v->read_interval_ns)
+                                                   : NULL);
+        json_object_object_add(o, "last_read_unix_ns", json_object_new_uint64(v->read_ns));
+        json_object_object_add(o, "heartbeat_unix_ns", json_object_new_uint64(v->heartbeat_ns));
+        if (p) {
+            uint64_t changes = 0;
+            for (size_t j = 0; j < p->n; j++)
+                changes += p->m[j].changes;
+            json_object_object_add(o, "anomaly_score", jnum(p->anomaly_score));
+            json_object_object_add(o, "changes", json_object_new_uint64(changes));
+            json_object_object_add(o, "window_end_unix_ns",
+                                   json_object_new_uint64(p->window_end_ns));
+            json_object_object_add(o, "analytics_memory_bytes",
+                                   json_object_new_uint64(p->mem_bytes));
+            json_object_object_add(o, "sketch_collapses", json_object_new_uint64(p->collapses));
+            json_object_object_add(o, "window_reads", json_object_new_uint64(p->window_reads));
+            json_object_object_add(o, "window_read_interval_max_seconds",
+                                   jnum((double)p->window_max_interval_ns / 1e9));
+        }
+        if (metrics && seg_valid(v)) {
+            json_object *ma = json_object_new_array();
+            for (size_t j = 0; j < mv_seg_catalog_count(v->cat); j++)
+                json_object_array_add(ma, metric_json(v, p, j));
+            json_object_object_add(o, "series", ma);
+        }
+        json_object_array_add(arr, o);
+    }
+    json_object_object_add(root, "segments", arr);
+    json_object_object_add(root, "ticks", json_object_new_uint64(cs->ticks));
+    json_object_object_add(root, "last_tick_seconds", jnum(cs->last_tick_seconds));
+    char *out = strdup(json_object_to_json_string_ext(root, JSON_C_TO_STRING_PRETTY |
+                                                                JSON_C_TO_STRING_NOSLASHESCAPE));
+    json_object_put(root);
+    return out;
+}
+
+typedef struct value_sink {
+    sink k;
+    const char *metric;
+    size_t flen; /* length of the current family name when it is a prefix of metric */
+    const mv_seg_label *filters;
+    size_t nf;
+    json_object *series;
+    size_t count;
+    double agg_v;
+    int agg; /* 0 sum, 1 avg, 2 max, 3 min */
+    /* While every matched sample is an integer (counters, counts), the sum, max and min
+     * are also kept exactly: doubles lose integers above 2^53. */
+    int all_u, u_overflow;
+    uint64_t agg_u;
+} value_sink;
+
+static int value_family(sink *k, const char *name, mv_expo_type t, const char *help,
+                        const char *unit)
+{
+    (void)t;
+    (void)help;
+    (void)unit;
+    value_sink *s = (value_sink *)k;
+    size_t len = strlen(name);
+    /* Samples are named family + suffix; skip families that cannot match. */
+    if (strncmp(s->metric, name, len) != 0)
+        return 1;
+    s->flen = len;
+    return 0;
+}
+
+static int label_match(const mv_expo_label *l, size_t n, const mv_seg_label *f)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(l[i].name, f->key) == 0)
+            return strcmp(l[i].value, f->value) == 0;
+    return -1; /* absent */
+}
+
+static int value_sample(sink *k, const char *suffix, const mv_expo_label *a, size_t na,
+                        const mv_expo_label *b, size_t nb, const char *xname, double xval, double v,
+                        uint64_t u, int is_u)
+{
+    value_sink *s = (value_sink *)k;
+    const char *rest = s->metric + s->flen;
+    if (strcmp(rest, suffix ? suffix : "") != 0)
+        return 0;
+    char xbuf[40] = "";
+    if (xname)
+        mv_expo_format_double(xval, 0, xbuf, sizeof xbuf);
+    for (size_t i = 0; i < s->nf; i++) {
+        const mv_seg_label *f = &s->filters[i];
+        int m = label_match(a, na, f);
+        if (m < 0)
+            m = label_match(b, nb, f);
+        if (m < 0 && xname && strcmp(xname, f->key) == 0)
+            m = strcmp(xbuf, f->value) == 0 || strtod(f->value, NULL) == xval;
+        if (m <= 0)
+            return 0;
+    }
+    double val = is_u ? (double)u : v;
+    json_object *o = json_object_new_object(), *l = json_object_new_object();
+    for (size_t i = 0; i < na; i++)
+        json_object_object_add(l, a[i].name, json_object_new_string(a[i].value));
+    for (size_t i = 0; i < nb; i++)
+        json_object_object_add(l, b[i].name, json_object_new_string(b[i].value));
+    if (xname)
+        json_object_object_add(l, xname, json_object_new_string(xbuf));
+    json_object_object_add(o, "labels", l);
+    json_object_object_add(o, "value", is_u ? json_object_new_uint64(u) : jnum(val));
+    json_object_array_add(s->series, o);
+    if (!is_u)
+        s->all_u = 0;
+    else if (s->count == 0)
+        s->agg_u = u;
+    else if (s->agg <= 1)
+        s->u_overflow |= __builtin_add_overflow(s->agg_u, u, &s->agg_u);
+    else if ((s->agg == 2) == (u > s->agg_u))
+        s->agg_u = u;
+    if (isfinite(val)) {
+        if (s->count == 0)
+            s->agg_v = val;
+        else if (s->agg <= 1)
+            s->agg_v += val;
+        else if ((s->agg == 2) == (val > s->agg_v))
+            s->agg_v = val;
+        s->count++;
+    }
+    return 0;
+}
+
+int mv_export_value_json(const mv_coll_snap *snap, const char *metric, const mv_seg_label *filters,
+                         size_t nfilters, const char *agg, char **out)
+{
+    static const char *const aggs[4] = {"sum", "avg", "max", "min"};
+    int ai = -1;
+    *out = NULL;
+    for (int i = 0; i < 4; i++)
+        if (strcmp(agg ? agg : "sum", aggs[i]) == 0)
+            ai = i;
+    if (ai < 0)
+        return -EINVAL;
+    walk w;
+    const mv_coll_seg_view **views = snap_views(snap);
+    int rc = views ? walk_build(&w, views, mv_coll_snap_count(snap), NULL) : -ENOMEM;
+    if (rc != 0) {
+        if (views)
+            walk_free(&w);
+        free(views);
+        return rc;
+    }
+    value_sink s = {{value_family, value_sample},
+                    metric,
+                    0,
+                    filters,
+                    nfilters,
+                    json_object_new_array(),
+                    0,
+                    0,
+                    ai,
+                    1,
+                    0,
+                    0};
+    walk_run(&w, &s.k);
+    walk_free(&w);
+    free(views);
+    json_object *root = json_object_new_object();
+    json_object_object_add(root, "metric", json_object_new_string(metric));
+    json_object_object_add(root, "aggregation", json_object_new_string(aggs[ai]));
+    double v = s.count == 0 ? NAN : ai == 1 ? s.agg_v / (double)s.count : s.agg_v;
+    if (s.count && s.all_u && ai != 1 && !s.u_overflow)
+        json_object_object_add(root, "value", json_object_new_uint64(s.agg_u));
+    else
+        json_object_object_add(root, "value", jnum(v));
+    json_object_object_add(root, "count", json_object_new_uint64(s.count));
+    size_t nseries = json_object_array_length(s.series);
+    json_object_object_add(root, "series", s.series);
+    if (nseries == 0)
+        json_object_object_add(
+            root, "error",
+            json_object_new_string(
+                strncmp(metric, "microview_", 10) == 0
+                    ? "no series matches this metric and labels (the collector-wide microview_* "
+                      "families are on /metrics only; per-segment ones are served here)"
+                    : "no series matches this metric and labels"));
+    *out = strdup(json_object_to_json_string_ext(root, JSON_C_TO_STRING_NOSLASHESCAPE));
+    json_object_put(root);
+    if (!*out)
+        return -ENOMEM;
+    return nseries ? 0 : -ENOENT;
+}

@@ -1,0 +1,130 @@
+/* mv_export: render collector snapshots as Prometheus text / OpenMetrics, and as JSON. */
+#ifndef MV_EXPORT_H
+#define MV_EXPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mv_collect.h"
+#include "mv_expo.h"
+
+/*
+ * Series rendered (docs/analytics.md lists every derived series):
+ *   - raw values of every valid segment, with the segment's identity labels
+ *     followed by the metric's own labels (a clash is renamed exported_<k>);
+ *   - when the snapshot carries analytics (mv_coll_opts.analytics), the
+ *     derived series of the last complete window (those the selection
+ *     picks, see mv_export_sel): B_rate, B_rate_max, B_rate_short,
+ *     B_resets_total for counters (B = name without "_total"); G_window
+ *     (summary), G_window_min/_max/_mean/_last for gauges; H_window (summary)
+ *     for histograms; microview_changes_total{metric=...} per metric;
+ *     microview_anomaly_score, microview_segment_read_interval_seconds,
+ *     microview_segment_reads_total, microview_segment_window_read_interval_
+ *     max_seconds, microview_sketch_collapses_total and
+ *     microview_analytics_memory_bytes per segment. A derived family whose names
+ *     collide with a raw family's is skipped and counted;
+ *   - the collector's own microview_* series, FIRST, so that they survive a
+ *     truncated body.
+ * Families are ordered by name (raw and derived together), series by
+ * identity labels then segment id then catalog order.
+ */
+
+/*
+ * Choice of derived series. Every metric gets the series of its type's mask
+ * unless its family (raw metric name) has a mask of its own. Items that do
+ * not apply to a type are ignored (rate on a gauge). A summary family
+ * (G_window, H_window) is rendered when any quantile is chosen, with those
+ * quantiles, its _sum and _count.
+ */
+enum {
+    MV_DERIVED_RATE = 1u << 0,       /* counters: B_rate (window) */
+    MV_DERIVED_RATE_MAX = 1u << 1,   /* counters: B_rate_max */
+    MV_DERIVED_RATE_SHORT = 1u << 2, /* counters: B_rate_short (last ~1 s of reads) */
+    MV_DERIVED_RESETS = 1u << 3,     /* counters: B_resets_total */
+    MV_DERIVED_P50 = 1u << 4,        /* gauges, histograms: _window{quantile="0.5"} */
+    MV_DERIVED_P90 = 1u << 5,
+    MV_DERIVED_P99 = 1u << 6,
+    MV_DERIVED_P999 = 1u << 7,
+    MV_DERIVED_MIN = 1u << 8, /* gauges: _window_min/_max/_mean/_last */
+    MV_DERIVED_MAX = 1u << 9,
+    MV_DERIVED_MEAN = 1u << 10,
+    MV_DERIVED_LAST = 1u << 11,
+    MV_DERIVED_CHANGES = 1u << 12, /* microview_changes_total{metric=...} */
+    MV_DERIVED_ALL = (1u << 13) - 1,
+};
+
+/* Collector default: counters rate + rate_short, gauges max + mean,
+ * histograms p50 + p99 (a summary of 4 samples); 2 samples per counter or
+ * gauge and 4 per histogram instead of 5 / 11 / 7 with every series. */
+#define MV_EXPORT_DEFAULT_COUNTER   (MV_DERIVED_RATE | MV_DERIVED_RATE_SHORT)
+#define MV_EXPORT_DEFAULT_GAUGE     (MV_DERIVED_MAX | MV_DERIVED_MEAN)
+#define MV_EXPORT_DEFAULT_HISTOGRAM (MV_DERIVED_P50 | MV_DERIVED_P99)
+
+typedef struct mv_export_sel mv_export_sel;
+
+/* A selection holding the collector defaults. NULL on ENOMEM. Free with
+ * mv_export_sel_destroy. Not thread-safe while being changed; read-only use
+ * from several threads is safe. */
+mv_export_sel *mv_export_sel_create(void);
+void mv_export_sel_destroy(mv_export_sel *sel);
+/* Applies one "KEY=ITEMS" spec: KEY is counter, gauge, histogram (the type's
+ * mask) or a family name (that family's mask); ITEMS is a comma list of
+ * rate, rate_max, rate_short, resets, p50, p90, p99, p999, quantiles (the
+ * four), min, max, mean, last, changes, all, none. Later specs replace
+ * earlier ones for the same KEY. Returns 0, -EINVAL (err says why) or -ENOMEM. */
+int mv_export_sel_add(mv_export_sel *sel, const char *spec, char *err, size_t errlen);
+/* The mask for a metric of `type` (MV_SEG_*) named `name`; sel NULL = all. */
+uint32_t mv_export_sel_mask(const mv_export_sel *sel, uint8_t type, const char *name);
+
+typedef struct mv_export_stats {
+    uint64_t series;            /* samples written by the last render */
+    uint64_t dropped_type;      /* series dropped: same name, other type than the first pod's */
+    uint64_t dropped_collision; /* series dropped: their names collide with another family's */
+    uint64_t renamed_labels;    /* metric labels renamed exported_<name> (clash with identity) */
+    uint64_t truncated;         /* renders that hit the body cap */
+    uint64_t dropped_invalid;   /* series the formats cannot express (e.g. no free label name) */
+    /* Log rate limiting (internal): hashes of families already reported. */
+#define MV_EXPORT_LOGGED 64
+    uint64_t logged[MV_EXPORT_LOGGED];
+    size_t nlogged;
+    int logged_invalid;
+} mv_export_stats;
+
+/* Renders the snapshot (see above). `cumulative` carries counts across calls
+ * (dropped/truncated counters); may be NULL. The truncation counter shown is
+ * the count before this render. Returns 0, -ENOMEM, or -ENOSPC if the body
+ * cap was hit (the body then holds complete families only; the caller should
+ * log it). */
+int mv_export_render(mv_expo *e, const mv_coll_snap *snap, mv_export_stats *cumulative);
+/* The same with a choice of derived series (NULL = every derived series, as
+ * mv_export_render). */
+int mv_export_render_sel(mv_expo *e, const mv_coll_snap *snap, const mv_export_sel *sel,
+                         mv_export_stats *cumulative);
+
+/* The same for an array of segment views built by the caller (tests, benchmarks):
+ * `cs` gives the collector-wide figures. */
+int mv_export_render_views(mv_expo *e, const mv_coll_seg_view *const *views, size_t nviews,
+                           const mv_coll_stats *cs, mv_export_stats *cumulative);
+int mv_export_render_views_sel(mv_expo *e, const mv_coll_seg_view *const *views, size_t nviews,
+                               const mv_coll_stats *cs, const mv_export_sel *sel,
+                               mv_export_stats *cumulative);
+
+/* Returns a JSON document describing every segment (identity, state, reason,
+ * reads, errors, last read, read interval, anomaly score; with `metrics` set
+ * also every metric's current value and window figures). Free with free(). */
+char *mv_export_segments_json(const mv_coll_snap *snap, int metrics);
+
+/* The current value(s) of the series named `metric` (a raw or derived sample
+ * name, e.g. "http_requests_total", "http_requests_rate", every derived
+ * series whatever the selection of the exposition,
+ * "latency_seconds_window" with a quantile filter) whose labels match every
+ * filter (key=value, identity or own labels, e.g. namespace, pod, quantile).
+ * `agg` is "sum" (default), "avg", "max" or "min" and gives "value".
+ * Response: {"metric":..., "aggregation":..., "value": x, "count": n,
+ *            "series":[{"labels":{...}, "value": y}, ...]}.
+ * Returns 0 and *out (free()), -ENOENT (no series matched; *out still holds
+ * a JSON error document), -EINVAL (bad agg) or -ENOMEM. */
+int mv_export_value_json(const mv_coll_snap *snap, const char *metric, const mv_seg_label *filters,
+                         size_t nfilters, const char *agg, char **out);
+
+#endif

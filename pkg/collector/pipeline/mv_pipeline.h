@@ -1,0 +1,158 @@
+/* mv_pipeline: per-segment analytics fed by every validated hot copy, summarised per window.
+ *
+ * One mv_pipe_seg holds the analytics state of one segment for one catalog:
+ * per metric a small record of accumulators, a change detector (pkg/detect)
+ * and, for gauges and histograms, a relative-error sketch (pkg/sketch); per
+ * segment a Frequent Directions anomaly scorer (pkg/fd). The collector's tick
+ * calls mv_pipe_seg_feed() right after each successful read; feeding
+ * allocates only when a sketch first touches a new page of keys (bounded by
+ * sketch_buckets; steady metrics stop after their first window) and takes
+ * one uncontended lock per read (the short-rate slots, read by view) plus the
+ * swap at a window boundary.
+ *
+ * Windows are aligned to wall-clock multiples of window_ns (the read time
+ * given to feed is CLOCK_REALTIME). The first read after a boundary closes
+ * the previous window: its summary (mv_pipe_out per metric) is computed into
+ * a back buffer and swapped with the published one under a short lock.
+ * mv_pipe_seg_view() copies the published buffer for exposition.
+ *
+ * Per metric, in the window:
+ *   counter:   rate = increase / elapsed time of the read intervals that ended
+ *              in the window (a value that went down counts as a reset: the
+ *              increase of that interval is the new value); rate_max = the
+ *              largest increase/elapsed over one read interval; resets since
+ *              the state was created.
+ *   gauge:     every finite sample read goes into the sketch: quantiles,
+ *              sum, count, min, max, mean; last = the last sample read.
+ *   histogram: bucket deltas between consecutive reads go into the sketch
+ *              (mv_sketch_add_buckets: error bounded by the pod's bucket
+ *              width); sum/count of the observations made in the window.
+ * Short-horizon counter rate: besides the window's rate, every counter keeps
+ * the increase and elapsed time of its read intervals in 8 slots of
+ * short_ns / 8; mv_pipe_seg_view gives rate_short = increase / elapsed over
+ * the intervals that ended in the last short_ns before the latest read (at
+ * least the latest interval). It follows a step within short_ns plus one
+ * read interval, instead of up to two windows.
+ * Change detection (EWMA z + CUSUM) runs on every read: counters on the
+ * per-read rate, gauges on the value, histograms on the mean observation of
+ * the read interval (when there was one). Changes are counted per metric.
+ *
+ * Anomaly score: every fd_period_ns the segment's feature vector (counter
+ * and histogram-count rates over the period, gauge last values; the first
+ * fd_max_dims metrics) is divided component-wise by a slow EWMA of each
+ * component's magnitude and scored by mv_fd_observe (residual off the top-k
+ * subspace, in [0, 1]). The window's score is the largest score of the
+ * window's periods (NaN while the scorer warms up).
+ *
+ * Rebuild: when the catalog changes, mv_pipe_seg_create(cfg, new_cat, old)
+ * moves the state of every metric whose identity (type, name, labels, bucket
+ * bounds) is unchanged from `old`; the caller then destroys `old`.
+ *
+ * Memory per metric (see mv_pipe_memory_bytes, the bound): 2 * sizeof(mv_pipe_out)
+ * + ~100 bytes of state + 64 bytes of detector, plus for gauges and histograms
+ * one sparse sketch (at most mv_sketch_memory_bytes: 16 * sketch_buckets +
+ * directories + header; a steady value holds one 128-byte page) and for
+ * histograms 8 * (buckets + 1) bytes of previous counts. The view reports
+ * the bytes actually held (mem_bytes).
+ *
+ * Threads: feed and create/destroy run on one thread (the tick); view may be
+ * called from any thread concurrently with feed.
+ * Ownership: mv_pipe_seg_create allocates, mv_pipe_seg_destroy frees; views
+ * are malloc'd and freed by the caller with free(). The catalog must outlive
+ * the mv_pipe_seg built on it.
+ */
+#ifndef MV_PIPELINE_H
+#define MV_PIPELINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mv_segment.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MV_PIPE_QUANTILES 4 /* 0.5, 0.9, 0.99, 0.999 */
+extern const double mv_pipe_quantiles[MV_PIPE_QUANTILES];
+
+typedef struct mv_pipe_config {
+    uint64_t window_ns;      /* export window; default 15 s; at least 1 ms */
+    double alpha;            /* sketch relative accuracy; default 0.01 */
+    uint32_t sketch_buckets; /* sketch key budget per sign; default 1536 (1 ns .. 1 h at 1%) */
+    int detect;              /* run change detection on every read; default 1 */
+    int fd;                  /* run the anomaly scorer; default 1 */
+    uint64_t fd_period_ns;   /* scorer step; default 1 s */
+    uint32_t fd_max_dims;    /* metrics in the scorer's vector; default 64 */
+    uint64_t short_ns;       /* horizon of the short counter rate; default 1 s; >= 1 ms */
+} mv_pipe_config;
+
+void mv_pipe_config_default(mv_pipe_config *cfg);
+/* NULL if valid, else a sentence saying what to fix. */
+const char *mv_pipe_config_check(const mv_pipe_config *cfg);
+
+/* One metric's summary of the last complete window. */
+typedef struct mv_pipe_out {
+    uint8_t type;       /* MV_SEG_COUNTER/GAUGE/HISTOGRAM */
+    uint8_t has_window; /* 1 when a complete window with data was summarised */
+    uint8_t pad[6];
+    uint64_t changes;            /* changes detected since the state was created */
+    uint64_t resets;             /* counters: resets since the state was created */
+    double rate;                 /* counters: per-second increase over the window */
+    double rate_max;             /* counters: highest rate over one read interval */
+    double rate_short;           /* counters: rate over the reads of the last short_ns
+                                    (as of the latest read; computed by mv_pipe_seg_view) */
+    double q[MV_PIPE_QUANTILES]; /* gauges, histograms */
+    double sum;                  /* gauges: of samples; histograms: of observations */
+    uint64_t count;
+    double min, max, mean, last; /* gauges */
+    uint64_t collapses;          /* gauges, histograms: sketch collapses since created */
+} mv_pipe_out;
+
+typedef struct mv_pipe_view {
+    const void *cat;          /* the catalog it describes (compare only) */
+    uint64_t window_start_ns; /* wall clock; 0 before the first complete window */
+    uint64_t window_end_ns;
+    double anomaly_score;            /* NaN when not available */
+    uint64_t fd_steps;               /* scorer steps run */
+    uint64_t mem_bytes;              /* bytes of analytics state held now (at the window's close) */
+    uint64_t collapses;              /* sketch collapses of all its metrics since created */
+    uint64_t window_reads;           /* reads fed in the last complete window */
+    uint64_t window_max_interval_ns; /* longest gap between two reads ending in it: above
+                                        the fast tick the window was read backed off */
+    size_t n;                        /* metrics (catalog order) */
+    mv_pipe_out m[];
+} mv_pipe_view;
+
+enum {
+    MV_PIPE_CHANGED = 1u << 0, /* a metric changed in this read */
+    MV_PIPE_MOVING = 1u << 1,  /* a metric moved (unusual) in this read */
+    MV_PIPE_WINDOW = 1u << 2,  /* this read closed a window */
+};
+
+typedef struct mv_pipe_seg mv_pipe_seg;
+
+/* Builds the state for `cat` (cfg NULL = defaults), moving the state of
+ * unchanged metrics out of `prev` (may be NULL; must have the same config).
+ * Returns 0, -EINVAL (bad config) or -ENOMEM. */
+int mv_pipe_seg_create(const mv_pipe_config *cfg, const mv_seg_catalog *cat, mv_pipe_seg *prev,
+                       mv_pipe_seg **out);
+void mv_pipe_seg_destroy(mv_pipe_seg *s);
+
+/* Feeds one validated hot copy (as accepted by mv_seg_hot_check for the
+ * catalog given to create) read at wall-clock time now_ns. Returns a mask of
+ * MV_PIPE_* flags. Allocates only for new sketch pages (see above). */
+unsigned mv_pipe_seg_feed(mv_pipe_seg *s, const void *hot, uint64_t now_ns);
+
+/* Copies the published window summary. Free with free(). NULL on ENOMEM. */
+mv_pipe_view *mv_pipe_seg_view(mv_pipe_seg *s);
+
+/* Bytes of state held for `cat` with `cfg` (NULL = defaults). */
+size_t mv_pipe_memory_bytes(const mv_pipe_config *cfg, const mv_seg_catalog *cat);
+/* Bytes per metric of each type (histograms with `nbuckets` finite bounds). */
+size_t mv_pipe_metric_bytes(const mv_pipe_config *cfg, uint8_t type, uint32_t nbuckets);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,42 @@
+/* mv_transport: the interface a collector transport implements: a batch of reads of
+ * (source, offset, length) into local buffers. libc only.
+ *
+ * The types keep the collector's mv_coll_ prefix: they are what mv_coll_add
+ * takes. Implementations: the shm transport (pkg/collector/collect) and RDMA
+ * READ (pkg/collector/rdma). A transport only moves bytes; what they mean is
+ * the segment reader's business.
+ */
+#ifndef MV_TRANSPORT_H
+#define MV_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One read request: copy `len` bytes at `off` of source `src` into `dst`
+ * (8-aligned). The transport sets `status`: 0, or a negative errno
+ * (-ENOENT/-EACCES: the segment is gone or revoked; -EIO: transient). */
+typedef struct mv_coll_read {
+    void *src;
+    uint64_t off;
+    uint32_t len;
+    void *dst;
+    int status;
+} mv_coll_read;
+
+typedef struct mv_coll_transport {
+    const char *name;
+    void *ctx;
+    /* Performs all reads (in any order, possibly in parallel). */
+    void (*read_many)(void *ctx, mv_coll_read *reqs, size_t n);
+    /* Releases a source handle given to mv_coll_add. */
+    void (*src_close)(void *ctx, void *src);
+} mv_coll_transport;
+
+#ifdef __cplusplus
+}
+#endif
+#endif

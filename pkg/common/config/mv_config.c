@@ -1,0 +1,433 @@
+/* mv_config: defaults, flat YAML parsing with libyaml, overrides and checks. */
+#include "mv_config.h"
+#include "mv_util.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <yaml.h>
+
+#define GiB (1ull << 30)
+
+typedef enum { K_STR, K_SIZE, K_UINT, K_BOOL } kind;
+
+typedef struct key {
+    const char *name;
+    kind k;
+    size_t off;
+    size_t cap;   /* K_STR: field size */
+    uint64_t max; /* K_SIZE / K_UINT */
+} key;
+
+#define S(f)                                                                                       \
+    {                                                                                              \
+#f, K_STR, offsetof(mv_config, f), sizeof(((mv_config *)0)->f), 0                          \
+    }
+#define Z(f, mx)                                                                                   \
+    {                                                                                              \
+#f, K_SIZE, offsetof(mv_config, f), 0, mx                                                  \
+    }
+#define U(f, mx)                                                                                   \
+    {                                                                                              \
+#f, K_UINT, offsetof(mv_config, f), 0, mx                                                  \
+    }
+#define B(f)                                                                                       \
+    {                                                                                              \
+#f, K_BOOL, offsetof(mv_config, f), 0, 1                                                   \
+    }
+
+static const key KEYS[] = {
+    S(resource_name),
+    Z(page_size, GiB),
+    Z(pool_size, 1024 * GiB),
+    Z(max_segment_size, GiB),
+    S(device_plugin_dir),
+    S(endpoint),
+    S(pod_resources_socket),
+    S(api_server),
+    S(token_file),
+    S(ca_file),
+    U(token_reread_seconds, 86400),
+    S(node_name),
+    S(state_dir),
+    S(container_path),
+    S(agent_socket),
+    U(gc_interval_ms, 3600000),
+    U(gc_grace_ms, 3600000),
+    U(identity_retry_ms, 3600000),
+    U(api_timeout_ms, 600000),
+    S(log_level),
+    S(listen),
+    S(rdma_listen),
+    S(collector_token_file),
+    B(require_rdma),
+    U(rdma_retry_ms, 3600000),
+};
+#define NKEYS (sizeof KEYS / sizeof KEYS[0])
+
+const char *const *mv_config_keys(void)
+{
+    static const char *names[NKEYS + 1];
+    for (size_t i = 0; i < NKEYS; i++)
+        names[i] = KEYS[i].name;
+    names[NKEYS] = NULL;
+    return names;
+}
+
+static void put(char *dst, size_t cap, const char *s)
+{
+    snprintf(dst, cap, "%s", s);
+}
+
+void mv_config_defaults(mv_config *c)
+{
+    memset(c, 0, sizeof *c);
+    put(c->resource_name, sizeof c->resource_name, "microview.io/metrics");
+    c->page_size = 4096;
+    c->pool_size = 16u << 20;
+    c->max_segment_size = 64u << 20;
+    put(c->device_plugin_dir, sizeof c->device_plugin_dir, "/var/lib/kubelet/device-plugins");
+    put(c->endpoint, sizeof c->endpoint, "microview.sock");
+    put(c->pod_resources_socket, sizeof c->pod_resources_socket,
+        "/var/lib/kubelet/pod-resources/kubelet.sock");
+    put(c->token_file, sizeof c->token_file, "/var/run/secrets/kubernetes.io/serviceaccount/token");
+    put(c->ca_file, sizeof c->ca_file, "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt");
+    c->token_reread_seconds = 60;
+    put(c->state_dir, sizeof c->state_dir, "/run/microview");
+    put(c->container_path, sizeof c->container_path, "/var/run/microview");
+    c->gc_interval_ms = 10000;
+    c->gc_grace_ms = 30000;
+    c->identity_retry_ms = 5000;
+    c->api_timeout_ms = 5000;
+    put(c->log_level, sizeof c->log_level, "info");
+    c->rdma_retry_ms = 5000;
+}
+
+/* "4096", "4Ki", "16Mi", "1Gi". */
+static int parse_size(const char *s, uint64_t max, uint64_t *out)
+{
+    if (!s[0] || s[0] == '-' || s[0] == '+' || s[0] == ' ')
+        return -1;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s)
+        return -1;
+    uint64_t mul = 1;
+    if (strcmp(end, "Ki") == 0)
+        mul = 1ull << 10;
+    else if (strcmp(end, "Mi") == 0)
+        mul = 1ull << 20;
+    else if (strcmp(end, "Gi") == 0)
+        mul = 1ull << 30;
+    else if (*end)
+        return -1;
+    if (v > max / mul)
+        return -1;
+    *out = v * mul;
+    return 0;
+}
+
+int mv_config_set(mv_config *c, const char *name, const char *value, char *err, size_t errlen)
+{
+    char norm[64];
+    size_t nl = strlen(name);
+    if (nl >= sizeof norm) {
+        mv_err_set(err, errlen, "unknown key %.64s", name);
+        return -EINVAL;
+    }
+    for (size_t i = 0; i <= nl; i++)
+        norm[i] = name[i] == '-' ? '_' : name[i];
+    for (size_t i = 0; i < NKEYS; i++) {
+        const key *k = &KEYS[i];
+        if (strcmp(k->name, norm) != 0)
+            continue;
+        char *field = (char *)c + k->off;
+        if (k->k == K_STR) {
+            size_t vl = strlen(value);
+            if (vl >= k->cap) {
+                mv_err_set(err, errlen, "%s: value longer than %zu bytes", k->name, k->cap - 1);
+                return -EINVAL;
+            }
+            memcpy(field, value, vl + 1);
+            return 0;
+        }
+        if (k->k == K_BOOL) {
+            int b;
+            if (!strcmp(value, "true") || !strcmp(value, "yes") || !strcmp(value, "1"))
+                b = 1;
+            else if (!strcmp(value, "false") || !strcmp(value, "no") || !strcmp(value, "0"))
+                b = 0;
+            else {
+                mv_err_set(err, errlen, "%s: %.64s is not true or false", k->name, value);
+                return -EINVAL;
+            }
+            memcpy(field, &b, sizeof b);
+            return 0;
+        }
+        uint64_t v = 0;
+        int bad = k->k == K_SIZE ? parse_size(value, k->max, &v) : 0;
+        if (k->k == K_UINT) {
+            char *end;
+            errno = 0;
+            unsigned long long x = strtoull(value, &end, 10);
+            bad = errno || end == value || *end || value[0] == '-' || value[0] == '+' ||
+                  value[0] == ' ' || x > k->max;
+            v = x;
+        }
+        if (bad) {
+            mv_err_set(err, errlen, "%s: %.64s is not %s up to %llu", k->name, value,
+                       k->k == K_SIZE ? "a size (bytes, or with Ki/Mi/Gi)" : "a whole number",
+                       (unsigned long long)k->max);
+            return -EINVAL;
+        }
+        memcpy(field, &v, sizeof v);
+        return 0;
+    }
+    mv_err_set(err, errlen, "unknown key %.64s", name);
+    return -EINVAL;
+}
+
+int mv_config_parse(mv_config *c, const char *text, size_t len, char *err, size_t errlen)
+{
+    int rc = -EINVAL;
+    if (len > MV_CONFIG_FILE_MAX) {
+        mv_err_set(err, errlen, "configuration larger than %u bytes", MV_CONFIG_FILE_MAX);
+        return -EINVAL;
+    }
+    yaml_parser_t p;
+    if (!yaml_parser_initialize(&p)) {
+        mv_err_set(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    yaml_parser_set_input_string(&p, (const unsigned char *)text, len);
+    /* States: 0 before the mapping, 1 expecting a key, 2 expecting a value, 3 after. */
+    int state = 0, docs = 0;
+    char keybuf[64] = "";
+    for (;;) {
+        yaml_event_t ev;
+        if (!yaml_parser_parse(&p, &ev)) {
+            mv_err_set(err, errlen, "YAML error at line %zu: %s", p.problem_mark.line + 1,
+                       p.problem ? p.problem : "syntax");
+            goto done;
+        }
+        size_t line = ev.start_mark.line + 1;
+        yaml_event_type_t t = ev.type;
+        int ok = 1;
+        switch (t) {
+        case YAML_STREAM_START_EVENT:
+        case YAML_DOCUMENT_END_EVENT:
+            break;
+        case YAML_DOCUMENT_START_EVENT:
+            if (++docs > 1) {
+                mv_err_set(err, errlen, "line %zu: only one YAML document is allowed", line);
+                ok = 0;
+            }
+            break;
+        case YAML_STREAM_END_EVENT:
+            yaml_event_delete(&ev);
+            rc = 0;
+            goto done;
+        case YAML_MAPPING_START_EVENT:
+            if (state != 0) {
+                mv_err_set(err, errlen, "line %zu: nested mappings are not allowed (keys are flat)",
+                           line);
+                ok = 0;
+            }
+            state = 1;
+            break;
+        case YAML_MAPPING_END_EVENT:
+            state = 3;
+            break;
+        case YAML_SCALAR_EVENT: {
+            const char *v = (const char *)ev.data.scalar.value;
+            if (strlen(v) != ev.data.scalar.length) {
+                mv_err_set(err, errlen, "line %zu: NUL byte in a scalar", line);
+                ok = 0;
+            } else if (state == 1) {
+                if (ev.data.scalar.length >= sizeof keybuf) {
+                    mv_err_set(err, errlen, "line %zu: unknown key", line);
+                    ok = 0;
+                } else {
+                    memcpy(keybuf, v, ev.data.scalar.length + 1);
+                    state = 2;
+                }
+            } else if (state == 2) {
+                char e2[256];
+                if (mv_config_set(c, keybuf, v, e2, sizeof e2) < 0) {
+                    mv_err_set(err, errlen, "line %zu: %s", line, e2);
+                    ok = 0;
+                }
+                state = 1;
+            } else if (state == 0 && ev.data.scalar.length == 0) {
+                state = 3; /* an empty document */
+            } else {
+                mv_err_set(err, errlen, "line %zu: the document must be a mapping of keys", line);
+                ok = 0;
+            }
+            break;
+        }
+        case YAML_SEQUENCE_START_EVENT:
+        case YAML_SEQUENCE_END_EVENT:
+        case YAML_ALIAS_EVENT:
+        default:
+            mv_err_set(err, errlen, "line %zu: only scalar values are allowed%s", line,
+                       state == 2 ? " (got a list or alias)" : "");
+            ok = 0;
+            break;
+        }
+        yaml_event_delete(&ev);
+        if (!ok)
+            goto done;
+    }
+done:
+    yaml_parser_delete(&p);
+    return rc;
+}
+
+int mv_config_load_file(mv_config *c, const char *path, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "re");
+    if (!f) {
+        int e = errno;
+        mv_err_set(err, errlen, "cannot open %s: %s", path, strerror(e));
+        return -e;
+    }
+    struct stat sb;
+    if (fstat(fileno(f), &sb) < 0 || !S_ISREG(sb.st_mode) || sb.st_size > MV_CONFIG_FILE_MAX) {
+        mv_err_set(err, errlen, "%s: not a regular file of at most %u bytes", path,
+                   MV_CONFIG_FILE_MAX);
+        fclose(f);
+        return -EINVAL;
+    }
+    size_t n = (size_t)sb.st_size;
+    char *buf = malloc(n + 1);
+    if (!buf) {
+        fclose(f);
+        return -ENOMEM;
+    }
+    size_t got = fread(buf, 1, n, f);
+    fclose(f);
+    buf[got] = 0;
+    char e2[512];
+    int rc = mv_config_parse(c, buf, got, e2, sizeof e2);
+    if (rc < 0)
+        mv_err_set(err, errlen, "%s: %s", path, e2);
+    free(buf);
+    return rc;
+}
+
+int mv_config_finish(mv_config *c, char *err, size_t errlen)
+{
+    if (c->page_size == 0 || c->page_size % 4096) {
+        mv_err_set(err, errlen, "page_size %llu: must be a positive multiple of 4096",
+                   (unsigned long long)c->page_size);
+        return -EINVAL;
+    }
+    if (c->pool_size < c->page_size || c->pool_size / c->page_size > MV_CONFIG_MAX_PAGES) {
+        mv_err_set(err, errlen,
+                   "pool_size %llu / page_size %llu = %llu pages: must be 1 to %u (one device per "
+                   "page; the device list must stay well under the kubelet's 4 MiB gRPC message "
+                   "limit); raise page_size for a larger pool",
+                   (unsigned long long)c->pool_size, (unsigned long long)c->page_size,
+                   (unsigned long long)(c->pool_size / c->page_size),
+                   (unsigned)MV_CONFIG_MAX_PAGES);
+        return -EINVAL;
+    }
+    if (c->max_segment_size < c->page_size) {
+        mv_err_set(err, errlen, "max_segment_size must be at least page_size");
+        return -EINVAL;
+    }
+    const char *slash = strchr(c->resource_name, '/');
+    if (!slash || slash == c->resource_name || !slash[1] || strchr(slash + 1, '/')) {
+        mv_err_set(err, errlen, "resource_name %s: must be <domain>/<name>", c->resource_name);
+        return -EINVAL;
+    }
+    if (!c->endpoint[0] || strchr(c->endpoint, '/') || strcmp(c->endpoint, "kubelet.sock") == 0) {
+        mv_err_set(err, errlen, "endpoint must be a socket file name other than kubelet.sock");
+        return -EINVAL;
+    }
+    if (c->container_path[0] != '/') {
+        mv_err_set(err, errlen, "container_path must be absolute");
+        return -EINVAL;
+    }
+    if (!c->state_dir[0] || !c->device_plugin_dir[0] || !c->pod_resources_socket[0]) {
+        mv_err_set(err, errlen,
+                   "state_dir, device_plugin_dir and pod_resources_socket are required");
+        return -EINVAL;
+    }
+    if (!c->gc_interval_ms || !c->identity_retry_ms || !c->token_reread_seconds ||
+        !c->api_timeout_ms || !c->rdma_retry_ms) {
+        mv_err_set(err, errlen, "intervals and timeouts must be positive");
+        return -EINVAL;
+    }
+    if (c->require_rdma && !c->rdma_listen[0]) {
+        mv_err_set(err, errlen, "require_rdma needs rdma_listen (the RDMA netdev's IP)");
+        return -EINVAL;
+    }
+    if (c->rdma_listen[0] && !c->collector_token_file[0]) {
+        mv_err_set(err, errlen,
+                   "rdma_listen needs collector_token_file (collectors must present the token)");
+        return -EINVAL;
+    }
+    c->rdma_ip[0] = 0;
+    c->rdma_port = 0;
+    if (c->rdma_listen[0] &&
+        mv_config_split_endpoint(c->rdma_listen, MV_CONFIG_RDMA_PORT, c->rdma_ip, sizeof c->rdma_ip,
+                                 &c->rdma_port) < 0) {
+        mv_err_set(err, errlen, "rdma_listen %.100s: want IP[:PORT]", c->rdma_listen);
+        return -EINVAL;
+    }
+    if (c->listen[0] && !strchr(c->listen, ':')) {
+        mv_err_set(err, errlen, "listen %.100s: want HOST:PORT", c->listen);
+        return -EINVAL;
+    }
+    if (!c->agent_socket[0]) {
+        int n = snprintf(c->agent_socket, sizeof c->agent_socket, "%s/agent.sock", c->state_dir);
+        if (n < 0 || (size_t)n >= sizeof c->agent_socket) {
+            mv_err_set(err, errlen, "state_dir is too long");
+            return -EINVAL;
+        }
+    }
+    if (!c->node_name[0]) {
+        const char *nn = getenv("NODE_NAME");
+        if (nn)
+            snprintf(c->node_name, sizeof c->node_name, "%s", nn);
+    }
+    if (!c->api_server[0]) {
+        const char *h = getenv("KUBERNETES_SERVICE_HOST"), *p = getenv("KUBERNETES_SERVICE_PORT");
+        if (h && h[0]) {
+            int v6 = strchr(h, ':') != NULL;
+            snprintf(c->api_server, sizeof c->api_server, "https://%s%s%s:%s", v6 ? "[" : "", h,
+                     v6 ? "]" : "", p && p[0] ? p : "443");
+        }
+    }
+    return 0;
+}
+
+int mv_config_split_endpoint(const char *s, uint16_t defport, char *ip, size_t iplen,
+                             uint16_t *port)
+{
+    const char *colon = strrchr(s, ':');
+    size_t n = colon ? (size_t)(colon - s) : strlen(s);
+    unsigned long p = defport;
+    if (n == 0 || n >= iplen || memchr(s, ' ', n))
+        return -EINVAL;
+    if (colon) {
+        char *end;
+        errno = 0;
+        if (!(colon[1] >= '0' && colon[1] <= '9'))
+            return -EINVAL;
+        p = strtoul(colon + 1, &end, 10);
+        if (errno || *end || p == 0 || p > 65535)
+            return -EINVAL;
+    }
+    memcpy(ip, s, n);
+    ip[n] = 0;
+    *port = (uint16_t)p;
+    return 0;
+}

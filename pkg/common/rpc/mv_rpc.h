@@ -1,0 +1,191 @@
+/* mv_rpc: a small wrapper over gRPC core's C API: server (unary and server-streaming
+ * methods) and client (unary and server-streaming calls), with protobuf-c helpers.
+ *
+ * Threading model (server): one dedicated thread drains the server's completion
+ * queue and runs every handler and close callback, so handlers must not block (in
+ * particular they must not make synchronous RPCs to this same server). Replies and
+ * stream writes may come from any thread. The server serves as soon as
+ * mv_rpc_server_start returns, so a process may then make its own outgoing calls
+ * (e.g. a registration that calls back into this server) from another thread.
+ *
+ * Threading model (client): a channel may be shared by threads; every call uses its
+ * own completion queue.
+ *
+ * Ownership: buffers passed to handlers belong to the library and are valid only
+ * during the call of the handler. mv_rpc_buf contents returned to callers are
+ * malloc'd and freed with mv_rpc_buf_free.
+ */
+#ifndef MV_RPC_H
+#define MV_RPC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <protobuf-c/protobuf-c.h>
+
+/* gRPC status codes (same numbers as grpc_status_code). */
+enum {
+    MV_RPC_OK = 0,
+    MV_RPC_CANCELLED = 1,
+    MV_RPC_UNKNOWN = 2,
+    MV_RPC_INVALID_ARGUMENT = 3,
+    MV_RPC_DEADLINE_EXCEEDED = 4,
+    MV_RPC_NOT_FOUND = 5,
+    MV_RPC_ALREADY_EXISTS = 6,
+    MV_RPC_PERMISSION_DENIED = 7,
+    MV_RPC_RESOURCE_EXHAUSTED = 8,
+    MV_RPC_FAILED_PRECONDITION = 9,
+    MV_RPC_ABORTED = 10,
+    MV_RPC_OUT_OF_RANGE = 11,
+    MV_RPC_UNIMPLEMENTED = 12,
+    MV_RPC_INTERNAL = 13,
+    MV_RPC_UNAVAILABLE = 14,
+    MV_RPC_DATA_LOSS = 15,
+    MV_RPC_UNAUTHENTICATED = 16,
+};
+
+/* Short name of a status code ("UNAVAILABLE"). */
+const char *mv_rpc_code_name(int code);
+
+/* A malloc'd byte buffer. */
+typedef struct mv_rpc_buf {
+    uint8_t *data;
+    size_t len;
+} mv_rpc_buf;
+
+void mv_rpc_buf_free(mv_rpc_buf *b); /* frees data, resets to {NULL, 0}; NULL-safe */
+
+/* Final status of a client call. */
+typedef struct mv_rpc_status {
+    int code;          /* MV_RPC_* */
+    char message[256]; /* details sent by the server or produced locally */
+} mv_rpc_status;
+
+/* ---- protobuf-c helpers ---------------------------------------------------- */
+
+/* Packs `m` into a fresh buffer. Returns 0 or -ENOMEM. */
+int mv_rpc_pack(const ProtobufCMessage *m, mv_rpc_buf *out);
+
+/* Unpacks `len` bytes as message type `d`; refuses more than `cap` bytes
+ * (0 = 4 MiB). Returns the message (free with protobuf_c_message_free_unpacked(m,
+ * NULL)) or NULL if too big or malformed. */
+ProtobufCMessage *mv_rpc_unpack(const ProtobufCMessageDescriptor *d, const void *buf, size_t len,
+                                size_t cap);
+
+/* ---- Server ---------------------------------------------------------------- */
+
+typedef struct mv_rpc_server mv_rpc_server;
+typedef struct mv_rpc_call mv_rpc_call;     /* a unary call awaiting its reply */
+typedef struct mv_rpc_stream mv_rpc_stream; /* a server-streaming call */
+
+typedef struct mv_rpc_server_opts {
+    size_t max_recv_bytes;     /* largest request accepted; 0 = 4 MiB */
+    size_t stream_queue_cap;   /* messages queued per stream before overflow; 0 = 262144 */
+    size_t stream_queue_bytes; /* payload bytes queued per stream before overflow; 0 = 64 MiB */
+} mv_rpc_server_opts;
+
+/* Unary handler: must reply to `call` exactly once, with mv_rpc_reply* (from
+ * this or any thread, but before mv_rpc_server_destroy). */
+typedef void (*mv_rpc_unary_fn)(void *arg, mv_rpc_call *call, const uint8_t *req, size_t len);
+
+/* Streaming handler: receives a stream handle holding one reference for the
+ * handler, which must eventually be dropped with mv_rpc_stream_unref (any thread,
+ * any time, also after the stream closed). */
+typedef void (*mv_rpc_stream_fn)(void *arg, mv_rpc_stream *st, const uint8_t *req, size_t len);
+
+/* Called once per stream, on the server thread, when the stream is over: the
+ * client went away or cancelled, the server shut down, or the status we sent
+ * was delivered. `cancelled` is nonzero in the first cases. Writes fail after. */
+typedef void (*mv_rpc_close_fn)(void *arg, mv_rpc_stream *st, int cancelled);
+
+/* Creates a server (opts may be NULL). Returns 0 or a negative errno. */
+int mv_rpc_server_create(const mv_rpc_server_opts *opts, mv_rpc_server **out);
+
+/* Adds "unix:/path" or "host:port" (port 0 = any free port). Before start.
+ * Returns the TCP port bound (0 for unix sockets), or -EADDRNOTAVAIL. */
+int mv_rpc_server_listen(mv_rpc_server *s, const char *addr);
+
+/* Registers a method by full path ("/microview.v1.Agent/ListSegments"). Before
+ * start. `arg` is passed to the callbacks. Returns 0, -EINVAL or -ENOMEM. */
+int mv_rpc_server_add_unary(mv_rpc_server *s, const char *path, mv_rpc_unary_fn fn, void *arg);
+int mv_rpc_server_add_stream(mv_rpc_server *s, const char *path, mv_rpc_stream_fn fn,
+                             mv_rpc_close_fn on_close, void *arg);
+
+/* Requires `token` (copied) from every caller that is not on a unix socket:
+ * such calls must carry the metadata "authorization: Bearer <token>", or they
+ * end with UNAUTHENTICATED before any handler runs. Unix-socket callers are
+ * trusted (the socket's file permissions decide who reaches it). Before start.
+ * Returns 0, -EINVAL or -ENOMEM. */
+int mv_rpc_server_set_token(mv_rpc_server *s, const char *token);
+
+/* Starts serving on a dedicated thread. Returns 0 or a negative errno. */
+int mv_rpc_server_start(mv_rpc_server *s);
+
+/* Cancels every open call (clients see UNAVAILABLE), waits for the queue to
+ * drain, joins the thread and frees the server. NULL-safe. Stream handles the
+ * handlers still hold stay valid until unref'd (writes fail). */
+void mv_rpc_server_destroy(mv_rpc_server *s);
+
+/* Unary replies. Each returns 0 or a negative errno; the call is freed after. */
+int mv_rpc_reply(mv_rpc_call *call, const void *buf, size_t len);
+int mv_rpc_reply_msg(mv_rpc_call *call, const ProtobufCMessage *m);
+int mv_rpc_reply_error(mv_rpc_call *call, int code, const char *message);
+
+/* Queues a copy of `buf` on the stream (FIFO, one send in flight). Returns 0;
+ * -EPIPE if the stream is over or ending; -ENOBUFS if the queue was full, in which
+ * case the stream is ended with RESOURCE_EXHAUSTED (the client should resync). */
+int mv_rpc_stream_write(mv_rpc_stream *st, const void *buf, size_t len);
+int mv_rpc_stream_write_msg(mv_rpc_stream *st, const ProtobufCMessage *m);
+
+/* Ends the stream with a status after the queued messages. Returns 0 or -EPIPE. */
+int mv_rpc_stream_end(mv_rpc_stream *st, int code, const char *message);
+
+/* Per-stream user pointer for the handler's own state. */
+void mv_rpc_stream_set_user(mv_rpc_stream *st, void *user);
+void *mv_rpc_stream_user(const mv_rpc_stream *st);
+
+void mv_rpc_stream_unref(mv_rpc_stream *st);
+
+/* ---- Client ---------------------------------------------------------------- */
+
+typedef struct mv_rpc_channel mv_rpc_channel;
+typedef struct mv_rpc_cstream mv_rpc_cstream;
+
+/* Opens a channel to `target` ("unix:/path", "host:port"). Connects lazily.
+ * `max_recv_bytes` 0 = 4 MiB. Returns 0 or a negative errno. */
+int mv_rpc_channel_open(const char *target, size_t max_recv_bytes, mv_rpc_channel **out);
+void mv_rpc_channel_close(mv_rpc_channel *ch); /* NULL-safe; no calls may be open */
+
+/* Sends "authorization: Bearer <token>" (copied) with every later call on the
+ * channel. Not while calls are open. Returns 0, -EINVAL or -ENOMEM. */
+int mv_rpc_channel_set_token(mv_rpc_channel *ch, const char *token);
+
+/* Unary call; `timeout_ms` <= 0 means no deadline. On return *st holds the
+ * final status and, if OK, *resp the reply (free with mv_rpc_buf_free). Returns
+ * the status code (0 = OK) or a negative errno for local failures. */
+int mv_rpc_unary(mv_rpc_channel *ch, const char *method, const void *req, size_t len,
+                 int timeout_ms, mv_rpc_buf *resp, mv_rpc_status *st);
+
+/* Flags for mv_rpc_unary_ex. WAIT_FOR_READY: wait (up to the deadline) for the
+ * peer to appear instead of failing fast with UNAVAILABLE; keep the deadline short. */
+#define MV_RPC_WAIT_FOR_READY 1u
+int mv_rpc_unary_ex(mv_rpc_channel *ch, const char *method, const void *req, size_t len,
+                    int timeout_ms, unsigned flags, mv_rpc_buf *resp, mv_rpc_status *st);
+
+/* Starts a server-streaming call. `timeout_ms` <= 0: no deadline. Returns 0 or a
+ * negative errno; call failures show up in mv_rpc_cstream_next. */
+int mv_rpc_cstream_open(mv_rpc_channel *ch, const char *method, const void *req, size_t len,
+                        int timeout_ms, mv_rpc_cstream **out);
+
+/* Waits up to `wait_ms` (< 0 = forever) for the next message. Returns 1 with
+ * *msg filled (free with mv_rpc_buf_free); 0 when the stream ended (*st holds the
+ * status); -ETIMEDOUT if nothing arrived in time (call again). */
+int mv_rpc_cstream_next(mv_rpc_cstream *cs, int wait_ms, mv_rpc_buf *msg, mv_rpc_status *st);
+
+/* Cancels the call (thread-safe; the server sees the client go away). */
+void mv_rpc_cstream_cancel(mv_rpc_cstream *cs);
+
+/* Cancels if still open, waits for the call's operations and frees it. NULL-safe. */
+void mv_rpc_cstream_close(mv_rpc_cstream *cs);
+
+#endif

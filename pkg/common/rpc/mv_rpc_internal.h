@@ -1,0 +1,147 @@
+/* mv_rpc_internal: what the server, stream, client and shared files of pkg/common/rpc share.
+ * Not part of the module's interface: include mv_rpc.h outside this directory. */
+#ifndef MV_RPC_INTERNAL_H
+#define MV_RPC_INTERNAL_H
+
+#include "mv_rpc.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include <grpc/grpc.h>
+#include <grpc/support/time.h>
+
+#define DEFAULT_MAX_RECV (4u << 20)
+/* Per-stream queue bounds: a slow client cannot make the server hold more than this. The
+ * message count is high enough for a whole catalog's initial list (65,536 segments, and
+ * twice that when every segment is re-announced); the bytes bound the memory. */
+#define DEFAULT_QUEUE_CAP   (1u << 18)
+#define DEFAULT_QUEUE_BYTES (64u << 20)
+#define REQUESTS_PER_METHOD 4
+
+/* ---- Shared helpers (mv_rpc.c) -------------------------------------------------- */
+
+/* A byte buffer holding a copy of buf. */
+grpc_byte_buffer *rpc_bb_from(const void *buf, size_t len);
+/* Copies a received buffer into malloc'd memory. Returns 0 or -ENOMEM/-EPROTO. */
+int rpc_bb_read(grpc_byte_buffer *bb, mv_rpc_buf *out);
+/* A deadline `ms` from now; <= 0 is none. */
+gpr_timespec rpc_deadline_ms(int ms);
+/* Channel/server arguments capping received messages at max_recv bytes. */
+grpc_channel_args *rpc_size_args(grpc_arg *a, grpc_channel_args *args, size_t max_recv);
+
+/* ---- Server types ------------------------------------------------------------- */
+
+enum tag_kind {
+    TAG_NEW_CALL,    /* a registered-method request slot fired */
+    TAG_NEW_GENERIC, /* an unknown-method request slot fired */
+    TAG_GENERIC_DONE,
+    TAG_UNARY_DONE,
+    TAG_STREAM_CLOSE,
+    TAG_STREAM_SEND,
+    TAG_SHUTDOWN,
+};
+
+typedef struct tag {
+    enum tag_kind kind;
+    void *ctx;
+} tag;
+
+typedef struct rpc_method {
+    struct mv_rpc_server *srv;
+    char *path;
+    void *handle; /* from grpc_server_register_method */
+    int streaming;
+    mv_rpc_unary_fn unary;
+    mv_rpc_stream_fn stream;
+    mv_rpc_close_fn on_close;
+    void *arg;
+    struct rpc_method *next;
+} rpc_method;
+
+/* One posted request for a registered method. */
+typedef struct slot {
+    tag t;
+    rpc_method *m;
+    grpc_call *call;
+    gpr_timespec deadline;
+    grpc_metadata_array md;
+    grpc_byte_buffer *payload;
+} slot;
+
+/* One posted request for unknown methods. */
+typedef struct generic_slot {
+    tag t, done;
+    struct mv_rpc_server *srv;
+    grpc_call *call;
+    grpc_call_details details;
+    grpc_metadata_array md;
+    int cancelled;
+} generic_slot;
+
+struct mv_rpc_call {
+    tag done;
+    struct mv_rpc_server *srv;
+    grpc_call *call;
+    grpc_metadata_array md;
+    grpc_byte_buffer *send;
+    int cancelled;
+    atomic_int replied;
+    struct mv_rpc_call *prev, *next; /* srv->calls: not yet replied */
+};
+
+typedef struct qmsg {
+    grpc_byte_buffer *bb;
+    size_t bytes;
+    struct qmsg *next;
+} qmsg;
+
+struct mv_rpc_stream {
+    tag close_tag, send_tag;
+    struct mv_rpc_server *srv;
+    rpc_method *m;
+    pthread_mutex_t mu;
+    atomic_int refs; /* handler's ref + the server's ref */
+    grpc_call *call; /* NULL once finished */
+    grpc_metadata_array md;
+    qmsg *head, *tail;
+    size_t qlen, qcap;
+    size_t qbytes, qbytes_cap; /* payload bytes queued, and their bound */
+    grpc_byte_buffer *inflight_bb;
+    int send_inflight;
+    int md_sent;
+    int closed; /* RECV_CLOSE_ON_SERVER completed */
+    int ending; /* a status is queued or sent */
+    int status_sent;
+    int status_code;
+    char *status_msg;
+    int cancelled;
+    void *user;
+};
+
+struct mv_rpc_server {
+    grpc_server *server;
+    grpc_completion_queue *cq;
+    pthread_t thread;
+    int started;
+    atomic_int shutting_down;
+    size_t max_recv;
+    size_t queue_cap;
+    size_t queue_bytes;
+    rpc_method *methods;
+    pthread_mutex_t calls_mu;
+    struct mv_rpc_call *calls;
+    tag shutdown_tag;
+    char *token; /* when set, non-unix-socket callers must present it */
+};
+
+/* ---- Server streams (mv_rpc_stream.c), driven by the server's thread ------------ */
+
+void rpc_stream_start(mv_rpc_server *s, slot *sl);
+void rpc_stream_on_close(mv_rpc_stream *st);
+void rpc_stream_on_send(mv_rpc_stream *st, int ok);
+
+/* grpc_init() with gRPC core's logging routed into logfmt (first call installs it). */
+void rpc_grpc_init(void);
+
+#endif

@@ -1,0 +1,487 @@
+/* mv_rpc_server: gRPC core server: request slots, unary replies, dispatch, lifecycle
+ * (see mv_rpc.h for the threading model). */
+#include "mv_rpc_internal.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+#include <grpc/support/alloc.h>
+#include <grpc/support/time.h>
+
+#include "mv_log.h"
+
+/* ---- Server: posting requests ------------------------------------------------- */
+
+static void post_slot(mv_rpc_server *s, slot *sl)
+{
+    if (atomic_load(&s->shutting_down))
+        goto free_slot;
+    sl->call = NULL;
+    sl->payload = NULL;
+    grpc_metadata_array_init(&sl->md);
+    grpc_call_error e =
+        grpc_server_request_registered_call(s->server, sl->m->handle, &sl->call, &sl->deadline,
+                                            &sl->md, &sl->payload, s->cq, s->cq, &sl->t);
+    if (e == GRPC_CALL_OK)
+        return;
+    MV_WARN("rpc.request_failed", "method=%s err=%d", mv_log_q(sl->m->path), (int)e);
+    grpc_metadata_array_destroy(&sl->md);
+free_slot:
+    free(sl);
+}
+
+static void new_slot(mv_rpc_server *s, rpc_method *m)
+{
+    slot *sl = calloc(1, sizeof *sl);
+    if (!sl) {
+        MV_ERROR("rpc.oom", "what=request_slot");
+        return;
+    }
+    sl->t.kind = TAG_NEW_CALL;
+    sl->t.ctx = sl;
+    sl->m = m;
+    post_slot(s, sl);
+}
+
+static void post_generic(mv_rpc_server *s)
+{
+    if (atomic_load(&s->shutting_down))
+        return;
+    generic_slot *g = calloc(1, sizeof *g);
+    if (!g) {
+        MV_ERROR("rpc.oom", "what=generic_slot");
+        return;
+    }
+    g->t.kind = TAG_NEW_GENERIC;
+    g->t.ctx = g;
+    g->done.kind = TAG_GENERIC_DONE;
+    g->done.ctx = g;
+    g->srv = s;
+    grpc_call_details_init(&g->details);
+    grpc_metadata_array_init(&g->md);
+    if (grpc_server_request_call(s->server, &g->call, &g->details, &g->md, s->cq, s->cq, &g->t) ==
+        GRPC_CALL_OK)
+        return;
+    grpc_call_details_destroy(&g->details);
+    grpc_metadata_array_destroy(&g->md);
+    free(g);
+}
+
+static void generic_free(generic_slot *g)
+{
+    grpc_call_details_destroy(&g->details);
+    grpc_metadata_array_destroy(&g->md);
+    if (g->call)
+        grpc_call_unref(g->call);
+    free(g);
+}
+
+/* An unknown method: answer UNIMPLEMENTED without reading the request. */
+static void on_generic(mv_rpc_server *s, generic_slot *g, int ok)
+{
+    if (!ok) {
+        generic_free(g);
+        return;
+    }
+    post_generic(s);
+    char *path = grpc_slice_to_c_string(g->details.method);
+    MV_DEBUG("rpc.unimplemented", "method=%s", mv_log_q(path));
+    char msg[300];
+    snprintf(msg, sizeof msg, "unknown method %s", path);
+    gpr_free(path);
+    grpc_slice details = grpc_slice_from_copied_string(msg);
+    grpc_op ops[3];
+    memset(ops, 0, sizeof ops);
+    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[1].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    ops[1].data.send_status_from_server.status = GRPC_STATUS_UNIMPLEMENTED;
+    ops[1].data.send_status_from_server.status_details = &details;
+    ops[2].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    ops[2].data.recv_close_on_server.cancelled = &g->cancelled;
+    grpc_call_error e = grpc_call_start_batch(g->call, ops, 3, &g->done, NULL);
+    grpc_slice_unref(details);
+    if (e != GRPC_CALL_OK)
+        generic_free(g);
+}
+
+/* ---- Server: unary calls ------------------------------------------------------ */
+
+static void unary_free(mv_rpc_call *c)
+{
+    grpc_metadata_array_destroy(&c->md);
+    if (c->send)
+        grpc_byte_buffer_destroy(c->send);
+    grpc_call_unref(c->call);
+    free(c);
+}
+
+static void calls_unlink(mv_rpc_server *s, mv_rpc_call *c)
+{
+    pthread_mutex_lock(&s->calls_mu);
+    if (c->prev)
+        c->prev->next = c->next;
+    else if (s->calls == c)
+        s->calls = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    c->prev = c->next = NULL;
+    pthread_mutex_unlock(&s->calls_mu);
+}
+
+static int reply_common(mv_rpc_call *c, int code, const char *message, const void *buf, size_t len)
+{
+    if (!c)
+        return -EINVAL;
+    int expected = 0;
+    if (!atomic_compare_exchange_strong(&c->replied, &expected, 1))
+        return -EALREADY;
+    calls_unlink(c->srv, c);
+    grpc_op ops[4];
+    size_t n = 0;
+    memset(ops, 0, sizeof ops);
+    ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    if (code == MV_RPC_OK) {
+        c->send = rpc_bb_from(buf, len);
+        ops[n].op = GRPC_OP_SEND_MESSAGE;
+        ops[n++].data.send_message.send_message = c->send;
+    }
+    grpc_slice details = grpc_slice_from_copied_string(message ? message : "");
+    ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    ops[n].data.send_status_from_server.status = (grpc_status_code)code;
+    ops[n++].data.send_status_from_server.status_details = &details;
+    ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    ops[n++].data.recv_close_on_server.cancelled = &c->cancelled;
+    grpc_call_error e = grpc_call_start_batch(c->call, ops, n, &c->done, NULL);
+    grpc_slice_unref(details);
+    if (e != GRPC_CALL_OK) {
+        MV_WARN("rpc.reply_failed", "err=%d", (int)e);
+        unary_free(c);
+        return -EIO;
+    }
+    return 0;
+}
+
+int mv_rpc_reply(mv_rpc_call *call, const void *buf, size_t len)
+{
+    return reply_common(call, MV_RPC_OK, NULL, buf, len);
+}
+
+int mv_rpc_reply_msg(mv_rpc_call *call, const ProtobufCMessage *m)
+{
+    mv_rpc_buf b;
+    if (mv_rpc_pack(m, &b) < 0)
+        return reply_common(call, MV_RPC_INTERNAL, "out of memory", NULL, 0);
+    int rc = reply_common(call, MV_RPC_OK, NULL, b.data, b.len);
+    mv_rpc_buf_free(&b);
+    return rc;
+}
+
+int mv_rpc_reply_error(mv_rpc_call *call, int code, const char *message)
+{
+    if (code == MV_RPC_OK)
+        code = MV_RPC_UNKNOWN;
+    return reply_common(call, code, message, NULL, 0);
+}
+
+/* ---- Server: dispatch ----------------------------------------------------------- */
+
+/* Compares without an early exit, so timing does not reveal the matching prefix. */
+static int bytes_equal(const char *a, size_t alen, const char *b, size_t blen)
+{
+    unsigned char d = alen != blen;
+    size_t n = alen < blen ? alen : blen;
+    for (size_t i = 0; i < n; i++)
+        d |= (unsigned char)(a[i] ^ b[i]);
+    return d == 0;
+}
+
+/* Whether a new call may proceed: callers over a unix socket are trusted (file
+ * permissions decide who reaches it); others need "authorization: Bearer <token>". */
+static int call_authorized(const mv_rpc_server *s, grpc_call *call, const grpc_metadata_array *md)
+{
+    if (!s->token)
+        return 1;
+    char *peer = grpc_call_get_peer(call);
+    int local = peer && strncmp(peer, "unix:", 5) == 0;
+    gpr_free(peer);
+    if (local)
+        return 1;
+    static const char prefix[] = "Bearer ";
+    size_t plen = sizeof prefix - 1, tlen = strlen(s->token);
+    for (size_t i = 0; i < md->count; i++) {
+        const grpc_metadata *m = &md->metadata[i];
+        size_t klen = GRPC_SLICE_LENGTH(m->key), vlen = GRPC_SLICE_LENGTH(m->value);
+        const char *k = (const char *)GRPC_SLICE_START_PTR(m->key);
+        const char *v = (const char *)GRPC_SLICE_START_PTR(m->value);
+        if (klen != 13 || memcmp(k, "authorization", 13) != 0)
+            continue;
+        if (vlen < plen || memcmp(v, prefix, plen) != 0)
+            return 0;
+        return bytes_equal(v + plen, vlen - plen, s->token, tlen);
+    }
+    return 0;
+}
+
+static void on_new_call(mv_rpc_server *s, slot *sl, int ok)
+{
+    if (!ok) { /* shutting down */
+        grpc_metadata_array_destroy(&sl->md);
+        if (sl->payload)
+            grpc_byte_buffer_destroy(sl->payload);
+        if (sl->call)
+            grpc_call_unref(sl->call);
+        free(sl);
+        return;
+    }
+    rpc_method *m = sl->m;
+    int authorized = call_authorized(s, sl->call, &sl->md);
+    if (!authorized) {
+        char *peer = grpc_call_get_peer(sl->call);
+        MV_WARN("rpc.unauthenticated", "method=%s peer=%s", mv_log_q(m->path),
+                mv_log_q(peer ? peer : "?"));
+        gpr_free(peer);
+    }
+    if (authorized && m->streaming) {
+        rpc_stream_start(s, sl);
+    } else {
+        mv_rpc_call *c = calloc(1, sizeof *c);
+        if (!c) {
+            MV_ERROR("rpc.oom", "what=call");
+            grpc_metadata_array_destroy(&sl->md);
+            grpc_call_cancel(sl->call, NULL);
+            grpc_call_unref(sl->call);
+        } else {
+            c->done.kind = TAG_UNARY_DONE;
+            c->done.ctx = c;
+            c->srv = s;
+            c->call = sl->call;
+            c->md = sl->md;
+            pthread_mutex_lock(&s->calls_mu);
+            c->next = s->calls;
+            if (s->calls)
+                s->calls->prev = c;
+            s->calls = c;
+            pthread_mutex_unlock(&s->calls_mu);
+            mv_rpc_buf req = {0};
+            if (!authorized)
+                mv_rpc_reply_error(c, MV_RPC_UNAUTHENTICATED,
+                                   "missing or wrong token: send authorization: Bearer <token> "
+                                   "(the agent's --token-file)");
+            else if (sl->payload && rpc_bb_read(sl->payload, &req) < 0)
+                mv_rpc_reply_error(c, MV_RPC_INTERNAL, "cannot read request");
+            else
+                m->unary(m->arg, c, req.data, req.len);
+            mv_rpc_buf_free(&req);
+        }
+    }
+    if (sl->payload)
+        grpc_byte_buffer_destroy(sl->payload);
+    post_slot(s, sl); /* reuse the slot for the next call */
+}
+
+static void *server_main(void *arg)
+{
+    mv_rpc_server *s = arg;
+    for (;;) {
+        grpc_event ev = grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        if (ev.type == GRPC_QUEUE_SHUTDOWN)
+            break;
+        if (ev.type != GRPC_OP_COMPLETE)
+            continue;
+        tag *t = ev.tag;
+        switch (t->kind) {
+        case TAG_NEW_CALL:
+            on_new_call(s, t->ctx, ev.success);
+            break;
+        case TAG_NEW_GENERIC:
+            on_generic(s, t->ctx, ev.success);
+            break;
+        case TAG_GENERIC_DONE:
+            generic_free(t->ctx);
+            break;
+        case TAG_UNARY_DONE:
+            unary_free(t->ctx);
+            break;
+        case TAG_STREAM_CLOSE:
+            rpc_stream_on_close(t->ctx);
+            break;
+        case TAG_STREAM_SEND:
+            rpc_stream_on_send(t->ctx, ev.success);
+            break;
+        case TAG_SHUTDOWN:
+            grpc_completion_queue_shutdown(s->cq);
+            break;
+        }
+    }
+    return NULL;
+}
+
+/* ---- Server: lifecycle ------------------------------------------------------------ */
+
+int mv_rpc_server_create(const mv_rpc_server_opts *opts, mv_rpc_server **out)
+{
+    *out = NULL;
+    mv_rpc_server *s = calloc(1, sizeof *s);
+    if (!s)
+        return -ENOMEM;
+    s->max_recv = opts && opts->max_recv_bytes ? opts->max_recv_bytes : DEFAULT_MAX_RECV;
+    s->queue_cap = opts && opts->stream_queue_cap ? opts->stream_queue_cap : DEFAULT_QUEUE_CAP;
+    s->queue_bytes =
+        opts && opts->stream_queue_bytes ? opts->stream_queue_bytes : DEFAULT_QUEUE_BYTES;
+    if (s->max_recv > INT32_MAX)
+        s->max_recv = INT32_MAX;
+    s->shutdown_tag.kind = TAG_SHUTDOWN;
+    pthread_mutex_init(&s->calls_mu, NULL);
+    rpc_grpc_init();
+    grpc_arg a[1];
+    grpc_channel_args args;
+    s->server = grpc_server_create(rpc_size_args(a, &args, s->max_recv), NULL);
+    s->cq = grpc_completion_queue_create_for_next(NULL);
+    if (!s->server || !s->cq)
+        goto fail;
+    grpc_server_register_completion_queue(s->server, s->cq, NULL);
+    *out = s;
+    return 0;
+fail:
+    if (s->server)
+        grpc_server_destroy(s->server);
+    if (s->cq)
+        grpc_completion_queue_destroy(s->cq);
+    grpc_shutdown();
+    pthread_mutex_destroy(&s->calls_mu);
+    free(s);
+    return -ENOMEM;
+}
+
+int mv_rpc_server_listen(mv_rpc_server *s, const char *addr)
+{
+    grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
+    int port = grpc_server_add_http2_port(s->server, addr, creds);
+    grpc_server_credentials_release(creds);
+    if (port == 0) {
+        MV_ERROR("rpc.listen_failed", "addr=%s", mv_log_q(addr));
+        return -EADDRNOTAVAIL;
+    }
+    return strncmp(addr, "unix:", 5) == 0 ? 0 : port;
+}
+
+static int add_method(mv_rpc_server *s, const char *path, int streaming, mv_rpc_unary_fn u,
+                      mv_rpc_stream_fn sf, mv_rpc_close_fn cf, void *arg)
+{
+    if (s->started || !path || path[0] != '/')
+        return -EINVAL;
+    rpc_method *m = calloc(1, sizeof *m);
+    if (!m)
+        return -ENOMEM;
+    m->path = strdup(path);
+    if (!m->path) {
+        free(m);
+        return -ENOMEM;
+    }
+    m->srv = s;
+    m->streaming = streaming;
+    m->unary = u;
+    m->stream = sf;
+    m->on_close = cf;
+    m->arg = arg;
+    m->handle = grpc_server_register_method(s->server, m->path, NULL,
+                                            GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
+    if (!m->handle) {
+        free(m->path);
+        free(m);
+        return -EINVAL;
+    }
+    m->next = s->methods;
+    s->methods = m;
+    return 0;
+}
+
+int mv_rpc_server_add_unary(mv_rpc_server *s, const char *path, mv_rpc_unary_fn fn, void *arg)
+{
+    if (!fn)
+        return -EINVAL;
+    return add_method(s, path, 0, fn, NULL, NULL, arg);
+}
+
+int mv_rpc_server_add_stream(mv_rpc_server *s, const char *path, mv_rpc_stream_fn fn,
+                             mv_rpc_close_fn on_close, void *arg)
+{
+    if (!fn)
+        return -EINVAL;
+    return add_method(s, path, 1, NULL, fn, on_close, arg);
+}
+
+int mv_rpc_server_start(mv_rpc_server *s)
+{
+    if (s->started)
+        return -EALREADY;
+    grpc_server_start(s->server);
+    for (rpc_method *m = s->methods; m; m = m->next)
+        for (int i = 0; i < REQUESTS_PER_METHOD; i++)
+            new_slot(s, m);
+    for (int i = 0; i < REQUESTS_PER_METHOD; i++)
+        post_generic(s);
+    int e = pthread_create(&s->thread, NULL, server_main, s);
+    if (e) {
+        /* Nothing drains the queue: shut down inline. */
+        atomic_store(&s->shutting_down, 1);
+        return -e;
+    }
+    s->started = 1;
+    return 0;
+}
+
+void mv_rpc_server_destroy(mv_rpc_server *s)
+{
+    if (!s)
+        return;
+    atomic_store(&s->shutting_down, 1);
+    grpc_server_shutdown_and_notify(s->server, s->cq, &s->shutdown_tag);
+    grpc_server_cancel_all_calls(s->server);
+    if (s->started) {
+        pthread_join(s->thread, NULL);
+    } else {
+        grpc_completion_queue_shutdown(s->cq);
+        while (grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+               GRPC_QUEUE_SHUTDOWN)
+            ;
+    }
+    /* Unary calls whose handlers never replied. */
+    while (s->calls) {
+        mv_rpc_call *c = s->calls;
+        s->calls = c->next;
+        MV_WARN("rpc.unreplied_call", "action=dropped");
+        unary_free(c);
+    }
+    grpc_server_destroy(s->server);
+    grpc_completion_queue_destroy(s->cq);
+    while (s->methods) {
+        rpc_method *m = s->methods;
+        s->methods = m->next;
+        free(m->path);
+        free(m);
+    }
+    pthread_mutex_destroy(&s->calls_mu);
+    free(s->token);
+    free(s);
+    grpc_shutdown();
+}
+
+int mv_rpc_server_set_token(mv_rpc_server *s, const char *token)
+{
+    if (s->started || !token || !*token)
+        return -EINVAL;
+    char *t = strdup(token);
+    if (!t)
+        return -ENOMEM;
+    free(s->token);
+    s->token = t;
+    return 0;
+}

@@ -1,0 +1,109 @@
+/* mv_util: clocks, non-blocking descriptors, checked formatting and the capped buffer. */
+#include "mv_util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static uint64_t clock_ns(clockid_t clk)
+{
+    struct timespec ts;
+    clock_gettime(clk, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t mv_mono_ns(void)
+{
+    return clock_ns(CLOCK_MONOTONIC);
+}
+
+uint64_t mv_mono_ms(void)
+{
+    return clock_ns(CLOCK_MONOTONIC) / 1000000u;
+}
+
+uint64_t mv_wall_ns(void)
+{
+    return clock_ns(CLOCK_REALTIME);
+}
+
+int mv_set_nonblock(int fd)
+{
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+        return -errno;
+    return 0;
+}
+
+void mv_err_set(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (!err || !errlen)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+int mv_vfmt(char *buf, size_t len, const char *fmt, va_list ap)
+{
+    int n = vsnprintf(buf, len, fmt, ap);
+    if (n < 0)
+        return -EINVAL;
+    if ((size_t)n >= len)
+        return -ENAMETOOLONG;
+    return 0;
+}
+
+int mv_fmt(char *buf, size_t len, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = mv_vfmt(buf, len, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+int mv_buf_append(mv_buf *b, const void *p, size_t n)
+{
+    if (b->error)
+        return b->error;
+    if (n > b->cap - b->len)
+        return b->error = -E2BIG;
+    if (b->len + n + 1 > b->alloc) {
+        size_t want = b->alloc ? b->alloc : 4096;
+        while (want < b->len + n + 1)
+            want *= 2;
+        if (want > b->cap + 1)
+            want = b->cap + 1;
+        char *d = realloc(b->data, want);
+        if (!d)
+            return b->error = -ENOMEM;
+        b->data = d;
+        b->alloc = want;
+    }
+    if (n)
+        memcpy(b->data + b->len, p, n);
+    b->len += n;
+    b->data[b->len] = 0;
+    return 0;
+}
+
+void mv_buf_free(mv_buf *b)
+{
+    size_t cap = b->cap;
+    free(b->data);
+    memset(b, 0, sizeof *b);
+    b->cap = cap;
+}
+
+size_t mv_buf_curl_write(char *p, size_t size, size_t n, void *userdata)
+{
+    size_t bytes = size * n;
+    if (n && bytes / n != size)
+        return 0;
+    return mv_buf_append(userdata, p, bytes) == 0 ? bytes : 0;
+}

@@ -1,0 +1,584 @@
+/* libmicroview: open a segment, register metrics, update them with plain stores. */
+#include "microview.h"
+#include "mv_segment.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <time.h>
+#include <unistd.h>
+
+struct mv_histogram {
+    uint64_t *w;          /* value words: count, sum, buckets..., checksum */
+    double *bounds;       /* process-local copy */
+    uint64_t *bucket_wt;  /* weight(2+i) + weight(0), per bucket */
+    uint64_t sum_wt;      /* weight(1) */
+    uint16_t n;           /* finite bounds */
+    uint16_t check_index; /* n + 3 */
+    mv_histogram *next;
+};
+
+struct mv_segment {
+    char *path;
+    dev_t dev; /* the file's identity, to tell a live lock holder (it maps the file) */
+    ino_t ino;
+    unsigned char *base;
+    size_t size;
+    mv_seg_header *h;
+    pthread_mutex_t mu; /* serialises registration within this process */
+    mv_histogram *hists;
+};
+
+static _Thread_local char g_detail[256];
+static uint64_t g_scratch[8]; /* target of handles whose registration failed */
+static struct mv_histogram g_scratch_hist;
+
+__attribute__((format(printf, 2, 3))) static int fail(int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_detail, sizeof g_detail, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+const char *mv_errdetail(void)
+{
+    return g_detail;
+}
+
+const char *mv_strerror(int err)
+{
+    switch (err) {
+    case MV_OK:
+        return "ok";
+    case MV_ERR_NOENV:
+        return "MICROVIEW_SEGMENT is not set";
+    case MV_ERR_NOSEGMENT:
+        return "segment not found";
+    case MV_ERR_FORMAT:
+        return "not a valid MicroView segment";
+    case MV_ERR_FULL:
+        return "segment full";
+    case MV_ERR_NAME:
+        return "invalid metric or label name";
+    case MV_ERR_INVALID:
+        return "invalid argument";
+    case MV_ERR_CONFLICT:
+        return "metric already registered with another type or buckets";
+    case MV_ERR_BUSY:
+        return "segment registration lock busy";
+    case MV_ERR_NOMEM:
+        return "out of memory";
+    case MV_ERR_IO:
+        return "I/O error";
+    default:
+        return "unknown error";
+    }
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void mv_heartbeat(mv_segment *s)
+{
+    if (s)
+        __atomic_store_n(&s->h->heartbeat_ns, now_ns(), __ATOMIC_RELAXED);
+}
+
+size_t mv_segment_size(const mv_segment *s)
+{
+    return s ? s->size : 0;
+}
+
+const char *mv_segment_path(const mv_segment *s)
+{
+    return s ? s->path : NULL;
+}
+
+int mv_open_from_env(mv_segment **out)
+{
+    const char *p = getenv(MICROVIEW_ENV_SEGMENT);
+    *out = NULL;
+    if (!p || !*p)
+        return fail(MV_ERR_NOENV,
+                    "environment variable " MICROVIEW_ENV_SEGMENT " is not set; request the "
+                    "microview.io/metrics resource (or set it to a segment path)");
+    return mv_open(p, out);
+}
+
+/* Formats an all-zero file under an exclusive flock so that two processes
+ * opening a fresh file at once format it exactly once. */
+static int format_if_zero(int fd, mv_segment *s)
+{
+    static const char zero[8];
+    if (memcmp(s->h->magic, zero, 8) != 0)
+        return MV_OK;
+    if (flock(fd, LOCK_EX) != 0)
+        return fail(MV_ERR_IO, "flock %s: %s", s->path, strerror(errno));
+    int rc = MV_OK;
+    if (memcmp(s->h->magic, zero, 8) == 0) {
+        for (size_t i = 0; i < MV_SEG_HEADER_SIZE; i++) {
+            if (s->base[i]) {
+                rc = fail(MV_ERR_FORMAT, "%s: magic is zero but the header is not", s->path);
+                break;
+            }
+        }
+        mv_seg_error e;
+        if (rc == MV_OK && mv_seg_format(s->base, s->size, 0, &e) != MV_SEG_OK)
+            rc = fail(MV_ERR_FORMAT, "%s: cannot format: %s", s->path, e.detail);
+    }
+    flock(fd, LOCK_UN);
+    return rc;
+}
+
+static int seg_lock(mv_segment *s);
+static void seg_repair(mv_segment *s, uint64_t *gen);
+
+int mv_open(const char *path, mv_segment **out)
+{
+    struct stat st;
+    int fd, rc;
+    mv_segment *s;
+
+    *out = NULL;
+    if (!path)
+        return fail(MV_ERR_INVALID, "segment path is NULL");
+    fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+        return fail(errno == ENOENT ? MV_ERR_NOSEGMENT : MV_ERR_IO, "open %s: %s", path,
+                    strerror(errno));
+    if (fstat(fd, &st) != 0) {
+        rc = fail(MV_ERR_IO, "stat %s: %s", path, strerror(errno));
+        goto close_fd;
+    }
+    if (!S_ISREG(st.st_mode) || st.st_size < (off_t)MV_SEG_MIN_SIZE ||
+        st.st_size > (off_t)MV_SEG_MAX_SIZE || st.st_size % MV_SEG_ALIGN) {
+        rc = fail(MV_ERR_FORMAT, "%s: a segment is a regular file of 1 KiB..1 GiB (size %lld)",
+                  path, (long long)st.st_size);
+        goto close_fd;
+    }
+    s = calloc(1, sizeof *s);
+    if (!s || !(s->path = strdup(path))) {
+        rc = fail(MV_ERR_NOMEM, "out of memory");
+        goto free_s;
+    }
+    s->size = (size_t)st.st_size;
+    s->dev = st.st_dev;
+    s->ino = st.st_ino;
+    s->base = mmap(NULL, s->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (s->base == MAP_FAILED) {
+        s->base = NULL;
+        rc = fail(MV_ERR_IO, "mmap %s: %s", path, strerror(errno));
+        goto free_s;
+    }
+    s->h = (mv_seg_header *)(void *)s->base;
+    if ((rc = format_if_zero(fd, s)) != MV_OK)
+        goto unmap;
+
+    /* Validate what is there now; a registration re-validates under the lock. */
+    mv_seg_catalog *cat;
+    mv_seg_error e;
+    /* This parse runs without the registration lock, on the live mapping: a
+     * concurrent append by another process can make the copy inconsistent in
+     * any way (e.g. catalog_used from after the append, metric_count from
+     * before). Only a rejection from a copy whose generation did not move is
+     * a real one; otherwise retry. */
+    mv_seg_reason r = MV_SEG_E_BUSY;
+    int racing = 1;
+    for (int tries = 0; tries < 200 && r != MV_SEG_OK && racing; tries++) {
+        if (r == MV_SEG_E_BUSY && tries >= 40)
+            break; /* busy for 200 ms: see below */
+        uint64_t g0 = __atomic_load_n(&s->h->generation, __ATOMIC_ACQUIRE);
+        r = mv_seg_catalog_parse(s->base, s->size, s->size, &cat, &e);
+        uint64_t g1 = __atomic_load_n(&s->h->generation, __ATOMIC_ACQUIRE);
+        racing = r == MV_SEG_E_BUSY || (g0 & 1) || g0 != g1;
+        if (r != MV_SEG_OK && racing)
+            usleep(5000);
+    }
+    if (r == MV_SEG_E_BUSY && seg_lock(s) == MV_OK) {
+        /* Still busy after a second: its appender died (section 8, step 2). */
+        uint64_t gen = __atomic_load_n(&s->h->generation, __ATOMIC_ACQUIRE);
+        seg_repair(s, &gen);
+        __atomic_store_n(&s->h->lock, 0, __ATOMIC_RELEASE);
+        r = mv_seg_catalog_parse(s->base, s->size, s->size, &cat, &e);
+        racing = 0;
+    }
+    if (r != MV_SEG_OK && !racing) {
+        rc = fail(MV_ERR_FORMAT, "%s: %s (%s)", path, e.detail, mv_seg_reason_name(r));
+        goto unmap;
+    }
+    if (r == MV_SEG_OK)
+        mv_seg_catalog_free(cat);
+    pthread_mutex_init(&s->mu, NULL);
+    __atomic_store_n(&s->h->writer_pid, (uint32_t)getpid(), __ATOMIC_RELAXED);
+    mv_heartbeat(s);
+    close(fd);
+    *out = s;
+    return MV_OK;
+
+unmap:
+    munmap(s->base, s->size);
+free_s:
+    if (s)
+        free(s->path);
+    free(s);
+close_fd:
+    close(fd);
+    return rc;
+}
+
+void mv_close(mv_segment *s)
+{
+    if (!s)
+        return;
+    for (mv_histogram *h = s->hists, *next; h; h = next) {
+        next = h->next;
+        free(h->bounds);
+        free(h->bucket_wt);
+        free(h);
+    }
+    munmap(s->base, s->size);
+    pthread_mutex_destroy(&s->mu);
+    free(s->path);
+    free(s);
+}
+
+/* ---- Registration ------------------------------------------------------------- */
+
+/* Whether process `pid` can be the lock holder: it exists and maps this segment. A pid that
+ * exists but maps no file of this device and inode is a reused pid: the holder died. When
+ * /proc/PID/maps cannot be read (another user, no /proc), the holder counts as alive. */
+static int holder_alive(const mv_segment *s, pid_t pid)
+{
+    if (kill(pid, 0) != 0 && errno == ESRCH)
+        return 0;
+    char path[64], line[512];
+    snprintf(path, sizeof path, "/proc/%d/maps", (int)pid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return 1;
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f)) {
+        unsigned maj, min;
+        unsigned long long ino;
+        /* address perms offset dev inode [path] */
+        if (sscanf(line, "%*s %*s %*s %x:%x %llu", &maj, &min, &ino) == 3)
+            found = maj == major(s->dev) && min == minor(s->dev) && (ino_t)ino == s->ino;
+        size_t n = strlen(line);
+        while (n && line[n - 1] != '\n' && fgets(line, sizeof line, f)) /* skip a long tail */
+            n = strlen(line);
+    }
+    fclose(f);
+    return found;
+}
+
+/* Takes the cross-process registration lock (header word `lock` = owner pid). A lock whose
+ * holder is gone (no such process, or a process that does not map the segment: its pid was
+ * reused) is taken over. */
+static int seg_lock(mv_segment *s)
+{
+    uint32_t self = (uint32_t)getpid();
+    for (int i = 0; i < 4000; i++) {
+        uint32_t expect = 0;
+        if (__atomic_compare_exchange_n(&s->h->lock, &expect, self, 0, __ATOMIC_ACQUIRE,
+                                        __ATOMIC_RELAXED))
+            return MV_OK;
+        if (expect == self)
+            return fail(MV_ERR_BUSY, "registration lock already held by this process");
+        if (i > 10 && !holder_alive(s, (pid_t)expect) &&
+            __atomic_compare_exchange_n(&s->h->lock, &expect, self, 0, __ATOMIC_ACQUIRE,
+                                        __ATOMIC_RELAXED))
+            return MV_OK;
+        usleep(500);
+    }
+    return fail(MV_ERR_BUSY, "%s: registration lock held by pid %u for over 2 s", s->path,
+                __atomic_load_n(&s->h->lock, __ATOMIC_RELAXED));
+}
+
+/* Spec section 8, step 2, under the lock: an odd generation means an appender died between
+ * steps 6 and 10. Its counts may be half-stored (it can die inside step 9), so they are
+ * recomputed from the records before the generation is made even again. */
+static void seg_repair(mv_segment *s, uint64_t *gen)
+{
+    if (!(*gen & 1))
+        return;
+    uint32_t count, cused, vused;
+    mv_seg_recount(s->base, s->size, &count, &cused, &vused);
+    mv_seg_header *h = s->h;
+    __atomic_store_n(&h->values_used, vused, __ATOMIC_RELAXED);
+    __atomic_store_n(&h->catalog_used, cused, __ATOMIC_RELAXED);
+    __atomic_store_n(&h->metric_count, count, __ATOMIC_RELAXED);
+    __atomic_store_n(&h->generation, ++*gen, __ATOMIC_RELEASE);
+}
+
+static void seg_unlock(mv_segment *s)
+{
+    __atomic_store_n(&s->h->lock, 0, __ATOMIC_RELEASE);
+}
+
+static int same_labels(const mv_seg_metric *m, const mv_seg_metric_desc *d)
+{
+    if (m->label_count != d->label_count)
+        return 0;
+    for (uint16_t i = 0; i < d->label_count; i++) {
+        const char *v = d->labels[i].value ? d->labels[i].value : "";
+        if (strcmp(m->labels[i].key, d->labels[i].key) || strcmp(m->labels[i].value, v))
+            return 0;
+    }
+    return 1;
+}
+
+static int map_reason(mv_seg_reason r)
+{
+    switch (r) {
+    case MV_SEG_E_NAME:
+        return MV_ERR_NAME;
+    case MV_SEG_E_FULL:
+        return MV_ERR_FULL;
+    case MV_SEG_E_NOMEM:
+        return MV_ERR_NOMEM;
+    default:
+        return MV_ERR_INVALID;
+    }
+}
+
+/* Appends (or finds) the record for `d`; *slot gets the value words. */
+static int do_register(mv_segment *s, const mv_seg_metric_desc *d, uint64_t **slot)
+{
+    mv_seg_error e;
+    mv_seg_reason r;
+    int rc;
+
+    if (!s)
+        return fail(MV_ERR_INVALID, "segment handle is NULL");
+    if ((r = mv_seg_desc_check(d, &e)) != MV_SEG_OK)
+        return fail(map_reason(r), "%s", e.detail);
+
+    pthread_mutex_lock(&s->mu);
+    if ((rc = seg_lock(s)) != MV_OK)
+        goto unlock_mu;
+
+    mv_seg_header *h = s->h;
+    uint64_t gen = __atomic_load_n(&h->generation, __ATOMIC_ACQUIRE);
+    seg_repair(s, &gen); /* an appender died half-way */
+
+    mv_seg_catalog *cat;
+    if ((r = mv_seg_catalog_parse(s->base, s->size, s->size, &cat, &e)) != MV_SEG_OK) {
+        rc = fail(MV_ERR_FORMAT, "%s: %s (%s)", s->path, e.detail, mv_seg_reason_name(r));
+        goto unlock_seg;
+    }
+    for (size_t i = 0; i < mv_seg_catalog_count(cat); i++) {
+        const mv_seg_metric *m = mv_seg_catalog_metric(cat, i);
+        if (strcmp(m->name, d->name) != 0)
+            continue;
+        if (m->type != d->type) {
+            rc = fail(MV_ERR_CONFLICT, "metric %s is already registered with type %u", d->name,
+                      m->type);
+            goto free_cat;
+        }
+        if (!same_labels(m, d))
+            continue;
+        if (m->bucket_count != d->bucket_count ||
+            (d->bucket_count && memcmp(m->bounds, d->bounds, 8u * d->bucket_count) != 0)) {
+            rc = fail(MV_ERR_CONFLICT, "histogram %s is already registered with other buckets",
+                      d->name);
+            goto free_cat;
+        }
+        *slot = (uint64_t *)(void *)(s->base + h->values_offset + m->value_offset);
+        rc = MV_OK;
+        goto free_cat;
+    }
+
+    uint32_t rsize = mv_seg_record_size(d), vsize = mv_seg_value_size(d);
+    uint32_t voff = h->values_used, coff = h->catalog_used;
+    if ((uint64_t)voff + vsize > h->values_size) {
+        rc = fail(MV_ERR_FULL, "%s: value area full (%u of %u bytes used, %s needs %u)", s->path,
+                  voff, h->values_size, d->name, vsize);
+        goto free_cat;
+    }
+    if ((uint64_t)coff + rsize > h->catalog_size || h->metric_count >= MV_SEG_METRICS_MAX) {
+        rc = fail(MV_ERR_FULL, "%s: catalog area full (%u of %u bytes used, %s needs %u)", s->path,
+                  coff, h->catalog_size, d->name, rsize);
+        goto free_cat;
+    }
+    __atomic_store_n(&h->generation, gen + 1, __ATOMIC_RELEASE);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    uint64_t *words = (uint64_t *)(void *)(s->base + h->values_offset + voff);
+    for (uint32_t i = 0; i < vsize / 8; i++)
+        __atomic_store_n(&words[i], 0, __ATOMIC_RELAXED);
+    mv_seg_record_encode(s->base + h->catalog_offset + coff, d, voff);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    __atomic_store_n(&h->values_used, voff + vsize, __ATOMIC_RELAXED);
+    __atomic_store_n(&h->catalog_used, coff + rsize, __ATOMIC_RELAXED);
+    __atomic_store_n(&h->metric_count, h->metric_count + 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&h->generation, gen + 2, __ATOMIC_RELEASE);
+    *slot = words;
+    rc = MV_OK;
+
+free_cat:
+    mv_seg_catalog_free(cat);
+unlock_seg:
+    seg_unlock(s);
+unlock_mu:
+    pthread_mutex_unlock(&s->mu);
+    if (rc == MV_OK)
+        mv_heartbeat(s);
+    return rc;
+}
+
+static int register_scalar(mv_segment *s, uint8_t type, const char *name, const char *help,
+                           const char *unit, const mv_label *labels, size_t nlabels,
+                           uint64_t **slot)
+{
+    *slot = &g_scratch[0];
+    if (nlabels > MV_SEG_LABELS_MAX)
+        return fail(MV_ERR_INVALID, "metric %s: %zu labels (at most %d)", name ? name : "", nlabels,
+                    MV_SEG_LABELS_MAX);
+    mv_seg_metric_desc d = {
+        .type = type,
+        .name = name,
+        .help = help,
+        .unit = unit,
+        .labels = (const mv_seg_label *)labels,
+        .label_count = (uint16_t)nlabels,
+    };
+    uint64_t *p;
+    int rc = do_register(s, &d, &p);
+    if (rc == MV_OK)
+        *slot = p;
+    return rc;
+}
+
+_Static_assert(sizeof(mv_label) == sizeof(mv_seg_label), "label layouts match");
+
+int mv_counter_register(mv_segment *s, const char *name, const char *help, const char *unit,
+                        const mv_label *labels, size_t nlabels, mv_counter *out)
+{
+    return register_scalar(s, MV_SEG_COUNTER, name, help, unit, labels, nlabels, &out->slot);
+}
+
+int mv_gauge_register(mv_segment *s, const char *name, const char *help, const char *unit,
+                      const mv_label *labels, size_t nlabels, mv_gauge *out)
+{
+    return register_scalar(s, MV_SEG_GAUGE, name, help, unit, labels, nlabels, &out->slot);
+}
+
+int mv_histogram_register(mv_segment *s, const char *name, const char *help, const char *unit,
+                          const mv_label *labels, size_t nlabels, const double *bounds,
+                          size_t nbounds, mv_histogram **out)
+{
+    *out = &g_scratch_hist;
+    if (nlabels > MV_SEG_LABELS_MAX || nbounds == 0 || nbounds > MV_SEG_BUCKETS_MAX)
+        return fail(MV_ERR_INVALID, "histogram %s: %zu labels (at most %d), %zu bounds (1..%d)",
+                    name ? name : "", nlabels, MV_SEG_LABELS_MAX, nbounds, MV_SEG_BUCKETS_MAX);
+    mv_histogram *hg = calloc(1, sizeof *hg);
+    if (!hg || !(hg->bounds = malloc(nbounds * sizeof(double))) ||
+        !(hg->bucket_wt = malloc((nbounds + 1) * sizeof(uint64_t)))) {
+        if (hg)
+            free(hg->bounds);
+        free(hg);
+        return fail(MV_ERR_NOMEM, "out of memory");
+    }
+    memcpy(hg->bounds, bounds, nbounds * sizeof(double));
+    hg->n = (uint16_t)nbounds;
+    hg->check_index = (uint16_t)(nbounds + 3);
+    hg->sum_wt = mv_seg_hist_weight(1);
+    for (size_t i = 0; i <= nbounds; i++)
+        hg->bucket_wt[i] = mv_seg_hist_weight((uint32_t)(2 + i)) + mv_seg_hist_weight(0);
+    mv_seg_metric_desc d = {
+        .type = MV_SEG_HISTOGRAM,
+        .name = name,
+        .help = help,
+        .unit = unit,
+        .labels = (const mv_seg_label *)labels,
+        .label_count = (uint16_t)nlabels,
+        .bounds = bounds,
+        .bucket_count = (uint16_t)nbounds,
+    };
+    int rc = do_register(s, &d, &hg->w);
+    if (rc != MV_OK) {
+        free(hg->bounds);
+        free(hg->bucket_wt);
+        free(hg);
+        return rc;
+    }
+    pthread_mutex_lock(&s->mu);
+    hg->next = s->hists;
+    s->hists = hg;
+    pthread_mutex_unlock(&s->mu);
+    *out = hg;
+    return MV_OK;
+}
+
+int mv_exponential_buckets(double start, double factor, size_t count, double *out)
+{
+    if (!(start > 0) || !(factor > 1) || !isfinite(start) || !isfinite(factor) || count == 0 ||
+        count > MV_SEG_BUCKETS_MAX || !out)
+        return fail(MV_ERR_INVALID, "exponential buckets need start > 0, factor > 1, 1..%d buckets",
+                    MV_SEG_BUCKETS_MAX);
+    double b = start;
+    for (size_t i = 0; i < count; i++, b *= factor) {
+        if (!isfinite(b))
+            return fail(MV_ERR_INVALID, "bucket %zu overflows", i);
+        out[i] = b;
+    }
+    return MV_OK;
+}
+
+/* ---- Updates -------------------------------------------------------------- */
+
+void mv_gauge_add(mv_gauge g, double delta)
+{
+    uint64_t old = __atomic_load_n(g.slot, __ATOMIC_RELAXED), nw;
+    do {
+        double v;
+        memcpy(&v, &old, 8);
+        v += delta;
+        memcpy(&nw, &v, 8);
+    } while (!__atomic_compare_exchange_n(g.slot, &old, nw, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+}
+
+/* Every change to the record also adds (new - old) * weight(word) to the
+ * checksum word, so in any quiescent state checksum == sum(word[i] *
+ * weight(i)). A reader's copy that mixes words from before and after an
+ * update fails that equation; see docs/segment-format.md. */
+void mv_histogram_observe(mv_histogram *h, double v)
+{
+    if (h == NULL || h->w == NULL || isnan(v))
+        return;
+    const double *b = h->bounds;
+    uint32_t lo = 0, hi = h->n;
+    while (lo < hi) {
+        uint32_t mid = (lo + hi) / 2;
+        if (v <= b[mid])
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    uint64_t *w = h->w;
+    __atomic_fetch_add(&w[2 + lo], 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&w[0], 1, __ATOMIC_RELAXED);
+    uint64_t old = __atomic_load_n(&w[1], __ATOMIC_RELAXED), nw;
+    do {
+        double sum;
+        memcpy(&sum, &old, 8);
+        sum += v;
+        memcpy(&nw, &sum, 8);
+    } while (!__atomic_compare_exchange_n(&w[1], &old, nw, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+    __atomic_fetch_add(&w[h->check_index], h->bucket_wt[lo] + (nw - old) * h->sum_wt,
+                       __ATOMIC_RELEASE);
+}

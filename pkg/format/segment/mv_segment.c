@@ -1,0 +1,813 @@
+/* mv_segment: segment format v1 writer primitives and the validating reader. */
+#include "mv_segment.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "segment format v1 is little-endian; big-endian hosts are not supported"
+#endif
+
+static const char *const reason_names[MV_SEG_REASON_COUNT_] = {
+    [MV_SEG_OK] = "ok",
+    [MV_SEG_E_TRUNCATED] = "truncated",
+    [MV_SEG_E_MAGIC] = "bad_magic",
+    [MV_SEG_E_VERSION] = "bad_version",
+    [MV_SEG_E_HEADER] = "bad_header",
+    [MV_SEG_E_SIZE] = "bad_size",
+    [MV_SEG_E_LAYOUT] = "bad_layout",
+    [MV_SEG_E_OVERLAP] = "overlap",
+    [MV_SEG_E_COUNT] = "bad_count",
+    [MV_SEG_E_RECORD] = "bad_record",
+    [MV_SEG_E_STRING] = "bad_string",
+    [MV_SEG_E_NAME] = "bad_name",
+    [MV_SEG_E_TYPE] = "bad_type",
+    [MV_SEG_E_VALUE_RANGE] = "bad_value_range",
+    [MV_SEG_E_CHECKSUM] = "bad_checksum",
+    [MV_SEG_E_BUSY] = "busy",
+    [MV_SEG_E_TORN] = "torn",
+    [MV_SEG_E_DUPLICATE] = "duplicate",
+    [MV_SEG_E_BUCKETS] = "bad_buckets",
+    [MV_SEG_E_CHANGED] = "changed",
+    [MV_SEG_E_NOMEM] = "no_memory",
+    [MV_SEG_E_FULL] = "full",
+    [MV_SEG_E_INVAL] = "invalid_argument",
+};
+
+const char *mv_seg_reason_name(mv_seg_reason r)
+{
+    if ((unsigned)r >= MV_SEG_REASON_COUNT_)
+        return "unknown";
+    return reason_names[r];
+}
+
+int mv_seg_reason_transient(mv_seg_reason r)
+{
+    return r == MV_SEG_E_BUSY || r == MV_SEG_E_TORN || r == MV_SEG_E_CHANGED;
+}
+
+__attribute__((format(printf, 3, 4))) static mv_seg_reason fail(mv_seg_error *err, mv_seg_reason r,
+                                                                const char *fmt, ...)
+{
+    if (err) {
+        va_list ap;
+        err->reason = r;
+        va_start(ap, fmt);
+        vsnprintf(err->detail, sizeof err->detail, fmt, ap);
+        va_end(ap);
+    }
+    return r;
+}
+
+uint64_t mv_seg_fnv1a64(const void *p, size_t len)
+{
+    const unsigned char *b = p;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < len; i++) {
+        h ^= b[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+static int name_char(unsigned char c, int first, int colon)
+{
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_')
+        return 1;
+    if (colon && c == ':')
+        return 1;
+    return !first && c >= '0' && c <= '9';
+}
+
+static int valid_name(const char *s, size_t len, int colon)
+{
+    if (len == 0 || (len >= 2 && s[0] == '_' && s[1] == '_'))
+        return 0;
+    for (size_t i = 0; i < len; i++)
+        if (!name_char((unsigned char)s[i], i == 0, colon))
+            return 0;
+    return 1;
+}
+
+int mv_seg_valid_metric_name(const char *s, size_t len)
+{
+    return valid_name(s, len, 1);
+}
+
+int mv_seg_valid_label_name(const char *s, size_t len)
+{
+    return valid_name(s, len, 0);
+}
+
+int mv_seg_valid_utf8(const char *str, size_t len)
+{
+    const unsigned char *s = (const unsigned char *)str;
+    size_t i = 0;
+    while (i < len) {
+        unsigned char c = s[i];
+        if (c == 0)
+            return 0;
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t n;
+        uint32_t cp;
+        if ((c & 0xe0) == 0xc0) {
+            n = 1;
+            cp = c & 0x1f;
+        } else if ((c & 0xf0) == 0xe0) {
+            n = 2;
+            cp = c & 0x0f;
+        } else if ((c & 0xf8) == 0xf0) {
+            n = 3;
+            cp = c & 0x07;
+        } else {
+            return 0;
+        }
+        if (len - i <= n)
+            return 0;
+        for (size_t k = 1; k <= n; k++) {
+            if ((s[i + k] & 0xc0) != 0x80)
+                return 0;
+            cp = (cp << 6) | (s[i + k] & 0x3f);
+        }
+        if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) ||
+            cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+            return 0;
+        i += n + 1;
+    }
+    return 1;
+}
+
+void mv_seg_copy_words(void *dst, const void *src, size_t len)
+{
+    uint64_t *d = dst;
+    const uint64_t *s = src;
+    size_t n = len / 8;
+    for (size_t i = 0; i < n; i++)
+        d[i] = __atomic_load_n(&s[i], __ATOMIC_RELAXED);
+}
+
+/* ---- Formatting ------------------------------------------------------------ */
+
+int mv_seg_default_layout(uint64_t size, uint32_t *values_size, uint32_t *catalog_size)
+{
+    if (size < MV_SEG_MIN_SIZE || size > MV_SEG_MAX_SIZE || size % MV_SEG_ALIGN)
+        return MV_SEG_E_SIZE;
+    uint64_t rest = size - MV_SEG_HEADER_SIZE;
+    uint64_t v = (rest / 4) & ~(uint64_t)63;
+    if (v < 512)
+        v = 512;
+    *values_size = (uint32_t)v;
+    *catalog_size = (uint32_t)(rest - v);
+    return MV_SEG_OK;
+}
+
+static uint64_t realtime_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t random_instance(void)
+{
+    uint64_t x = 0;
+    FILE *f = fopen("/dev/urandom", "rb");
+    if (f) {
+        if (fread(&x, sizeof x, 1, f) != 1)
+            x = 0;
+        fclose(f);
+    }
+    x ^= realtime_ns() ^ ((uint64_t)getpid() << 32);
+    return x ? x : 1;
+}
+
+mv_seg_reason mv_seg_format(void *base, uint64_t size, uint32_t values_size, mv_seg_error *err)
+{
+    return mv_seg_format_with(base, size, values_size, random_instance(), realtime_ns(), err);
+}
+
+mv_seg_reason mv_seg_format_with(void *base, uint64_t size, uint32_t values_size, uint64_t instance,
+                                 uint64_t created_ns, mv_seg_error *err)
+{
+    uint32_t vdef, cdef;
+    if (!base || ((uintptr_t)base % MV_SEG_ALIGN))
+        return fail(err, MV_SEG_E_INVAL, "segment base is NULL or not 8-aligned");
+    if (mv_seg_default_layout(size, &vdef, &cdef) != MV_SEG_OK)
+        return fail(err, MV_SEG_E_SIZE,
+                    "segment size %llu is not a multiple of 8 in [%u, %u] bytes",
+                    (unsigned long long)size, MV_SEG_MIN_SIZE, MV_SEG_MAX_SIZE);
+    if (instance == 0)
+        return fail(err, MV_SEG_E_INVAL, "instance id must be nonzero");
+    if (values_size == 0)
+        values_size = vdef;
+    if (values_size % 64 || values_size < 64 ||
+        (uint64_t)values_size + MV_SEG_HEADER_SIZE + 256 > size)
+        return fail(err, MV_SEG_E_LAYOUT,
+                    "value area of %u bytes does not fit a %llu-byte segment (64-byte "
+                    "multiple, leaving 256 bytes of catalog)",
+                    values_size, (unsigned long long)size);
+
+    mv_seg_header *h = base;
+    memset(h, 0, sizeof *h);
+    h->version = MV_SEG_VERSION;
+    h->header_size = MV_SEG_HEADER_SIZE;
+    h->segment_size = size;
+    h->values_offset = MV_SEG_HEADER_SIZE;
+    h->values_size = values_size;
+    h->catalog_offset = MV_SEG_HEADER_SIZE + values_size;
+    h->catalog_size = (uint32_t)(size - h->catalog_offset);
+    h->instance = instance;
+    h->generation = 0;
+    h->created_ns = created_ns;
+    uint64_t magic;
+    memcpy(&magic, MV_SEG_MAGIC, 8);
+    __atomic_store_n((uint64_t *)(void *)h->magic, magic, __ATOMIC_RELEASE);
+    return MV_SEG_OK;
+}
+
+/* ---- Records ------------------------------------------------------------------ */
+
+static size_t slen(const char *s)
+{
+    return s ? strlen(s) : 0;
+}
+
+static uint32_t align8(uint64_t n)
+{
+    return (uint32_t)((n + 7) & ~(uint64_t)7);
+}
+
+/* Bytes of one encoded string: u16 length, bytes, NUL. */
+static uint64_t str_bytes(const char *s)
+{
+    return 2 + slen(s) + 1;
+}
+
+uint32_t mv_seg_record_size(const mv_seg_metric_desc *d)
+{
+    uint64_t n = MV_SEG_RECORD_HEAD;
+    n += str_bytes(d->name) + str_bytes(d->help) + str_bytes(d->unit);
+    for (uint16_t i = 0; i < d->label_count; i++)
+        n += str_bytes(d->labels[i].key) + str_bytes(d->labels[i].value);
+    n = align8(n);
+    n += 8ull * d->bucket_count;
+    n += 8; /* checksum */
+    return (uint32_t)n;
+}
+
+uint32_t mv_seg_value_size(const mv_seg_metric_desc *d)
+{
+    if (d->type == MV_SEG_HISTOGRAM)
+        return 8u * MV_SEG_HIST_WORDS(d->bucket_count);
+    return 8;
+}
+
+mv_seg_reason mv_seg_desc_check(const mv_seg_metric_desc *d, mv_seg_error *err)
+{
+    if (!d || !d->name)
+        return fail(err, MV_SEG_E_INVAL, "metric description or name is NULL");
+    size_t nl = strlen(d->name);
+    if (nl > MV_SEG_NAME_MAX || !mv_seg_valid_metric_name(d->name, nl))
+        return fail(err, MV_SEG_E_NAME,
+                    "metric name %.64s is not [a-zA-Z_:][a-zA-Z0-9_:]* of at most %d bytes "
+                    "(and may not start with __)",
+                    d->name, MV_SEG_NAME_MAX);
+    if (d->type != MV_SEG_COUNTER && d->type != MV_SEG_GAUGE && d->type != MV_SEG_HISTOGRAM)
+        return fail(err, MV_SEG_E_TYPE, "metric %s: unknown type %u", d->name, d->type);
+    size_t hl = slen(d->help), ul = slen(d->unit);
+    if (hl > MV_SEG_HELP_MAX || (hl && !mv_seg_valid_utf8(d->help, hl)))
+        return fail(err, MV_SEG_E_STRING, "metric %s: help is not UTF-8 of at most %d bytes",
+                    d->name, MV_SEG_HELP_MAX);
+    if (ul > MV_SEG_UNIT_MAX || (ul && !mv_seg_valid_label_name(d->unit, ul)))
+        return fail(err, MV_SEG_E_STRING,
+                    "metric %s: unit must be [a-zA-Z_][a-zA-Z0-9_]* of at most %d bytes", d->name,
+                    MV_SEG_UNIT_MAX);
+    if (d->label_count > MV_SEG_LABELS_MAX || (d->label_count && !d->labels))
+        return fail(err, MV_SEG_E_COUNT, "metric %s: %u labels (at most %d)", d->name,
+                    d->label_count, MV_SEG_LABELS_MAX);
+    for (uint16_t i = 0; i < d->label_count; i++) {
+        const char *k = d->labels[i].key, *v = d->labels[i].value;
+        size_t kl = slen(k), vl = slen(v);
+        if (!k || kl > MV_SEG_LABEL_KEY_MAX || !mv_seg_valid_label_name(k, kl))
+            return fail(err, MV_SEG_E_NAME,
+                        "metric %s: label name %.64s is not [a-zA-Z_][a-zA-Z0-9_]* of at most "
+                        "%d bytes (and may not start with __)",
+                        d->name, k ? k : "(null)", MV_SEG_LABEL_KEY_MAX);
+        if (d->type == MV_SEG_HISTOGRAM && strcmp(k, "le") == 0)
+            return fail(err, MV_SEG_E_NAME, "metric %s: histograms may not have a label 'le'",
+                        d->name);
+        if (vl > MV_SEG_LABEL_VALUE_MAX || (vl && !mv_seg_valid_utf8(v, vl)))
+            return fail(err, MV_SEG_E_STRING,
+                        "metric %s: value of label %s is not UTF-8 of at most %d bytes", d->name, k,
+                        MV_SEG_LABEL_VALUE_MAX);
+        for (uint16_t j = 0; j < i; j++)
+            if (strcmp(d->labels[j].key, k) == 0)
+                return fail(err, MV_SEG_E_DUPLICATE, "metric %s: label %s given twice", d->name, k);
+    }
+    if (d->type == MV_SEG_HISTOGRAM) {
+        if (d->bucket_count == 0 || d->bucket_count > MV_SEG_BUCKETS_MAX || !d->bounds)
+            return fail(err, MV_SEG_E_COUNT, "metric %s: %u bucket bounds (1 to %d)", d->name,
+                        d->bucket_count, MV_SEG_BUCKETS_MAX);
+        for (uint16_t i = 0; i < d->bucket_count; i++) {
+            if (!isfinite(d->bounds[i]) || (i && !(d->bounds[i] > d->bounds[i - 1])))
+                return fail(err, MV_SEG_E_BUCKETS,
+                            "metric %s: bucket bounds must be finite and strictly increasing "
+                            "(bound %u is %g)",
+                            d->name, i, d->bounds[i]);
+        }
+    } else if (d->bucket_count) {
+        return fail(err, MV_SEG_E_COUNT, "metric %s: only histograms have buckets", d->name);
+    }
+    return MV_SEG_OK;
+}
+
+static unsigned char *put_str(unsigned char *p, const char *s)
+{
+    size_t n = slen(s);
+    uint16_t n16 = (uint16_t)n;
+    memcpy(p, &n16, 2);
+    if (n)
+        memcpy(p + 2, s, n);
+    p[2 + n] = 0;
+    return p + 3 + n;
+}
+
+void mv_seg_record_encode(void *out, const mv_seg_metric_desc *d, uint32_t value_offset)
+{
+    uint32_t size = mv_seg_record_size(d);
+    unsigned char *base = out, *p;
+    mv_seg_record_head head = {
+        .record_size = size,
+        .type = d->type,
+        .label_count = d->label_count,
+        .value_offset = value_offset,
+        .value_size = mv_seg_value_size(d),
+        .bucket_count = d->bucket_count,
+    };
+    memset(base, 0, size);
+    memcpy(base, &head, sizeof head);
+    p = base + MV_SEG_RECORD_HEAD;
+    p = put_str(p, d->name);
+    p = put_str(p, d->help);
+    p = put_str(p, d->unit);
+    for (uint16_t i = 0; i < d->label_count; i++) {
+        p = put_str(p, d->labels[i].key);
+        p = put_str(p, d->labels[i].value);
+    }
+    p = base + align8((uint64_t)(p - base));
+    if (d->bucket_count)
+        memcpy(p, d->bounds, 8u * d->bucket_count);
+    uint64_t sum = mv_seg_fnv1a64(base, size - 8);
+    memcpy(base + size - 8, &sum, 8);
+}
+
+/* ---- Reader: catalog ---------------------------------------------------------- */
+
+struct mv_seg_catalog {
+    uint64_t generation, instance, segment_size;
+    uint32_t metric_count, values_offset, values_used, catalog_used, hot_size;
+    size_t count;
+    mv_seg_metric *metrics;
+    mv_seg_label *labels;
+    double *bounds;
+    char *bytes; /* copy of the catalog area */
+};
+
+size_t mv_seg_catalog_count(const mv_seg_catalog *c)
+{
+    return c->count;
+}
+
+const mv_seg_metric *mv_seg_catalog_metric(const mv_seg_catalog *c, size_t i)
+{
+    return i < c->count ? &c->metrics[i] : NULL;
+}
+
+uint64_t mv_seg_catalog_generation(const mv_seg_catalog *c)
+{
+    return c->generation;
+}
+
+uint64_t mv_seg_catalog_instance(const mv_seg_catalog *c)
+{
+    return c->instance;
+}
+
+uint64_t mv_seg_catalog_segment_size(const mv_seg_catalog *c)
+{
+    return c->segment_size;
+}
+
+uint32_t mv_seg_catalog_hot_size(const mv_seg_catalog *c)
+{
+    return c->hot_size;
+}
+
+void mv_seg_catalog_free(mv_seg_catalog *c)
+{
+    if (!c)
+        return;
+    free(c->metrics);
+    free(c->labels);
+    free(c->bounds);
+    free(c->bytes);
+    free(c);
+}
+
+/* Validates the header of a copy; fills a host-order snapshot `h`. */
+static mv_seg_reason header_check(const void *buf, size_t len, uint64_t expected_size,
+                                  mv_seg_header *h, mv_seg_error *err)
+{
+    if (len < MV_SEG_HEADER_SIZE)
+        return fail(err, MV_SEG_E_TRUNCATED, "copy of %zu bytes is shorter than the %d-byte header",
+                    len, MV_SEG_HEADER_SIZE);
+    memcpy(h, buf, sizeof *h);
+    if (memcmp(h->magic, MV_SEG_MAGIC, 8) != 0) {
+        static const char zero[8];
+        if (memcmp(h->magic, zero, 8) == 0)
+            return fail(err, MV_SEG_E_MAGIC, "segment is not formatted yet (magic is zero)");
+        return fail(err, MV_SEG_E_MAGIC, "magic is not MVIEWSEG");
+    }
+    if (h->version != MV_SEG_VERSION)
+        return fail(err, MV_SEG_E_VERSION, "format version %u is not supported (this reader: %d)",
+                    h->version, MV_SEG_VERSION);
+    if (h->header_size != MV_SEG_HEADER_SIZE || h->flags != 0 || h->reserved0 != 0)
+        return fail(err, MV_SEG_E_HEADER, "header_size %u / flags 0x%x / reserved not as in v1",
+                    h->header_size, h->flags);
+    for (size_t i = 0; i < sizeof h->reserved; i++)
+        if (h->reserved[i])
+            return fail(err, MV_SEG_E_HEADER, "reserved header byte %zu is not zero", 96 + i);
+    if (h->segment_size < MV_SEG_MIN_SIZE || h->segment_size > MV_SEG_MAX_SIZE ||
+        h->segment_size % MV_SEG_ALIGN)
+        return fail(err, MV_SEG_E_SIZE, "segment_size %llu out of range",
+                    (unsigned long long)h->segment_size);
+    if (expected_size && h->segment_size != expected_size)
+        return fail(err, MV_SEG_E_SIZE, "segment_size %llu but the segment is %llu bytes",
+                    (unsigned long long)h->segment_size, (unsigned long long)expected_size);
+    uint64_t vo = h->values_offset, vs = h->values_size, co = h->catalog_offset,
+             cs = h->catalog_size;
+    if (vo % 8 || vs % 8 || co % 8 || cs % 8)
+        return fail(err, MV_SEG_E_LAYOUT, "areas are not 8-byte aligned");
+    if (vo < MV_SEG_HEADER_SIZE || co < MV_SEG_HEADER_SIZE)
+        return fail(err, MV_SEG_E_OVERLAP, "an area overlaps the header");
+    if (vo + vs > h->segment_size || co + cs > h->segment_size)
+        return fail(err, MV_SEG_E_LAYOUT,
+                    "areas [%llu,+%llu) and [%llu,+%llu) exceed the %llu-byte segment",
+                    (unsigned long long)vo, (unsigned long long)vs, (unsigned long long)co,
+                    (unsigned long long)cs, (unsigned long long)h->segment_size);
+    if (vo < co + cs && co < vo + vs)
+        return fail(err, MV_SEG_E_OVERLAP, "value area and catalog area overlap");
+    if (h->values_used > vs || h->values_used % 8)
+        return fail(err, MV_SEG_E_COUNT, "values_used %u exceeds the %llu-byte value area",
+                    h->values_used, (unsigned long long)vs);
+    if (h->catalog_used > cs || h->catalog_used % 8)
+        return fail(err, MV_SEG_E_COUNT, "catalog_used %u exceeds the %llu-byte catalog area",
+                    h->catalog_used, (unsigned long long)cs);
+    if (h->metric_count > MV_SEG_METRICS_MAX ||
+        (uint64_t)h->metric_count * MV_SEG_RECORD_MIN > h->catalog_used)
+        return fail(err, MV_SEG_E_COUNT, "metric_count %u cannot fit in %u catalog bytes",
+                    h->metric_count, h->catalog_used);
+    if (h->instance == 0)
+        return fail(err, MV_SEG_E_HEADER, "instance is zero");
+    return MV_SEG_OK;
+}
+
+/* Reads one length-prefixed, NUL-terminated string at *pos within rec[0,end). */
+static mv_seg_reason get_str(const char *rec, uint32_t *pos, uint32_t end, uint32_t max,
+                             const char **s, uint16_t *len, const char *what, size_t idx,
+                             mv_seg_error *err)
+{
+    uint16_t n;
+    if ((uint64_t)*pos + 3 > end)
+        return fail(err, MV_SEG_E_RECORD, "record %zu: %s runs past the record", idx, what);
+    memcpy(&n, rec + *pos, 2);
+    if (n > max)
+        return fail(err, MV_SEG_E_STRING, "record %zu: %s is %u bytes (at most %u)", idx, what, n,
+                    max);
+    if ((uint64_t)*pos + 2 + n + 1 > end)
+        return fail(err, MV_SEG_E_RECORD, "record %zu: %s runs past the record", idx, what);
+    const char *p = rec + *pos + 2;
+    if (p[n] != '\0')
+        return fail(err, MV_SEG_E_STRING, "record %zu: %s is not NUL-terminated", idx, what);
+    if (!mv_seg_valid_utf8(p, n))
+        return fail(err, MV_SEG_E_STRING, "record %zu: %s is not valid UTF-8 (or has NUL)", idx,
+                    what);
+    *s = p;
+    *len = n;
+    *pos += 3u + n;
+    return MV_SEG_OK;
+}
+
+static mv_seg_reason parse_record(mv_seg_catalog *c, size_t idx, const char *rec, uint32_t avail,
+                                  size_t *label_used, size_t *bound_used, uint32_t *value_end,
+                                  mv_seg_error *err)
+{
+    mv_seg_record_head hd;
+    mv_seg_metric *m = &c->metrics[idx];
+    mv_seg_reason r;
+
+    if (avail < MV_SEG_RECORD_HEAD)
+        return fail(err, MV_SEG_E_RECORD, "record %zu: header runs past catalog_used", idx);
+    memcpy(&hd, rec, sizeof hd);
+    if (hd.record_size < MV_SEG_RECORD_MIN || hd.record_size % 8 || hd.record_size > avail)
+        return fail(err, MV_SEG_E_RECORD, "record %zu: size %u is not a multiple of 8 in [%d, %u]",
+                    idx, hd.record_size, MV_SEG_RECORD_MIN, avail);
+    uint64_t sum;
+    memcpy(&sum, rec + hd.record_size - 8, 8);
+    if (sum != mv_seg_fnv1a64(rec, hd.record_size - 8))
+        return fail(err, MV_SEG_E_CHECKSUM, "record %zu: checksum mismatch", idx);
+    if (hd.flags || hd.reserved1 || hd.reserved2)
+        return fail(err, MV_SEG_E_RECORD, "record %zu: flags/reserved fields are not zero", idx);
+    if (hd.type != MV_SEG_COUNTER && hd.type != MV_SEG_GAUGE && hd.type != MV_SEG_HISTOGRAM)
+        return fail(err, MV_SEG_E_TYPE, "record %zu: unknown type %u", idx, hd.type);
+    if (hd.label_count > MV_SEG_LABELS_MAX)
+        return fail(err, MV_SEG_E_COUNT, "record %zu: %u labels (at most %d)", idx, hd.label_count,
+                    MV_SEG_LABELS_MAX);
+    if (hd.type == MV_SEG_HISTOGRAM ? (hd.bucket_count == 0 || hd.bucket_count > MV_SEG_BUCKETS_MAX)
+                                    : hd.bucket_count != 0)
+        return fail(err, MV_SEG_E_COUNT, "record %zu: bucket_count %u invalid for type %u", idx,
+                    hd.bucket_count, hd.type);
+    uint32_t want = hd.type == MV_SEG_HISTOGRAM ? 8u * MV_SEG_HIST_WORDS(hd.bucket_count) : 8u;
+    if (hd.value_size != want)
+        return fail(err, MV_SEG_E_RECORD, "record %zu: value_size %u, expected %u", idx,
+                    hd.value_size, want);
+    if (hd.value_offset % 8)
+        return fail(err, MV_SEG_E_VALUE_RANGE, "record %zu: value_offset %u is not 8-aligned", idx,
+                    hd.value_offset);
+    if (hd.value_offset < *value_end)
+        return fail(err, MV_SEG_E_OVERLAP,
+                    "record %zu: value slot at %u overlaps the previous one (ends at %u)", idx,
+                    hd.value_offset, *value_end);
+    if ((uint64_t)hd.value_offset + hd.value_size > c->values_used)
+        return fail(err, MV_SEG_E_VALUE_RANGE,
+                    "record %zu: value slot [%u,+%u) is outside the %u used value bytes", idx,
+                    hd.value_offset, hd.value_size, c->values_used);
+    *value_end = hd.value_offset + hd.value_size;
+
+    uint32_t end = hd.record_size - 8, pos = MV_SEG_RECORD_HEAD;
+    if ((r = get_str(rec, &pos, end, MV_SEG_NAME_MAX, &m->name, &m->name_len, "name", idx, err)))
+        return r;
+    if (!mv_seg_valid_metric_name(m->name, m->name_len))
+        return fail(err, MV_SEG_E_NAME, "record %zu: invalid metric name %s", idx,
+                    m->name_len ? m->name : "(empty)");
+    if ((r = get_str(rec, &pos, end, MV_SEG_HELP_MAX, &m->help, &m->help_len, "help", idx, err)))
+        return r;
+    if ((r = get_str(rec, &pos, end, MV_SEG_UNIT_MAX, &m->unit, &m->unit_len, "unit", idx, err)))
+        return r;
+    if (m->unit_len && !mv_seg_valid_label_name(m->unit, m->unit_len))
+        return fail(err, MV_SEG_E_NAME, "record %zu: invalid unit", idx);
+    mv_seg_label *labels = c->labels + *label_used;
+    for (uint16_t i = 0; i < hd.label_count; i++) {
+        const char *k, *v;
+        uint16_t kl, vl;
+        if ((r = get_str(rec, &pos, end, MV_SEG_LABEL_KEY_MAX, &k, &kl, "label name", idx, err)))
+            return r;
+        if (!mv_seg_valid_label_name(k, kl) ||
+            (hd.type == MV_SEG_HISTOGRAM && kl == 2 && memcmp(k, "le", 2) == 0))
+            return fail(err, MV_SEG_E_NAME, "record %zu: invalid label name %s", idx,
+                        kl ? k : "(empty)");
+        if ((r = get_str(rec, &pos, end, MV_SEG_LABEL_VALUE_MAX, &v, &vl, "label value", idx, err)))
+            return r;
+        for (uint16_t j = 0; j < i; j++)
+            if (strcmp(labels[j].key, k) == 0)
+                return fail(err, MV_SEG_E_DUPLICATE, "record %zu: label %s given twice", idx, k);
+        labels[i].key = k;
+        labels[i].value = v;
+    }
+    pos = align8(pos);
+    if ((uint64_t)pos + 8ull * hd.bucket_count != end)
+        return fail(err, MV_SEG_E_RECORD, "record %zu: %u bytes left for %u bounds", idx,
+                    end > pos ? end - pos : 0, hd.bucket_count);
+    double *bounds = c->bounds + *bound_used;
+    for (uint16_t i = 0; i < hd.bucket_count; i++) {
+        memcpy(&bounds[i], rec + pos + 8u * i, 8);
+        if (!isfinite(bounds[i]) || (i && !(bounds[i] > bounds[i - 1])))
+            return fail(err, MV_SEG_E_BUCKETS,
+                        "record %zu: bound %u (%g) is not finite and above the previous", idx, i,
+                        bounds[i]);
+    }
+    m->type = hd.type;
+    m->label_count = hd.label_count;
+    m->labels = labels;
+    m->bucket_count = hd.bucket_count;
+    m->bounds = hd.bucket_count ? bounds : NULL;
+    m->value_offset = hd.value_offset;
+    m->value_size = hd.value_size;
+    *label_used += hd.label_count;
+    *bound_used += hd.bucket_count;
+    return MV_SEG_OK;
+}
+
+/* Orders metrics by name, then labels as written, for duplicate detection. */
+static int metric_cmp(const void *a, const void *b)
+{
+    const mv_seg_metric *x = *(const mv_seg_metric *const *)a;
+    const mv_seg_metric *y = *(const mv_seg_metric *const *)b;
+    int d = strcmp(x->name, y->name);
+    if (d)
+        return d;
+    if (x->label_count != y->label_count)
+        return x->label_count < y->label_count ? -1 : 1;
+    for (uint16_t i = 0; i < x->label_count; i++) {
+        if ((d = strcmp(x->labels[i].key, y->labels[i].key)))
+            return d;
+        if ((d = strcmp(x->labels[i].value, y->labels[i].value)))
+            return d;
+    }
+    return 0;
+}
+
+static mv_seg_reason check_families(mv_seg_catalog *c, mv_seg_error *err)
+{
+    if (c->count < 2)
+        return MV_SEG_OK;
+    const mv_seg_metric **v = malloc(c->count * sizeof *v);
+    if (!v)
+        return fail(err, MV_SEG_E_NOMEM, "out of memory checking %zu metrics", c->count);
+    for (size_t i = 0; i < c->count; i++)
+        v[i] = &c->metrics[i];
+    qsort(v, c->count, sizeof *v, metric_cmp);
+    mv_seg_reason r = MV_SEG_OK;
+    for (size_t i = 1; i < c->count && !r; i++) {
+        if (strcmp(v[i]->name, v[i - 1]->name) != 0)
+            continue;
+        if (v[i]->type != v[i - 1]->type)
+            r = fail(err, MV_SEG_E_TYPE, "metric %s is registered with two types", v[i]->name);
+        else if (metric_cmp(&v[i], &v[i - 1]) == 0)
+            r = fail(err, MV_SEG_E_DUPLICATE, "metric %s has the same labels twice", v[i]->name);
+    }
+    free(v);
+    return r;
+}
+
+mv_seg_reason mv_seg_catalog_parse(const void *buf, size_t len, uint64_t expected_size,
+                                   mv_seg_catalog **out, mv_seg_error *err)
+{
+    mv_seg_header h;
+    mv_seg_reason r;
+
+    *out = NULL;
+    if ((r = header_check(buf, len, expected_size, &h, err)))
+        return r;
+    if (h.generation & 1)
+        return fail(err, MV_SEG_E_BUSY, "catalog append in progress (generation %llu)",
+                    (unsigned long long)h.generation);
+    if ((uint64_t)h.catalog_offset + h.catalog_used > len)
+        return fail(err, MV_SEG_E_TRUNCATED, "copy of %zu bytes ends inside the catalog (%u+%u)",
+                    len, h.catalog_offset, h.catalog_used);
+
+    mv_seg_catalog *c = calloc(1, sizeof *c);
+    if (!c)
+        return fail(err, MV_SEG_E_NOMEM, "out of memory");
+    c->generation = h.generation;
+    c->instance = h.instance;
+    c->segment_size = h.segment_size;
+    c->metric_count = h.metric_count;
+    c->values_offset = h.values_offset;
+    c->values_used = h.values_used;
+    c->catalog_used = h.catalog_used;
+    c->hot_size = h.values_offset + h.values_used;
+    c->count = h.metric_count;
+    /* Upper bounds from catalog_used: every label costs >= 6 bytes, every bound 8. */
+    size_t max_labels = h.catalog_used / 6 + 1, max_bounds = h.catalog_used / 8 + 1;
+    c->bytes = malloc(h.catalog_used ? h.catalog_used : 1);
+    c->metrics = calloc(c->count ? c->count : 1, sizeof *c->metrics);
+    c->labels = calloc(max_labels, sizeof *c->labels);
+    c->bounds = calloc(max_bounds, sizeof *c->bounds);
+    if (!c->bytes || !c->metrics || !c->labels || !c->bounds) {
+        mv_seg_catalog_free(c);
+        return fail(err, MV_SEG_E_NOMEM, "out of memory for a %u-byte catalog", h.catalog_used);
+    }
+    memcpy(c->bytes, (const char *)buf + h.catalog_offset, h.catalog_used);
+
+    uint32_t pos = 0, value_end = 0;
+    size_t label_used = 0, bound_used = 0;
+    for (size_t i = 0; i < c->count; i++) {
+        const mv_seg_record_head *hd = (const void *)(c->bytes + pos);
+        r = parse_record(c, i, c->bytes + pos, h.catalog_used - pos, &label_used, &bound_used,
+                         &value_end, err);
+        if (r) {
+            mv_seg_catalog_free(c);
+            return r;
+        }
+        uint32_t rs;
+        memcpy(&rs, &hd->record_size, 4);
+        pos += rs;
+    }
+    if (pos != h.catalog_used) {
+        mv_seg_catalog_free(c);
+        return fail(err, MV_SEG_E_COUNT, "%u records use %u bytes but catalog_used is %u",
+                    h.metric_count, pos, h.catalog_used);
+    }
+    if ((r = check_families(c, err))) {
+        mv_seg_catalog_free(c);
+        return r;
+    }
+    *out = c;
+    if (err) {
+        err->reason = MV_SEG_OK;
+        err->detail[0] = '\0';
+    }
+    return MV_SEG_OK;
+}
+
+void mv_seg_recount(const void *base, size_t size, uint32_t *metric_count, uint32_t *catalog_used,
+                    uint32_t *values_used)
+{
+    const mv_seg_header *h = base;
+    uint32_t n = 0, pos = 0, vend = 0;
+    const char *cat = (const char *)base + h->catalog_offset;
+    uint64_t cap = h->catalog_size;
+    if ((uint64_t)h->catalog_offset + cap > size || (uint64_t)h->values_offset > size)
+        cap = 0; /* a header that lies about its areas: nothing to trust */
+    while (n < MV_SEG_METRICS_MAX && cap - pos >= MV_SEG_RECORD_MIN) {
+        mv_seg_record_head hd;
+        memcpy(&hd, cat + pos, sizeof hd);
+        if (hd.record_size < MV_SEG_RECORD_MIN || hd.record_size % 8 || hd.record_size > cap - pos)
+            break;
+        uint64_t sum;
+        memcpy(&sum, cat + pos + hd.record_size - 8, 8);
+        if (sum != mv_seg_fnv1a64(cat + pos, hd.record_size - 8))
+            break;
+        if (hd.value_offset % 8 || hd.value_offset < vend || hd.value_size == 0 ||
+            (uint64_t)hd.value_offset + hd.value_size > h->values_size)
+            break;
+        vend = hd.value_offset + hd.value_size;
+        pos += hd.record_size;
+        n++;
+    }
+    *metric_count = n;
+    *catalog_used = pos;
+    *values_used = vend;
+}
+
+/* ---- Reader: values ------------------------------------------------------------ */
+
+mv_seg_reason mv_seg_hot_check(const mv_seg_catalog *c, const void *buf, size_t len,
+                               uint64_t *heartbeat_ns, mv_seg_error *err)
+{
+    const mv_seg_header *h = buf;
+    uint64_t magic;
+
+    if (len < c->hot_size || len < MV_SEG_HEADER_SIZE)
+        return fail(err, MV_SEG_E_TRUNCATED, "hot copy of %zu bytes, need %u", len, c->hot_size);
+    memcpy(&magic, MV_SEG_MAGIC, 8);
+    if (memcmp(h->magic, &magic, 8) != 0)
+        return fail(err, MV_SEG_E_MAGIC, "magic changed under a parsed catalog");
+    if (h->instance != c->instance)
+        return fail(err, MV_SEG_E_CHANGED, "segment was re-formatted (instance changed)");
+    if (h->generation != c->generation || h->metric_count != c->metric_count ||
+        h->values_used != c->values_used || h->catalog_used != c->catalog_used ||
+        h->values_offset != c->values_offset)
+        return fail(err, MV_SEG_E_CHANGED, "catalog generation %llu -> %llu",
+                    (unsigned long long)c->generation, (unsigned long long)h->generation);
+    if (heartbeat_ns)
+        *heartbeat_ns = h->heartbeat_ns;
+    return MV_SEG_OK;
+}
+
+static inline const uint64_t *slot(const void *hot, const mv_seg_metric *m)
+{
+    const mv_seg_header *h = hot;
+    return (const uint64_t *)(const void *)((const char *)hot + h->values_offset + m->value_offset);
+}
+
+uint64_t mv_seg_read_counter(const void *hot, const mv_seg_metric *m)
+{
+    return *slot(hot, m);
+}
+
+double mv_seg_read_gauge(const void *hot, const mv_seg_metric *m)
+{
+    double d;
+    memcpy(&d, slot(hot, m), 8);
+    return d;
+}
+
+mv_seg_reason mv_seg_read_histogram(const void *hot, const mv_seg_metric *m, mv_seg_hist_view *out)
+{
+    const uint64_t *w = slot(hot, m);
+    uint32_t nwords = MV_SEG_HIST_WORDS(m->bucket_count), nb = m->bucket_count + 1u;
+    uint64_t check = 0, total = 0;
+
+    for (uint32_t i = 0; i + 1 < nwords; i++)
+        check += w[i] * mv_seg_hist_weight(i);
+    if (check != w[nwords - 1])
+        return MV_SEG_E_TORN;
+    for (uint32_t i = 0; i < nb; i++)
+        total += w[2 + i];
+    if (total != w[0])
+        return MV_SEG_E_TORN;
+    out->count = w[0];
+    memcpy(&out->sum, &w[1], 8);
+    out->buckets = w + 2;
+    return MV_SEG_OK;
+}

@@ -1,0 +1,883 @@
+/* mv_segstore: segment files, the in-memory catalog, watchers and the reaper. */
+#include "mv_segstore_internal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "mv_log.h"
+#include "mv_segment.h"
+#include "mv_util.h"
+
+#define DEFAULT_REAP_MS  2000
+#define DEFAULT_FILEMODE 0660
+
+struct mv_segstore_sub {
+    mv_segstore_watch_fn fn;
+    void *arg;
+    struct mv_segstore_sub *next;
+};
+
+struct mv_segstore {
+    char *dir;
+    int lock_fd; /* flock(LOCK_EX) on DIR/.lock while open: one agent per directory */
+    uint64_t max_size;
+    mode_t file_mode;
+    int reap_ms;
+    pthread_mutex_t mu;
+    mv_segstore_seg *segs;
+    size_t nsegs, cap;
+    uint64_t revision;
+    uint64_t pool_pages, page_size, pages_used;
+    mv_segstore_sub *subs;
+    /* reaper */
+    pthread_t reaper;
+    int reaper_running;
+    int stopping;
+    pthread_cond_t cv;
+};
+
+/* Persists the catalog. Caller holds st->mu. */
+static int catalog_save(mv_segstore *st)
+{
+    return segstore_catalog_save(st->dir, st->revision, st->segs, st->nsegs);
+}
+
+/* ---- Store ---------------------------------------------------------------------------- */
+
+static void notify(mv_segstore *st, int ev, const mv_segstore_seg *seg)
+{
+    for (mv_segstore_sub *s = st->subs; s; s = s->next)
+        s->fn(s->arg, ev, seg, st->revision);
+}
+
+/* Puts a segment file back to its recorded size when something (its pod: the file is
+ * writable in the container) truncated or extended it: a truncated segment makes readers
+ * fault or read zeros inside the first page, an extended one no longer matches what was
+ * registered for RDMA and announced. Bytes cut off come back as zeros. Returns 0 (size
+ * right or restored), -ENOENT (no file), -EINVAL (not a regular file) or another -errno. */
+static int seg_fix_size(const mv_segstore_seg *s)
+{
+    struct stat sb;
+    if (lstat(s->path, &sb) != 0)
+        return -errno;
+    if (!S_ISREG(sb.st_mode))
+        return -EINVAL;
+    if ((uint64_t)sb.st_size == s->size)
+        return 0;
+    int fd = open(s->path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+    int rc = fd < 0 || ftruncate(fd, (off_t)s->size) != 0 ? -errno : 0;
+    if (fd >= 0)
+        close(fd);
+    MV_WARN("segment.size_changed", "id=%s path=%s recorded=%" PRIu64 " found=%lld action=%s",
+            s->id, mv_log_q(s->path), s->size, (long long)sb.st_size,
+            mv_log_q(rc == 0 ? "restored to the recorded size" : strerror(-rc)));
+    return rc;
+}
+
+static int load(mv_segstore *st)
+{
+    char *path = segstore_path_join(st->dir, CATALOG_NAME);
+    if (!path)
+        return -ENOMEM;
+    char *text = NULL;
+    size_t len = 0;
+    int rc = segstore_read_file(path, &text, &len);
+    if (rc == -ENOENT) {
+        MV_INFO("catalog.loaded", "count=0 path=%s note=%s", mv_log_q(path),
+                mv_log_q("no catalog yet"));
+        free(path);
+        return 0;
+    }
+    if (rc < 0) {
+        MV_ERROR("catalog.load_failed", "path=%s err=%s", mv_log_q(path), mv_log_q(strerror(-rc)));
+        free(path);
+        return rc;
+    }
+    char err[MV_ERR_MAX];
+    mv_segstore_seg *v;
+    size_t n;
+    uint64_t rev;
+    /* Entries above today's max_size were valid when created: accept up to the format's limit. */
+    rc = segstore_catalog_parse(text, len, st->dir, MV_SEG_MAX_SIZE, &v, &n, &rev, err, sizeof err);
+    free(text);
+    if (rc < 0) {
+        MV_ERROR("catalog.invalid", "path=%s err=%s action=%s", mv_log_q(path), mv_log_q(err),
+                 mv_log_q("fix or remove the file, then restart"));
+        free(path);
+        return rc;
+    }
+    size_t kept = 0;
+    for (size_t i = 0; i < n; i++) {
+        int frc = seg_fix_size(&v[i]);
+        if (frc != 0) {
+            /* Not a segment we can keep: drop the entry, and remove what is at its path
+             * (a file, or an empty directory) unless nothing is there, so that no stray is
+             * left behind. */
+            int removed = frc != -ENOENT && (unlink(v[i].path) == 0 || rmdir(v[i].path) == 0);
+            MV_WARN("catalog.entry_dropped", "id=%s path=%s reason=%s removed=%d", v[i].id,
+                    mv_log_q(v[i].path),
+                    mv_log_q(frc == -ENOENT   ? "segment file missing"
+                             : frc == -EINVAL ? "not a regular file"
+                                              : strerror(-frc)),
+                    removed);
+            mv_segstore_seg_clear(&v[i]);
+            continue;
+        }
+        if (kept != i)
+            v[kept] = v[i];
+        kept++;
+    }
+    st->segs = v;
+    st->nsegs = kept;
+    st->cap = n ? n : 1;
+    st->revision = rev;
+    for (size_t i = 0; i < kept; i++)
+        st->pages_used += v[i].ndevices;
+    if (st->pages_used > st->pool_pages && st->pool_pages)
+        MV_WARN("pool.overcommitted", "used=%" PRIu64 " pool=%" PRIu64 " action=%s", st->pages_used,
+                st->pool_pages,
+                mv_log_q("existing segments kept; new allocations wait for pages to be freed"));
+    MV_INFO("catalog.loaded", "count=%zu dropped=%zu revision=%" PRIu64 " path=%s", kept, n - kept,
+            rev, mv_log_q(path));
+    free(path);
+    if (kept != n) {
+        st->revision++;
+        catalog_save(st);
+    }
+    return 0;
+}
+
+static void log_strays(mv_segstore *st)
+{
+    DIR *d = opendir(st->dir);
+    if (!d)
+        return;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        const char *nm = de->d_name;
+        if (nm[0] == '.' || strcmp(nm, CATALOG_NAME) == 0 || strcmp(nm, CATALOG_TMP) == 0 ||
+            strcmp(nm, "agent.sock") == 0)
+            continue;
+        int known = 0;
+        for (size_t i = 0; i < st->nsegs && !known; i++)
+            known = strcmp(st->segs[i].id, nm) == 0;
+        if (!known)
+            MV_WARN("segment.stray_file", "dir=%s name=%s action=%s", mv_log_q(st->dir),
+                    mv_log_q(nm), mv_log_q("left alone: not in the catalog"));
+    }
+    closedir(d);
+}
+
+static int mkdir_p(const char *dir)
+{
+    char *p = strdup(dir);
+    if (!p)
+        return -ENOMEM;
+    for (char *c = p + 1; *c; c++) {
+        if (*c != '/')
+            continue;
+        *c = 0;
+        if (mkdir(p, 0755) < 0 && errno != EEXIST) {
+            int e = -errno;
+            free(p);
+            return e;
+        }
+        *c = '/';
+    }
+    free(p);
+    if (mkdir(dir, 0755) < 0) {
+        if (errno != EEXIST)
+            return -errno;
+    } else {
+        chmod(dir, 0755); /* not subject to umask */
+    }
+    struct stat sb;
+    if (stat(dir, &sb) < 0)
+        return -errno;
+    return S_ISDIR(sb.st_mode) ? 0 : -ENOTDIR;
+}
+
+static void *reaper_main(void *arg)
+{
+    mv_segstore *st = arg;
+    pthread_mutex_lock(&st->mu);
+    while (!st->stopping) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_sec += st->reap_ms / 1000;
+        ts.tv_nsec += (long)(st->reap_ms % 1000) * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        while (!st->stopping && pthread_cond_timedwait(&st->cv, &st->mu, &ts) != ETIMEDOUT)
+            ;
+        if (st->stopping)
+            break;
+        pthread_mutex_unlock(&st->mu);
+        mv_segstore_reap(st);
+        pthread_mutex_lock(&st->mu);
+    }
+    pthread_mutex_unlock(&st->mu);
+    return NULL;
+}
+
+#define LOCK_NAME ".lock"
+
+/* Takes DIR/.lock exclusively, so a second agent on the same directory is refused instead of
+ * taking over its socket and racing its catalog writes. The holder's pid is written into the
+ * file for the message. Returns the fd, or -EBUSY (logged) / another negative errno. */
+static int lock_dir(const char *dir)
+{
+    char path[4096];
+    if ((size_t)snprintf(path, sizeof path, "%s/" LOCK_NAME, dir) >= sizeof path)
+        return -ENAMETOOLONG;
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        int e = errno;
+        MV_ERROR("segstore.lock_failed", "path=%s err=%s", mv_log_q(path), mv_log_q(strerror(e)));
+        return -e;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+        int e = errno;
+        char pid[32] = "";
+        ssize_t n = pread(fd, pid, sizeof pid - 1, 0);
+        pid[n > 0 ? n : 0] = 0;
+        pid[strcspn(pid, "\n")] = 0;
+        close(fd);
+        if (e != EWOULDBLOCK) {
+            MV_ERROR("segstore.lock_failed", "path=%s err=%s", mv_log_q(path),
+                     mv_log_q(strerror(e)));
+            return -e;
+        }
+        MV_ERROR("segstore.dir_in_use", "dir=%s holder_pid=%s msg=%s", mv_log_q(dir),
+                 mv_log_q(pid[0] ? pid : "unknown"),
+                 mv_log_q("another microview-agent already uses this directory; stop it, or "
+                          "give this agent its own directory"));
+        return -EBUSY;
+    }
+    char pid[32];
+    int len = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) < 0 || pwrite(fd, pid, (size_t)len, 0) != len)
+        MV_WARN("segstore.lock_pid", "path=%s err=%s", mv_log_q(path), mv_log_q(strerror(errno)));
+    return fd;
+}
+
+int mv_segstore_open(const mv_segstore_opts *opts, mv_segstore **out)
+{
+    int rc;
+    *out = NULL;
+    mv_segstore *st = calloc(1, sizeof *st);
+    if (!st)
+        return -ENOMEM;
+    st->lock_fd = -1;
+    st->dir = strdup(opts && opts->dir ? opts->dir : MV_SEGSTORE_DEFAULT_DIR);
+    if (!st->dir) {
+        rc = -ENOMEM;
+        goto free_st;
+    }
+    size_t dl = strlen(st->dir);
+    while (dl > 1 && st->dir[dl - 1] == '/')
+        st->dir[--dl] = 0;
+    st->max_size = opts && opts->max_size ? opts->max_size : MV_SEGSTORE_DEFAULT_MAX_SIZE;
+    st->file_mode = opts && opts->file_mode ? opts->file_mode : DEFAULT_FILEMODE;
+    st->reap_ms = opts && opts->reap_interval_ms ? opts->reap_interval_ms : DEFAULT_REAP_MS;
+    if (st->max_size < MV_SEGSTORE_MIN_SIZE || st->max_size > MV_SEG_MAX_SIZE) {
+        MV_ERROR("segstore.bad_option", "max_size=%" PRIu64 " valid=%s", st->max_size,
+                 mv_log_q("4096..1073741824"));
+        rc = -EINVAL;
+        goto free_dir;
+    }
+    st->max_size -= st->max_size % MV_SEGSTORE_PAGE;
+    st->pool_pages = opts ? opts->pool_pages : 0;
+    st->page_size = opts && opts->page_size ? opts->page_size : MV_SEGSTORE_PAGE;
+    if (st->page_size % MV_SEGSTORE_PAGE || st->page_size > st->max_size ||
+        st->pool_pages > UINT32_MAX) {
+        MV_ERROR("segstore.bad_option", "page_size=%" PRIu64 " pool_pages=%" PRIu64 " valid=%s",
+                 st->page_size, st->pool_pages,
+                 mv_log_q("page_size a multiple of 4096 up to max_size"));
+        rc = -EINVAL;
+        goto free_dir;
+    }
+    pthread_mutex_init(&st->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&st->cv, &ca);
+    pthread_condattr_destroy(&ca);
+
+    rc = mkdir_p(st->dir);
+    if (rc < 0) {
+        MV_ERROR("segstore.dir_failed", "dir=%s err=%s", mv_log_q(st->dir),
+                 mv_log_q(strerror(-rc)));
+        goto destroy_sync;
+    }
+    rc = st->lock_fd = lock_dir(st->dir);
+    if (rc < 0)
+        goto destroy_sync;
+    rc = load(st);
+    if (rc < 0)
+        goto unlock;
+    log_strays(st);
+    if (st->reap_ms > 0) {
+        int e = pthread_create(&st->reaper, NULL, reaper_main, st);
+        if (e) {
+            rc = -e;
+            goto free_segs;
+        }
+        st->reaper_running = 1;
+    }
+    *out = st;
+    return 0;
+free_segs:
+    mv_segstore_segs_free(st->segs, st->nsegs);
+unlock:
+    close(st->lock_fd);
+destroy_sync:
+    pthread_cond_destroy(&st->cv);
+    pthread_mutex_destroy(&st->mu);
+free_dir:
+    free(st->dir);
+free_st:
+    free(st);
+    return rc;
+}
+
+void mv_segstore_close(mv_segstore *st)
+{
+    if (!st)
+        return;
+    pthread_mutex_lock(&st->mu);
+    st->stopping = 1;
+    pthread_cond_broadcast(&st->cv);
+    pthread_mutex_unlock(&st->mu);
+    if (st->reaper_running)
+        pthread_join(st->reaper, NULL);
+    while (st->subs) {
+        mv_segstore_sub *s = st->subs;
+        st->subs = s->next;
+        free(s);
+    }
+    mv_segstore_segs_free(st->segs, st->nsegs);
+    pthread_cond_destroy(&st->cv);
+    pthread_mutex_destroy(&st->mu);
+    if (st->lock_fd >= 0)
+        close(st->lock_fd); /* releases the directory */
+    free(st->dir);
+    free(st);
+}
+
+/* Creates, sizes and formats the file. Returns 0 or a negative errno. */
+static int make_file(mv_segstore *st, mv_segstore_seg *seg, int in_dir, char *err, size_t errlen)
+{
+    int rc, fd = -1;
+    char *segdir = NULL;
+    for (int attempt = 0; attempt < 8; attempt++) {
+        uint8_t rnd[8];
+        if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
+            mv_err_set(err, errlen, "getrandom failed: %s", strerror(errno));
+            return -EIO;
+        }
+        snprintf(seg->id, sizeof seg->id, "seg-%02x%02x%02x%02x%02x%02x%02x%02x", rnd[0], rnd[1],
+                 rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
+        free(seg->path);
+        seg->path = segstore_seg_path(st->dir, seg->id, in_dir);
+        if (!seg->path)
+            return -ENOMEM;
+        if (in_dir) {
+            free(segdir);
+            segdir = segstore_path_join(st->dir, seg->id);
+            if (!segdir)
+                return -ENOMEM;
+            if (mkdir(segdir, 0755) < 0) {
+                if (errno == EEXIST)
+                    continue;
+                rc = -errno;
+                mv_err_set(err, errlen, "cannot create %s: %s", segdir, strerror(errno));
+                free(segdir);
+                return rc;
+            }
+            chmod(segdir, 0755); /* not subject to umask */
+        }
+        fd = open(seg->path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd >= 0 || errno != EEXIST)
+            break;
+    }
+    if (fd < 0) {
+        rc = -errno;
+        mv_err_set(err, errlen, "cannot create %s: %s", seg->path, strerror(errno));
+        goto remove_dir;
+    }
+    if (fchmod(fd, st->file_mode) < 0) {
+        rc = -errno;
+        mv_err_set(err, errlen, "chmod %s: %s", seg->path, strerror(errno));
+        goto unlink_file;
+    }
+    rc = -posix_fallocate(fd, 0, (off_t)seg->size);
+    if (rc < 0) {
+        mv_err_set(err, errlen, "cannot reserve %" PRIu64 " bytes for %s: %s", seg->size, seg->path,
+                   strerror(-rc));
+        goto unlink_file;
+    }
+    void *base = mmap(NULL, seg->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED) {
+        rc = -errno;
+        mv_err_set(err, errlen, "mmap %s: %s", seg->path, strerror(errno));
+        goto unlink_file;
+    }
+    mv_seg_error serr;
+    mv_seg_reason r = mv_seg_format(base, seg->size, 0, &serr);
+    munmap(base, seg->size);
+    if (r != MV_SEG_OK) {
+        rc = -EIO;
+        mv_err_set(err, errlen, "formatting %s failed: %s", seg->path, serr.detail);
+        goto unlink_file;
+    }
+    close(fd);
+    free(segdir);
+    return 0;
+unlink_file:
+    unlink(seg->path);
+    close(fd);
+remove_dir:
+    if (segdir)
+        rmdir(segdir);
+    free(segdir);
+    return rc;
+}
+
+/* Caller holds st->mu. Index of the segment backed by `device`, or -1. */
+static long find_device_locked(mv_segstore *st, const char *device)
+{
+    for (size_t i = 0; i < st->nsegs; i++)
+        for (size_t j = 0; j < st->segs[i].ndevices; j++)
+            if (strcmp(st->segs[i].devices[j], device) == 0)
+                return (long)i;
+    return -1;
+}
+
+static int create_common(mv_segstore *st, uint64_t size, uint32_t owner_pid,
+                         const char *const *devices, size_t ndevices,
+                         const mv_segstore_label *labels, size_t nlabels, mv_segstore_seg *out,
+                         char *err, size_t errlen)
+{
+    int rc;
+    mv_segstore_seg seg;
+    memset(&seg, 0, sizeof seg);
+    if (out)
+        memset(out, 0, sizeof *out);
+    if (size == 0 || size > st->max_size) {
+        mv_err_set(err, errlen, "size_bytes %" PRIu64 " is outside [1, %" PRIu64 "]", size,
+                   st->max_size);
+        return size ? -EFBIG : -EINVAL;
+    }
+    size = (size + MV_SEGSTORE_PAGE - 1) / MV_SEGSTORE_PAGE * MV_SEGSTORE_PAGE;
+    if (owner_pid > INT32_MAX) {
+        mv_err_set(err, errlen, "owner_pid %" PRIu32 " is not a valid pid", owner_pid);
+        return -EINVAL;
+    }
+    rc = segstore_check_labels(labels, nlabels, err, errlen);
+    if (rc < 0)
+        return rc;
+    mv_segstore_seg tmpl = {.size = size,
+                            .owner_pid = owner_pid,
+                            .created_ns = mv_wall_ns(),
+                            .nlabels = nlabels,
+                            .labels = (mv_segstore_label *)labels,
+                            .ndevices = ndevices,
+                            .devices = (char **)devices,
+                            .path = (char *)""};
+    rc = mv_segstore_seg_copy(&seg, &tmpl);
+    if (rc < 0) {
+        mv_err_set(err, errlen, "out of memory");
+        return rc;
+    }
+    if (ndevices) {
+        /* Checked before the file exists, and again under the lock below. */
+        pthread_mutex_lock(&st->mu);
+        rc = 0;
+        for (size_t i = 0; i < ndevices && !rc; i++) {
+            long at = find_device_locked(st, devices[i]);
+            if (at >= 0) {
+                mv_err_set(err, errlen, "device %s already backs segment %s", devices[i],
+                           st->segs[at].id);
+                rc = -EBUSY;
+            }
+        }
+        if (!rc && st->pages_used + ndevices > st->pool_pages) {
+            mv_err_set(err, errlen,
+                       "page pool exhausted: %zu pages requested, %" PRIu64 " of %" PRIu64 " free",
+                       ndevices, st->pool_pages - st->pages_used, st->pool_pages);
+            rc = -ENOSPC;
+        }
+        pthread_mutex_unlock(&st->mu);
+        if (rc < 0)
+            goto clear_seg;
+    }
+    rc = make_file(st, &seg, ndevices > 0, err, errlen);
+    if (rc < 0)
+        goto clear_seg;
+
+    pthread_mutex_lock(&st->mu);
+    for (size_t i = 0; i < ndevices; i++) {
+        long at = find_device_locked(st, devices[i]);
+        if (at >= 0) {
+            mv_err_set(err, errlen, "device %s already backs segment %s", devices[i],
+                       st->segs[at].id);
+            rc = -EBUSY;
+            goto unlock;
+        }
+    }
+    if (ndevices && st->pages_used + ndevices > st->pool_pages) {
+        mv_err_set(err, errlen, "page pool exhausted");
+        rc = -ENOSPC;
+        goto unlock;
+    }
+    if (st->nsegs >= MV_SEGSTORE_SEGMENTS_MAX) {
+        rc = -ENOSPC;
+        mv_err_set(err, errlen, "the agent already manages %d segments", MV_SEGSTORE_SEGMENTS_MAX);
+        goto unlock;
+    }
+    if (st->nsegs == st->cap || !st->segs) {
+        size_t ncap = st->cap ? st->cap * 2 : 16;
+        mv_segstore_seg *nv = realloc(st->segs, ncap * sizeof *nv);
+        if (!nv) {
+            rc = -ENOMEM;
+            mv_err_set(err, errlen, "out of memory");
+            goto unlock;
+        }
+        st->segs = nv;
+        st->cap = ncap;
+    }
+    if (out && mv_segstore_seg_copy(out, &seg) < 0) {
+        rc = -ENOMEM;
+        mv_err_set(err, errlen, "out of memory");
+        goto unlock;
+    }
+    st->segs[st->nsegs++] = seg;
+    st->pages_used += ndevices;
+    st->revision++;
+    catalog_save(st);
+    notify(st, MV_SEGSTORE_ADDED, &st->segs[st->nsegs - 1]);
+    MV_INFO("segment.created",
+            "id=%s path=%s size=%" PRIu64 " owner_pid=%" PRIu32 " labels=%zu devices=%zu "
+            "revision=%" PRIu64,
+            seg.id, mv_log_q(seg.path), seg.size, seg.owner_pid, seg.nlabels, seg.ndevices,
+            st->revision);
+    pthread_mutex_unlock(&st->mu);
+    return 0;
+unlock:
+    pthread_mutex_unlock(&st->mu);
+    unlink(seg.path);
+    if (ndevices) {
+        char dbuf[4096];
+        if (mv_segstore_seg_dir(st, seg.id, dbuf, sizeof dbuf) == 0)
+            rmdir(dbuf);
+    }
+clear_seg:
+    mv_segstore_seg_clear(&seg);
+    return rc;
+}
+
+int mv_segstore_create(mv_segstore *st, uint64_t size, uint32_t owner_pid,
+                       const mv_segstore_label *labels, size_t nlabels, mv_segstore_seg *out,
+                       char *err, size_t errlen)
+{
+    return create_common(st, size, owner_pid, NULL, 0, labels, nlabels, out, err, errlen);
+}
+
+int mv_segstore_create_dev(mv_segstore *st, const char *const *devices, size_t ndevices,
+                           const mv_segstore_label *labels, size_t nlabels, mv_segstore_seg *out,
+                           char *err, size_t errlen)
+{
+    if (out)
+        memset(out, 0, sizeof *out);
+    if (!st->pool_pages) {
+        mv_err_set(err, errlen, "this store has no page pool");
+        return -EINVAL;
+    }
+    if (!devices || ndevices == 0 || ndevices > MV_SEGSTORE_DEVICES_MAX) {
+        mv_err_set(err, errlen, "%zu devices: need 1..%d", ndevices, MV_SEGSTORE_DEVICES_MAX);
+        return -EINVAL;
+    }
+    for (size_t i = 0; i < ndevices; i++) {
+        if (!devices[i] || !segstore_valid_device(devices[i], strlen(devices[i]))) {
+            mv_err_set(err, errlen, "device %zu is not a valid device ID", i);
+            return -EINVAL;
+        }
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(devices[i], devices[j]) == 0) {
+                mv_err_set(err, errlen, "device %s is listed twice", devices[i]);
+                return -EINVAL;
+            }
+    }
+    if (ndevices > st->max_size / st->page_size) {
+        mv_err_set(err, errlen,
+                   "%zu pages of %" PRIu64 " bytes exceed the largest segment (%" PRIu64 " bytes)",
+                   ndevices, st->page_size, st->max_size);
+        return -EFBIG;
+    }
+    return create_common(st, (uint64_t)ndevices * st->page_size, 0, devices, ndevices, labels,
+                         nlabels, out, err, errlen);
+}
+
+static int labels_equal(const mv_segstore_seg *s, const mv_segstore_label *labels, size_t n)
+{
+    if (s->nlabels != n)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(s->labels[i].name, labels[i].name) ||
+            strcmp(s->labels[i].value, labels[i].value))
+            return 0;
+    return 1;
+}
+
+int mv_segstore_set_owner(mv_segstore *st, const char *id, int64_t uid, int64_t gid, char *err,
+                          size_t errlen)
+{
+    char path[4096] = "";
+    pthread_mutex_lock(&st->mu);
+    for (size_t i = 0; id && i < st->nsegs && !path[0]; i++)
+        if (strcmp(st->segs[i].id, id) == 0)
+            mv_fmt(path, sizeof path, "%s", st->segs[i].path);
+    pthread_mutex_unlock(&st->mu);
+    if (!path[0]) {
+        mv_err_set(err, errlen, "no segment with id %.40s", id ? id : "");
+        return -ENOENT;
+    }
+    int fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        mv_err_set(err, errlen, "open %s: %s", path, strerror(e));
+        return -e;
+    }
+    mode_t mode = uid < 0 && gid < 0 ? 0666 : 0660;
+    int rc = 0;
+    if ((uid >= 0 || gid >= 0) &&
+        fchown(fd, uid >= 0 ? (uid_t)uid : (uid_t)-1, gid >= 0 ? (gid_t)gid : (gid_t)-1) < 0)
+        rc = -errno;
+    if (rc == 0 && fchmod(fd, mode) < 0)
+        rc = -errno;
+    close(fd);
+    if (rc < 0) {
+        mv_err_set(err, errlen, "chown/chmod %s: %s", path, strerror(-rc));
+        return rc;
+    }
+    MV_INFO("segment.owner_set", "id=%s uid=%lld gid=%lld mode=%04o", id, (long long)uid,
+            (long long)gid, (unsigned)mode);
+    return 0;
+}
+
+int mv_segstore_set_labels(mv_segstore *st, const char *id, const mv_segstore_label *labels,
+                           size_t nlabels, char *err, size_t errlen)
+{
+    int rc = segstore_check_labels(labels, nlabels, err, errlen);
+    if (rc < 0)
+        return rc;
+    mv_segstore_seg tmpl = {
+        .path = (char *)"", .nlabels = nlabels, .labels = (mv_segstore_label *)labels};
+    mv_segstore_seg nl;
+    if (mv_segstore_seg_copy(&nl, &tmpl) < 0) {
+        mv_err_set(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    rc = -ENOENT;
+    mv_err_set(err, errlen, "no segment with id %.40s", id ? id : "");
+    pthread_mutex_lock(&st->mu);
+    for (size_t i = 0; id && i < st->nsegs; i++) {
+        mv_segstore_seg *s = &st->segs[i];
+        if (strcmp(s->id, id) != 0)
+            continue;
+        if (labels_equal(s, labels, nlabels)) {
+            rc = 0;
+            break;
+        }
+        mv_segstore_label *old = s->labels;
+        size_t nold = s->nlabels;
+        s->labels = nl.labels;
+        s->nlabels = nl.nlabels;
+        nl.labels = old;
+        nl.nlabels = nold;
+        st->revision++;
+        catalog_save(st);
+        notify(st, MV_SEGSTORE_CHANGED, s);
+        MV_INFO("segment.labels_set", "id=%s labels=%zu revision=%" PRIu64, s->id, s->nlabels,
+                st->revision);
+        rc = 1;
+        break;
+    }
+    pthread_mutex_unlock(&st->mu);
+    mv_segstore_seg_clear(&nl);
+    return rc;
+}
+
+int mv_segstore_find_device(mv_segstore *st, const char *device, mv_segstore_seg *out)
+{
+    int rc = -ENOENT;
+    memset(out, 0, sizeof *out);
+    pthread_mutex_lock(&st->mu);
+    long at = device ? find_device_locked(st, device) : -1;
+    if (at >= 0)
+        rc = mv_segstore_seg_copy(out, &st->segs[at]);
+    pthread_mutex_unlock(&st->mu);
+    return rc;
+}
+
+void mv_segstore_pool(mv_segstore *st, uint64_t *total, uint64_t *used)
+{
+    pthread_mutex_lock(&st->mu);
+    if (total)
+        *total = st->pool_pages;
+    if (used)
+        *used = st->pages_used;
+    pthread_mutex_unlock(&st->mu);
+}
+
+int mv_segstore_seg_dir(const mv_segstore *st, const char *id, char *buf, size_t len)
+{
+    int n = snprintf(buf, len, "%s/%s", st->dir, id);
+    return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+/* Removes entry i. Caller holds st->mu. */
+static void remove_at(mv_segstore *st, size_t i, const char *event, pid_t dead_pid)
+{
+    mv_segstore_seg seg = st->segs[i];
+    st->segs[i] = st->segs[--st->nsegs];
+    st->revision++;
+    st->pages_used -= seg.ndevices <= st->pages_used ? seg.ndevices : st->pages_used;
+    if (unlink(seg.path) < 0 && errno != ENOENT)
+        MV_WARN("segment.unlink_failed", "id=%s path=%s err=%s", seg.id, mv_log_q(seg.path),
+                mv_log_q(strerror(errno)));
+    if (seg.ndevices) {
+        char dbuf[4096];
+        if (mv_segstore_seg_dir(st, seg.id, dbuf, sizeof dbuf) == 0 && rmdir(dbuf) < 0 &&
+            errno != ENOENT)
+            MV_WARN("segment.rmdir_failed", "id=%s dir=%s err=%s", seg.id, mv_log_q(dbuf),
+                    mv_log_q(strerror(errno)));
+    }
+    catalog_save(st);
+    notify(st, MV_SEGSTORE_REMOVED, &seg);
+    if (dead_pid)
+        MV_INFO(event, "id=%s owner_pid=%d revision=%" PRIu64, seg.id, (int)dead_pid, st->revision);
+    else
+        MV_INFO(event, "id=%s revision=%" PRIu64, seg.id, st->revision);
+    mv_segstore_seg_clear(&seg);
+}
+
+int mv_segstore_release(mv_segstore *st, const char *id)
+{
+    int rc = -ENOENT;
+    pthread_mutex_lock(&st->mu);
+    for (size_t i = 0; id && i < st->nsegs; i++)
+        if (strcmp(st->segs[i].id, id) == 0) {
+            remove_at(st, i, "segment.released", 0);
+            rc = 0;
+            break;
+        }
+    pthread_mutex_unlock(&st->mu);
+    return rc;
+}
+
+int mv_segstore_reap(mv_segstore *st)
+{
+    int n = 0;
+    pthread_mutex_lock(&st->mu);
+    for (size_t i = 0; i < st->nsegs; i++)
+        seg_fix_size(&st->segs[i]); /* logs and restores a truncated or extended file */
+    for (size_t i = 0; i < st->nsegs;) {
+        pid_t pid = (pid_t)st->segs[i].owner_pid;
+        if (pid > 0 && kill(pid, 0) < 0 && errno == ESRCH) {
+            remove_at(st, i, "segment.reaped", pid);
+            n++;
+            continue; /* entry i now holds the former last one */
+        }
+        i++;
+    }
+    pthread_mutex_unlock(&st->mu);
+    return n;
+}
+
+int mv_segstore_list(mv_segstore *st, mv_segstore_seg **out, size_t *n, uint64_t *revision)
+{
+    int rc = 0;
+    pthread_mutex_lock(&st->mu);
+    mv_segstore_seg *v = calloc(st->nsegs ? st->nsegs : 1, sizeof *v);
+    size_t i = 0;
+    if (!v) {
+        rc = -ENOMEM;
+        goto unlock;
+    }
+    for (; i < st->nsegs; i++)
+        if (mv_segstore_seg_copy(&v[i], &st->segs[i]) < 0) {
+            mv_segstore_segs_free(v, i);
+            v = NULL;
+            i = 0;
+            rc = -ENOMEM;
+            break;
+        }
+    if (revision)
+        *revision = st->revision;
+unlock:
+    pthread_mutex_unlock(&st->mu);
+    *out = v;
+    *n = i;
+    return rc;
+}
+
+int mv_segstore_subscribe(mv_segstore *st, mv_segstore_watch_fn fn, void *arg,
+                          mv_segstore_sub **out)
+{
+    mv_segstore_sub *s = calloc(1, sizeof *s);
+    if (!s)
+        return -ENOMEM;
+    s->fn = fn;
+    s->arg = arg;
+    pthread_mutex_lock(&st->mu);
+    for (size_t i = 0; i < st->nsegs; i++)
+        fn(arg, MV_SEGSTORE_ADDED, &st->segs[i], st->revision);
+    fn(arg, MV_SEGSTORE_SYNCED, NULL, st->revision);
+    s->next = st->subs;
+    st->subs = s;
+    pthread_mutex_unlock(&st->mu);
+    *out = s;
+    return 0;
+}
+
+size_t mv_segstore_announce_all(mv_segstore *st)
+{
+    pthread_mutex_lock(&st->mu);
+    size_t n = st->nsegs;
+    for (size_t i = 0; i < n; i++)
+        notify(st, MV_SEGSTORE_CHANGED, &st->segs[i]);
+    pthread_mutex_unlock(&st->mu);
+    return n;
+}
+
+void mv_segstore_unsubscribe(mv_segstore *st, mv_segstore_sub *sub)
+{
+    if (!sub)
+        return;
+    pthread_mutex_lock(&st->mu);
+    for (mv_segstore_sub **pp = &st->subs; *pp; pp = &(*pp)->next)
+        if (*pp == sub) {
+            *pp = sub->next;
+            break;
+        }
+    pthread_mutex_unlock(&st->mu);
+    free(sub);
+}

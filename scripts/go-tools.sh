@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# go-tools.sh: builds pinned Go tools from the Go module proxy into a cache outside the tree and
+# prints the path of the binary.
+#
+# Usage:  scripts/go-tools.sh TOOL          e.g. HELM=$(scripts/go-tools.sh helm)
+#         scripts/go-tools.sh --list        the tools and their pinned versions
+# Tools:  helm      helm.sh/helm/v3/cmd/helm at HELM_VERSION
+#         k8scheck  tests/tools/k8scheck (this tree), keyed by a hash of its sources
+#
+# Binaries land in $MV_CACHE/bin/<tool>-<version> (default /var/cache/microview, or
+# ~/.cache/microview when that is not writable); a binary already there is reused without
+# touching the network. Build output goes to stderr, so stdout holds
+# only the path. Concurrent callers of one tool serialise on a lock file in the cache.
+#
+# Other scripts can add tools: source this file and call
+#   mv_go_tool NAME MODULE/PATH/TO/CMD VERSION [-ldflags...]
+# which prints the path like the command does (sourcing changes no shell option).
+
+HELM_VERSION=v3.21.4
+HELM_K8S_MINOR=36 # helm v3.21.4 is built on client-go v0.36.2
+
+# The cache: $MV_CACHE, else /var/cache/microview when it can be written (root), else the
+# user's cache directory.
+if [ -z "${MV_CACHE:-}" ]; then
+  MV_CACHE=/var/cache/microview
+  if ! mkdir -p "$MV_CACHE/bin" 2>/dev/null || [ ! -w "$MV_CACHE/bin" ]; then
+    MV_CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/microview
+  fi
+fi
+MV_GO_TOOLS_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+# The Go toolchain: /usr/local/go (recent) first, then whatever `go` is on PATH.
+mv_go_bin() {
+  if [ -n "${GO:-}" ]; then
+    echo "$GO"
+  elif [ -x /usr/local/go/bin/go ]; then
+    echo /usr/local/go/bin/go
+  elif command -v go >/dev/null 2>&1; then
+    command -v go
+  else
+    echo "go-tools: no Go toolchain (expected /usr/local/go/bin/go or go on PATH)" >&2
+    return 1
+  fi
+}
+
+# mv_go_locked NAME CMD...: runs CMD while holding the lock of tool NAME (flock when available).
+mv_go_locked() {
+  local lock=$MV_CACHE/bin/.$1.lock
+  shift
+  mkdir -p "$MV_CACHE/bin"
+  if command -v flock >/dev/null 2>&1; then
+    (
+      flock 9
+      "$@"
+    ) 9>"$lock"
+  else
+    "$@"
+  fi
+}
+
+# mv_go_tool NAME PKG VERSION [GO BUILD FLAGS...]: go install PKG@VERSION into the cache as
+# NAME-VERSION (module mode, static, no VCS stamping) and print its path.
+mv_go_tool() {
+  local name=$1 pkg=$2 version=$3
+  shift 3
+  local out="$MV_CACHE/bin/$name-$version"
+  if [ ! -x "$out" ]; then
+    mv_go_locked "$name" _mv_go_install "$out" "$pkg@$version" "$@" >&2
+  fi
+  [ -x "$out" ] || { echo "go-tools: $name $version was not built" >&2; return 1; }
+  echo "$out"
+}
+
+_mv_go_install() {
+  local out=$1 target=$2
+  shift 2
+  [ -x "$out" ] && return 0 # built by a concurrent caller while we waited for the lock
+  local go gobin
+  go=$(mv_go_bin)
+  gobin=$(mktemp -d "$MV_CACHE/bin/.build.XXXXXX")
+  echo "go-tools: building $target with $("$go" version | cut -d' ' -f3) (once; cached in $MV_CACHE/bin)"
+  if ! GOBIN=$gobin GOFLAGS=-buildvcs=false GOTOOLCHAIN=local CGO_ENABLED=0 \
+    nice -n 19 "$go" install -trimpath "$@" "$target"; then
+    rm -rf "$gobin"
+    echo "go-tools: go install $target failed (is the Go module proxy reachable? GOPROXY=$("$go" env GOPROXY))"
+    return 1
+  fi
+  mv "$gobin/$(basename "${target%@*}")" "$out" || {
+    rm -rf "$gobin"
+    return 1
+  }
+  rm -rf "$gobin"
+}
+
+# mv_go_local NAME DIR: builds the main package of the in-tree module DIR into the cache as
+# NAME-<hash of its go.mod, go.sum and .go files> and prints its path.
+mv_go_local() {
+  local name=$1 dir=$2 hash out
+  hash=$(cd "$dir" && find . -name '*.go' -o -name go.mod -o -name go.sum | LC_ALL=C sort |
+    xargs sha256sum | sha256sum | cut -c1-16)
+  out="$MV_CACHE/bin/$name-$hash"
+  if [ ! -x "$out" ]; then
+    mv_go_locked "$name" _mv_go_build_local "$out" "$dir" >&2
+  fi
+  [ -x "$out" ] || { echo "go-tools: $name was not built" >&2; return 1; }
+  echo "$out"
+}
+
+_mv_go_build_local() {
+  local out=$1 dir=$2 go
+  [ -x "$out" ] && return 0
+  go=$(mv_go_bin)
+  echo "go-tools: building $dir (once; cached in $MV_CACHE/bin)"
+  (cd "$dir" && GOFLAGS=-buildvcs=false GOTOOLCHAIN=local CGO_ENABLED=0 \
+    nice -n 19 "$go" build -trimpath -o "$out.tmp" .) || {
+    rm -f "$out.tmp"
+    echo "go-tools: go build in $dir failed (is the Go module proxy reachable?)"
+    return 1
+  }
+  mv "$out.tmp" "$out"
+}
+
+mv_go_tools_main() {
+  case "${1:-}" in
+  helm)
+    # The ldflags of helm's release Makefile: its version, and the Kubernetes version that
+    # `helm template`/`helm lint` assume without a cluster (client-go v0.M.N -> 1.M).
+    local kv="-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$HELM_K8S_MINOR"
+    kv+=" -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$HELM_K8S_MINOR"
+    mv_go_tool helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION" \
+      -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION $kv"
+    ;;
+  k8scheck)
+    mv_go_local k8scheck "$MV_GO_TOOLS_ROOT/tests/tools/k8scheck"
+    ;;
+  --list)
+    echo "helm $HELM_VERSION"
+    echo "k8scheck (tests/tools/k8scheck, by source hash)"
+    ;;
+  *)
+    echo "usage: scripts/go-tools.sh helm|k8scheck|--list" >&2
+    return 2
+    ;;
+  esac
+}
+
+# Run as a command, not when sourced.
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+  set -euo pipefail
+  mv_go_tools_main "$@"
+fi

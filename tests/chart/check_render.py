@@ -1,0 +1,247 @@
+#!/usr/bin/env python3
+"""check_render.py: asserts the fields that make each chart scenario work.
+
+Usage: check_render.py SCENARIO RENDERED.yaml
+SCENARIO is default, dpu, cert-manager, rdma-required (the ci/*-values.yaml files),
+long-names (any release, names only) or static-pod (the DPU static-pod manifest).
+Exits 1 naming the first failed expectation; prints "N checks" on success.
+"""
+import re
+import sys
+
+import yaml
+
+checks = 0
+
+
+def expect(cond, what):
+    global checks
+    checks += 1
+    if not cond:
+        print(f"check_render: {SCENARIO}: {what}", file=sys.stderr)
+        sys.exit(1)
+
+
+def find(kind, suffix=""):
+    got = [o for o in objs if o["kind"] == kind and o["metadata"]["name"].endswith(suffix)]
+    expect(len(got) == 1, f"exactly one {kind} named *{suffix}, found {len(got)}")
+    return got[0]
+
+
+def container(obj):
+    return obj["spec"]["template"]["spec"]["containers"][0]
+
+
+def args(obj):
+    return container(obj).get("args", [])
+
+
+def flag(obj, name):
+    a = args(obj)
+    expect(name in a, f"{obj['metadata']['name']} has {name} (args {a})")
+    return a[a.index(name) + 1]
+
+
+def mounts(obj):
+    return {m["name"]: m for m in container(obj).get("volumeMounts", [])}
+
+
+def volumes(obj):
+    return {v["name"]: v for v in obj["spec"]["template"]["spec"].get("volumes", [])}
+
+
+def common():
+    for o in objs:
+        md = o["metadata"]
+        expect(len(md["name"]) <= 63, f"{o['kind']} {md['name']} longer than 63")
+        labels = md.get("labels", {})
+        for k in ("app.kubernetes.io/name", "app.kubernetes.io/instance",
+                  "app.kubernetes.io/version", "app.kubernetes.io/managed-by",
+                  "app.kubernetes.io/component", "helm.sh/chart"):
+            expect(k in labels, f"{o['kind']} {md['name']} lacks label {k}")
+    for o in objs:
+        if o["kind"] in ("DaemonSet", "Deployment"):
+            spec = o["spec"]["template"]["spec"]
+            for c in spec["containers"]:
+                expect("securityContext" in c, f"{o['metadata']['name']}: explicit securityContext")
+                expect(c.get("imagePullPolicy") == "IfNotPresent",
+                       f"{o['metadata']['name']}: imagePullPolicy IfNotPresent")
+                expect(c["command"][0].startswith("/usr/bin/microview"),
+                       f"{o['metadata']['name']}: runs a /usr/bin/microview-* binary")
+                expect("livenessProbe" in c and "readinessProbe" in c,
+                       f"{o['metadata']['name']}: liveness and readiness probes")
+
+
+def agent_checks():
+    ds = find("DaemonSet", "-agent")
+    spec = ds["spec"]["template"]["spec"]
+    expect(spec["priorityClassName"] == "system-node-critical", "agent is system-node-critical")
+    expect(spec.get("tolerations"), "agent has tolerations")
+    env = {e["name"]: e for e in container(ds)["env"]}
+    expect(env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName",
+           "NODE_NAME from the downward API")
+    m, v = mounts(ds), volumes(ds)
+    expect(m["pod-resources"].get("readOnly") is True, "pod-resources mounted read-only")
+    expect(v["device-plugins"]["hostPath"]["path"] == m["device-plugins"]["mountPath"]
+           == "/var/lib/kubelet/device-plugins", "device-plugin dir at the same path")
+    expect(v["state"]["hostPath"]["path"] == m["state"]["mountPath"] == "/run/microview",
+           "state dir at the same path inside and out")
+    expect(re.fullmatch(r"[0-9a-f]{64}",
+                        ds["spec"]["template"]["metadata"]["annotations"]["checksum/config"]),
+           "checksum/config annotation")
+    cm = find("ConfigMap", "-agent")
+    conf = yaml.safe_load(cm["data"]["agent.yaml"])
+    expect(conf["resource_name"] == "microview.io/metrics", "agent config resource_name")
+    expect(conf["state_dir"] == "/run/microview", "agent config state_dir")
+    expect(conf["pod_resources_socket"] == "/var/lib/kubelet/pod-resources/kubelet.sock",
+           "agent config pod_resources_socket")
+    probe = container(ds)["livenessProbe"]["exec"]["command"]
+    expect(probe[:3] == ["/usr/bin/microviewctl", "list", "--agent"]
+           and probe[3] == "unix:/run/microview/agent.sock", "agent probe lists over its socket")
+    role = find("ClusterRole", "-agent")
+    expect(role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}],
+           "agent ClusterRole is get pods only")
+    return ds, conf
+
+
+def webhook_checks(mode):
+    mwc = find("MutatingWebhookConfiguration", "-webhook")
+    w = mwc["webhooks"][0]
+    expect(w["sideEffects"] == "None", "sideEffects None")
+    expect(w["admissionReviewVersions"] == ["v1"], "admissionReviewVersions [v1]")
+    expect(w["rules"][0]["operations"] == ["CREATE"] and w["rules"][0]["resources"] == ["pods"],
+           "pods CREATE only")
+    excl = w["namespaceSelector"]["matchExpressions"][0]
+    expect(excl["key"] == "kubernetes.io/metadata.name" and excl["operator"] == "NotIn"
+           and "kube-system" in excl["values"] and "microview" in excl["values"],
+           "namespaceSelector excludes kube-system and the release namespace")
+    expect("has(object.metadata.annotations)" in w["matchConditions"][0]["expression"],
+           "matchCondition guards pods without annotations")
+    svc = find("Service", "-webhook")
+    expect(w["clientConfig"]["service"]["name"] == svc["metadata"]["name"]
+           and w["clientConfig"]["service"]["path"] == "/mutate", "clientConfig names the Service")
+    dep = find("Deployment", "-webhook")
+    sc = container(dep)["securityContext"]
+    expect(sc["runAsUser"] == 65532 and sc["runAsNonRoot"] is True
+           and sc["readOnlyRootFilesystem"] is True, "webhook non-root, read-only root")
+    psc = dep["spec"]["template"]["spec"]["securityContext"]
+    mode = volumes(dep)["tls"]["secret"]["defaultMode"]
+    expect(psc.get("fsGroup") == sc["runAsUser"] and mode & 0o040 or mode & 0o004,
+           "the non-root webhook can read its key pair (fsGroup or a world-readable mode)")
+    expect(flag(dep, "--page-size") == "4096", "webhook --page-size in bytes")
+    expect(flag(dep, "--resource-name") == "microview.io/metrics", "webhook --resource-name")
+    secret_name = volumes(dep)["tls"]["secret"]["secretName"]
+    if mode == "auto":
+        import base64
+        sec = find("Secret", "-webhook-tls")
+        expect(sec["metadata"]["name"] == secret_name, "webhook mounts the generated Secret")
+        ca = base64.b64decode(w["clientConfig"]["caBundle"])
+        expect(ca.startswith(b"-----BEGIN CERTIFICATE-----"), "caBundle is a PEM certificate")
+        expect(sec["data"]["ca.crt"] == w["clientConfig"]["caBundle"], "caBundle = Secret ca.crt")
+        expect(base64.b64decode(sec["data"]["tls.key"]).startswith(b"-----BEGIN"), "tls.key PEM")
+    return mwc, w, secret_name
+
+
+def collector_checks():
+    ds = find("DaemonSet", "-collector")
+    svc = find("Service", "-collector")
+    expect(svc["spec"]["ports"][0]["port"] == 9469, "collector Service on 9469")
+    return ds
+
+
+SCENARIO, path = sys.argv[1], sys.argv[2]
+objs = [d for d in yaml.safe_load_all(open(path)) if d]
+
+if SCENARIO == "static-pod":
+    expect(len(objs) == 1 and objs[0]["kind"] == "Pod", "one Pod")
+    c = objs[0]["spec"]["containers"][0]
+    a = c["args"]
+    expect(objs[0]["spec"]["hostNetwork"] is True, "host network on the DPU")
+    expect(a[a.index("--transport") + 1] == "verbs", "verbs transport")
+    expect(re.fullmatch(r"[0-9.]+:[0-9]+", a[a.index("--agent") + 1]), "--agent IP:PORT")
+    expect(a[a.index("--rdma-token-file") + 1].startswith("/etc/microview/token/"), "token file")
+    expect(c["imagePullPolicy"] == "IfNotPresent", "IfNotPresent")
+elif SCENARIO == "long-names":
+    for o in objs:
+        expect(len(o["metadata"]["name"]) <= 63, f"{o['kind']} name {o['metadata']['name']} > 63")
+    names = [o["metadata"]["name"] for o in objs if o["kind"] == "DaemonSet"]
+    expect(all(n.endswith(("-agent", "-collector")) for n in names), f"suffixes kept: {names}")
+else:
+    common()
+    ds_agent, conf = agent_checks()
+    if SCENARIO == "default":
+        col = collector_checks()
+        expect(flag(col, "--transport") == "shm", "host collector uses shm")
+        expect(flag(col, "--agent") == "unix:/run/microview/agent.sock", "host collector's agent")
+        expect(mounts(col)["state"]["readOnly"] is True, "host collector mounts segments read-only")
+        sc = container(col)["securityContext"]
+        expect(sc["capabilities"]["drop"] == ["ALL"] and "add" not in sc["capabilities"],
+               "host collector holds no capability")
+        expect(container(ds_agent)["securityContext"].get("privileged") is not True,
+               "agent not privileged by default")
+        expect("rdma_listen" not in conf and "listen" not in conf, "no remote listeners by default")
+        webhook_checks("auto")
+        expect(not [o for o in objs if o["kind"] == "Secret" and "token" in o["metadata"]["name"]],
+               "no collector token without remote collectors")
+    elif SCENARIO == "dpu":
+        col = collector_checks()
+        spec = col["spec"]["template"]["spec"]
+        expect(flag(col, "--transport") == "verbs", "DPU collector uses verbs")
+        expect([a for a in args(col) if ":7000" in a] == ["10.0.0.5:7000", "10.0.0.6:7000"],
+               "one --agent per host")
+        expect(flag(col, "--rdma-src-ip") == "10.0.1.9", "--rdma-src-ip")
+        expect(spec["nodeSelector"].get("kubernetes.io/arch") == "arm64", "DPU collector on arm64")
+        expect(spec["hostNetwork"] is True, "DPU collector on the host network")
+        tok = find("Secret", "-collector-token")
+        expect(volumes(col)["collector-token"]["secret"]["secretName"] == tok["metadata"]["name"],
+               "collector mounts the token Secret")
+        expect(volumes(ds_agent)["collector-token"]["secret"]["secretName"]
+               == tok["metadata"]["name"], "agent mounts the same token Secret")
+        expect(conf["collector_token_file"] == "/etc/microview/token/token", "agent token file")
+        expect(flag(ds_agent, "--rdma-listen") == "$(NODE_IP):7471", "agent --rdma-listen")
+        expect(flag(ds_agent, "--listen") == "$(NODE_IP):7000", "agent --listen")
+        expect(ds_agent["spec"]["template"]["spec"]["hostNetwork"] is True, "agent host network")
+        expect("IPC_LOCK" in container(ds_agent)["securityContext"]["capabilities"]["add"],
+               "agent IPC_LOCK with RDMA")
+        expect("dev-infiniband" in mounts(ds_agent), "agent mounts /dev/infiniband")
+        sm = find("ServiceMonitor")
+        expect(sm["spec"]["endpoints"][0]["honorLabels"] is True, "ServiceMonitor honorLabels")
+        expect(sm["metadata"]["labels"]["release"] == "prometheus", "ServiceMonitor extra label")
+        webhook_checks("auto")
+    elif SCENARIO == "cert-manager":
+        mwc, w, secret_name = webhook_checks("cert-manager")
+        cert = find("Certificate", "-webhook")
+        expect(mwc["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
+               == "microview/" + cert["metadata"]["name"], "inject-ca-from names the Certificate")
+        expect("caBundle" not in w["clientConfig"], "caBundle left to cainjector")
+        expect(cert["spec"]["secretName"] == secret_name, "webhook mounts the Certificate's Secret")
+        expect("microview-webhook.microview.svc" in cert["spec"]["dnsNames"], "service DNS name")
+        expect(cert["spec"]["issuerRef"]["name"] == find("Issuer", "-webhook")["metadata"]["name"],
+               "Certificate uses the chart's Issuer")
+        expect(w["failurePolicy"] == "Ignore", "failurePolicy from values")
+        expect("monitoring" in w["namespaceSelector"]["matchExpressions"][0]["values"],
+               "extra excluded namespace")
+        pm = find("PodMonitor")
+        expect(pm["spec"]["podMetricsEndpoints"][0]["honorLabels"] is True, "PodMonitor honorLabels")
+        ad = find("ConfigMap", "-adapter-config")
+        expect(ad["metadata"]["namespace"] == "monitoring", "adapter rules in monitoring")
+        rules = yaml.safe_load(ad["data"]["config.yaml"])["rules"]
+        expect(len(rules) == 4 and all("metricsQuery" in r for r in rules), "4 adapter rules")
+    elif SCENARIO == "rdma-required":
+        expect(conf["require_rdma"] is True and conf["rdma_retry_ms"] == 5000, "require_rdma")
+        expect(container(ds_agent)["securityContext"]["privileged"] is True, "agent privileged")
+        img = container(ds_agent)["image"]
+        expect(img == "registry.example.com:5000/microview/microview:0.1.0@sha256:"
+               "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+               f"image registry/repository:tag@digest ({img})")
+        expect(volumes(ds_agent)["collector-token"]["secret"]["secretName"] == "microview-token",
+               "existing token Secret")
+        expect(not [o for o in objs if o["kind"] == "Secret" and "token" in o["metadata"]["name"]],
+               "no token Secret created when one exists")
+        col = collector_checks()
+        expect(flag(col, "--transport") == "shm", "host collector next to an RDMA agent")
+        webhook_checks("auto")
+    else:
+        expect(False, "unknown scenario")
+
+print(f"{checks} checks")

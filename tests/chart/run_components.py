@@ -1,0 +1,255 @@
+#!/usr/bin/env python3
+"""run_components.py: the real binaries accept the chart's configuration and arguments.
+
+Usage: run_components.py BUILD_DIR RENDERED.yaml
+ - agent: runs BUILD_DIR/bin/microview-agent with exactly the DaemonSet's command, arguments
+   and ConfigMap ($(NODE_IP) -> 127.0.0.1, a free port for TCP listeners), only the host paths
+   moved into a temporary directory (device-plugin dir, state dir, pod-resources socket, token
+   file); waits (bounded) for event=agent.started, then runs the DaemonSet's readiness probe
+   command with BUILD_DIR's microviewctl;
+ - collector: runs the collector DaemonSet's command and arguments against that agent (host
+   mode: its unix socket; DPU mode: its TCP listener with the token), listening on a free
+   loopback port, and polls its readiness probe path;
+ - webhook (when BUILD_DIR has microview-webhook): runs the Deployment's command and arguments
+   with the render's own generated certificate and key, and polls /healthz over HTTPS,
+   checking the server certificate against the render's caBundle and service DNS name, then
+   sends one AdmissionReview (64Ki) and expects the pages at the chart's --page-size.
+Exit 0 on success, 1 with the component's output otherwise.
+"""
+
+import base64
+import json
+import os
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+import yaml
+
+build, render = sys.argv[1], sys.argv[2]
+objs = [o for o in yaml.safe_load_all(open(render)) if o]
+
+
+def find(kind, suffix):
+    got = [o for o in objs if o["kind"] == kind and o["metadata"]["name"].endswith(suffix)]
+    return got[0] if got else None
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def binary(path):
+    return os.path.join(build, "bin", os.path.basename(path))
+
+
+tmp = tempfile.mkdtemp(prefix="mv-chart-run-")
+procs = []  # (name, Popen, log path)
+
+
+def start(name, argv, env=None):
+    log = open(f"{tmp}/{name}.log", "w")
+    p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
+    procs.append((name, p, f"{tmp}/{name}.log", argv))
+    return p
+
+
+def fail(name, why):
+    for n, p, log, argv in procs:
+        if n == name:
+            print(f"{name}: {why}\n  command: {' '.join(argv)}\n{open(log).read()}", file=sys.stderr)
+            break
+    else:
+        print(f"{name}: {why}", file=sys.stderr)
+    sys.exit(1)
+
+
+def poll(name, proc, check, what, seconds=20):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            fail(name, f"exited with {proc.returncode} before {what}")
+        try:
+            if check():
+                return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    fail(name, f"no {what} within {seconds} s")
+
+
+def run():
+    done = []
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
+    env["NODE_NAME"] = "chart-test-node"
+    token = f"{tmp}/token"
+    open(token, "w").write("chart-test-token\n")
+    os.chmod(token, 0o600)
+
+    # ---- agent
+    cm, ds = find("ConfigMap", "-agent"), find("DaemonSet", "-agent")
+    agent_tcp = None
+    state = f"{tmp}/state"
+    if ds:
+        conf = yaml.safe_load(cm["data"]["agent.yaml"])
+        ctr = ds["spec"]["template"]["spec"]["containers"][0]
+        os.makedirs(f"{tmp}/device-plugins")
+        cfg = cm["data"]["agent.yaml"]
+        cfg = cfg.replace(f'"{conf["device_plugin_dir"]}"', f'"{tmp}/device-plugins"')
+        cfg = cfg.replace(f'"{conf["state_dir"]}"', f'"{state}"')
+        cfg = cfg.replace(f'"{conf["pod_resources_socket"]}"', f'"{tmp}/pod-resources.sock"')
+        if "collector_token_file" in conf:
+            cfg = cfg.replace(f'"{conf["collector_token_file"]}"', f'"{token}"')
+        open(f"{tmp}/agent.yaml", "w").write(cfg)
+        args = list(ctr["args"])
+        for i, a in enumerate(args):
+            if i and args[i - 1] == "--config":
+                args[i] = f"{tmp}/agent.yaml"
+            elif "$(NODE_IP)" in a:
+                host, _, port = a.replace("$(NODE_IP)", "127.0.0.1").rpartition(":")
+                if args[i - 1] == "--listen":
+                    port = str(free_port())
+                    agent_tcp = f"{host}:{port}"
+                args[i] = f"{host}:{port}"
+        agent = start("agent", [binary(ctr["command"][0])] + args, env)
+
+        def started():
+            return ("event=agent.started" in open(f"{tmp}/agent.log").read()
+                    and os.path.exists(f"{state}/agent.sock"))
+
+        poll("agent", agent, started, "event=agent.started and its socket")
+        probe = [p.replace(conf["state_dir"], state) for p in ctr["readinessProbe"]["exec"]["command"]]
+        probe[0] = binary(probe[0])
+        r = subprocess.run(probe, capture_output=True, text=True, timeout=20)
+        if r.returncode != 0 or "catalog revision" not in r.stdout:
+            fail("agent", f"probe {' '.join(probe)} failed ({r.returncode}): {r.stdout}{r.stderr}")
+        done.append(f"agent ({len(args)} args, probe ok)")
+
+    # ---- collector
+    ds = find("DaemonSet", "-collector")
+    if ds:
+        ctr = ds["spec"]["template"]["spec"]["containers"][0]
+        args = list(ctr["args"])
+        port = free_port()
+        dpu = "verbs" in args
+        cm = find("ConfigMap", "-agent")
+        node_state = yaml.safe_load(cm["data"]["agent.yaml"])["state_dir"] if cm else "/run/microview"
+        out = []
+        i = 0
+        while i < len(args):
+            a = args[i]
+            v = args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("--") else None
+            if a == "--agent":
+                if not dpu:
+                    out += [a, v.replace(node_state, state)]
+                elif agent_tcp and agent_tcp not in out:
+                    out += [a, agent_tcp]  # every listed host becomes the local agent, once
+            elif a == "--rdma-token-file":
+                out += [a, token]
+            elif a == "--rdma-src-ip":
+                out += [a, "127.0.0.1"]
+            elif a == "--listen":
+                out += [a, f"127.0.0.1:{port}"]
+            else:
+                out += [a] + ([v] if v is not None else [])
+            i += 2 if v is not None else 1
+        if dpu and not agent_tcp:
+            out += ["--agent", "127.0.0.1:9"]  # no agent in this render: a closed port
+        coll = start("collector", [binary(ctr["command"][0])] + out, env)
+        path = ctr["readinessProbe"]["httpGet"]["path"]
+
+        def healthy():
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as r:
+                return r.status == 200
+
+        poll("collector", coll, healthy, f"200 on {path}")
+        done.append(f"collector {'dpu' if dpu else 'host'} ({len(out)} args, {path} ok)")
+
+    # ---- webhook
+    dep, sec = find("Deployment", "-webhook"), find("Secret", "-webhook-tls")
+    mwc = find("MutatingWebhookConfiguration", "-webhook")
+    if dep and not os.path.exists(binary(dep["spec"]["template"]["spec"]["containers"][0]["command"][0])):
+        done.append("webhook not built: not run")
+    elif dep:
+        if not sec or not sec["data"].get("tls.key"):
+            done.append("webhook skipped (no generated key pair in this render)")
+        else:
+            ctr = dep["spec"]["template"]["spec"]["containers"][0]
+            for k in ("tls.crt", "tls.key", "ca.crt"):
+                open(f"{tmp}/{k}", "wb").write(base64.b64decode(sec["data"][k]))
+            port = free_port()
+            args = list(ctr["args"])
+            for i, a in enumerate(args):
+                if args[i - 1] == "--listen":
+                    args[i] = f"127.0.0.1:{port}"
+                elif args[i - 1] == "--tls-cert-file":
+                    args[i] = f"{tmp}/tls.crt"
+                elif args[i - 1] == "--tls-key-file":
+                    args[i] = f"{tmp}/tls.key"
+            wh = start("webhook", [binary(ctr["command"][0])] + args, env)
+            ca = base64.b64decode(mwc["webhooks"][0]["clientConfig"]["caBundle"]).decode()
+            svc = mwc["webhooks"][0]["clientConfig"]["service"]
+            ctx = ssl.create_default_context(cadata=ca)
+            name = f"{svc['name']}.{svc['namespace']}.svc"
+
+            def healthy():
+                with socket.create_connection(("127.0.0.1", port), timeout=2) as raw:
+                    with ctx.wrap_socket(raw, server_hostname=name) as t:
+                        t.sendall(f"GET /healthz HTTP/1.1\r\nHost: {name}\r\nConnection: close\r\n\r\n".encode())
+                        return t.recv(64).startswith(b"HTTP/1.1 200")
+
+            poll("webhook", wh, healthy, f"200 on https://{name}/healthz verified by the caBundle")
+            # One AdmissionReview as the API server sends it: 64Ki at the chart's page size.
+            page = int(args[args.index("--page-size") + 1])
+            res = args[args.index("--resource-name") + 1]
+            review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                      "request": {"uid": "chart-test-uid", "operation": "CREATE",
+                                  "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                                  "resource": {"group": "", "version": "v1", "resource": "pods"},
+                                  "namespace": "shop",
+                                  "object": {"apiVersion": "v1", "kind": "Pod",
+                                             "metadata": {"name": "p", "namespace": "shop",
+                                                          "annotations": {"microview.io/metrics-memory": "64Ki"}},
+                                             "spec": {"containers": [{"name": "app", "image": "x"}]}}}}
+            req = urllib.request.Request(f"https://127.0.0.1:{port}{svc['path']}",
+                                         data=json.dumps(review).encode(),
+                                         headers={"Content-Type": "application/json"})
+            ctx.check_hostname = False  # the name was checked above; urllib dials the IP
+            with urllib.request.urlopen(req, context=ctx, timeout=5) as r:
+                resp = json.load(r)["response"]
+            patch = json.loads(base64.b64decode(resp.get("patch", "")) or "[]")
+            want = str(-(-65536 // page))
+            pod = review["request"]["object"]
+            for op in patch:  # add/replace only, as the webhook emits (RFC 6901 pointers)
+                keys = [k.replace("~1", "/").replace("~0", "~") for k in op["path"].split("/")[1:]]
+                node = pod
+                for k in keys[:-1]:
+                    node = node[int(k)] if isinstance(node, list) else node[k]
+                node[keys[-1]] = op["value"]
+            got = pod["spec"]["containers"][0].get("resources", {})
+            if not (resp.get("uid") == "chart-test-uid" and resp.get("allowed") is True
+                    and got.get("requests", {}).get(res) == want
+                    and got.get("limits", {}).get(res) == want):
+                fail("webhook", f"AdmissionReview for 64Ki: want {res}={want} pages, got {resp}, patch {patch}")
+            done.append(f"webhook (TLS verified against caBundle, /healthz ok, 64Ki -> {want} pages of {res})")
+    return done
+
+
+try:
+    print("; ".join(run()))
+finally:
+    for _, p, _, _ in procs:
+        p.terminate()
+    for _, p, _, _ in procs:
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    subprocess.run(["rm", "-rf", tmp])

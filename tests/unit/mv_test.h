@@ -1,0 +1,42 @@
+/* mv_test: the unit tests' shared harness: one CUnit main, scratch directories, bounded polling
+ * instead of fixed sleeps, and the ctest skip convention. */
+#ifndef MV_TEST_H
+#define MV_TEST_H
+
+#include <stddef.h>
+
+#include <CUnit/Basic.h>
+
+typedef struct mv_test {
+    const char *name;
+    void (*fn)(void);
+} mv_test;
+
+/* Runs `tests` as one verbose CUnit suite named `suite`. Returns the process
+ * exit code: 0 when every assertion held, 1 otherwise, 2 when CUnit could not
+ * start. */
+int mv_test_run(const char *suite, const mv_test *tests, size_t n);
+#define MV_TEST_RUN(suite, tests) mv_test_run(suite, tests, sizeof(tests) / sizeof((tests)[0]))
+/* The same with CUnit suite set-up and tear-down functions (0 = success). */
+int mv_test_run_fixture(const char *suite, int (*init)(void), int (*clean)(void),
+                        const mv_test *tests, size_t n);
+#define MV_TEST_RUN_FIXTURE(suite, init, clean, tests)                                             \
+    mv_test_run_fixture(suite, init, clean, tests, sizeof(tests) / sizeof((tests)[0]))
+
+/* Makes a fresh directory /tmp/mv-<tag>-XXXXXX. Returns a path to free(), or
+ * NULL. */
+char *mv_test_tmpdir(const char *tag);
+/* Removes a directory tree (no shell involved). Returns 0 or -1. */
+int mv_test_rmrf(const char *path);
+
+/* Calls cond(arg) every millisecond or so until it returns nonzero or
+ * `timeout_ms` passed. Returns 1 when the condition came true, 0 on timeout. */
+int mv_test_wait_until(int (*cond)(void *arg), void *arg, unsigned timeout_ms);
+/* Sleeps `ms` milliseconds: only to let time pass for code under test that
+ * measures it (rates, intervals), never as synchronisation. */
+void mv_test_sleep_ms(unsigned ms);
+
+/* Prints "SKIPPED: <reason>" and exits 77, which ctest reports as skipped. */
+void mv_test_skip(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+#endif

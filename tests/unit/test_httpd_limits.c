@@ -1,0 +1,170 @@
+/* mv_httpd connection limits: one client's idle connections cannot starve another client;
+ * refusals are counted; idle connections are closed after the timeout. */
+#include <CUnit/Basic.h>
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "mv_httpd.h"
+
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static int h_ok(void *arg, const mv_httpd_request *req, mv_httpd_response *resp)
+{
+    (void)arg;
+    (void)req;
+    mv_httpd_set_status(resp, 200);
+    mv_httpd_set_content_type(resp, "text/plain");
+    return mv_httpd_set_body(resp, strdup("ok\n"), 3);
+}
+
+/* A TCP connection to 127.0.0.1:port from source address `src` (another loopback address). */
+static int connect_from(const char *src, uint16_t port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    CU_ASSERT_FATAL(fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    inet_pton(AF_INET, src, &a.sin_addr);
+    CU_ASSERT_FATAL(bind(fd, (struct sockaddr *)&a, sizeof a) == 0);
+    struct sockaddr_in d = {.sin_family = AF_INET, .sin_port = htons(port)};
+    inet_pton(AF_INET, "127.0.0.1", &d.sin_addr);
+    if (connect(fd, (struct sockaddr *)&d, sizeof d) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* 1 if the server closed `fd` within `ms` (read returns 0 or an error). */
+static int closed_within(int fd, int ms)
+{
+    struct pollfd p = {fd, POLLIN, 0};
+    if (poll(&p, 1, ms) <= 0)
+        return 0;
+    char c;
+    ssize_t n = recv(fd, &c, 1, MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN);
+}
+
+/* GET / from `src`; returns the status code or -1, and how long it took. */
+static int get(const char *src, uint16_t port, uint64_t *took_ms)
+{
+    uint64_t t0 = mono_ms();
+    int fd = connect_from(src, port);
+    if (fd < 0)
+        return -1;
+    const char *rq = "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    if (send(fd, rq, strlen(rq), 0) != (ssize_t)strlen(rq)) {
+        close(fd);
+        return -1;
+    }
+    char buf[512];
+    size_t got = 0;
+    struct pollfd p = {fd, POLLIN, 0};
+    while (got < sizeof buf - 1 && poll(&p, 1, 5000) > 0) {
+        ssize_t n = recv(fd, buf + got, sizeof buf - 1 - got, 0);
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    close(fd);
+    buf[got] = '\0';
+    *took_ms = mono_ms() - t0;
+    int status = -1;
+    if (sscanf(buf, "HTTP/1.1 %d", &status) != 1)
+        return -1;
+    return status;
+}
+
+static void test_one_client_cannot_starve_another(void)
+{
+    mv_httpd_config cfg;
+    mv_httpd_config_default(&cfg);
+    cfg.max_conns = 64;
+    cfg.max_conns_per_client = 8;
+    cfg.timeout_s = 2;
+    mv_httpd *h;
+    CU_ASSERT_FATAL(mv_httpd_create(&cfg, &h) == 0);
+    CU_ASSERT_FATAL(mv_httpd_route(h, "/", h_ok, NULL) == 0);
+    CU_ASSERT_FATAL(mv_httpd_start(h) == 0);
+    uint16_t port = mv_httpd_port(h);
+
+    /* 20 idle connections from 127.0.0.2: 8 kept, 12 refused (closed at once). */
+    int fds[20], kept = 0, refused = 0, gone[20] = {0};
+    for (int i = 0; i < 20; i++)
+        fds[i] = connect_from("127.0.0.2", port);
+    /* Wait (bounded, well inside the 2 s idle timeout) until 12 were closed by the server. */
+    uint64_t w0 = mono_ms();
+    while (refused < 12 && mono_ms() - w0 < 1000) {
+        for (int i = 0; i < 20; i++)
+            if (!gone[i] && (fds[i] < 0 || closed_within(fds[i], 0))) {
+                gone[i] = 1;
+                refused++;
+            }
+        struct pollfd p = {-1, 0, 0};
+        poll(&p, 0, 10);
+    }
+    for (int i = 0; i < 20; i++)
+        kept += !gone[i] && !closed_within(fds[i], 0);
+    printf("\n  kept=%d refused=%d\n", kept, refused);
+    CU_ASSERT_EQUAL(kept, 8);
+    CU_ASSERT_EQUAL(refused, 12);
+
+    /* Another client is served at once. */
+    uint64_t took = 0;
+    CU_ASSERT_EQUAL(get("127.0.0.1", port, &took), 200);
+    CU_ASSERT(took < 2000);
+
+    mv_httpd_stats st;
+    mv_httpd_get_stats(h, &st);
+    CU_ASSERT_EQUAL(st.refused_client, 12);
+    CU_ASSERT(st.accepted >= 9);
+
+    /* Idle connections are closed by the timeout, freeing the client's slots. */
+    uint64_t t0 = mono_ms();
+    int closed = 0;
+    for (int i = 0; i < 20; i++)
+        if (fds[i] >= 0 && closed_within(fds[i], 6000))
+            closed++;
+    CU_ASSERT_EQUAL(closed, 20); /* 12 refused at once, 8 idle after the 2 s timeout */
+    CU_ASSERT(mono_ms() - t0 < 7000);
+    for (int i = 0; i < 20; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+    t0 = mono_ms();
+    while (mono_ms() - t0 < 3000) {
+        mv_httpd_get_stats(h, &st);
+        if (st.active == 0)
+            break;
+        struct timespec ts = {0, 20000000};
+        nanosleep(&ts, NULL);
+    }
+    CU_ASSERT_EQUAL(st.active, 0);
+    CU_ASSERT_EQUAL(get("127.0.0.2", port, &took), 200); /* slots were given back */
+    mv_httpd_destroy(h);
+}
+
+int main(void)
+{
+    if (CU_initialize_registry() != CUE_SUCCESS)
+        return 1;
+    CU_pSuite suite = CU_add_suite("httpd_limits", NULL, NULL);
+    CU_add_test(suite, "one client cannot starve another", test_one_client_cannot_starve_another);
+    CU_basic_set_mode(CU_BRM_VERBOSE);
+    CU_basic_run_tests();
+    unsigned failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
+    CU_cleanup_registry();
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Applies every expected patch of tests/data/webhook/cases with the JSON Patch implementation of
+# kube-apiserver (tests/tools/jsonpatch) and compares the result with the case's pod.json.
+# Exits 77 when no Go toolchain is installed.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+rc=0
+bin=$("$root/tests/tools/jsonpatch/build.sh") || rc=$?
+if [ "$rc" = 77 ]; then
+  echo "SKIPPED: no Go toolchain to build tests/tools/jsonpatch"
+  exit 77
+fi
+[ "$rc" = 0 ] || { echo "FAIL: building tests/tools/jsonpatch" >&2; exit 1; }
+exec "$bin" "$root/tests/data/webhook/cases"

@@ -1,0 +1,228 @@
+#!/usr/bin/env bash
+# microview-webhook over TLS on 127.0.0.1 with curl: a test CA and serving certificates made
+# with openssl, laid out like a Kubernetes Secret volume (tls.crt -> ..data/tls.crt, ..data ->
+# a timestamped directory). Checks /healthz, /mutate (patch, 415, 413, 405, 404), /metrics, a
+# rotation to a pair from another CA (served without a restart), a bad pair that keeps the old
+# one, logfmt logs, clean exit on SIGTERM, and the flag errors.
+# Usage: tests/webhook/test_tls.sh BUILD_DIR      Exits 77 when openssl or curl is missing.
+set -euo pipefail
+
+build=${1:?usage: test_tls.sh BUILD_DIR}
+root=$(cd "$(dirname "$0")/../.." && pwd)
+bin=$build/bin/microview-webhook
+for tool in openssl curl; do
+  command -v "$tool" >/dev/null || { echo "SKIPPED: $tool is not installed"; exit 77; }
+done
+[ -x "$bin" ] || { echo "FAIL: $bin not built" >&2; exit 1; }
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/mv-webhook-tls.XXXXXX")
+pid=
+cleanup() {
+  [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+fail() {
+  echo "FAIL: $*" >&2
+  [ -f "$work/log" ] && { echo "--- webhook log" >&2; tail -n 30 "$work/log" >&2; }
+  exit 1
+}
+checks=0
+ok() { checks=$((checks + 1)); echo "ok $checks - $*"; }
+
+# ---- a CA and a serving certificate for 127.0.0.1 ----------------------------------------------
+make_ca() { # NAME
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+    -subj "/CN=$1" -keyout "$work/$1.key" -out "$work/$1.crt" 2>/dev/null
+}
+make_pair() { # CA DIR
+  mkdir -p "$2"
+  openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=microview-webhook" \
+    -keyout "$2/tls.key" -out "$work/csr" 2>/dev/null
+  printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n' >"$work/ext"
+  openssl x509 -req -in "$work/csr" -CA "$work/$1.crt" -CAkey "$work/$1.key" -CAcreateserial \
+    -days 1 -extfile "$work/ext" -out "$2/tls.crt" 2>/dev/null
+}
+make_ca ca1
+make_ca ca2
+secret=$work/secret
+make_pair ca1 "$secret/..2026_01_01_v1"
+ln -s ..2026_01_01_v1 "$secret/..data"
+ln -s ..data/tls.crt "$secret/tls.crt"
+ln -s ..data/tls.key "$secret/tls.key"
+swap() { # the atomic symlink swap the kubelet does for Secret volumes
+  ln -s "$1" "$secret/..data_tmp"
+  mv -T "$secret/..data_tmp" "$secret/..data"
+}
+
+# ---- flags: clear errors, exit 2 -----------------------------------------------------------------
+flag_error() { # EXPECTED-SUBSTRING ARGS...
+  local want=$1 out rc=0
+  shift
+  out=$("$bin" "$@" 2>&1) || rc=$?
+  [ "$rc" = 2 ] || fail "microview-webhook $*: exit $rc, want 2 ($out)"
+  grep -qF -- "$want" <<<"$out" || fail "microview-webhook $*: no \"$want\" in: $out"
+}
+certs=(--tls-cert-file "$secret/tls.crt" --tls-key-file "$secret/tls.key")
+flag_error "--page-size 1000" "${certs[@]}" --page-size 1000
+flag_error "--page-size 4k" "${certs[@]}" --page-size 4k
+flag_error "--max-pages-per-pod 0" "${certs[@]}" --max-pages-per-pod 0
+flag_error "--max-pages-per-pod -5" "${certs[@]}" --max-pages-per-pod -5
+flag_error "--listen 8443" "${certs[@]}" --listen 8443
+flag_error "--resource-name metrics" "${certs[@]}" --resource-name metrics
+flag_error "--log-level loud" "${certs[@]}" --log-level loud
+flag_error "--tls-cert-file" --tls-key-file "$secret/tls.key"
+flag_error "unknown option --pages" "${certs[@]}" --pages 4
+flag_error "--config $work/none.yaml" "${certs[@]}" --config "$work/none.yaml"
+printf 'page_size: 3000\n' >"$work/bad.yaml"
+flag_error "page_size 3000" "${certs[@]}" --config "$work/bad.yaml"
+"$bin" --help | grep -q -- --max-pages-per-pod || fail "--help does not list the flags"
+ok "flag errors exit 2 and name the flag"
+
+# A key that does not match the certificate is refused at start.
+mkdir -p "$work/mismatch" && cp "$secret/tls.crt" "$work/mismatch/" && cp "$work/ca2.key" "$work/mismatch/tls.key"
+rc=0
+"$bin" --listen 127.0.0.1:0 --tls-cert-file "$work/mismatch/tls.crt" \
+  --tls-key-file "$work/mismatch/tls.key" >"$work/mismatch.log" 2>&1 || rc=$?
+[ "$rc" = 1 ] && grep -q 'event=tls.load_failed' "$work/mismatch.log" ||
+  fail "a mismatched key pair was not refused at start (exit $rc)"
+ok "mismatched key pair refused at start"
+
+# ---- start ---------------------------------------------------------------------------------------
+printf 'page_size: 8Ki\npool_size: 1Mi\n' >"$work/agent.yaml"
+"$bin" --listen 127.0.0.1:0 "${certs[@]}" --config "$work/agent.yaml" --log-level debug \
+  >"$work/log" 2>&1 &
+pid=$!
+port=
+for _ in $(seq 100); do
+  port=$(sed -n 's/.*event=webhook.listening .* port=\([0-9]*\) .*/\1/p' "$work/log" | head -n1)
+  [ -n "$port" ] && break
+  kill -0 "$pid" 2>/dev/null || fail "the webhook exited at start"
+  sleep 0.1
+done
+[ -n "$port" ] || fail "the webhook did not log webhook.listening within 10 s"
+grep -q 'page_size=8192 max_pages_per_pod=128' "$work/log" ||
+  fail "--config did not give page_size 8Ki and pool_size/page_size pages per pod"
+ok "listening on 127.0.0.1:$port with the agent's page_size and pool_size"
+url=https://127.0.0.1:$port
+
+[ "$(curl -sS --cacert "$work/ca1.crt" "$url/healthz")" = ok ] || fail "/healthz over TLS"
+if curl -sS -o /dev/null --cacert "$work/ca2.crt" "$url/healthz" 2>/dev/null; then
+  fail "a client trusting only ca2 accepted the ca1 certificate"
+fi
+ok "/healthz over TLS, verified against the test CA"
+
+case_dir=$root/tests/data/webhook/cases/patch-64Ki
+resp=$(curl -sS --cacert "$work/ca1.crt" -H 'Content-Type: application/json' \
+  --data-binary @"$case_dir/request.json" "$url/mutate")
+python3 - "$resp" <<'EOF' || fail "/mutate response: $resp"
+import base64, json, sys
+r = json.loads(sys.argv[1])
+assert r["apiVersion"] == "admission.k8s.io/v1" and r["kind"] == "AdmissionReview", r
+resp = r["response"]
+assert resp["uid"] == "705ab4f5-6393-11e8-b7cc-42010a800002", resp
+assert resp["allowed"] is True and resp["patchType"] == "JSONPatch", resp
+patch = json.loads(base64.b64decode(resp["patch"]))
+# 64Ki in pages of 8Ki (from --config)
+assert patch == [{"op": "add", "path": "/spec/containers/0/resources",
+                  "value": {"requests": {"microview.io/metrics": "8"},
+                            "limits": {"microview.io/metrics": "8"}}}], patch
+EOF
+ok "POST /mutate patches 64Ki as 8 pages of 8 KiB"
+
+resp=$(curl -sS --cacert "$work/ca1.crt" -H 'Content-Type: application/json; charset=utf-8' \
+  --data-binary @"$root/tests/data/webhook/cases/denied-bad-unit-KB/request.json" "$url/mutate")
+grep -qF '"allowed":false' <<<"$resp" && grep -qF 'microview.io/metrics-memory=\"64KB\"' <<<"$resp" ||
+  fail "denial over HTTP: $resp"
+ok "POST /mutate denies 64KB with a message naming the value"
+
+code() { curl -sS -o /dev/null -w '%{http_code}' --cacert "$work/ca1.crt" "$@"; }
+[ "$(code -H 'Content-Type: text/plain' --data-binary @"$case_dir/request.json" "$url/mutate")" = 415 ] ||
+  fail "text/plain body was not refused with 415"
+[ "$(code --data-binary @"$case_dir/request.json" -H 'Content-Type:' "$url/mutate")" = 415 ] ||
+  fail "a body without Content-Type was not refused with 415"
+head -c 1048577 /dev/zero | tr '\0' ' ' >"$work/big"
+[ "$(code -H 'Content-Type: application/json' --data-binary @"$work/big" "$url/mutate")" = 413 ] ||
+  fail "a 1 MiB + 1 body was not refused with 413"
+[ "$(code -H 'Content-Type: application/json' -H 'Transfer-Encoding: chunked' \
+  --data-binary @"$work/big" "$url/mutate")" = 413 ] || fail "a chunked 1 MiB + 1 body was not refused with 413"
+[ "$(code -H 'Content-Type: application/json' --data-binary 'nope' "$url/mutate")" = 400 ] ||
+  fail "a non-JSON body was not refused with 400"
+[ "$(code "$url/mutate")" = 405 ] || fail "GET /mutate was not refused with 405"
+curl -sS -D - -o /dev/null --cacert "$work/ca1.crt" "$url/mutate" | grep -qi '^Allow: POST' ||
+  fail "405 without Allow: POST"
+curl -sS -D - -o /dev/null --cacert "$work/ca1.crt" -X POST "$url/healthz" |
+  grep -qi '^Allow: GET, HEAD' || fail "POST /healthz: 405 without Allow: GET, HEAD"
+[ "$(code "$url/nope")" = 404 ] || fail "an unknown path was not refused with 404"
+ok "415 (content type), 413 (size, also chunked), 400, 405 and 404"
+
+metric() { # NAME-WITH-LABELS
+  curl -sS --cacert "$1" "$url/metrics" | awk -v m="$2" '$1 == m { print $2 }'
+}
+[ "$(metric "$work/ca1.crt" 'microview_webhook_admission_reviews_total{result="patched"}')" = 1 ] &&
+  [ "$(metric "$work/ca1.crt" 'microview_webhook_admission_reviews_total{result="denied"}')" = 1 ] &&
+  [ "$(metric "$work/ca1.crt" 'microview_webhook_admission_reviews_total{result="error"}')" = 1 ] ||
+  fail "/metrics counters: $(curl -sS --cacert "$work/ca1.crt" "$url/metrics")"
+if command -v promtool >/dev/null; then
+  curl -sS --cacert "$work/ca1.crt" "$url/metrics" | promtool check metrics >"$work/promtool" 2>&1 ||
+    fail "promtool check metrics: $(cat "$work/promtool")"
+fi
+ok "/metrics counts patched, denied and error reviews"
+
+# ---- rotation: a new pair from another CA, swapped in like a Secret update -----------------------
+make_pair ca2 "$secret/..2026_01_02_v2"
+swap ..2026_01_02_v2
+served=0
+for _ in $(seq 100); do
+  if curl -sS -o /dev/null --cacert "$work/ca2.crt" "$url/healthz" 2>/dev/null; then served=1; break; fi
+  sleep 0.1
+done
+[ "$served" = 1 ] || fail "the rotated certificate (ca2) was not served within 10 s"
+kill -0 "$pid" || fail "the webhook is not running after the rotation"
+if curl -sS -o /dev/null --cacert "$work/ca1.crt" "$url/healthz" 2>/dev/null; then
+  fail "the old certificate (ca1) is still served after the rotation"
+fi
+[ "$(metric "$work/ca2.crt" 'microview_webhook_tls_reloads_total{result="ok"}')" = 1 ] ||
+  fail "tls_reloads_total{result=\"ok\"} is not 1"
+grep -q 'event=tls.reloaded' "$work/log" || fail "no tls.reloaded log line"
+ok "rotated key pair served without a restart (same pid $pid)"
+
+# ---- a bad pair (key of another certificate) keeps the current one -------------------------------
+mkdir -p "$secret/..2026_01_03_v3"
+make_pair ca1 "$work/other"
+cp "$work/other/tls.crt" "$secret/..2026_01_03_v3/tls.crt"
+cp "$secret/..2026_01_02_v2/tls.key" "$secret/..2026_01_03_v3/tls.key"
+swap ..2026_01_03_v3
+failed=
+for _ in $(seq 100); do
+  failed=$(metric "$work/ca2.crt" 'microview_webhook_tls_reloads_total{result="error"}')
+  [ "$failed" = 1 ] && break
+  sleep 0.1
+done
+[ "$failed" = 1 ] || fail "the bad pair was not counted as a failed reload within 10 s"
+curl -sS -o /dev/null --cacert "$work/ca2.crt" "$url/healthz" || fail "the previous pair is no longer served"
+grep -q 'event=tls.reload_failed' "$work/log" || fail "no tls_reload_failed log line"
+ok "a mismatched new pair is refused and the previous pair stays in use"
+
+# ---- back to a good pair --------------------------------------------------------------------------
+make_pair ca1 "$secret/..2026_01_04_v4"
+swap ..2026_01_04_v4
+served=0
+for _ in $(seq 100); do
+  if curl -sS -o /dev/null --cacert "$work/ca1.crt" "$url/healthz" 2>/dev/null; then served=1; break; fi
+  sleep 0.1
+done
+[ "$served" = 1 ] || fail "a good pair after a bad one was not served within 10 s"
+ok "a good pair after the bad one is picked up"
+
+# ---- logs and exit ---------------------------------------------------------------------------------
+kill -TERM "$pid"
+rc=0
+wait "$pid" || rc=$?
+pid=
+[ "$rc" = 0 ] || fail "exit status $rc after SIGTERM"
+bad=$(grep -cv '^ts=[^ ]* level=[a-z]* comp=webhook event=[a-z_]*' "$work/log" || true)
+[ "$bad" = 0 ] || fail "$bad log lines are not logfmt: $(grep -v '^ts=' "$work/log" | head -3)"
+grep -q 'event=admission result=patched' "$work/log" || fail "no admission log line"
+ok "clean exit on SIGTERM; every log line is logfmt ($(wc -l <"$work/log") lines)"
+echo "PASS: $checks checks"

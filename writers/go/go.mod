@@ -1,0 +1,3 @@
+module microview.io/writers/go
+
+go 1.19

@@ -1,0 +1,322 @@
+// Package microview writes metrics into a MicroView shared-memory segment, byte for byte as
+// libmicroview does (docs/segment-format.md): open the segment named by MICROVIEW_SEGMENT,
+// register counters, gauges and histograms once, then update them with single atomic
+// operations on the mapped memory. No syscalls, locks or allocation on the update path; a
+// collector reads the segment from outside the process.
+//
+// Updates are safe from any number of goroutines. A failed registration returns an error
+// together with a usable handle that writes to private memory, so a service keeps running
+// when its metrics cannot be set up.
+package microview
+
+import (
+	"crypto/rand"
+	"fmt"
+	"math"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// EnvSegment names the environment variable holding the segment's path.
+const EnvSegment = "MICROVIEW_SEGMENT"
+
+// Label is one constant label of a series.
+type Label struct {
+	Key, Value string
+}
+
+// Opts describes a metric: Name is required, Help and Unit may be empty.
+type Opts struct {
+	Name   string
+	Help   string
+	Unit   string
+	Labels []Label
+}
+
+// Segment is one mapped segment. Handles from it must not be used after Close.
+type Segment struct {
+	path string
+	mem  []byte
+	mu   sync.Mutex // serialises registration within this process
+}
+
+// Hooks for reproducible formatting in tests (test vectors).
+var (
+	newInstance = randomInstance
+	nowNs       = func() uint64 { return uint64(time.Now().UnixNano()) }
+)
+
+func randomInstance() uint64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	x := le.Uint64(b[:]) ^ nowNs() ^ uint64(os.Getpid())<<32
+	if x == 0 {
+		x = 1
+	}
+	return x
+}
+
+// OpenFromEnv opens the segment named by $MICROVIEW_SEGMENT.
+func OpenFromEnv() (*Segment, error) {
+	p := os.Getenv(EnvSegment)
+	if p == "" {
+		return nil, fail(ErrNoEnv, "request the microview.io/metrics resource (or set it to a segment path)")
+	}
+	return Open(p)
+}
+
+// Open maps the segment file at path (its size is the segment's size) and formats it if it
+// is still all zeros.
+func Open(path string) (*Segment, error) {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		if os.IsNotExist(err) {
+			return nil, fail(ErrNoSegment, err.Error())
+		}
+		return nil, fail(ErrIO, err.Error())
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fail(ErrIO, err.Error())
+	}
+	size := st.Size()
+	if !st.Mode().IsRegular() || size < minSize || size > maxSize || size%8 != 0 {
+		return nil, fail(ErrFormat, fmt.Sprintf("%s: a segment is a regular file of 1 KiB..1 GiB, a multiple of 8 bytes (size %d)", path, size))
+	}
+	mem, err := syscall.Mmap(int(f.Fd()), 0, int(size), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	if err != nil {
+		return nil, fail(ErrIO, fmt.Sprintf("mmap %s: %v", path, err))
+	}
+	s := &Segment{path: path, mem: mem}
+	if err := s.formatIfZero(int(f.Fd())); err != nil {
+		_ = syscall.Munmap(mem)
+		return nil, err
+	}
+	// Validate without the registration lock: only a rejection from a parse whose
+	// generation did not move is real; a racing append makes any result meaningless.
+	for tries := 0; ; tries++ {
+		g0 := atomic.LoadUint64(word64(mem, offGen))
+		_, perr := parseCatalog(mem)
+		g1 := atomic.LoadUint64(word64(mem, offGen))
+		racing := g0&1 != 0 || g0 != g1
+		if re, ok := perr.(*reasonError); ok && re.reason == "busy" {
+			racing = true
+		}
+		if perr == nil || !racing {
+			if perr != nil {
+				_ = syscall.Munmap(mem)
+				return nil, fail(ErrFormat, fmt.Sprintf("%s: %v", path, perr))
+			}
+			break
+		}
+		if tries >= 200 { // an appender died mid-append: the next registration repairs it
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	atomic.StoreUint32(word32(mem, offWriterPid), uint32(os.Getpid()))
+	s.Heartbeat()
+	return s, nil
+}
+
+// formatIfZero formats an all-zero segment under an exclusive flock, so that two processes
+// opening a fresh file at once format it exactly once (section 7).
+func (s *Segment) formatIfZero(fd int) error {
+	if atomic.LoadUint64(word64(s.mem, 0)) != 0 {
+		return nil
+	}
+	if err := syscall.Flock(fd, syscall.LOCK_EX); err != nil {
+		return fail(ErrIO, fmt.Sprintf("flock %s: %v", s.path, err))
+	}
+	defer syscall.Flock(fd, syscall.LOCK_UN)
+	if atomic.LoadUint64(word64(s.mem, 0)) != 0 {
+		return nil
+	}
+	for i := 0; i < headerSize; i++ {
+		if s.mem[i] != 0 {
+			return fail(ErrFormat, s.path+": magic is zero but the header is not")
+		}
+	}
+	if err := formatSegment(s.mem, 0, newInstance(), nowNs()); err != nil {
+		return fail(ErrFormat, fmt.Sprintf("%s: cannot format: %v", s.path, err))
+	}
+	return nil
+}
+
+// Close unmaps the segment. Values already written stay in it. Handles registered on s
+// must not be used afterwards.
+func (s *Segment) Close() error {
+	if s == nil || s.mem == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	err := syscall.Munmap(s.mem)
+	s.mem = nil
+	return err
+}
+
+// Heartbeat stores the current time as the writer heartbeat (one store).
+func (s *Segment) Heartbeat() {
+	if s == nil || len(s.mem) == 0 {
+		return
+	}
+	atomic.StoreUint64(word64(s.mem, offHeartbeat), nowNs())
+}
+
+// Path is the segment file's path; Size its size in bytes.
+func (s *Segment) Path() string { return s.path }
+func (s *Segment) Size() int    { return len(s.mem) }
+
+// ---- Registration (section 8) -----------------------------------------------------
+
+// lock takes the cross-process registration lock (header word = owner pid); a lock whose
+// owner no longer exists is taken over. Gives up after about 2 s.
+func (s *Segment) lock() error {
+	self := uint32(os.Getpid())
+	w := word32(s.mem, offLock)
+	for i := 0; i < 4000; i++ {
+		if atomic.CompareAndSwapUint32(w, 0, self) {
+			return nil
+		}
+		holder := atomic.LoadUint32(w)
+		if holder == self {
+			return fail(ErrBusy, "registration lock already held by this process (another Segment on the same file is registering)")
+		}
+		if i > 10 && holder != 0 && syscall.Kill(int(holder), 0) == syscall.ESRCH &&
+			atomic.CompareAndSwapUint32(w, holder, self) {
+			return nil
+		}
+		time.Sleep(500 * time.Microsecond)
+	}
+	return fail(ErrBusy, fmt.Sprintf("%s: registration lock held by pid %d for over 2 s", s.path, atomic.LoadUint32(w)))
+}
+
+// register appends (or finds) the record for d and returns its value slot offset from the
+// start of the segment.
+func (s *Segment) register(d *desc) (int, error) {
+	if s == nil {
+		return 0, fail(ErrInvalid, "segment is nil")
+	}
+	if err := d.check(); err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mem == nil {
+		return 0, fail(ErrInvalid, "segment is closed")
+	}
+	if err := s.lock(); err != nil {
+		return 0, err
+	}
+	off, err := s.appendLocked(d)
+	atomic.StoreUint32(word32(s.mem, offLock), 0)
+	if err == nil {
+		s.Heartbeat()
+	}
+	return off, err
+}
+
+func (s *Segment) appendLocked(d *desc) (int, error) {
+	mem := s.mem
+	genw := word64(mem, offGen)
+	gen := atomic.LoadUint64(genw)
+	if gen&1 != 0 { // an appender died half-way: its record was never published
+		gen++
+		atomic.StoreUint64(genw, gen)
+	}
+	c, err := parseCatalog(mem)
+	if err != nil {
+		return 0, fail(ErrFormat, fmt.Sprintf("%s: %v", s.path, err))
+	}
+	for _, r := range c.records {
+		if r.name != d.name {
+			continue
+		}
+		if r.typ != d.typ {
+			return 0, fail(ErrConflict, fmt.Sprintf("metric %s is already registered with type %d", d.name, r.typ))
+		}
+		if !sameLabels(r.labels, d.labels) {
+			continue
+		}
+		if len(r.bounds) != len(d.bounds) {
+			return 0, fail(ErrConflict, fmt.Sprintf("histogram %s is already registered with other buckets", d.name))
+		}
+		for i := range r.bounds {
+			if r.bounds[i] != d.bounds[i] {
+				return 0, fail(ErrConflict, fmt.Sprintf("histogram %s is already registered with other buckets", d.name))
+			}
+		}
+		return int(c.valuesOffset + r.valueOffset), nil
+	}
+	rsize, vsize := d.recordSize(), d.valueSize()
+	voff, coff := int(c.valuesUsed), int(c.catalogUsed)
+	if voff+vsize > int(c.valuesSize) {
+		return 0, fail(ErrFull, fmt.Sprintf("%s: value area full (%d of %d bytes used, %s needs %d)", s.path, voff, c.valuesSize, d.name, vsize))
+	}
+	if coff+rsize > int(c.catalogSize) || c.count >= metricsMax {
+		return 0, fail(ErrFull, fmt.Sprintf("%s: catalog area full (%d of %d bytes used, %s needs %d)", s.path, coff, c.catalogSize, d.name, rsize))
+	}
+	atomic.StoreUint64(genw, gen+1) // sequentially consistent: also the full fence of step 6
+	slot := int(c.valuesOffset) + voff
+	for i := 0; i < vsize; i += 8 {
+		atomic.StoreUint64(word64(mem, slot+i), 0)
+	}
+	at := int(c.catalogOff) + coff
+	d.encode(mem[at:at+rsize], uint32(voff))
+	atomic.StoreUint32(word32(mem, offValUsed), uint32(voff+vsize))
+	atomic.StoreUint32(word32(mem, offCatUsed), uint32(coff+rsize))
+	atomic.StoreUint32(word32(mem, offCount), c.count+1)
+	atomic.StoreUint64(genw, gen+2)
+	return slot, nil
+}
+
+var scratch [8]uint64 // target of scalar handles whose registration failed
+
+// NewCounter registers (or finds) a counter series.
+func (s *Segment) NewCounter(o Opts) (Counter, error) {
+	off, err := s.register(&desc{typ: typeCounter, name: o.Name, help: o.Help, unit: o.Unit, labels: o.Labels})
+	if err != nil {
+		return Counter{&scratch[0]}, err
+	}
+	return Counter{word64(s.mem, off)}, nil
+}
+
+// NewGauge registers (or finds) a gauge series.
+func (s *Segment) NewGauge(o Opts) (Gauge, error) {
+	off, err := s.register(&desc{typ: typeGauge, name: o.Name, help: o.Help, unit: o.Unit, labels: o.Labels})
+	if err != nil {
+		return Gauge{&scratch[1]}, err
+	}
+	return Gauge{word64(s.mem, off)}, nil
+}
+
+// NewHistogram registers (or finds) a histogram series; bounds are the finite upper bounds
+// (le) of its buckets, strictly increasing, 1 to 160 of them; a +Inf bucket is implied.
+func (s *Segment) NewHistogram(o Opts, bounds []float64) (*Histogram, error) {
+	b := append([]float64(nil), bounds...)
+	off, err := s.register(&desc{typ: typeHist, name: o.Name, help: o.Help, unit: o.Unit, labels: o.Labels, bounds: b})
+	if err != nil {
+		return newHistogram(make([]uint64, len(b)+4), b), err
+	}
+	return newHistogram(wordSlice(s.mem, off, len(b)+4), b), nil
+}
+
+// ExponentialBuckets returns count bounds start, start*factor, start*factor^2, ...
+func ExponentialBuckets(start, factor float64, count int) ([]float64, error) {
+	if !(start > 0) || !(factor > 1) || math.IsInf(start, 0) || math.IsInf(factor, 0) || count < 1 || count > bucketsMax {
+		return nil, fail(ErrInvalid, fmt.Sprintf("exponential buckets need start > 0, factor > 1, 1..%d buckets", bucketsMax))
+	}
+	out := make([]float64, count)
+	for i, b := 0, start; i < count; i, b = i+1, b*factor {
+		if math.IsInf(b, 0) {
+			return nil, fail(ErrInvalid, fmt.Sprintf("bucket %d overflows", i))
+		}
+		out[i] = b
+	}
+	return out, nil
+}
