@@ -15,10 +15,10 @@ trap 'docker_stop; rm -rf "$tmp"' EXIT
 docker_ensure "$tmp/dockerd.log"
 "$root/scripts/cross-arm64.sh" "$build" | tee "$tmp/out.log"
 rc=${PIPESTATUS[0]}
-# A run where ctest found nothing to run would pass silently: require the unit tests to be there.
+# A run where ctest found nothing to run would pass silently: require the arm64 tests to be there.
 n=$(sed -nE 's/.* tests passed, .* out of ([0-9]+)$/\1/p' "$tmp/out.log" | tail -n 1)
 if [ "${n:-0}" -lt 10 ]; then
-  echo "FAIL: expected the arm64 unit tests to run under qemu, ctest ran ${n:-0}"
+  echo "FAIL: expected the arm64 tests to run under qemu, ctest ran ${n:-0}"
   exit 1
 fi
 [ "$rc" -eq 0 ] || exit "$rc"
