@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs MicroView's build and test dependencies from Debian 12 packages.
 # Usage: scripts/deps.sh [build|test]   (default: test, which includes build)
+#        scripts/deps.sh --list build|test|runtime|cross-arm64   (print a list, install nothing)
 # Runs apt-get only for packages that are missing; uses sudo when not root.
 set -euo pipefail
 
@@ -27,6 +28,31 @@ test_pkgs=(
   shellcheck
   containerd runc containernetworking-plugins iptables
 )
+# The container image tests: debootstrap makes the base images.
+test_pkgs+=(debootstrap)
+# Not installed on this machine: package lists for the container images (scripts/base-image.sh)
+# and the arm64 cross build (scripts/cross-arm64.sh). `scripts/deps.sh --list NAME` prints one.
+# Runtime libraries of the binaries and libmicroview (the image's final stage; checked with ldd).
+runtime_pkgs=(
+  libgrpc29 libprotobuf-c1 libmicrohttpd12 zlib1g libjson-c5 libyaml-0-2 libcurl4
+  libibverbs1 librdmacm1 ibverbs-providers ca-certificates
+)
+# Cross toolchain + the arm64 halves of build_pkgs' -dev packages (multiarch) + CUnit, and
+# qemu-user to run the arm64 unit tests.
+cross_arm64_pkgs=(crossbuild-essential-arm64 libcunit1-dev:arm64 qemu-user-static)
+for p in "${build_pkgs[@]}"; do
+  case $p in *-dev) cross_arm64_pkgs+=("$p:arm64") ;; esac
+done
+if [ "$profile" = --list ]; then
+  case ${2:-} in
+    build) printf '%s\n' "${build_pkgs[@]}" ;;
+    test) printf '%s\n' "${test_pkgs[@]}" ;;
+    runtime) printf '%s\n' "${runtime_pkgs[@]}" ;;
+    cross-arm64) printf '%s\n' "${cross_arm64_pkgs[@]}" ;;
+    *) echo "usage: $0 --list build|test|runtime|cross-arm64" >&2; exit 2 ;;
+  esac
+  exit 0
+fi
 
 pkgs=("${build_pkgs[@]}")
 [ "$profile" = test ] && pkgs+=("${test_pkgs[@]}")

@@ -94,7 +94,7 @@ static void test_one_client_cannot_starve_another(void)
     mv_httpd_config_default(&cfg);
     cfg.max_conns = 64;
     cfg.max_conns_per_client = 8;
-    cfg.timeout_s = 2;
+    cfg.timeout_s = 4;
     mv_httpd *h;
     CU_ASSERT_FATAL(mv_httpd_create(&cfg, &h) == 0);
     CU_ASSERT_FATAL(mv_httpd_route(h, "/", h_ok, NULL) == 0);
@@ -105,9 +105,10 @@ static void test_one_client_cannot_starve_another(void)
     int fds[20], kept = 0, refused = 0, gone[20] = {0};
     for (int i = 0; i < 20; i++)
         fds[i] = connect_from("127.0.0.2", port);
-    /* Wait (bounded, well inside the 2 s idle timeout) until 12 were closed by the server. */
+    /* Wait (bounded, inside the 4 s idle timeout even under emulation) until 12 were closed
+     * by the server. */
     uint64_t w0 = mono_ms();
-    while (refused < 12 && mono_ms() - w0 < 1000) {
+    while (refused < 12 && mono_ms() - w0 < 2500) {
         for (int i = 0; i < 20; i++)
             if (!gone[i] && (fds[i] < 0 || closed_within(fds[i], 0))) {
                 gone[i] = 1;
@@ -136,10 +137,10 @@ static void test_one_client_cannot_starve_another(void)
     uint64_t t0 = mono_ms();
     int closed = 0;
     for (int i = 0; i < 20; i++)
-        if (fds[i] >= 0 && closed_within(fds[i], 6000))
+        if (fds[i] >= 0 && closed_within(fds[i], 10000))
             closed++;
-    CU_ASSERT_EQUAL(closed, 20); /* 12 refused at once, 8 idle after the 2 s timeout */
-    CU_ASSERT(mono_ms() - t0 < 7000);
+    CU_ASSERT_EQUAL(closed, 20); /* 12 refused at once, 8 idle after the 4 s timeout */
+    CU_ASSERT(mono_ms() - t0 < 12000);
     for (int i = 0; i < 20; i++)
         if (fds[i] >= 0)
             close(fds[i]);
