@@ -547,6 +547,9 @@ static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen
     pthread_mutex_lock(&h->mu);
     struct client *c = client_slot(h, key);
     int ok = c && c->n < h->cfg.max_conns_per_client;
+    if (ok)
+        c->n++; /* reserved now: worker threads accept concurrently (a connection libmicrohttpd
+                 * then fails to set up, out of memory, keeps its slot until restart) */
     if (!ok) {
         char ip[INET6_ADDRSTRLEN] = "?";
         if (addr && addr->sa_family == AF_INET)
@@ -573,9 +576,7 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
     struct client *c = client_slot(h, key);
     if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
         h->st.accepted++;
-        h->st.active++;
-        if (c)
-            c->n++;
+        h->st.active++; /* its client's slot was taken in on_accept */
     } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
         if (h->st.active)
             h->st.active--;
