@@ -2,9 +2,13 @@
  */
 #include "mv_agent.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 
 #include "mv_log.h"
 #include "mv_rpc.h"
@@ -20,6 +24,76 @@ static void signals_block(sigset_t *sigs)
     sigaddset(sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
+}
+
+/* The unix socket's identity, to notice it was deleted or replaced. */
+typedef struct sock_id {
+    int exists;
+    dev_t dev;
+    ino_t ino;
+} sock_id;
+
+static sock_id sock_stat(const char *path)
+{
+    struct stat sb;
+    sock_id id = {0, 0, 0};
+    if (lstat(path, &sb) == 0 && S_ISSOCK(sb.st_mode)) {
+        id.exists = 1;
+        id.dev = sb.st_dev;
+        id.ino = sb.st_ino;
+    }
+    return id;
+}
+
+/* A server for `svc` on the unix socket (and TCP `tcp`, if any); the first call registers the
+ * service, later ones (a replacement server) attach the same one. */
+static int serve(const mv_agent_run_opts *o, mv_segstore *store, mv_agentsvc **svc,
+                 mv_rpc_server **out)
+{
+    mv_rpc_server *srv = NULL;
+    *out = NULL;
+    if (mv_rpc_server_create(NULL, &srv) < 0)
+        return -1;
+    int rc = *svc ? mv_agentsvc_attach(srv, *svc) : mv_agentsvc_register(srv, store, svc);
+    if (rc < 0 || (o->token && o->token[0] && mv_rpc_server_set_token(srv, o->token) < 0)) {
+        mv_rpc_server_destroy(srv);
+        return -1;
+    }
+    *out = srv;
+    return 0;
+}
+
+/* Listens and starts a server made by serve(). */
+static int serve_start(mv_rpc_server *srv, const char *unixaddr, const char *tcp, int *tcp_port)
+{
+    if (mv_rpc_server_listen(srv, unixaddr) < 0 ||
+        (tcp && (*tcp_port = mv_rpc_server_listen(srv, tcp)) < 0) || mv_rpc_server_start(srv) < 0)
+        return -1;
+    return 0;
+}
+
+/* The socket was deleted (or replaced): serve on a new one. Open watches end and their
+ * clients reconnect; the TCP listener moves to the new server on the port it had. */
+static mv_rpc_server *rebuild(const mv_agent_run_opts *o, const char *unixaddr, const char *tcp,
+                              mv_segstore *store, mv_agentsvc **svc, mv_rpc_server *old,
+                              int *tcp_port)
+{
+    char tcpaddr[300];
+    if (tcp && *tcp_port > 0) {
+        const char *colon = strrchr(tcp, ':');
+        int hl = colon ? (int)(colon - tcp) : (int)strlen(tcp);
+        mv_fmt(tcpaddr, sizeof tcpaddr, "%.*s:%d", hl, tcp, *tcp_port);
+        tcp = tcpaddr;
+    }
+    mv_rpc_server_destroy(old);
+    mv_rpc_server *srv;
+    if (serve(o, store, svc, &srv) < 0)
+        return NULL;
+    if (serve_start(srv, unixaddr, tcp, tcp_port) < 0) {
+        mv_rpc_server_destroy(srv);
+        return NULL;
+    }
+    return srv;
 }
 
 int mv_agent_run(const mv_agent_run_opts *o, const mv_agent_mode *m)
@@ -42,16 +116,12 @@ int mv_agent_run(const mv_agent_run_opts *o, const mv_agent_mode *m)
         goto close_store;
     mv_rpc_server *srv = NULL;
     mv_agentsvc *svc = NULL;
-    if (mv_rpc_server_create(NULL, &srv) < 0)
+    if (serve(o, store, &svc, &srv) < 0)
         goto teardown;
-    if (mv_agentsvc_register(srv, store, &svc) < 0 ||
-        (o->token && o->token[0] && mv_rpc_server_set_token(srv, o->token) < 0))
-        goto destroy_server;
     if (m->before_listen && m->before_listen(m->arg, svc) < 0)
         goto destroy_server;
     int tcp_port = 0;
-    if (mv_rpc_server_listen(srv, unixaddr) < 0 ||
-        (tcp && (tcp_port = mv_rpc_server_listen(srv, tcp)) < 0) || mv_rpc_server_start(srv) < 0) {
+    if (serve_start(srv, unixaddr, tcp, &tcp_port) < 0) {
         MV_ERROR("agent.listen_failed", "socket=%s listen=%s", mv_log_q(o->socket_path),
                  mv_log_q(tcp ? tcp : "off"));
         goto destroy_server;
@@ -59,8 +129,31 @@ int mv_agent_run(const mv_agent_run_opts *o, const mv_agent_mode *m)
     if (m->started && m->started(m->arg, tcp_port) < 0)
         goto destroy_server;
 
+    /* Wait for a signal; meanwhile make sure the control-plane socket still exists (an
+     * operator's rm, a tmpfs cleaner): collectors and microviewctl need it. */
+    sock_id listening = sock_stat(o->socket_path);
     int sig = 0;
-    sigwait(&sigs, &sig);
+    for (;;) {
+        struct timespec ts = {1, 0};
+        sig = sigtimedwait(&sigs, NULL, &ts);
+        if (sig > 0)
+            break;
+        sock_id now = sock_stat(o->socket_path);
+        if (now.exists && now.dev == listening.dev && now.ino == listening.ino)
+            continue;
+        MV_WARN("agent.socket_lost", "socket=%s found=%s action=%s", mv_log_q(o->socket_path),
+                now.exists ? "another socket" : "nothing",
+                mv_log_q("serving on a new socket; open watches reconnect"));
+        mv_rpc_server *n = rebuild(o, unixaddr, tcp, store, &svc, srv, &tcp_port);
+        srv = n;
+        if (!n) {
+            MV_ERROR("agent.socket_recreate_failed", "socket=%s", mv_log_q(o->socket_path));
+            goto destroy_server;
+        }
+        listening = sock_stat(o->socket_path);
+        MV_INFO("agent.socket_recreated", "socket=%s tcp_port=%d", mv_log_q(o->socket_path),
+                tcp_port);
+    }
     MV_INFO("agent.stopping", "signal=%s", sig == SIGINT ? "SIGINT" : "SIGTERM");
     rc = 0;
     if (m->stopping)

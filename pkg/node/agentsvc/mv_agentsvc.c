@@ -284,6 +284,17 @@ static void on_watch_close(void *arg, mv_rpc_stream *st, int cancelled)
     mv_rpc_stream_unref(st);
 }
 
+int mv_agentsvc_attach(mv_rpc_server *srv, mv_agentsvc *svc)
+{
+    int rc;
+    if ((rc = mv_rpc_server_add_unary(srv, MV_AGENTSVC_CREATE, on_create, svc)) < 0 ||
+        (rc = mv_rpc_server_add_unary(srv, MV_AGENTSVC_RELEASE, on_release, svc)) < 0 ||
+        (rc = mv_rpc_server_add_unary(srv, MV_AGENTSVC_LIST, on_list, svc)) < 0 ||
+        (rc = mv_rpc_server_add_stream(srv, MV_AGENTSVC_WATCH, on_watch, on_watch_close, svc)) < 0)
+        return rc;
+    return 0;
+}
+
 int mv_agentsvc_register(mv_rpc_server *srv, mv_segstore *store, mv_agentsvc **out)
 {
     int rc;
@@ -293,11 +304,7 @@ int mv_agentsvc_register(mv_rpc_server *srv, mv_segstore *store, mv_agentsvc **o
         return -ENOMEM;
     svc->store = store;
     pthread_mutex_init(&svc->rdma_mu, NULL);
-    if ((rc = mv_rpc_server_add_unary(srv, MV_AGENTSVC_CREATE, on_create, svc)) < 0 ||
-        (rc = mv_rpc_server_add_unary(srv, MV_AGENTSVC_RELEASE, on_release, svc)) < 0 ||
-        (rc = mv_rpc_server_add_unary(srv, MV_AGENTSVC_LIST, on_list, svc)) < 0 ||
-        (rc = mv_rpc_server_add_stream(srv, MV_AGENTSVC_WATCH, on_watch, on_watch_close, svc)) <
-            0) {
+    if ((rc = mv_agentsvc_attach(srv, svc)) < 0) {
         pthread_mutex_destroy(&svc->rdma_mu);
         free(svc);
         return rc;

@@ -20,6 +20,10 @@
 
 typedef struct mv_agentsvc mv_agentsvc;
 
+/* Serves an existing service on another (not yet started) server as well, e.g. one made to
+ * replace a server whose unix socket was deleted. Returns 0 or a negative errno. */
+int mv_agentsvc_attach(mv_rpc_server *srv, mv_agentsvc *svc);
+
 /* Registers the Agent methods on `srv` (before mv_rpc_server_start).
  * Returns 0 or a negative errno. */
 int mv_agentsvc_register(mv_rpc_server *srv, mv_segstore *store, mv_agentsvc **out);
