@@ -526,3 +526,38 @@ func checkFamilies(recs []record) error {
 	}
 	return nil
 }
+
+// recount recomputes metric_count, catalog_used and values_used from the records (section
+// 8, step 2): it walks the catalog area while a record's size is a multiple of 8 in
+// [40, remaining], its checksum matches and its value slot is 8-aligned, starts at or after
+// the previous slot's end and lies inside the value area. Callers hold the registration lock.
+func recount(seg []byte) (count, catalogUsed, valuesUsed uint32) {
+	if len(seg) < headerSize {
+		return 0, 0, 0
+	}
+	catOff := uint64(le.Uint32(seg[offCatOff:]))
+	capacity := uint64(le.Uint32(seg[offCatSize:]))
+	valSize := uint64(le.Uint32(seg[offValSize:]))
+	if catOff+capacity > uint64(len(seg)) || uint64(le.Uint32(seg[offValOff:])) > uint64(len(seg)) {
+		capacity = 0 // a header that lies about its areas: nothing to trust
+	}
+	var pos, vend uint64
+	for count < metricsMax && capacity-pos >= recordMin {
+		rec := seg[catOff+pos : catOff+capacity]
+		size := uint64(le.Uint32(rec))
+		if size < recordMin || size%8 != 0 || size > capacity-pos {
+			break
+		}
+		if le.Uint64(rec[size-8:]) != fnv1a64(rec[:size-8]) {
+			break
+		}
+		voff, vsize := uint64(le.Uint32(rec[8:])), uint64(le.Uint32(rec[12:]))
+		if voff%8 != 0 || voff < vend || vsize == 0 || voff+vsize > valSize {
+			break
+		}
+		vend = voff + vsize
+		pos += size
+		count++
+	}
+	return count, uint32(pos), uint32(vend)
+}

@@ -14,6 +14,8 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -40,6 +42,8 @@ type Opts struct {
 type Segment struct {
 	path string
 	mem  []byte
+	dev  uint64 // device and inode of the file: a lock holder must map them (section 8)
+	ino  uint64
 	mu   sync.Mutex // serialises registration within this process
 }
 
@@ -92,6 +96,9 @@ func Open(path string) (*Segment, error) {
 		return nil, fail(ErrIO, fmt.Sprintf("mmap %s: %v", path, err))
 	}
 	s := &Segment{path: path, mem: mem}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+		s.dev, s.ino = uint64(sys.Dev), uint64(sys.Ino)
+	}
 	if err := s.formatIfZero(int(f.Fd())); err != nil {
 		_ = syscall.Munmap(mem)
 		return nil, err
@@ -99,6 +106,17 @@ func Open(path string) (*Segment, error) {
 	// Validate without the registration lock: only a rejection from a parse whose
 	// generation did not move is real; a racing append makes any result meaningless.
 	for tries := 0; ; tries++ {
+		if tries >= 40 && busyFor(mem) { // busy for 200 ms: its appender died (section 8, step 2)
+			if s.lock() == nil {
+				s.repair()
+				atomic.StoreUint32(word32(mem, offLock), 0)
+				if _, perr := parseCatalog(mem); perr != nil {
+					_ = syscall.Munmap(mem)
+					return nil, fail(ErrFormat, fmt.Sprintf("%s: %v", path, perr))
+				}
+			}
+			break
+		}
 		g0 := atomic.LoadUint64(word64(mem, offGen))
 		_, perr := parseCatalog(mem)
 		g1 := atomic.LoadUint64(word64(mem, offGen))
@@ -113,7 +131,7 @@ func Open(path string) (*Segment, error) {
 			}
 			break
 		}
-		if tries >= 200 { // an appender died mid-append: the next registration repairs it
+		if tries >= 200 {
 			break
 		}
 		time.Sleep(5 * time.Millisecond)
@@ -174,8 +192,72 @@ func (s *Segment) Size() int    { return len(s.mem) }
 
 // ---- Registration (section 8) -----------------------------------------------------
 
+// busyFor reports whether the generation is odd (an append in progress or abandoned).
+func busyFor(mem []byte) bool { return atomic.LoadUint64(word64(mem, offGen))&1 != 0 }
+
+// devMajor and devMinor split a Linux dev_t as glibc's major() and minor() do.
+func devMajor(d uint64) uint64 { return (d>>8)&0xfff | (d>>32)&^uint64(0xfff) }
+func devMinor(d uint64) uint64 { return d&0xff | (d>>12)&^uint64(0xff) }
+
+// holderAlive reports whether pid may still be appending to the segment: the process
+// exists and maps the segment file (a line of /proc/PID/maps names its device and inode).
+// A process that does not map it has a pid reused after the holder died. Unreadable maps
+// count as alive.
+func (s *Segment) holderAlive(pid uint32) bool {
+	if syscall.Kill(int(pid), 0) == syscall.ESRCH {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		return true
+	}
+	want := fmt.Sprintf("%02x:%02x", devMajor(s.dev), devMinor(s.dev))
+	ino := strconv.FormatUint(s.ino, 10)
+	for _, line := range strings.Split(string(b), "\n") {
+		// address perms offset dev inode [path]
+		f := strings.Fields(line)
+		if len(f) >= 5 && f[4] == ino && sameDev(f[3], want) {
+			return true
+		}
+	}
+	return false
+}
+
+// sameDev compares two "major:minor" hex strings by value (widths may differ).
+func sameDev(a, b string) bool {
+	pa, pb := strings.SplitN(a, ":", 2), strings.SplitN(b, ":", 2)
+	if len(pa) != 2 || len(pb) != 2 {
+		return false
+	}
+	for i := range pa {
+		x, e1 := strconv.ParseUint(pa[i], 16, 64)
+		y, e2 := strconv.ParseUint(pb[i], 16, 64)
+		if e1 != nil || e2 != nil || x != y {
+			return false
+		}
+	}
+	return true
+}
+
+// repair runs under the registration lock (section 8, step 2): an odd generation means an
+// appender died between steps 6 and 10, possibly inside step 9 with only some of its counts
+// stored, so the counts are recomputed from the records before the generation is made even.
+func (s *Segment) repair() {
+	genw := word64(s.mem, offGen)
+	gen := atomic.LoadUint64(genw)
+	if gen&1 == 0 {
+		return
+	}
+	count, cused, vused := recount(s.mem)
+	atomic.StoreUint32(word32(s.mem, offValUsed), vused)
+	atomic.StoreUint32(word32(s.mem, offCatUsed), cused)
+	atomic.StoreUint32(word32(s.mem, offCount), count)
+	atomic.StoreUint64(genw, gen+1)
+}
+
 // lock takes the cross-process registration lock (header word = owner pid); a lock whose
-// owner no longer exists is taken over. Gives up after about 2 s.
+// holder is gone (no such process, or one that does not map the segment) is taken over.
+// Gives up after about 2 s.
 func (s *Segment) lock() error {
 	self := uint32(os.Getpid())
 	w := word32(s.mem, offLock)
@@ -187,7 +269,7 @@ func (s *Segment) lock() error {
 		if holder == self {
 			return fail(ErrBusy, "registration lock already held by this process (another Segment on the same file is registering)")
 		}
-		if i > 10 && holder != 0 && syscall.Kill(int(holder), 0) == syscall.ESRCH &&
+		if i > 10 && holder != 0 && !s.holderAlive(holder) &&
 			atomic.CompareAndSwapUint32(w, holder, self) {
 			return nil
 		}
@@ -224,11 +306,8 @@ func (s *Segment) register(d *desc) (int, error) {
 func (s *Segment) appendLocked(d *desc) (int, error) {
 	mem := s.mem
 	genw := word64(mem, offGen)
+	s.repair() // an appender died half-way: recount what it left
 	gen := atomic.LoadUint64(genw)
-	if gen&1 != 0 { // an appender died half-way: its record was never published
-		gen++
-		atomic.StoreUint64(genw, gen)
-	}
 	c, err := parseCatalog(mem)
 	if err != nil {
 		return 0, fail(ErrFormat, fmt.Sprintf("%s: %v", s.path, err))

@@ -4,12 +4,16 @@
 package microview
 
 import (
+	"bufio"
+	"encoding/json"
 	"errors"
+	"io"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -224,16 +228,34 @@ func TestStaleLockAndCrashRepair(t *testing.T) {
 	}
 }
 
+// TestLiveLockIsBusy: a live holder that maps the segment (a re-executed test binary that
+// opened it) keeps its lock; registration gives up with ErrBusy.
 func TestLiveLockIsBusy(t *testing.T) {
+	if p := os.Getenv("MV_TEST_HOLD_SEGMENT"); p != "" {
+		if _, err := Open(p); err != nil {
+			os.Exit(3)
+		}
+		os.Stdout.WriteString("ready\n")
+		_, _ = io.Copy(io.Discard, os.Stdin) // hold the mapping until the parent closes stdin
+		os.Exit(0)
+	}
 	if testing.Short() {
 		t.Skip("waits 2 s")
 	}
-	s := mustOpen(t, newSegFile(t, 4096))
-	cmd := exec.Command("sleep", "30")
+	p := newSegFile(t, 4096)
+	s := mustOpen(t, p)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestLiveLockIsBusy$")
+	cmd.Env = append(os.Environ(), "MV_TEST_HOLD_SEGMENT="+p)
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
-		t.Skip("cannot run sleep: ", err)
+		t.Skip("cannot re-execute the test binary: ", err)
 	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	defer func() { stdin.Close(); cmd.Wait() }()
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || line != "ready\n" {
+		t.Fatalf("holder did not map the segment: %q %v", line, err)
+	}
 	atomic.StoreUint32(word32(s.mem, offLock), uint32(cmd.Process.Pid))
 	c, err := s.NewCounter(Opts{Name: "x_total"})
 	if !errors.Is(err, ErrBusy) {
@@ -243,6 +265,114 @@ func TestLiveLockIsBusy(t *testing.T) {
 	atomic.StoreUint32(word32(s.mem, offLock), 0)
 	if _, err := s.NewCounter(Opts{Name: "x_total"}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestLockOfLiveNonMappingPidTakenOver: the lock names a live process that does not map the
+// segment (its pid was reused after the holder died); it is taken over at once, not after
+// the 2 s give-up.
+func TestLockOfLiveNonMappingPidTakenOver(t *testing.T) {
+	s := mustOpen(t, newSegFile(t, 4096))
+	cmd := exec.Command("sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Skip("cannot run sleep: ", err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	atomic.StoreUint32(word32(s.mem, offLock), uint32(cmd.Process.Pid))
+	start := time.Now()
+	if _, err := s.NewCounter(Opts{Name: "x_total"}); err != nil {
+		t.Fatalf("lock of a pid that does not map the segment: %v", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("takeover took %v", d)
+	}
+	if l := atomic.LoadUint32(word32(s.mem, offLock)); l != 0 {
+		t.Errorf("lock left at %d", l)
+	}
+}
+
+// TestDeadAppenderInsideStep9: an appender stored values_used and catalog_used of a complete
+// record, then died before metric_count, holding the lock. A new writer opens the segment
+// (busy for 200 ms: it repairs it) and registers; the dead appender's record counts, and
+// the C reader (MV_SEG_DECODE, when set) accepts the catalog.
+func TestDeadAppenderInsideStep9(t *testing.T) {
+	p := newSegFile(t, 4096)
+	s := mustOpen(t, p)
+	if _, err := s.NewCounter(Opts{Name: "a_total"}); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Skip("cannot run true: ", err)
+	}
+	mem := s.mem
+	atomic.StoreUint32(word32(mem, offLock), uint32(cmd.Process.Pid))
+	c, err := parseCatalog(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	atomic.AddUint64(word64(mem, offGen), 1) // step 6
+	d := &desc{typ: typeCounter, name: "b_total"}
+	voff, coff := int(c.valuesUsed), int(c.catalogUsed)
+	at := int(c.catalogOff) + coff
+	d.encode(mem[at:at+d.recordSize()], uint32(voff)) // step 8
+	le.PutUint64(mem[int(c.valuesOffset)+voff:], 7)
+	atomic.StoreUint32(word32(mem, offValUsed), uint32(voff+d.valueSize())) // step 9, part
+	atomic.StoreUint32(word32(mem, offCatUsed), uint32(coff+d.recordSize()))
+
+	start := time.Now()
+	s2, err := Open(p)
+	if err != nil {
+		t.Fatalf("open after a dead appender: %v", err)
+	}
+	defer s2.Close()
+	if _, err := s2.NewCounter(Opts{Name: "c_total"}); err != nil {
+		t.Fatalf("register after a dead appender: %v", err)
+	}
+	if d := time.Since(start); d > 1500*time.Millisecond {
+		t.Errorf("open and register took %v", d)
+	}
+	c, err = parseCatalog(mem)
+	if err != nil {
+		t.Fatalf("catalog after repair: %v", err)
+	}
+	var names []string
+	for _, r := range c.records {
+		names = append(names, r.name)
+	}
+	if strings.Join(names, ",") != "a_total,b_total,c_total" || c.count != 3 {
+		t.Errorf("records %v (count %d), want a_total,b_total,c_total", names, c.count)
+	}
+	if g := c.generation; g != 6 {
+		t.Errorf("generation %d, want 6 (2, odd 3, repaired to 4, +2)", g)
+	}
+	if l := atomic.LoadUint32(word32(mem, offLock)); l != 0 {
+		t.Errorf("lock left at %d", l)
+	}
+	dec := os.Getenv("MV_SEG_DECODE")
+	if dec == "" {
+		t.Log("MV_SEG_DECODE not set: C reader check not run")
+		return
+	}
+	out, err := exec.Command(dec, p).Output()
+	if err != nil {
+		t.Fatalf("the C reader rejected the repaired segment: %v", err)
+	}
+	var doc struct {
+		Metrics []struct {
+			Name  string  `json:"name"`
+			Value float64 `json:"value"`
+		} `json:"metrics"`
+	}
+	if err := json.Unmarshal(out, &doc); err != nil {
+		t.Fatalf("C reader output: %v", err)
+	}
+	got := map[string]float64{}
+	for _, m := range doc.Metrics {
+		got[m.Name] = m.Value
+	}
+	if len(doc.Metrics) != 3 || got["b_total"] != 7 {
+		t.Errorf("C reader saw %v, want a_total, b_total=7, c_total", got)
 	}
 }
 
