@@ -708,10 +708,11 @@ def sc_nonroot(env):
     for d in (env.tmp, env.state):
         os.chmod(d, 0o755)
     cases = [
-        ("run-as", {"runAsUser": 1000, "runAsGroup": 1000}, None, (1000, 1000, 0o660),
+        ("run-as", {"runAsUser": 1000, "runAsGroup": 1000}, None, (1000, 0, 0o660),
          (1000, 1000, ())),
         ("container-over-pod", {"runAsUser": 1000, "fsGroup": 2000}, {"runAsUser": 1500},
-         (1500, 2000, 0o660), (1500, 1500, (2000,))),
+         (1500, 0, 0o660), (1500, 1500, (2000,))),
+        ("group-only", {"fsGroup": 2000}, None, (0, 2000, 0o660), (1600, 1600, (2000,))),
         ("no-user", None, None, (0, 0, 0o666), (1002, 1002, ())),
     ]
     for name, pod_sc, c_sc, (want_uid, want_gid, want_mode), (wuid, wgid, groups) in cases:
@@ -730,6 +731,12 @@ def sc_nonroot(env):
         rc, out = write_as(env, path, wuid, wgid, groups)
         check("%s: a writer running as %d:%d%s writes its segment" %
               (name, wuid, wgid, " +%s" % list(groups) if groups else ""), rc == 0, out)
+        # The host-mode collector: uid 0, gid 0, no supplementary groups, no capabilities.
+        r = subprocess.run(["setpriv", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all",
+                            "--", "dd", "if=" + path, "of=/dev/null", "bs=4096", "count=1"],
+                           capture_output=True, text=True)
+        check("%s: root without capabilities (the host-mode collector) reads it" % name,
+              r.returncode == 0, r.stderr.strip())
         if want_mode == 0o660:
             rc2, out2 = write_as(env, path, 4242, 4242)
             check("%s: another user cannot open it" % name, rc2 != 0, out2)

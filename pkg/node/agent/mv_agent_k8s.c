@@ -145,6 +145,11 @@ static int resolve_identity(mv_agent_k8s *a, const mv_segstore_seg *seg, const c
             /* The writer may run as non-root (restricted Pod Security): hand it the file. */
             int64_t uid, gid;
             mv_kube_pod_owner(&pod, e->container, &uid, &gid);
+            /* A known user owns the file; its group stays root so that a host-mode collector
+             * (uid 0 without capabilities) reads it through the group bits. Only without a
+             * user does the spec's group (runAsGroup or fsGroup) get the file. */
+            if (uid >= 0)
+                gid = 0;
             if (mv_segstore_set_owner(a->store, seg->id, uid, gid, err, sizeof err) < 0)
                 MV_WARN("segment.owner_failed", "id=%s pod=%s container=%s err=%s", seg->id,
                         mv_log_q(e->pod), mv_log_q(e->container), mv_log_q(err));
