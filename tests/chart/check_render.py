@@ -174,6 +174,10 @@ else:
         expect(flag(col, "--transport") == "shm", "host collector uses shm")
         expect(flag(col, "--agent") == "unix:/run/microview/agent.sock", "host collector's agent")
         expect(mounts(col)["state"]["readOnly"] is True, "host collector mounts segments read-only")
+        asc = container(ds_agent)["securityContext"]
+        expect(asc["capabilities"]["drop"] == ["ALL"] and
+               sorted(asc["capabilities"]["add"]) == ["CHOWN", "FOWNER"],
+               "agent: CHOWN and FOWNER only (hands segments to non-root containers)")
         sc = container(col)["securityContext"]
         expect(sc["capabilities"]["drop"] == ["ALL"] and "add" not in sc["capabilities"],
                "host collector holds no capability")
