@@ -6,6 +6,9 @@
 #         scripts/go-tools.sh --list        the tools and their pinned versions
 # Tools:  helm      helm.sh/helm/v3/cmd/helm at HELM_VERSION
 #         k8scheck  tests/tools/k8scheck (this tree), keyed by a hash of its sources
+#         prometheus-adapter  sigs.k8s.io/prometheus-adapter/cmd/adapter, pinned as a tool of
+#                   the module e2e/cluster/adapter (go install ...@version needs the proxy's
+#                   version list, which it does not serve for every module)
 #
 # Binaries land in $MV_CACHE/bin/<tool>-<version> (default /var/cache/microview, or
 # ~/.cache/microview when that is not writable); a binary already there is reused without
@@ -92,27 +95,28 @@ _mv_go_install() {
   rm -rf "$gobin"
 }
 
-# mv_go_local NAME DIR: builds the main package of the in-tree module DIR into the cache as
-# NAME-<hash of its go.mod, go.sum and .go files> and prints its path.
+# mv_go_local NAME DIR [PKG]: builds the main package PKG (default: the module's root) of the
+# in-tree module DIR into the cache as NAME-<hash of its go.mod, go.sum and .go files> and
+# prints its path.
 mv_go_local() {
-  local name=$1 dir=$2 hash out
+  local name=$1 dir=$2 pkg=${3:-.} hash out
   hash=$(cd "$dir" && find . -name '*.go' -o -name go.mod -o -name go.sum | LC_ALL=C sort |
     xargs sha256sum | sha256sum | cut -c1-16)
   out="$MV_CACHE/bin/$name-$hash"
   if [ ! -x "$out" ]; then
-    mv_go_locked "$name" _mv_go_build_local "$out" "$dir" >&2
+    mv_go_locked "$name" _mv_go_build_local "$out" "$dir" "$pkg" >&2
   fi
   [ -x "$out" ] || { echo "go-tools: $name was not built" >&2; return 1; }
   echo "$out"
 }
 
 _mv_go_build_local() {
-  local out=$1 dir=$2 go
+  local out=$1 dir=$2 pkg=$3 go
   [ -x "$out" ] && return 0
   go=$(mv_go_bin)
   echo "go-tools: building $dir (once; cached in $MV_CACHE/bin)"
   (cd "$dir" && GOFLAGS=-buildvcs=false GOTOOLCHAIN=local CGO_ENABLED=0 \
-    nice -n 19 "$go" build -trimpath -o "$out.tmp" .) || {
+    nice -n 19 "$go" build -trimpath -ldflags "-s -w" -o "$out.tmp" "$pkg") || {
     rm -f "$out.tmp"
     echo "go-tools: go build in $dir failed (is the Go module proxy reachable?)"
     return 1
@@ -133,8 +137,13 @@ mv_go_tools_main() {
   k8scheck)
     mv_go_local k8scheck "$MV_GO_TOOLS_ROOT/tests/tools/k8scheck"
     ;;
+  prometheus-adapter)
+    mv_go_local prometheus-adapter "$MV_GO_TOOLS_ROOT/e2e/cluster/adapter" \
+      sigs.k8s.io/prometheus-adapter/cmd/adapter
+    ;;
   --list)
     echo "helm $HELM_VERSION"
+    echo "prometheus-adapter $(sed -n 's|^\tsigs.k8s.io/prometheus-adapter \(v[^ ]*\).*|\1|p' "$MV_GO_TOOLS_ROOT/e2e/cluster/adapter/go.mod")"
     echo "k8scheck (tests/tools/k8scheck, by source hash)"
     ;;
   *)

@@ -7,6 +7,7 @@
 # Prints a final "N passed, N failed" line and exits nonzero if anything failed.
 #
 # Environment: MV_TEST_SKIP_ASAN=1 / MV_TEST_SKIP_FUZZ=1 skip stages (reported as skipped),
+# MV_TEST_SKIP_PREBUILD=1 builds tools only when a test needs them (scripts/prebuild.sh),
 # MV_FUZZ_SECONDS (default 20) per fuzz driver, JOBS (default nproc).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -37,6 +38,16 @@ record() { # <stage> <rc>
 
 note "dependencies"
 ./scripts/deps.sh test || { echo "dependency install failed" >&2; exit 1; }
+
+# The pinned Go tools, Kubernetes components and base images that later tests need build in the
+# background from here on (cold machine: they overlap the C builds and unit tests).
+prebuild_pid=
+if [ "${MV_TEST_SKIP_PREBUILD:-0}" != 1 ]; then
+  mkdir -p build
+  note "prebuild (background; log build/prebuild.log)"
+  PREBUILD_LOG_DIR=$PWD/build ./scripts/prebuild.sh >build/prebuild.log 2>&1 &
+  prebuild_pid=$!
+fi
 
 note "format"
 ./scripts/check-format.sh; record format $?
@@ -78,6 +89,12 @@ if [ "${MV_TEST_SKIP_FUZZ:-0}" = 1 ]; then
 elif [ -x scripts/fuzz.sh ]; then
   note "fuzz (${MV_FUZZ_SECONDS:-20}s per driver)"
   ./scripts/fuzz.sh "${MV_FUZZ_SECONDS:-20}"; record fuzz $?
+fi
+
+if [ -n "$prebuild_pid" ]; then
+  wait "$prebuild_pid"
+  note "prebuild (what the background builds took; a failed one was rebuilt by its test)"
+  cat build/prebuild.log
 fi
 
 note "summary"

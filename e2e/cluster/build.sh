@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the pinned Kubernetes components (one multi-call binary from kube/main.go) into
 # ${MV_CACHE:-/var/cache/microview}/k8s-<version>/ and prints that directory.
-# Idempotent: a stamp keyed by go.mod, go.sum, kube/main.go and the Go version skips the build.
+# Idempotent: a stamp keyed by go.mod, go.sum, kube/main.go and the Go version skips the build;
+# concurrent callers wait on a lock file for the one build in progress.
 # Env: MV_CACHE (cache root), GO (go binary, default: go on PATH; needs Go >= 1.24).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -15,12 +16,20 @@ gover=$("$GO" env GOVERSION)
 key=$(cat "$here/go.mod" "$here/go.sum" "$here/kube/main.go" | sha256sum | cut -c1-16)-$gover
 names=(etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
 
-if [ -f "$out/.stamp" ] && [ "$(cat "$out/.stamp")" = "$key" ] && [ -x "$out/kube" ]; then
+built() { [ -f "$out/.stamp" ] && [ "$(cat "$out/.stamp")" = "$key" ] && [ -x "$out/kube" ]; }
+if built; then
   echo "$out"
   exit 0
 fi
 
 mkdir -p "$out"
+# One build at a time (scripts/prebuild.sh may be building it in the background): wait for it.
+exec 9>"$out/.lock"
+flock 9
+if built; then
+  echo "$out"
+  exit 0
+fi
 major=${kver#v}; major=${major%%.*}
 minor=${kver#v*.}; minor=${minor%%.*}
 ldflags="-s -w"

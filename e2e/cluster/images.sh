@@ -5,6 +5,12 @@
 #   images.sh busybox            mv.local/busybox:e2e: Debian's static /bin/busybox with its applets
 #   images.sh writer BUILD_DIR   mv.local/microview-writer:e2e: BUILD_DIR/bin/microviewctl with
 #                                the shared libraries it links, as /usr/bin/microviewctl
+#   images.sh sample-app BUILD_DIR mv.local/sample-app:e2e: images/sample-app.c (an HTTP service
+#                                instrumented with libmicroview) linked against BUILD_DIR's
+#                                libmicroview, with its shared libraries
+#   images.sh microview          the product image microview/microview:<version> from the
+#                                repository's Dockerfile (scripts/base-image.sh makes its local
+#                                base images; docker's layer cache makes a rebuild quick)
 # Needs the cluster's containerd running (up.sh starts it).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
@@ -24,7 +30,10 @@ docker_build() {
 import_image() {
   docker save "$1" -o "$ctx/image.tar"
   ctrd images import --snapshotter overlayfs "$ctx/image.tar" >/dev/null
-  ctrd images ls -q | grep -x "$1" >/dev/null || die "containerd does not list $1 after import"
+  # A reference without a registry host is stored under docker.io/ (as the kubelet resolves it).
+  local full=$1
+  case ${1%%/*} in *.* | *:* | localhost) ;; *) full=docker.io/$1 ;; esac
+  ctrd images ls -q | grep -Fx -e "$1" -e "$full" >/dev/null || die "containerd does not list $full after import"
   log "image $1 imported into containerd (k8s.io)"
 }
 
@@ -66,8 +75,35 @@ writer)
   docker_build mv.local/microview-writer:e2e
   import_image mv.local/microview-writer:e2e
   ;;
+sample-app)
+  build=${2:?usage: images.sh sample-app BUILD_DIR}
+  [ -f "$build/lib/libmicroview.so" ] || die "$build/lib/libmicroview.so not built"
+  read -ra mhd <<<"$(pkg-config --cflags --libs libmicrohttpd)"
+  cc -std=c11 -Wall -Wextra -Werror -O2 -o "$ctx/sample-app" "$MV_CLUSTER_SRC/images/sample-app.c" \
+    -I "$MV_CLUSTER_SRC/../../pkg/format/microview" -L "$build/lib" -lmicroview \
+    "-Wl,-rpath,$build/lib" "${mhd[@]}"
+  copy_with_libs "$ctx/sample-app" "$ctx/root"
+  mkdir -p "$ctx/root/tmp"
+  printf 'FROM scratch\nCOPY root/ /\nUSER 1000:1000\nENTRYPOINT ["/usr/bin/sample-app"]\n' >"$ctx/Dockerfile"
+  docker_build mv.local/sample-app:e2e
+  import_image mv.local/sample-app:e2e
+  ;;
+microview)
+  src=$(cd "$MV_CLUSTER_SRC/../.." && pwd)
+  version=$(sed -nE 's/^project\(microview VERSION ([0-9.]+).*/\1/p' "$src/CMakeLists.txt")
+  ref=microview/microview:$version
+  "$src/scripts/base-image.sh" build runtime >&2 || die "scripts/base-image.sh build runtime failed"
+  docker build -q -t "$ref" --build-arg VERSION="$version" \
+    --build-arg REVISION="$(git -C "$src" rev-parse HEAD 2>/dev/null || echo unknown)" \
+    "$src" >"$ctx/build.log" 2>&1 || {
+    tail -n 40 "$ctx/build.log" >&2
+    die "docker build of $ref failed"
+  }
+  import_image "$ref"
+  echo "$ref"
+  ;;
 *)
-  echo "usage: images.sh pause | busybox | writer BUILD_DIR" >&2
+  echo "usage: images.sh pause | busybox | writer BUILD_DIR | sample-app BUILD_DIR | microview" >&2
   exit 2
   ;;
 esac
