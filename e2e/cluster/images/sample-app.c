@@ -98,10 +98,10 @@ int main(int argc, char **argv)
         return fail("segment_open_failed", rc);
     double bounds[12];
     if ((rc = mv_exponential_buckets(50e-6, 2, 12, bounds)) != MV_OK ||
-        (rc = mv_counter_register(seg, "app_requests_total", "Requests served on /.", NULL, NULL,
-                                  0, &requests)) != MV_OK ||
-        (rc = mv_gauge_register(seg, "app_inflight_requests", "Requests being handled.", NULL,
-                                NULL, 0, &inflight)) != MV_OK ||
+        (rc = mv_counter_register(seg, "app_requests_total", "Requests served on /.", NULL, NULL, 0,
+                                  &requests)) != MV_OK ||
+        (rc = mv_gauge_register(seg, "app_inflight_requests", "Requests being handled.", NULL, NULL,
+                                0, &inflight)) != MV_OK ||
         (rc = mv_histogram_register(seg, "app_request_duration_seconds",
                                     "Handling time of requests on /.", "seconds", NULL, 0, bounds,
                                     12, &duration)) != MV_OK)
@@ -114,8 +114,8 @@ int main(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
 
     struct MHD_Daemon *d =
-        MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, (uint16_t)port,
-                         NULL, NULL, handle, NULL, MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_END);
+        MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, (uint16_t)port, NULL,
+                         NULL, handle, NULL, MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_END);
     if (d == NULL) {
         fprintf(stderr, "level=error comp=sample-app event=listen_failed port=%lu\n", port);
         return 1;
