@@ -180,7 +180,9 @@ static int add_static(app *a, char *spec)
     return mv_coll_add(a->coll, id, size, labels, n, mv_coll_shm_transport(), src);
 }
 
-int main(int argc, char **argv)
+/* The collector; `derived` (empty, the default choice) receives the --derived specs as they
+ * are parsed, so that a bad one is refused before anything starts. */
+static int run(int argc, char **argv, mv_export_sel *derived)
 {
     const char *agent = DEFAULT_AGENT, *listen = "0.0.0.0:9469", *transport = "shm";
     const char *agents[MAX_AGENTS], *rdma_token_file = NULL, *rdma_src_ip = NULL;
@@ -191,11 +193,10 @@ int main(int argc, char **argv)
     unsigned long v;
     mv_coll_opts co;
     mv_log_level level = MV_LOG_INFO;
-    app a = {.body_cap = 64u << 20};
+    app a = {.body_cap = 64u << 20, .derived = derived};
     int opt;
 
     mv_coll_opts_default(&co);
-    const char *derived_specs[64];
     size_t nderived = 0;
     co.analytics = 1;
     co.max_interval_us = 1000000;
@@ -343,24 +344,23 @@ int main(int argc, char **argv)
         case 'n':
             co.analytics = 0;
             break;
-        case 'X':
-            if (nderived == sizeof derived_specs / sizeof derived_specs[0]) {
+        case 'X': {
+            char err[256];
+            if (nderived++ == 64) {
                 fprintf(stderr, "microview-collector: at most 64 --derived\n");
                 return 2;
             }
-            derived_specs[nderived++] = optarg;
-            {
-                /* Checked now so that a bad spec is refused before anything starts. */
-                char err[256];
-                mv_export_sel *t = mv_export_sel_create();
-                int bad = t && mv_export_sel_add(t, optarg, err, sizeof err) != 0;
-                mv_export_sel_destroy(t);
-                if (bad) {
-                    fprintf(stderr, "microview-collector: --derived: %s\n", err);
-                    return 2;
-                }
+            int bad = mv_export_sel_add(a.derived, optarg, err, sizeof err);
+            if (bad == -ENOMEM) {
+                fprintf(stderr, "microview-collector: out of memory\n");
+                return 1;
+            }
+            if (bad) {
+                fprintf(stderr, "microview-collector: --derived: %s\n", err);
+                return 2;
             }
             break;
+        }
         case 'D':
             co.pipe.detect = 0;
             break;
@@ -450,19 +450,6 @@ int main(int argc, char **argv)
         MV_ERROR("collector.failed", "error=%s", mv_log_q("cannot start the tick thread"));
         goto destroy_coll;
     }
-    a.derived = mv_export_sel_create();
-    if (!a.derived) {
-        fprintf(stderr, "microview-collector: out of memory\n");
-        goto destroy_coll;
-    }
-    for (size_t i = 0; i < nderived; i++) {
-        char err[256];
-        if (mv_export_sel_add(a.derived, derived_specs[i], err, sizeof err) != 0) {
-            fprintf(stderr, "microview-collector: --derived: %s\n", err);
-            rc = 2;
-            goto destroy_coll;
-        }
-    }
     mv_api_opts ao = {.coll = a.coll,
                       .body_cap = a.body_cap,
                       .render_extra = render_extra,
@@ -533,6 +520,17 @@ destroy_coll:
     mv_coll_destroy(a.coll);
     mv_verbs_destroy(a.verbs); /* after the table: its sources used the connections */
     mv_api_destroy(api);
-    mv_export_sel_destroy(a.derived);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    mv_export_sel *derived = mv_export_sel_create(); /* run() borrows it */
+    if (!derived) {
+        fprintf(stderr, "microview-collector: out of memory\n");
+        return 1;
+    }
+    int rc = run(argc, argv, derived);
+    mv_export_sel_destroy(derived);
     return rc;
 }

@@ -2,6 +2,7 @@
 #include "mv_test.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -58,7 +59,20 @@ int mv_test_rmrf(const char *path)
     return nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS) == 0 ? 0 : -1;
 }
 
-static uint64_t mono_ms(void)
+int mv_test_blank_file(const char *dir, const char *name, size_t size, char *path, size_t pathlen)
+{
+    int len = snprintf(path, pathlen, "%s/%s", dir, name);
+    if (len < 0 || (size_t)len >= pathlen)
+        return -1;
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0)
+        return -1;
+    int rc = ftruncate(fd, (off_t)size);
+    close(fd);
+    return rc == 0 ? 0 : -1;
+}
+
+uint64_t mv_test_mono_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -74,11 +88,11 @@ void mv_test_sleep_ms(unsigned ms)
 
 int mv_test_wait_until(int (*cond)(void *arg), void *arg, unsigned timeout_ms)
 {
-    uint64_t deadline = mono_ms() + timeout_ms;
+    uint64_t deadline = mv_test_mono_ms() + timeout_ms;
     for (;;) {
         if (cond(arg))
             return 1;
-        if (mono_ms() >= deadline)
+        if (mv_test_mono_ms() >= deadline)
             return 0;
         mv_test_sleep_ms(1);
     }

@@ -4,6 +4,7 @@
 #define MV_TEST_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <CUnit/Basic.h>
 
@@ -28,10 +29,15 @@ int mv_test_run_fixture(const char *suite, int (*init)(void), int (*clean)(void)
 char *mv_test_tmpdir(const char *tag);
 /* Removes a directory tree (no shell involved). Returns 0 or -1. */
 int mv_test_rmrf(const char *path);
+/* Creates (or truncates) the file `dir`/`name` as `size` zero bytes, the blank space a
+ * segment is opened in, and writes its path to path[pathlen]. Returns 0 or -1. */
+int mv_test_blank_file(const char *dir, const char *name, size_t size, char *path, size_t pathlen);
 
 /* Calls cond(arg) every millisecond or so until it returns nonzero or
  * `timeout_ms` passed. Returns 1 when the condition came true, 0 on timeout. */
 int mv_test_wait_until(int (*cond)(void *arg), void *arg, unsigned timeout_ms);
+/* Milliseconds on the monotonic clock, to measure how long code under test took. */
+uint64_t mv_test_mono_ms(void);
 /* Sleeps `ms` milliseconds: only to let time pass for code under test that
  * measures it (rates, intervals), never as synchronisation. */
 void mv_test_sleep_ms(unsigned ms);

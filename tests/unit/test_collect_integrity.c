@@ -1,7 +1,6 @@
 /* Collector integrity: torn histograms never reach consumers as zeros (last consistent copy
  * within a bound, then omitted; registrations racing histogram updates never make a published
  * count go backwards); a stale "gone" read after a resync drops only the object it read. */
-#include <CUnit/Basic.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <errno.h>
@@ -17,19 +16,9 @@
 #include "mv_collect.h"
 #include "mv_expo.h"
 #include "mv_export.h"
+#include "mv_test.h"
 
-static char g_dir[] = "/tmp/mv-test-torn-XXXXXX";
-
-static char *make_segment(const char *name, size_t size)
-{
-    static char path[256];
-    snprintf(path, sizeof path, "%s/%s", g_dir, name);
-    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
-    CU_ASSERT_FATAL(fd >= 0);
-    CU_ASSERT_FATAL(ftruncate(fd, (off_t)size) == 0);
-    close(fd);
-    return path;
-}
+static char *g_dir;
 
 static mv_coll *new_coll(uint32_t torn_stale_ms, const char *path)
 {
@@ -108,20 +97,12 @@ static char *render(mv_coll *c)
     return out;
 }
 
-static uint64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 /* A histogram torn on every copy across a catalog change: served from its last consistent
  * copy (never zeros), omitted after the bound, served again once consistent. */
 static void test_torn_across_catalog_change(void)
 {
-    char *p = make_segment("a.seg", 16384);
     char path[256];
-    snprintf(path, sizeof path, "%s", p);
+    CU_ASSERT_FATAL(mv_test_blank_file(g_dir, "a.seg", 16384, path, sizeof path) == 0);
     mv_segment *seg;
     mv_histogram *h;
     mv_counter later;
@@ -152,15 +133,15 @@ static void test_torn_across_catalog_change(void)
     free(body);
 
     /* Past the bound it is omitted, and the exposition says so. */
-    uint64_t t0 = mono_ms();
+    uint64_t t0 = mv_test_mono_ms();
     hist_seen d;
     do {
         mv_coll_tick(c);
         d = look(c, "lat");
-    } while (d.present && mono_ms() - t0 < 5000);
+    } while (d.present && mv_test_mono_ms() - t0 < 5000);
     CU_ASSERT(!d.present);
     CU_ASSERT_EQUAL(d.omitted, 1);
-    CU_ASSERT(mono_ms() - t0 >= 150);
+    CU_ASSERT(mv_test_mono_ms() - t0 >= 150);
     body = render(c);
     CU_ASSERT(strstr(body, "lat_count") == NULL);
     CU_ASSERT(strstr(body, "lat_bucket") == NULL);
@@ -183,9 +164,8 @@ static void test_torn_across_catalog_change(void)
 /* A histogram never copied consistently is omitted at once (no zeros). */
 static void test_never_consistent_is_omitted(void)
 {
-    char *p = make_segment("b.seg", 16384);
     char path[256];
-    snprintf(path, sizeof path, "%s", p);
+    CU_ASSERT_FATAL(mv_test_blank_file(g_dir, "b.seg", 16384, path, sizeof path) == 0);
     mv_segment *seg;
     mv_histogram *h;
     double bounds[] = {1, 2};
@@ -250,9 +230,8 @@ static void *registrar(void *arg)
  * and a snapshot after every tick. Published histogram counts never go backwards. */
 static void test_registrations_race_histograms(void)
 {
-    char *p = make_segment("c.seg", 1 << 20);
     char path[256];
-    snprintf(path, sizeof path, "%s", p);
+    CU_ASSERT_FATAL(mv_test_blank_file(g_dir, "c.seg", 1 << 20, path, sizeof path) == 0);
     race r = {0};
     double bounds[] = {10, 50, 100, 150};
     CU_ASSERT_FATAL(mv_open(path, &r.seg) == MV_OK);
@@ -267,8 +246,9 @@ static void test_registrations_race_histograms(void)
     CU_ASSERT_FATAL(pthread_create(&reg, NULL, registrar, &r) == 0);
 
     uint64_t last[2] = {0, 0}, ticks = 0, backwards = 0, inconsistent = 0, absent = 0;
-    uint64_t t0 = mono_ms();
-    while (__atomic_load_n(&r.registered, __ATOMIC_RELAXED) < 150 && mono_ms() - t0 < 60000) {
+    uint64_t t0 = mv_test_mono_ms();
+    while (__atomic_load_n(&r.registered, __ATOMIC_RELAXED) < 150 &&
+           mv_test_mono_ms() - t0 < 60000) {
         mv_coll_tick(c);
         ticks++;
         __atomic_store_n(&r.ticks, ticks, __ATOMIC_RELEASE);
@@ -355,7 +335,8 @@ static void fake_close(void *ctx, void *src)
     ((fsrc *)src)->closed = 1;
 }
 
-static const mv_coll_transport g_fake = {"fake", NULL, fake_read_many, fake_close};
+static const mv_coll_transport g_fake = {
+    .name = "fake", .read_many = fake_read_many, .src_close = fake_close};
 
 static void on_drop(void *arg, const char *id, void *src)
 {
@@ -384,7 +365,8 @@ static int has_counter(mv_coll *c, const char *id, uint64_t want)
  * the fresh entry stays and keeps being read. A plain "gone" tells the hook. */
 static void test_stale_gone_after_resync(void)
 {
-    char *p = make_segment("r.seg", 8192);
+    char p[256];
+    CU_ASSERT_FATAL(mv_test_blank_file(g_dir, "r.seg", 8192, p, sizeof p) == 0);
     mv_segment *seg;
     mv_counter ctr;
     CU_ASSERT_FATAL(mv_open(p, &seg) == MV_OK);
@@ -443,7 +425,8 @@ static void slow_read_many(void *ctx, mv_coll_read *rq, size_t n)
 /* Overrunning ticks are visible: missed ticks counted, durations in the histogram. */
 static void test_tick_overrun_metrics(void)
 {
-    char *p = make_segment("slow.seg", 8192);
+    char p[256];
+    CU_ASSERT_FATAL(mv_test_blank_file(g_dir, "slow.seg", 8192, p, sizeof p) == 0);
     mv_segment *seg;
     mv_counter ctr;
     CU_ASSERT_FATAL(mv_open(p, &seg) == MV_OK);
@@ -454,7 +437,8 @@ static void test_tick_overrun_metrics(void)
     CU_ASSERT_FATAL(base != MAP_FAILED);
     static fsrc src;
     src = (fsrc){base, 0, 0};
-    static const mv_coll_transport slow = {"slow", NULL, slow_read_many, fake_close};
+    static const mv_coll_transport slow = {
+        .name = "slow", .read_many = slow_read_many, .src_close = fake_close};
     mv_coll_opts o;
     mv_coll *c;
     mv_coll_opts_default(&o);
@@ -464,8 +448,8 @@ static void test_tick_overrun_metrics(void)
     CU_ASSERT_FATAL(mv_coll_add(c, "slow", 8192, &l, 1, &slow, &src) == 0);
     CU_ASSERT_FATAL(mv_coll_start(c) == 0);
     mv_coll_stats st = {0};
-    uint64_t t0 = mono_ms();
-    while (mono_ms() - t0 < 10000) {
+    uint64_t t0 = mv_test_mono_ms();
+    while (mv_test_mono_ms() - t0 < 10000) {
         mv_coll_snap *s = mv_coll_snapshot(c);
         st = *mv_coll_snap_stats(s);
         mv_coll_snap_free(s);
@@ -546,8 +530,8 @@ static int promtool_check(const char *body)
 static void test_collisions_and_duplicates(void)
 {
     char pa[256], pb[256];
-    snprintf(pa, sizeof pa, "%s", make_segment("ca.seg", 65536));
-    snprintf(pb, sizeof pb, "%s", make_segment("cb.seg", 65536));
+    CU_ASSERT_FATAL(mv_test_blank_file(g_dir, "ca.seg", 65536, pa, sizeof pa) == 0);
+    CU_ASSERT_FATAL(mv_test_blank_file(g_dir, "cb.seg", 65536, pb, sizeof pb) == 0);
     mv_segment *a, *b;
     mv_histogram *h;
     mv_gauge g1, g2;
@@ -610,24 +594,20 @@ static void test_collisions_and_duplicates(void)
 
 int main(void)
 {
-    if (!mkdtemp(g_dir))
+    g_dir = mv_test_tmpdir("test-torn");
+    if (!g_dir)
         return 1;
-    if (CU_initialize_registry() != CUE_SUCCESS)
-        return 1;
-    CU_pSuite suite = CU_add_suite("collect_torn", NULL, NULL);
-    CU_add_test(suite, "torn across a catalog change", test_torn_across_catalog_change);
-    CU_add_test(suite, "never consistent is omitted", test_never_consistent_is_omitted);
-    CU_add_test(suite, "registrations race histogram updates", test_registrations_race_histograms);
-    CU_add_test(suite, "stale gone read after a resync", test_stale_gone_after_resync);
-    CU_add_test(suite, "name collisions and duplicate identities", test_collisions_and_duplicates);
-    CU_add_test(suite, "tick overrun metrics", test_tick_overrun_metrics);
-    CU_basic_set_mode(CU_BRM_VERBOSE);
-    CU_basic_run_tests();
-    unsigned failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
-    CU_cleanup_registry();
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
-    if (system(cmd) != 0)
+    static const mv_test tests[] = {
+        {"torn across a catalog change", test_torn_across_catalog_change},
+        {"never consistent is omitted", test_never_consistent_is_omitted},
+        {"registrations race histogram updates", test_registrations_race_histograms},
+        {"stale gone read after a resync", test_stale_gone_after_resync},
+        {"name collisions and duplicate identities", test_collisions_and_duplicates},
+        {"tick overrun metrics", test_tick_overrun_metrics},
+    };
+    int rc = MV_TEST_RUN("collect_torn", tests);
+    if (mv_test_rmrf(g_dir) != 0)
         fprintf(stderr, "could not remove %s\n", g_dir);
-    return failed ? 1 : 0;
+    free(g_dir);
+    return rc;
 }

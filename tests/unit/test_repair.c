@@ -1,14 +1,12 @@
 /* Registration recovery (format spec section 8): an appender that died inside step 9 is
  * repaired from the records; a lock whose holder's pid was reused is taken over; the
  * collector shows a segment whose catalog stays busy. */
-#include <CUnit/Basic.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "microview.h"
@@ -16,26 +14,9 @@
 #include "mv_expo.h"
 #include "mv_export.h"
 #include "mv_segment.h"
+#include "mv_test.h"
 
-static char g_dir[] = "/tmp/mv-test-repair-XXXXXX";
-
-static char *make_segment(const char *name, size_t size)
-{
-    static char path[256];
-    snprintf(path, sizeof path, "%s/%s", g_dir, name);
-    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
-    CU_ASSERT_FATAL(fd >= 0);
-    CU_ASSERT_FATAL(ftruncate(fd, (off_t)size) == 0);
-    close(fd);
-    return path;
-}
-
-static uint64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
+static char *g_dir;
 
 /* A pid that no process has any more. */
 static pid_t dead_pid(void)
@@ -101,7 +82,7 @@ static void test_died_inside_step9(void)
         char name[32];
         snprintf(name, sizeof name, "s%d.seg", stores);
         char path[256];
-        snprintf(path, sizeof path, "%s", make_segment(name, 16384));
+        CU_ASSERT_FATAL(mv_test_blank_file(g_dir, name, 16384, path, sizeof path) == 0);
         mv_segment *a;
         mv_counter c1, c2;
         CU_ASSERT_FATAL(mv_open(path, &a) == MV_OK);
@@ -113,13 +94,13 @@ static void test_died_inside_step9(void)
         /* A new process opens and registers: the lock is taken over and the counts are
          * recomputed from the records (the dead appender's complete record counts). */
         mv_segment *b;
-        uint64_t t0 = mono_ms();
+        uint64_t t0 = mv_test_mono_ms();
         CU_ASSERT_FATAL(mv_open(path, &b) == MV_OK);
         int rc = mv_counter_register(b, "after_total", NULL, NULL, NULL, 0, &c2);
         if (rc != MV_OK)
             printf("\n  stores=%d: %s: %s\n", stores, mv_strerror(rc), mv_errdetail());
         CU_ASSERT_EQUAL(rc, MV_OK);
-        CU_ASSERT(mono_ms() - t0 < 3000);
+        CU_ASSERT(mv_test_mono_ms() - t0 < 3000);
         mv_counter_add(c2, 1);
         mv_seg_reason r;
         uint64_t v = 0;
@@ -135,7 +116,7 @@ static void test_died_inside_step9(void)
 static void test_reused_pid_lock(void)
 {
     char path[256];
-    snprintf(path, sizeof path, "%s", make_segment("reuse.seg", 16384));
+    CU_ASSERT_FATAL(mv_test_blank_file(g_dir, "reuse.seg", 16384, path, sizeof path) == 0);
     mv_segment *a;
     mv_counter c;
     CU_ASSERT_FATAL(mv_open(path, &a) == MV_OK);
@@ -149,7 +130,7 @@ static void test_reused_pid_lock(void)
     /* Wait until the child runs sleep (its maps no longer hold our segment). */
     char exe[64], link[256];
     snprintf(exe, sizeof exe, "/proc/%d/exe", (int)other);
-    uint64_t t0 = mono_ms();
+    uint64_t t0 = mv_test_mono_ms();
     for (;;) {
         ssize_t n = readlink(exe, link, sizeof link - 1);
         if (n > 0) {
@@ -157,9 +138,8 @@ static void test_reused_pid_lock(void)
             if (strstr(link, "sleep"))
                 break;
         }
-        CU_ASSERT_FATAL(mono_ms() - t0 < 5000);
-        struct timespec ts = {0, 1000000};
-        nanosleep(&ts, NULL);
+        CU_ASSERT_FATAL(mv_test_mono_ms() - t0 < 5000);
+        mv_test_sleep_ms(1);
     }
     mv_seg_header *h = NULL;
     int fd = open(path, O_RDWR);
@@ -170,9 +150,9 @@ static void test_reused_pid_lock(void)
     close(fd);
     (void)h;
     mv_counter c2;
-    t0 = mono_ms();
+    t0 = mv_test_mono_ms();
     int rc = mv_counter_register(a, "y_total", NULL, NULL, NULL, 0, &c2);
-    uint64_t took = mono_ms() - t0;
+    uint64_t took = mv_test_mono_ms() - t0;
     kill(other, SIGKILL);
     waitpid(other, NULL, 0);
     CU_ASSERT_EQUAL(rc, MV_OK);
@@ -184,7 +164,7 @@ static void test_reused_pid_lock(void)
 static void test_busy_is_visible(void)
 {
     char path[256];
-    snprintf(path, sizeof path, "%s", make_segment("busy.seg", 16384));
+    CU_ASSERT_FATAL(mv_test_blank_file(g_dir, "busy.seg", 16384, path, sizeof path) == 0);
     mv_segment *a;
     mv_counter c;
     CU_ASSERT_FATAL(mv_open(path, &a) == MV_OK);
@@ -231,21 +211,17 @@ static void test_busy_is_visible(void)
 
 int main(void)
 {
-    if (!mkdtemp(g_dir))
+    g_dir = mv_test_tmpdir("test-repair");
+    if (!g_dir)
         return 1;
-    if (CU_initialize_registry() != CUE_SUCCESS)
-        return 1;
-    CU_pSuite suite = CU_add_suite("repair", NULL, NULL);
-    CU_add_test(suite, "appender died inside step 9", test_died_inside_step9);
-    CU_add_test(suite, "lock of a reused pid", test_reused_pid_lock);
-    CU_add_test(suite, "busy catalog is visible", test_busy_is_visible);
-    CU_basic_set_mode(CU_BRM_VERBOSE);
-    CU_basic_run_tests();
-    unsigned failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
-    CU_cleanup_registry();
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
-    if (system(cmd) != 0)
+    static const mv_test tests[] = {
+        {"appender died inside step 9", test_died_inside_step9},
+        {"lock of a reused pid", test_reused_pid_lock},
+        {"busy catalog is visible", test_busy_is_visible},
+    };
+    int rc = MV_TEST_RUN("repair", tests);
+    if (mv_test_rmrf(g_dir) != 0)
         fprintf(stderr, "could not remove %s\n", g_dir);
-    return failed ? 1 : 0;
+    free(g_dir);
+    return rc;
 }

@@ -215,11 +215,6 @@ size_t mv_detect_update_all(mv_detect *d, const double *x, size_t *moving)
     return changed;
 }
 
-size_t mv_detect_series(const mv_detect *d)
-{
-    return d->n;
-}
-
 uint64_t mv_detect_changes(const mv_detect *d, size_t i)
 {
     return i < d->n ? d->s[i].changes : 0;
@@ -233,11 +228,6 @@ double mv_detect_mean(const mv_detect *d, size_t i)
 double mv_detect_sigma(const mv_detect *d, size_t i)
 {
     return i < d->n && d->s[i].n ? sqrt(d->s[i].var) : NAN;
-}
-
-double mv_detect_last_z(const mv_detect *d, size_t i)
-{
-    return i < d->n ? d->s[i].last_z : NAN;
 }
 
 /* ---- adaptive read interval ---- */

@@ -83,11 +83,9 @@ void mv_detect_reset(mv_detect *d, size_t i);
  * Out-of-range indexes are ignored. The banks' configs should match. */
 void mv_detect_copy(mv_detect *dst, size_t di, const mv_detect *src, size_t si);
 
-size_t mv_detect_series(const mv_detect *d);
 uint64_t mv_detect_changes(const mv_detect *d, size_t i); /* changes since create/reset */
 double mv_detect_mean(const mv_detect *d, size_t i);
 double mv_detect_sigma(const mv_detect *d, size_t i);
-double mv_detect_last_z(const mv_detect *d, size_t i);
 
 /*
  * Adaptive read-interval controller for one segment. Each read reports

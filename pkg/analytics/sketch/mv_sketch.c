@@ -616,11 +616,6 @@ double mv_sketch_max(const mv_sketch *sk)
     return sk->count ? sk->max : NAN;
 }
 
-double mv_sketch_alpha(const mv_sketch *sk)
-{
-    return sk->alpha;
-}
-
 static uint32_t store_nonempty(const store *st)
 {
     uint32_t n = 0;

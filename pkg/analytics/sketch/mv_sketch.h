@@ -108,7 +108,6 @@ uint64_t mv_sketch_count(const mv_sketch *sk);
 double mv_sketch_sum(const mv_sketch *sk);
 double mv_sketch_min(const mv_sketch *sk); /* NaN when empty */
 double mv_sketch_max(const mv_sketch *sk); /* NaN when empty */
-double mv_sketch_alpha(const mv_sketch *sk);
 /* Number of non-empty buckets (both signs, zero bucket included). */
 uint32_t mv_sketch_bucket_count(const mv_sketch *sk);
 /* Nonzero once a bucket limit has forced a collapse since the last reset. */

@@ -1,15 +1,16 @@
-/* mv_export: raw segment values, derived window series and collector self-metrics as text/JSON. */
+/* mv_export: the ordered family walk (name-collision and type rules, label renaming) and the
+ * Prometheus text / OpenMetrics rendering of raw values, derived window series and collector
+ * self-metrics. The --derived selection is mv_export_sel.c, the JSON outputs mv_export_json.c. */
 #include "mv_export.h"
 
 #include <errno.h>
-#include <inttypes.h>
-#include <json-c/json.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "mv_export_int.h"
 #include "mv_log.h"
 
 #define MAX_LABELS    (MV_SEG_LABELS_MAX + 1)
@@ -106,16 +107,6 @@ typedef struct entry {
     uint16_t mask; /* summaries: the MV_DERIVED_P* chosen */
 } entry;
 
-/* A consumer of families and samples: the exposition renderer or the value finder. */
-typedef struct sink sink;
-struct sink {
-    /* Returns 0 to receive the family's samples, 1 to skip them, <0 to stop. */
-    int (*family)(sink *k, const char *name, mv_expo_type t, const char *help, const char *unit);
-    int (*sample)(sink *k, const char *suffix, const mv_expo_label *a, size_t na,
-                  const mv_expo_label *b, size_t nb, const char *xname, double xval, double v,
-                  uint64_t u, int is_u);
-};
-
 typedef struct walk {
     const mv_coll_seg_view **segs; /* sorted */
     size_t nseg;
@@ -170,17 +161,6 @@ static mv_expo_type raw_type(uint8_t t)
     return t == MV_SEG_COUNTER ? MV_EXPO_COUNTER
            : t == MV_SEG_GAUGE ? MV_EXPO_GAUGE
                                : MV_EXPO_HISTOGRAM;
-}
-
-static int seg_valid(const mv_coll_seg_view *v)
-{
-    return v->cat && v->hot && v->state == MV_COLL_OK;
-}
-
-static const mv_pipe_view *seg_pipe(const mv_coll_seg_view *v)
-{
-    const mv_pipe_view *p = v->pipe;
-    return p && p->cat == (const void *)v->cat && p->n == mv_seg_catalog_count(v->cat) ? p : NULL;
 }
 
 static mv_expo_type entry_type(const walk *w, const entry *en)
@@ -378,154 +358,6 @@ static void walk_free(walk *w)
     free(w->arena);
 }
 
-/* ---- Selection of derived series ----------------------------------------------------------- */
-
-typedef struct fam_sel {
-    char *name;
-    uint32_t mask;
-} fam_sel;
-
-struct mv_export_sel {
-    uint32_t type_mask[4]; /* by MV_SEG_* type */
-    fam_sel *fam;          /* sorted by name */
-    size_t nfam, cap;
-};
-
-static const struct {
-    const char *name;
-    uint32_t bits;
-} sel_items[] = {
-    {"rate", MV_DERIVED_RATE},
-    {"rate_max", MV_DERIVED_RATE_MAX},
-    {"rate_short", MV_DERIVED_RATE_SHORT},
-    {"resets", MV_DERIVED_RESETS},
-    {"p50", MV_DERIVED_P50},
-    {"p90", MV_DERIVED_P90},
-    {"p99", MV_DERIVED_P99},
-    {"p999", MV_DERIVED_P999},
-    {"quantiles", MV_DERIVED_P50 | MV_DERIVED_P90 | MV_DERIVED_P99 | MV_DERIVED_P999},
-    {"min", MV_DERIVED_MIN},
-    {"max", MV_DERIVED_MAX},
-    {"mean", MV_DERIVED_MEAN},
-    {"last", MV_DERIVED_LAST},
-    {"changes", MV_DERIVED_CHANGES},
-    {"all", MV_DERIVED_ALL},
-    {"none", 0},
-};
-
-mv_export_sel *mv_export_sel_create(void)
-{
-    mv_export_sel *sel = calloc(1, sizeof *sel);
-    if (!sel)
-        return NULL;
-    sel->type_mask[MV_SEG_COUNTER] = MV_EXPORT_DEFAULT_COUNTER;
-    sel->type_mask[MV_SEG_GAUGE] = MV_EXPORT_DEFAULT_GAUGE;
-    sel->type_mask[MV_SEG_HISTOGRAM] = MV_EXPORT_DEFAULT_HISTOGRAM;
-    return sel;
-}
-
-void mv_export_sel_destroy(mv_export_sel *sel)
-{
-    if (!sel)
-        return;
-    for (size_t i = 0; i < sel->nfam; i++)
-        free(sel->fam[i].name);
-    free(sel->fam);
-    free(sel);
-}
-
-static int fam_cmp(const void *k, const void *e)
-{
-    return strcmp((const char *)k, ((const fam_sel *)e)->name);
-}
-
-int mv_export_sel_add(mv_export_sel *sel, const char *spec, char *err, size_t errlen)
-{
-    const char *eq = strchr(spec, '=');
-    size_t klen = eq ? (size_t)(eq - spec) : 0;
-    if (!eq || klen == 0 || klen > MV_SEG_NAME_MAX) {
-        snprintf(err, errlen,
-                 "want KEY=ITEMS (KEY: counter, gauge, histogram or a metric name), "
-                 "got \"%s\"",
-                 spec);
-        return -EINVAL;
-    }
-    for (size_t i = 0; i < klen; i++) {
-        char c = spec[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == ':' ||
-              (i > 0 && c >= '0' && c <= '9'))) {
-            snprintf(err, errlen, "\"%.*s\" is not a metric name", (int)klen, spec);
-            return -EINVAL;
-        }
-    }
-    uint32_t mask = 0;
-    const char *p = eq + 1;
-    while (1) {
-        const char *end = strchr(p, ',');
-        size_t n = end ? (size_t)(end - p) : strlen(p);
-        size_t k = 0, nitems = sizeof sel_items / sizeof sel_items[0];
-        while (k < nitems &&
-               !(strlen(sel_items[k].name) == n && strncmp(sel_items[k].name, p, n) == 0))
-            k++;
-        if (k == nitems) {
-            snprintf(err, errlen,
-                     "unknown derived series \"%.*s\" (rate, rate_max, rate_short, resets, p50, "
-                     "p90, p99, p999, quantiles, min, max, mean, last, changes, all, none)",
-                     (int)n, p);
-            return -EINVAL;
-        }
-        mask |= sel_items[k].bits;
-        if (!end)
-            break;
-        p = end + 1;
-    }
-    static const char *const types[4] = {NULL, "counter", "gauge", "histogram"};
-    for (int t = 1; t < 4; t++) {
-        if (strlen(types[t]) == klen && strncmp(types[t], spec, klen) == 0) {
-            sel->type_mask[t] = mask;
-            return 0;
-        }
-    }
-    char name[MV_SEG_NAME_MAX + 1];
-    memcpy(name, spec, klen);
-    name[klen] = '\0';
-    fam_sel *f = sel->nfam ? bsearch(name, sel->fam, sel->nfam, sizeof *sel->fam, fam_cmp) : NULL;
-    if (f) {
-        f->mask = mask;
-        return 0;
-    }
-    if (sel->nfam == sel->cap) {
-        size_t cap = sel->cap ? 2 * sel->cap : 8;
-        fam_sel *nf = realloc(sel->fam, cap * sizeof *nf);
-        if (!nf)
-            return -ENOMEM;
-        sel->fam = nf;
-        sel->cap = cap;
-    }
-    size_t at = 0;
-    while (at < sel->nfam && strcmp(sel->fam[at].name, name) < 0)
-        at++;
-    char *dup = strdup(name);
-    if (!dup)
-        return -ENOMEM;
-    memmove(sel->fam + at + 1, sel->fam + at, (sel->nfam - at) * sizeof *sel->fam);
-    sel->fam[at] = (fam_sel){dup, mask};
-    sel->nfam++;
-    return 0;
-}
-
-uint32_t mv_export_sel_mask(const mv_export_sel *sel, uint8_t type, const char *name)
-{
-    if (!sel)
-        return MV_DERIVED_ALL;
-    if (sel->nfam) {
-        const fam_sel *f = bsearch(name, sel->fam, sel->nfam, sizeof *sel->fam, fam_cmp);
-        if (f)
-            return f->mask;
-    }
-    return type < 4 ? sel->type_mask[type] : 0;
-}
-
 #define QMASK (MV_DERIVED_P50 | MV_DERIVED_P90 | MV_DERIVED_P99 | MV_DERIVED_P999)
 
 static int walk_build(walk *w, const mv_coll_seg_view *const *views, size_t nviews,
@@ -539,11 +371,11 @@ static int walk_build(walk *w, const mv_coll_seg_view *const *views, size_t nvie
         return -ENOMEM;
     for (size_t i = 0; i < w->nseg; i++) {
         const mv_coll_seg_view *v = w->segs[i] = views[i];
-        if (!seg_valid(v))
+        if (!mv_export__seg_valid(v))
             continue;
         size_t n = mv_seg_catalog_count(v->cat);
-        total += 9 + n * (seg_pipe(v) ? 7 : 1);
-        if (seg_pipe(v))
+        total += 9 + n * (mv_export__seg_pipe(v) ? 7 : 1);
+        if (mv_export__seg_pipe(v))
             for (size_t j = 0; j < n; j++)
                 arena += 6 * ((size_t)mv_seg_catalog_metric(v->cat, j)->name_len + 16);
     }
@@ -566,9 +398,9 @@ static int walk_build(walk *w, const mv_coll_seg_view *const *views, size_t nvie
     size_t k = 0;
     for (size_t i = 0; i < w->nseg; i++) {
         const mv_coll_seg_view *v = w->segs[i];
-        if (!seg_valid(v))
+        if (!mv_export__seg_valid(v))
             continue;
-        const mv_pipe_view *p = seg_pipe(v);
+        const mv_pipe_view *p = mv_export__seg_pipe(v);
         for (size_t j = 0; j < mv_seg_catalog_count(v->cat); j++) {
             const mv_seg_metric *m = mv_seg_catalog_metric(v->cat, j);
             /* A histogram with no consistent copy lately is omitted, never zeros. */
@@ -690,10 +522,10 @@ static int own_labels(const mv_coll_seg_view *v, const mv_seg_metric *m, const c
     return m->label_count;
 }
 
-static int emit(sink *k, walk *w, const entry *en)
+static int emit(mv_export__sink *k, walk *w, const entry *en)
 {
     const mv_coll_seg_view *v = w->segs[en->seg];
-    const mv_pipe_view *p = seg_pipe(v);
+    const mv_pipe_view *p = mv_export__seg_pipe(v);
     mv_expo_label idl[MAX_ID + 2], own[MAX_LABELS];
     char renamed[MAX_LABELS][RENAME_MAX];
     size_t nid = v->nlabels < MAX_ID ? v->nlabels : MAX_ID, nown = 0;
@@ -805,7 +637,7 @@ static int emit(sink *k, walk *w, const entry *en)
 }
 
 /* Walks every family in order; stops at the first negative return. */
-static int walk_run(walk *w, sink *k)
+static int walk_run(walk *w, mv_export__sink *k)
 {
     for (size_t i = 0; i < w->n;) {
         size_t j = i;
@@ -851,13 +683,13 @@ static int walk_run(walk *w, sink *k)
 /* ---- Exposition ------------------------------------------------------------------------------ */
 
 typedef struct expo_sink {
-    sink k;
+    mv_export__sink k;
     mv_expo *e;
     uint64_t series;
     uint64_t invalid; /* samples the renderer refused (-EINVAL) */
 } expo_sink;
 
-static int expo_family(sink *k, const char *name, mv_expo_type t, const char *help,
+static int expo_family(mv_export__sink *k, const char *name, mv_expo_type t, const char *help,
                        const char *unit)
 {
     expo_sink *s = (expo_sink *)k;
@@ -865,7 +697,7 @@ static int expo_family(sink *k, const char *name, mv_expo_type t, const char *he
     return rc == -EINVAL ? 1 : rc;
 }
 
-static int expo_sample(sink *k, const char *suffix, const mv_expo_label *a, size_t na,
+static int expo_sample(mv_export__sink *k, const char *suffix, const mv_expo_label *a, size_t na,
                        const mv_expo_label *b, size_t nb, const char *xname, double xval, double v,
                        uint64_t u, int is_u)
 {
@@ -957,6 +789,20 @@ static const mv_coll_seg_view **snap_views(const mv_coll_snap *snap)
     return v;
 }
 
+int mv_export__walk_snap(const mv_coll_snap *snap, const mv_export_sel *sel, mv_export__sink *k)
+{
+    walk w;
+    const mv_coll_seg_view **views = snap_views(snap);
+    if (!views)
+        return -ENOMEM;
+    int rc = walk_build(&w, views, mv_coll_snap_count(snap), sel);
+    if (rc == 0)
+        rc = walk_run(&w, k);
+    walk_free(&w);
+    free(views);
+    return rc;
+}
+
 int mv_export_render_sel(mv_expo *e, const mv_coll_snap *snap, const mv_export_sel *sel,
                          mv_export_stats *cumulative)
 {
@@ -1044,272 +890,4 @@ int mv_export_render_views_sel(mv_expo *e, const mv_coll_seg_view *const *views,
     if (rc == -ENOMEM)
         return rc;
     return rc ? -ENOSPC : 0;
-}
-
-/* ---- JSON ------------------------------------------------------------------------------------ */
-
-static json_object *jnum(double v)
-{
-    return isfinite(v) ? json_object_new_double(v) : NULL; /* JSON has no NaN/Inf */
-}
-
-static json_object *jlabels(const mv_seg_label *l, size_t n)
-{
-    json_object *o = json_object_new_object();
-    for (size_t k = 0; k < n; k++)
-        json_object_object_add(o, l[k].key, json_object_new_string(l[k].value));
-    return o;
-}
-
-static json_object *metric_json(const mv_coll_seg_view *v, const mv_pipe_view *p, size_t j)
-{
-    static const char *const tn[4] = {"?", "counter", "gauge", "histogram"};
-    const mv_seg_metric *m = mv_seg_catalog_metric(v->cat, j);
-    json_object *o = json_object_new_object();
-    json_object_object_add(o, "name", json_object_new_string(m->name));
-    json_object_object_add(o, "labels", jlabels(m->labels, m->label_count));
-    json_object_object_add(o, "type", json_object_new_string(tn[m->type & 3]));
-    if (m->type == MV_SEG_COUNTER) {
-        json_object_object_add(o, "value", json_object_new_uint64(mv_seg_read_counter(v->hot, m)));
-    } else if (m->type == MV_SEG_GAUGE) {
-        json_object_object_add(o, "value", jnum(mv_seg_read_gauge(v->hot, m)));
-    } else {
-        mv_seg_hist_view hv;
-        if (mv_seg_read_histogram(v->hot, m, &hv) == MV_SEG_OK) {
-            json_object_object_add(o, "count", json_object_new_uint64(hv.count));
-            json_object_object_add(o, "sum", jnum(hv.sum));
-        }
-    }
-    if (p) {
-        const mv_pipe_out *w = &p->m[j];
-        json_object_object_add(o, "changes", json_object_new_uint64(w->changes));
-        if (w->has_window && m->type == MV_SEG_COUNTER) {
-            json_object_object_add(o, "rate", jnum(w->rate));
-            json_object_object_add(o, "rate_max", jnum(w->rate_max));
-        } else if (w->has_window) {
-            json_object_object_add(o, "window_count", json_object_new_uint64(w->count));
-            json_object_object_add(o, "window_mean", jnum(w->mean));
-            json_object_object_add(o, "window_p50", jnum(w->q[0]));
-            json_object_object_add(o, "window_p99", jnum(w->q[2]));
-        }
-    }
-    return o;
-}
-
-char *mv_export_segments_json(const mv_coll_snap *snap, int metrics)
-{
-    static const char *const state_names[3] = {"pending", "ok", "quarantined"};
-    json_object *root = json_object_new_object(), *arr = json_object_new_array();
-    const mv_coll_stats *cs = mv_coll_snap_stats(snap);
-    for (size_t i = 0; i < mv_coll_snap_count(snap); i++) {
-        const mv_coll_seg_view *v = mv_coll_snap_seg(snap, i);
-        const mv_pipe_view *p = v->cat ? seg_pipe(v) : NULL;
-        json_object *o = json_object_new_object();
-        json_object_object_add(o, "id", json_object_new_string(v->id));
-        json_object_object_add(o, "labels", jlabels(v->labels, v->nlabels));
-        json_object_object_add(
-            o, "state",
-            json_object_new_string((unsigned)v->state < 3 ? state_names[v->state] : "?"));
-        if (v->reason != MV_SEG_OK) {
-            json_object_object_add(o, "last_error",
-                                   json_object_new_string(mv_seg_reason_name(v->reason)));
-            json_object_object_add(o, "last_error_detail",
-                                   json_object_new_string(v->detail ? v->detail : ""));
-        }
-        json_object_object_add(o, "transport", json_object_new_string(v->transport));
-        json_object_object_add(o, "size", json_object_new_uint64(v->size));
-        json_object_object_add(o, "metrics",
-                               json_object_new_uint64(v->cat ? mv_seg_catalog_count(v->cat) : 0));
-        json_object_object_add(o, "reads", json_object_new_uint64(v->reads));
-        json_object_object_add(o, "reads_skipped", json_object_new_uint64(v->reads_skipped));
-        json_object_object_add(o, "read_errors", json_object_new_uint64(v->read_errors));
-        json_object_object_add(o, "torn", json_object_new_uint64(v->torn));
-        json_object_object_add(o, "read_interval_seconds", jnum((double)v->read_interval_ns / 1e9));
-        json_object_object_add(o, "reads_per_second",
-                               v->read_interval_ns ? jnum(1e9 / (double)v->read_interval_ns)
-                                                   : NULL);
-        json_object_object_add(o, "last_read_unix_ns", json_object_new_uint64(v->read_ns));
-        json_object_object_add(o, "heartbeat_unix_ns", json_object_new_uint64(v->heartbeat_ns));
-        if (p) {
-            uint64_t changes = 0;
-            for (size_t j = 0; j < p->n; j++)
-                changes += p->m[j].changes;
-            json_object_object_add(o, "anomaly_score", jnum(p->anomaly_score));
-            json_object_object_add(o, "changes", json_object_new_uint64(changes));
-            json_object_object_add(o, "window_end_unix_ns",
-                                   json_object_new_uint64(p->window_end_ns));
-            json_object_object_add(o, "analytics_memory_bytes",
-                                   json_object_new_uint64(p->mem_bytes));
-            json_object_object_add(o, "sketch_collapses", json_object_new_uint64(p->collapses));
-            json_object_object_add(o, "window_reads", json_object_new_uint64(p->window_reads));
-            json_object_object_add(o, "window_read_interval_max_seconds",
-                                   jnum((double)p->window_max_interval_ns / 1e9));
-        }
-        if (metrics && seg_valid(v)) {
-            json_object *ma = json_object_new_array();
-            for (size_t j = 0; j < mv_seg_catalog_count(v->cat); j++)
-                json_object_array_add(ma, metric_json(v, p, j));
-            json_object_object_add(o, "series", ma);
-        }
-        json_object_array_add(arr, o);
-    }
-    json_object_object_add(root, "segments", arr);
-    json_object_object_add(root, "ticks", json_object_new_uint64(cs->ticks));
-    json_object_object_add(root, "last_tick_seconds", jnum(cs->last_tick_seconds));
-    char *out = strdup(json_object_to_json_string_ext(root, JSON_C_TO_STRING_PRETTY |
-                                                                JSON_C_TO_STRING_NOSLASHESCAPE));
-    json_object_put(root);
-    return out;
-}
-
-typedef struct value_sink {
-    sink k;
-    const char *metric;
-    size_t flen; /* length of the current family name when it is a prefix of metric */
-    const mv_seg_label *filters;
-    size_t nf;
-    json_object *series;
-    size_t count;
-    double agg_v;
-    int agg; /* 0 sum, 1 avg, 2 max, 3 min */
-    /* While every matched sample is an integer (counters, counts), the sum, max and min
-     * are also kept exactly: doubles lose integers above 2^53. */
-    int all_u, u_overflow;
-    uint64_t agg_u;
-} value_sink;
-
-static int value_family(sink *k, const char *name, mv_expo_type t, const char *help,
-                        const char *unit)
-{
-    (void)t;
-    (void)help;
-    (void)unit;
-    value_sink *s = (value_sink *)k;
-    size_t len = strlen(name);
-    /* Samples are named family + suffix; skip families that cannot match. */
-    if (strncmp(s->metric, name, len) != 0)
-        return 1;
-    s->flen = len;
-    return 0;
-}
-
-static int label_match(const mv_expo_label *l, size_t n, const mv_seg_label *f)
-{
-    for (size_t i = 0; i < n; i++)
-        if (strcmp(l[i].name, f->key) == 0)
-            return strcmp(l[i].value, f->value) == 0;
-    return -1; /* absent */
-}
-
-static int value_sample(sink *k, const char *suffix, const mv_expo_label *a, size_t na,
-                        const mv_expo_label *b, size_t nb, const char *xname, double xval, double v,
-                        uint64_t u, int is_u)
-{
-    value_sink *s = (value_sink *)k;
-    const char *rest = s->metric + s->flen;
-    if (strcmp(rest, suffix ? suffix : "") != 0)
-        return 0;
-    char xbuf[40] = "";
-    if (xname)
-        mv_expo_format_double(xval, 0, xbuf, sizeof xbuf);
-    for (size_t i = 0; i < s->nf; i++) {
-        const mv_seg_label *f = &s->filters[i];
-        int m = label_match(a, na, f);
-        if (m < 0)
-            m = label_match(b, nb, f);
-        if (m < 0 && xname && strcmp(xname, f->key) == 0)
-            m = strcmp(xbuf, f->value) == 0 || strtod(f->value, NULL) == xval;
-        if (m <= 0)
-            return 0;
-    }
-    double val = is_u ? (double)u : v;
-    json_object *o = json_object_new_object(), *l = json_object_new_object();
-    for (size_t i = 0; i < na; i++)
-        json_object_object_add(l, a[i].name, json_object_new_string(a[i].value));
-    for (size_t i = 0; i < nb; i++)
-        json_object_object_add(l, b[i].name, json_object_new_string(b[i].value));
-    if (xname)
-        json_object_object_add(l, xname, json_object_new_string(xbuf));
-    json_object_object_add(o, "labels", l);
-    json_object_object_add(o, "value", is_u ? json_object_new_uint64(u) : jnum(val));
-    json_object_array_add(s->series, o);
-    if (!is_u)
-        s->all_u = 0;
-    else if (s->count == 0)
-        s->agg_u = u;
-    else if (s->agg <= 1)
-        s->u_overflow |= __builtin_add_overflow(s->agg_u, u, &s->agg_u);
-    else if ((s->agg == 2) == (u > s->agg_u))
-        s->agg_u = u;
-    if (isfinite(val)) {
-        if (s->count == 0)
-            s->agg_v = val;
-        else if (s->agg <= 1)
-            s->agg_v += val;
-        else if ((s->agg == 2) == (val > s->agg_v))
-            s->agg_v = val;
-        s->count++;
-    }
-    return 0;
-}
-
-int mv_export_value_json(const mv_coll_snap *snap, const char *metric, const mv_seg_label *filters,
-                         size_t nfilters, const char *agg, char **out)
-{
-    static const char *const aggs[4] = {"sum", "avg", "max", "min"};
-    int ai = -1;
-    *out = NULL;
-    for (int i = 0; i < 4; i++)
-        if (strcmp(agg ? agg : "sum", aggs[i]) == 0)
-            ai = i;
-    if (ai < 0)
-        return -EINVAL;
-    walk w;
-    const mv_coll_seg_view **views = snap_views(snap);
-    int rc = views ? walk_build(&w, views, mv_coll_snap_count(snap), NULL) : -ENOMEM;
-    if (rc != 0) {
-        if (views)
-            walk_free(&w);
-        free(views);
-        return rc;
-    }
-    value_sink s = {{value_family, value_sample},
-                    metric,
-                    0,
-                    filters,
-                    nfilters,
-                    json_object_new_array(),
-                    0,
-                    0,
-                    ai,
-                    1,
-                    0,
-                    0};
-    walk_run(&w, &s.k);
-    walk_free(&w);
-    free(views);
-    json_object *root = json_object_new_object();
-    json_object_object_add(root, "metric", json_object_new_string(metric));
-    json_object_object_add(root, "aggregation", json_object_new_string(aggs[ai]));
-    double v = s.count == 0 ? NAN : ai == 1 ? s.agg_v / (double)s.count : s.agg_v;
-    if (s.count && s.all_u && ai != 1 && !s.u_overflow)
-        json_object_object_add(root, "value", json_object_new_uint64(s.agg_u));
-    else
-        json_object_object_add(root, "value", jnum(v));
-    json_object_object_add(root, "count", json_object_new_uint64(s.count));
-    size_t nseries = json_object_array_length(s.series);
-    json_object_object_add(root, "series", s.series);
-    if (nseries == 0)
-        json_object_object_add(
-            root, "error",
-            json_object_new_string(
-                strncmp(metric, "microview_", 10) == 0
-                    ? "no series matches this metric and labels (the collector-wide microview_* "
-                      "families are on /metrics only; per-segment ones are served here)"
-                    : "no series matches this metric and labels"));
-    *out = strdup(json_object_to_json_string_ext(root, JSON_C_TO_STRING_NOSLASHESCAPE));
-    json_object_put(root);
-    if (!*out)
-        return -ENOMEM;
-    return nseries ? 0 : -ENOENT;
 }

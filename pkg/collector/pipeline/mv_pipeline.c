@@ -121,31 +121,6 @@ size_t mv_pipe_metric_bytes(const mv_pipe_config *cfg, uint8_t type, uint32_t nb
     return b;
 }
 
-size_t mv_pipe_memory_bytes(const mv_pipe_config *cfg, const mv_seg_catalog *cat)
-{
-    mv_pipe_config def;
-    if (!cfg) {
-        mv_pipe_config_default(&def);
-        cfg = &def;
-    }
-    size_t b = sizeof(mv_pipe_seg), n = mv_seg_catalog_count(cat);
-    uint32_t maxb = 0;
-    for (size_t i = 0; i < n; i++) {
-        const mv_seg_metric *m = mv_seg_catalog_metric(cat, i);
-        b += mv_pipe_metric_bytes(cfg, m->type, m->bucket_count);
-        if (m->bucket_count > maxb)
-            maxb = m->bucket_count;
-    }
-    b += 8u * ((size_t)maxb + 1);
-    if (cfg->fd && n) {
-        mv_fd_config fc;
-        uint32_t d = n < cfg->fd_max_dims ? (uint32_t)n : cfg->fd_max_dims;
-        mv_fd_config_default(&fc, d);
-        b += mv_fd_memory_bytes(&fc) + d * (4u + 16u);
-    }
-    return b;
-}
-
 /* ---- Identity map for rebuilds ---------------------------------------------------------- */
 
 static uint64_t metric_hash(const mv_seg_metric *m)
@@ -373,7 +348,7 @@ fail_state:
 /* ---- Feeding -----------------------------------------------------------------------------------
  */
 
-/* Bytes of state held now (the bound is mv_pipe_memory_bytes). */
+/* Bytes of state held now (mv_pipe_metric_bytes bounds each metric's share). */
 static uint64_t mem_used(const mv_pipe_seg *s)
 {
     uint64_t b = sizeof *s + (uint64_t)s->n * (sizeof(mstate) + 2 * sizeof(mv_pipe_out)) +

@@ -48,7 +48,7 @@
  * moves the state of every metric whose identity (type, name, labels, bucket
  * bounds) is unchanged from `old`; the caller then destroys `old`.
  *
- * Memory per metric (see mv_pipe_memory_bytes, the bound): 2 * sizeof(mv_pipe_out)
+ * Memory per metric (see mv_pipe_metric_bytes, the bound): 2 * sizeof(mv_pipe_out)
  * + ~100 bytes of state + 64 bytes of detector, plus for gauges and histograms
  * one sparse sketch (at most mv_sketch_memory_bytes: 16 * sketch_buckets +
  * directories + header; a steady value holds one 128-byte page) and for
@@ -147,8 +147,6 @@ unsigned mv_pipe_seg_feed(mv_pipe_seg *s, const void *hot, uint64_t now_ns);
 /* Copies the published window summary. Free with free(). NULL on ENOMEM. */
 mv_pipe_view *mv_pipe_seg_view(mv_pipe_seg *s);
 
-/* Bytes of state held for `cat` with `cfg` (NULL = defaults). */
-size_t mv_pipe_memory_bytes(const mv_pipe_config *cfg, const mv_seg_catalog *cat);
 /* Bytes per metric of each type (histograms with `nbuckets` finite bounds). */
 size_t mv_pipe_metric_bytes(const mv_pipe_config *cfg, uint8_t type, uint32_t nbuckets);
 
