@@ -161,7 +161,7 @@ class Chaos:
         self.slot_next = [0.0] * a.writers
         self.incs = {}
         self.active = set()           # incarnations whose series may still be served
-        self.last_groups = {}
+        self.last_groups = None       # the writers' series of the last good scrape
         self.next_k = 0
         self.stats = {k: 0 for k in (
             "scrapes", "scrapes_failed", "series_checked", "promtool_checked", "api_checked",
@@ -319,6 +319,7 @@ class Chaos:
     # ---- checks ------------------------------------------------------------------------------
 
     def scrape(self):
+        self.last_groups = None
         live = [inc for inc in self.incs.values() if not inc.final]
         t_start = time.time()
         for inc in live:
@@ -554,6 +555,9 @@ class Chaos:
             if self.collector and self.agent_ready and not self.pending:
                 self.scrape()
                 g = self.last_groups
+                if g is None:
+                    time.sleep(0.1)
+                    continue
                 missing = [f"slot {s} empty" for s, i in enumerate(self.slots) if not i]
                 missing += [f"{i.wid} not served" for i in self.slots if i and i.wid not in g]
                 missing += [f"{w} (dead) still served" for w in g if self.incs[w].died]
