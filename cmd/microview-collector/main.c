@@ -25,14 +25,6 @@
 #define MAX_AGENTS    64
 #define RDMA_PORT     7471 /* the agent's default --rdma-listen port */
 
-static volatile sig_atomic_t g_stop;
-
-static void on_signal(int sig)
-{
-    (void)sig;
-    g_stop = 1;
-}
-
 typedef struct app {
     mv_coll *coll;
     size_t body_cap;
@@ -430,11 +422,14 @@ static int run(int argc, char **argv, mv_export_sel *derived)
     memcpy(host, listen, (size_t)(colon - listen));
     host[colon - listen] = '\0';
 
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    /* SIGINT/SIGTERM are blocked before any thread starts, so every thread inherits the mask,
+     * and taken synchronously by this thread below. (A handler setting a flag for a main
+     * thread in pause() hangs when the kernel delivers the signal to another thread.) */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
     int rc = 1;
@@ -500,14 +495,12 @@ static int run(int argc, char **argv, mv_export_sel *derived)
             co.max_interval_us ? co.max_interval_us / 1000.0 : co.tick_us / 1000.0,
             (unsigned long long)(co.pipe.window_ns / 1000000ull), co.analytics,
             agent ? mv_log_q(agent) : "none", verbs ? nagents : (size_t)(agent != NULL), nstatic);
-    while (!g_stop) {
-        if (a.verbs) {
-            struct timespec ts = {0, 500 * 1000000L};
-            nanosleep(&ts, NULL);
+    for (;;) {
+        struct timespec ts = {0, 500 * 1000000L};
+        if (sigtimedwait(&sigs, NULL, a.verbs ? &ts : NULL) >= 0)
+            break;
+        if (a.verbs)
             mv_verbs_poll(a.verbs);
-        } else {
-            pause();
-        }
     }
     MV_INFO("collector.stopping", "%s", "");
     rc = 0;

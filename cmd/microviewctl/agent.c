@@ -175,17 +175,16 @@ int mv_ctl_list(int argc, char **argv)
 int mv_ctl_create(int argc, char **argv)
 {
     const char *target = MV_CTL_DEFAULT_AGENT, *labels[32], *token_file = NULL;
-    unsigned long long size = 65536;
+    unsigned long long size = 65536, owner = 0;
     size_t nlabels = 0;
     int opt;
-    static const struct option opts[] = {{"agent", required_argument, 0, 'a'},
-                                         {"size", required_argument, 0, 's'},
-                                         {"label", required_argument, 0, 'l'},
-                                         {"token-file", required_argument, 0, 't'},
-                                         {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        {"agent", required_argument, 0, 'a'},     {"size", required_argument, 0, 's'},
+        {"label", required_argument, 0, 'l'},     {"token-file", required_argument, 0, 't'},
+        {"owner-pid", required_argument, 0, 'o'}, {0, 0, 0, 0}};
     if (mv_opts_exact("microviewctl", argc, argv, opts) < 0)
         return 2;
-    while ((opt = getopt_long(argc, argv, "a:s:l:t:", opts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "a:s:l:t:o:", opts, NULL)) != -1) {
         char *end, *eq;
         switch (opt) {
         case 'a':
@@ -199,6 +198,14 @@ int mv_ctl_create(int argc, char **argv)
             size = strtoull(optarg, &end, 10);
             if (errno || *end || end == optarg) {
                 fprintf(stderr, "microviewctl: --size takes bytes\n");
+                return 2;
+            }
+            break;
+        case 'o':
+            errno = 0;
+            owner = strtoull(optarg, &end, 10);
+            if (errno || *end || end == optarg || owner == 0 || owner > INT32_MAX) {
+                fprintf(stderr, "microviewctl: --owner-pid takes a process id\n");
                 return 2;
             }
             break;
@@ -216,7 +223,7 @@ int mv_ctl_create(int argc, char **argv)
         default:
             fprintf(stderr,
                     "usage: microviewctl create [--agent T] [--token-file F] [--size BYTES] "
-                    "[--label K=V]\n");
+                    "[--label K=V] [--owner-pid PID]\n");
             return 2;
         }
     }
@@ -224,8 +231,10 @@ int mv_ctl_create(int argc, char **argv)
     if (!c)
         return 1;
     mv_agentc_segment seg = {0};
-    /* owner 0: the segment stays until `microviewctl release`. */
-    if (mv_agentc_create(c, size, 0, labels, nlabels, &seg) != 0) {
+    /* owner 0: the segment stays until `microviewctl release`; otherwise the agent also reaps
+     * it when that process is gone (e.g. `eval "$(microviewctl create --owner-pid $$)"; exec
+     * APP` gives APP a segment that goes away with it). */
+    if (mv_agentc_create(c, size, (uint32_t)owner, labels, nlabels, &seg) != 0) {
         fprintf(stderr, "microviewctl: create: %s\n", mv_agentc_error(c));
         mv_agentc_close(c);
         return 1;

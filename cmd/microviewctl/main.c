@@ -31,6 +31,7 @@ static void usage(FILE *f)
             "  list  [--agent TARGET] [--json]     segments in the agent's catalog\n"
             "  dump  [--json] <segment-path>       decode a segment (catalog and values)\n"
             "  create [--agent T] [--size B] [--label K=V]   a segment kept until released\n"
+            "         [--owner-pid PID]            ... or until process PID is gone\n"
             "  release [--agent T] <id>            release a segment (the agent unlinks it)\n"
             "  top   [--collector URL] [--once]    live per-pod values, read rates and anomaly\n"
             "        [--interval S] [--limit N]    scores from a collector (default\n"

@@ -21,6 +21,8 @@ check "agent: a listen address without a port is refused" \
   refused "want HOST:PORT" "$bin/microview-agent" --standalone --dir "$tmp/a" --listen nonsense
 check "microviewctl: --jso is not taken for --json" \
   refused "unknown option --jso (did you mean --json?)" "$bin/microviewctl" list --jso
+check "microviewctl create: --owner-pid takes a process id" \
+  refused "--owner-pid takes a process id" "$bin/microviewctl" create --owner-pid 0
 check "webhook: --list is not taken for --listen" \
   refused "unknown option --list (did you mean --listen?)" "$bin/microview-webhook" --list :8443
 check "nothing was created by the refused agents" test ! -e "$tmp/a/agent.sock"
