@@ -355,7 +355,8 @@ static void fake_close(void *ctx, void *src)
     ((fsrc *)src)->closed = 1;
 }
 
-static const mv_coll_transport g_fake = {"fake", NULL, fake_read_many, fake_close};
+static const mv_coll_transport g_fake = {
+    .name = "fake", .read_many = fake_read_many, .src_close = fake_close};
 
 static void on_drop(void *arg, const char *id, void *src)
 {
@@ -454,7 +455,8 @@ static void test_tick_overrun_metrics(void)
     CU_ASSERT_FATAL(base != MAP_FAILED);
     static fsrc src;
     src = (fsrc){base, 0, 0};
-    static const mv_coll_transport slow = {"slow", NULL, slow_read_many, fake_close};
+    static const mv_coll_transport slow = {
+        .name = "slow", .read_many = slow_read_many, .src_close = fake_close};
     mv_coll_opts o;
     mv_coll *c;
     mv_coll_opts_default(&o);

@@ -60,7 +60,14 @@ typedef struct mv_coll_opts {
      * consistent copy for at most this long, then omitted until a consistent
      * copy arrives; default 1000. Never served as zeros. */
     uint32_t torn_stale_ms;
+    /* Threads that share each tick's segments (the tick thread is one of them):
+     * prepare, read, validate, analyse and publish run on all of them, reads
+     * through a transport that is not `concurrent` one at a time. Default 1,
+     * at most MV_COLL_MAX_TICK_WORKERS. */
+    uint32_t tick_workers;
 } mv_coll_opts;
+
+#define MV_COLL_MAX_TICK_WORKERS 64
 
 typedef struct mv_coll mv_coll;
 
@@ -80,7 +87,7 @@ int mv_coll_add(mv_coll *c, const char *id, uint64_t size, const mv_seg_label *l
                 size_t nlabels, const mv_coll_transport *t, void *src);
 /* Removes a segment (e.g. released or its rkey revoked). Returns 0 or -ENOENT. */
 int mv_coll_remove(mv_coll *c, const char *id);
-/* Called (from the tick thread, no table lock held) after the table dropped a
+/* Called (from a tick worker, no table lock held) after the table dropped a
  * segment on its own because a read said it is gone (-ENOENT/-EACCES, e.g. a
  * revoked rkey). `src` is the dropped source (closed later through its
  * transport): whoever added it learns that it is no longer in the table and

@@ -88,6 +88,7 @@ static const mv_coll_transport shm_transport = {
     .name = "shm",
     .ctx = NULL,
     .read_many = shm_read_many,
+    .concurrent = 1, /* plain copies; the SIGBUS guard is per thread */
     .src_close = shm_src_close,
 };
 

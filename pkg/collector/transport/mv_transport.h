@@ -32,6 +32,9 @@ typedef struct mv_coll_transport {
     void *ctx;
     /* Performs all reads (in any order, possibly in parallel). */
     void (*read_many)(void *ctx, mv_coll_read *reqs, size_t n);
+    /* Nonzero: read_many may run on several threads at once (each with its
+     * own requests). Zero: the collector calls it from one thread at a time. */
+    int concurrent;
     /* Releases a source handle given to mv_coll_add. */
     void (*src_close)(void *ctx, void *src);
 } mv_coll_transport;
