@@ -12,6 +12,9 @@
 #include <unistd.h>
 
 #define TORN_RETRIES 3
+/* Locks serialising reads through transports that are not `concurrent`, one
+ * per transport (striped by address: two transports may share one). */
+#define READ_LOCKS 16
 
 /* A parsed catalog shared by the table and snapshots. */
 typedef struct cat_ref {
@@ -76,8 +79,10 @@ typedef struct tick_item {
     uint32_t len;
 } tick_item;
 
-/* One tick worker's scratch. Worker 0 is the tick thread itself; the others
- * are helper threads that take chunks of the same tick's segment list. */
+/* One tick worker's scratch. Worker 0 is the thread that runs mv_coll_tick;
+ * the others are helper threads that take chunks of the same tick's segment
+ * list. Only its own worker touches it during a tick; the tick thread reads
+ * and resets `torn` and grows the arrays while no helper is in a tick. */
 typedef struct tick_worker {
     struct mv_coll *c;
     pthread_t thread;
@@ -101,30 +106,37 @@ struct mv_coll {
     mv_coll_drop_fn drop_fn; /* under mu */
     void *drop_arg;
     /* Tick workers: w[0] is the tick thread, w[1..nw-1] helper threads woken
-     * once per tick; they take chunks of tick_segs until none is left. */
+     * once per tick; they take chunks of tick_segs until none is left. A
+     * segment is in one chunk, so one worker touches its tick state per tick.
+     * The tick does not wait for helpers that have not woken up yet: it
+     * closes the tick (wopen = 0) once it ran out of chunks and waits only for
+     * the helpers that joined it (wactive). */
     tick_worker *w;
     size_t nw;
     pthread_mutex_t wmu;
     pthread_cond_t wgo, wdone;
-    uint64_t wgen;            /* under wmu: the tick the helpers are asked to run */
-    size_t wbusy;             /* under wmu: helpers still working on it */
+    uint64_t wgen;            /* under wmu: the current tick */
+    int wopen;                /* under wmu: helpers may join tick wgen */
+    size_t wactive;           /* under wmu: helpers inside tick wgen */
     int wstop;                /* under wmu */
     size_t wn, wchunk, wnext; /* this tick's segment count, chunk size, next chunk (atomic) */
-    /* Serialises reads through transports that are not `concurrent` (e.g. one
+    /* Serialise reads through transports that are not `concurrent` (e.g. one
      * RDMA connection) when there are several workers. */
-    pthread_mutex_t read_mu;
+    pthread_mutex_t read_mu[READ_LOCKS];
 };
 
 /* Reads through a transport, one caller at a time unless it says it is
  * concurrent. */
 static void coll_read(struct mv_coll *c, const mv_coll_transport *t, mv_coll_read *rq, size_t n)
 {
-    int serial = c->nw > 1 && !t->concurrent;
-    if (serial)
-        pthread_mutex_lock(&c->read_mu);
+    pthread_mutex_t *mu = NULL;
+    if (c->nw > 1 && !t->concurrent)
+        mu = &c->read_mu[((uintptr_t)t * 0x9E3779B97F4A7C15ull >> 40) % READ_LOCKS];
+    if (mu)
+        pthread_mutex_lock(mu);
     t->read_many(t->ctx, rq, n);
-    if (serial)
-        pthread_mutex_unlock(&c->read_mu);
+    if (mu)
+        pthread_mutex_unlock(mu);
 }
 
 /* Reads through the segment's transport and counts the bytes that arrived. */
@@ -181,7 +193,8 @@ void mv_coll_opts_default(mv_coll_opts *o)
 
 static void *worker_main(void *arg);
 
-/* Starts the helper workers (tick_workers - 1 threads). */
+/* Starts the helper workers (tick_workers - 1 threads). On failure the
+ * caller's mv_coll_destroy stops and joins those that started. */
 static int start_workers(mv_coll *c)
 {
     size_t want = c->o.tick_workers;
@@ -193,9 +206,9 @@ static int start_workers(mv_coll *c)
         c->w[i].c = c;
         int rc = pthread_create(&c->w[i].thread, NULL, worker_main, &c->w[i]);
         if (rc) {
-            MV_WARN("collector.tick_worker_failed", "worker=%zu error=%s", i,
-                    mv_log_q(strerror(rc)));
-            break;
+            MV_ERROR("collector.tick_worker_failed", "worker=%zu workers=%zu error=%s", i, want,
+                     mv_log_q(strerror(rc)));
+            return -rc;
         }
         c->w[i].started = 1;
         c->nw++;
@@ -235,12 +248,14 @@ int mv_coll_create(const mv_coll_opts *o, mv_coll **out)
     }
     pthread_mutex_init(&c->mu, NULL);
     pthread_mutex_init(&c->wmu, NULL);
-    pthread_mutex_init(&c->read_mu, NULL);
+    for (size_t i = 0; i < READ_LOCKS; i++)
+        pthread_mutex_init(&c->read_mu[i], NULL);
     pthread_cond_init(&c->wgo, NULL);
     pthread_cond_init(&c->wdone, NULL);
-    if (start_workers(c) != 0) {
+    int rc = start_workers(c);
+    if (rc != 0) {
         mv_coll_destroy(c);
-        return -ENOMEM;
+        return rc;
     }
     *out = c;
     return 0;
@@ -289,6 +304,7 @@ void mv_coll_destroy(mv_coll *c)
         __atomic_store_n(&c->stop, 1, __ATOMIC_RELEASE);
         pthread_join(c->thread, NULL);
     }
+    /* Helpers exist from create on, whether or not a tick ever ran. */
     pthread_mutex_lock(&c->wmu);
     c->wstop = 1;
     pthread_cond_broadcast(&c->wgo);
@@ -308,7 +324,8 @@ void mv_coll_destroy(mv_coll *c)
     free(c->w);
     pthread_cond_destroy(&c->wgo);
     pthread_cond_destroy(&c->wdone);
-    pthread_mutex_destroy(&c->read_mu);
+    for (size_t i = 0; i < READ_LOCKS; i++)
+        pthread_mutex_destroy(&c->read_mu[i]);
     pthread_mutex_destroy(&c->wmu);
     pthread_mutex_destroy(&c->mu);
     free(c);
@@ -906,6 +923,7 @@ static void take_chunks(mv_coll *c, tick_worker *w)
     }
 }
 
+/* A helper: joins each tick that is still open, once, and takes chunks. */
 static void *worker_main(void *arg)
 {
     tick_worker *w = arg;
@@ -913,15 +931,16 @@ static void *worker_main(void *arg)
     uint64_t seen = 0;
     pthread_mutex_lock(&c->wmu);
     for (;;) {
-        while (!c->wstop && c->wgen == seen)
+        while (!c->wstop && !(c->wopen && c->wgen != seen))
             pthread_cond_wait(&c->wgo, &c->wmu);
         if (c->wstop)
             break;
         seen = c->wgen;
+        c->wactive++;
         pthread_mutex_unlock(&c->wmu);
         take_chunks(c, w);
         pthread_mutex_lock(&c->wmu);
-        if (--c->wbusy == 0)
+        if (--c->wactive == 0)
             pthread_cond_signal(&c->wdone);
     }
     pthread_mutex_unlock(&c->wmu);
@@ -971,18 +990,22 @@ void mv_coll_tick(mv_coll *c)
 
     if (c->nw > 1 && n > 1) {
         /* Two chunks per worker: they balance uneven segments while each
-         * transport batch stays large. */
+         * transport batch stays large. No helper is inside a tick here, so
+         * these are published to them by wmu. */
         c->wn = n;
         c->wchunk = (n + 2 * c->nw - 1) / (2 * c->nw);
         __atomic_store_n(&c->wnext, 0, __ATOMIC_RELAXED);
         pthread_mutex_lock(&c->wmu);
-        c->wbusy = c->nw - 1;
         c->wgen++;
+        c->wopen = 1;
         pthread_cond_broadcast(&c->wgo);
         pthread_mutex_unlock(&c->wmu);
         take_chunks(c, &c->w[0]);
+        /* Out of chunks: a helper that wakes up only now must not join, and
+         * those that joined still finish theirs. */
         pthread_mutex_lock(&c->wmu);
-        while (c->wbusy)
+        c->wopen = 0;
+        while (c->wactive)
             pthread_cond_wait(&c->wdone, &c->wmu);
         pthread_mutex_unlock(&c->wmu);
     } else {
