@@ -188,8 +188,8 @@ static int run(bench *b, unsigned workers, uint32_t tick_us, double seconds, int
            workers, b->nsegs, b->nmetrics, wall, (unsigned long long)ticks,
            (unsigned long long)missed, n ? (double)dur[n / 2] / 1e6 : 0.0,
            n ? (double)dur[n * 99 / 100] / 1e6 : 0.0, cpu / wall,
-           ticks ? cpu * 1e6 / (double)ticks : 0.0, n ? (double)dur[n - 1] / 1e6 : 0.0,
-           wcpu / wall, analytics);
+           ticks ? cpu * 1e6 / (double)ticks : 0.0, n ? (double)dur[n - 1] / 1e6 : 0.0, wcpu / wall,
+           analytics);
     fflush(stdout);
     free(dur);
     mv_coll_destroy(c);

@@ -58,8 +58,8 @@ static void fleet_open(fleet *f, const char *tag, unsigned n, unsigned hist_ever
         CU_ASSERT_FATAL(ftruncate(fd, SEG_SIZE) == 0);
         close(fd);
         CU_ASSERT_FATAL(mv_open(f->path[i], &f->seg[i]) == MV_OK);
-        CU_ASSERT_FATAL(mv_counter_register(f->seg[i], "c_total", NULL, NULL, NULL, 0,
-                                            &f->ctr[i]) == MV_OK);
+        CU_ASSERT_FATAL(
+            mv_counter_register(f->seg[i], "c_total", NULL, NULL, NULL, 0, &f->ctr[i]) == MV_OK);
         CU_ASSERT_FATAL(mv_gauge_register(f->seg[i], "g", NULL, NULL, NULL, 0, &f->gauge[i]) ==
                         MV_OK);
         mv_counter_add(f->ctr[i], i);
@@ -67,8 +67,8 @@ static void fleet_open(fleet *f, const char *tag, unsigned n, unsigned hist_ever
         if (hist_every && i % hist_every == 0) {
             double bounds[] = {1, 10};
             mv_histogram *h;
-            CU_ASSERT_FATAL(mv_histogram_register(f->seg[i], "h", NULL, NULL, NULL, 0, bounds, 2,
-                                                  &h) == MV_OK);
+            CU_ASSERT_FATAL(
+                mv_histogram_register(f->seg[i], "h", NULL, NULL, NULL, 0, bounds, 2, &h) == MV_OK);
             mv_histogram_observe(h, 5);
         }
     }
@@ -518,8 +518,8 @@ static void on_drop(void *arg, const char *id, void *src)
 }
 
 /* Adds the fleet through `t` and returns each segment's source (for the victims). */
-static void fleet_add_srcs(mv_coll *c, const fleet *f, const char *tag,
-                           const mv_coll_transport *t, void **srcs)
+static void fleet_add_srcs(mv_coll *c, const fleet *f, const char *tag, const mv_coll_transport *t,
+                           void **srcs)
 {
     for (unsigned i = 0; i < f->n; i++) {
         char id[32], err[256];
