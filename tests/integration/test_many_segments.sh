@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Integration: a collector (two tick workers) follows an agent with 10,000 segments. The Watch stream's initial
-# list (one message per segment) fits the stream's bounds, and every segment reaches the
-# collector's table; nothing overflows, nothing is reported unreachable.
+# Integration: a collector (two tick workers) follows an agent with 10,000 segments. The Watch
+# stream's initial list (one message per segment) fits the stream's bounds, and every segment
+# reaches the collector's table; nothing overflows, nothing is reported unreachable.
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
 N=${MV_MANY_SEGMENTS:-10000}
