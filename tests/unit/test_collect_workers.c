@@ -97,22 +97,21 @@ static void fleet_set(fleet *f, unsigned r)
     }
 }
 
-static void add_shm(mv_coll *c, const char *id, const char *path, const mv_coll_transport *t)
-{
-    void *src;
-    uint64_t size;
-    char err[256];
-    mv_seg_label l = {"service", id};
-    CU_ASSERT_FATAL(mv_coll_shm_open(path, 0, &src, &size, err, sizeof err) == 0);
-    CU_ASSERT_FATAL(mv_coll_add(c, id, size, &l, 1, t ? t : mv_coll_shm_transport(), src) == 0);
-}
-
-static void fleet_add(mv_coll *c, const fleet *f, const char *tag, const mv_coll_transport *t)
+/* Adds the fleet's files as TAG000.. read through `t` (NULL: shm); their sources go to `srcs`
+ * unless it is NULL. */
+static void fleet_add(mv_coll *c, const fleet *f, const char *tag, const mv_coll_transport *t,
+                      void **srcs)
 {
     for (unsigned i = 0; i < f->n; i++) {
-        char id[32];
+        char id[32], err[256];
+        void *src;
+        uint64_t size;
         seg_id(id, sizeof id, tag, i);
-        add_shm(c, id, f->path[i], t);
+        mv_seg_label l = {"service", id};
+        CU_ASSERT_FATAL(mv_coll_shm_open(f->path[i], 0, &src, &size, err, sizeof err) == 0);
+        CU_ASSERT_FATAL(mv_coll_add(c, id, size, &l, 1, t ? t : mv_coll_shm_transport(), src) == 0);
+        if (srcs)
+            srcs[i] = src;
     }
 }
 
@@ -202,7 +201,7 @@ static void many_segments(uint32_t workers)
     fleet f;
     fleet_open(&f, "m", NSEG, hist_every);
     mv_coll *c = new_coll(workers, 1);
-    fleet_add(c, &f, "m", NULL);
+    fleet_add(c, &f, "m", NULL, NULL);
     mv_coll_tick(c); /* catalogs, and where the histograms live */
     CU_ASSERT_EQUAL(fleet_exact(c, "m", 0), NSEG);
     fleet_break_histograms(c, &f, "m");
@@ -336,7 +335,7 @@ static void add_remove_while_running(uint32_t workers)
     o.tick_workers = workers;
     o.analytics = 1;
     CU_ASSERT_FATAL(mv_coll_create(&o, &c) == 0);
-    fleet_add(c, &stable, "k", NULL);
+    fleet_add(c, &stable, "k", NULL, NULL);
     CU_ASSERT_FATAL(mv_coll_start(c) == 0);
     churn ch = {.c = c, .f = &moving};
     pthread_t th;
@@ -441,9 +440,9 @@ static void test_not_concurrent_transport(void)
     probe_init(&b, "serial-b", 0);
     probe_init(&cc, "parallel", 1);
     mv_coll *c = new_coll(4, 0);
-    fleet_add(c, &fa, "a", &a.t);
-    fleet_add(c, &fb, "b", &b.t);
-    fleet_add(c, &fc, "c", &cc.t);
+    fleet_add(c, &fa, "a", &a.t, NULL);
+    fleet_add(c, &fb, "b", &b.t, NULL);
+    fleet_add(c, &fc, "c", &cc.t, NULL);
     CU_ASSERT(mv_coll_shm_transport()->concurrent); /* the shm transport says it is */
     for (unsigned r = 1; r <= 30; r++) {
         fleet_set(&fa, r);
@@ -517,20 +516,6 @@ static void on_drop(void *arg, const char *id, void *src)
     pthread_mutex_unlock(&g->mu);
 }
 
-/* Adds the fleet through `t` and returns each segment's source (for the victims). */
-static void fleet_add_srcs(mv_coll *c, const fleet *f, const char *tag, const mv_coll_transport *t,
-                           void **srcs)
-{
-    for (unsigned i = 0; i < f->n; i++) {
-        char id[32], err[256];
-        uint64_t size;
-        mv_seg_label l = {"service", "gone"};
-        seg_id(id, sizeof id, tag, i);
-        CU_ASSERT_FATAL(mv_coll_shm_open(f->path[i], 0, &srcs[i], &size, err, sizeof err) == 0);
-        CU_ASSERT_FATAL(mv_coll_add(c, id, size, &l, 1, t, srcs[i]) == 0);
-    }
-}
-
 static int has_id(mv_coll *c, const char *id)
 {
     mv_coll_snap *s = mv_coll_snapshot(c);
@@ -551,7 +536,7 @@ static void gone_setup(fleet *f, const char *tag, int helper_only, mv_coll **c, 
     fleet_open(f, tag, NSEG, 0);
     *c = new_coll(4, 1);
     mv_coll_set_drop_hook(*c, on_drop, &g_gone);
-    fleet_add_srcs(*c, f, tag, &t, srcs);
+    fleet_add(*c, f, tag, &t, srcs);
     mv_coll_tick(*c);
     CU_ASSERT_EQUAL(fleet_exact(*c, tag, 0), NSEG);
     g_gone.helper_only = helper_only;
@@ -638,7 +623,7 @@ static void test_sigbus_on_workers(void)
     fleet f;
     fleet_open(&f, "t", NSEG, 0);
     mv_coll *c = new_coll(4, 0);
-    fleet_add(c, &f, "t", NULL);
+    fleet_add(c, &f, "t", NULL, NULL);
     mv_coll_tick(c);
     CU_ASSERT_EQUAL(fleet_exact(c, "t", 0), NSEG);
     unsigned cut = 0;
