@@ -79,6 +79,8 @@ static void usage(FILE *f)
            "  --segment PATH[,k=v...]  also read this segment file, with identity labels\n"
            "  --listen HOST:PORT       HTTP address for /metrics (default 0.0.0.0:9469)\n"
            "  --tick-ms N              fast read interval: the tick, in ms (1..60000, default 10)\n"
+           "  --tick-workers N         threads sharing each tick's segments (1..64, default 1;\n"
+           "                           one per core the collector may use at a 1 ms tick)\n"
            "  --max-interval-ms N      slowest adaptive read interval of a calm segment\n"
            "                           (default 1000; equal to --tick-ms: no adaptation)\n"
            "  --window-ms N            export window of the derived series (default 15000)\n"
@@ -199,6 +201,7 @@ static int run(int argc, char **argv, mv_export_sel *derived)
                                          {"segment", required_argument, 0, 's'},
                                          {"listen", required_argument, 0, 'l'},
                                          {"tick-ms", required_argument, 0, 'T'},
+                                         {"tick-workers", required_argument, 0, 'w'},
                                          {"quarantine-after-ms", required_argument, 0, 'Q'},
                                          {"max-body-bytes", required_argument, 0, 'B'},
                                          {"log-level", required_argument, 0, 'L'},
@@ -287,6 +290,14 @@ static int run(int argc, char **argv, mv_export_sel *derived)
                 return 2;
             }
             co.tick_us = (uint32_t)(v * 1000);
+            break;
+        case 'w':
+            if (parse_ulong(optarg, 1, MV_COLL_MAX_TICK_WORKERS, &v)) {
+                fprintf(stderr, "microview-collector: --tick-workers must be 1..%d\n",
+                        MV_COLL_MAX_TICK_WORKERS);
+                return 2;
+            }
+            co.tick_workers = (uint32_t)v;
             break;
         case 'Q':
             if (parse_ulong(optarg, 0, 3600000, &v)) {
@@ -489,9 +500,9 @@ static int run(int argc, char **argv, mv_export_sel *derived)
             goto destroy_disc;
     }
     MV_INFO("collector.started",
-            "transport=%s listen=%s:%u tick_ms=%.3f max_interval_ms=%.3f window_ms=%llu "
-            "analytics=%d agent=%s agents=%zu statics=%zu",
-            transport, host, mv_httpd_port(httpd), co.tick_us / 1000.0,
+            "transport=%s listen=%s:%u tick_ms=%.3f tick_workers=%u max_interval_ms=%.3f "
+            "window_ms=%llu analytics=%d agent=%s agents=%zu statics=%zu",
+            transport, host, mv_httpd_port(httpd), co.tick_us / 1000.0, co.tick_workers,
             co.max_interval_us ? co.max_interval_us / 1000.0 : co.tick_us / 1000.0,
             (unsigned long long)(co.pipe.window_ns / 1000000ull), co.analytics,
             agent ? mv_log_q(agent) : "none", verbs ? nagents : (size_t)(agent != NULL), nstatic);

@@ -12,6 +12,8 @@ refused() { # <expected message part> <binary> <args...>
 }
 check "collector: --tick is not taken for --tick-ms" \
   refused "unknown option --tick (did you mean --tick-ms?)" "$bin/microview-collector" --tick 5
+check "collector: --tick-workers out of range is refused" \
+  refused "--tick-workers must be 1..64" "$bin/microview-collector" --tick-workers 65
 check "agent: --list is not taken for --listen" \
   refused "unknown option --list (did you mean --listen?)" \
   "$bin/microview-agent" --standalone --dir "$tmp/a" --list 127.0.0.1:0

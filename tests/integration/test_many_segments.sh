@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Integration: a collector follows an agent with 10,000 segments. The Watch stream's initial
-# list (one message per segment) fits the stream's bounds, and every segment reaches the
-# collector's table; nothing overflows, nothing is reported unreachable.
+# Integration: a collector (two tick workers) follows an agent with 10,000 segments. The Watch
+# stream's initial list (one message per segment) fits the stream's bounds, and every segment
+# reaches the collector's table; nothing overflows, nothing is reported unreachable.
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
 N=${MV_MANY_SEGMENTS:-10000}
@@ -35,7 +35,7 @@ PY
 wait_for 30 test -S "$tmp/segs/agent.sock"
 port=$(free_port)
 "$bin/microview-collector" --agent "unix:$tmp/segs/agent.sock" --listen "127.0.0.1:$port" \
-  --tick-ms 100 --no-analytics 2>"$tmp/collector.log" & pids+=("$!")
+  --tick-ms 100 --tick-workers 2 --no-analytics 2>"$tmp/collector.log" & pids+=("$!")
 ok_count() {
   curl -sf "http://127.0.0.1:$port/metrics" |
     sed -n 's/^microview_segments{state="ok"} \([0-9]*\)$/\1/p'
@@ -45,6 +45,8 @@ t0=$SECONDS
 check "the collector reads all $N segments" wait_for 90 all_ok
 echo "all segments read after $((SECONDS - t0)) s"
 echo "segments ok: $(ok_count)"
+check "the collector shares its ticks between 2 workers" \
+  grep -q 'event=collector.started .*tick_workers=2 ' "$tmp/collector.log"
 check "no stream overflow in the agent" bash -c "! grep -q 'rpc.stream_overflow' '$tmp/agent.log'"
 check "no lost watch in the collector" \
   bash -c "! grep -qE 'agent.unreachable|agent.watch_ended' '$tmp/collector.log'"

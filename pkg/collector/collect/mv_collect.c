@@ -12,6 +12,9 @@
 #include <unistd.h>
 
 #define TORN_RETRIES 3
+/* Locks serialising reads through transports that are not `concurrent`, one
+ * per transport (striped by address: two transports may share one). */
+#define READ_LOCKS 16
 
 /* A parsed catalog shared by the table and snapshots. */
 typedef struct cat_ref {
@@ -71,14 +74,24 @@ typedef struct seg {
     struct seg *next;
 } seg;
 
-/* Reads through the segment's transport and counts the bytes that arrived. */
-static void seg_read(seg *s, mv_coll_read *rq, size_t n)
-{
-    s->t->read_many(s->t->ctx, rq, n);
-    for (size_t i = 0; i < n; i++)
-        if (rq[i].status == 0)
-            __atomic_add_fetch(&s->read_bytes, rq[i].len, __ATOMIC_RELAXED);
-}
+typedef struct tick_item {
+    struct seg *s;
+    uint32_t len;
+} tick_item;
+
+/* One tick worker's scratch. Worker 0 is the thread that runs mv_coll_tick;
+ * the others are helper threads that take chunks of the same tick's segment
+ * list. Only its own worker touches it during a tick; the tick thread reads
+ * and resets `torn` and grows the arrays while no helper is in a tick. */
+typedef struct tick_worker {
+    struct mv_coll *c;
+    pthread_t thread;
+    int started;
+    tick_item *items;
+    mv_coll_read *reqs;
+    size_t cap;
+    uint64_t torn; /* torn-histogram retries in the current tick */
+} tick_worker;
 
 struct mv_coll {
     mv_coll_opts o;
@@ -88,13 +101,52 @@ struct mv_coll {
     mv_coll_stats stats;
     pthread_t thread;
     int running, stop; /* stop is atomic */
-    seg **tick_segs;   /* tick thread's scratch arrays */
-    struct tick_item *tick_items;
-    mv_coll_read *tick_reqs;
+    seg **tick_segs;   /* tick thread's list of this tick's segments */
     size_t tick_cap;
     mv_coll_drop_fn drop_fn; /* under mu */
     void *drop_arg;
+    /* Tick workers: w[0] is the tick thread, w[1..nw-1] helper threads woken
+     * once per tick; they take chunks of tick_segs until none is left. A
+     * segment is in one chunk, so one worker touches its tick state per tick.
+     * The tick does not wait for helpers that have not woken up yet: it
+     * closes the tick (wopen = 0) once it ran out of chunks and waits only for
+     * the helpers that joined it (wactive). */
+    tick_worker *w;
+    size_t nw;
+    pthread_mutex_t wmu;
+    pthread_cond_t wgo, wdone;
+    uint64_t wgen;            /* under wmu: the current tick */
+    int wopen;                /* under wmu: helpers may join tick wgen */
+    size_t wactive;           /* under wmu: helpers inside tick wgen */
+    int wstop;                /* under wmu */
+    size_t wn, wchunk, wnext; /* this tick's segment count, chunk size, next chunk (atomic) */
+    /* Serialise reads through transports that are not `concurrent` (e.g. one
+     * RDMA connection) when there are several workers. */
+    pthread_mutex_t read_mu[READ_LOCKS];
 };
+
+/* Reads through a transport, one caller at a time unless it says it is
+ * concurrent. */
+static void coll_read(struct mv_coll *c, const mv_coll_transport *t, mv_coll_read *rq, size_t n)
+{
+    pthread_mutex_t *mu = NULL;
+    if (c->nw > 1 && !t->concurrent)
+        mu = &c->read_mu[((uintptr_t)t * 0x9E3779B97F4A7C15ull >> 40) % READ_LOCKS];
+    if (mu)
+        pthread_mutex_lock(mu);
+    t->read_many(t->ctx, rq, n);
+    if (mu)
+        pthread_mutex_unlock(mu);
+}
+
+/* Reads through the segment's transport and counts the bytes that arrived. */
+static void seg_read(struct mv_coll *c, seg *s, mv_coll_read *rq, size_t n)
+{
+    coll_read(c, s->t, rq, n);
+    for (size_t i = 0; i < n; i++)
+        if (rq[i].status == 0)
+            __atomic_add_fetch(&s->read_bytes, rq[i].len, __ATOMIC_RELAXED);
+}
 
 struct mv_coll_snap {
     mv_coll_seg_view *v;
@@ -136,6 +188,32 @@ void mv_coll_opts_default(mv_coll_opts *o)
     o->max_interval_us = 0;
     o->calm_reads = 8;
     o->torn_stale_ms = 1000;
+    o->tick_workers = 1;
+}
+
+static void *worker_main(void *arg);
+
+/* Starts the helper workers (tick_workers - 1 threads). On failure the
+ * caller's mv_coll_destroy stops and joins those that started. */
+static int start_workers(mv_coll *c)
+{
+    size_t want = c->o.tick_workers;
+    if (!(c->w = calloc(want, sizeof *c->w)))
+        return -ENOMEM;
+    c->nw = 1;
+    c->w[0].c = c;
+    for (size_t i = 1; i < want; i++) {
+        c->w[i].c = c;
+        int rc = pthread_create(&c->w[i].thread, NULL, worker_main, &c->w[i]);
+        if (rc) {
+            MV_ERROR("collector.tick_worker_failed", "worker=%zu workers=%zu error=%s", i, want,
+                     mv_log_q(strerror(rc)));
+            return -rc;
+        }
+        c->w[i].started = 1;
+        c->nw++;
+    }
+    return 0;
 }
 
 int mv_coll_create(const mv_coll_opts *o, mv_coll **out)
@@ -160,7 +238,25 @@ int mv_coll_create(const mv_coll_opts *o, mv_coll **out)
         c->o.max_interval_us = 0;
     if (!c->o.calm_reads)
         c->o.calm_reads = 8;
+    if (!c->o.tick_workers)
+        c->o.tick_workers = 1;
+    if (c->o.tick_workers > MV_COLL_MAX_TICK_WORKERS) {
+        MV_ERROR("collector.config", "error=%s tick_workers=%u max=%d",
+                 mv_log_q("too many tick workers"), c->o.tick_workers, MV_COLL_MAX_TICK_WORKERS);
+        free(c);
+        return -EINVAL;
+    }
     pthread_mutex_init(&c->mu, NULL);
+    pthread_mutex_init(&c->wmu, NULL);
+    for (size_t i = 0; i < READ_LOCKS; i++)
+        pthread_mutex_init(&c->read_mu[i], NULL);
+    pthread_cond_init(&c->wgo, NULL);
+    pthread_cond_init(&c->wdone, NULL);
+    int rc = start_workers(c);
+    if (rc != 0) {
+        mv_coll_destroy(c);
+        return rc;
+    }
     *out = c;
     return 0;
 }
@@ -208,13 +304,29 @@ void mv_coll_destroy(mv_coll *c)
         __atomic_store_n(&c->stop, 1, __ATOMIC_RELEASE);
         pthread_join(c->thread, NULL);
     }
+    /* Helpers exist from create on, whether or not a tick ever ran. */
+    pthread_mutex_lock(&c->wmu);
+    c->wstop = 1;
+    pthread_cond_broadcast(&c->wgo);
+    pthread_mutex_unlock(&c->wmu);
+    for (size_t i = 1; c->w && i < c->o.tick_workers; i++)
+        if (c->w[i].started)
+            pthread_join(c->w[i].thread, NULL);
     for (seg *s = c->segs, *n; s; s = n) {
         n = s->next;
         seg_put(s);
     }
     free(c->tick_segs);
-    free(c->tick_items);
-    free(c->tick_reqs);
+    for (size_t i = 0; c->w && i < c->o.tick_workers; i++) {
+        free(c->w[i].items);
+        free(c->w[i].reqs);
+    }
+    free(c->w);
+    pthread_cond_destroy(&c->wgo);
+    pthread_cond_destroy(&c->wdone);
+    for (size_t i = 0; i < READ_LOCKS; i++)
+        pthread_mutex_destroy(&c->read_mu[i]);
+    pthread_mutex_destroy(&c->wmu);
     pthread_mutex_destroy(&c->mu);
     free(c);
 }
@@ -449,14 +561,14 @@ static int load_catalog(mv_coll *c, seg *s, uint64_t now)
             {.src = s->src, .off = 0, .len = (uint32_t)s->size, .dst = s->full},
             {.src = s->src, .off = 0, .len = MV_SEG_HEADER_SIZE, .dst = s->hdr2},
         };
-        seg_read(s, &rq[0], 1);
+        seg_read(c, s, &rq[0], 1);
         if (rq[0].status) {
             snprintf(err.detail, sizeof err.detail, "read failed: %s", strerror(-rq[0].status));
             r = MV_SEG_E_TRUNCATED;
             break;
         }
         r = mv_seg_catalog_parse(s->full, s->size, s->size, &cat, &err);
-        seg_read(s, &rq[1], 1);
+        seg_read(c, s, &rq[1], 1);
         const mv_seg_header *h1 = s->full, *h2 = (const void *)s->hdr2;
         int stable = rq[1].status == 0 && !(h1->generation & 1) &&
                      h1->generation == h2->generation && h1->instance == h2->instance;
@@ -570,7 +682,7 @@ static uint64_t fix_torn(mv_coll *c, seg *s, const mv_seg_catalog *cat, uint64_t
         for (int k = 0; k < TORN_RETRIES && !ok; k++) {
             mv_coll_read rq = {
                 .src = s->src, .off = off, .len = m->value_size, .dst = (char *)s->work + off};
-            seg_read(s, &rq, 1);
+            seg_read(c, s, &rq, 1);
             ok = rq.status == 0 && mv_seg_read_histogram(s->work, m, &hv) == MV_SEG_OK;
         }
         if (ok) {
@@ -722,7 +834,7 @@ static void tick_finish(mv_coll *c, seg *s, int status, uint32_t len, uint64_t *
             if ((len = tick_prepare(c, s)) == 0)
                 return;
             mv_coll_read rq = {.src = s->src, .off = 0, .len = len, .dst = s->work};
-            seg_read(s, &rq, 1);
+            seg_read(c, s, &rq, 1);
             status = rq.status;
         }
         if (status) {
@@ -753,16 +865,111 @@ static void tick_finish(mv_coll *c, seg *s, int status, uint32_t len, uint64_t *
     }
 }
 
-typedef struct tick_item {
-    seg *s;
-    uint32_t len;
-} tick_item;
-
 static int item_by_transport(const void *a, const void *b)
 {
     uintptr_t x = (uintptr_t)((const tick_item *)a)->s->t;
     uintptr_t y = (uintptr_t)((const tick_item *)b)->s->t;
     return x < y ? -1 : x > y;
+}
+
+/* One worker's share of a tick: prepare, read and finish `n` segments. */
+static void tick_chunk(mv_coll *c, tick_worker *w, seg *const *segs, size_t n)
+{
+    /* 1: choose what is due and size the copies. */
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t len = tick_prepare(c, segs[i]);
+        if (len)
+            w->items[m++] = (tick_item){segs[i], len};
+    }
+    /* 2: one read_many per transport, so RDMA posts every segment's READ of
+     * an agent in batches instead of one round trip per segment. */
+    if (m > 1)
+        qsort(w->items, m, sizeof *w->items, item_by_transport);
+    for (size_t i = 0; i < m; i++)
+        w->reqs[i] = (mv_coll_read){.src = w->items[i].s->src,
+                                    .off = 0,
+                                    .len = w->items[i].len,
+                                    .dst = w->items[i].s->work};
+    for (size_t i = 0, j; i < m; i = j) {
+        const mv_coll_transport *t = w->items[i].s->t;
+        for (j = i; j < m && w->items[j].s->t == t; j++)
+            ;
+        coll_read(c, t, &w->reqs[i], j - i);
+    }
+    for (size_t i = 0; i < m; i++)
+        if (w->reqs[i].status == 0)
+            __atomic_add_fetch(&w->items[i].s->read_bytes, w->reqs[i].len, __ATOMIC_RELAXED);
+    /* 3: validate and publish. */
+    for (size_t i = 0; i < m; i++) {
+        seg *s = w->items[i].s;
+        if (read_gone(w->reqs[i].status)) {
+            drop_gone(c, s, w->reqs[i].status);
+            continue;
+        }
+        tick_finish(c, s, w->reqs[i].status, w->items[i].len, &w->torn);
+    }
+}
+
+/* Takes chunks of the current tick's list until none is left. */
+static void take_chunks(mv_coll *c, tick_worker *w)
+{
+    for (;;) {
+        size_t at = __atomic_fetch_add(&c->wnext, c->wchunk, __ATOMIC_RELAXED);
+        if (at >= c->wn)
+            return;
+        size_t k = c->wn - at < c->wchunk ? c->wn - at : c->wchunk;
+        tick_chunk(c, w, c->tick_segs + at, k);
+    }
+}
+
+/* A helper: joins each tick that is still open, once, and takes chunks. */
+static void *worker_main(void *arg)
+{
+    tick_worker *w = arg;
+    mv_coll *c = w->c;
+    uint64_t seen = 0;
+    pthread_mutex_lock(&c->wmu);
+    for (;;) {
+        while (!c->wstop && !(c->wopen && c->wgen != seen))
+            pthread_cond_wait(&c->wgo, &c->wmu);
+        if (c->wstop)
+            break;
+        seen = c->wgen;
+        c->wactive++;
+        pthread_mutex_unlock(&c->wmu);
+        take_chunks(c, w);
+        pthread_mutex_lock(&c->wmu);
+        if (--c->wactive == 0)
+            pthread_cond_signal(&c->wdone);
+    }
+    pthread_mutex_unlock(&c->wmu);
+    return NULL;
+}
+
+/* Grows the tick's list and every worker's scratch to `want` segments; on
+ * failure the capacity stays as it was (the tick then reads fewer). */
+static void grow_tick(mv_coll *c, size_t want)
+{
+    seg **v = realloc(c->tick_segs, want * sizeof *v);
+    if (!v)
+        return;
+    c->tick_segs = v;
+    for (size_t i = 0; i < c->nw; i++) {
+        tick_worker *w = &c->w[i];
+        if (w->cap >= want)
+            continue;
+        tick_item *it = realloc(w->items, want * sizeof *it);
+        if (it)
+            w->items = it;
+        mv_coll_read *rq = realloc(w->reqs, want * sizeof *rq);
+        if (rq)
+            w->reqs = rq;
+        if (!it || !rq)
+            return;
+        w->cap = want;
+    }
+    c->tick_cap = want;
 }
 
 void mv_coll_tick(mv_coll *c)
@@ -773,59 +980,40 @@ void mv_coll_tick(mv_coll *c)
      * for a whole tick. A segment removed meanwhile is freed by seg_put. */
     pthread_mutex_lock(&c->mu);
     size_t n = 0;
-    if (c->tick_cap < c->nsegs) {
-        seg **v = realloc(c->tick_segs, c->nsegs * sizeof *v);
-        tick_item *it = realloc(c->tick_items, c->nsegs * sizeof *it);
-        mv_coll_read *rq = realloc(c->tick_reqs, c->nsegs * sizeof *rq);
-        if (v)
-            c->tick_segs = v;
-        if (it)
-            c->tick_items = it;
-        if (rq)
-            c->tick_reqs = rq;
-        if (v && it && rq)
-            c->tick_cap = c->nsegs;
-    }
+    if (c->tick_cap < c->nsegs)
+        grow_tick(c, c->nsegs);
     for (seg *s = c->segs; s && n < c->tick_cap; s = s->next) {
         __atomic_add_fetch(&s->refs, 1, __ATOMIC_RELAXED);
         c->tick_segs[n++] = s;
     }
     pthread_mutex_unlock(&c->mu);
 
-    /* 1: choose what is due and size the copies. */
-    size_t m = 0;
-    for (size_t i = 0; i < n; i++) {
-        uint32_t len = tick_prepare(c, c->tick_segs[i]);
-        if (len)
-            c->tick_items[m++] = (tick_item){c->tick_segs[i], len};
+    if (c->nw > 1 && n > 1) {
+        /* Two chunks per worker: they balance uneven segments while each
+         * transport batch stays large. No helper is inside a tick here, so
+         * these are published to them by wmu. */
+        c->wn = n;
+        c->wchunk = (n + 2 * c->nw - 1) / (2 * c->nw);
+        __atomic_store_n(&c->wnext, 0, __ATOMIC_RELAXED);
+        pthread_mutex_lock(&c->wmu);
+        c->wgen++;
+        c->wopen = 1;
+        pthread_cond_broadcast(&c->wgo);
+        pthread_mutex_unlock(&c->wmu);
+        take_chunks(c, &c->w[0]);
+        /* Out of chunks: a helper that wakes up only now must not join, and
+         * those that joined still finish theirs. */
+        pthread_mutex_lock(&c->wmu);
+        c->wopen = 0;
+        while (c->wactive)
+            pthread_cond_wait(&c->wdone, &c->wmu);
+        pthread_mutex_unlock(&c->wmu);
+    } else {
+        tick_chunk(c, &c->w[0], c->tick_segs, n);
     }
-    /* 2: one read_many per transport, so RDMA posts every segment's READ of
-     * an agent in batches instead of one round trip per segment. */
-    if (m > 1)
-        qsort(c->tick_items, m, sizeof *c->tick_items, item_by_transport);
-    for (size_t i = 0; i < m; i++)
-        c->tick_reqs[i] = (mv_coll_read){.src = c->tick_items[i].s->src,
-                                         .off = 0,
-                                         .len = c->tick_items[i].len,
-                                         .dst = c->tick_items[i].s->work};
-    for (size_t i = 0, j; i < m; i = j) {
-        const mv_coll_transport *t = c->tick_items[i].s->t;
-        for (j = i; j < m && c->tick_items[j].s->t == t; j++)
-            ;
-        t->read_many(t->ctx, &c->tick_reqs[i], j - i);
-    }
-    for (size_t i = 0; i < m; i++)
-        if (c->tick_reqs[i].status == 0)
-            __atomic_add_fetch(&c->tick_items[i].s->read_bytes, c->tick_reqs[i].len,
-                               __ATOMIC_RELAXED);
-    /* 3: validate and publish. */
-    for (size_t i = 0; i < m; i++) {
-        seg *s = c->tick_items[i].s;
-        if (read_gone(c->tick_reqs[i].status)) {
-            drop_gone(c, s, c->tick_reqs[i].status);
-            continue;
-        }
-        tick_finish(c, s, c->tick_reqs[i].status, c->tick_items[i].len, &torn);
+    for (size_t i = 0; i < c->nw; i++) {
+        torn += c->w[i].torn;
+        c->w[i].torn = 0;
     }
     for (size_t i = 0; i < n; i++)
         seg_put(c->tick_segs[i]);

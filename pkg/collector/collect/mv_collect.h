@@ -60,17 +60,30 @@ typedef struct mv_coll_opts {
      * consistent copy for at most this long, then omitted until a consistent
      * copy arrives; default 1000. Never served as zeros. */
     uint32_t torn_stale_ms;
+    /* Threads that share each tick's segments (the tick thread is one of them,
+     * the others are started by mv_coll_create): prepare, read, validate,
+     * analyse and publish run on all of them, each segment on one of them per
+     * tick; reads through a transport that is not `concurrent` one at a time.
+     * Default (and 0) 1: no helper thread; at most MV_COLL_MAX_TICK_WORKERS. */
+    uint32_t tick_workers;
 } mv_coll_opts;
+
+#define MV_COLL_MAX_TICK_WORKERS 64
 
 typedef struct mv_coll mv_coll;
 
 void mv_coll_opts_default(mv_coll_opts *o);
-/* Creates a table; free with mv_coll_destroy (which stops the tick thread). */
+/* Creates a table and its tick_workers - 1 helper threads; free with
+ * mv_coll_destroy (which stops the tick thread and joins the helpers, whether
+ * or not a tick ran). Returns 0, -EINVAL (options), -ENOMEM, or the -errno of
+ * a helper thread that could not be started (nothing is left behind). */
 int mv_coll_create(const mv_coll_opts *o, mv_coll **out);
 void mv_coll_destroy(mv_coll *c);
 /* Starts the tick thread. */
 int mv_coll_start(mv_coll *c);
-/* Runs one tick synchronously (for tests and benchmarks; not with start). */
+/* Runs one tick synchronously, shared with the helpers (for tests and
+ * benchmarks; not with start, and from one thread at a time). Returns when
+ * every segment of the tick is done. */
 void mv_coll_tick(mv_coll *c);
 
 /* Adds a segment; `src` (owned by the table from now on, even on error) is
@@ -80,7 +93,7 @@ int mv_coll_add(mv_coll *c, const char *id, uint64_t size, const mv_seg_label *l
                 size_t nlabels, const mv_coll_transport *t, void *src);
 /* Removes a segment (e.g. released or its rkey revoked). Returns 0 or -ENOENT. */
 int mv_coll_remove(mv_coll *c, const char *id);
-/* Called (from the tick thread, no table lock held) after the table dropped a
+/* Called (from a tick worker, no table lock held) after the table dropped a
  * segment on its own because a read said it is gone (-ENOENT/-EACCES, e.g. a
  * revoked rkey). `src` is the dropped source (closed later through its
  * transport): whoever added it learns that it is no longer in the table and

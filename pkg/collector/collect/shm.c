@@ -20,8 +20,10 @@ typedef struct shm_src {
 
 /* A pod can truncate its segment file; touching the vanished pages raises
  * SIGBUS. Copies run under a per-thread jump buffer so that turns into an
- * error for that segment only. */
-static _Thread_local sigjmp_buf *tl_guard;
+ * error for that segment only, on whichever tick worker made the copy (a
+ * SIGBUS is delivered to the thread that faulted). volatile: the stores
+ * around the copy must not move across it, the handler reads them. */
+static _Thread_local sigjmp_buf *volatile tl_guard;
 static struct sigaction old_bus;
 static pthread_once_t bus_once = PTHREAD_ONCE_INIT;
 
@@ -88,6 +90,7 @@ static const mv_coll_transport shm_transport = {
     .name = "shm",
     .ctx = NULL,
     .read_many = shm_read_many,
+    .concurrent = 1, /* plain copies; the SIGBUS guard is per thread */
     .src_close = shm_src_close,
 };
 

@@ -76,7 +76,10 @@ void mv_rdma_conn_close(mv_rdma_conn *c);
  * broken connection waiting for its reconnect backoff); -EINVAL for a request
  * outside its source. After an error completion the connection is marked
  * broken and the next read_many reconnects first. Not thread-safe: call
- * read_many from one thread at a time (the collector's tick thread). */
+ * read_many from one thread at a time. The transport is not `concurrent`, so
+ * the collector serialises it; with several tick workers successive calls
+ * come from different threads, which is fine: all state kept between calls
+ * is in the connection (no thread-local state), handed over by that lock. */
 const mv_coll_transport *mv_rdma_transport(mv_rdma_conn *c);
 /* Makes a source for the transport: `len` bytes at `remote_addr` of the
  * target, readable with `rkey` (both from the agent's catalog). *src is

@@ -34,6 +34,13 @@ typedef struct mv_coll_transport {
     void (*read_many)(void *ctx, mv_coll_read *reqs, size_t n);
     /* Releases a source handle given to mv_coll_add. */
     void (*src_close)(void *ctx, void *src);
+    /* Nonzero: read_many may run on several threads at once (each call with
+     * its own requests and sources), e.g. from the collector's tick workers.
+     * Zero (the default of an initializer that leaves it out): the collector
+     * never enters read_many of this transport from two threads at once, but
+     * successive calls may come from different threads. Last, so that an
+     * initializer written for the fields above still means what it did. */
+    int concurrent;
 } mv_coll_transport;
 
 #ifdef __cplusplus

@@ -1,0 +1,286 @@
+/* tick_bench.c: the collector's whole tick (copy, validate, analyse, publish) over 1,000
+ * same-host segments of 64 metrics every 1 ms, analytics on, with 1 and 2 tick workers:
+ * ticks, missed ticks, tick duration and the CPU the collector used. */
+#include "bench_util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+
+#include "microview.h"
+#include "mv_collect.h"
+#include "mv_log.h"
+
+#define SEG_SIZE    (32u << 10)
+#define MAX_WORKERS 16
+#define WRITE_SLICE 8 /* the writer updates 1/8 of the segments each millisecond */
+
+typedef struct wseg {
+    char path[300];
+    mv_segment *s;
+    mv_counter *ctr; /* metric j is a counter when j is even, else a gauge */
+    mv_gauge *gauge;
+} wseg;
+
+typedef struct bench {
+    wseg *segs;
+    unsigned nsegs, nmetrics;
+    int stop; /* atomic: the writer stops */
+    pthread_t writer;
+} bench;
+
+static int seg_create(wseg *w, const char *dir, unsigned idx, unsigned nmetrics)
+{
+    char name[64], pod[32];
+    snprintf(w->path, sizeof w->path, "%s/seg-%04u", dir, idx);
+    int fd = open(w->path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0 || ftruncate(fd, SEG_SIZE) != 0) {
+        fprintf(stderr, "tick_bench: %s: %s\n", w->path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    close(fd);
+    int rc = mv_open(w->path, &w->s);
+    w->ctr = calloc(nmetrics, sizeof *w->ctr);
+    w->gauge = calloc(nmetrics, sizeof *w->gauge);
+    if (rc != MV_OK || !w->ctr || !w->gauge) {
+        fprintf(stderr, "tick_bench: mv_open %s: %s\n", w->path, mv_errdetail());
+        return -1;
+    }
+    snprintf(pod, sizeof pod, "pod-%04u", idx);
+    for (unsigned j = 0; j < nmetrics && rc == MV_OK; j++) {
+        mv_label labels[3] = {{"namespace", "bench"}, {"pod", pod}, {"container", "main"}};
+        if (j % 2 == 0) {
+            snprintf(name, sizeof name, "app_events_%02u_total", j);
+            rc = mv_counter_register(w->s, name, "events handled", NULL, labels, 3, &w->ctr[j]);
+        } else {
+            snprintf(name, sizeof name, "app_level_%02u", j);
+            rc = mv_gauge_register(w->s, name, "current level", NULL, labels, 3, &w->gauge[j]);
+        }
+    }
+    if (rc != MV_OK) {
+        fprintf(stderr, "tick_bench: segment %u: %s: %s\n", idx, mv_strerror(rc), mv_errdetail());
+        return -1;
+    }
+    return 0;
+}
+
+/* Every millisecond, one slice of the segments gets a new value in every metric. */
+static void *writer_main(void *arg)
+{
+    bench *b = arg;
+    uint64_t next = bench_now_ns(), pass = 0;
+    while (!__atomic_load_n(&b->stop, __ATOMIC_ACQUIRE)) {
+        for (unsigned i = (unsigned)(pass % WRITE_SLICE); i < b->nsegs; i += WRITE_SLICE) {
+            wseg *w = &b->segs[i];
+            for (unsigned j = 0; j < b->nmetrics; j++) {
+                if (j % 2 == 0)
+                    mv_counter_add(w->ctr[j], 1 + (pass + j) % 5);
+                else
+                    mv_gauge_set(w->gauge[j], (double)((pass * 7 + i + j) % 1000));
+            }
+        }
+        pass++;
+        next += 1000000;
+        struct timespec ts = {(time_t)(next / 1000000000ull), (long)(next % 1000000000ull)};
+        clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+    }
+    return NULL;
+}
+
+static double clock_s(clockid_t clk)
+{
+    struct timespec ts;
+    clock_gettime(clk, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Checks that every segment was published on every tick without an error. */
+static int check_table(mv_coll *c, unsigned nsegs, uint64_t ticks)
+{
+    mv_coll_snap *sn = mv_coll_snapshot(c);
+    unsigned bad = 0;
+    for (size_t i = 0; sn && i < mv_coll_snap_count(sn); i++) {
+        const mv_coll_seg_view *v = mv_coll_snap_seg(sn, i);
+        bad += v->state != MV_COLL_OK || v->read_errors || v->reads < ticks;
+    }
+    int ok = sn && mv_coll_snap_count(sn) == nsegs && bad == 0;
+    if (!ok)
+        fprintf(stderr, "tick_bench: %u of %u segments were not published every tick\n", bad,
+                nsegs);
+    mv_coll_snap_free(sn);
+    return ok ? 0 : -1;
+}
+
+/* One run with `workers` tick workers for `seconds`. The loop is the collector's tick thread
+ * (mv_coll_start) with each tick timed: ticks on an absolute 1 ms schedule; a tick that ends
+ * past the next start counts the periods it overran as missed and the next starts at once. */
+static int run(bench *b, unsigned workers, uint32_t tick_us, double seconds, int analytics)
+{
+    mv_coll_opts o;
+    mv_coll *c;
+    mv_coll_opts_default(&o);
+    o.tick_us = tick_us;
+    o.analytics = analytics;
+    o.tick_workers = workers;
+    if (mv_coll_create(&o, &c) != 0)
+        return -1;
+    for (unsigned i = 0; i < b->nsegs; i++) {
+        char id[32], err[256];
+        void *src;
+        uint64_t size;
+        snprintf(id, sizeof id, "seg-%04u", i);
+        if (mv_coll_shm_open(b->segs[i].path, 0, &src, &size, err, sizeof err) != 0 ||
+            mv_coll_add(c, id, size, NULL, 0, mv_coll_shm_transport(), src) != 0) {
+            fprintf(stderr, "tick_bench: add %s: %s\n", id, err);
+            mv_coll_destroy(c);
+            return -1;
+        }
+    }
+    const uint64_t period = (uint64_t)tick_us * 1000u;
+    size_t cap = (size_t)(seconds * 1e9 / (double)period) + 16, n = 0;
+    uint64_t *dur = calloc(cap, sizeof *dur);
+    if (!dur) {
+        mv_coll_destroy(c);
+        return -1;
+    }
+    for (int k = 0; k < 200; k++) /* warm-up: catalogs, pipelines, caches */
+        mv_coll_tick(c);
+
+    clockid_t wclk;
+    pthread_getcpuclockid(b->writer, &wclk);
+    double cpu0 = clock_s(CLOCK_PROCESS_CPUTIME_ID), wcpu0 = clock_s(wclk);
+    uint64_t t0 = bench_now_ns(), end = t0 + (uint64_t)(seconds * 1e9), next = t0, missed = 0;
+    uint64_t ticks = 0;
+    for (uint64_t now = t0; now < end;) {
+        uint64_t start = bench_now_ns();
+        mv_coll_tick(c);
+        now = bench_now_ns();
+        ticks++;
+        if (n < cap)
+            dur[n++] = now - start;
+        next += period;
+        if (next < now) {
+            missed += (now - next) / period;
+            next = now;
+            continue;
+        }
+        struct timespec ts = {(time_t)(next / 1000000000ull), (long)(next % 1000000000ull)};
+        clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+        now = bench_now_ns();
+    }
+    double wall = (double)(bench_now_ns() - t0) / 1e9;
+    double wcpu = clock_s(wclk) - wcpu0;
+    double cpu = clock_s(CLOCK_PROCESS_CPUTIME_ID) - cpu0 - wcpu;
+
+    int rc = check_table(c, b->nsegs, ticks);
+    qsort(dur, n, sizeof *dur, cmp_u64);
+    printf("bench=tick workers=%u segments=%u metrics=%u seconds=%.1f ticks=%llu missed=%llu "
+           "p50_ms=%.3f p99_ms=%.3f cpu_cores=%.2f cpu_per_tick_us=%.1f max_ms=%.3f "
+           "writer_cpu_cores=%.2f analytics=%d\n",
+           workers, b->nsegs, b->nmetrics, wall, (unsigned long long)ticks,
+           (unsigned long long)missed, n ? (double)dur[n / 2] / 1e6 : 0.0,
+           n ? (double)dur[n * 99 / 100] / 1e6 : 0.0, cpu / wall,
+           ticks ? cpu * 1e6 / (double)ticks : 0.0, n ? (double)dur[n - 1] / 1e6 : 0.0, wcpu / wall,
+           analytics);
+    fflush(stdout);
+    free(dur);
+    mv_coll_destroy(c);
+    return rc;
+}
+
+/* Parses "1,2,4" into `out`; returns the count, or 0 if malformed. */
+static unsigned parse_workers(const char *s, unsigned *out)
+{
+    unsigned n = 0;
+    while (*s && n < MAX_WORKERS) {
+        char *end;
+        unsigned long v = strtoul(s, &end, 10);
+        if (end == s || v < 1 || v > MV_COLL_MAX_TICK_WORKERS || (*end && *end != ','))
+            return 0;
+        out[n++] = (unsigned)v;
+        s = *end ? end + 1 : end;
+    }
+    return *s ? 0 : n;
+}
+
+int main(int argc, char **argv)
+{
+    unsigned nsegs = 1000, nmetrics = 64, workers[MAX_WORKERS] = {1, 2}, nworkers = 2;
+    double seconds = 60;
+    uint32_t tick_us = 1000;
+    int analytics = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--quick")) {
+            seconds = 5;
+        } else if (!strcmp(a, "--seconds") && v) {
+            seconds = strtod(argv[++i], NULL);
+        } else if (!strcmp(a, "--segments") && v) {
+            nsegs = (unsigned)strtoul(argv[++i], NULL, 10);
+        } else if (!strcmp(a, "--metrics") && v) {
+            nmetrics = (unsigned)strtoul(argv[++i], NULL, 10);
+        } else if (!strcmp(a, "--tick-us") && v) {
+            tick_us = (uint32_t)strtoul(argv[++i], NULL, 10);
+        } else if (!strcmp(a, "--no-analytics")) {
+            analytics = 0;
+        } else if (!strcmp(a, "--workers") && v) {
+            nworkers = parse_workers(argv[++i], workers);
+        } else {
+            nworkers = 0;
+            break;
+        }
+    }
+    if (!nworkers || nsegs < 1 || nsegs > 100000 || nmetrics < 1 || nmetrics > 128 ||
+        !(seconds > 0) || tick_us < 1000) {
+        fprintf(stderr, "usage: tick_bench [--quick] [--seconds S] [--workers 1,2] "
+                        "[--segments N] [--metrics M] [--tick-us U] [--no-analytics]\n"
+                        "  defaults: --seconds 60 (--quick 5) --workers 1,2 --segments 1000 "
+                        "--metrics 64 --tick-us 1000; metrics 1..128, tick-us >= 1000\n");
+        return 2;
+    }
+
+    mv_log_init("tick_bench", MV_LOG_WARN);
+    char dir[256];
+    bench b = {.nsegs = nsegs, .nmetrics = nmetrics};
+    int rc = 1;
+    unsigned made = 0;
+    if (bench_make_tempdir(dir, sizeof dir) != 0 || !(b.segs = calloc(nsegs, sizeof *b.segs))) {
+        fprintf(stderr, "tick_bench: no temp directory or out of memory\n");
+        return 1;
+    }
+    for (; made < nsegs; made++)
+        if (seg_create(&b.segs[made], dir, made, nmetrics) != 0) {
+            made++;
+            goto teardown;
+        }
+    printf("# tick_bench segments=%u metrics=%u (counters and gauges, 3 labels) tick_us=%u "
+           "analytics=%d seconds=%.0f; a writer thread updates every metric of 1/%d of the "
+           "segments each ms; cpu_cores is the process minus the writer\n",
+           nsegs, nmetrics, tick_us, analytics, seconds, WRITE_SLICE);
+    if (pthread_create(&b.writer, NULL, writer_main, &b) != 0)
+        goto teardown;
+    rc = 0;
+    for (unsigned k = 0; k < nworkers && rc == 0; k++)
+        rc = run(&b, workers[k], tick_us, seconds, analytics);
+    __atomic_store_n(&b.stop, 1, __ATOMIC_RELEASE);
+    pthread_join(b.writer, NULL);
+
+teardown:
+    for (unsigned i = 0; i < made; i++) {
+        mv_close(b.segs[i].s);
+        free(b.segs[i].ctr);
+        free(b.segs[i].gauge);
+        unlink(b.segs[i].path);
+    }
+    free(b.segs);
+    rmdir(dir);
+    return rc ? 1 : 0;
+}
