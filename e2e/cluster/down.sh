@@ -20,7 +20,7 @@ if proc_alive containerd; then
     ctrd tasks kill -s SIGKILL "$c" >/dev/null 2>&1 || true
   done
   for c in $(ctrd tasks ls -q 2>/dev/null); do
-    wait_for 10 "task $c to stop" sh -c "! ctr --address '$CTRD_SOCK' -n k8s.io tasks ls | grep -q '^$c .*RUNNING'" || true
+    wait_for --what "task $c to stop" 10 sh -c "! ctr --address '$CTRD_SOCK' -n k8s.io tasks ls | grep -q '^$c .*RUNNING'" || true
     ctrd tasks delete -f "$c" >/dev/null 2>&1 || true
   done
   for c in $(ctrd containers ls -q 2>/dev/null); do

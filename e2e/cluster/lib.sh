@@ -39,11 +39,12 @@ KUBELET_ROOT=$D/kubelet
 POD_RESOURCES_SOCK=$KUBELET_ROOT/pod-resources/kubelet.sock
 ADMIN_KUBECONFIG=$D/admin.kubeconfig
 
-log() { printf '%s cluster: %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
-die() {
-  log "ERROR: $*"
-  exit 1
-}
+# log, die, skip, check, wait_for, now_ms, secs, free_port: the shared test helpers.
+# (relative to the repository root, where scripts/check-shell.sh runs: this file is sourced from
+# two directory depths)
+# shellcheck source=tests/lib/testlib.sh
+. "$MV_CLUSTER_SRC/../../tests/lib/testlib.sh"
+TESTLIB_NAME=cluster
 
 # Directory with the component binaries (built by build.sh, cached by version).
 k8s_bin() {
@@ -58,23 +59,6 @@ k8s_bin() {
 
 kc() { "$(k8s_bin)/kubectl" --kubeconfig "$ADMIN_KUBECONFIG" "$@"; }
 ctrd() { ctr --address "$CTRD_SOCK" --namespace k8s.io "$@"; }
-
-# now_ms: wall clock in milliseconds.
-now_ms() { date +%s%3N; }
-
-# wait_for SECONDS DESCRIPTION COMMAND...: polls COMMAND every 0.1 s until it succeeds.
-wait_for() {
-  local limit=$1 what=$2 deadline
-  shift 2
-  deadline=$(($(now_ms) + limit * 1000))
-  until "$@" >/dev/null 2>&1; do
-    if [ "$(now_ms)" -ge "$deadline" ]; then
-      log "timed out after ${limit}s waiting for $what"
-      return 1
-    fi
-    sleep 0.1
-  done
-}
 
 # start_proc NAME COMMAND...: runs COMMAND in the background with its output in $LOGS/NAME.log
 # and its pid in $PIDS/NAME.pid.
@@ -99,10 +83,10 @@ stop_proc() {
   pid=$(cat "$f")
   if kill -0 "$pid" 2>/dev/null; then
     kill -TERM "$pid" 2>/dev/null || true
-    if ! wait_for "$grace" "$name to exit" eval "! kill -0 $pid"; then
+    if ! wait_for --what "$name to exit" "$grace" eval "! kill -0 $pid"; then
       log "$name (pid $pid) ignored SIGTERM; killing it"
       kill -KILL "$pid" 2>/dev/null || true
-      wait_for 5 "$name to die" eval "! kill -0 $pid" || true
+      wait_for --what "$name to die" 5 eval "! kill -0 $pid" || true
     fi
   fi
   rm -f "$f"
@@ -130,23 +114,6 @@ dump_logs() {
   done
 }
 
-# Test helpers: check DESCRIPTION COMMAND... records PASS/FAIL; finish prints the summary and
-# returns non-zero when a check failed.
-MV_FAILED=0
-check() {
-  local what=$1
-  shift
-  if "$@"; then
-    echo "PASS: $what"
-  else
-    echo "FAIL: $what"
-    MV_FAILED=$((MV_FAILED + 1))
-  fi
-}
-skip() {
-  echo "SKIPPED: $*"
-  exit 77
-}
 # need_host_tools: skip (77) when this host cannot run the cluster at all.
 need_host_tools() {
   [ "$(id -u)" -eq 0 ] || skip "the e2e cluster needs root (kubelet, containerd, mounts)"

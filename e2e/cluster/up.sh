@@ -39,7 +39,7 @@ start_proc etcd "$BIN/etcd" --name mv-e2e --data-dir "$D/etcd" \
   --initial-advertise-peer-urls "http://127.0.0.1:$MV_ETCD_PEER_PORT" \
   --initial-cluster "mv-e2e=http://127.0.0.1:$MV_ETCD_PEER_PORT" \
   --unsafe-no-fsync --log-level warn
-wait_for 60 "etcd health" curl -fsS --max-time 1 "http://127.0.0.1:$MV_ETCD_PORT/health" ||
+wait_for --what "etcd health" 60 curl -fsS --max-time 1 "http://127.0.0.1:$MV_ETCD_PORT/health" ||
   die "etcd did not become healthy; see $LOGS/etcd.log"
 
 # --- kube-apiserver
@@ -68,7 +68,7 @@ start_proc kube-apiserver "$BIN/kube-apiserver" \
   --proxy-client-key-file="$CERTS/front-proxy-client.key" \
   --enable-aggregator-routing=true \
   --v=1
-wait_for 120 "kube-apiserver /readyz" \
+wait_for --what "kube-apiserver /readyz" 120 \
   https_ok "https://127.0.0.1:$MV_API_PORT/readyz" "$CERTS/admin.crt" "$CERTS/admin.key" ||
   die "kube-apiserver not ready; see $LOGS/kube-apiserver.log"
 t_api=$(now_ms)
@@ -164,7 +164,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     conf_dir = "$D/cni/net.d"
 EOF
 start_proc containerd containerd --config "$CTRD/config.toml"
-wait_for 30 "containerd socket" ctr --address "$CTRD_SOCK" version ||
+wait_for --what "containerd socket" 30 ctr --address "$CTRD_SOCK" version ||
   die "containerd did not start; see $LOGS/containerd.log"
 
 # --- images: the pause image (and any test images) built with docker, imported into k8s.io
@@ -208,16 +208,15 @@ syncFrequency: 10s
 fileCheckFrequency: 5s
 EOF
 start_kubelet
-wait_for 120 "node $MV_NODE Ready" \
+wait_for --what "node $MV_NODE Ready" 120 \
   sh -c "'$BIN/kubectl' --kubeconfig '$ADMIN_KUBECONFIG' get node '$MV_NODE' -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True" ||
   {
     dump_logs 30 >&2
     die "node $MV_NODE did not become Ready; logs in $LOGS"
   }
 # Pods of the default service account need the account to exist before they can be created.
-wait_for 60 "default service account" "$BIN/kubectl" --kubeconfig "$ADMIN_KUBECONFIG" get serviceaccount default -n default
+wait_for --what "default service account" 60 "$BIN/kubectl" --kubeconfig "$ADMIN_KUBECONFIG" get serviceaccount default -n default
 t_ready=$(now_ms)
-secs() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.1f", (b-a)/1000}'; }
 log "cluster up in $(secs "$t0" "$t_ready")s (binaries $(secs "$t0" "$t_build")s, etcd+apiserver $(secs "$t_build" "$t_api")s, images $(secs "$t_api" "$t_images")s, node Ready $(secs "$t_images" "$t_ready")s); logs in $LOGS"
 echo "up_seconds=$(secs "$t0" "$t_ready")" >"$D/timings"
 echo "$ADMIN_KUBECONFIG"

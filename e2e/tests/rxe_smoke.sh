@@ -21,8 +21,8 @@ result() {
   sed -n 's/^RESULT //p' "$1/$2.log" | tr ' ' '\n' | sed -n "s/^$3=//p" | tail -n 1
 }
 
-# check NAME RC LOGDIR ROLE KEY UNIT: asserts the run passed and a positive number was reported.
-check() {
+# check_run NAME RC LOGDIR ROLE KEY UNIT: asserts the run passed and a positive number was reported.
+check_run() {
   local name=$1 rc=$2 dir=$3 role=$4 key=$5 unit=$6 val
   val=$(result "$dir" "$role" "$key")
   if [ "$rc" = 0 ] && [[ "$val" =~ ^[0-9]+(\.[0-9]+)?$ ]] && awk -v v="$val" 'BEGIN {exit !(v > 0)}'; then
@@ -40,8 +40,8 @@ set +e
 rc=$?
 set -e
 dir=$(readlink -f "${E2E_CACHE:-$here/../.cache}/logs/latest")
-check one-vm "$rc" "$dir" a read_bw_MBps MB/s
-check one-vm "$rc" "$dir" a read_lat_us us
+check_run one-vm "$rc" "$dir" a read_bw_MBps MB/s
+check_run one-vm "$rc" "$dir" a read_lat_us us
 
 set +e
 "$vm/run.sh" --vms 2 --script-a "$here/guest/rxe_two.sh" --script-b "$here/guest/rxe_two.sh" \
@@ -49,7 +49,7 @@ set +e
 rc=$?
 set -e
 dir=$(readlink -f "${E2E_CACHE:-$here/../.cache}/logs/latest")
-check two-vm "$rc" "$dir" b cross_vm_read_bw_MBps MB/s
+check_run two-vm "$rc" "$dir" b cross_vm_read_bw_MBps MB/s
 
 echo "rxe_smoke: $(printf '%s; ' "${summary[@]}")$(($(date +%s) - t0))s"
 [ "$fails" = 0 ] || exit 1

@@ -8,10 +8,8 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
-skip() {
-  echo "SKIPPED: $*"
-  exit 77
-}
+# shellcheck source=SCRIPTDIR/../../tests/lib/testlib.sh
+. "$here/../../tests/lib/testlib.sh"
 
 arch=$(uname -m)
 [ "$arch" = x86_64 ] || skip "e2e VMs need an x86_64 host (this is $arch)"

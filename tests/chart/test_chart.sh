@@ -28,10 +28,8 @@ CHART=$ROOT/deploy/helm/microview
 HERE=$ROOT/tests/chart
 BUILD=${1:-}
 
-skip() {
-  echo "SKIPPED: $*"
-  exit 77
-}
+# shellcheck source=SCRIPTDIR/../lib/testlib.sh
+. "$ROOT/tests/lib/testlib.sh"
 [ -x /usr/local/go/bin/go ] || command -v go >/dev/null || skip "no Go toolchain to build helm and k8scheck"
 command -v yamllint >/dev/null || skip "yamllint not installed (scripts/deps.sh test)"
 command -v python3 >/dev/null && python3 -c 'import yaml' 2>/dev/null || skip "python3-yaml not installed"
@@ -50,16 +48,9 @@ TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 export HELM_CACHE_HOME=$TMP/helm/cache HELM_CONFIG_HOME=$TMP/helm/config HELM_DATA_HOME=$TMP/helm/data
 
-pass=0
-fail=0
-ok() {
-  echo "PASS: $*"
-  pass=$((pass + 1))
-}
-ko() {
-  echo "FAIL: $*"
-  fail=$((fail + 1))
-}
+# ok / ko: testlib's pass / fail (counted in $passes / $fails).
+ok() { pass "$@"; }
+ko() { fail "$@"; }
 
 # expect_fail NAME PATTERN CMD...: CMD must exit non-zero and print PATTERN (ERE).
 expect_fail() {
@@ -251,5 +242,5 @@ else
   cat "$TMP/out"
 fi
 
-echo "chart: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+echo "chart: $passes passed, $fails failed"
+[ "$fails" -eq 0 ]

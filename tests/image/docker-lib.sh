@@ -1,18 +1,17 @@
 # Shared by the image tests (sourced): a working Docker daemon or exit 77, loudly.
 # Uses the running daemon; when `docker info` fails and this is root, starts dockerd and stops
 # it again at exit (docker_stop, called from the caller's EXIT trap).
+# Also sources tests/lib/testlib.sh (check, wait_for, skip, ...) for the image tests.
 # shellcheck shell=bash
+# shellcheck source=SCRIPTDIR/../lib/testlib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/testlib.sh"
 dockerd_pid=
 docker_skip() {
-  echo "SKIPPED: $*"
   echo "SKIPPED: $(basename "$0"): nothing was built or tested in a container on this machine" >&2
-  exit 77
+  skip "$@"
 }
-docker_wait() { # <seconds>
-  local until=$((SECONDS + $1))
-  while [ $SECONDS -lt $until ]; do docker info >/dev/null 2>&1 && return 0; sleep 0.5; done
-  docker info >/dev/null 2>&1
-}
+docker_ok() { docker info >/dev/null 2>&1; }
+docker_wait() { wait_for "$1" docker_ok; } # <seconds>
 docker_ensure() { # <log file for dockerd>
   command -v docker >/dev/null || docker_skip "docker CLI is not installed (Debian: docker.io)"
   docker info >/dev/null 2>&1 && return 0

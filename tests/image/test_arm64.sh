@@ -9,6 +9,7 @@
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:?usage: $0 BUILD_DIR}
+# shellcheck source=SCRIPTDIR/docker-lib.sh
 . "$root/tests/image/docker-lib.sh"
 tmp=$(mktemp -d)
 trap 'docker_stop; rm -rf "$tmp"' EXIT
@@ -30,11 +31,6 @@ if [ "${MV_TEST_SKIP_ARM64_IMAGE:-0}" = 1 ]; then
   echo "NOTE: arm64 image NOT built or checked (MV_TEST_SKIP_ARM64_IMAGE=1); binaries and unit tests were"
   exit 0
 fi
-fails=0 passes=0
-check() { # <description> <command...>
-  local d=$1; shift
-  if "$@"; then passes=$((passes + 1)); echo "PASS: $d"; else fails=$((fails + 1)); echo "FAIL: $d"; fi
-}
 version=$(sed -nE 's/^project\(microview VERSION ([0-9.]+).*/\1/p' "$root/CMakeLists.txt")
 image=microview/microview:$version-arm64
 t0=$SECONDS

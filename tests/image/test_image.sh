@@ -14,16 +14,7 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root" || exit 1
 
-fails=0 passes=0
-check() { # <description> <command...>
-  local d=$1; shift
-  if "$@"; then passes=$((passes + 1)); echo "PASS: $d"; else fails=$((fails + 1)); echo "FAIL: $d"; fi
-}
-wait_for() { # <seconds> <command...>
-  local until=$((SECONDS + $1)); shift
-  while [ $SECONDS -lt $until ]; do "$@" && return 0; sleep 0.2; done
-  "$@"
-}
+# shellcheck source=SCRIPTDIR/docker-lib.sh
 . "$root/tests/image/docker-lib.sh"
 
 # ---- Docker: use the running daemon, or start one (stopped again at exit) ----------------

@@ -7,7 +7,7 @@ set -uo pipefail
 echo "  tok-3b9e1  " >"$tmp/token"
 "$bin/microview-agent" --standalone --dir "$tmp/segs" --listen 127.0.0.1:0 \
   --token-file "$tmp/token" 2>"$tmp/agent.log" & pids+=($!)
-for _ in $(seq 50); do grep -q 'tcp_port=[1-9]' "$tmp/agent.log" && break; sleep 0.1; done
+wait_for 5 grep -q 'tcp_port=[1-9]' "$tmp/agent.log"
 port=$(sed -n 's/.*tcp_port=\([0-9]*\).*/\1/p' "$tmp/agent.log" | head -n 1)
 [ -n "$port" ] || { cat "$tmp/agent.log"; exit 1; }
 

@@ -25,8 +25,12 @@ id='namespace="shop",pod="web-1",worker="0"'
 
 has() { curl -sf "$url" | grep -q "$1"; }
 check "counter rate series appears after a window" wait_for 10 has "^gen_requests_rate{$id} "
-sleep 1.2
-curl -sf "$url" >"$tmp/m.prom"
+# The first window may have started with the workload: wait for the next one (windows change
+# once per --window-ms) so that the checks below see a complete window.
+window() { grep -F -e "gen_requests_rate{$id} " -e "gen_latency_seconds_window_sum{$id} " "$1"; }
+curl -sf "$url" >"$tmp/m0.prom"
+next_window() { curl -sf "$url" >"$tmp/m.prom" && [ "$(window "$tmp/m.prom")" != "$(window "$tmp/m0.prom")" ]; }
+wait_for 10 next_window
 curl -sf -H 'Accept: application/openmetrics-text; version=1.0.0' "$url" >"$tmp/m.om"
 val() { grep "^$1 " "$tmp/m.prom" | awk '{print $2}'; }
 within() { $py -c "import sys; v=float(sys.argv[1]); sys.exit(0 if float(sys.argv[2]) <= v <= float(sys.argv[3]) else 1)" "$@"; }

@@ -37,7 +37,7 @@ check "promtool check metrics accepts the output" promtool check metrics <"$tmp/
 
 counter_a() { scrape && grep '^gen_requests_total{instance="a",service="checkout",worker="0"}' "$tmp/scrape.txt" | awk '{print $2}'; }
 t1=$(date +%s.%N); v1=$(counter_a)
-sleep 2
+sleep 2 # pacing, not synchronisation: 2 s of the workload make the measured rate meaningful
 t2=$(date +%s.%N); v2=$(counter_a)
 rate=$(awk -v a="$v1" -v b="$v2" -v s="$t1" -v e="$t2" 'BEGIN { printf "%.0f", (b - a) / (e - s) }')
 check "counter advances at the generator's rate of 500/s (measured $rate/s)" \

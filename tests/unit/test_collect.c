@@ -11,16 +11,13 @@
 #include "mv_collect.h"
 #include "mv_test.h"
 
-static char g_dir[] = "/tmp/mv-test-collect-XXXXXX";
+static char *g_dir;
 
+/* A blank file of `size` bytes in g_dir; the path is valid until the next call. */
 static char *make_segment(const char *name, size_t size)
 {
     static char path[256];
-    snprintf(path, sizeof path, "%s/%s", g_dir, name);
-    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
-    CU_ASSERT_FATAL(fd >= 0);
-    CU_ASSERT_FATAL(ftruncate(fd, (off_t)size) == 0);
-    close(fd);
+    CU_ASSERT_FATAL(mv_test_blank_file(g_dir, name, size, path, sizeof path) == 0);
     return path;
 }
 
@@ -325,7 +322,8 @@ static void test_revoked_segment_is_dropped(void)
 
 int main(void)
 {
-    if (!mkdtemp(g_dir))
+    g_dir = mv_test_tmpdir("test-collect");
+    if (!g_dir)
         return 1;
     static const mv_test tests[] = {
         {"tick and catalog reload", test_tick_and_reload},
@@ -336,9 +334,8 @@ int main(void)
         {"revoked segment is dropped", test_revoked_segment_is_dropped},
     };
     int failed = MV_TEST_RUN("collect", tests);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
-    if (system(cmd) != 0)
+    if (mv_test_rmrf(g_dir) != 0)
         fprintf(stderr, "could not remove %s\n", g_dir);
+    free(g_dir);
     return failed;
 }

@@ -14,7 +14,7 @@
 
 #define FIXTURES "tests/data/export"
 
-static char g_dir[] = "/tmp/mv-test-export-XXXXXX";
+static char *g_dir;
 
 /* One segment with every metric type, a hostile label value, an own label
  * clashing with an identity label, and a raw gauge whose name collides with a
@@ -305,7 +305,8 @@ static void test_segments_without_pipe(void)
 
 int main(void)
 {
-    if (!mkdtemp(g_dir))
+    g_dir = mv_test_tmpdir("test-export");
+    if (!g_dir)
         return 1;
     static const mv_test tests[] = {
         {"derived fixtures (text and OpenMetrics)", test_fixtures},
@@ -314,9 +315,8 @@ int main(void)
         {"no analytics: raw only", test_segments_without_pipe},
     };
     int fails = MV_TEST_RUN("export", tests);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
-    if (system(cmd) != 0)
+    if (mv_test_rmrf(g_dir) != 0)
         fprintf(stderr, "could not remove %s\n", g_dir);
+    free(g_dir);
     return fails;
 }

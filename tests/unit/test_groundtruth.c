@@ -23,10 +23,11 @@
 #include "mv_collect.h"
 #include "mv_export.h"
 #include "mv_httpd.h"
+#include "mv_test.h"
 
 #define MS 1000000ull
 
-static char g_dir[] = "/tmp/mv-test-groundtruth-XXXXXX";
+static char *g_dir;
 
 /* The collector under test is served on loopback like microview-collector serves it. */
 static mv_coll *g_coll;
@@ -639,27 +640,24 @@ static void test_default_cardinality(void)
 
 int main(void)
 {
-    if (!mkdtemp(g_dir))
+    g_dir = mv_test_tmpdir("test-groundtruth");
+    if (!g_dir)
         return 1;
-    CU_initialize_registry();
-    CU_pSuite s = CU_add_suite("groundtruth", NULL, NULL);
-    CU_add_test(s, "quantiles over 1e-9..1e3 within alpha", test_quantiles);
-    CU_add_test(s, "rates exact, steady and stepped", test_rates);
-    CU_add_test(s, "no false change after a constant start", test_changes);
-    CU_add_test(s, "adaptive interval backs off and returns", test_adaptive);
-    CU_add_test(s, "anomaly score: absent, low, high", test_anomaly);
-    CU_add_test(s, "default derived series", test_default_cardinality);
-    CU_basic_set_mode(CU_BRM_VERBOSE);
+    static const mv_test tests[] = {
+        {"quantiles over 1e-9..1e3 within alpha", test_quantiles},
+        {"rates exact, steady and stepped", test_rates},
+        {"no false change after a constant start", test_changes},
+        {"adaptive interval backs off and returns", test_adaptive},
+        {"anomaly score: absent, low, high", test_anomaly},
+        {"default derived series", test_default_cardinality},
+    };
     curl_global_init(CURL_GLOBAL_DEFAULT);
-    CU_basic_run_tests();
-    unsigned fails = CU_get_number_of_failures();
-    CU_cleanup_registry();
+    int fails = MV_TEST_RUN("groundtruth", tests);
     mv_httpd_destroy(g_httpd);
     mv_export_sel_destroy(g_default_sel);
     curl_global_cleanup();
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
-    if (system(cmd) != 0)
+    if (mv_test_rmrf(g_dir) != 0)
         fprintf(stderr, "could not remove %s\n", g_dir);
-    return fails ? 1 : 0;
+    free(g_dir);
+    return fails;
 }

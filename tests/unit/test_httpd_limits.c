@@ -9,16 +9,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "mv_httpd.h"
+#include "mv_test.h"
 
-static uint64_t mono_ms(void)
+/* The server holds no connection (for mv_test_wait_until). */
+static int no_active(void *arg)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+    mv_httpd_stats st;
+    mv_httpd_get_stats(arg, &st);
+    return st.active == 0;
 }
 
 static int h_ok(void *arg, const mv_httpd_request *req, mv_httpd_response *resp)
@@ -61,7 +62,7 @@ static int closed_within(int fd, int ms)
 /* GET / from `src`; returns the status code or -1, and how long it took. */
 static int get(const char *src, uint16_t port, uint64_t *took_ms)
 {
-    uint64_t t0 = mono_ms();
+    uint64_t t0 = mv_test_mono_ms();
     int fd = connect_from(src, port);
     if (fd < 0)
         return -1;
@@ -81,7 +82,7 @@ static int get(const char *src, uint16_t port, uint64_t *took_ms)
     }
     close(fd);
     buf[got] = '\0';
-    *took_ms = mono_ms() - t0;
+    *took_ms = mv_test_mono_ms() - t0;
     int status = -1;
     if (sscanf(buf, "HTTP/1.1 %d", &status) != 1)
         return -1;
@@ -107,8 +108,8 @@ static void test_one_client_cannot_starve_another(void)
         fds[i] = connect_from("127.0.0.2", port);
     /* Wait (bounded, inside the 4 s idle timeout even under emulation) until 12 were closed
      * by the server. */
-    uint64_t w0 = mono_ms();
-    while (refused < 12 && mono_ms() - w0 < 2500) {
+    uint64_t w0 = mv_test_mono_ms();
+    while (refused < 12 && mv_test_mono_ms() - w0 < 2500) {
         for (int i = 0; i < 20; i++)
             if (!gone[i] && (fds[i] < 0 || closed_within(fds[i], 0))) {
                 gone[i] = 1;
@@ -134,24 +135,18 @@ static void test_one_client_cannot_starve_another(void)
     CU_ASSERT(st.accepted >= 9);
 
     /* Idle connections are closed by the timeout, freeing the client's slots. */
-    uint64_t t0 = mono_ms();
+    uint64_t t0 = mv_test_mono_ms();
     int closed = 0;
     for (int i = 0; i < 20; i++)
         if (fds[i] >= 0 && closed_within(fds[i], 10000))
             closed++;
     CU_ASSERT_EQUAL(closed, 20); /* 12 refused at once, 8 idle after the 4 s timeout */
-    CU_ASSERT(mono_ms() - t0 < 12000);
+    CU_ASSERT(mv_test_mono_ms() - t0 < 12000);
     for (int i = 0; i < 20; i++)
         if (fds[i] >= 0)
             close(fds[i]);
-    t0 = mono_ms();
-    while (mono_ms() - t0 < 3000) {
-        mv_httpd_get_stats(h, &st);
-        if (st.active == 0)
-            break;
-        struct timespec ts = {0, 20000000};
-        nanosleep(&ts, NULL);
-    }
+    mv_test_wait_until(no_active, h, 3000);
+    mv_httpd_get_stats(h, &st);
     CU_ASSERT_EQUAL(st.active, 0);
     CU_ASSERT_EQUAL(get("127.0.0.2", port, &took), 200); /* slots were given back */
     mv_httpd_destroy(h);
@@ -159,13 +154,8 @@ static void test_one_client_cannot_starve_another(void)
 
 int main(void)
 {
-    if (CU_initialize_registry() != CUE_SUCCESS)
-        return 1;
-    CU_pSuite suite = CU_add_suite("httpd_limits", NULL, NULL);
-    CU_add_test(suite, "one client cannot starve another", test_one_client_cannot_starve_another);
-    CU_basic_set_mode(CU_BRM_VERBOSE);
-    CU_basic_run_tests();
-    unsigned failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
-    CU_cleanup_registry();
-    return failed ? 1 : 0;
+    static const mv_test tests[] = {
+        {"one client cannot starve another", test_one_client_cannot_starve_another},
+    };
+    return MV_TEST_RUN("httpd_limits", tests);
 }

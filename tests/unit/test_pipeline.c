@@ -19,7 +19,7 @@
 
 #define SEC 1000000000ull
 
-static char g_dir[] = "/tmp/mv-test-pipeline-XXXXXX";
+static char *g_dir;
 
 typedef struct fixture {
     char path[256];
@@ -639,7 +639,8 @@ static void test_adaptive_sampling(void)
 
 int main(void)
 {
-    if (!mkdtemp(g_dir))
+    g_dir = mv_test_tmpdir("test-pipeline");
+    if (!g_dir)
         return 1;
     static const mv_test tests[] = {
         {"counter window", test_counter_window},
@@ -656,9 +657,8 @@ int main(void)
         {"adaptive sampling", test_adaptive_sampling},
     };
     int fails = MV_TEST_RUN("pipeline", tests);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
-    if (system(cmd) != 0)
+    if (mv_test_rmrf(g_dir) != 0)
         fprintf(stderr, "could not remove %s\n", g_dir);
+    free(g_dir);
     return fails;
 }

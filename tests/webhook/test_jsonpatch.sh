@@ -4,11 +4,10 @@
 # Exits 77 when no Go toolchain is installed.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
+# shellcheck source=SCRIPTDIR/../lib/testlib.sh
+. "$root/tests/lib/testlib.sh"
 rc=0
 bin=$("$root/tests/tools/jsonpatch/build.sh") || rc=$?
-if [ "$rc" = 77 ]; then
-  echo "SKIPPED: no Go toolchain to build tests/tools/jsonpatch"
-  exit 77
-fi
+[ "$rc" = 77 ] && skip "no Go toolchain to build tests/tools/jsonpatch"
 [ "$rc" = 0 ] || { echo "FAIL: building tests/tools/jsonpatch" >&2; exit 1; }
 exec "$bin" "$root/tests/data/webhook/cases"

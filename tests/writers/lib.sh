@@ -4,7 +4,8 @@
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cache=${MV_CACHE:-/var/cache/microview}
 
-skip() { echo "SKIPPED: $*"; exit 77; }
+# shellcheck source=SCRIPTDIR/../lib/testlib.sh
+. "$root/tests/lib/testlib.sh"
 
 # go_env: a Go toolchain and module settings for building the writers offline-first.
 go_env() {

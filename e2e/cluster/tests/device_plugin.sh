@@ -25,7 +25,6 @@ cleanup() {
   MV_KEEP_LOGS="$keep" "$MV_CLUSTER_SRC/down.sh"
 }
 trap cleanup EXIT
-secs() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.3f", (b-a)/1000}'; }
 RES=microview.io/metrics
 POOL=4096 # pages: the agent's default 16Mi pool of 4Ki pages
 
@@ -75,11 +74,11 @@ fi
 start_proc microview-agent "$build/bin/microview-agent" --config "$D/agent.yaml"
 events() { grep -c "event=$1" "$AGENT_LOG" 2>/dev/null || true; }
 has_event() { grep "event=$1" "$AGENT_LOG" 2>/dev/null | grep -- "${2:-}" >/dev/null; }
-wait_for 20 "dp.registered" has_event dp.registered
+wait_for --what "dp.registered" 20 has_event dp.registered
 check "agent registered with the real kubelet (dp.registered)" has_event dp.registered
 allocatable() { kc get node "$MV_NODE" -o jsonpath="{.status.allocatable.microview\.io/metrics}"; }
 alloc_is() { [ "$(allocatable)" = "$1" ]; }
-wait_for 30 "allocatable $RES=$POOL" alloc_is "$POOL"
+wait_for --what "allocatable $RES=$POOL" 30 alloc_is "$POOL"
 check "node allocatable shows $RES: $(allocatable) (want $POOL)" alloc_is "$POOL"
 
 # --- the collector on the host, reading segments through shm
@@ -116,11 +115,11 @@ is_running() { [ "$(phase "$1")" = Running ]; }
 pod_uid() { kc get pod "$1" -n team-a -o jsonpath='{.metadata.uid}'; }
 
 writer_pod writer 16
-wait_for 90 "pod writer Running" is_running writer
+wait_for --what "pod writer Running" 90 is_running writer
 check "pod requesting $RES: 16 is Running" is_running writer
 t_running=$(now_ms)
 check "kubelet called Allocate: dp.allocated pages=16" has_event dp.allocated "pages=16 "
-wait_for 15 "prestart.mapped for writer" has_event prestart.mapped 'pod=writer'
+wait_for --what "prestart.mapped for writer" 15 has_event prestart.mapped 'pod=writer'
 mapped() { grep 'event=prestart.mapped' "$AGENT_LOG" | grep 'namespace=team-a' | grep 'pod=writer' |
   grep 'container=app' >/dev/null; }
 check "kubelet called PreStartContainer: prestart.mapped namespace=team-a pod=writer container=app" mapped
@@ -138,7 +137,7 @@ series() {
   metrics 2>/dev/null | grep '^gen_' | grep 'namespace="team-a"' | grep "pod=\"$1\"" |
     grep 'container="app"' | grep 'app="checkout"' | grep 'tier="web"' >/dev/null
 }
-wait_for 30 "collector series of writer" series writer
+wait_for --what "collector series of writer" 30 series writer
 check "collector /metrics has the writer's series with namespace, pod, container and annotation labels" series writer
 t_series=$(now_ms)
 gen_value() { metrics | grep '^gen_requests_total{' | grep -m1 'pod="writer"' | awk '{print $2}'; }
@@ -157,36 +156,36 @@ setsid bash -c '"$0" --kubeconfig "$1" get node "$2" --watch \
   while read -r a rv; do echo "$(date +%s%3N) $a $rv"; done' \
   "$(k8s_bin)/kubectl" "$ADMIN_KUBECONFIG" "$MV_NODE" >"$WATCH" 2>&1 &
 watch_pid=$!
-wait_for 10 "node watch" test -s "$WATCH"
+wait_for --what "node watch" 10 test -s "$WATCH"
 stop_proc kubelet 15
 t_kstart=$(now_ms)
 log "step: kubelet restarted"
 start_kubelet
 # The kubelet serves device-plugin registration once it re-creates kubelet.sock.
 sock_new() { [ -S "$MV_DEVICE_PLUGIN_DIR/kubelet.sock" ] && [ "$(sock_ino)" != "$ino0" ]; }
-wait_for 60 "kubelet.sock re-created" sock_new
+wait_for --what "kubelet.sock re-created" 60 sock_new
 check "the restarted kubelet re-created kubelet.sock" sock_new
 # When the kubelet bound its registration socket (its ctime, ms resolution).
 t_serving=$(stat -c %.3Z "$MV_DEVICE_PLUGIN_DIR/kubelet.sock" | tr -d .)
 rereg() { [ "$(events dp.reregistered)" -gt "$before_rereg" ]; }
-wait_for 10 "dp.reregistered" rereg
+wait_for --what "dp.reregistered" 10 rereg
 check "agent re-registered after the kubelet restart (dp.reregistered)" rereg
 refused=$(($(events dp.register_failed) - before_failed))
 check "refused Register calls while the kubelet was down were backed off ($refused dp.register_failed lines)" \
   test "$refused" -le 20
 rereg_ts=$(grep 'event=dp.reregistered' "$AGENT_LOG" | tail -1 | grep -o '^ts=[^ ]*' | cut -d= -f2)
 rereg_ms=$(date -d "$rereg_ts" +%s%3N)
-rereg_s=$(secs "$t_serving" "$rereg_ms")
+rereg_s=$(secs "$t_serving" "$rereg_ms" 3)
 check "re-registered within 1 s of the kubelet serving kubelet.sock (${rereg_s}s)" \
   awk -v s="$rereg_s" 'BEGIN{exit !(s <= 1.0)}'
 # A pod admitted right after the restart gets the resource (no UnexpectedAdmissionError).
 t_w2=$(now_ms)
 writer_pod writer2 16
-wait_for 90 "pod writer2 Running" is_running writer2
+wait_for --what "pod writer2 Running" 90 is_running writer2
 t_w2_run=$(now_ms)
 log "step: writer2 running"
 if [ $((t_w2_run - t_w2)) -gt 15000 ]; then
-  echo "note: writer2 took $(secs "$t_w2" "$t_w2_run")s to run; its events:"
+  echo "note: writer2 took $(secs "$t_w2" "$t_w2_run" 3)s to run; its events:"
   kc get events -n team-a --field-selector involvedObject.name=writer2 -o wide 2>&1 | head -20
 fi
 check "a pod created right after the kubelet restart is admitted and Running" is_running writer2
@@ -204,7 +203,7 @@ restarts=$(kc get pod writer -n team-a -o jsonpath='{.status.containerStatuses[0
 check "the first writer kept running through the kubelet restart (restartCount=$restarts)" \
   sh -c "[ '$(phase writer)' = Running ] && [ '$restarts' = 0 ]"
 advanced() { v=$(gen_value); [ -n "$v" ] && [ -n "$v0" ] && awk -v a="$v0" -v b="$v" 'BEGIN{exit !(b > a)}'; }
-wait_for 10 "writer's counter advancing" advanced
+wait_for --what "writer's counter advancing" 10 advanced
 check "the writer's counter kept advancing in the collector ($v0 -> $(gen_value))" advanced
 
 # --- pod deleted: segment collected, pages back
@@ -214,19 +213,19 @@ log "step: deleting the writers"
 kc delete pod writer writer2 -n team-a --wait=true --timeout=60s >/dev/null
 log "step: writers deleted"
 collected() { has_event segment.collected "id=$1"; }
-wait_for 30 "segment $seg_id collected" collected "$seg_id"
+wait_for --what "segment $seg_id collected" 30 collected "$seg_id"
 check "segment $seg_id collected after its pod was deleted (segment.collected)" collected "$seg_id"
-wait_for 30 "segment $seg2 collected" collected "$seg2"
+wait_for --what "segment $seg2 collected" 30 collected "$seg2"
 check "segment $seg2 collected" collected "$seg2"
 t_gc=$(now_ms)
 log "step: segments collected"
 check "the segment directory $STATE/$seg_id is gone" test ! -e "$STATE/$seg_id"
 series_gone() { ! series writer; }
-wait_for 15 "writer series gone from the collector" series_gone
+wait_for --what "writer series gone from the collector" 15 series_gone
 check "the collector dropped the deleted pod's series" series_gone
 # The whole pool in one pod: only possible if every page came back to the kubelet and the agent.
 writer_pod full "$POOL"
-wait_for 90 "pod full Running" is_running full
+wait_for --what "pod full Running" 90 is_running full
 check "a pod asking for the whole pool ($POOL pages) is Running" is_running full
 check "Allocate of the whole pool: dp.allocated pages=$POOL pool_used=$POOL" \
   has_event dp.allocated "pages=$POOL .*pool_used=$POOL pool_total=$POOL"
@@ -238,12 +237,12 @@ check "the kubelet's $kreg registration(s) all came from this agent ($areg)" tes
 no_foreign() { [ -z "$(foreign)" ]; }
 check "no other device plugin appeared in $MV_DEVICE_PLUGIN_DIR" no_foreign
 
-echo "device_plugin: up=$(secs "$t0" "$t_up")s pod_running=$(secs "$t_up" "$t_running")s" \
-  "series=$(secs "$t_running" "$t_series")s kubelet_start_to_sock=$(secs "$t_kstart" "$t_serving")s" \
+echo "device_plugin: up=$(secs "$t0" "$t_up" 3)s pod_running=$(secs "$t_up" "$t_running" 3)s" \
+  "series=$(secs "$t_running" "$t_series" 3)s kubelet_start_to_sock=$(secs "$t_kstart" "$t_serving" 3)s" \
   "reregistration_after_sock=${rereg_s}s" \
-  "pod_after_restart_running=$(secs "$t_w2" "$t_w2_run")s node_updates_after_restart=$posts allocatable_min_during_restart=$min_seen gc_after_delete=$(secs "$t_del" "$t_gc")s" \
-  "total=$(secs "$t0" "$(now_ms)")s failed=$MV_FAILED"
-[ "$MV_FAILED" -eq 0 ] || {
+  "pod_after_restart_running=$(secs "$t_w2" "$t_w2_run" 3)s node_updates_after_restart=$posts allocatable_min_during_restart=$min_seen gc_after_delete=$(secs "$t_del" "$t_gc" 3)s" \
+  "total=$(secs "$t0" "$(now_ms)" 3)s failed=$fails"
+[ "$fails" -eq 0 ] || {
   dump_logs 40
   exit 1
 }

@@ -44,8 +44,6 @@ trap cleanup EXIT
 RES=microview.io/metrics
 NS=microview # the release's namespace
 APP=shop     # the sample app's namespace
-secs() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.1f", (b-a)/1000}'; }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 # pod_logs: every pod's log (and its previous container's) into $LOGS/pods/, kept with the rest.
 pod_logs() {
   local ns name
@@ -121,7 +119,7 @@ check "agent DaemonSet ready" ds_ready microview-agent
 check "collector DaemonSet ready" ds_ready microview-collector
 allocatable() { kc get node "$MV_NODE" -o jsonpath="{.status.allocatable.microview\\.io/metrics}"; }
 has_allocatable() { [ -n "$(allocatable)" ]; }
-wait_for 30 "allocatable $RES" has_allocatable
+wait_for --what "allocatable $RES" 30 has_allocatable
 POOL=$(allocatable)
 check "node allocatable shows $RES: '$POOL' (16Mi pool / 4Ki pages = 4096)" test "$POOL" = 4096
 
@@ -158,7 +156,7 @@ t0=$(now_ms)
 deployment 1
 ready_replicas() { kc get deploy sample -n "$APP" -o jsonpath='{.status.readyReplicas}'; }
 replicas_ready() { [ "$(ready_replicas)" = "$1" ]; }
-wait_for 120 "sample Deployment ready" replicas_ready 1 || fail_now "the sample Deployment never became ready"
+wait_for --what "sample Deployment ready" 120 replicas_ready 1 || fail_now "the sample Deployment never became ready"
 echo "timing: annotated Deployment ready $(secs "$t0" "$(now_ms)")s"
 POD=$(kc get pods -n "$APP" -l app=sample -o jsonpath='{.items[0].metadata.name}')
 limit() { kc get pod "$1" -n "$APP" -o jsonpath="{.spec.containers[0].resources.limits.microview\\.io/metrics}"; }
@@ -183,7 +181,7 @@ pod_ip() { kc get pod "$1" -n "$APP" -o jsonpath='{.status.podIP}'; }
 curl -fsS --max-time 2 "http://$(pod_ip "$POD"):8080/" >/dev/null # one request: the counter is 1
 series() { curl -fsS --max-time 5 "$METRICS_URL" 2>/dev/null | grep "^app_requests_total{" | grep "pod=\"$POD\""; }
 series_one() { series | grep -qE '\} 1$'; }
-wait_for 30 "the pod's counter at 1 on the collector (port-forward)" series_one
+wait_for --what "the pod's counter at 1 on the collector (port-forward)" 30 series_one
 line=$(series)
 echo "collector: $line"
 for want in "namespace=\"$APP\"" "pod=\"$POD\"" 'container="app"' 'app="sample"' 'tier="web"'; do
@@ -249,7 +247,7 @@ prom_value() { # PROMQL: the first sample's value
     python3 -c 'import json,sys; r=json.load(sys.stdin)["data"]["result"]; print(r[0]["value"][1] if r else "")'
 }
 prom_has() { [ -n "$(prom_value "$1")" ]; }
-wait_for 60 "Prometheus scraping the collector" prom_has "app_requests_total{namespace=\"$APP\",pod=\"$POD\"}"
+wait_for --what "Prometheus scraping the collector" 60 prom_has "app_requests_total{namespace=\"$APP\",pod=\"$POD\"}"
 check "Prometheus keeps the pod's own namespace/pod labels (honor_labels)" \
   prom_has "app_requests_total{namespace=\"$APP\",pod=\"$POD\",container=\"app\"}"
 
@@ -305,7 +303,7 @@ for it in json.load(sys.stdin)["items"]:
     print(it["describedObject"]["name"], float(v[: len(v) - len(suffix)]) * units[suffix])'
 }
 adapter_has() { adapter_values | grep -q "^$POD "; }
-wait_for 90 "custom.metrics.k8s.io serving $METRIC for $POD" adapter_has ||
+wait_for --what "custom.metrics.k8s.io serving $METRIC for $POD" 90 adapter_has ||
   fail_now "prometheus-adapter never served $CM_PATH"
 check "kubectl get --raw $CM_PATH answers for the pod" adapter_has
 # collector_values: "pod value" lines of app_requests_rate from the collector (port-forward).
@@ -386,7 +384,7 @@ spec:
 EOF
 hpa_field() { kc get hpa sample -n "$APP" -o jsonpath="{$1}"; }
 hpa_sees() { hpa_field '.status.currentMetrics[0].pods.current.averageValue' | grep -q .; }
-wait_for 90 "the HPA reading $METRIC" hpa_sees || fail_now "the HPA never read $METRIC"
+wait_for --what "the HPA reading $METRIC" 90 hpa_sees || fail_now "the HPA never read $METRIC"
 check "the HPA reads $METRIC from the adapter (current $(hpa_field '.status.currentMetrics[0].pods.current.averageValue'))" hpa_sees
 
 above() { awk -v v="$1" -v t="$TARGET" 'BEGIN{exit !(v + 0 > t)}'; }
@@ -398,18 +396,18 @@ spec_up() { [ "$(kc get deploy sample -n "$APP" -o jsonpath='{.spec.replicas}')"
 
 t_load=$(now_ms)
 start_load
-wait_for 60 "collector rate above $TARGET" coll_above && t_coll=$(now_ms) || fail_now "the collector's rate never rose"
-wait_for 30 "Prometheus rate above $TARGET" prom_above && t_prom=$(now_ms) || fail_now "Prometheus never saw the rate"
-wait_for 30 "adapter value above $TARGET" adapter_above && t_adapt=$(now_ms) || fail_now "the adapter never served the rate"
-wait_for 60 "HPA desiredReplicas > 1" hpa_up && t_hpa=$(now_ms) || fail_now "the HPA never wanted more replicas"
-wait_for 30 "Deployment scaled up" spec_up && t_spec=$(now_ms) || fail_now "the Deployment was not scaled"
-wait_for 120 "3 replicas ready" replicas_ready 3 && t_ready=$(now_ms) || fail_now "3 replicas never became ready"
+wait_for --what "collector rate above $TARGET" 60 coll_above && t_coll=$(now_ms) || fail_now "the collector's rate never rose"
+wait_for --what "Prometheus rate above $TARGET" 30 prom_above && t_prom=$(now_ms) || fail_now "Prometheus never saw the rate"
+wait_for --what "adapter value above $TARGET" 30 adapter_above && t_adapt=$(now_ms) || fail_now "the adapter never served the rate"
+wait_for --what "HPA desiredReplicas > 1" 60 hpa_up && t_hpa=$(now_ms) || fail_now "the HPA never wanted more replicas"
+wait_for --what "Deployment scaled up" 30 spec_up && t_spec=$(now_ms) || fail_now "the Deployment was not scaled"
+wait_for --what "3 replicas ready" 120 replicas_ready 3 && t_ready=$(now_ms) || fail_now "3 replicas never became ready"
 check "the HPA scaled the Deployment up to 3 under load" replicas_ready 3
 echo "timing: scale-up load->collector window rate $(secs "$t_load" "$t_coll")s, ->Prometheus $(secs "$t_coll" "$t_prom")s, ->adapter $(secs "$t_prom" "$t_adapt")s, ->HPA desired $(secs "$t_adapt" "$t_hpa")s, ->Deployment spec $(secs "$t_hpa" "$t_spec")s (total $(secs "$t_load" "$t_spec")s), ->3 pods ready $(secs "$t_spec" "$t_ready")s"
 
 # Under load on 3 pods, the adapter's per-pod values are the collector's.
 every_pod_served() { [ "$(adapter_values | wc -l)" -eq 3 ]; }
-wait_for 60 "the adapter serving all 3 pods" every_pod_served
+wait_for --what "the adapter serving all 3 pods" 60 every_pod_served
 same=1
 for _ in 1 2 3 4 5; do same_values && { same=0; break; }; sleep 1; done
 check "prometheus-adapter's per-pod values equal the collector's (3 pods)" test "$same" = 0
@@ -417,8 +415,8 @@ check "prometheus-adapter's per-pod values equal the collector's (3 pods)" test 
 t_stop=$(now_ms)
 stop_load
 hpa_down() { [ "$(hpa_field .status.desiredReplicas)" = 1 ]; }
-wait_for 120 "HPA desiredReplicas back to 1" hpa_down && t_hdown=$(now_ms) || fail_now "the HPA never scaled down"
-wait_for 60 "1 replica" replicas_ready 1 && t_down=$(now_ms) || fail_now "the Deployment did not scale down"
+wait_for --what "HPA desiredReplicas back to 1" 120 hpa_down && t_hdown=$(now_ms) || fail_now "the HPA never scaled down"
+wait_for --what "1 replica" 60 replicas_ready 1 && t_down=$(now_ms) || fail_now "the Deployment did not scale down"
 check "the HPA scaled the Deployment back down to 1 after the load stopped" replicas_ready 1
 echo "timing: scale-down load stop->HPA desired 1 $(secs "$t_stop" "$t_hdown")s (window + scaleDown stabilization 10s), ->1 ready $(secs "$t_hdown" "$t_down")s"
 grep . "$LOGS/load.log" | tail -1
@@ -431,10 +429,10 @@ events() { agent_log | grep -c "event=$1" || true; }
 gone_served() { # no series of the app's other (deleted) pods left on the collector
   ! curl -fsS --max-time 5 "$METRICS_URL" | grep '^app_requests_total{' | grep -v "pod=\"$POD\"" | grep -q .
 }
-wait_for 30 "series of the deleted pods gone" gone_served
+wait_for --what "series of the deleted pods gone" 30 gone_served
 check "the scaled-down pods' series are gone from the collector" gone_served
 collected() { [ "$(events segment.collected)" -ge 2 ]; }
-wait_for 30 "segment.collected x2" collected
+wait_for --what "segment.collected x2" 30 collected
 check "the agent collected the deleted pods' segments ($(events segment.collected) segment.collected)" collected
 
 # Their pages are back: a pod asking for the whole rest of the pool is admitted and allocated.
@@ -454,7 +452,7 @@ spec:
     resources: {requests: {$RES: "$REST"}, limits: {$RES: "$REST"}}
 EOF
 rest_running() { [ "$(kc get pod rest-of-pool -n "$APP" -o jsonpath='{.status.phase}')" = Running ]; }
-wait_for 60 "rest-of-pool Running" rest_running
+wait_for --what "rest-of-pool Running" 60 rest_running
 check "the deleted pods' pages are back: a pod asking for the rest of the pool ($REST pages) runs" rest_running
 allocated_rest() { agent_log | grep 'event=dp.allocated' | grep -q "pages=$REST "; }
 check "and the agent allocated it (dp.allocated pages=$REST)" allocated_rest
@@ -467,12 +465,12 @@ old_agent=$(comp_pod agent)
 t0=$(now_ms)
 kc delete pod "$old_agent" -n "$NS" --wait=false >/dev/null
 new_agent_ready() { local a; a=$(comp_pod agent); [ -n "$a" ] && [ "$a" != "$old_agent" ] && ds_ready microview-agent; }
-wait_for 120 "a new agent pod ready" new_agent_ready || fail_now "the DaemonSet did not recreate the agent"
+wait_for --what "a new agent pod ready" 120 new_agent_ready || fail_now "the DaemonSet did not recreate the agent"
 echo "timing: agent pod deleted -> new agent ready $(secs "$t0" "$(now_ms)")s"
 check "the DaemonSet recreated the agent pod" new_agent_ready
 curl -fsS --max-time 2 "http://$(pod_ip "$POD"):8080/" >/dev/null
 grew() { local v; v=$(value_of); [ -n "$v" ] && [ -n "$v_before" ] && [ "${v%.*}" -gt "${v_before%.*}" ]; }
-wait_for 30 "the writer's next request counted after the agent restart" grew
+wait_for --what "the writer's next request counted after the agent restart" 30 grew
 check "the writer is unaffected: its counter went on from $v_before to $(value_of)" grew
 restarts=$(kc get pod "$POD" -n "$APP" -o jsonpath='{.status.containerStatuses[0].restartCount}')
 check "the writer's container never restarted (restartCount=$restarts)" test "$restarts" = 0
@@ -487,16 +485,16 @@ ino0=$(sock_ino)
 stop_proc kubelet 15
 start_kubelet
 sock_new() { [ -S "$MV_DEVICE_PLUGIN_DIR/kubelet.sock" ] && [ "$(sock_ino)" != "$ino0" ]; }
-wait_for 60 "kubelet.sock re-created" sock_new || fail_now "the kubelet did not come back"
+wait_for --what "kubelet.sock re-created" 60 sock_new || fail_now "the kubelet did not come back"
 t_serving=$(stat -c %.3Z "$MV_DEVICE_PLUGIN_DIR/kubelet.sock" | tr -d .)
 rereg() { [ "$(events dp.reregistered)" -gt "$before_rereg" ]; }
-wait_for 20 "dp.reregistered" rereg
+wait_for --what "dp.reregistered" 20 rereg
 check "the agent pod re-registered after the kubelet restart" rereg
 rereg_ts=$(agent_log | grep 'event=dp.reregistered' | tail -1 | grep -o '^ts=[^ ]*' | cut -d= -f2)
 rereg_s=$(awk -v a="$t_serving" -v b="$(date -d "$rereg_ts" +%s%3N)" 'BEGIN{printf "%.3f", (b-a)/1000}')
 check "re-registered within 1 s of the kubelet serving (${rereg_s}s)" awk -v s="$rereg_s" 'BEGIN{exit !(s <= 1.0)}'
 pool_back() { [ "$(allocatable)" = "$POOL" ]; }
-wait_for 30 "allocatable back" pool_back
+wait_for --what "allocatable back" 30 pool_back
 check "allocatable $RES is $POOL after the kubelet restart" pool_back
 
 # The webhook down with failurePolicy Ignore: annotated pods are created without the resource,
@@ -511,16 +509,16 @@ check "failurePolicy is Ignore after the upgrade" \
   test "$(kc get mutatingwebhookconfiguration microview-webhook -o jsonpath='{.webhooks[0].failurePolicy}')" = Ignore
 kc scale deploy microview-webhook -n "$NS" --replicas=0 >/dev/null
 no_webhook_pods() { [ -z "$(kc get pods -n "$NS" -l app.kubernetes.io/component=webhook -o name)" ]; }
-wait_for 60 "webhook pods gone" no_webhook_pods
+wait_for --what "webhook pods gone" 60 no_webhook_pods
 down_ok() { bad_pod down-0 64Ki | kc create -f - >/dev/null 2>&1; }
-wait_for 30 "pod created with the webhook down" down_ok
+wait_for --what "pod created with the webhook down" 30 down_ok
 check "webhook down, failurePolicy Ignore: the annotated pod is still created" kc get pod down-0 -n "$APP"
 check "and carries no $RES request" test -z "$(limit down-0)"
 failed_open() { grep -q 'Failed calling webhook, failing open metrics-memory.microview.io' "$LOGS/kube-apiserver.log"; }
 check "the API server logged that it failed open on the webhook" failed_open
 
-echo "helm: failed=$MV_FAILED"
-[ "$MV_FAILED" -eq 0 ] || {
+echo "helm: failed=$fails"
+[ "$fails" -eq 0 ] || {
   dump_logs 30
   exit 1
 }

@@ -32,7 +32,7 @@ spec:
     command: ["/bin/sh", "-c", "echo smoke-says-hello from $(hostname); ip -4 addr show eth0; exec sleep 3600"]
 EOF
 running() { [ "$(kc get pod smoke -o jsonpath='{.status.phase}')" = Running ]; }
-wait_for 120 "pod smoke Running" running
+wait_for --what "pod smoke Running" 120 running
 check "pod Running on the real kubelet" running
 t_run=$(now_ms)
 node=$(kc get pod smoke -o jsonpath='{.spec.nodeName}')
@@ -41,20 +41,19 @@ ip=$(kc get pod smoke -o jsonpath='{.status.podIP}')
 in_subnet() { case $ip in "${MV_POD_SUBNET%.*/*}".*) return 0 ;; esac; return 1; }
 check "pod IP $ip from the CNI bridge subnet $MV_POD_SUBNET" in_subnet
 has_log() { kc logs smoke -c main 2>/dev/null | grep "smoke-says-hello from smoke" >/dev/null; }
-wait_for 30 "pod log line" has_log
+wait_for --what "pod log line" 30 has_log
 check "kubectl logs shows the container's output" has_log
 out=$(kc exec smoke -c main -- /bin/echo exec-ok 2>&1)
 check "kubectl exec through the API server and the kubelet: '$out'" test "$out" = exec-ok
 eth0_ip() { kc logs smoke -c main | grep "inet $ip/" >/dev/null; }
-wait_for 15 "the address in the pod log" eth0_ip
+wait_for --what "the address in the pod log" 15 eth0_ip
 check "the container's eth0 has the pod IP" eth0_ip
 kc delete pod smoke --wait=true --timeout=60s >/dev/null
 gone() { ! kc get pod smoke >/dev/null 2>&1; }
 check "pod deleted" gone
 
-secs() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.1f", (b-a)/1000}'; }
-echo "smoke: up=$(secs "$t0" "$t_up")s pod_running=$(secs "$t_up" "$t_run")s total=$(secs "$t0" "$(now_ms)")s failed=$MV_FAILED"
-[ "$MV_FAILED" -eq 0 ] || {
+echo "smoke: up=$(secs "$t0" "$t_up")s pod_running=$(secs "$t_up" "$t_run")s total=$(secs "$t0" "$(now_ms)")s failed=$fails"
+[ "$fails" -eq 0 ] || {
   dump_logs 30
   exit 1
 }

@@ -27,10 +27,10 @@ RES=microview.io/metrics
   exit 1
 }
 (umask 077 && cert_leaf ca webhook "/CN=microview-webhook" serverAuth "IP:127.0.0.1")
-WPORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+WPORT=$(free_port)
 start_proc microview-webhook "$build/bin/microview-webhook" --listen "127.0.0.1:$WPORT" \
   --tls-cert-file "$CERTS/webhook.crt" --tls-key-file "$CERTS/webhook.key"
-wait_for 20 "webhook serving" curl -fsS --max-time 1 --cacert "$CERTS/ca.crt" "https://127.0.0.1:$WPORT/healthz"
+wait_for --what "webhook serving" 20 curl -fsS --max-time 1 --cacert "$CERTS/ca.crt" "https://127.0.0.1:$WPORT/healthz"
 
 # webhook_config POLICY: pods CREATE in namespaces labelled microview-e2e=on, by URL over TLS.
 webhook_config() {
@@ -76,7 +76,7 @@ applied() {
   kc delete pod probe -n team-w --ignore-not-found --wait=false >/dev/null 2>&1
   pod probe 4Ki | kc create -f - >/dev/null 2>&1 && [ "$(limit probe)" = 1 ]
 }
-wait_for 30 "webhook in the admission chain" applied
+wait_for --what "webhook in the admission chain" 30 applied
 pod web-0 64Ki | kc create -f - >/dev/null
 check "annotated pod created with $RES limit 16 (64Ki / 4Ki pages): '$(limit web-0)'" test "$(limit web-0)" = 16
 check "and the equal request: '$(request web-0)'" test "$(request web-0)" = 16
@@ -97,14 +97,14 @@ check "every webhook log line is one logfmt event" logfmt
 stop_proc microview-webhook
 webhook_config Ignore
 down_ok() { pod down-0 64Ki | kc create -f - >/dev/null 2>&1; }
-wait_for 30 "pod created with the webhook down" down_ok
+wait_for --what "pod created with the webhook down" 30 down_ok
 check "webhook down, failurePolicy Ignore: the pod is still created" kc get pod down-0 -n team-w
 check "and carries no $RES request" test -z "$(limit down-0)"
 ignored() { grep -E 'Failed calling webhook, failing open pods.microview.io' "$LOGS/kube-apiserver.log" >/dev/null; }
 check "the API server logged that it failed open on the webhook" ignored
 
-echo "webhook: failed=$MV_FAILED"
-[ "$MV_FAILED" -eq 0 ] || {
+echo "webhook: failed=$fails"
+[ "$fails" -eq 0 ] || {
   dump_logs 30
   exit 1
 }

@@ -14,28 +14,28 @@ gen_a=$WIRE_GEN_PID
 wire_gen b 50
 wire_collector "$E2E_SELF_IP" || { wire_dump_logs; exit 1; }
 
-wire_check "collector serves instance a over RDMA" wire_until 30 wire_has a
-wire_check "collector serves instance b over RDMA" wire_until 30 wire_has b
-wire_check "agent registered both segments" \
-  wire_until 10 test "$(grep -c 'event=segment.rdma_registered' "$WIRE_DIR/agent.log")" -ge 2
+check "collector serves instance a over RDMA" wait_for 30 wire_has a
+check "collector serves instance b over RDMA" wait_for 30 wire_has b
+check "agent registered both segments" \
+  wait_for 10 test "$(grep -c 'event=segment.rdma_registered' "$WIRE_DIR/agent.log")" -ge 2
 
 path_a=$(wire_seg a | cut -d' ' -f2)
-kill -STOP "$gen_a"
-sleep 0.5 # several 50 ms ticks: the collector's copy is now the frozen state
-wire_metrics >"$WIRE_DIR/metrics.txt"
+wire_freeze "$gen_a"
 "$B/microviewctl" dump --json "$path_a" >"$WIRE_DIR/dump-a.json"
+# Until the collector's copy is the frozen state (a few 50 ms ticks); asserted below.
+wait_for 10 wire_served_as "$WIRE_DIR/metrics.txt" "$WIRE_DIR/dump-a.json" a
 kill -CONT "$gen_a"
-wire_check "values read by RDMA equal the segment's" \
+check "values read by RDMA equal the segment's" \
   wire_compare "$WIRE_DIR/metrics.txt" "$WIRE_DIR/dump-a.json" a
 grep '^microview_rdma_' "$WIRE_DIR/metrics.txt" | head -n 12
 reads=$(awk '/^microview_rdma_reads_total/ {print $2}' "$WIRE_DIR/metrics.txt" | head -n 1)
-wire_check "per-agent RDMA read statistics exported (reads=$reads)" test "${reads:-0}" -gt 0
+check "per-agent RDMA read statistics exported (reads=$reads)" test "${reads:-0}" -gt 0
 sbytes=$(awk '/^microview_rdma_segment_read_bytes_total/ {print $2}' "$WIRE_DIR/metrics.txt" |
   head -n 1)
-wire_check "per-segment RDMA read bytes exported (bytes=$sbytes)" test "${sbytes:-0}" -gt 0
+check "per-segment RDMA read bytes exported (bytes=$sbytes)" test "${sbytes:-0}" -gt 0
 
-wire_check "collector and agent stop cleanly (no sanitizer report)" \
+check "collector and agent stop cleanly (no sanitizer report)" \
   wire_stop_clean "$WIRE_COLL_PID" "$WIRE_AGENT_PID"
 wire_dump_logs
-e2e_result "wire_one_fails=$WIRE_FAILS rdma_reads=${reads:-0}"
-[ "$WIRE_FAILS" = 0 ]
+e2e_result "wire_one_fails=$fails rdma_reads=${reads:-0}"
+[ "$fails" = 0 ]

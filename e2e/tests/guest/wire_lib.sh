@@ -69,27 +69,31 @@ wire_value() {
     awk '{print $2}' | head -n 1
 }
 
-# wire_until SECONDS CMD...: retries CMD every 0.2 s.
-wire_until() {
-  local end=$((SECONDS + $1)); shift
-  while [ $SECONDS -lt $end ]; do "$@" && return 0; sleep 0.2; done
-  "$@"
-}
-
 # wire_compare METRICS_FILE DUMP_JSON INSTANCE: every value of the segment equals the served one.
 wire_compare() { /usr/bin/python3 "$REPO/e2e/tests/guest/wire_compare.py" "$@"; }
+
+# wire_stopped PID: the process is stopped (SIGSTOP has taken effect: state T in /proc).
+wire_stopped() { [ "$(sed 's/.*) //' "/proc/$1/stat" | cut -d' ' -f1)" = T ]; }
+
+# wire_freeze PID: SIGSTOP to a writer, and wait (10 s at most) until it is stopped, so that
+# its segment holds still.
+wire_freeze() {
+  kill -STOP "$1"
+  wait_for --what "writer $1 to stop" 10 wire_stopped "$1"
+}
+
+# wire_served_as METRICS_FILE DUMP_JSON INSTANCE: fetches /metrics into METRICS_FILE and
+# compares it with the (frozen) segment's dump, quietly: the condition to wait for before the
+# comparison is asserted on METRICS_FILE.
+wire_served_as() { wire_metrics >"$1" && wire_compare "$@" >/dev/null 2>&1; }
+
+# wire_agent_down: the collector's RDMA queue pair to the agent is no longer usable.
+wire_agent_down() { wire_metrics | grep -Eq '^microview_rdma_agent_connected\{[^}]*\} 0$'; }
 
 # wire_flag NAME / wire_await NAME [SECONDS]: flag files in $E2E_RUN, shared by both VMs, by
 # which two-VM scenarios take turns; a missing flag dumps the logs and exits.
 wire_flag() { touch "$E2E_RUN/$1"; }
 wire_await() { e2e_wait_file "$E2E_RUN/$1" "${2:-90}" || { wire_dump_logs; exit 1; }; }
-
-WIRE_FAILS=0
-# wire_check NAME CMD...: records PASS/FAIL lines.
-wire_check() {
-  local name=$1; shift
-  if "$@"; then e2e_log "PASS: $name"; else e2e_log "FAIL: $name"; WIRE_FAILS=$((WIRE_FAILS + 1)); fi
-}
 
 # wire_dump_logs: the component logs, for the run's log file.
 wire_dump_logs() {
