@@ -23,7 +23,9 @@ import grpc
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "e2e", "standins"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
 import protogen  # noqa: E402
+from mvtest import Report, free_port, wait_until  # noqa: E402,F401 (re-exported to k8s_host.py)
 from fake_kubelet import FakeKubelet, KubeletError  # noqa: E402
 from fake_apiserver import FakeApiServer  # noqa: E402
 
@@ -35,34 +37,12 @@ PAGES = 16
 CONTAINER_PATH = "/var/run/microview"
 SKIP = 77
 
-PASSED = 0
-FAILED = 0
+R = Report()
+check = R.check
 
 
 class Skip(Exception):
     pass
-
-
-def check(name, cond, detail=""):
-    global PASSED, FAILED
-    if cond:
-        PASSED += 1
-        print("PASS %s" % name)
-    else:
-        FAILED += 1
-        print("FAIL %s %s" % (name, detail))
-    sys.stdout.flush()
-    return cond
-
-
-def wait_until(pred, timeout=10.0, step=0.05):
-    """Polls pred until it is true or the time is up; returns its last value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v or time.monotonic() >= deadline:
-            return v
-        time.sleep(step)
 
 
 class Env:
@@ -183,7 +163,7 @@ class Env:
                   rc == 0 and "Sanitizer" not in log and "runtime error" not in log, rc)
         self.kubelet.stop()
         self.api.stop()
-        if FAILED:
+        if R.failed:
             sys.stdout.write("---- agent log ----\n" + self.log()[-6000:])
         shutil.rmtree(self.tmp, ignore_errors=True)
 
@@ -283,14 +263,6 @@ def sc_prestart(env):
     s2 = by_pod(env.catalog(), "team-b", "api-0", "srv")
     check("rotated token is re-read (labels complete after rotation)",
           s2 is not None and s2["labels"].get("tier") == "api", s2)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def fetch(url):
@@ -779,10 +751,10 @@ def main():
             check("scenario %s ran without an exception" % name, False, traceback.format_exc())
         finally:
             env.close()
-    print("%d passed, %d failed" % (PASSED, FAILED))
-    if FAILED:
+    print("%d passed, %d failed" % (R.passed, R.failed))
+    if R.failed:
         return 1
-    return SKIP if skipped and not PASSED else 0
+    return SKIP if skipped and not R.passed else 0
 
 
 if __name__ == "__main__":

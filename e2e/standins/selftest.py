@@ -18,37 +18,17 @@ import grpc
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "lib"))
 import protogen  # noqa: E402
+from mvtest import Report, wait_until  # noqa: E402
 import fake_kubelet  # noqa: E402
 from fake_kubelet import FakeKubelet, KubeletError  # noqa: E402
 
 dp, dp_grpc, pr, pr_grpc = protogen.load()
 
 RESOURCE = "microview.io/metrics-page"
-PASSED = 0
-FAILED = 0
-
-
-def check(name, cond, detail=""):
-    global PASSED, FAILED
-    if cond:
-        PASSED += 1
-        print("PASS %s" % name)
-    else:
-        FAILED += 1
-        print("FAIL %s %s" % (name, detail))
-    sys.stdout.flush()
-    return cond
-
-
-def wait_until(pred, timeout=10.0, step=0.02):
-    """Polls pred until true or timeout; returns its last value (a bounded wait, not a sleep)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v or time.monotonic() >= deadline:
-            return v
-        time.sleep(step)
+R = Report()
+check = R.check
 
 
 class TestPlugin(dp_grpc.DevicePluginServicer):
@@ -463,8 +443,8 @@ def main():
                 check(scenario.__name__ + " ran to the end", False)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print("%d passed, %d failed" % (PASSED, FAILED))
-    return 1 if FAILED else 0
+    print("%d passed, %d failed" % (R.passed, R.failed))
+    return 1 if R.failed else 0
 
 
 if __name__ == "__main__":

@@ -23,7 +23,10 @@ import sys
 import tempfile
 import time
 import urllib.parse
-import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))
+import mvtest  # noqa: E402
+from mvtest import Report, free_port, wait_until  # noqa: E402
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 NOISY = ("127.0.0.2", 500)  # one client address, far over the per-client limit
@@ -34,45 +37,6 @@ SLOW_SCRAPE_S = 0.5
 TOTAL_BUDGET_S = 80
 
 
-class Report:
-    def __init__(self):
-        self.passed = self.failed = 0
-
-    def check(self, desc, ok, detail=""):
-        if ok:
-            self.passed += 1
-            print("PASS: %s" % desc)
-        else:
-            self.failed += 1
-            print("FAIL: %s%s" % (desc, (" -- " + detail) if detail else ""))
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_until(seconds, fn, interval=0.2):
-    end = time.monotonic() + seconds
-    while True:
-        try:
-            v = fn()
-        except OSError:
-            v = None
-        if v or time.monotonic() >= end:
-            return v
-        time.sleep(interval)
-
-
-def http_get(url, timeout=3):
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
-            return r.status, r.read().decode("utf-8", "replace")
-    except OSError as e:
-        return 0, str(e)
-
-
 def metric(body, name, labels=""):
     """The value of the sample `name{labels}` in a text exposition body, or None."""
     want = name + ("{" + labels + "}" if labels else "")
@@ -80,6 +44,12 @@ def metric(body, name, labels=""):
         if line.startswith(want + " "):
             return float(line.split()[1])
     return None
+
+
+def http_get(url, timeout=3):
+    """(status, body text); status 0 when the request failed."""
+    st, _, body = mvtest.http_get(url, timeout=timeout)
+    return st or 0, body.decode("utf-8", "replace")
 
 
 def prom_query(base, q):
@@ -185,7 +155,7 @@ def main():
                     print("--- %s.log\n%s" % (name, "".join(f.readlines()[-15:])), end="")
         shutil.rmtree(tmp, ignore_errors=True)
     print("elapsed %.1f s" % (time.monotonic() - t0))
-    print("idle_conns: %d passed, %d failed" % (rep.passed, rep.failed))
+    print(rep.summary("idle_conns"))
     return 1 if rep.failed else 0
 
 
@@ -193,7 +163,7 @@ def run(rep, bindir, tmp, spawn, t0):
     sock = os.path.join(tmp, "agent.sock")
     spawn("agent", [os.path.join(bindir, "microview-agent"), "--standalone", "--dir",
                     os.path.join(tmp, "segs"), "--socket", sock])
-    if not wait_until(5, lambda: os.path.exists(sock), 0.05):
+    if not wait_until(lambda: os.path.exists(sock), 5, 0.05):
         raise RuntimeError("agent socket did not appear")
     spawn("gen", [os.path.join(bindir, "microviewctl"), "gen", "--agent", "unix:" + sock,
                   "--label", "service=idle", "--rate", "100"])
@@ -201,7 +171,7 @@ def run(rep, bindir, tmp, spawn, t0):
     spawn("collector", [os.path.join(bindir, "microview-collector"), "--agent", "unix:" + sock,
                         "--listen", "127.0.0.1:%d" % cport])
     curl = "http://127.0.0.1:%d" % cport
-    if not wait_until(5, lambda: http_get(curl + "/healthz")[0] == 200):
+    if not wait_until(lambda: http_get(curl + "/healthz")[0] == 200, 5):
         raise RuntimeError("collector did not answer /healthz")
 
     pport = free_port()
@@ -216,7 +186,7 @@ def run(rep, bindir, tmp, spawn, t0):
                          "--storage.tsdb.path=" + os.path.join(tmp, "tsdb"),
                          "--web.listen-address=127.0.0.1:%d" % pport, "--log.level=warn"])
     prom = "http://127.0.0.1:%d" % pport
-    up = wait_until(30, lambda: prom_query(prom, 'up{job="microview"}') == 1, 0.5)
+    up = wait_until(lambda: prom_query(prom, 'up{job="microview"}') == 1, 30, 0.5)
     rep.check("Prometheus scrapes the collector before the flood", up)
     if not up:
         return

@@ -22,15 +22,12 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 
 try:
     import yaml  # Debian's python3-yaml
@@ -39,6 +36,8 @@ except ImportError:
     sys.exit(77)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
+from mvtest import Report, free_port, http_get, wait_until  # noqa: E402
 AUTOSCALING = os.path.join(ROOT, "deploy", "autoscaling")
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
@@ -68,54 +67,6 @@ def expected_rate(ns, pod):
         if (n, p) == (ns, pod):
             return r * c
     raise KeyError((ns, pod))
-
-
-class Report:
-    def __init__(self):
-        self.passed = self.failed = self.skipped = 0
-
-    def check(self, desc, ok, detail=""):
-        if ok:
-            self.passed += 1
-            print("PASS: " + desc, flush=True)
-        else:
-            self.failed += 1
-            print("FAIL: %s%s" % (desc, (" -- " + detail) if detail else ""), flush=True)
-        return ok
-
-    def skip(self, desc, why):
-        self.skipped += 1
-        print("SKIPPED: %s (%s)" % (desc, why), flush=True)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def http_get(url, headers=None, timeout=3):
-    """Returns (status, headers, body) or (None, None, error text)."""
-    req = urllib.request.Request(url, headers=headers or {})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, r.headers, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.headers, e.read()
-    except (urllib.error.URLError, OSError) as e:
-        return None, None, str(e).encode()
-
-
-def wait_until(seconds, fn, interval=0.2):
-    """Polls fn until it returns something truthy or `seconds` pass; returns the last result."""
-    until = time.monotonic() + seconds
-    while True:
-        v = fn()
-        if v or time.monotonic() >= until:
-            return v
-        time.sleep(interval)
 
 
 class AcceptRecorder(http.server.BaseHTTPRequestHandler):
@@ -288,7 +239,7 @@ def run(rep, bindir, tmp, spawn):
     sock = os.path.join(tmp, "agent.sock")
     spawn("agent", [os.path.join(bindir, "microview-agent"), "--standalone", "--dir",
                     os.path.join(tmp, "segs"), "--socket", sock, "--reap-interval-ms", "200"])
-    if not wait_until(5, lambda: os.path.exists(sock), 0.05):
+    if not wait_until(lambda: os.path.exists(sock), 5, 0.05):
         raise RuntimeError("agent socket did not appear")
     for ns, pod, rate, counters in PODS:
         spawn("gen-%s-%s" % (ns, pod),
@@ -314,7 +265,7 @@ def run(rep, bindir, tmp, spawn):
         argv += ["--max-interval-ms", str(MAX_INTERVAL_MS)]
     coll = spawn("collector", argv)
     curl = "http://127.0.0.1:%d" % cport
-    if not wait_until(5, lambda: http_get(curl + "/healthz")[0] == 200):
+    if not wait_until(lambda: http_get(curl + "/healthz")[0] == 200, 5):
         raise RuntimeError("collector did not answer /healthz")
 
     # ---- Accept-header recorder and Prometheus -------------------------------------------------
@@ -361,7 +312,7 @@ scrape_configs:
                          "--web.listen-address=127.0.0.1:%d" % pport,
                          "--storage.tsdb.retention.time=1h", "--log.level=warn"])
     prom = Prom("http://127.0.0.1:%d" % pport)
-    if not wait_until(10, lambda: http_get(prom.base + "/-/ready")[0] == 200):
+    if not wait_until(lambda: http_get(prom.base + "/-/ready")[0] == 200, 10):
         raise RuntimeError("prometheus did not become ready")
 
     # ---- the scrape target is up (Prometheus applies new targets after ~5 s) -----------------
@@ -371,12 +322,12 @@ scrape_configs:
                 return t
         return None
 
-    t = wait_until(15, target, 0.25)
+    t = wait_until(target, 15, 0.25)
     rep.check("Prometheus scrapes the collector: target health up, no error",
               t is not None and t["lastError"] == "", json.dumps(t))
 
     # ---- OpenMetrics negotiated ---------------------------------------------------------------
-    accept = wait_until(5, lambda: AcceptRecorder.seen and AcceptRecorder.seen[-1])
+    accept = wait_until(lambda: AcceptRecorder.seen and AcceptRecorder.seen[-1], 5)
     print("info: Prometheus scrape Accept header: %s" % accept)
     rep.check("Prometheus asks for OpenMetrics 1.0.0 first",
               bool(accept) and accept.startswith("application/openmetrics-text;version=1.0.0"),
@@ -391,7 +342,7 @@ scrape_configs:
         md = prom.api("/api/v1/targets/metadata", match_target='{job="microview"}')
         return {m["metric"]: m for m in md} if md else None
 
-    md = wait_until(5, lambda: (lambda m: m if m and "gen_latency_seconds" in m else None)(metadata()))
+    md = wait_until(lambda: (lambda m: m if m and "gen_latency_seconds" in m else None)(metadata()), 5)
     md = md or {}
     # Only the OpenMetrics parser knows units and names a counter family without _total.
     rep.check("Prometheus parsed the scrape as OpenMetrics: counter family gen_requests",
@@ -418,9 +369,8 @@ scrape_configs:
     # Enough data for [5s] windows: every series older than the window (6 scrapes in the last
     # 6 s), so Prometheus extrapolates to the window's start instead of stopping at the first
     # sample and underestimating.
-    enough = wait_until(12, lambda: len(prom.query(
-        "min by (namespace, pod) (count_over_time(gen_requests_total[6s])) >= 6")) == len(PODS),
-        0.5)
+    enough = wait_until(lambda: len(prom.query(
+        "min by (namespace, pod) (count_over_time(gen_requests_total[6s])) >= 6")) == len(PODS), 12, 0.5)
     rep.check("6 scrapes of every pod in the last 6 s", enough)
     now = time.time()
     rates = per_pod(prom.query("sum by (namespace, pod) (rate(gen_requests_total[5s]))", now))
@@ -442,13 +392,13 @@ scrape_configs:
         st, _, body = http_get(curl + "/metrics", {"Accept": "text/plain"})
         return st == 200 and b"\ngen_requests_rate{" in body
 
-    served = derived_served() or (window_flag and wait_until(3 * WINDOW_MS / 1000 + 2, derived_served))
+    served = derived_served() or (window_flag and wait_until(derived_served, 3 * WINDOW_MS / 1000 + 2))
     if window_flag and not served:
         rep.check("collector with --window-ms serves derived series (gen_requests_rate)", False)
     if served:
-        in_prom = wait_until(3 * WINDOW_MS / 1000 + 3, lambda: len(prom.query(
+        in_prom = wait_until(lambda: len(prom.query(
             'count by (namespace, pod) (gen_requests_rate) and count by (namespace, pod) '
-            '(gen_latency_seconds_window{quantile="0.99"})')) == len(PODS), 0.5)
+            '(gen_latency_seconds_window{quantile="0.99"})')) == len(PODS), 3 * WINDOW_MS / 1000 + 3, 0.5)
         rep.check("derived series reach Prometheus for every pod", in_prom)
     derived_checks(rep, prom, served)
 

@@ -165,8 +165,8 @@ def main():
     finally:
         # Stops the agent with SIGTERM and checks a clean exit (and no sanitizer report).
         env.close()
-    print("k8s_host: %d passed, %d failed" % (T.PASSED, T.FAILED))
-    return 1 if T.FAILED else 0
+    print("k8s_host: %d passed, %d failed" % (T.R.passed, T.R.failed))
+    return 1 if T.R.failed else 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,75 @@
+"""Helpers shared by the Python integration and e2e tests (stdlib only).
+
+One definition each of what every test script needs: counted checks that print one
+`PASS: ...` / `FAIL: ... -- detail` / `SKIPPED: ...` line each, a bounded wait on a condition
+(never a fixed sleep), a free loopback port and an HTTP GET that never raises.
+
+Import it from a test script with
+    sys.path.insert(0, os.path.join(<repository root>, "tests", "lib"))
+    import mvtest
+"""
+import socket
+import sys
+import time
+import urllib.error
+import urllib.request
+
+
+class Report:
+    """Counts checks. check() returns its condition so it can guard what follows."""
+
+    def __init__(self):
+        self.passed = self.failed = self.skipped = 0
+
+    def check(self, desc, ok, detail=""):
+        if ok:
+            self.passed += 1
+            print("PASS: %s" % desc)
+        else:
+            self.failed += 1
+            print("FAIL: %s%s" % (desc, (" -- %s" % (detail,)) if detail != "" else ""))
+        sys.stdout.flush()
+        return ok
+
+    def skip(self, desc, why):
+        self.skipped += 1
+        print("SKIPPED: %s (%s)" % (desc, why))
+        sys.stdout.flush()
+
+    def summary(self, name):
+        """The closing `NAME: N passed, N failed, N skipped` line."""
+        return "%s: %d passed, %d failed, %d skipped" % (name, self.passed, self.failed,
+                                                         self.skipped)
+
+
+def wait_until(pred, timeout=10.0, step=0.05):
+    """Polls pred() until it returns something truthy or `timeout` seconds pass; returns its
+    last value. An OSError from pred counts as "not yet"."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            v = pred()
+        except OSError:
+            v = None
+        if v or time.monotonic() >= deadline:
+            return v
+        time.sleep(step)
+
+
+def free_port(host="127.0.0.1"):
+    """A TCP port free on `host` right now (bind to port 0, read it back, close)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def http_get(url, headers=None, timeout=3):
+    """GET url: (status, headers, body bytes), or (None, None, error text as bytes)."""
+    req = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.headers, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers, e.read()
+    except (urllib.error.URLError, OSError) as e:
+        return None, None, str(e).encode()
