@@ -175,7 +175,7 @@ int mv_ctl_list(int argc, char **argv)
 int mv_ctl_create(int argc, char **argv)
 {
     const char *target = MV_CTL_DEFAULT_AGENT, *labels[32], *token_file = NULL;
-    unsigned long long size = 65536;
+    uint64_t size = 65536;
     size_t nlabels = 0;
     int opt;
     static const struct option opts[] = {{"agent", required_argument, 0, 'a'},
@@ -186,7 +186,7 @@ int mv_ctl_create(int argc, char **argv)
     if (mv_opts_exact("microviewctl", argc, argv, opts) < 0)
         return 2;
     while ((opt = getopt_long(argc, argv, "a:s:l:t:", opts, NULL)) != -1) {
-        char *end, *eq;
+        char *eq;
         switch (opt) {
         case 'a':
             target = optarg;
@@ -195,12 +195,8 @@ int mv_ctl_create(int argc, char **argv)
             token_file = optarg;
             break;
         case 's':
-            errno = 0;
-            size = strtoull(optarg, &end, 10);
-            if (errno || *end || end == optarg) {
-                fprintf(stderr, "microviewctl: --size takes bytes\n");
+            if (mv_flag_size("microviewctl", "--size", optarg, 0, UINT64_MAX, &size) < 0)
                 return 2;
-            }
             break;
         case 'l':
             eq = strchr(optarg, '=');
@@ -214,9 +210,8 @@ int mv_ctl_create(int argc, char **argv)
             nlabels++;
             break;
         default:
-            fprintf(stderr,
-                    "usage: microviewctl create [--agent T] [--token-file F] [--size BYTES] "
-                    "[--label K=V]\n");
+            fprintf(stderr, "usage: microviewctl create [--agent T] [--token-file F] [--size SIZE] "
+                            "[--label K=V]\n");
             return 2;
         }
     }

@@ -30,19 +30,20 @@ static void usage(FILE *f)
             "commands:\n"
             "  list  [--agent TARGET] [--json]     segments in the agent's catalog\n"
             "  dump  [--json] <segment-path>       decode a segment (catalog and values)\n"
-            "  create [--agent T] [--size B] [--label K=V]   a segment kept until released\n"
+            "  create [--agent T] [--size SIZE] [--label K=V]   a segment kept until released\n"
             "  release [--agent T] <id>            release a segment (the agent unlinks it)\n"
             "  top   [--collector URL] [--once]    live per-pod values, read rates and anomaly\n"
             "        [--interval S] [--limit N]    scores from a collector (default\n"
             "                                      http://127.0.0.1:9469, refresh 1 s)\n"
             "  gen   [options]                     run a synthetic workload that writes metrics\n"
             "        --agent TARGET | --segment PATH   where the segment comes from\n"
-            "        --size BYTES (65536)  --counters N (4)  --gauges N (2)  --histograms N (1)\n"
+            "        --size SIZE (64Ki)  --counters N (4)  --gauges N (2)  --histograms N (1)\n"
             "        --rate HZ (100)  --duration SECONDS (0 = until Ctrl-C)\n"
             "        --label KEY=VALUE (repeatable; identity labels asked of the agent)\n"
             "\n"
             "TARGET is a gRPC target, default " MV_CTL_DEFAULT_AGENT "; an agent's TCP\n"
-            "control plane (host:port) also needs --token-file F (list, create, release)\n");
+            "control plane (host:port) also needs --token-file F (list, create, release).\n"
+            "SIZE is bytes, or a whole number with Ki, Mi or Gi (64Ki = 65536).\n");
 }
 
 static int cmd_dump(int argc, char **argv)
@@ -83,20 +84,6 @@ static int cmd_dump(int argc, char **argv)
     return 0;
 }
 
-static int parse_u(const char *s, const char *what, unsigned long long max, unsigned long long *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s || *end || v > max) {
-        fprintf(stderr, "microviewctl: %s must be an integer in [0, %llu], got '%s'\n", what, max,
-                s);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
 static int parse_d(const char *s, const char *what, double *out)
 {
     char *end;
@@ -112,7 +99,7 @@ static int parse_d(const char *s, const char *what, double *out)
 static int cmd_gen(int argc, char **argv)
 {
     const char *agent = NULL, *segpath = NULL;
-    unsigned long long size = 65536, v;
+    uint64_t size = 65536, v;
     mv_workload_opts wo = {.counters = 4, .gauges = 2, .histograms = 1, .rate_hz = 100};
     const char *labels[2 * 16];
     size_t nlabels = 0;
@@ -139,21 +126,21 @@ static int cmd_gen(int argc, char **argv)
             segpath = optarg;
             break;
         case 'S':
-            if (parse_u(optarg, "--size", 1ull << 30, &size))
+            if (mv_flag_size("microviewctl", "--size", optarg, 0, 1ull << 30, &size))
                 return 2;
             break;
         case 'c':
-            if (parse_u(optarg, "--counters", 10000, &v))
+            if (mv_flag_u64("microviewctl", "--counters", optarg, 0, 10000, &v))
                 return 2;
             wo.counters = (unsigned)v;
             break;
         case 'g':
-            if (parse_u(optarg, "--gauges", 10000, &v))
+            if (mv_flag_u64("microviewctl", "--gauges", optarg, 0, 10000, &v))
                 return 2;
             wo.gauges = (unsigned)v;
             break;
         case 'H':
-            if (parse_u(optarg, "--histograms", 1000, &v))
+            if (mv_flag_u64("microviewctl", "--histograms", optarg, 0, 1000, &v))
                 return 2;
             wo.histograms = (unsigned)v;
             break;
