@@ -40,6 +40,9 @@ static void usage(FILE *f)
             "        --size SIZE (64Ki)  --counters N (4)  --gauges N (2)  --histograms N (1)\n"
             "        --rate HZ (100)  --duration SECONDS (0 = until Ctrl-C)\n"
             "        --label KEY=VALUE (repeatable; identity labels asked of the agent)\n"
+            "        writes nothing on stdout; on stderr one logfmt event a line (gen.started,\n"
+            "        gen.stopped, gen.lease_failed, gen.open_failed, ...); a bad command line is\n"
+            "        refused with one plain line and exit code 2, as for every command\n"
             "\n"
             "TARGET is a gRPC target, default " MV_CTL_DEFAULT_AGENT "; an agent's TCP\n"
             "control plane (host:port) also needs --token-file F (list, create, release).\n"
@@ -186,16 +189,16 @@ static int cmd_gen(int argc, char **argv)
     mv_segment *seg;
     int rc = mv_open(segpath, &seg);
     if (rc != MV_OK) {
-        fprintf(stderr, "microviewctl: cannot open segment %s: %s: %s\n", segpath, mv_strerror(rc),
-                mv_errdetail());
+        MV_ERROR("gen.open_failed", "segment=%s error=%s detail=%s", mv_log_q(segpath),
+                 mv_log_q(mv_strerror(rc)), mv_log_q(mv_errdetail()));
         mv_ctl_lease_release(&lease);
         return 1;
     }
     mv_workload *w;
     rc = mv_workload_create(seg, &wo, &w);
     if (rc != MV_OK) {
-        fprintf(stderr, "microviewctl: cannot register metrics: %s: %s\n", mv_strerror(rc),
-                mv_errdetail());
+        MV_ERROR("gen.register_failed", "segment=%s error=%s detail=%s", mv_log_q(segpath),
+                 mv_log_q(mv_strerror(rc)), mv_log_q(mv_errdetail()));
         mv_close(seg);
         mv_ctl_lease_release(&lease);
         return 1;

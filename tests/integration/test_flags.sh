@@ -2,7 +2,7 @@
 # Integration: bad command lines are refused with a reason, exit code 2, and nothing started:
 # abbreviated long options, out-of-range or malformed numbers, sizes and listen addresses; the
 # same value means the same in every binary and mode (one set of parsers, mv_util.h); token files
-# that cannot be read say why.
+# that cannot be read say why; `microviewctl gen` writes only logfmt events on stderr.
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
 
@@ -110,5 +110,27 @@ check "microviewctl create --size 1Mi gets 1048576 bytes" \
 check "microviewctl create --size 2Mi is refused by the agent" \
   bash -c '! timeout 10 "$0" create --agent "unix:$1" --size 2Mi 2>/dev/null' \
   "$bin/microviewctl" "$tmp/s/agent.sock"
+
+# microviewctl gen: every line on stderr is one logfmt event, failures included; stdout is empty.
+all_logfmt() { # <file>
+  [ -s "$1" ] && ! grep -qv '^ts=[^ ]* level=[a-z]* comp=microviewctl event=[a-z._]*\( \|$\)' "$1" ||
+    { echo "  $(cat "$1")"; return 1; }
+}
+gen_logs() { # <name> <gen args...>: runs gen, stderr to $tmp/<name>.err; stdout must be empty
+  local name=$1; shift
+  local out
+  out=$(timeout 10 "$bin/microviewctl" gen "$@" 2>"$tmp/$name.err")
+  [ -z "$out" ] || { echo "  stdout: $out"; return 1; }
+}
+gen_logs ok --agent "unix:$tmp/s/agent.sock" --size 64Ki --duration 0.2 --label service=flags
+check "gen: a run logs only logfmt events" all_logfmt "$tmp/ok.err"
+check "gen: a run logs gen.started and gen.stopped" \
+  bash -c 'grep -q "event=gen.started" "$0" && grep -q "event=gen.stopped" "$0"' "$tmp/ok.err"
+gen_logs lease --agent "unix:$tmp/none/agent.sock" --duration 0.2
+check "gen: an unreachable agent is one logfmt event" all_logfmt "$tmp/lease.err"
+check "gen: ... named gen.lease_failed" grep -q "event=gen.lease_failed" "$tmp/lease.err"
+gen_logs open --segment "$tmp/none/segment" --duration 0.2
+check "gen: a segment that cannot be opened is one logfmt event" all_logfmt "$tmp/open.err"
+check "gen: ... named gen.open_failed" grep -q "event=gen.open_failed" "$tmp/open.err"
 echo "$passes passed, $fails failed"
 [ "$fails" -eq 0 ]
