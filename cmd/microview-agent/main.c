@@ -297,8 +297,7 @@ int main(int argc, char **argv)
                 return 2;
             break;
         case O_REAP:
-            if (mv_flag_u64("microview-agent", "--reap-interval-ms", optarg, 1, 3600000, &reap_ms) <
-                0)
+            if (mv_flag_u64("microview-agent", "--reap-interval-ms", optarg, 1, 3600000, &reap_ms))
                 return 2;
             break;
         case O_LOGLEVEL:

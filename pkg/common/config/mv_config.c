@@ -146,8 +146,9 @@ int mv_config_set(mv_config *c, const char *name, const char *value, char *err, 
         }
         uint64_t v = 0;
         char why[MV_ERR_MAX];
-        if ((k->k == K_SIZE ? mv_parse_size : mv_parse_u64)(value, 0, k->max, &v, why, sizeof why) <
-            0) {
+        int rc = k->k == K_SIZE ? mv_parse_size(value, 0, k->max, &v, why, sizeof why)
+                                : mv_parse_u64(value, 0, k->max, &v, why, sizeof why);
+        if (rc < 0) {
             mv_err_set(err, errlen, "%s: %s", k->name, why);
             return -EINVAL;
         }
