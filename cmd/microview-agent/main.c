@@ -25,12 +25,14 @@ static void usage(FILE *f)
             "                           mode; see microview-agent --help)\n"
             "  --dir DIR                segment directory (default %s)\n"
             "  --socket PATH            control-plane unix socket (default DIR/agent.sock)\n"
-            "  --listen HOST:PORT       also listen on TCP (default: off)\n"
-            "  --max-segment-size BYTES largest segment handed out (default %u)\n"
+            "  --listen HOST:PORT       also listen on TCP (default: off); IPv6 as [ADDR]:PORT,\n"
+            "                           PORT 0 = any free port\n"
+            "  --max-segment-size SIZE  largest segment handed out: bytes, or with Ki, Mi, Gi\n"
+            "                           (default %u)\n"
             "  --reap-interval-ms MS    owner liveness check period (default 2000)\n"
             "  --log-level LEVEL        debug, info, warn or error (default info)\n"
             "RDMA (remote collectors):\n"
-            "  --rdma-listen IP:PORT    register segments for RDMA READ; rdma_cm listener on\n"
+            "  --rdma-listen IP[:PORT]  register segments for RDMA READ; rdma_cm listener on\n"
             "                           IP (an address of the RDMA netdev), PORT (default %u)\n"
             "  --token-file PATH        shared secret: collectors present it on the rdma_cm\n"
             "                           connect and on every TCP control-plane call\n"
@@ -72,9 +74,10 @@ static int rdma_flags_check(rdma_flags *r, const char *tcp_listen)
         fprintf(stderr, "microview-agent: --token-file: %s\n", err);
         return -1;
     }
-    if (r->listen && mv_config_split_endpoint(r->listen, MV_CONFIG_RDMA_PORT, r->ip, sizeof r->ip,
-                                              &r->port) < 0) {
-        fprintf(stderr, "microview-agent: --rdma-listen wants IP[:PORT], got %s\n", r->listen);
+    r->port = MV_CONFIG_RDMA_PORT;
+    if (r->listen && mv_parse_listen(r->listen, MV_LISTEN_PORT_OPTIONAL, r->ip, sizeof r->ip,
+                                     &r->port, err, sizeof err) < 0) {
+        fprintf(stderr, "microview-agent: --rdma-listen: %s\n", err);
         return -1;
     }
     return 0;
@@ -128,17 +131,6 @@ static void sa_after_server(void *arg)
     sa_mode *sa = arg;
     mv_rdmax_destroy(sa->rdmax); /* revokes every rkey */
     sa->rdmax = NULL;
-}
-
-static int parse_u64(const char *s, uint64_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s || *end || s[0] == '-')
-        return -1;
-    *out = v;
-    return 0;
 }
 
 static void k8s_usage(FILE *f)
@@ -300,17 +292,13 @@ int main(int argc, char **argv)
             tcp_listen = optarg;
             break;
         case O_MAXSIZE:
-            if (parse_u64(optarg, &max_size) || max_size < MV_SEGSTORE_MIN_SIZE) {
-                fprintf(stderr, "microview-agent: --max-segment-size: need bytes >= %u\n",
-                        MV_SEGSTORE_MIN_SIZE);
+            if (mv_flag_size("microview-agent", "--max-segment-size", optarg, MV_SEGSTORE_MIN_SIZE,
+                             UINT64_MAX, &max_size) < 0)
                 return 2;
-            }
             break;
         case O_REAP:
-            if (parse_u64(optarg, &reap_ms) || reap_ms == 0 || reap_ms > 3600000) {
-                fprintf(stderr, "microview-agent: --reap-interval-ms: need 1..3600000\n");
+            if (mv_flag_u64("microview-agent", "--reap-interval-ms", optarg, 1, 3600000, &reap_ms))
                 return 2;
-            }
             break;
         case O_LOGLEVEL:
             if (mv_log_parse_level(optarg, &level) < 0) {
@@ -341,9 +329,11 @@ int main(int argc, char **argv)
         return 2;
     }
     if (tcp_listen) {
-        char err[MV_ERR_MAX];
-        if (mv_config_check_listen("--listen", tcp_listen, err, sizeof err) < 0) {
-            fprintf(stderr, "microview-agent: %s\n", err);
+        char err[MV_ERR_MAX], host[256];
+        uint16_t port;
+        if (mv_parse_listen(tcp_listen, MV_LISTEN_PORT_ZERO, host, sizeof host, &port, err,
+                            sizeof err) < 0) {
+            fprintf(stderr, "microview-agent: --listen: %s\n", err);
             return 2;
         }
     }

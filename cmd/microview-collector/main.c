@@ -24,6 +24,7 @@
 #define MAX_STATIC    256
 #define MAX_AGENTS    64
 #define RDMA_PORT     7471 /* the agent's default --rdma-listen port */
+#define P             "microview-collector"
 
 typedef struct app {
     mv_coll *coll;
@@ -77,7 +78,8 @@ static void usage(FILE *f)
            "  --rdma-src-ip IP         verbs: local address for RDMA (default: routed)\n"
            "  --no-agent               do not follow an agent (use --segment only)\n"
            "  --segment PATH[,k=v...]  also read this segment file, with identity labels\n"
-           "  --listen HOST:PORT       HTTP address for /metrics (default 0.0.0.0:9469)\n"
+           "  --listen [HOST]:PORT     HTTP address for /metrics (default 0.0.0.0:9469); a\n"
+           "                           numeric HOST, IPv6 as [ADDR]:PORT, none = 0.0.0.0\n"
            "  --tick-ms N              fast read interval: the tick, in ms (1..60000, default 10)\n"
            "  --tick-workers N         threads sharing each tick's segments (1..64, default 1;\n"
            "                           one per core the collector may use at a 1 ms tick)\n"
@@ -96,22 +98,12 @@ static void usage(FILE *f)
            "  --no-analytics           raw values only: no derived series, no adaptation\n"
            "  --no-detect              no change detection (and no adaptation)\n"
            "  --quarantine-after-ms N  quarantine segments invalid this long (default 1000)\n"
-           "  --max-body-bytes N       cap on a /metrics body (default 67108864)\n"
+           "  --max-body-bytes SIZE    cap on a /metrics body: bytes, or with Ki, Mi, Gi\n"
+           "                           (4Ki..4Gi, default 64Mi)\n"
            "  --http-max-conns N       concurrent HTTP connections (default 1024)\n"
            "  --http-max-conns-per-client N  of which from one client address (default 64)\n"
            "  --http-idle-timeout-s N  close idle HTTP connections after N s (default 10)\n"
            "  --log-level LEVEL        debug, info, warn, error (default info)\n");
-}
-
-static int parse_ulong(const char *s, unsigned long lo, unsigned long hi, unsigned long *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long v = strtoul(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
-        return -1;
-    *out = v;
-    return 0;
 }
 
 /* ---- Discovery → table ------------------------------------------------------------ */
@@ -181,10 +173,10 @@ static int run(int argc, char **argv, mv_export_sel *derived)
     const char *agent = DEFAULT_AGENT, *listen = "0.0.0.0:9469", *transport = "shm";
     const char *agents[MAX_AGENTS], *rdma_token_file = NULL, *rdma_src_ip = NULL;
     size_t nagents = 0;
-    unsigned long rdma_port = RDMA_PORT;
+    uint64_t rdma_port = RDMA_PORT;
     char *statics[MAX_STATIC];
     size_t nstatic = 0;
-    unsigned long v;
+    uint64_t v;
     mv_coll_opts co;
     mv_log_level level = MV_LOG_INFO;
     app a = {.body_cap = 64u << 20, .derived = derived};
@@ -241,32 +233,23 @@ static int run(int argc, char **argv, mv_export_sel *derived)
             rdma_token_file = optarg;
             break;
         case 'C':
-            if (parse_ulong(optarg, 1, 1000000, &v)) {
-                fprintf(stderr, "microview-collector: --http-max-conns must be 1..1000000\n");
+            if (mv_flag_u64(P, "--http-max-conns", optarg, 1, 1000000, &v))
                 return 2;
-            }
             hc.max_conns = (unsigned)v;
             break;
         case 'c':
-            if (parse_ulong(optarg, 1, 1000000, &v)) {
-                fprintf(stderr,
-                        "microview-collector: --http-max-conns-per-client must be 1..1000000\n");
+            if (mv_flag_u64(P, "--http-max-conns-per-client", optarg, 1, 1000000, &v))
                 return 2;
-            }
             hc.max_conns_per_client = (unsigned)v;
             break;
         case 'I':
-            if (parse_ulong(optarg, 1, 3600, &v)) {
-                fprintf(stderr, "microview-collector: --http-idle-timeout-s must be 1..3600\n");
+            if (mv_flag_u64(P, "--http-idle-timeout-s", optarg, 1, 3600, &v))
                 return 2;
-            }
             hc.timeout_s = (unsigned)v;
             break;
         case 'P':
-            if (parse_ulong(optarg, 1, 65535, &rdma_port)) {
-                fprintf(stderr, "microview-collector: --rdma-port must be 1..65535\n");
+            if (mv_flag_u64(P, "--rdma-port", optarg, 1, 65535, &rdma_port))
                 return 2;
-            }
             break;
         case 'S':
             rdma_src_ip = optarg;
@@ -285,47 +268,34 @@ static int run(int argc, char **argv, mv_export_sel *derived)
             listen = optarg;
             break;
         case 'T':
-            if (parse_ulong(optarg, 1, 60000, &v)) {
-                fprintf(stderr, "microview-collector: --tick-ms must be 1..60000\n");
+            if (mv_flag_u64(P, "--tick-ms", optarg, 1, 60000, &v))
                 return 2;
-            }
             co.tick_us = (uint32_t)(v * 1000);
             break;
         case 'w':
-            if (parse_ulong(optarg, 1, MV_COLL_MAX_TICK_WORKERS, &v)) {
-                fprintf(stderr, "microview-collector: --tick-workers must be 1..%d\n",
-                        MV_COLL_MAX_TICK_WORKERS);
+            if (mv_flag_u64(P, "--tick-workers", optarg, 1, MV_COLL_MAX_TICK_WORKERS, &v))
                 return 2;
-            }
             co.tick_workers = (uint32_t)v;
             break;
         case 'Q':
-            if (parse_ulong(optarg, 0, 3600000, &v)) {
-                fprintf(stderr, "microview-collector: --quarantine-after-ms must be 0..3600000\n");
+            if (mv_flag_u64(P, "--quarantine-after-ms", optarg, 0, 3600000, &v))
                 return 2;
-            }
             co.quarantine_after_ms = (uint32_t)v;
             break;
         case 'B':
-            if (parse_ulong(optarg, 4096, 1ul << 32, &v)) {
-                fprintf(stderr, "microview-collector: --max-body-bytes must be 4096..4294967296\n");
+            if (mv_flag_size(P, "--max-body-bytes", optarg, 4096, 1ull << 32, &v))
                 return 2;
-            }
             a.body_cap = v;
             break;
         case 'M':
-            if (parse_ulong(optarg, 1, 3600000, &v)) {
-                fprintf(stderr, "microview-collector: --max-interval-ms must be 1..3600000\n");
+            if (mv_flag_u64(P, "--max-interval-ms", optarg, 1, 3600000, &v))
                 return 2;
-            }
             co.max_interval_us = (uint32_t)(v * 1000);
             max_interval_set = 1;
             break;
         case 'W':
-            if (parse_ulong(optarg, 10, 86400000, &v)) {
-                fprintf(stderr, "microview-collector: --window-ms must be 10..86400000\n");
+            if (mv_flag_u64(P, "--window-ms", optarg, 10, 86400000, &v))
                 return 2;
-            }
             co.pipe.window_ns = (uint64_t)v * 1000000ull;
             break;
         case 'A': {
@@ -338,10 +308,8 @@ static int run(int argc, char **argv, mv_export_sel *derived)
             break;
         }
         case 'K':
-            if (parse_ulong(optarg, 16, 1u << 20, &v)) {
-                fprintf(stderr, "microview-collector: --sketch-buckets must be 16..1048576\n");
+            if (mv_flag_u64(P, "--sketch-buckets", optarg, 16, 1u << 20, &v))
                 return 2;
-            }
             co.pipe.sketch_buckets = (uint32_t)v;
             break;
         case 'n':
@@ -423,15 +391,15 @@ static int run(int argc, char **argv, mv_export_sel *derived)
     }
 
     char host[256];
-    unsigned long port;
-    const char *colon = strrchr(listen, ':');
-    if (!colon || (size_t)(colon - listen) >= sizeof host ||
-        parse_ulong(colon + 1, 0, 65535, &port)) {
-        fprintf(stderr, "microview-collector: --listen wants HOST:PORT, got %s\n", listen);
-        return 2;
+    uint16_t port = 0;
+    {
+        char err[MV_ERR_MAX];
+        if (mv_parse_listen(listen, MV_LISTEN_ANY_HOST | MV_LISTEN_PORT_ZERO, host, sizeof host,
+                            &port, err, sizeof err) < 0) {
+            fprintf(stderr, "microview-collector: --listen: %s\n", err);
+            return 2;
+        }
     }
-    memcpy(host, listen, (size_t)(colon - listen));
-    host[colon - listen] = '\0';
 
     /* SIGINT/SIGTERM are blocked before any thread starts, so every thread inherits the mask,
      * and taken synchronously by this thread below. (A handler setting a flag for a main
@@ -469,7 +437,7 @@ static int run(int argc, char **argv, mv_export_sel *derived)
     if (hc.max_conns_per_client > hc.max_conns)
         hc.max_conns_per_client = hc.max_conns;
     hc.addr = host[0] ? host : "0.0.0.0";
-    hc.port = (uint16_t)port;
+    hc.port = port;
     if (mv_httpd_create(&hc, &httpd) != 0) {
         MV_ERROR("http.failed", "listen=%s error=%s", mv_log_q(listen),
                  mv_log_q("invalid listen address"));

@@ -22,7 +22,7 @@ static void usage(FILE *f)
             "  --tls-cert-file PATH       serving certificate (chain), PEM; reloaded on change\n"
             "  --tls-key-file PATH        its private key, PEM; reloaded on change\n"
             "  --page-size SIZE           bytes per page, as the agent's page_size: a multiple\n"
-            "                             of 4096 written 4096 or 4Ki (default 4096)\n"
+            "                             of 4096, bytes or with Ki, Mi, Gi (default 4Ki)\n"
             "  --max-pages-per-pod N      pages one pod may hold in total (default: the agent's\n"
             "                             pool_size / page_size, 4096)\n"
             "  --resource-name NAME       extended resource (default microview.io/metrics)\n"
@@ -104,12 +104,12 @@ int main(int argc, char **argv)
 
     /* The agent's keys, so that a page means the same on both sides. */
     mv_config ac;
-    char err[512];
+    char err[MV_ERR_MAX];
     mv_config_defaults(&ac);
     if (config && mv_config_load_file(&ac, config, err, sizeof err) != 0)
         return fail_flag("--config", config, err);
     if (page && mv_config_set(&ac, "page_size", page, err, sizeof err) != 0)
-        return fail_flag("--page-size", page, "want a multiple of 4096 such as 4096, 8Ki or 64Ki");
+        return fail_flag("--page-size", page, err);
     if (res && mv_config_set(&ac, "resource_name", res, err, sizeof err) != 0)
         return fail_flag("--resource-name", res, err);
     if (level && mv_config_set(&ac, "log_level", level, err, sizeof err) != 0)
@@ -134,15 +134,8 @@ int main(int argc, char **argv)
     if (strlen(ac.resource_name) > MV_WH_RESOURCE_MAX)
         return fail_flag("--resource-name", ac.resource_name, "longer than 253 bytes");
     memcpy(sc.review.resource_name, ac.resource_name, strlen(ac.resource_name) + 1);
-    if (maxp) {
-        char *end;
-        errno = 0;
-        unsigned long long v = strtoull(maxp, &end, 10);
-        if (errno || end == maxp || *end || maxp[0] == '-' || v == 0 || v > 100000000)
-            return fail_flag("--max-pages-per-pod", maxp,
-                             "want a whole number from 1 to 100000000");
-        sc.review.max_pages_per_pod = v;
-    }
+    if (maxp && mv_parse_u64(maxp, 1, 100000000, &sc.review.max_pages_per_pod, err, sizeof err))
+        return fail_flag("--max-pages-per-pod", maxp, err);
     if (mv_wh_config_check(&sc.review, err, sizeof err) != 0)
         return fail_flag("--page-size/--max-pages-per-pod/--resource-name", "", err);
     if (!cert || !key)
@@ -150,8 +143,9 @@ int main(int argc, char **argv)
                          "required: the API server calls webhooks over HTTPS only");
     char host[64];
     uint16_t port;
-    if (mv_wh_split_listen(listen, host, sizeof host, &port) != 0)
-        return fail_flag("--listen", listen, "want [HOST]:PORT such as :8443 or 127.0.0.1:8443");
+    if (mv_parse_listen(listen, MV_LISTEN_ANY_HOST | MV_LISTEN_PORT_ZERO, host, sizeof host, &port,
+                        err, sizeof err) != 0)
+        return fail_flag("--listen", listen, err);
 
     mv_log_init("webhook", lvl);
     sc.listen = listen;

@@ -11,38 +11,52 @@
 #include "ctl.h"
 #include "mv_agentc.h"
 #include "mv_inspect.h"
+#include "mv_log.h"
 #include "mv_util.h"
 #include "mv_rdma.h"
 
 /* Opens a client for `target`; with `token_file`, every call presents its token
- * (what an agent's TCP control plane asks for). Prints the reason on failure. */
-static mv_agentc *connect_agent(const char *target, const char *token_file)
+ * (what an agent's TCP control plane asks for). Returns NULL with the reason in `err`. */
+static mv_agentc *open_agent(const char *target, const char *token_file, char *err, size_t errlen)
 {
     mv_agentc *c = NULL;
-    char tok[MV_RDMA_TOKEN_MAX + 1], err[320];
-    if (token_file && mv_rdma_token_load(token_file, tok, sizeof tok, err, sizeof err) < 0) {
-        fprintf(stderr, "microviewctl: --token-file: %s\n", err);
+    char tok[MV_RDMA_TOKEN_MAX + 1], why[MV_ERR_MAX];
+    if (token_file && mv_rdma_token_load(token_file, tok, sizeof tok, why, sizeof why) < 0) {
+        mv_err_set(err, errlen, "--token-file: %s", why);
         return NULL;
     }
     if (mv_agentc_open(target, &c) != 0 || (token_file && mv_agentc_set_token(c, tok) != 0)) {
-        fprintf(stderr, "microviewctl: %s\n",
-                c ? mv_agentc_error(c) : "cannot create an agent client");
+        mv_err_set(err, errlen, "%s", c ? mv_agentc_error(c) : "cannot create an agent client");
         mv_agentc_close(c);
         return NULL;
     }
     return c;
 }
 
+/* open_agent for the interactive commands: the reason is printed as one plain line. */
+static mv_agentc *connect_agent(const char *target, const char *token_file)
+{
+    char err[MV_ERR_MAX];
+    mv_agentc *c = open_agent(target, token_file, err, sizeof err);
+    if (!c)
+        fprintf(stderr, "microviewctl: %s\n", err);
+    return c;
+}
+
+/* gen runs as a workload: what goes wrong is logged as logfmt events (mv_log). */
 int mv_ctl_lease_segment(const char *target, uint64_t size, const char *const *label_kv,
                          size_t nlabels, mv_ctl_lease *out)
 {
     mv_agentc_segment seg = {0};
-    mv_agentc *c = connect_agent(target, NULL);
-    if (!c)
+    char err[MV_ERR_MAX];
+    mv_agentc *c = open_agent(target, NULL, err, sizeof err);
+    if (!c) {
+        MV_ERROR("gen.lease_failed", "agent=%s error=%s", mv_log_q(target), mv_log_q(err));
         return -1;
+    }
     if (mv_agentc_create(c, size, (uint32_t)getpid(), label_kv, nlabels, &seg) != 0) {
-        fprintf(stderr, "microviewctl: cannot get a segment from %s: %s\n", target,
-                mv_agentc_error(c));
+        MV_ERROR("gen.lease_failed", "agent=%s error=%s", mv_log_q(target),
+                 mv_log_q(mv_agentc_error(c)));
         mv_agentc_close(c);
         return -1;
     }
@@ -51,6 +65,8 @@ int mv_ctl_lease_segment(const char *target, uint64_t size, const char *const *l
     out->client = c;
     mv_agentc_segment_clear(&seg);
     if (!out->id || !out->path) {
+        MV_ERROR("gen.lease_failed", "agent=%s error=%s", mv_log_q(target),
+                 mv_log_q("out of memory"));
         mv_ctl_lease_release(out);
         return -1;
     }
@@ -62,7 +78,8 @@ void mv_ctl_lease_release(mv_ctl_lease *l)
     if (!l || !l->client)
         return;
     if (l->id && mv_agentc_release(l->client, l->id) != 0)
-        fprintf(stderr, "microviewctl: releasing %s: %s\n", l->id, mv_agentc_error(l->client));
+        MV_WARN("gen.release_failed", "id=%s error=%s", mv_log_q(l->id),
+                mv_log_q(mv_agentc_error(l->client)));
     mv_agentc_close(l->client);
     free(l->id);
     free(l->path);
@@ -175,7 +192,7 @@ int mv_ctl_list(int argc, char **argv)
 int mv_ctl_create(int argc, char **argv)
 {
     const char *target = MV_CTL_DEFAULT_AGENT, *labels[32], *token_file = NULL;
-    unsigned long long size = 65536, owner = 0;
+    uint64_t size = 65536, owner = 0;
     size_t nlabels = 0;
     int opt;
     static const struct option opts[] = {
@@ -185,7 +202,7 @@ int mv_ctl_create(int argc, char **argv)
     if (mv_opts_exact("microviewctl", argc, argv, opts) < 0)
         return 2;
     while ((opt = getopt_long(argc, argv, "a:s:l:t:o:", opts, NULL)) != -1) {
-        char *end, *eq;
+        char *eq;
         switch (opt) {
         case 'a':
             target = optarg;
@@ -194,20 +211,12 @@ int mv_ctl_create(int argc, char **argv)
             token_file = optarg;
             break;
         case 's':
-            errno = 0;
-            size = strtoull(optarg, &end, 10);
-            if (errno || *end || end == optarg) {
-                fprintf(stderr, "microviewctl: --size takes bytes\n");
+            if (mv_flag_size("microviewctl", "--size", optarg, 0, UINT64_MAX, &size) < 0)
                 return 2;
-            }
             break;
         case 'o':
-            errno = 0;
-            owner = strtoull(optarg, &end, 10);
-            if (errno || *end || end == optarg || owner == 0 || owner > INT32_MAX) {
-                fprintf(stderr, "microviewctl: --owner-pid takes a process id\n");
+            if (mv_flag_u64("microviewctl", "--owner-pid", optarg, 1, INT32_MAX, &owner) < 0)
                 return 2;
-            }
             break;
         case 'l':
             eq = strchr(optarg, '=');
@@ -222,7 +231,7 @@ int mv_ctl_create(int argc, char **argv)
             break;
         default:
             fprintf(stderr,
-                    "usage: microviewctl create [--agent T] [--token-file F] [--size BYTES] "
+                    "usage: microviewctl create [--agent T] [--token-file F] [--size SIZE] "
                     "[--label K=V] [--owner-pid PID]\n");
             return 2;
         }

@@ -13,11 +13,11 @@ typedef struct mv_ctl_lease {
     void *client;
 } mv_ctl_lease;
 
-/* Asks the agent for a segment owned by this process. Prints the reason on
- * failure and returns -1. */
+/* Asks the agent for a segment owned by this process. Logs the reason on
+ * failure (event gen.lease_failed) and returns -1. */
 int mv_ctl_lease_segment(const char *target, uint64_t size, const char *const *label_kv,
                          size_t nlabels, mv_ctl_lease *out);
-/* Releases a lease (no-op on a zeroed lease). */
+/* Releases a lease (no-op on a zeroed lease); a failure is logged (gen.release_failed). */
 void mv_ctl_lease_release(mv_ctl_lease *l);
 /* `microviewctl list`, `create`, `release` */
 int mv_ctl_list(int argc, char **argv);

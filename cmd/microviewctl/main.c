@@ -30,7 +30,7 @@ static void usage(FILE *f)
             "commands:\n"
             "  list  [--agent TARGET] [--json]     segments in the agent's catalog\n"
             "  dump  [--json] <segment-path>       decode a segment (catalog and values)\n"
-            "  create [--agent T] [--size B] [--label K=V]   a segment kept until released\n"
+            "  create [--agent T] [--size SIZE] [--label K=V]   a segment kept until released\n"
             "         [--owner-pid PID]            ... or until process PID is gone\n"
             "  release [--agent T] <id>            release a segment (the agent unlinks it)\n"
             "  top   [--collector URL] [--once]    live per-pod values, read rates and anomaly\n"
@@ -38,12 +38,16 @@ static void usage(FILE *f)
             "                                      http://127.0.0.1:9469, refresh 1 s)\n"
             "  gen   [options]                     run a synthetic workload that writes metrics\n"
             "        --agent TARGET | --segment PATH   where the segment comes from\n"
-            "        --size BYTES (65536)  --counters N (4)  --gauges N (2)  --histograms N (1)\n"
+            "        --size SIZE (64Ki)  --counters N (4)  --gauges N (2)  --histograms N (1)\n"
             "        --rate HZ (100)  --duration SECONDS (0 = until Ctrl-C)\n"
             "        --label KEY=VALUE (repeatable; identity labels asked of the agent)\n"
+            "        writes nothing on stdout; on stderr one logfmt event a line (gen.started,\n"
+            "        gen.stopped, gen.lease_failed, gen.open_failed, ...); a bad command line is\n"
+            "        refused with one plain line and exit code 2, as for every command\n"
             "\n"
             "TARGET is a gRPC target, default " MV_CTL_DEFAULT_AGENT "; an agent's TCP\n"
-            "control plane (host:port) also needs --token-file F (list, create, release)\n");
+            "control plane (host:port) also needs --token-file F (list, create, release).\n"
+            "SIZE is bytes, or a whole number with Ki, Mi or Gi (64Ki = 65536).\n");
 }
 
 static int cmd_dump(int argc, char **argv)
@@ -84,20 +88,6 @@ static int cmd_dump(int argc, char **argv)
     return 0;
 }
 
-static int parse_u(const char *s, const char *what, unsigned long long max, unsigned long long *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s || *end || v > max) {
-        fprintf(stderr, "microviewctl: %s must be an integer in [0, %llu], got '%s'\n", what, max,
-                s);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
 static int parse_d(const char *s, const char *what, double *out)
 {
     char *end;
@@ -113,7 +103,7 @@ static int parse_d(const char *s, const char *what, double *out)
 static int cmd_gen(int argc, char **argv)
 {
     const char *agent = NULL, *segpath = NULL;
-    unsigned long long size = 65536, v;
+    uint64_t size = 65536, v;
     mv_workload_opts wo = {.counters = 4, .gauges = 2, .histograms = 1, .rate_hz = 100};
     const char *labels[2 * 16];
     size_t nlabels = 0;
@@ -140,21 +130,21 @@ static int cmd_gen(int argc, char **argv)
             segpath = optarg;
             break;
         case 'S':
-            if (parse_u(optarg, "--size", 1ull << 30, &size))
+            if (mv_flag_size("microviewctl", "--size", optarg, 0, 1ull << 30, &size))
                 return 2;
             break;
         case 'c':
-            if (parse_u(optarg, "--counters", 10000, &v))
+            if (mv_flag_u64("microviewctl", "--counters", optarg, 0, 10000, &v))
                 return 2;
             wo.counters = (unsigned)v;
             break;
         case 'g':
-            if (parse_u(optarg, "--gauges", 10000, &v))
+            if (mv_flag_u64("microviewctl", "--gauges", optarg, 0, 10000, &v))
                 return 2;
             wo.gauges = (unsigned)v;
             break;
         case 'H':
-            if (parse_u(optarg, "--histograms", 1000, &v))
+            if (mv_flag_u64("microviewctl", "--histograms", optarg, 0, 1000, &v))
                 return 2;
             wo.histograms = (unsigned)v;
             break;
@@ -200,16 +190,16 @@ static int cmd_gen(int argc, char **argv)
     mv_segment *seg;
     int rc = mv_open(segpath, &seg);
     if (rc != MV_OK) {
-        fprintf(stderr, "microviewctl: cannot open segment %s: %s: %s\n", segpath, mv_strerror(rc),
-                mv_errdetail());
+        MV_ERROR("gen.open_failed", "segment=%s error=%s detail=%s", mv_log_q(segpath),
+                 mv_log_q(mv_strerror(rc)), mv_log_q(mv_errdetail()));
         mv_ctl_lease_release(&lease);
         return 1;
     }
     mv_workload *w;
     rc = mv_workload_create(seg, &wo, &w);
     if (rc != MV_OK) {
-        fprintf(stderr, "microviewctl: cannot register metrics: %s: %s\n", mv_strerror(rc),
-                mv_errdetail());
+        MV_ERROR("gen.register_failed", "segment=%s error=%s detail=%s", mv_log_q(segpath),
+                 mv_log_q(mv_strerror(rc)), mv_log_q(mv_errdetail()));
         mv_close(seg);
         mv_ctl_lease_release(&lease);
         return 1;

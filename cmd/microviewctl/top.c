@@ -160,6 +160,8 @@ int mv_ctl_top(int argc, char **argv, const volatile int *stop)
     int once = 0, opt;
     double interval = 1.0;
     unsigned limit = 8;
+    uint64_t v;
+    char *end;
     static const struct option opts[] = {{"collector", required_argument, 0, 'c'},
                                          {"once", no_argument, 0, 'o'},
                                          {"interval", required_argument, 0, 'i'},
@@ -177,14 +179,16 @@ int mv_ctl_top(int argc, char **argv, const volatile int *stop)
             once = 1;
             break;
         case 'i':
-            interval = strtod(optarg, NULL);
-            if (!(interval >= 0.1 && interval <= 3600)) {
+            interval = strtod(optarg, &end);
+            if (end == optarg || *end || !(interval >= 0.1 && interval <= 3600)) {
                 fprintf(stderr, "microviewctl top: --interval must be 0.1..3600 seconds\n");
                 return 2;
             }
             break;
         case 'l':
-            limit = (unsigned)strtoul(optarg, NULL, 10);
+            if (mv_flag_u64("microviewctl top", "--limit", optarg, 0, UINT32_MAX, &v) < 0)
+                return 2;
+            limit = (unsigned)v;
             break;
         default:
             fprintf(opt == 'h' ? stdout : stderr,

@@ -99,10 +99,6 @@ typedef struct {
     mv_wh_config review;
 } mv_wh_server_config;
 
-/* Splits "[HOST]:PORT" into a numeric host ("" = every address) and a port. Returns 0 or
- * -EINVAL. */
-int mv_wh_split_listen(const char *s, char *host, size_t hostlen, uint16_t *port);
-
 /* Loads the key pair and prepares a server (not yet listening). Only one server may exist at a
  * time in a process (-EBUSY otherwise). Returns 0, -EINVAL (bad config or key pair, logged with
  * the reason) or -ENOMEM. Destroy with mv_wh_server_destroy(). */

@@ -21,6 +21,7 @@
 #include <microhttpd.h>
 
 #include "mv_log.h"
+#include "mv_util.h"
 
 #define MAX_CHAIN    16
 #define MAX_RETIRED  64 /* replaced key pairs kept alive for sessions that may still use them */
@@ -554,47 +555,6 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 
 /* ---- lifecycle ------------------------------------------------------------------------------ */
 
-int mv_wh_split_listen(const char *s, char *host, size_t hostlen, uint16_t *port)
-{
-    if (!s || !hostlen)
-        return -EINVAL;
-    const char *colon;
-    size_t hl;
-    const char *h = s;
-    if (s[0] == '[') {
-        const char *close = strchr(s, ']');
-        if (!close || close[1] != ':')
-            return -EINVAL;
-        h = s + 1;
-        hl = (size_t)(close - h);
-        colon = close + 1;
-        if (hl == 0)
-            return -EINVAL;
-    } else {
-        colon = strrchr(s, ':');
-        if (!colon || memchr(s, ':', (size_t)(colon - s)))
-            return -EINVAL;
-        hl = (size_t)(colon - s);
-    }
-    if (hl >= hostlen)
-        return -EINVAL;
-    const char *p = colon + 1;
-    if (!*p || strlen(p) > 5)
-        return -EINVAL;
-    unsigned v = 0;
-    for (; *p; p++) {
-        if (*p < '0' || *p > '9')
-            return -EINVAL;
-        v = v * 10 + (unsigned)(*p - '0');
-    }
-    if (v > 65535)
-        return -EINVAL;
-    memcpy(host, h, hl);
-    host[hl] = '\0';
-    *port = (uint16_t)v;
-    return 0;
-}
-
 int mv_wh_server_create(const mv_wh_server_config *cfg, mv_wh_server **out)
 {
     char err[512];
@@ -634,10 +594,10 @@ int mv_wh_server_create(const mv_wh_server_config *cfg, mv_wh_server **out)
     s->cfg.key_file = s->key_file;
     s->cfg.listen = s->listen;
 
-    if (mv_wh_split_listen(cfg->listen, s->host, sizeof s->host, &s->port) != 0) {
-        MV_ERROR("webhook.config", "listen=%s msg=%s", mv_log_q(cfg->listen),
-                 mv_log_q("listen must be [HOST]:PORT with a numeric host, such as :8443, "
-                          "127.0.0.1:8443 or [::1]:8443"));
+    char why[MV_ERR_MAX];
+    if (mv_parse_listen(cfg->listen, MV_LISTEN_ANY_HOST | MV_LISTEN_PORT_ZERO, s->host,
+                        sizeof s->host, &s->port, why, sizeof why) != 0) {
+        MV_ERROR("webhook.config", "listen=%s msg=%s", mv_log_q(cfg->listen), mv_log_q(why));
         mv_wh_server_destroy(s);
         return -EINVAL;
     }

@@ -53,6 +53,24 @@ static void test_token_file(void)
     CU_ASSERT_EQUAL(mv_rdma_token_load("/nonexistent/token", tok, sizeof tok, err, sizeof err),
                     -ENOENT);
     CU_ASSERT(strstr(err, "/nonexistent/token") != NULL);
+    CU_ASSERT(strstr(err, "cannot read token file") != NULL);
+    CU_ASSERT(strstr(err, strerror(ENOENT)) != NULL);
+    /* A path that opens but cannot be read (a directory, e.g. a Secret volume instead of its
+     * key file) says why, not that the token has a bad length. */
+    err[0] = 0;
+    CU_ASSERT_EQUAL(mv_rdma_token_load(tmpdir, tok, sizeof tok, err, sizeof err), -EISDIR);
+    CU_ASSERT(strstr(err, "cannot read token file") != NULL);
+    CU_ASSERT(strstr(err, strerror(EISDIR)) != NULL);
+    CU_ASSERT(strstr(err, "characters") == NULL);
+    /* An empty file says it is empty. */
+    err[0] = 0;
+    char path[300];
+    snprintf(path, sizeof path, "%s/token-empty", tmpdir);
+    FILE *f = fopen(path, "w");
+    CU_ASSERT_FATAL(f != NULL);
+    fclose(f);
+    CU_ASSERT_EQUAL(mv_rdma_token_load(path, tok, sizeof tok, err, sizeof err), -EINVAL);
+    CU_ASSERT(strstr(err, "is empty") != NULL);
 }
 
 /* ---- An agent in-process: store + service on a unix socket and on TCP ------------ */

@@ -9,6 +9,7 @@
 #include <CUnit/Basic.h>
 #include <json-c/json.h>
 
+#include "mv_util.h"
 #include "mv_webhook.h"
 
 #define DATA  "tests/data/webhook"
@@ -441,23 +442,32 @@ static void test_config(void)
     CU_ASSERT_EQUAL(mv_wh_config_check(&c, err, sizeof err), 0);
 }
 
+/* The webhook reads --listen with the shared parser: an empty host is every address, port 0
+ * any free port. */
+static int split_listen(const char *s, char *host, size_t hostlen, uint16_t *port)
+{
+    char err[MV_ERR_MAX];
+    return mv_parse_listen(s, MV_LISTEN_ANY_HOST | MV_LISTEN_PORT_ZERO, host, hostlen, port, err,
+                           sizeof err);
+}
+
 static void test_split_listen(void)
 {
     char host[64];
     uint16_t port = 1;
-    CU_ASSERT_EQUAL(mv_wh_split_listen(":8443", host, sizeof host, &port), 0);
+    CU_ASSERT_EQUAL(split_listen(":8443", host, sizeof host, &port), 0);
     CU_ASSERT_STRING_EQUAL(host, "");
     CU_ASSERT_EQUAL(port, 8443);
-    CU_ASSERT_EQUAL(mv_wh_split_listen("127.0.0.1:0", host, sizeof host, &port), 0);
+    CU_ASSERT_EQUAL(split_listen("127.0.0.1:0", host, sizeof host, &port), 0);
     CU_ASSERT_STRING_EQUAL(host, "127.0.0.1");
     CU_ASSERT_EQUAL(port, 0);
-    CU_ASSERT_EQUAL(mv_wh_split_listen("[::1]:9443", host, sizeof host, &port), 0);
+    CU_ASSERT_EQUAL(split_listen("[::1]:9443", host, sizeof host, &port), 0);
     CU_ASSERT_STRING_EQUAL(host, "::1");
     CU_ASSERT_EQUAL(port, 9443);
     const char *bad[] = {"",          "8443", ":",         ":65536", ":-1",    "::1:8443",
                          "[::1]8443", "[]:1", "host:port", ":84a3",  ":123456"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
-        CU_ASSERT_EQUAL(mv_wh_split_listen(bad[i], host, sizeof host, &port), -EINVAL);
+        CU_ASSERT_EQUAL(split_listen(bad[i], host, sizeof host, &port), -EINVAL);
 }
 
 /* A body of exactly 1 MiB is read; one byte more is refused before parsing. */

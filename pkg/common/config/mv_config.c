@@ -107,31 +107,6 @@ void mv_config_defaults(mv_config *c)
     c->rdma_retry_ms = 5000;
 }
 
-/* "4096", "4Ki", "16Mi", "1Gi". */
-static int parse_size(const char *s, uint64_t max, uint64_t *out)
-{
-    if (!s[0] || s[0] == '-' || s[0] == '+' || s[0] == ' ')
-        return -1;
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s)
-        return -1;
-    uint64_t mul = 1;
-    if (strcmp(end, "Ki") == 0)
-        mul = 1ull << 10;
-    else if (strcmp(end, "Mi") == 0)
-        mul = 1ull << 20;
-    else if (strcmp(end, "Gi") == 0)
-        mul = 1ull << 30;
-    else if (*end)
-        return -1;
-    if (v > max / mul)
-        return -1;
-    *out = v * mul;
-    return 0;
-}
-
 int mv_config_set(mv_config *c, const char *name, const char *value, char *err, size_t errlen)
 {
     char norm[64];
@@ -170,19 +145,11 @@ int mv_config_set(mv_config *c, const char *name, const char *value, char *err, 
             return 0;
         }
         uint64_t v = 0;
-        int bad = k->k == K_SIZE ? parse_size(value, k->max, &v) : 0;
-        if (k->k == K_UINT) {
-            char *end;
-            errno = 0;
-            unsigned long long x = strtoull(value, &end, 10);
-            bad = errno || end == value || *end || value[0] == '-' || value[0] == '+' ||
-                  value[0] == ' ' || x > k->max;
-            v = x;
-        }
-        if (bad) {
-            mv_err_set(err, errlen, "%s: %.64s is not %s up to %llu", k->name, value,
-                       k->k == K_SIZE ? "a size (bytes, or with Ki/Mi/Gi)" : "a whole number",
-                       (unsigned long long)k->max);
+        char why[MV_ERR_MAX];
+        int rc = k->k == K_SIZE ? mv_parse_size(value, 0, k->max, &v, why, sizeof why)
+                                : mv_parse_u64(value, 0, k->max, &v, why, sizeof why);
+        if (rc < 0) {
+            mv_err_set(err, errlen, "%s: %s", k->name, why);
             return -EINVAL;
         }
         memcpy(field, &v, sizeof v);
@@ -339,6 +306,18 @@ int mv_config_load_file(mv_config *c, const char *path, char *err, size_t errlen
     return rc;
 }
 
+/* A listen address of the configuration, read as the flags read theirs. */
+static int config_listen(const char *text, unsigned flags, const char *name, char *host,
+                         size_t hostlen, uint16_t *port, char *err, size_t errlen)
+{
+    char why[MV_ERR_MAX];
+    if (mv_parse_listen(text, flags, host, hostlen, port, why, sizeof why) < 0) {
+        mv_err_set(err, errlen, "%s: %s", name, why);
+        return -EINVAL;
+    }
+    return 0;
+}
+
 int mv_config_finish(mv_config *c, char *err, size_t errlen)
 {
     if (c->page_size == 0 || c->page_size % 4096) {
@@ -393,14 +372,15 @@ int mv_config_finish(mv_config *c, char *err, size_t errlen)
         return -EINVAL;
     }
     c->rdma_ip[0] = 0;
-    c->rdma_port = 0;
+    c->rdma_port = c->rdma_listen[0] ? MV_CONFIG_RDMA_PORT : 0;
     if (c->rdma_listen[0] &&
-        mv_config_split_endpoint(c->rdma_listen, MV_CONFIG_RDMA_PORT, c->rdma_ip, sizeof c->rdma_ip,
-                                 &c->rdma_port) < 0) {
-        mv_err_set(err, errlen, "rdma_listen %.100s: want IP[:PORT]", c->rdma_listen);
+        config_listen(c->rdma_listen, MV_LISTEN_PORT_OPTIONAL, "rdma_listen", c->rdma_ip,
+                      sizeof c->rdma_ip, &c->rdma_port, err, errlen) < 0)
         return -EINVAL;
-    }
-    if (c->listen[0] && mv_config_check_listen("listen", c->listen, err, errlen) < 0)
+    char host[sizeof c->listen];
+    uint16_t port;
+    if (c->listen[0] && config_listen(c->listen, MV_LISTEN_PORT_ZERO, "listen", host, sizeof host,
+                                      &port, err, errlen) < 0)
         return -EINVAL;
     if (!c->agent_socket[0]) {
         int n = snprintf(c->agent_socket, sizeof c->agent_socket, "%s/agent.sock", c->state_dir);
@@ -422,53 +402,5 @@ int mv_config_finish(mv_config *c, char *err, size_t errlen)
                      v6 ? "]" : "", p && p[0] ? p : "443");
         }
     }
-    return 0;
-}
-
-int mv_config_check_listen(const char *what, const char *s, char *err, size_t errlen)
-{
-    const char *colon = strrchr(s, ':');
-    size_t hl = colon ? (size_t)(colon - s) : 0;
-    int v6 = hl >= 2 && s[0] == '[' && s[hl - 1] == ']';
-    const char *p = colon ? colon + 1 : NULL;
-    char *end = NULL;
-    unsigned long port = 0;
-    int ok = colon && hl > 0 && (v6 || !memchr(s, ':', hl)) && !memchr(s, ' ', hl) && p &&
-             *p >= '0' && *p <= '9';
-    if (ok) {
-        errno = 0;
-        port = strtoul(p, &end, 10);
-        ok = !errno && !*end && port <= 65535;
-    }
-    if (!ok) {
-        mv_err_set(err, errlen,
-                   "%s %.100s: want HOST:PORT with PORT 0..65535 (0 = any free port), e.g. "
-                   "0.0.0.0:7470 or [::1]:7470",
-                   what, s);
-        return -EINVAL;
-    }
-    return 0;
-}
-
-int mv_config_split_endpoint(const char *s, uint16_t defport, char *ip, size_t iplen,
-                             uint16_t *port)
-{
-    const char *colon = strrchr(s, ':');
-    size_t n = colon ? (size_t)(colon - s) : strlen(s);
-    unsigned long p = defport;
-    if (n == 0 || n >= iplen || memchr(s, ' ', n))
-        return -EINVAL;
-    if (colon) {
-        char *end;
-        errno = 0;
-        if (!(colon[1] >= '0' && colon[1] <= '9'))
-            return -EINVAL;
-        p = strtoul(colon + 1, &end, 10);
-        if (errno || *end || p == 0 || p > 65535)
-            return -EINVAL;
-    }
-    memcpy(ip, s, n);
-    ip[n] = 0;
-    *port = (uint16_t)p;
     return 0;
 }

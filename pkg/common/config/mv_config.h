@@ -2,9 +2,10 @@
  * file (libyaml) and key=value overrides (from command-line flags).
  *
  * Every key of the YAML mapping is also a flag: `pool_size: 16Mi` in the file is
- * `--pool-size 16Mi` on the command line, and flags win. Sizes accept a plain
- * byte count or a Ki/Mi/Gi suffix. Values live in fixed-size fields of the
- * struct, so there is nothing to free.
+ * `--pool-size 16Mi` on the command line, and flags win. Values are read with the
+ * parsers every flag uses (mv_util.h): sizes are mv_parse_size (bytes, or Ki/Mi/Gi),
+ * numbers mv_parse_u64, `listen` and `rdma_listen` mv_parse_listen. Values live in
+ * fixed-size fields of the struct, so there is nothing to free.
  */
 #ifndef MV_CONFIG_H
 #define MV_CONFIG_H
@@ -72,14 +73,5 @@ int mv_config_finish(mv_config *c, char *err, size_t errlen);
 
 /* The known keys, in YAML spelling, NULL-terminated. */
 const char *const *mv_config_keys(void);
-
-/* Splits "IP[:PORT]" (IPv4 or a host name; PORT 1..65535, `defport` when absent)
- * into `ip` and `*port`. Returns 0 or -EINVAL. */
-/* Checks a TCP listen address HOST:PORT (IPv6 as [ADDR]:PORT; PORT 0..65535, 0 = any free
- * port). Returns 0, or -EINVAL with a message naming `what` and the accepted form. */
-int mv_config_check_listen(const char *what, const char *s, char *err, size_t errlen);
-
-int mv_config_split_endpoint(const char *s, uint16_t defport, char *ip, size_t iplen,
-                             uint16_t *port);
 
 #endif

@@ -12,11 +12,21 @@ int mv_rdma_token_load(const char *path, char *out, size_t outlen, char *err, si
     FILE *f = fopen(path, "re");
     if (!f) {
         int e = errno;
-        snprintf(err, errlen, "cannot open token file %s: %s", path, strerror(e));
+        snprintf(err, errlen, "cannot read token file %s: %s", path, strerror(e));
         return -e;
     }
+    /* A directory opens but does not read (a Secret volume given where its key file was
+     * meant): that is a read error with its reason, not an empty token. */
+    errno = 0;
     n = fread(buf, 1, sizeof buf - 1, f);
-    int toolong = !feof(f) && fgetc(f) != EOF;
+    int rerr = ferror(f) ? (errno ? errno : EIO) : 0;
+    int toolong = !rerr && !feof(f) && fgetc(f) != EOF;
+    if (rerr) {
+        fclose(f);
+        snprintf(err, errlen, "cannot read token file %s: %s%s", path, strerror(rerr),
+                 rerr == EISDIR ? " (give the file inside it that holds the token)" : "");
+        return -rerr;
+    }
     fclose(f);
     buf[n] = 0;
     char *b = buf, *e = buf + n;
@@ -25,8 +35,12 @@ int mv_rdma_token_load(const char *path, char *out, size_t outlen, char *err, si
     while (e > b && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\n' || e[-1] == '\r'))
         e--;
     size_t len = (size_t)(e - b);
-    if (toolong || len < 1 || len > MV_RDMA_TOKEN_MAX || len >= outlen) {
-        snprintf(err, errlen, "token in %s must be 1 to %d characters", path, MV_RDMA_TOKEN_MAX);
+    if (len < 1) {
+        snprintf(err, errlen, "token file %s is empty (or only white space)", path);
+        return -EINVAL;
+    }
+    if (toolong || len > MV_RDMA_TOKEN_MAX || len >= outlen) {
+        snprintf(err, errlen, "token in %s is longer than %d characters", path, MV_RDMA_TOKEN_MAX);
         return -EINVAL;
     }
     for (size_t i = 0; i < len; i++)

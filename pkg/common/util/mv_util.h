@@ -1,5 +1,6 @@
-/* mv_util: small helpers every module shares: clocks, file descriptors, bounded strings,
- * a capped growable buffer, and the size of setup error messages. libc only.
+/* mv_util: small helpers every module shares: clocks, file descriptors, the parsers of flag
+ * and configuration values, bounded strings, a capped growable buffer, and the size of setup
+ * error messages. libc only.
  *
  * Error messages of setup calls: a function that can fail for a reason the
  * operator must act on takes `char *err, size_t errlen`; callers pass a buffer
@@ -46,6 +47,40 @@ struct option;
  * getopt_long: it checks that every --name in argv (up to a lone "--") is spelled out in
  * full, printing "PROG: unknown option --x (did you mean --y?)" otherwise. Returns 0 or -1. */
 int mv_opts_exact(const char *prog, int argc, char *const *argv, const struct option *opts);
+
+/* ---- Parsing operator input -------------------------------------------------- */
+
+/* One set of parsers for what operators write, in flags and configuration files alike, so a
+ * value means the same wherever it is given. Each takes the whole text: no spaces, no sign, no
+ * hexadecimal. Each stores its result only on success and returns 0, or -EINVAL (malformed) /
+ * -ERANGE (outside [min, max]) with one sentence in `err` that quotes the text and states the
+ * accepted form; callers prefix the flag or key name. */
+
+/* A whole number in [min, max]: "15000". */
+int mv_parse_u64(const char *text, uint64_t min, uint64_t max, uint64_t *out, char *err,
+                 size_t errlen);
+/* A size in bytes in [min, max]: "65536", or a whole number with a binary suffix: "64Ki"
+ * (x 1024), "16Mi" (x 2^20), "1Gi" (x 2^30). Decimal suffixes (k, M, G) are refused rather
+ * than guessed. */
+int mv_parse_size(const char *text, uint64_t min, uint64_t max, uint64_t *out, char *err,
+                  size_t errlen);
+
+#define MV_LISTEN_ANY_HOST      1u /* an empty HOST (":8443") is taken: every address */
+#define MV_LISTEN_PORT_ZERO     2u /* PORT 0 is taken: any free port */
+#define MV_LISTEN_PORT_OPTIONAL 4u /* "HOST" alone is taken; *port then keeps its value */
+/* A listen address HOST:PORT, an IPv6 address in brackets ("[::1]:7470"), PORT 1..65535
+ * (0 too with MV_LISTEN_PORT_ZERO). HOST is not resolved here: it must be non-empty (unless
+ * MV_LISTEN_ANY_HOST), without spaces, control characters or brackets, and shorter than
+ * hostlen; an unbracketed HOST holds no colon. Writes HOST without brackets into `host`. */
+int mv_parse_listen(const char *text, unsigned flags, char *host, size_t hostlen, uint16_t *port,
+                    char *err, size_t errlen);
+
+/* For command lines: parse `text`, the value of `flag`, or print "PROG: FLAG: <why>" on
+ * stderr and return -1. */
+int mv_flag_u64(const char *prog, const char *flag, const char *text, uint64_t min, uint64_t max,
+                uint64_t *out);
+int mv_flag_size(const char *prog, const char *flag, const char *text, uint64_t min, uint64_t max,
+                 uint64_t *out);
 
 /* ---- Bounded strings --------------------------------------------------------- */
 
