@@ -230,9 +230,8 @@ int mv_ctl_create(int argc, char **argv)
             nlabels++;
             break;
         default:
-            fprintf(stderr,
-                    "usage: microviewctl create [--agent T] [--token-file F] [--size SIZE] "
-                    "[--label K=V] [--owner-pid PID]\n");
+            fprintf(stderr, "usage: microviewctl create [--agent T] [--token-file F] [--size SIZE] "
+                            "[--label K=V] [--owner-pid PID]\n");
             return 2;
         }
     }
