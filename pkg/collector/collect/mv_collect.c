@@ -1,5 +1,6 @@
-/* mv_collect: segment table, tick loop (copy, validate, publish) and snapshots. */
-#include "mv_collect.h"
+/* mv_collect: segment table, tick loop (copy, validate, publish) and snapshots; the torn-
+ * histogram state is mv_collect_torn.c, the tick-worker pool mv_collect_workers.c. */
+#include "mv_collect_int.h"
 #include "mv_detect.h"
 #include "mv_log.h"
 
@@ -11,138 +12,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#define TORN_RETRIES 3
-/* Locks serialising reads through transports that are not `concurrent`, one
- * per transport (striped by address: two transports may share one). */
-#define READ_LOCKS 16
-
-/* A parsed catalog shared by the table and snapshots. */
-typedef struct cat_ref {
-    int refs; /* atomic */
-    mv_seg_catalog *cat;
-} cat_ref;
-
-typedef struct seg {
-    char *id;
-    mv_seg_label *labels;
-    size_t nlabels;
-    uint64_t size;
-    const mv_coll_transport *t;
-    void *src;
-
-    /* Tick-thread state. */
-    void *full;                            /* whole-segment buffer for catalog reads */
-    void *work;                            /* hot copy being validated */
-    uint64_t hdr2[MV_SEG_HEADER_SIZE / 8]; /* header re-read after a catalog copy */
-    uint32_t work_cap;
-    cat_ref *cat; /* current catalog (tick's reference) */
-    uint64_t fail_since_ns, next_recheck_ns;
-    int refs; /* atomic: the list holds one, a running tick another */
-    /* Analytics and adaptive sampling (tick thread; pipe is swapped under mu). */
-    mv_pipe_seg *pipe;
-    cat_ref *pipe_cat; /* the catalog pipe was built on */
-    mv_detect_rate *rate;
-    uint64_t due_ns; /* CLOCK_MONOTONIC time of the next read */
-    /* Torn histograms: the last consistent words of every histogram (laid out
-     * like the hot area), which metric indexes have them, and since when each
-     * has failed to copy consistently (0 = its last copy was fine). Indexes
-     * survive catalog appends (records are never moved); a new instance
-     * (re-format) clears them. */
-    void *good;
-    uint32_t good_cap;
-    uint8_t *have_good, *omit_work;
-    uint64_t *torn_since;
-    size_t nmet_cap;
-    uint64_t good_instance;
-
-    /* Published state, under mu. */
-    pthread_mutex_t mu;
-    mv_coll_state state;
-    mv_seg_reason reason;
-    char detail[192];
-    cat_ref *pub_cat;
-    void *pub_hot;
-    uint32_t pub_len;
-    uint64_t read_ns, heartbeat_ns, reads, read_errors, torn;
-    uint64_t interval_ns, skipped;
-    uint64_t read_bytes;    /* moved by the transport for this segment (atomic) */
-    uint64_t busy_since_ns; /* CLOCK_REALTIME when the catalog went busy (odd generation) */
-    uint8_t *pub_omit;      /* per metric index: 1 = no consistent copy, omit it */
-    size_t pub_nomit;
-    uint32_t pub_stale, pub_omitted;
-
-    struct seg *next;
-} seg;
-
-typedef struct tick_item {
-    struct seg *s;
-    uint32_t len;
-} tick_item;
-
-/* One tick worker's scratch. Worker 0 is the thread that runs mv_coll_tick;
- * the others are helper threads that take chunks of the same tick's segment
- * list. Only its own worker touches it during a tick; the tick thread reads
- * and resets `torn` and grows the arrays while no helper is in a tick. */
-typedef struct tick_worker {
-    struct mv_coll *c;
-    pthread_t thread;
-    int started;
-    tick_item *items;
-    mv_coll_read *reqs;
-    size_t cap;
-    uint64_t torn; /* torn-histogram retries in the current tick */
-} tick_worker;
-
-struct mv_coll {
-    mv_coll_opts o;
-    pthread_mutex_t mu; /* protects the list and stats */
-    seg *segs;
-    size_t nsegs;
-    mv_coll_stats stats;
-    pthread_t thread;
-    int running, stop; /* stop is atomic */
-    seg **tick_segs;   /* tick thread's list of this tick's segments */
-    size_t tick_cap;
-    mv_coll_drop_fn drop_fn; /* under mu */
-    void *drop_arg;
-    /* Tick workers: w[0] is the tick thread, w[1..nw-1] helper threads woken
-     * once per tick; they take chunks of tick_segs until none is left. A
-     * segment is in one chunk, so one worker touches its tick state per tick.
-     * The tick does not wait for helpers that have not woken up yet: it
-     * closes the tick (wopen = 0) once it ran out of chunks and waits only for
-     * the helpers that joined it (wactive). */
-    tick_worker *w;
-    size_t nw;
-    pthread_mutex_t wmu;
-    pthread_cond_t wgo, wdone;
-    uint64_t wgen;            /* under wmu: the current tick */
-    int wopen;                /* under wmu: helpers may join tick wgen */
-    size_t wactive;           /* under wmu: helpers inside tick wgen */
-    int wstop;                /* under wmu */
-    size_t wn, wchunk, wnext; /* this tick's segment count, chunk size, next chunk (atomic) */
-    /* Serialise reads through transports that are not `concurrent` (e.g. one
-     * RDMA connection) when there are several workers. */
-    pthread_mutex_t read_mu[READ_LOCKS];
-};
-
-/* Reads through a transport, one caller at a time unless it says it is
- * concurrent. */
-static void coll_read(struct mv_coll *c, const mv_coll_transport *t, mv_coll_read *rq, size_t n)
-{
-    pthread_mutex_t *mu = NULL;
-    if (c->nw > 1 && !t->concurrent)
-        mu = &c->read_mu[((uintptr_t)t * 0x9E3779B97F4A7C15ull >> 40) % READ_LOCKS];
-    if (mu)
-        pthread_mutex_lock(mu);
-    t->read_many(t->ctx, rq, n);
-    if (mu)
-        pthread_mutex_unlock(mu);
-}
-
 /* Reads through the segment's transport and counts the bytes that arrived. */
-static void seg_read(struct mv_coll *c, seg *s, mv_coll_read *rq, size_t n)
+void mv_coll__seg_read(mv_coll *c, seg *s, mv_coll_read *rq, size_t n)
 {
-    coll_read(c, s->t, rq, n);
+    mv_coll__read(c, s->t, rq, n);
     for (size_t i = 0; i < n; i++)
         if (rq[i].status == 0)
             __atomic_add_fetch(&s->read_bytes, rq[i].len, __ATOMIC_RELAXED);
@@ -191,31 +64,6 @@ void mv_coll_opts_default(mv_coll_opts *o)
     o->tick_workers = 1;
 }
 
-static void *worker_main(void *arg);
-
-/* Starts the helper workers (tick_workers - 1 threads). On failure the
- * caller's mv_coll_destroy stops and joins those that started. */
-static int start_workers(mv_coll *c)
-{
-    size_t want = c->o.tick_workers;
-    if (!(c->w = calloc(want, sizeof *c->w)))
-        return -ENOMEM;
-    c->nw = 1;
-    c->w[0].c = c;
-    for (size_t i = 1; i < want; i++) {
-        c->w[i].c = c;
-        int rc = pthread_create(&c->w[i].thread, NULL, worker_main, &c->w[i]);
-        if (rc) {
-            MV_ERROR("collector.tick_worker_failed", "worker=%zu workers=%zu error=%s", i, want,
-                     mv_log_q(strerror(rc)));
-            return -rc;
-        }
-        c->w[i].started = 1;
-        c->nw++;
-    }
-    return 0;
-}
-
 int mv_coll_create(const mv_coll_opts *o, mv_coll **out)
 {
     mv_coll *c = calloc(1, sizeof *c);
@@ -247,12 +95,7 @@ int mv_coll_create(const mv_coll_opts *o, mv_coll **out)
         return -EINVAL;
     }
     pthread_mutex_init(&c->mu, NULL);
-    pthread_mutex_init(&c->wmu, NULL);
-    for (size_t i = 0; i < READ_LOCKS; i++)
-        pthread_mutex_init(&c->read_mu[i], NULL);
-    pthread_cond_init(&c->wgo, NULL);
-    pthread_cond_init(&c->wdone, NULL);
-    int rc = start_workers(c);
+    int rc = mv_coll__start_workers(c);
     if (rc != 0) {
         mv_coll_destroy(c);
         return rc;
@@ -304,29 +147,13 @@ void mv_coll_destroy(mv_coll *c)
         __atomic_store_n(&c->stop, 1, __ATOMIC_RELEASE);
         pthread_join(c->thread, NULL);
     }
-    /* Helpers exist from create on, whether or not a tick ever ran. */
-    pthread_mutex_lock(&c->wmu);
-    c->wstop = 1;
-    pthread_cond_broadcast(&c->wgo);
-    pthread_mutex_unlock(&c->wmu);
-    for (size_t i = 1; c->w && i < c->o.tick_workers; i++)
-        if (c->w[i].started)
-            pthread_join(c->w[i].thread, NULL);
+    mv_coll__stop_workers(c);
     for (seg *s = c->segs, *n; s; s = n) {
         n = s->next;
         seg_put(s);
     }
     free(c->tick_segs);
-    for (size_t i = 0; c->w && i < c->o.tick_workers; i++) {
-        free(c->w[i].items);
-        free(c->w[i].reqs);
-    }
-    free(c->w);
-    pthread_cond_destroy(&c->wgo);
-    pthread_cond_destroy(&c->wdone);
-    for (size_t i = 0; i < READ_LOCKS; i++)
-        pthread_mutex_destroy(&c->read_mu[i]);
-    pthread_mutex_destroy(&c->wmu);
+    mv_coll__free_workers(c);
     pthread_mutex_destroy(&c->mu);
     free(c);
 }
@@ -561,14 +388,14 @@ static int load_catalog(mv_coll *c, seg *s, uint64_t now)
             {.src = s->src, .off = 0, .len = (uint32_t)s->size, .dst = s->full},
             {.src = s->src, .off = 0, .len = MV_SEG_HEADER_SIZE, .dst = s->hdr2},
         };
-        seg_read(c, s, &rq[0], 1);
+        mv_coll__seg_read(c, s, &rq[0], 1);
         if (rq[0].status) {
             snprintf(err.detail, sizeof err.detail, "read failed: %s", strerror(-rq[0].status));
             r = MV_SEG_E_TRUNCATED;
             break;
         }
         r = mv_seg_catalog_parse(s->full, s->size, s->size, &cat, &err);
-        seg_read(c, s, &rq[1], 1);
+        mv_coll__seg_read(c, s, &rq[1], 1);
         const mv_seg_header *h1 = s->full, *h2 = (const void *)s->hdr2;
         int stable = rq[1].status == 0 && !(h1->generation & 1) &&
                      h1->generation == h2->generation && h1->instance == h2->instance;
@@ -611,102 +438,6 @@ static int load_catalog(mv_coll *c, seg *s, uint64_t now)
                  (unsigned long long)mv_seg_catalog_generation(cat), mv_seg_catalog_count(cat));
     s->fail_since_ns = 0;
     return 0;
-}
-
-/* Sizes the per-metric torn-histogram state for `n` metrics and forgets it
- * when the segment was re-formatted (new instance). */
-static int torn_state(seg *s, size_t n, uint32_t hot_len)
-{
-    const mv_seg_header *h = s->work;
-    if (n > s->nmet_cap) {
-        uint8_t *hg = realloc(s->have_good, n);
-        if (hg)
-            s->have_good = hg;
-        uint8_t *ow = realloc(s->omit_work, n);
-        if (ow)
-            s->omit_work = ow;
-        uint64_t *ts = realloc(s->torn_since, n * sizeof *ts);
-        if (ts)
-            s->torn_since = ts;
-        if (!hg || !ow || !ts)
-            return -ENOMEM;
-        memset(s->have_good + s->nmet_cap, 0, n - s->nmet_cap);
-        memset(s->torn_since + s->nmet_cap, 0, (n - s->nmet_cap) * sizeof *ts);
-        s->nmet_cap = n;
-    }
-    if (!s->good || s->good_cap < hot_len) { /* grow, keeping the words we have */
-        void *g = aligned_alloc(64, ((size_t)hot_len + 63) & ~(size_t)63);
-        if (!g)
-            return -ENOMEM;
-        if (s->good)
-            memcpy(g, s->good, s->good_cap);
-        free(s->good);
-        s->good = g;
-        s->good_cap = hot_len;
-    }
-    if (h->instance != s->good_instance) {
-        if (s->nmet_cap) {
-            memset(s->have_good, 0, s->nmet_cap);
-            memset(s->torn_since, 0, s->nmet_cap * sizeof *s->torn_since);
-        }
-        s->good_instance = h->instance;
-    }
-    if (n)
-        memset(s->omit_work, 0, n);
-    return 0;
-}
-
-/* Re-reads torn histogram records. A record still torn after TORN_RETRIES
- * copies is served from its last consistent words for at most
- * torn_stale_ms, then omitted (omit_work) until a consistent copy arrives;
- * one never copied consistently is omitted at once. Never zeros: a
- * histogram that drops to zero reads as a counter reset downstream. */
-static uint64_t fix_torn(mv_coll *c, seg *s, const mv_seg_catalog *cat, uint64_t now,
-                         uint32_t *stale, uint32_t *omitted)
-{
-    uint64_t torn = 0;
-    const mv_seg_header *h = s->work;
-    size_t n = mv_seg_catalog_count(cat);
-    *stale = *omitted = 0;
-    if (torn_state(s, n, mv_seg_catalog_hot_size(cat)) != 0)
-        return 0; /* out of memory: keep the copy as validated by hot_check */
-    for (size_t i = 0; i < n; i++) {
-        const mv_seg_metric *m = mv_seg_catalog_metric(cat, i);
-        if (m->type != MV_SEG_HISTOGRAM)
-            continue;
-        uint64_t off = (uint64_t)h->values_offset + m->value_offset;
-        mv_seg_hist_view hv;
-        int ok = mv_seg_read_histogram(s->work, m, &hv) == MV_SEG_OK;
-        if (!ok)
-            torn++;
-        for (int k = 0; k < TORN_RETRIES && !ok; k++) {
-            mv_coll_read rq = {
-                .src = s->src, .off = off, .len = m->value_size, .dst = (char *)s->work + off};
-            seg_read(c, s, &rq, 1);
-            ok = rq.status == 0 && mv_seg_read_histogram(s->work, m, &hv) == MV_SEG_OK;
-        }
-        if (ok) {
-            memcpy((char *)s->good + off, (char *)s->work + off, m->value_size);
-            s->have_good[i] = 1;
-            s->torn_since[i] = 0;
-            continue;
-        }
-        if (!s->torn_since[i])
-            s->torn_since[i] = now;
-        /* The pipeline sees the last consistent words (or zeros if none). */
-        if (s->have_good[i])
-            memcpy((char *)s->work + off, (char *)s->good + off, m->value_size);
-        else
-            memset((char *)s->work + off, 0, m->value_size);
-        if (s->have_good[i] &&
-            now - s->torn_since[i] <= (uint64_t)c->o.torn_stale_ms * 1000000ull) {
-            (*stale)++;
-        } else {
-            s->omit_work[i] = 1;
-            (*omitted)++;
-        }
-    }
-    return torn;
 }
 
 static void publish(seg *s, uint64_t now, uint64_t hb, uint64_t torn, uint32_t stale,
@@ -834,7 +565,7 @@ static void tick_finish(mv_coll *c, seg *s, int status, uint32_t len, uint64_t *
             if ((len = tick_prepare(c, s)) == 0)
                 return;
             mv_coll_read rq = {.src = s->src, .off = 0, .len = len, .dst = s->work};
-            seg_read(c, s, &rq, 1);
+            mv_coll__seg_read(c, s, &rq, 1);
             status = rq.status;
         }
         if (status) {
@@ -856,7 +587,7 @@ static void tick_finish(mv_coll *c, seg *s, int status, uint32_t len, uint64_t *
             return;
         }
         uint32_t stale, omitted;
-        uint64_t torn = fix_torn(c, s, s->cat->cat, now, &stale, &omitted);
+        uint64_t torn = mv_coll__fix_torn(c, s, s->cat->cat, now, &stale, &omitted);
         *torn_total += torn;
         s->fail_since_ns = 0;
         analyse(c, s, now);
@@ -873,7 +604,7 @@ static int item_by_transport(const void *a, const void *b)
 }
 
 /* One worker's share of a tick: prepare, read and finish `n` segments. */
-static void tick_chunk(mv_coll *c, tick_worker *w, seg *const *segs, size_t n)
+void mv_coll__tick_chunk(mv_coll *c, tick_worker *w, seg *const *segs, size_t n)
 {
     /* 1: choose what is due and size the copies. */
     size_t m = 0;
@@ -895,7 +626,7 @@ static void tick_chunk(mv_coll *c, tick_worker *w, seg *const *segs, size_t n)
         const mv_coll_transport *t = w->items[i].s->t;
         for (j = i; j < m && w->items[j].s->t == t; j++)
             ;
-        coll_read(c, t, &w->reqs[i], j - i);
+        mv_coll__read(c, t, &w->reqs[i], j - i);
     }
     for (size_t i = 0; i < m; i++)
         if (w->reqs[i].status == 0)
@@ -911,67 +642,6 @@ static void tick_chunk(mv_coll *c, tick_worker *w, seg *const *segs, size_t n)
     }
 }
 
-/* Takes chunks of the current tick's list until none is left. */
-static void take_chunks(mv_coll *c, tick_worker *w)
-{
-    for (;;) {
-        size_t at = __atomic_fetch_add(&c->wnext, c->wchunk, __ATOMIC_RELAXED);
-        if (at >= c->wn)
-            return;
-        size_t k = c->wn - at < c->wchunk ? c->wn - at : c->wchunk;
-        tick_chunk(c, w, c->tick_segs + at, k);
-    }
-}
-
-/* A helper: joins each tick that is still open, once, and takes chunks. */
-static void *worker_main(void *arg)
-{
-    tick_worker *w = arg;
-    mv_coll *c = w->c;
-    uint64_t seen = 0;
-    pthread_mutex_lock(&c->wmu);
-    for (;;) {
-        while (!c->wstop && !(c->wopen && c->wgen != seen))
-            pthread_cond_wait(&c->wgo, &c->wmu);
-        if (c->wstop)
-            break;
-        seen = c->wgen;
-        c->wactive++;
-        pthread_mutex_unlock(&c->wmu);
-        take_chunks(c, w);
-        pthread_mutex_lock(&c->wmu);
-        if (--c->wactive == 0)
-            pthread_cond_signal(&c->wdone);
-    }
-    pthread_mutex_unlock(&c->wmu);
-    return NULL;
-}
-
-/* Grows the tick's list and every worker's scratch to `want` segments; on
- * failure the capacity stays as it was (the tick then reads fewer). */
-static void grow_tick(mv_coll *c, size_t want)
-{
-    seg **v = realloc(c->tick_segs, want * sizeof *v);
-    if (!v)
-        return;
-    c->tick_segs = v;
-    for (size_t i = 0; i < c->nw; i++) {
-        tick_worker *w = &c->w[i];
-        if (w->cap >= want)
-            continue;
-        tick_item *it = realloc(w->items, want * sizeof *it);
-        if (it)
-            w->items = it;
-        mv_coll_read *rq = realloc(w->reqs, want * sizeof *rq);
-        if (rq)
-            w->reqs = rq;
-        if (!it || !rq)
-            return;
-        w->cap = want;
-    }
-    c->tick_cap = want;
-}
-
 void mv_coll_tick(mv_coll *c)
 {
     uint64_t t0 = now_ns(CLOCK_MONOTONIC), torn = 0;
@@ -981,40 +651,14 @@ void mv_coll_tick(mv_coll *c)
     pthread_mutex_lock(&c->mu);
     size_t n = 0;
     if (c->tick_cap < c->nsegs)
-        grow_tick(c, c->nsegs);
+        mv_coll__grow_tick(c, c->nsegs);
     for (seg *s = c->segs; s && n < c->tick_cap; s = s->next) {
         __atomic_add_fetch(&s->refs, 1, __ATOMIC_RELAXED);
         c->tick_segs[n++] = s;
     }
     pthread_mutex_unlock(&c->mu);
 
-    if (c->nw > 1 && n > 1) {
-        /* Two chunks per worker: they balance uneven segments while each
-         * transport batch stays large. No helper is inside a tick here, so
-         * these are published to them by wmu. */
-        c->wn = n;
-        c->wchunk = (n + 2 * c->nw - 1) / (2 * c->nw);
-        __atomic_store_n(&c->wnext, 0, __ATOMIC_RELAXED);
-        pthread_mutex_lock(&c->wmu);
-        c->wgen++;
-        c->wopen = 1;
-        pthread_cond_broadcast(&c->wgo);
-        pthread_mutex_unlock(&c->wmu);
-        take_chunks(c, &c->w[0]);
-        /* Out of chunks: a helper that wakes up only now must not join, and
-         * those that joined still finish theirs. */
-        pthread_mutex_lock(&c->wmu);
-        c->wopen = 0;
-        while (c->wactive)
-            pthread_cond_wait(&c->wdone, &c->wmu);
-        pthread_mutex_unlock(&c->wmu);
-    } else {
-        tick_chunk(c, &c->w[0], c->tick_segs, n);
-    }
-    for (size_t i = 0; i < c->nw; i++) {
-        torn += c->w[i].torn;
-        c->w[i].torn = 0;
-    }
+    torn = mv_coll__run_tick(c, n);
     for (size_t i = 0; i < n; i++)
         seg_put(c->tick_segs[i]);
     double took = (double)(now_ns(CLOCK_MONOTONIC) - t0) / 1e9;

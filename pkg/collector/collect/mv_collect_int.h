@@ -1,0 +1,158 @@
+/* mv_collect internals shared by the module's files, not part of its interface: the segment
+ * table's layout, the torn-histogram state and the tick-worker pool. */
+#ifndef MV_COLLECT_INT_H
+#define MV_COLLECT_INT_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mv_collect.h"
+#include "mv_detect.h"
+
+/* Locks serialising reads through transports that are not `concurrent`, one
+ * per transport (striped by address: two transports may share one). */
+#define READ_LOCKS 16
+
+/* A parsed catalog shared by the table and snapshots. */
+typedef struct cat_ref {
+    int refs; /* atomic */
+    mv_seg_catalog *cat;
+} cat_ref;
+
+typedef struct seg {
+    char *id;
+    mv_seg_label *labels;
+    size_t nlabels;
+    uint64_t size;
+    const mv_coll_transport *t;
+    void *src;
+
+    /* Tick-thread state. */
+    void *full;                            /* whole-segment buffer for catalog reads */
+    void *work;                            /* hot copy being validated */
+    uint64_t hdr2[MV_SEG_HEADER_SIZE / 8]; /* header re-read after a catalog copy */
+    uint32_t work_cap;
+    cat_ref *cat; /* current catalog (tick's reference) */
+    uint64_t fail_since_ns, next_recheck_ns;
+    int refs; /* atomic: the list holds one, a running tick another */
+    /* Analytics and adaptive sampling (tick thread; pipe is swapped under mu). */
+    mv_pipe_seg *pipe;
+    cat_ref *pipe_cat; /* the catalog pipe was built on */
+    mv_detect_rate *rate;
+    uint64_t due_ns; /* CLOCK_MONOTONIC time of the next read */
+    /* Torn histograms: the last consistent words of every histogram (laid out
+     * like the hot area), which metric indexes have them, and since when each
+     * has failed to copy consistently (0 = its last copy was fine). Indexes
+     * survive catalog appends (records are never moved); a new instance
+     * (re-format) clears them. */
+    void *good;
+    uint32_t good_cap;
+    uint8_t *have_good, *omit_work;
+    uint64_t *torn_since;
+    size_t nmet_cap;
+    uint64_t good_instance;
+
+    /* Published state, under mu. */
+    pthread_mutex_t mu;
+    mv_coll_state state;
+    mv_seg_reason reason;
+    char detail[192];
+    cat_ref *pub_cat;
+    void *pub_hot;
+    uint32_t pub_len;
+    uint64_t read_ns, heartbeat_ns, reads, read_errors, torn;
+    uint64_t interval_ns, skipped;
+    uint64_t read_bytes;    /* moved by the transport for this segment (atomic) */
+    uint64_t busy_since_ns; /* CLOCK_REALTIME when the catalog went busy (odd generation) */
+    uint8_t *pub_omit;      /* per metric index: 1 = no consistent copy, omit it */
+    size_t pub_nomit;
+    uint32_t pub_stale, pub_omitted;
+
+    struct seg *next;
+} seg;
+
+typedef struct tick_item {
+    struct seg *s;
+    uint32_t len;
+} tick_item;
+
+/* One tick worker's scratch. Worker 0 is the thread that runs mv_coll_tick;
+ * the others are helper threads that take chunks of the same tick's segment
+ * list. Only its own worker touches it during a tick; the tick thread reads
+ * and resets `torn` and grows the arrays while no helper is in a tick. */
+typedef struct tick_worker {
+    struct mv_coll *c;
+    pthread_t thread;
+    int started;
+    tick_item *items;
+    mv_coll_read *reqs;
+    size_t cap;
+    uint64_t torn; /* torn-histogram retries in the current tick */
+} tick_worker;
+
+struct mv_coll {
+    mv_coll_opts o;
+    pthread_mutex_t mu; /* protects the list and stats */
+    seg *segs;
+    size_t nsegs;
+    mv_coll_stats stats;
+    pthread_t thread;
+    int running, stop; /* stop is atomic */
+    seg **tick_segs;   /* tick thread's list of this tick's segments */
+    size_t tick_cap;
+    mv_coll_drop_fn drop_fn; /* under mu */
+    void *drop_arg;
+    /* Tick workers: w[0] is the tick thread, w[1..nw-1] helper threads woken
+     * once per tick; they take chunks of tick_segs until none is left. A
+     * segment is in one chunk, so one worker touches its tick state per tick.
+     * The tick does not wait for helpers that have not woken up yet: it
+     * closes the tick (wopen = 0) once it ran out of chunks and waits only for
+     * the helpers that joined it (wactive). */
+    tick_worker *w;
+    size_t nw;
+    pthread_mutex_t wmu;
+    pthread_cond_t wgo, wdone;
+    uint64_t wgen;            /* under wmu: the current tick */
+    int wopen;                /* under wmu: helpers may join tick wgen */
+    size_t wactive;           /* under wmu: helpers inside tick wgen */
+    int wstop;                /* under wmu */
+    size_t wn, wchunk, wnext; /* this tick's segment count, chunk size, next chunk (atomic) */
+    /* Serialise reads through transports that are not `concurrent` (e.g. one
+     * RDMA connection) when there are several workers. */
+    pthread_mutex_t read_mu[READ_LOCKS];
+};
+
+/* ---- mv_collect.c ---------------------------------------------------------------- */
+
+/* Reads through the segment's transport and counts the bytes that arrived. */
+void mv_coll__seg_read(mv_coll *c, seg *s, mv_coll_read *rq, size_t n);
+/* One worker's share of a tick: prepare, read and finish `n` segments. */
+void mv_coll__tick_chunk(mv_coll *c, tick_worker *w, seg *const *segs, size_t n);
+
+/* ---- mv_collect_torn.c: torn histograms ------------------------------------------ */
+
+/* Re-reads the torn histogram records of the validated copy in s->work and
+ * serves or omits those still torn; returns the number of torn records and
+ * sets how many are stale and omitted. */
+uint64_t mv_coll__fix_torn(mv_coll *c, seg *s, const mv_seg_catalog *cat, uint64_t now,
+                           uint32_t *stale, uint32_t *omitted);
+
+/* ---- mv_collect_workers.c: the tick-worker pool ---------------------------------- */
+
+/* Reads through a transport, one caller at a time unless it says it is
+ * concurrent. */
+void mv_coll__read(mv_coll *c, const mv_coll_transport *t, mv_coll_read *rq, size_t n);
+/* Initialises the pool's locks and starts the helper workers. */
+int mv_coll__start_workers(mv_coll *c);
+/* Stops and joins the helpers that started. */
+void mv_coll__stop_workers(mv_coll *c);
+/* Frees the workers' scratch and the pool's locks (after mv_coll__stop_workers). */
+void mv_coll__free_workers(mv_coll *c);
+/* Grows the tick's list and every worker's scratch to `want` segments. */
+void mv_coll__grow_tick(mv_coll *c, size_t want);
+/* Runs the tick over its `n` segments in c->tick_segs, on every worker that
+ * joins it; returns the torn-histogram retries the workers counted. */
+uint64_t mv_coll__run_tick(mv_coll *c, size_t n);
+
+#endif
