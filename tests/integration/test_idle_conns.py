@@ -18,7 +18,6 @@ import os
 import resource
 import shutil
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,7 +25,7 @@ import urllib.parse
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))
 import mvtest  # noqa: E402
-from mvtest import Report, free_port, wait_until  # noqa: E402
+from mvtest import Procs, Report, free_port, wait_until  # noqa: E402
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 NOISY = ("127.0.0.2", 500)  # one client address, far over the per-client limit
@@ -126,33 +125,16 @@ def main():
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, need), hard))
     rep = Report()
     tmp = tempfile.mkdtemp(prefix="mv-idle-")
-    procs, logs = [], {}
-
-    def spawn(name, argv):
-        logs[name] = os.path.join(tmp, name + ".log")
-        p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=open(logs[name], "w"))
-        procs.append(p)
-        return p
-
+    procs = Procs(tmp)
     t0 = time.monotonic()
     try:
-        run(rep, bindir, tmp, spawn, t0)
+        run(rep, bindir, tmp, procs.spawn, t0)
     except Exception as e:  # report, then clean up
         rep.check("test ran to completion", False, "%s: %s" % (type(e).__name__, e))
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        procs.stop()
         if rep.failed:
-            for name, path in logs.items():
-                with open(path, errors="replace") as f:
-                    print("--- %s.log\n%s" % (name, "".join(f.readlines()[-15:])), end="")
+            procs.dump_logs()
         shutil.rmtree(tmp, ignore_errors=True)
     print("elapsed %.1f s" % (time.monotonic() - t0))
     print(rep.summary("idle_conns"))

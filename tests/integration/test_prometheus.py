@@ -37,7 +37,7 @@ except ImportError:
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
-from mvtest import Report, free_port, http_get, wait_until  # noqa: E402
+from mvtest import Procs, Report, free_port, http_get, wait_until  # noqa: E402
 AUTOSCALING = os.path.join(ROOT, "deploy", "autoscaling")
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
@@ -191,14 +191,8 @@ def main():
     t0 = time.monotonic()
     rep = Report()
     tmp = tempfile.mkdtemp(prefix="mv-prom-")
-    procs = []
-    logs = {}
-
-    def spawn(name, argv):
-        logs[name] = os.path.join(tmp, name + ".log")
-        p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=open(logs[name], "w"))
-        procs.append(p)
-        return p
+    procs = Procs(tmp)
+    spawn = procs.spawn
 
     # A hard ceiling on the whole test, whatever happens.
     def on_alarm(signum, frame):
@@ -214,20 +208,9 @@ def main():
         rep.check("test ran to completion", False, "%s: %s" % (type(e).__name__, e))
     finally:
         signal.alarm(0)
-        for p in procs:
-            if p.poll() is None:
-                p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        procs.stop()
         if rep.failed:
-            for name, path in logs.items():
-                with open(path, errors="replace") as f:
-                    tail = f.readlines()[-15:]
-                print("--- %s.log\n%s" % (name, "".join(tail)), end="")
+            procs.dump_logs()
         shutil.rmtree(tmp, ignore_errors=True)
     print("elapsed %.1f s" % (time.monotonic() - t0))
     print("prometheus: %d passed, %d failed, %d skipped" % (rep.passed, rep.failed, rep.skipped))

@@ -9,6 +9,7 @@ Import it from a test script with
     import mvtest
 """
 import socket
+import subprocess
 import sys
 import time
 import urllib.error
@@ -73,3 +74,35 @@ def http_get(url, headers=None, timeout=3):
         return e.code, e.headers, e.read()
     except (urllib.error.URLError, OSError) as e:
         return None, None, str(e).encode()
+
+
+class Procs:
+    """Processes a test starts, each with its stderr in DIR/NAME.log; stop() ends them all."""
+
+    def __init__(self, logdir):
+        self.logdir, self.procs, self.logs = logdir, [], {}
+
+    def spawn(self, name, argv):
+        self.logs[name] = "%s/%s.log" % (self.logdir, name)
+        with open(self.logs[name], "w") as err:
+            p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err)
+        self.procs.append(p)
+        return p
+
+    def stop(self):
+        """SIGTERM to every process still running, SIGKILL to those not gone within 5 s."""
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+    def dump_logs(self, lines=15):
+        """Prints the last lines of every process's log."""
+        for name, path in self.logs.items():
+            with open(path, errors="replace") as f:
+                print("--- %s.log\n%s" % (name, "".join(f.readlines()[-lines:])), end="")
