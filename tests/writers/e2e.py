@@ -141,8 +141,8 @@ def main():
         k8s.check("no series carries another pod's identity", not cross, cross)
     finally:
         env.close()
-    print("%d passed, %d failed" % (k8s.PASSED, k8s.FAILED))
-    return 1 if k8s.FAILED else 0
+    print("%d passed, %d failed" % (k8s.R.passed, k8s.R.failed))
+    return 1 if k8s.R.failed else 0
 
 
 if __name__ == "__main__":
