@@ -15,7 +15,7 @@ refused() { # <expected message part> <binary> <args...>
 check "collector: --tick is not taken for --tick-ms" \
   refused "unknown option --tick (did you mean --tick-ms?)" "$bin/microview-collector" --tick 5
 check "collector: --tick-workers out of range is refused" \
-  refused "--tick-workers must be 1..64" "$bin/microview-collector" --tick-workers 65
+  refused "--tick-workers: '65' is out of range: want a whole number from 1 to 64" "$bin/microview-collector" --tick-workers 65
 check "agent: --list is not taken for --listen" \
   refused "unknown option --list (did you mean --listen?)" \
   "$bin/microview-agent" --standalone --dir "$tmp/a" --list 127.0.0.1:0
@@ -26,7 +26,7 @@ check "agent: a listen address without a port is refused" \
 check "microviewctl: --jso is not taken for --json" \
   refused "unknown option --jso (did you mean --json?)" "$bin/microviewctl" list --jso
 check "microviewctl create: --owner-pid takes a process id" \
-  refused "--owner-pid takes a process id" "$bin/microviewctl" create --owner-pid 0
+  refused "--owner-pid: '0' is out of range: want a whole number from 1 to 2147483647" "$bin/microviewctl" create --owner-pid 0
 check "webhook: --list is not taken for --listen" \
   refused "unknown option --list (did you mean --listen?)" "$bin/microview-webhook" --list :8443
 
