@@ -72,6 +72,12 @@ cmake --build "$build" -j"$(nproc)" --target pipeline_bench >/dev/null &&
 cmake --build "$build" -j"$(nproc)" --target tick_bench >/dev/null &&
   run tick_bench "$build/bin/tick_bench" "${quick[@]}"
 
+# The agent's cost on its node with 1,000 segments and a collector reading them every 1 ms.
+node_args=()
+[ ${#quick[@]} -gt 0 ] && node_args=(--quick --segments 200)
+cmake --build "$build" -j"$(nproc)" --target microview-agent microview-collector microviewctl >/dev/null &&
+  run node_bench "$root/bench/node_bench.sh" --build "$build" "${node_args[@]}"
+
 # ---- Go peers (client_golang from Debian, GOPATH mode, offline) ------------------
 if command -v go >/dev/null; then
   export GO111MODULE=off GOPROXY=off GOFLAGS="" GOTOOLCHAIN=local
@@ -223,6 +229,26 @@ function kv(line, key,   n, i, a, f) {
 END {
   if (missed == "") print "   goal (no missed tick with 2 workers): not measured"
   else printf "   goal (no missed tick with 2 workers): %s (missed=%s in %s s)\n", missed + 0 == 0 ? "met" : "not met", missed, secs
+}' "$results"
+
+echo
+echo "== The agent on its node (node_bench: standalone agent, live owners, collector at 1 ms)"
+grep -E '^bench=node ' "$results" | sed 's/^/  /'
+
+echo
+echo "== Goals (each from a row above, this run)"
+awk '
+function kv(line, key,   n, i, a, f) {
+  n = split(line, f, " ")
+  for (i = 1; i <= n; i++) { split(f[i], a, "="); if (a[1] == key) return substr(f[i], length(key) + 2) }
+  return ""
+}
+/^goal=/ { g[++n] = $0 }
+END {
+  printf "%-34s %-26s %-26s %s\n", "goal", "target", "figure", "met"
+  for (i = 1; i <= n; i++)
+    printf "%-34s %-26s %-26s %s\n", kv(g[i], "goal"), kv(g[i], "target"), kv(g[i], "figure"), kv(g[i], "met")
+  if (n == 0) print "(no goal lines: a benchmark did not run)"
 }' "$results"
 
 if [ "$failed" -ne 0 ]; then
