@@ -323,6 +323,16 @@ static int stable_exact(void *arg)
     return fleet_exact(a->c, "k", a->r) == NSEG / 2;
 }
 
+/* The tick keeps running: at least 10 ticks counted (a loaded machine may
+ * have run fewer during the churn itself, so this is waited for, bounded). */
+static int ticked_10(void *arg)
+{
+    mv_coll_snap *s = mv_coll_snapshot(arg);
+    int ok = mv_coll_snap_stats(s)->ticks >= 10;
+    mv_coll_snap_free(s);
+    return ok;
+}
+
 static void add_remove_while_running(uint32_t workers)
 {
     fleet stable, moving;
@@ -350,6 +360,7 @@ static void add_remove_while_running(uint32_t workers)
     pthread_join(th, NULL);
     exact_arg a = {c, 40};
     CU_ASSERT(mv_test_wait_until(stable_exact, &a, 10000));
+    CU_ASSERT(mv_test_wait_until(ticked_10, c, 10000));
     mv_coll_snap *s = mv_coll_snapshot(c);
     const mv_coll_stats *st = mv_coll_snap_stats(s);
     CU_ASSERT_EQUAL(mv_coll_snap_count(s), NSEG / 2);
