@@ -192,16 +192,18 @@ int mv_ctl_list(int argc, char **argv)
 int mv_ctl_create(int argc, char **argv)
 {
     const char *target = MV_CTL_DEFAULT_AGENT, *labels[32], *token_file = NULL;
-    uint64_t size = 65536, owner = 0;
+    uint64_t size = 65536, owner = 0, id;
+    mv_agentc_owner own = {-1, -1};
     size_t nlabels = 0;
     int opt;
     static const struct option opts[] = {
         {"agent", required_argument, 0, 'a'},     {"size", required_argument, 0, 's'},
         {"label", required_argument, 0, 'l'},     {"token-file", required_argument, 0, 't'},
-        {"owner-pid", required_argument, 0, 'o'}, {0, 0, 0, 0}};
+        {"owner-pid", required_argument, 0, 'o'}, {"owner-uid", required_argument, 0, 'U'},
+        {"owner-gid", required_argument, 0, 'G'}, {0, 0, 0, 0}};
     if (mv_opts_exact("microviewctl", argc, argv, opts) < 0)
         return 2;
-    while ((opt = getopt_long(argc, argv, "a:s:l:t:o:", opts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "a:s:l:t:o:U:G:", opts, NULL)) != -1) {
         char *eq;
         switch (opt) {
         case 'a':
@@ -218,6 +220,16 @@ int mv_ctl_create(int argc, char **argv)
             if (mv_flag_u64("microviewctl", "--owner-pid", optarg, 1, INT32_MAX, &owner) < 0)
                 return 2;
             break;
+        case 'U': /* (uid_t)-1 means "unchanged" to chown: not an id */
+            if (mv_flag_u64("microviewctl", "--owner-uid", optarg, 0, UINT32_MAX - 1, &id) < 0)
+                return 2;
+            own.uid = (int64_t)id;
+            break;
+        case 'G':
+            if (mv_flag_u64("microviewctl", "--owner-gid", optarg, 0, UINT32_MAX - 1, &id) < 0)
+                return 2;
+            own.gid = (int64_t)id;
+            break;
         case 'l':
             eq = strchr(optarg, '=');
             if (!eq || eq == optarg || nlabels == 16) {
@@ -231,7 +243,8 @@ int mv_ctl_create(int argc, char **argv)
             break;
         default:
             fprintf(stderr, "usage: microviewctl create [--agent T] [--token-file F] [--size SIZE] "
-                            "[--label K=V] [--owner-pid PID]\n");
+                            "[--label K=V] [--owner-pid PID] [--owner-uid UID] "
+                            "[--owner-gid GID]\n");
             return 2;
         }
     }
@@ -241,8 +254,10 @@ int mv_ctl_create(int argc, char **argv)
     mv_agentc_segment seg = {0};
     /* owner 0: the segment stays until `microviewctl release`; otherwise the agent also reaps
      * it when that process is gone (e.g. `eval "$(microviewctl create --owner-pid $$)"; exec
-     * APP` gives APP a segment that goes away with it). */
-    if (mv_agentc_create(c, size, (uint32_t)owner, labels, nlabels, &seg) != 0) {
+     * APP` gives APP a segment that goes away with it). The file is handed to this process's
+     * uid and gid (the agent reads them from the socket) unless --owner-uid/--owner-gid name
+     * others. */
+    if (mv_agentc_create_owned(c, size, (uint32_t)owner, labels, nlabels, &own, &seg) != 0) {
         fprintf(stderr, "microviewctl: create: %s\n", mv_agentc_error(c));
         mv_agentc_close(c);
         return 1;

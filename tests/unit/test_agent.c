@@ -176,6 +176,79 @@ static void test_bad_requests(void)
     agent_stop(&a);
 }
 
+/* Who a created segment file belongs to: the caller on the unix socket (root keeps root),
+ * an owner named by a root caller or the caller's own ids, and no named owner from a caller
+ * the agent cannot identify (TCP). The uid-1000 caller is tests/integration/test_agent_owner.sh. */
+static void test_segment_owner(void)
+{
+    agent a;
+    memset(&a, 0, sizeof a);
+    snprintf(a.dir, sizeof a.dir, "%s/agent%d/run", tmpdir, dir_seq++);
+    snprintf(a.target, sizeof a.target, "unix:%s/agent.sock", a.dir);
+    mv_segstore_opts o = {.dir = a.dir, .max_size = 1u << 20, .reap_interval_ms = -1};
+    CU_ASSERT_FATAL(mv_segstore_open(&o, &a.store) == 0);
+    CU_ASSERT_FATAL(mv_rpc_server_create(NULL, &a.srv) == 0);
+    CU_ASSERT_FATAL(mv_agentsvc_register(a.srv, a.store, &a.svc) == 0);
+    CU_ASSERT_FATAL(mv_rpc_server_listen(a.srv, a.target) == 0);
+    int port = mv_rpc_server_listen(a.srv, "127.0.0.1:0");
+    CU_ASSERT_FATAL(port > 0);
+    CU_ASSERT_FATAL(mv_rpc_server_start(a.srv) == 0);
+    CU_ASSERT_FATAL(mv_agentc_open(a.target, &a.cli) == 0);
+    uid_t me = geteuid();
+    gid_t mygid = getegid();
+    struct stat sb;
+    mv_agentc_segment seg;
+
+    /* No owner named: the caller's ids (root: root's, as before). */
+    CU_ASSERT_EQUAL_FATAL(mv_agentc_create(a.cli, 4096, 0, NULL, 0, &seg), 0);
+    CU_ASSERT(stat(seg.path, &sb) == 0 && sb.st_uid == me && sb.st_gid == mygid &&
+              (sb.st_mode & 0777) == 0660);
+    mv_agentc_segment_clear(&seg);
+    /* The caller's own ids named: honoured. */
+    mv_agentc_owner own = {(int64_t)me, (int64_t)mygid};
+    CU_ASSERT_EQUAL_FATAL(mv_agentc_create_owned(a.cli, 4096, 0, NULL, 0, &own, &seg), 0);
+    CU_ASSERT(stat(seg.path, &sb) == 0 && sb.st_uid == me && sb.st_gid == mygid);
+    mv_agentc_segment_clear(&seg);
+    if (me == 0) {
+        /* Root names another user (and keeps the root group), then a user and a group. */
+        mv_agentc_owner u = {1000, -1}, ug = {1000, 1001};
+        CU_ASSERT_EQUAL_FATAL(mv_agentc_create_owned(a.cli, 4096, 0, NULL, 0, &u, &seg), 0);
+        CU_ASSERT(stat(seg.path, &sb) == 0 && sb.st_uid == 1000 && sb.st_gid == 0 &&
+                  (sb.st_mode & 0777) == 0660);
+        mv_agentc_segment_clear(&seg);
+        CU_ASSERT_EQUAL_FATAL(mv_agentc_create_owned(a.cli, 4096, 0, NULL, 0, &ug, &seg), 0);
+        CU_ASSERT(stat(seg.path, &sb) == 0 && sb.st_uid == 1000 && sb.st_gid == 1001);
+        mv_agentc_segment_clear(&seg);
+    } else {
+        mv_agentc_owner other = {(int64_t)me + 1, -1}, og = {-1, (int64_t)mygid + 1};
+        CU_ASSERT_EQUAL(mv_agentc_create_owned(a.cli, 4096, 0, NULL, 0, &other, &seg), -EACCES);
+        CU_ASSERT_PTR_NOT_NULL(strstr(mv_agentc_error(a.cli), "owner_uid"));
+        CU_ASSERT_EQUAL(mv_agentc_create_owned(a.cli, 4096, 0, NULL, 0, &og, &seg), -EACCES);
+        CU_ASSERT_PTR_NOT_NULL(strstr(mv_agentc_error(a.cli), "owner_gid"));
+    }
+    /* Over TCP the agent does not know the caller: no owner may be named, none is taken. */
+    char tcp[64];
+    snprintf(tcp, sizeof tcp, "127.0.0.1:%d", port);
+    mv_agentc *t;
+    CU_ASSERT_FATAL(mv_agentc_open(tcp, &t) == 0);
+    CU_ASSERT_EQUAL(mv_agentc_create_owned(t, 4096, 0, NULL, 0, &own, &seg), -EACCES);
+    CU_ASSERT_PTR_NOT_NULL(strstr(mv_agentc_error(t), "owner_uid"));
+    mv_agentc_owner gonly = {-1, (int64_t)mygid};
+    CU_ASSERT_EQUAL(mv_agentc_create_owned(t, 4096, 0, NULL, 0, &gonly, &seg), -EACCES);
+    CU_ASSERT_PTR_NOT_NULL(strstr(mv_agentc_error(t), "owner_gid"));
+    CU_ASSERT_EQUAL_FATAL(mv_agentc_create(t, 4096, 0, NULL, 0, &seg), 0);
+    CU_ASSERT(stat(seg.path, &sb) == 0 && sb.st_uid == me && (sb.st_mode & 0777) == 0660);
+    mv_agentc_segment_clear(&seg);
+    mv_agentc_close(t);
+    /* Refused calls left nothing behind. */
+    mv_agentc_segment *v;
+    size_t n = 0;
+    CU_ASSERT_EQUAL(mv_agentc_list(a.cli, &v, &n, NULL), 0);
+    CU_ASSERT_EQUAL(n, me == 0 ? 5 : 3);
+    mv_agentc_segments_free(v, n);
+    agent_stop(&a);
+}
+
 static void test_unreachable(void)
 {
     mv_agentc *c;
@@ -451,6 +524,7 @@ int main(void)
     static const mv_test tests[] = {
         {"create, list, release", test_create_list_release},
         {"bad requests get clear errors", test_bad_requests},
+        {"segment owner: the caller, a named owner, refusals", test_segment_owner},
         {"agent not reachable", test_unreachable},
         {"watch: ADDED, SYNCED, ADDED, REMOVED", test_watch},
         {"watch ends when the agent stops", test_watch_survives_agent_stop},

@@ -211,6 +211,18 @@ nomem:
 int mv_agentc_create(mv_agentc *c, uint64_t size, uint32_t owner_pid, const char *const *label_kv,
                      size_t nlabels, mv_agentc_segment *out)
 {
+    return mv_agentc_create_owned(c, size, owner_pid, label_kv, nlabels, NULL, out);
+}
+
+int mv_agentc_create_owned(mv_agentc *c, uint64_t size, uint32_t owner_pid,
+                           const char *const *label_kv, size_t nlabels,
+                           const mv_agentc_owner *owner, mv_agentc_segment *out)
+{
+    Microview__V1__UnixId uid = MICROVIEW__V1__UNIX_ID__INIT, gid = MICROVIEW__V1__UNIX_ID__INIT;
+    if (owner && (owner->uid > (int64_t)UINT32_MAX - 1 || owner->gid > (int64_t)UINT32_MAX - 1)) {
+        set_err(c, "create: owner uid/gid out of range");
+        return -EINVAL;
+    }
     if (nlabels > LABELS_MAX || (nlabels && !label_kv)) {
         set_err(c, "create: at most %d labels", LABELS_MAX);
         return -EINVAL;
@@ -231,6 +243,14 @@ int mv_agentc_create(mv_agentc *c, uint64_t size, uint32_t owner_pid, const char
     req.owner_pid = owner_pid;
     req.n_labels = nlabels;
     req.labels = nlabels ? labp : NULL;
+    if (owner && owner->uid >= 0) {
+        uid.id = (uint32_t)owner->uid;
+        req.owner_uid = &uid;
+    }
+    if (owner && owner->gid >= 0) {
+        gid.id = (uint32_t)owner->gid;
+        req.owner_gid = &gid;
+    }
     ProtobufCMessage *resp;
     int rc =
         call(c, M_CREATE, "create segment", &req.base, &microview__v1__segment__descriptor, &resp);

@@ -55,11 +55,24 @@ int mv_agentc_set_token(mv_agentc *c, const char *token);
 /* The calls below return 0 or a negative errno mapped from the gRPC status:
  * -ECONNREFUSED (agent not reachable), -EINVAL (bad argument), -ENOENT (unknown
  * id), -ENOSPC (out of resources), -ETIMEDOUT, -EPROTO (bad reply), -EACCES
- * (missing or wrong token), -EIO. */
+ * (missing or wrong token, or an owner the caller may not name), -EIO. */
 
 /* label_kv: name0, value0, name1, value1, ... (2 * nlabels strings). */
 int mv_agentc_create(mv_agentc *c, uint64_t size, uint32_t owner_pid, const char *const *label_kv,
                      size_t nlabels, mv_agentc_segment *out);
+
+/* The user and group a created segment file is handed to; -1 = not named. Unnamed, the agent
+ * hands it to the caller on its unix socket (a root caller keeps root). It honours a named
+ * id only from a root caller or when it is the caller's own, else the call fails with
+ * -EACCES and the agent's reason. */
+typedef struct mv_agentc_owner {
+    int64_t uid, gid;
+} mv_agentc_owner;
+
+/* mv_agentc_create naming the owner (`owner` NULL: none named). */
+int mv_agentc_create_owned(mv_agentc *c, uint64_t size, uint32_t owner_pid,
+                           const char *const *label_kv, size_t nlabels,
+                           const mv_agentc_owner *owner, mv_agentc_segment *out);
 int mv_agentc_release(mv_agentc *c, const char *id);
 int mv_agentc_list(mv_agentc *c, mv_agentc_segment **out, size_t *n, uint64_t *revision);
 

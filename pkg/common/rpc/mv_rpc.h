@@ -102,7 +102,16 @@ typedef void (*mv_rpc_close_fn)(void *arg, mv_rpc_stream *st, int cancelled);
 int mv_rpc_server_create(const mv_rpc_server_opts *opts, mv_rpc_server **out);
 
 /* Adds "unix:/path" or "host:port" (port 0 = any free port). Before start.
- * Returns the TCP port bound (0 for unix sockets), or -EADDRNOTAVAIL. */
+ * Returns the TCP port bound (0 for unix sockets), or -EADDRNOTAVAIL.
+ *
+ * A unix socket is served by this library rather than by gRPC's own listener, so that every
+ * call on it knows its caller (mv_rpc_call_peer): the socket is bound and listened on here,
+ * each connection accepted by a thread of the server, its peer credentials (SO_PEERCRED)
+ * recorded, and the connection handed to gRPC (grpc_server_add_channel_from_fd). The path is
+ * handled as gRPC's listener did: a socket already at the path is unlinked before the bind
+ * (a regular file there makes the listen fail), the socket file's mode is 0777 less the
+ * process's umask, and the server unlinks it when destroyed (only if the path still names
+ * the socket it bound). */
 int mv_rpc_server_listen(mv_rpc_server *s, const char *addr);
 
 /* Registers a method by full path ("/microview.v1.Agent/ListSegments"). Before
@@ -125,6 +134,19 @@ int mv_rpc_server_start(mv_rpc_server *s);
  * drain, joins the thread and frees the server. NULL-safe. Stream handles the
  * handlers still hold stay valid until unref'd (writes fail). */
 void mv_rpc_server_destroy(mv_rpc_server *s);
+
+/* Who made a call on a unix socket, as the kernel recorded it when the caller connected
+ * (SO_PEERCRED): not something the client claims. */
+typedef struct mv_rpc_peer {
+    uint32_t uid;
+    uint32_t gid;
+    int32_t pid; /* when it connected; the process may be gone since */
+} mv_rpc_peer;
+
+/* The credentials of the process that made `call` (a unary call, before its reply), when it
+ * came over a unix socket this server listens on. Returns 0 with *out filled, or -ENOENT: a
+ * TCP caller, or none could be recorded (the call is then as anonymous as a TCP one). */
+int mv_rpc_call_peer(const mv_rpc_call *call, mv_rpc_peer *out);
 
 /* Unary replies. Each returns 0 or a negative errno; the call is freed after. */
 int mv_rpc_reply(mv_rpc_call *call, const void *buf, size_t len);

@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 
 #include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
 #include <grpc/support/time.h>
 
 #define DEFAULT_MAX_RECV (4u << 20)
@@ -87,6 +88,8 @@ struct mv_rpc_call {
     grpc_byte_buffer *send;
     int cancelled;
     atomic_int replied;
+    int has_peer; /* peer holds the caller's credentials (a unix-socket call) */
+    mv_rpc_peer peer;
     struct mv_rpc_call *prev, *next; /* srv->calls: not yet replied */
 };
 
@@ -133,6 +136,13 @@ struct mv_rpc_server {
     struct mv_rpc_call *calls;
     tag shutdown_tag;
     char *token; /* when set, non-unix-socket callers must present it */
+    /* Unix sockets served by this library (mv_rpc_unix.c). */
+    struct rpc_unix_listener *unix_listeners;
+    struct mv_rpc_peers *peers; /* credentials of the connections accepted on them */
+    grpc_server_credentials *unix_creds;
+    pthread_t accept_thread;
+    int accept_started;
+    int accept_wake[2]; /* a pipe: written to stop the accept thread */
 };
 
 /* ---- Server streams (mv_rpc_stream.c), driven by the server's thread ------------ */
@@ -140,6 +150,16 @@ struct mv_rpc_server {
 void rpc_stream_start(mv_rpc_server *s, slot *sl);
 void rpc_stream_on_close(mv_rpc_stream *st);
 void rpc_stream_on_send(mv_rpc_stream *st, int ok);
+
+/* ---- Unix-socket listeners (mv_rpc_unix.c) -------------------------------------- */
+
+/* Binds and listens on `path` (before start). Returns 0 or a negative errno (logged). */
+int rpc_unix_listen(mv_rpc_server *s, const char *path);
+/* Starts the accept thread (after grpc_server_start). Returns 0 or a negative errno. */
+int rpc_unix_start(mv_rpc_server *s);
+/* Stops accepting, closes the listeners and unlinks their socket files (before the gRPC
+ * server shuts down). Idempotent. */
+void rpc_unix_stop(mv_rpc_server *s);
 
 /* grpc_init() with gRPC core's logging routed into logfmt (first call installs it). */
 void rpc_grpc_init(void);

@@ -16,6 +16,7 @@
 #include <grpc/support/time.h>
 
 #include "mv_log.h"
+#include "mv_rpc_peers.h"
 
 /* ---- Server: posting requests ------------------------------------------------- */
 
@@ -184,6 +185,14 @@ int mv_rpc_reply_msg(mv_rpc_call *call, const ProtobufCMessage *m)
     return rc;
 }
 
+int mv_rpc_call_peer(const mv_rpc_call *call, mv_rpc_peer *out)
+{
+    if (!call || !call->has_peer)
+        return -ENOENT;
+    *out = call->peer;
+    return 0;
+}
+
 int mv_rpc_reply_error(mv_rpc_call *call, int code, const char *message)
 {
     if (code == MV_RPC_OK)
@@ -203,14 +212,31 @@ static int bytes_equal(const char *a, size_t alen, const char *b, size_t blen)
     return d == 0;
 }
 
+/* The caller of a new call when it came over one of this server's unix sockets (its peer is
+ * then "fd:N", see mv_rpc_peers.h). Looked up as soon as gRPC hands the call over, while
+ * the server holds it: the connection's descriptor is still open then. 1 = *out filled. */
+static int call_peer_lookup(const mv_rpc_server *s, grpc_call *call, mv_rpc_peer *out)
+{
+    if (!s->peers)
+        return 0;
+    char *peer = grpc_call_get_peer(call);
+    int rc = peer ? mv_rpc_peers_lookup(s->peers, peer, out) : -EINVAL;
+    if (rc == -ENOENT)
+        MV_WARN("rpc.peer_unknown", "peer=%s effect=%s", mv_log_q(peer),
+                mv_log_q("the call has no caller credentials"));
+    gpr_free(peer);
+    return rc == 0;
+}
+
 /* Whether a new call may proceed: callers over a unix socket are trusted (file
  * permissions decide who reaches it); others need "authorization: Bearer <token>". */
-static int call_authorized(const mv_rpc_server *s, grpc_call *call, const grpc_metadata_array *md)
+static int call_authorized(const mv_rpc_server *s, grpc_call *call, const grpc_metadata_array *md,
+                           int unix_peer)
 {
-    if (!s->token)
+    if (!s->token || unix_peer)
         return 1;
     char *peer = grpc_call_get_peer(call);
-    int local = peer && strncmp(peer, "unix:", 5) == 0;
+    int local = peer && strncmp(peer, "unix:", 5) == 0; /* gRPC's own unix listener */
     gpr_free(peer);
     if (local)
         return 1;
@@ -242,7 +268,9 @@ static void on_new_call(mv_rpc_server *s, slot *sl, int ok)
         return;
     }
     rpc_method *m = sl->m;
-    int authorized = call_authorized(s, sl->call, &sl->md);
+    mv_rpc_peer caller;
+    int has_peer = call_peer_lookup(s, sl->call, &caller);
+    int authorized = call_authorized(s, sl->call, &sl->md, has_peer);
     if (!authorized) {
         char *peer = grpc_call_get_peer(sl->call);
         MV_WARN("rpc.unauthenticated", "method=%s peer=%s", mv_log_q(m->path),
@@ -264,6 +292,9 @@ static void on_new_call(mv_rpc_server *s, slot *sl, int ok)
             c->srv = s;
             c->call = sl->call;
             c->md = sl->md;
+            c->has_peer = has_peer;
+            if (has_peer)
+                c->peer = caller;
             pthread_mutex_lock(&s->calls_mu);
             c->next = s->calls;
             if (s->calls)
@@ -339,6 +370,7 @@ int mv_rpc_server_create(const mv_rpc_server_opts *opts, mv_rpc_server **out)
     if (s->max_recv > INT32_MAX)
         s->max_recv = INT32_MAX;
     s->shutdown_tag.kind = TAG_SHUTDOWN;
+    s->accept_wake[0] = s->accept_wake[1] = -1;
     pthread_mutex_init(&s->calls_mu, NULL);
     rpc_grpc_init();
     grpc_arg a[1];
@@ -363,6 +395,10 @@ fail:
 
 int mv_rpc_server_listen(mv_rpc_server *s, const char *addr)
 {
+    if (s->started)
+        return -EADDRNOTAVAIL;
+    if (strncmp(addr, "unix:", 5) == 0)
+        return rpc_unix_listen(s, addr + 5) < 0 ? -EADDRNOTAVAIL : 0;
     grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
     int port = grpc_server_add_http2_port(s->server, addr, creds);
     grpc_server_credentials_release(creds);
@@ -370,7 +406,7 @@ int mv_rpc_server_listen(mv_rpc_server *s, const char *addr)
         MV_ERROR("rpc.listen_failed", "addr=%s", mv_log_q(addr));
         return -EADDRNOTAVAIL;
     }
-    return strncmp(addr, "unix:", 5) == 0 ? 0 : port;
+    return port;
 }
 
 static int add_method(mv_rpc_server *s, const char *path, int streaming, mv_rpc_unary_fn u,
@@ -436,7 +472,12 @@ int mv_rpc_server_start(mv_rpc_server *s)
         return -e;
     }
     s->started = 1;
-    return 0;
+    /* Connections on the unix sockets are handed to gRPC from now on (it needs the started
+     * server's pollsets); clients that connected since the listen waited in the backlog. */
+    int rc = rpc_unix_start(s);
+    if (rc < 0)
+        MV_ERROR("rpc.accept_thread_failed", "err=%s", mv_log_q(strerror(-rc)));
+    return rc;
 }
 
 void mv_rpc_server_destroy(mv_rpc_server *s)
@@ -444,6 +485,7 @@ void mv_rpc_server_destroy(mv_rpc_server *s)
     if (!s)
         return;
     atomic_store(&s->shutting_down, 1);
+    rpc_unix_stop(s); /* no connection is handed to gRPC after this */
     grpc_server_shutdown_and_notify(s->server, s->cq, &s->shutdown_tag);
     grpc_server_cancel_all_calls(s->server);
     if (s->started) {
@@ -470,6 +512,7 @@ void mv_rpc_server_destroy(mv_rpc_server *s)
         free(m);
     }
     pthread_mutex_destroy(&s->calls_mu);
+    mv_rpc_peers_destroy(s->peers);
     free(s->token);
     free(s);
     grpc_shutdown();

@@ -94,6 +94,80 @@ static int code_for(int err)
     }
 }
 
+/* Who a new segment is handed to. */
+typedef struct seg_owner {
+    int64_t uid, gid;                /* -1: left as created (root) */
+    const char *uid_from, *gid_from; /* "caller", "request" or "none", for the log */
+    int has_caller;
+    mv_rpc_peer caller;
+} seg_owner;
+
+/* Decides the owner of the segment a CreateSegment call makes: an owner named in the request
+ * is honoured only from a root caller or when it is the caller's own uid (gid); an unnamed
+ * one is the caller's, except that a root caller keeps root. A caller without credentials
+ * (TCP) may name no owner and gets today's root:root. Returns 0, or -1 with the reply made
+ * (PERMISSION_DENIED or INVALID_ARGUMENT, naming the field). */
+static int owner_decide(mv_rpc_call *call, const Microview__V1__CreateSegmentRequest *r,
+                        seg_owner *o)
+{
+    memset(o, 0, sizeof *o);
+    o->uid = o->gid = -1;
+    o->uid_from = o->gid_from = "none";
+    o->has_caller = mv_rpc_call_peer(call, &o->caller) == 0;
+    int root = o->has_caller && o->caller.uid == 0;
+    const struct {
+        const char *field, *what;
+        const Microview__V1__UnixId *asked;
+        uint32_t mine;
+        int64_t *out;
+        const char **from;
+    } f[2] = {
+        {"owner_uid", "uid", r->owner_uid, o->caller.uid, &o->uid, &o->uid_from},
+        {"owner_gid", "gid", r->owner_gid, o->caller.gid, &o->gid, &o->gid_from},
+    };
+    char msg[320];
+    for (int i = 0; i < 2; i++) {
+        if (!f[i].asked) {
+            if (o->has_caller && !root) {
+                *f[i].out = f[i].mine;
+                *f[i].from = "caller";
+            }
+            continue;
+        }
+        uint32_t want = f[i].asked->id;
+        int code = MV_RPC_PERMISSION_DENIED;
+        if (want == UINT32_MAX) {
+            code = MV_RPC_INVALID_ARGUMENT;
+            snprintf(msg, sizeof msg, "%s %u: not a valid %s", f[i].field, want, f[i].what);
+        } else if (!o->has_caller) {
+            snprintf(msg, sizeof msg,
+                     "%s %u: the agent cannot tell who is calling (not on its unix socket) "
+                     "and takes a named owner only from a caller it knows; call over the unix "
+                     "socket",
+                     f[i].field, want);
+        } else if (!root && want != f[i].mine) {
+            snprintf(msg, sizeof msg,
+                     "%s %u: a caller running as uid %u gid %u may name only its own %s "
+                     "(%u); only root may hand a segment to another %s",
+                     f[i].field, want, o->caller.uid, o->caller.gid, f[i].what, f[i].mine,
+                     i ? "group" : "user");
+        } else {
+            *f[i].out = want;
+            *f[i].from = "request";
+            continue;
+        }
+        /* caller_* -1: no credentials (a TCP caller) */
+        MV_WARN("segment.create_refused",
+                "field=%s requested=%u caller_uid=%lld caller_gid=%lld caller_pid=%lld err=%s",
+                f[i].field, want, o->has_caller ? (long long)o->caller.uid : -1LL,
+                o->has_caller ? (long long)o->caller.gid : -1LL,
+                o->has_caller ? (long long)o->caller.pid : -1LL, mv_log_q(msg));
+        mv_rpc_reply_error(call, code, msg);
+        return -1;
+    }
+    return 0;
+}
+
 static void on_create(void *arg, mv_rpc_call *call, const uint8_t *req, size_t len)
 {
     mv_agentsvc *svc = arg;
@@ -110,6 +184,9 @@ static void on_create(void *arg, mv_rpc_call *call, const uint8_t *req, size_t l
         mv_rpc_reply_error(call, MV_RPC_INVALID_ARGUMENT, msg);
         goto free_req;
     }
+    seg_owner own;
+    if (owner_decide(call, r, &own) < 0)
+        goto free_req;
     mv_segstore_label labels[MV_SEGSTORE_LABELS_MAX];
     for (size_t i = 0; i < r->n_labels; i++) {
         labels[i].name = r->labels[i]->name;
@@ -139,6 +216,27 @@ static void on_create(void *arg, mv_rpc_call *call, const uint8_t *req, size_t l
             mv_segstore_seg_clear(&seg);
             goto free_req;
         }
+    }
+    if (own.uid >= 0 || own.gid >= 0) {
+        /* The file is handed over before the reply: the caller can open it once it knows it. */
+        rc = mv_segstore_set_owner(svc->store, seg.id, own.uid, own.gid, err, sizeof err);
+        if (rc < 0) {
+            char msg[MV_ERR_MAX + 96];
+            snprintf(msg, sizeof msg, "cannot hand the segment to uid %lld gid %lld: %s",
+                     (long long)own.uid, (long long)own.gid, err);
+            MV_WARN("segment.create_failed", "id=%s err=%s", seg.id, mv_log_q(msg));
+            mv_segstore_release(svc->store, seg.id);
+            mv_rpc_reply_error(call, MV_RPC_INTERNAL, msg);
+            mv_segstore_seg_clear(&seg);
+            goto free_req;
+        }
+        MV_INFO("segment.handed_over",
+                "id=%s uid=%lld uid_from=%s gid=%lld gid_from=%s caller_uid=%lld caller_gid=%lld "
+                "caller_pid=%lld",
+                seg.id, (long long)own.uid, own.uid_from, (long long)own.gid, own.gid_from,
+                own.has_caller ? (long long)own.caller.uid : -1LL,
+                own.has_caller ? (long long)own.caller.gid : -1LL,
+                own.has_caller ? (long long)own.caller.pid : -1LL);
     }
     seg_msg m;
     seg_to_msg(&seg, &m);

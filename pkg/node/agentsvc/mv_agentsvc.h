@@ -18,6 +18,13 @@
 #define MV_AGENTSVC_LIST    "/microview.v1.Agent/ListSegments"
 #define MV_AGENTSVC_WATCH   "/microview.v1.Agent/WatchSegments"
 
+/* CreateSegment hands the new file to its caller (mv_segstore_set_owner: chown, 0660), whose
+ * uid and gid come from the unix socket's peer credentials (mv_rpc_call_peer); a root caller
+ * keeps root:root, a caller without credentials (TCP) too. An owner named in the request
+ * (owner_uid, owner_gid) is honoured only from a root caller or when it is the caller's own id;
+ * otherwise nothing is created and the call fails with PERMISSION_DENIED naming the field.
+ * Logged: segment.handed_over, segment.create_refused. */
+
 typedef struct mv_agentsvc mv_agentsvc;
 
 /* Serves an existing service on another (not yet started) server as well, e.g. one made to
