@@ -86,7 +86,7 @@ static void usage(FILE *f)
            "  --max-interval-ms N      slowest adaptive read interval of a calm segment\n"
            "                           (default 1000; equal to --tick-ms: no adaptation)\n"
            "  --window-ms N            export window of the derived series (default 15000)\n"
-           "  --sketch-alpha A         relative accuracy of window quantiles (default 0.01)\n"
+           "  --sketch-alpha A         relative accuracy of window quantiles, 0.0001..0.5 (default 0.01)\n"
            "  --sketch-buckets N       sketch key budget per sign, bounds memory (default 1536:\n"
            "                           1 ns .. 1 h at 1%%; pages of 16 keys are taken on use)\n"
            "  --derived KEY=ITEMS      derived series on /metrics (repeatable); KEY: counter,\n"
@@ -298,15 +298,10 @@ static int run(int argc, char **argv, mv_export_sel *derived)
                 return 2;
             co.pipe.window_ns = (uint64_t)v * 1000000ull;
             break;
-        case 'A': {
-            char *end;
-            co.pipe.alpha = strtod(optarg, &end);
-            if (end == optarg || *end) {
-                fprintf(stderr, "microview-collector: --sketch-alpha wants a number\n");
+        case 'A':
+            if (mv_flag_number(P, "--sketch-alpha", optarg, 1e-4, 0.5, &co.pipe.alpha))
                 return 2;
-            }
             break;
-        }
         case 'K':
             if (mv_flag_u64(P, "--sketch-buckets", optarg, 16, 1u << 20, &v))
                 return 2;

@@ -100,14 +100,7 @@ static int cmd_dump(int argc, char **argv)
 
 static int parse_d(const char *s, const char *what, double *out)
 {
-    char *end;
-    double v = strtod(s, &end);
-    if (end == s || *end || !(v >= 0) || v > 1e9) {
-        fprintf(stderr, "microviewctl: %s must be a number >= 0, got '%s'\n", what, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
+    return mv_flag_number("microviewctl", what, s, 0, 1e9, out);
 }
 
 static int cmd_gen(int argc, char **argv)

@@ -161,7 +161,6 @@ int mv_ctl_top(int argc, char **argv, const volatile int *stop)
     double interval = 1.0;
     unsigned limit = 8;
     uint64_t v;
-    char *end;
     static const struct option opts[] = {{"collector", required_argument, 0, 'c'},
                                          {"once", no_argument, 0, 'o'},
                                          {"interval", required_argument, 0, 'i'},
@@ -179,11 +178,8 @@ int mv_ctl_top(int argc, char **argv, const volatile int *stop)
             once = 1;
             break;
         case 'i':
-            interval = strtod(optarg, &end);
-            if (end == optarg || *end || !(interval >= 0.1 && interval <= 3600)) {
-                fprintf(stderr, "microviewctl top: --interval must be 0.1..3600 seconds\n");
+            if (mv_flag_number("microviewctl top", "--interval", optarg, 0.1, 3600, &interval))
                 return 2;
-            }
             break;
         case 'l':
             if (mv_flag_u64("microviewctl top", "--limit", optarg, 0, UINT32_MAX, &v) < 0)

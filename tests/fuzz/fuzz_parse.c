@@ -1,6 +1,6 @@
 /* libFuzzer driver: the parsers of flag and configuration values (mv_parse_u64, mv_parse_size,
- * mv_parse_listen) on arbitrary text. The first byte picks the parser ('u', 's', 'l'; any
- * other byte by its value), the second its bounds (low bits: min, next two: max) or its
+ * mv_parse_number, mv_parse_listen) on arbitrary text. The first byte picks the parser ('u',
+ * 's', 'l', 'n'; any other byte by its value), the second its bounds (low bits: min, next two: max) or its
  * MV_LISTEN_* flags (low three bits); the rest, cut at the first NUL, is the text. */
 #include <errno.h>
 #include <stdint.h>
@@ -30,7 +30,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memcpy(text, data + 2, size - 2);
     text[size - 2] = '\0';
     char err[MV_ERR_MAX] = "";
-    unsigned which = data[0] == 'u' ? 0 : data[0] == 's' ? 1 : data[0] == 'l' ? 2 : data[0] % 3;
+    unsigned which = data[0] == 'u'   ? 0
+                     : data[0] == 's' ? 1
+                     : data[0] == 'l' ? 2
+                     : data[0] == 'n' ? 3
+                                      : data[0] % 4;
     unsigned sel = data[1];
     /* Bounds from the selector: both ends of the range matter. */
     static const uint64_t mins[] = {0, 1, 4096, 1ull << 30};
@@ -45,6 +49,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else if (which == 1) {
         int rc = mv_parse_size(text, min, max, &v, err, sizeof err);
         if (rc == 0 && (v < min || v > max))
+            abort();
+        if (rc != 0)
+            check_refusal(rc, err);
+    } else if (which == 3) {
+        static const double dmins[] = {0, 0.0001, 1, 1e9};
+        static const double dmaxs[] = {1e300, 0.5, 3600, 1e12};
+        double d = 7, dmin = dmins[sel & 3], dmax = dmaxs[(sel >> 2) & 3];
+        int rc = mv_parse_number(text, dmin, dmax, &d, err, sizeof err);
+        if (rc == 0 && !(d >= dmin && d <= dmax))
             abort();
         if (rc != 0)
             check_refusal(rc, err);

@@ -14,6 +14,14 @@ refused() { # <expected message part> <binary> <args...>
 }
 check "collector: --tick is not taken for --tick-ms" \
   refused "unknown option --tick (did you mean --tick-ms?)" "$bin/microview-collector" --tick 5
+check "collector: --sketch-alpha out of range is refused with the range" \
+  refused "--sketch-alpha: '0.7' is out of range: want a decimal number from 0.0001 to 0.5" "$bin/microview-collector" --sketch-alpha 0.7
+check "collector: --sketch-alpha takes no hexadecimal float" \
+  refused "--sketch-alpha: '0x1p-7' is not a decimal number" "$bin/microview-collector" --sketch-alpha 0x1p-7
+check "microviewctl gen: --rate refuses a unit" \
+  refused "--rate: '10hz' is not a decimal number" "$bin/microviewctl" gen --rate 10hz
+check "microviewctl top: --interval below 0.1 is refused" \
+  refused "--interval: '0.01' is out of range: want a decimal number from 0.1 to 3600" "$bin/microviewctl" top --interval 0.01
 check "collector: --tick-workers out of range is refused" \
   refused "--tick-workers: '65' is out of range: want a whole number from 1 to 64" "$bin/microview-collector" --tick-workers 65
 check "agent: --list is not taken for --listen" \

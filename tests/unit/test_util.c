@@ -102,6 +102,53 @@ static void test_size(void)
     check_num("mv_parse_size", t, sizeof t / sizeof t[0], mv_parse_size);
 }
 
+static void test_number(void)
+{
+    static const struct {
+        const char *text;
+        double min, max;
+        int rc;
+        double want;
+        const char *why;
+    } t[] = {
+        {"0.01", 0.0001, 0.5, 0, 0.01, NULL},
+        {"30", 0, 3600, 0, 30, NULL},
+        {"2.5e-3", 0, 1, 0, 0.0025, NULL},
+        {".5", 0, 1, 0, 0.5, NULL},
+        {"5.", 0, 10, 0, 5, NULL},
+        {"1E2", 0, 1000, 0, 100, NULL},
+        {"0.6", 0.0001, 0.5, -ERANGE, 0, "want a decimal number from 0.0001 to 0.5"},
+        {"1e999", 0, 1e9, -ERANGE, 0, "out of range"},
+        {"", 0, 1, -EINVAL, 0, "not a decimal number"},
+        {".", 0, 1, -EINVAL, 0, "not a decimal number"},
+        {"-0.1", 0, 1, -EINVAL, 0, "not a decimal number"},
+        {"+1", 0, 10, -EINVAL, 0, "not a decimal number"},
+        {"0x1p3", 0, 100, -EINVAL, 0, "not a decimal number"},
+        {"inf", 0, 1e9, -EINVAL, 0, "not a decimal number"},
+        {"nan", 0, 1e9, -EINVAL, 0, "not a decimal number"},
+        {"1e", 0, 10, -EINVAL, 0, "not a decimal number"},
+        {"1.5s", 0, 10, -EINVAL, 0, "not a decimal number"},
+        {" 1", 0, 10, -EINVAL, 0, "not a decimal number"},
+        {"1,5", 0, 10, -EINVAL, 0, "not a decimal number"},
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        char err[MV_ERR_MAX] = "";
+        double v = 12345;
+        int rc = mv_parse_number(t[i].text, t[i].min, t[i].max, &v, err, sizeof err);
+        CU_ASSERT_EQUAL(rc, t[i].rc);
+        if (rc != t[i].rc)
+            fprintf(stderr, "mv_parse_number('%s'): rc %d, want %d (%s)\n", t[i].text, rc,
+                    t[i].rc, err);
+        if (t[i].rc == 0) {
+            CU_ASSERT_DOUBLE_EQUAL(v, t[i].want, 1e-12);
+        } else {
+            CU_ASSERT_EQUAL(v, 12345); /* untouched on failure */
+            CU_ASSERT_PTR_NOT_NULL(strstr(err, t[i].why));
+            CU_ASSERT_PTR_NOT_NULL(strstr(err, t[i].text));
+        }
+    }
+}
+
 typedef struct listen_case {
     const char *text;
     unsigned flags;
@@ -252,6 +299,7 @@ int main(void)
     static const mv_test tests[] = {
         {"u64", test_u64},
         {"size", test_size},
+        {"number", test_number},
         {"listen", test_listen},
         {"config_shares_parsers", test_config_shares_parsers},
     };

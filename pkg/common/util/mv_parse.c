@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Shown in messages: at most this many bytes of what the operator wrote. */
@@ -84,6 +85,50 @@ int mv_parse_u64(const char *text, uint64_t min, uint64_t max, uint64_t *out, ch
         range_text(range, sizeof range, min, max, 0);
         mv_err_set(err, errlen, "'%.*s' is %s: want a whole number %s", SHOWN, text,
                    rc == -ERANGE ? "out of range" : "not a whole number", range);
+        return rc;
+    }
+    *out = v;
+    return 0;
+}
+
+/* A plain decimal: digits with at most one '.', at least one digit, then optionally e or E,
+ * an optional sign and digits. No sign in front, no hexadecimal, no inf or nan. */
+static int plain_decimal(const char *s)
+{
+    size_t i = 0, digits = 0;
+    for (; s[i] >= '0' && s[i] <= '9'; i++)
+        digits++;
+    if (s[i] == '.')
+        for (i++; s[i] >= '0' && s[i] <= '9'; i++)
+            digits++;
+    if (!digits)
+        return 0;
+    if (s[i] == 'e' || s[i] == 'E') {
+        i++;
+        if (s[i] == '+' || s[i] == '-')
+            i++;
+        size_t n = digit_run(s + i);
+        if (!n)
+            return 0;
+        i += n;
+    }
+    return s[i] == '\0';
+}
+
+int mv_parse_number(const char *text, double min, double max, double *out, char *err,
+                    size_t errlen)
+{
+    int rc = -EINVAL;
+    double v = 0;
+    if (plain_decimal(text)) {
+        char *end;
+        errno = 0;
+        v = strtod(text, &end);
+        rc = *end || errno == ERANGE || !(v >= min && v <= max) ? -ERANGE : 0;
+    }
+    if (rc < 0) {
+        mv_err_set(err, errlen, "'%.*s' is %s: want a decimal number from %g to %g", SHOWN, text,
+                   rc == -ERANGE ? "out of range" : "not a decimal number", min, max);
         return rc;
     }
     *out = v;
@@ -219,4 +264,15 @@ int mv_flag_size(const char *prog, const char *name, const char *text, uint64_t 
                  uint64_t *out)
 {
     return flag(mv_parse_size, prog, name, text, min, max, out);
+}
+
+int mv_flag_number(const char *prog, const char *name, const char *text, double min, double max,
+                   double *out)
+{
+    char err[MV_ERR_MAX];
+    if (mv_parse_number(text, min, max, out, err, sizeof err) < 0) {
+        fprintf(stderr, "%s: %s: %s\n", prog, name, err);
+        return -1;
+    }
+    return 0;
 }

@@ -65,6 +65,11 @@ int mv_parse_u64(const char *text, uint64_t min, uint64_t max, uint64_t *out, ch
 int mv_parse_size(const char *text, uint64_t min, uint64_t max, uint64_t *out, char *err,
                   size_t errlen);
 
+/* A decimal number in [min, max]: "0.01", "2.5e-3", "30". No sign, no hexadecimal, no inf or
+ * nan. */
+int mv_parse_number(const char *text, double min, double max, double *out, char *err,
+                    size_t errlen);
+
 #define MV_LISTEN_ANY_HOST      1u /* an empty HOST (":8443") is taken: every address */
 #define MV_LISTEN_PORT_ZERO     2u /* PORT 0 is taken: any free port */
 #define MV_LISTEN_PORT_OPTIONAL 4u /* "HOST" alone is taken; *port then keeps its value */
@@ -81,6 +86,8 @@ int mv_flag_u64(const char *prog, const char *flag, const char *text, uint64_t m
                 uint64_t *out);
 int mv_flag_size(const char *prog, const char *flag, const char *text, uint64_t min, uint64_t max,
                  uint64_t *out);
+int mv_flag_number(const char *prog, const char *flag, const char *text, double min, double max,
+                   double *out);
 
 /* ---- Bounded strings --------------------------------------------------------- */
 
