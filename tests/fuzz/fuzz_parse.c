@@ -1,7 +1,7 @@
 /* libFuzzer driver: the parsers of flag and configuration values (mv_parse_u64, mv_parse_size,
  * mv_parse_number, mv_parse_listen) on arbitrary text. The first byte picks the parser ('u',
- * 's', 'l', 'n'; any other byte by its value), the second its bounds (low bits: min, next two: max) or its
- * MV_LISTEN_* flags (low three bits); the rest, cut at the first NUL, is the text. */
+ * 's', 'l', 'n'; any other byte by its value), the second its bounds (low bits: min, next two: max)
+ * or its MV_LISTEN_* flags (low three bits); the rest, cut at the first NUL, is the text. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>

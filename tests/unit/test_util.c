@@ -137,8 +137,8 @@ static void test_number(void)
         int rc = mv_parse_number(t[i].text, t[i].min, t[i].max, &v, err, sizeof err);
         CU_ASSERT_EQUAL(rc, t[i].rc);
         if (rc != t[i].rc)
-            fprintf(stderr, "mv_parse_number('%s'): rc %d, want %d (%s)\n", t[i].text, rc,
-                    t[i].rc, err);
+            fprintf(stderr, "mv_parse_number('%s'): rc %d, want %d (%s)\n", t[i].text, rc, t[i].rc,
+                    err);
         if (t[i].rc == 0) {
             CU_ASSERT_DOUBLE_EQUAL(v, t[i].want, 1e-12);
         } else {
