@@ -115,8 +115,7 @@ static int plain_decimal(const char *s)
     return s[i] == '\0';
 }
 
-int mv_parse_number(const char *text, double min, double max, double *out, char *err,
-                    size_t errlen)
+int mv_parse_number(const char *text, double min, double max, double *out, char *err, size_t errlen)
 {
     int rc = -EINVAL;
     double v = 0;
