@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "mv_agent.h"
@@ -19,25 +20,38 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: microview-agent --standalone [options]\n"
-            "  --standalone             serve segments without Kubernetes (default: Kubernetes\n"
-            "                           mode; see microview-agent --help)\n"
-            "  --dir DIR                segment directory (default %s)\n"
-            "  --socket PATH            control-plane unix socket (default DIR/agent.sock)\n"
-            "  --listen HOST:PORT       also listen on TCP (default: off); IPv6 as [ADDR]:PORT,\n"
-            "                           PORT 0 = any free port\n"
-            "  --max-segment-size SIZE  largest segment handed out: bytes, or with Ki, Mi, Gi\n"
-            "                           (default %u)\n"
-            "  --reap-interval-ms MS    owner liveness check period (default 2000)\n"
-            "  --log-level LEVEL        debug, info, warn or error (default info)\n"
-            "RDMA (remote collectors):\n"
-            "  --rdma-listen IP[:PORT]  register segments for RDMA READ; rdma_cm listener on\n"
-            "                           IP (an address of the RDMA netdev), PORT (default %u)\n"
-            "  --token-file PATH        shared secret: collectors present it on the rdma_cm\n"
-            "                           connect and on every TCP control-plane call\n"
-            "  --require-rdma           fail segment creation (and start-up) without RDMA\n",
-            MV_SEGSTORE_DEFAULT_DIR, MV_SEGSTORE_DEFAULT_MAX_SIZE, MV_CONFIG_RDMA_PORT);
+    fprintf(
+        f,
+        "usage: microview-agent --standalone [options]\n"
+        "  --standalone             serve segments without Kubernetes (default: Kubernetes\n"
+        "                           mode; see microview-agent --help)\n"
+        "  --dir DIR                segment directory (default %s)\n"
+        "  --socket PATH            control-plane unix socket (default DIR/agent.sock)\n"
+        "  --socket-mode MODE       the socket's permission bits, octal, e.g. 0660 or 0666\n"
+        "                           (connecting needs write permission; root needs none).\n"
+        "                           Default: 0777 less the agent's umask, so 0755 under the\n"
+        "                           usual umask 022: only root (and the agent's user) connect\n"
+        "  --socket-group GROUP     the socket's group, a name or a numeric gid (default: the\n"
+        "                           agent's); with --socket-mode 0660 its members connect.\n"
+        "                           Both apply at start and whenever a deleted socket is made\n"
+        "                           again. Standalone only: the Kubernetes mode's socket stays\n"
+        "                           root's. A caller on the socket may create segments (they\n"
+        "                           are handed to it) and release only those whose file it\n"
+        "                           owns (root: any); TCP callers (--listen) are not\n"
+        "                           identified: --token-file is their only check\n"
+        "  --listen HOST:PORT       also listen on TCP (default: off); IPv6 as [ADDR]:PORT,\n"
+        "                           PORT 0 = any free port\n"
+        "  --max-segment-size SIZE  largest segment handed out: bytes, or with Ki, Mi, Gi\n"
+        "                           (default %u)\n"
+        "  --reap-interval-ms MS    owner liveness check period (default 2000)\n"
+        "  --log-level LEVEL        debug, info, warn or error (default info)\n"
+        "RDMA (remote collectors):\n"
+        "  --rdma-listen IP[:PORT]  register segments for RDMA READ; rdma_cm listener on\n"
+        "                           IP (an address of the RDMA netdev), PORT (default %u)\n"
+        "  --token-file PATH        shared secret: collectors present it on the rdma_cm\n"
+        "                           connect and on every TCP control-plane call\n"
+        "  --require-rdma           fail segment creation (and start-up) without RDMA\n",
+        MV_SEGSTORE_DEFAULT_DIR, MV_SEGSTORE_DEFAULT_MAX_SIZE, MV_CONFIG_RDMA_PORT);
 }
 
 /* ---- RDMA flags ---------------------------------------------------------------- */
@@ -88,6 +102,7 @@ static int rdma_flags_check(rdma_flags *r, const char *tcp_listen)
 typedef struct sa_mode {
     rdma_flags rf;
     const char *dir, *sock, *tcp_listen;
+    const char *sock_mode, *sock_group; /* as given, NULL: not given */
     mv_segstore *store;
     mv_rdmax *rdmax;
 } sa_mode;
@@ -120,8 +135,15 @@ static int sa_before_listen(void *arg, mv_agentsvc *svc)
 static int sa_started(void *arg, int tcp_port)
 {
     sa_mode *sa = arg;
-    MV_INFO("agent.started", "mode=standalone dir=%s socket=%s listen=%s tcp_port=%d pid=%d",
-            mv_log_q(sa->dir), mv_log_q(sa->sock),
+    struct stat sb; /* what the socket got, whatever gave it */
+    if (lstat(sa->sock, &sb) < 0)
+        memset(&sb, 0, sizeof sb);
+    MV_INFO("agent.started",
+            "mode=standalone dir=%s socket=%s socket_mode=%04o socket_mode_from=%s "
+            "socket_gid=%u socket_group=%s listen=%s tcp_port=%d pid=%d",
+            mv_log_q(sa->dir), mv_log_q(sa->sock), (unsigned)(sb.st_mode & 07777),
+            sa->sock_mode ? "flag" : "umask", (unsigned)sb.st_gid,
+            mv_log_q(sa->sock_group ? sa->sock_group : "agent"),
             mv_log_q(sa->tcp_listen ? sa->tcp_listen : "off"), tcp_port, (int)getpid());
     return 0;
 }
@@ -140,6 +162,8 @@ static void k8s_usage(FILE *f)
             "       microview-agent --standalone [options]            (see --standalone --help)\n"
             "Every configuration key is also a flag (dashes or underscores), e.g.\n"
             "  --resource-name microview.io/metrics --page-size 4Ki --pool-size 16Mi\n"
+            "The agent's socket (agent_socket) is for root only in this mode: --socket-mode\n"
+            "and --socket-group are --standalone flags.\n"
             "Keys:");
     for (const char *const *k = mv_config_keys(); *k; k++)
         fprintf(f, " %s", *k);
@@ -149,6 +173,19 @@ static void k8s_usage(FILE *f)
 /* Kubernetes mode: every configuration key is a flag too. */
 static int k8s_main(int argc, char **argv)
 {
+    static const char *const standalone_only[] = {"--socket-mode", "--socket-group"};
+    for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
+        for (size_t k = 0; k < sizeof standalone_only / sizeof standalone_only[0]; k++) {
+            size_t n = strlen(standalone_only[k]);
+            if (strncmp(argv[i], standalone_only[k], n) == 0 &&
+                (argv[i][n] == '\0' || argv[i][n] == '=')) {
+                fprintf(stderr,
+                        "microview-agent: %s is a --standalone flag: the Kubernetes mode's "
+                        "socket is for root only (the kubelet's, the host collector's)\n",
+                        standalone_only[k]);
+                return 2;
+            }
+        }
     const char *const *keys = mv_config_keys();
     size_t nkeys = 0;
     while (keys[nkeys])
@@ -255,12 +292,16 @@ int main(int argc, char **argv)
         O_HELP,
         O_RDMA_LISTEN,
         O_TOKEN_FILE,
-        O_REQUIRE_RDMA
+        O_REQUIRE_RDMA,
+        O_SOCKET_MODE,
+        O_SOCKET_GROUP
     };
     static const struct option longopts[] = {
         {"standalone", no_argument, NULL, O_STANDALONE},
         {"dir", required_argument, NULL, O_DIR},
         {"socket", required_argument, NULL, O_SOCKET},
+        {"socket-mode", required_argument, NULL, O_SOCKET_MODE},
+        {"socket-group", required_argument, NULL, O_SOCKET_GROUP},
         {"listen", required_argument, NULL, O_LISTEN},
         {"max-segment-size", required_argument, NULL, O_MAXSIZE},
         {"reap-interval-ms", required_argument, NULL, O_REAP},
@@ -275,6 +316,8 @@ int main(int argc, char **argv)
     uint64_t max_size = 0, reap_ms = 0;
     mv_log_level level = MV_LOG_INFO;
     rdma_flags rf = {0};
+    mv_rpc_unix_perms perms = {.mode = -1, .gid = -1};
+    const char *sock_mode = NULL, *sock_group = NULL;
     int opt;
     if (mv_opts_exact("microview-agent", argc, argv, longopts) < 0)
         return 2;
@@ -288,6 +331,22 @@ int main(int argc, char **argv)
         case O_SOCKET:
             sock = optarg;
             break;
+        case O_SOCKET_MODE: {
+            uint32_t m;
+            if (mv_flag_mode("microview-agent", "--socket-mode", optarg, &m) < 0)
+                return 2;
+            perms.mode = (int)m;
+            sock_mode = optarg;
+            break;
+        }
+        case O_SOCKET_GROUP: {
+            uint32_t g;
+            if (mv_flag_group("microview-agent", "--socket-group", optarg, &g) < 0)
+                return 2;
+            perms.gid = g;
+            sock_group = optarg;
+            break;
+        }
         case O_LISTEN:
             tcp_listen = optarg;
             break;
@@ -349,11 +408,17 @@ int main(int argc, char **argv)
         }
         sock = sockbuf;
     }
-    sa_mode sa = {.rf = rf, .dir = dir, .sock = sock, .tcp_listen = tcp_listen};
+    sa_mode sa = {.rf = rf,
+                  .dir = dir,
+                  .sock = sock,
+                  .tcp_listen = tcp_listen,
+                  .sock_mode = sock_mode,
+                  .sock_group = sock_group};
     mv_agent_run_opts ro = {
         .mode = "standalone",
         .store = {.dir = dir, .max_size = max_size, .reap_interval_ms = (int)reap_ms},
         .socket_path = sock,
+        .socket_perms = sock_mode || sock_group ? &perms : NULL,
         .tcp_listen = tcp_listen,
         .token = sa.rf.token};
     mv_agent_mode mode = {.arg = &sa,

@@ -84,6 +84,27 @@ check "collector: an unbracketed IPv6 address is refused, not split at its last 
 check "agent (Kubernetes mode): listen reads like --listen" \
   refused "listen: '127.0.0.1:99999': the port is above 65535" \
   "$bin/microview-agent" --listen 127.0.0.1:99999
+check "agent: --socket-mode 999 is refused: not octal" \
+  refused "--socket-mode: '999' is not an octal mode: want permission bits as octal digits 0-7, 0000 to 0777, e.g. 0660" \
+  "$bin/microview-agent" --standalone --dir "$tmp/a" --socket-mode 999
+check "agent: --socket-mode rw is refused: symbolic modes are not taken" \
+  refused "--socket-mode: 'rw' is not an octal mode" \
+  "$bin/microview-agent" --standalone --dir "$tmp/a" --socket-mode rw
+check "agent: --socket-mode 4755 is refused: permission bits only" \
+  refused "--socket-mode: '4755' is out of range: want permission bits as octal digits 0-7, 0000 to 0777" \
+  "$bin/microview-agent" --standalone --dir "$tmp/a" --socket-mode 4755
+check "agent: --socket-group naming no group is refused" \
+  refused "--socket-group: 'no-such-group-mv' is not a group on this host: want a group name (getent group) or a numeric gid" \
+  "$bin/microview-agent" --standalone --dir "$tmp/a" --socket-group no-such-group-mv
+check "agent: --socket-group out of range is refused" \
+  refused "--socket-group: '4294967295' is out of range" \
+  "$bin/microview-agent" --standalone --dir "$tmp/a" --socket-group 4294967295
+check "agent (Kubernetes mode): --socket-mode is a standalone flag" \
+  refused "--socket-mode is a --standalone flag: the Kubernetes mode's socket is for root only" \
+  "$bin/microview-agent" --socket-mode 0666
+check "agent: --socket-mode takes 0660 and --socket-group a numeric gid" \
+  refused_later "--require-rdma needs --rdma-listen" "--socket-mode" \
+  "$bin/microview-agent" --standalone --dir "$tmp/a" --socket-mode 0660 --socket-group 4242 --require-rdma
 echo flags-test-token >"$tmp/token"
 check "agent: --rdma-listen port 0 is refused" \
   refused "--rdma-listen: '10.0.0.5:0': port 0 is not taken here; want HOST[:PORT] with PORT 1..65535" \

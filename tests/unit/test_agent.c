@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <grp.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -33,6 +34,8 @@ typedef struct agent {
     mv_agentc *cli;
 } agent;
 
+static const mv_rpc_unix_perms *start_perms; /* the socket's, for the next agent_start */
+
 static void agent_start(agent *a, const char *dir, int reap_ms)
 {
     if (dir != a->dir) {
@@ -47,7 +50,7 @@ static void agent_start(agent *a, const char *dir, int reap_ms)
     CU_ASSERT_FATAL(mv_segstore_open(&o, &a->store) == 0);
     CU_ASSERT_FATAL(mv_rpc_server_create(NULL, &a->srv) == 0);
     CU_ASSERT_FATAL(mv_agentsvc_register(a->srv, a->store, &a->svc) == 0);
-    CU_ASSERT_FATAL(mv_rpc_server_listen(a->srv, a->target) == 0);
+    CU_ASSERT_FATAL(mv_rpc_server_listen_unix(a->srv, a->target + 5, start_perms) == 0);
     CU_ASSERT_FATAL(mv_rpc_server_start(a->srv) == 0);
     CU_ASSERT_FATAL(mv_agentc_open(a->target, &a->cli) == 0);
 }
@@ -247,6 +250,176 @@ static void test_segment_owner(void)
     CU_ASSERT_EQUAL(n, me == 0 ? 5 : 3);
     mv_agentc_segments_free(v, n);
     agent_stop(&a);
+}
+
+/* The release rule itself: root and the file's owner may, others may not, with the segment
+ * and the rule named; an unknown owner is root's business; a TCP caller is not checked. */
+static void test_release_rule(void)
+{
+    char msg[320];
+    const char *id = "seg-0123456789abcdef";
+    mv_rpc_peer root = {0, 0, 10}, u1000 = {1000, 1000, 11}, u1001 = {1001, 1001, 12};
+    CU_ASSERT_EQUAL(mv_agentsvc_may_release(&u1000, id, 1000, 0, msg, sizeof msg), 1);
+    CU_ASSERT_EQUAL(mv_agentsvc_may_release(&root, id, 1000, 0, msg, sizeof msg), 1);
+    CU_ASSERT_EQUAL(mv_agentsvc_may_release(&root, id, 0, 0, msg, sizeof msg), 1);
+    CU_ASSERT_EQUAL(mv_agentsvc_may_release(&root, id, -1, ENOENT, msg, sizeof msg), 1);
+    CU_ASSERT_EQUAL(mv_agentsvc_may_release(NULL, id, 1000, 0, msg, sizeof msg), 1);
+    CU_ASSERT_EQUAL(mv_agentsvc_may_release(NULL, id, -1, ENOENT, msg, sizeof msg), 1);
+
+    CU_ASSERT_EQUAL(mv_agentsvc_may_release(&u1001, id, 1000, 0, msg, sizeof msg), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(msg, "segment seg-0123456789abcdef belongs to uid 1000"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(msg, "a caller running as uid 1001 may release only the "
+                                       "segments whose file it owns; only root may release "
+                                       "another user's segment"));
+    /* The gid is not enough: the group of a file is shared, its owner is not. */
+    mv_rpc_peer g1000 = {1001, 1000, 13};
+    CU_ASSERT_EQUAL(mv_agentsvc_may_release(&g1000, id, 1000, 0, msg, sizeof msg), 0);
+    CU_ASSERT_EQUAL(mv_agentsvc_may_release(&u1000, id, 0, 0, msg, sizeof msg), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(msg, "belongs to uid 0"));
+    CU_ASSERT_EQUAL(mv_agentsvc_may_release(&u1000, id, -1, ENOENT, msg, sizeof msg), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(msg, "segment seg-0123456789abcdef: its file cannot be "
+                                       "examined (No such file or directory)"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(msg, "only root may release it"));
+    /* uid 4294967295 is no one's: not a match for an unknown owner (-1). */
+    mv_rpc_peer nobody = {UINT32_MAX, UINT32_MAX, 14};
+    CU_ASSERT_EQUAL(mv_agentsvc_may_release(&nobody, id, -1, EIO, msg, sizeof msg), 0);
+}
+
+/* `test_agent --release-as-child TARGET ID`: what the child of release_as() runs, a fresh
+ * process (exec'd after fork) under another uid. Prints "RC MESSAGE". */
+static int release_child(const char *target, const char *id)
+{
+    mv_agentc *c;
+    if (mv_agentc_open(target, &c) < 0) {
+        printf("-999 cannot open %s\n", target);
+        return 1;
+    }
+    int rc = mv_agentc_release(c, id);
+    printf("%d %s\n", rc, rc ? mv_agentc_error(c) : "");
+    mv_agentc_close(c);
+    return 0;
+}
+
+/* Releases segment `id` from a process running as uid:gid `uid` (root only). Returns what
+ * mv_agentc_release returned there (-999: the child did not run), its message in `msg`. */
+static int release_as(int uid, const agent *a, const char *id, char *msg, size_t msglen)
+{
+    int p[2];
+    msg[0] = 0;
+    if (pipe(p) < 0)
+        return -999;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(p[1], 1);
+        close(p[0]);
+        if (setgroups(0, NULL) < 0 || setgid((gid_t)uid) < 0 || setuid((uid_t)uid) < 0)
+            _exit(3);
+        execl("/proc/self/exe", "test_agent", "--release-as-child", a->target, id, (char *)NULL);
+        _exit(127);
+    }
+    close(p[1]);
+    char buf[1024];
+    size_t n = 0;
+    ssize_t r;
+    while (n < sizeof buf - 1 &&
+           ((r = read(p[0], buf + n, sizeof buf - 1 - n)) > 0 || (r < 0 && errno == EINTR)))
+        if (r > 0)
+            n += (size_t)r;
+    buf[n] = 0;
+    close(p[0]);
+    int status;
+    waitpid(pid, &status, 0);
+    int rc = -999;
+    int used = 0;
+    if (sscanf(buf, "%d %n", &rc, &used) < 1)
+        return -999;
+    snprintf(msg, msglen, "%s", buf + used);
+    return rc;
+}
+
+static int listed(agent *a, const char *id)
+{
+    mv_agentc_segment *v;
+    size_t n = 0;
+    int found = 0;
+    if (mv_agentc_list(a->cli, &v, &n, NULL) < 0)
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        found |= strcmp(v[i].id, id) == 0;
+    mv_agentc_segments_free(v, n);
+    return found;
+}
+
+/* Release over the unix socket, end to end: the owner may, root may, another user may not
+ * (PERMISSION_DENIED naming the segment and the rule), also after an agent restart; a segment
+ * whose file is gone is root's to release. Other users are child processes (root only). */
+static void test_release_authorized(void)
+{
+    agent a;
+    mv_rpc_unix_perms open_to_all = {.mode = 0666, .gid = -1};
+    start_perms = &open_to_all;
+    agent_start(&a, NULL, -1);
+    uid_t me = geteuid();
+    mv_agentc_segment seg;
+    char msg[1024];
+
+    /* The caller's own segment. */
+    CU_ASSERT_EQUAL_FATAL(mv_agentc_create(a.cli, 4096, 0, NULL, 0, &seg), 0);
+    CU_ASSERT_EQUAL(mv_agentc_release(a.cli, seg.id), 0);
+    CU_ASSERT_EQUAL(listed(&a, seg.id), 0);
+    mv_agentc_segment_clear(&seg);
+
+    /* A file deleted under the agent: the owner is unknown, only root may release it. */
+    CU_ASSERT_EQUAL_FATAL(mv_agentc_create(a.cli, 4096, 0, NULL, 0, &seg), 0);
+    CU_ASSERT_FATAL(unlink(seg.path) == 0);
+    if (me == 0) {
+        CU_ASSERT_EQUAL(mv_agentc_release(a.cli, seg.id), 0);
+    } else {
+        CU_ASSERT_EQUAL(mv_agentc_release(a.cli, seg.id), -EACCES);
+        CU_ASSERT_PTR_NOT_NULL(strstr(mv_agentc_error(a.cli), "its file cannot be examined"));
+        CU_ASSERT_EQUAL(listed(&a, seg.id), 1);
+    }
+    mv_agentc_segment_clear(&seg);
+    /* An unknown id is still NOT_FOUND, not a refusal. */
+    CU_ASSERT_EQUAL(mv_agentc_release(a.cli, "seg-0000000000000000"), -ENOENT);
+
+    if (me != 0) {
+        agent_stop(&a);
+        start_perms = NULL;
+        return;
+    }
+    /* Root hands a segment to uid 1000; uid 1001 may not release it, uid 1000 may. */
+    mv_agentc_owner u1000 = {1000, 1000};
+    CU_ASSERT_EQUAL_FATAL(mv_agentc_create_owned(a.cli, 4096, 0, NULL, 0, &u1000, &seg), 0);
+    int rc = release_as(1001, &a, seg.id, msg, sizeof msg);
+    CU_ASSERT_EQUAL(rc, -EACCES);
+    char want[128];
+    snprintf(want, sizeof want, "segment %s belongs to uid 1000", seg.id);
+    CU_ASSERT_PTR_NOT_NULL(strstr(msg, want));
+    CU_ASSERT_PTR_NOT_NULL(strstr(msg, "a caller running as uid 1001 may release only"));
+    CU_ASSERT_EQUAL(listed(&a, seg.id), 1);
+    CU_ASSERT_EQUAL(access(seg.path, F_OK), 0);
+    /* After a restart the rule is the same: it reads the file's owner, which outlives the agent. */
+    agent_stop(&a);
+    agent_start(&a, a.dir, -1);
+    CU_ASSERT_EQUAL(release_as(1001, &a, seg.id, msg, sizeof msg), -EACCES);
+    CU_ASSERT_EQUAL(listed(&a, seg.id), 1);
+    CU_ASSERT_EQUAL(release_as(1000, &a, seg.id, msg, sizeof msg), 0);
+    CU_ASSERT_EQUAL(listed(&a, seg.id), 0);
+    CU_ASSERT_EQUAL(access(seg.path, F_OK), -1);
+    mv_agentc_segment_clear(&seg);
+    /* Root releases another user's segment; uid 1000 may not release root's. */
+    CU_ASSERT_EQUAL_FATAL(mv_agentc_create_owned(a.cli, 4096, 0, NULL, 0, &u1000, &seg), 0);
+    CU_ASSERT_EQUAL(mv_agentc_release(a.cli, seg.id), 0);
+    mv_agentc_segment_clear(&seg);
+    CU_ASSERT_EQUAL_FATAL(mv_agentc_create(a.cli, 4096, 0, NULL, 0, &seg), 0);
+    CU_ASSERT_EQUAL(release_as(1000, &a, seg.id, msg, sizeof msg), -EACCES);
+    CU_ASSERT_PTR_NOT_NULL(strstr(msg, "belongs to uid 0"));
+    CU_ASSERT_EQUAL(listed(&a, seg.id), 1);
+    mv_agentc_segment_clear(&seg);
+    agent_stop(&a);
+    start_perms = NULL;
 }
 
 static void test_unreachable(void)
@@ -515,16 +688,22 @@ static void test_proto_unpack_cap(void)
     mv_rpc_buf_free(&b);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     mv_log_init("test", MV_LOG_WARN);
+    if (argc == 4 && strcmp(argv[1], "--release-as-child") == 0)
+        return release_child(argv[2], argv[3]);
     snprintf(tmpdir, sizeof tmpdir, "/tmp/mv-agent-XXXXXX");
     if (!mkdtemp(tmpdir))
         return 1;
+    chmod(tmpdir, 0755); /* the other users' children connect in it */
     static const mv_test tests[] = {
         {"create, list, release", test_create_list_release},
         {"bad requests get clear errors", test_bad_requests},
         {"segment owner: the caller, a named owner, refusals", test_segment_owner},
+        {"release rule: root or the file's owner", test_release_rule},
+        {"release over the socket: owner, root, others refused, after a restart too",
+         test_release_authorized},
         {"agent not reachable", test_unreachable},
         {"watch: ADDED, SYNCED, ADDED, REMOVED", test_watch},
         {"watch ends when the agent stops", test_watch_survives_agent_stop},

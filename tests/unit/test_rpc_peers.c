@@ -473,6 +473,74 @@ static void test_socket_file(void)
     unlink(path);
 }
 
+/* The socket file's permissions when asked for (mv_rpc_server_listen_unix): mode and group
+ * whatever the umask, applied before anyone can connect; a group that cannot be given fails
+ * the listen and leaves no socket behind; nonsense is refused. */
+static void test_socket_perms(void)
+{
+    char path[300], addr[310];
+    sock_path(path, sizeof path);
+    snprintf(addr, sizeof addr, "unix:%s", path);
+    /* 0666 under umask 022 (which would give 0755). */
+    mode_t old = umask(022);
+    mv_rpc_server *s;
+    CU_ASSERT_FATAL(mv_rpc_server_create(NULL, &s) == 0);
+    CU_ASSERT_FATAL(mv_rpc_server_add_unary(s, "/t.T/Echo", echo, NULL) == 0);
+    mv_rpc_unix_perms p = {.mode = 0666, .gid = -1};
+    CU_ASSERT_EQUAL_FATAL(mv_rpc_server_listen_unix(s, path, &p), 0);
+    CU_ASSERT_FATAL(mv_rpc_server_start(s) == 0);
+    umask(old);
+    struct stat sb;
+    CU_ASSERT_FATAL(lstat(path, &sb) == 0);
+    CU_ASSERT(S_ISSOCK(sb.st_mode));
+    CU_ASSERT_EQUAL(sb.st_mode & 07777, 0666);
+    CU_ASSERT_EQUAL(sb.st_gid, getegid());
+    char got[64];
+    CU_ASSERT_EQUAL(call_text(addr, "/t.T/Echo", got, sizeof got), MV_RPC_OK);
+    mv_rpc_server_destroy(s);
+    CU_ASSERT_EQUAL(lstat(path, &sb), -1);
+
+    /* A group (root: any; others: their own) and a narrower mode than the umask's. */
+    gid_t g = geteuid() == 0 ? 4242 : getegid();
+    old = umask(0);
+    CU_ASSERT_FATAL(mv_rpc_server_create(NULL, &s) == 0);
+    p = (mv_rpc_unix_perms){.mode = 0660, .gid = g};
+    CU_ASSERT_EQUAL_FATAL(mv_rpc_server_listen_unix(s, path, &p), 0);
+    umask(old);
+    CU_ASSERT_FATAL(lstat(path, &sb) == 0);
+    CU_ASSERT_EQUAL(sb.st_mode & 07777, 0660);
+    CU_ASSERT_EQUAL(sb.st_gid, g);
+    mv_rpc_server_destroy(s); /* never started: the listener goes all the same */
+    CU_ASSERT_EQUAL(lstat(path, &sb), -1);
+
+    /* Only a group: the mode stays the umask's. */
+    old = umask(027);
+    CU_ASSERT_FATAL(mv_rpc_server_create(NULL, &s) == 0);
+    p = (mv_rpc_unix_perms){.mode = -1, .gid = g};
+    CU_ASSERT_EQUAL(mv_rpc_server_listen_unix(s, path, &p), 0);
+    umask(old);
+    CU_ASSERT(lstat(path, &sb) == 0 && (sb.st_mode & 07777) == 0750 && sb.st_gid == g);
+    mv_rpc_server_destroy(s);
+
+    /* Nonsense is refused before anything is made. */
+    CU_ASSERT_FATAL(mv_rpc_server_create(NULL, &s) == 0);
+    mv_rpc_unix_perms bad[] = {{01777, -1}, {-2, -1}, {0660, -2}, {0660, (int64_t)UINT32_MAX}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        CU_ASSERT_EQUAL(mv_rpc_server_listen_unix(s, path, &bad[i]), -EINVAL);
+    CU_ASSERT_EQUAL(lstat(path, &sb), -1);
+    mv_rpc_server_destroy(s);
+
+    /* A group the process may not give (not root: one it is not in) fails the listen, and
+     * the half-made socket is not left behind. */
+    if (geteuid() != 0) {
+        CU_ASSERT_FATAL(mv_rpc_server_create(NULL, &s) == 0);
+        p = (mv_rpc_unix_perms){.mode = 0660, .gid = 4242};
+        CU_ASSERT_EQUAL(mv_rpc_server_listen_unix(s, path, &p), -EPERM);
+        CU_ASSERT_EQUAL(lstat(path, &sb), -1);
+        mv_rpc_server_destroy(s);
+    }
+}
+
 int main(void)
 {
     mv_log_init("test", MV_LOG_WARN);
@@ -493,6 +561,7 @@ int main(void)
          test_call_peer_unix_and_tcp},
         {"server: a held call keeps its connection's descriptor", test_held_call_keeps_descriptor},
         {"server: the socket file", test_socket_file},
+        {"server: the socket file's mode and group", test_socket_perms},
     };
     int fails = MV_TEST_RUN("rpc_peers", tests);
     mv_test_rmrf(tmpdir);

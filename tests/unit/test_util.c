@@ -1,6 +1,7 @@
 /* test_util: the parsers of operator input (mv_parse_*), table-driven, and that the YAML
  * configuration reads sizes, numbers and listen addresses with the same parsers as the flags. */
 #include <errno.h>
+#include <grp.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -294,6 +295,85 @@ static void test_config_shares_parsers(void)
     CU_ASSERT_EQUAL(c.rdma_port, 7600);
 }
 
+/* File modes: octal permission bits only, strictly. */
+static void test_mode(void)
+{
+    static const struct {
+        const char *text;
+        int rc;
+        uint32_t want;
+        const char *why;
+    } t[] = {
+        {"0660", 0, 0660, NULL},
+        {"660", 0, 0660, NULL},
+        {"0666", 0, 0666, NULL},
+        {"0", 0, 0, NULL},
+        {"0777", 0, 0777, NULL},
+        {"0000", 0, 0, NULL},
+        {"999", -EINVAL, 0, "is not an octal mode: want permission bits as octal digits 0-7"},
+        {"0680", -EINVAL, 0, "is not an octal mode"},
+        {"rw", -EINVAL, 0, "symbolic modes are not taken"},
+        {"u+rw", -EINVAL, 0, "is not an octal mode"},
+        {"", -EINVAL, 0, "is not an octal mode"},
+        {"00660", -EINVAL, 0, "0000 to 0777"},
+        {"0o660", -EINVAL, 0, "is not an octal mode"},
+        {"0x1b6", -EINVAL, 0, "is not an octal mode"},
+        {" 660", -EINVAL, 0, "is not an octal mode"},
+        {"-660", -EINVAL, 0, "is not an octal mode"},
+        {"1777", -ERANGE, 0, "out of range"},
+        {"4755", -ERANGE, 0, "no setuid, setgid or sticky bit"},
+        {"7777", -ERANGE, 0, "out of range"},
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        uint32_t v = 12345;
+        char err[MV_ERR_MAX] = "";
+        int rc = mv_parse_mode(t[i].text, &v, err, sizeof err);
+        if (rc != t[i].rc || (rc == 0 && v != t[i].want) || (rc && !strstr(err, t[i].why)))
+            fprintf(stderr, "mv_parse_mode('%s'): rc=%d v=%o err=%s\n", t[i].text, rc, v, err);
+        CU_ASSERT_EQUAL(rc, t[i].rc);
+        if (rc == 0) {
+            CU_ASSERT_EQUAL(v, t[i].want);
+        } else {
+            CU_ASSERT_EQUAL(v, 12345);
+            CU_ASSERT_PTR_NOT_NULL(strstr(err, t[i].why));
+            char quoted[64];
+            snprintf(quoted, sizeof quoted, "'%s'", t[i].text);
+            CU_ASSERT_PTR_NOT_NULL(strstr(err, quoted));
+        }
+    }
+}
+
+/* Groups: a numeric gid as given, a name looked up, nothing else. */
+static void test_group(void)
+{
+    uint32_t g = 7;
+    char err[MV_ERR_MAX] = "";
+    CU_ASSERT_EQUAL(mv_parse_group("0", &g, err, sizeof err), 0);
+    CU_ASSERT_EQUAL(g, 0);
+    CU_ASSERT_EQUAL(mv_parse_group("4242", &g, err, sizeof err), 0); /* no entry needed */
+    CU_ASSERT_EQUAL(g, 4242);
+    CU_ASSERT_EQUAL(mv_parse_group("4294967294", &g, err, sizeof err), 0);
+    CU_ASSERT_EQUAL(g, 4294967294u);
+    g = 7;
+    CU_ASSERT_EQUAL(mv_parse_group("4294967295", &g, err, sizeof err), -ERANGE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "'4294967295' is out of range"));
+    CU_ASSERT_EQUAL(mv_parse_group("99999999999999999999999", &g, err, sizeof err), -ERANGE);
+    CU_ASSERT_EQUAL(g, 7);
+    static const char *const bad[] = {"no-such-group-mv", "", "-1", "+5", " 5"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err[0] = 0;
+        CU_ASSERT_EQUAL(mv_parse_group(bad[i], &g, err, sizeof err), -EINVAL);
+        CU_ASSERT_PTR_NOT_NULL(strstr(err, "is not a group on this host: want a group name"));
+        CU_ASSERT_EQUAL(g, 7);
+    }
+    /* A name this host knows: the group of gid 0 (root on every Linux). */
+    struct group *gr = getgrgid(0);
+    if (gr) {
+        CU_ASSERT_EQUAL(mv_parse_group(gr->gr_name, &g, err, sizeof err), 0);
+        CU_ASSERT_EQUAL(g, 0);
+    }
+}
+
 int main(void)
 {
     static const mv_test tests[] = {
@@ -301,6 +381,8 @@ int main(void)
         {"size", test_size},
         {"number", test_number},
         {"listen", test_listen},
+        {"mode", test_mode},
+        {"group", test_group},
         {"config_shares_parsers", test_config_shares_parsers},
     };
     return MV_TEST_RUN("util", tests);

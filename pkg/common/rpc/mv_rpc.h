@@ -114,6 +114,20 @@ int mv_rpc_server_create(const mv_rpc_server_opts *opts, mv_rpc_server **out);
  * the socket it bound). */
 int mv_rpc_server_listen(mv_rpc_server *s, const char *addr);
 
+/* Who may connect to a unix socket: the socket file's permission bits and group. Connecting
+ * needs write permission on the file (root needs none). */
+typedef struct mv_rpc_unix_perms {
+    int mode;    /* 0..0777, or -1: 0777 less the process's umask (mv_rpc_server_listen's) */
+    int64_t gid; /* a group, or -1: the process's effective group */
+} mv_rpc_unix_perms;
+
+/* Listens on the unix socket at `path` as mv_rpc_server_listen("unix:PATH") does, with the
+ * socket file given `perms` (NULL: as mv_rpc_server_listen). They are applied after the bind
+ * and before the listen, so no connection is taken under other permissions: the group first
+ * (chown, which needs root, CAP_CHOWN, or a group the process is in), then the mode (chmod).
+ * Returns 0, or a negative errno with the reason logged (rpc.listen_failed, naming the step). */
+int mv_rpc_server_listen_unix(mv_rpc_server *s, const char *path, const mv_rpc_unix_perms *perms);
+
 /* Registers a method by full path ("/microview.v1.Agent/ListSegments"). Before
  * start. `arg` is passed to the callbacks. Returns 0, -EINVAL or -ENOMEM. */
 int mv_rpc_server_add_unary(mv_rpc_server *s, const char *path, mv_rpc_unary_fn fn, void *arg);

@@ -153,8 +153,9 @@ void rpc_stream_on_send(mv_rpc_stream *st, int ok);
 
 /* ---- Unix-socket listeners (mv_rpc_unix.c) -------------------------------------- */
 
-/* Binds and listens on `path` (before start). Returns 0 or a negative errno (logged). */
-int rpc_unix_listen(mv_rpc_server *s, const char *path);
+/* Binds and listens on `path` (before start), its file given `perms` (NULL: 0777 less the
+ * umask, the process's group). Returns 0 or a negative errno (logged). */
+int rpc_unix_listen(mv_rpc_server *s, const char *path, const mv_rpc_unix_perms *perms);
 /* Starts the accept thread (after grpc_server_start). Returns 0 or a negative errno. */
 int rpc_unix_start(mv_rpc_server *s);
 /* Stops accepting, closes the listeners and unlinks their socket files (before the gRPC

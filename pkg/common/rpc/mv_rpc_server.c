@@ -398,7 +398,7 @@ int mv_rpc_server_listen(mv_rpc_server *s, const char *addr)
     if (s->started)
         return -EADDRNOTAVAIL;
     if (strncmp(addr, "unix:", 5) == 0)
-        return rpc_unix_listen(s, addr + 5) < 0 ? -EADDRNOTAVAIL : 0;
+        return rpc_unix_listen(s, addr + 5, NULL) < 0 ? -EADDRNOTAVAIL : 0;
     grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
     int port = grpc_server_add_http2_port(s->server, addr, creds);
     grpc_server_credentials_release(creds);
@@ -407,6 +407,16 @@ int mv_rpc_server_listen(mv_rpc_server *s, const char *addr)
         return -EADDRNOTAVAIL;
     }
     return port;
+}
+
+int mv_rpc_server_listen_unix(mv_rpc_server *s, const char *path, const mv_rpc_unix_perms *perms)
+{
+    if (s->started)
+        return -EADDRNOTAVAIL;
+    if (perms && (perms->mode < -1 || perms->mode > 0777 || perms->gid < -1 ||
+                  perms->gid >= (int64_t)UINT32_MAX))
+        return -EINVAL;
+    return rpc_unix_listen(s, path, perms);
 }
 
 static int add_method(mv_rpc_server *s, const char *path, int streaming, mv_rpc_unary_fn u,

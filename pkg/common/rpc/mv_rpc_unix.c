@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stdio.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,7 +28,27 @@ struct rpc_unix_listener {
     struct rpc_unix_listener *next;
 };
 
-int rpc_unix_listen(mv_rpc_server *s, const char *path)
+/* Gives the socket file just bound at `path` (identity *sb) its group and mode. Returns 0 or
+ * -errno with the step that failed in *step. */
+static int set_perms(const char *path, const struct stat *sb, const mv_rpc_unix_perms *p,
+                     const char **step)
+{
+    *step = "chown";
+    if (p->gid >= 0 && lchown(path, (uid_t)-1, (gid_t)p->gid) < 0)
+        return -errno;
+    *step = "chmod";
+    /* chmod follows a symlink: make sure the path still names the socket just bound. */
+    struct stat now;
+    if (lstat(path, &now) < 0)
+        return -errno;
+    if (!S_ISSOCK(now.st_mode) || now.st_dev != sb->st_dev || now.st_ino != sb->st_ino)
+        return -ESTALE;
+    if (p->mode >= 0 && chmod(path, (mode_t)p->mode) < 0)
+        return -errno;
+    return 0;
+}
+
+int rpc_unix_listen(mv_rpc_server *s, const char *path, const mv_rpc_unix_perms *perms)
 {
     struct sockaddr_un sa;
     memset(&sa, 0, sizeof sa);
@@ -50,13 +71,32 @@ int rpc_unix_listen(mv_rpc_server *s, const char *path)
     if (stat(path, &sb) == 0 && S_ISSOCK(sb.st_mode))
         unlink(path);
     int rc = 0;
+    const char *step = "bind";
     l->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (l->fd < 0 || bind(l->fd, (struct sockaddr *)&sa, sizeof sa) < 0 ||
-        listen(l->fd, SOMAXCONN) < 0 || stat(path, &sb) < 0) {
+    if (l->fd < 0 || bind(l->fd, (struct sockaddr *)&sa, sizeof sa) < 0 || lstat(path, &sb) < 0)
         rc = -errno;
-        MV_ERROR("rpc.listen_failed", "addr=%s err=%s", mv_log_q(path), mv_log_q(strerror(-rc)));
+    int bound = rc == 0;
+    /* Permissions before listen(): until then a connect is refused, so no caller gets in
+     * under the umask's mode. */
+    if (rc == 0 && perms)
+        rc = set_perms(path, &sb, perms, &step);
+    if (rc == 0) {
+        step = "listen";
+        if (listen(l->fd, SOMAXCONN) < 0)
+            rc = -errno;
+    }
+    if (rc < 0) {
+        char mode[16] = "umask";
+        if (perms && perms->mode >= 0)
+            snprintf(mode, sizeof mode, "%04o", (unsigned)perms->mode);
+        MV_ERROR("rpc.listen_failed", "addr=%s step=%s mode=%s gid=%lld err=%s", mv_log_q(path),
+                 step, mode, perms ? (long long)perms->gid : -1LL, mv_log_q(strerror(-rc)));
         if (l->fd >= 0)
             close(l->fd);
+        struct stat now; /* our socket file is not left behind with the wrong permissions */
+        if (bound && lstat(path, &now) == 0 && S_ISSOCK(now.st_mode) && now.st_dev == sb.st_dev &&
+            now.st_ino == sb.st_ino)
+            unlink(path);
         free(l);
         return rc;
     }

@@ -1,11 +1,13 @@
 /* mv_parse: the parsers of operator input (command-line flags and configuration values):
- * whole numbers, sizes with binary suffixes, and listen addresses. */
+ * whole numbers, sizes with binary suffixes, listen addresses, file modes and groups. */
 #include "mv_util.h"
 
 #include <errno.h>
+#include <grp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Shown in messages: at most this many bytes of what the operator wrote. */
 #define SHOWN 64
@@ -240,6 +242,75 @@ int mv_parse_listen(const char *text, unsigned flags, char *host, size_t hostlen
     return 0;
 }
 
+int mv_parse_mode(const char *text, uint32_t *out, char *err, size_t errlen)
+{
+    static const char form[] = "want permission bits as octal digits 0-7, 0000 to 0777, e.g. 0660";
+    size_t n = strlen(text);
+    int octal = n >= 1 && n <= 4;
+    uint32_t v = 0;
+    for (size_t i = 0; octal && i < n; i++) {
+        octal = text[i] >= '0' && text[i] <= '7';
+        v = v * 8 + (uint32_t)(text[i] - '0');
+    }
+    if (!octal) {
+        mv_err_set(err, errlen, "'%.*s' is not an octal mode: %s (symbolic modes are not taken)",
+                   SHOWN, text, form);
+        return -EINVAL;
+    }
+    if (v > 0777) {
+        mv_err_set(err, errlen, "'%.*s' is out of range: %s (no setuid, setgid or sticky bit)",
+                   SHOWN, text, form);
+        return -ERANGE;
+    }
+    *out = v;
+    return 0;
+}
+
+int mv_parse_group(const char *text, uint32_t *out, char *err, size_t errlen)
+{
+    static const char form[] = "want a group name (getent group) or a numeric gid";
+    size_t n = strlen(text);
+    if (n && digit_run(text) == n) {
+        uint64_t v;
+        int rc = digits_u64(text, n, &v);
+        if (rc < 0 || v >= UINT32_MAX) { /* (gid_t)-1 means "no change" to chown */
+            mv_err_set(err, errlen, "'%.*s' is out of range: %s from 0 to %u", SHOWN, text, form,
+                       UINT32_MAX - 1);
+            return -ERANGE;
+        }
+        *out = (uint32_t)v;
+        return 0;
+    }
+    long sz = sysconf(_SC_GETGR_R_SIZE_MAX);
+    size_t cap = sz > 0 ? (size_t)sz : 16384;
+    struct group gr, *res = NULL;
+    int e = ERANGE;
+    char *buf = NULL;
+    while (e == ERANGE && cap <= (1u << 20)) {
+        char *nb = realloc(buf, cap);
+        if (!nb) {
+            e = ENOMEM;
+            break;
+        }
+        buf = nb;
+        e = n ? getgrnam_r(text, &gr, buf, cap, &res) : 0;
+        cap *= 2;
+    }
+    if (e == 0 && res) {
+        *out = (uint32_t)res->gr_gid;
+        free(buf);
+        return 0;
+    }
+    free(buf);
+    if (e == 0 || e == ENOENT || e == ESRCH || e == EBADF || e == EPERM) {
+        mv_err_set(err, errlen, "'%.*s' is not a group on this host: %s", SHOWN, text, form);
+        return -EINVAL;
+    }
+    mv_err_set(err, errlen, "'%.*s': cannot look the group up: %s; %s", SHOWN, text, strerror(e),
+               form);
+    return -e;
+}
+
 typedef int (*parse_fn)(const char *, uint64_t, uint64_t, uint64_t *, char *, size_t);
 
 static int flag(parse_fn parse, const char *prog, const char *flag, const char *text, uint64_t min,
@@ -270,6 +341,26 @@ int mv_flag_number(const char *prog, const char *name, const char *text, double 
 {
     char err[MV_ERR_MAX];
     if (mv_parse_number(text, min, max, out, err, sizeof err) < 0) {
+        fprintf(stderr, "%s: %s: %s\n", prog, name, err);
+        return -1;
+    }
+    return 0;
+}
+
+int mv_flag_mode(const char *prog, const char *name, const char *text, uint32_t *out)
+{
+    char err[MV_ERR_MAX];
+    if (mv_parse_mode(text, out, err, sizeof err) < 0) {
+        fprintf(stderr, "%s: %s: %s\n", prog, name, err);
+        return -1;
+    }
+    return 0;
+}
+
+int mv_flag_group(const char *prog, const char *name, const char *text, uint32_t *out)
+{
+    char err[MV_ERR_MAX];
+    if (mv_parse_group(text, out, err, sizeof err) < 0) {
         fprintf(stderr, "%s: %s: %s\n", prog, name, err);
         return -1;
     }

@@ -80,6 +80,14 @@ int mv_parse_number(const char *text, double min, double max, double *out, char 
 int mv_parse_listen(const char *text, unsigned flags, char *host, size_t hostlen, uint16_t *port,
                     char *err, size_t errlen);
 
+/* A file mode of permission bits only, in octal: one to four digits 0-7 ("0660", "660"),
+ * 0000 to 0777. Symbolic modes ("rw", "u+rw"), decimal digits 8 and 9, and the setuid,
+ * setgid and sticky bits (above 0777) are refused. */
+int mv_parse_mode(const char *text, uint32_t *out, char *err, size_t errlen);
+/* A group: a numeric gid (decimal digits: 0 to 4294967294, with or without a group entry,
+ * as chown(1) takes it) or the name of a group on this host (getgrnam_r). */
+int mv_parse_group(const char *text, uint32_t *out, char *err, size_t errlen);
+
 /* For command lines: parse `text`, the value of `flag`, or print "PROG: FLAG: <why>" on
  * stderr and return -1. */
 int mv_flag_u64(const char *prog, const char *flag, const char *text, uint64_t min, uint64_t max,
@@ -88,6 +96,8 @@ int mv_flag_size(const char *prog, const char *flag, const char *text, uint64_t 
                  uint64_t *out);
 int mv_flag_number(const char *prog, const char *flag, const char *text, double min, double max,
                    double *out);
+int mv_flag_mode(const char *prog, const char *flag, const char *text, uint32_t *out);
+int mv_flag_group(const char *prog, const char *flag, const char *text, uint32_t *out);
 
 /* ---- Bounded strings --------------------------------------------------------- */
 

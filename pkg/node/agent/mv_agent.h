@@ -39,7 +39,10 @@ typedef struct mv_agent_run_opts {
     const char *mode;        /* "standalone" or "kubernetes", for the logs */
     mv_segstore_opts store;  /* opened after the signals are blocked */
     const char *socket_path; /* control-plane unix socket */
-    const char *tcp_listen;  /* HOST:PORT, or NULL/"" for none */
+    /* Its file's mode and group, applied whenever the socket is made (at start and each time
+     * a deleted socket is recreated); NULL: 0777 less the umask, the agent's group. */
+    const mv_rpc_unix_perms *socket_perms;
+    const char *tcp_listen; /* HOST:PORT, or NULL/"" for none */
     /* Shared token required on TCP calls; NULL/"" for none. Read after `setup`
      * ran, so setup may fill the buffer it points to. */
     const char *token;

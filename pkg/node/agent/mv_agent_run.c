@@ -31,16 +31,22 @@ typedef struct sock_id {
     int exists;
     dev_t dev;
     ino_t ino;
+    mode_t mode; /* for the log */
+    uid_t uid;
+    gid_t gid;
 } sock_id;
 
 static sock_id sock_stat(const char *path)
 {
     struct stat sb;
-    sock_id id = {0, 0, 0};
+    sock_id id = {0, 0, 0, 0, 0, 0};
     if (lstat(path, &sb) == 0 && S_ISSOCK(sb.st_mode)) {
         id.exists = 1;
         id.dev = sb.st_dev;
         id.ino = sb.st_ino;
+        id.mode = sb.st_mode;
+        id.uid = sb.st_uid;
+        id.gid = sb.st_gid;
     }
     return id;
 }
@@ -64,9 +70,10 @@ static int serve(const mv_agent_run_opts *o, mv_segstore *store, mv_agentsvc **s
 }
 
 /* Listens and starts a server made by serve(). */
-static int serve_start(mv_rpc_server *srv, const char *unixaddr, const char *tcp, int *tcp_port)
+static int serve_start(const mv_agent_run_opts *o, mv_rpc_server *srv, const char *tcp,
+                       int *tcp_port)
 {
-    if (mv_rpc_server_listen(srv, unixaddr) < 0 ||
+    if (mv_rpc_server_listen_unix(srv, o->socket_path, o->socket_perms) < 0 ||
         (tcp && (*tcp_port = mv_rpc_server_listen(srv, tcp)) < 0) || mv_rpc_server_start(srv) < 0)
         return -1;
     return 0;
@@ -74,9 +81,8 @@ static int serve_start(mv_rpc_server *srv, const char *unixaddr, const char *tcp
 
 /* The socket was deleted (or replaced): serve on a new one. Open watches end and their
  * clients reconnect; the TCP listener moves to the new server on the port it had. */
-static mv_rpc_server *rebuild(const mv_agent_run_opts *o, const char *unixaddr, const char *tcp,
-                              mv_segstore *store, mv_agentsvc **svc, mv_rpc_server *old,
-                              int *tcp_port)
+static mv_rpc_server *rebuild(const mv_agent_run_opts *o, const char *tcp, mv_segstore *store,
+                              mv_agentsvc **svc, mv_rpc_server *old, int *tcp_port)
 {
     char tcpaddr[300];
     if (tcp && *tcp_port > 0) {
@@ -89,7 +95,7 @@ static mv_rpc_server *rebuild(const mv_agent_run_opts *o, const char *unixaddr, 
     mv_rpc_server *srv;
     if (serve(o, store, svc, &srv) < 0)
         return NULL;
-    if (serve_start(srv, unixaddr, tcp, tcp_port) < 0) {
+    if (serve_start(o, srv, tcp, tcp_port) < 0) {
         mv_rpc_server_destroy(srv);
         return NULL;
     }
@@ -121,7 +127,7 @@ int mv_agent_run(const mv_agent_run_opts *o, const mv_agent_mode *m)
     if (m->before_listen && m->before_listen(m->arg, svc) < 0)
         goto destroy_server;
     int tcp_port = 0;
-    if (serve_start(srv, unixaddr, tcp, &tcp_port) < 0) {
+    if (serve_start(o, srv, tcp, &tcp_port) < 0) {
         MV_ERROR("agent.listen_failed", "socket=%s listen=%s", mv_log_q(o->socket_path),
                  mv_log_q(tcp ? tcp : "off"));
         goto destroy_server;
@@ -144,15 +150,16 @@ int mv_agent_run(const mv_agent_run_opts *o, const mv_agent_mode *m)
         MV_WARN("agent.socket_lost", "socket=%s found=%s action=%s", mv_log_q(o->socket_path),
                 now.exists ? "another socket" : "nothing",
                 mv_log_q("serving on a new socket; open watches reconnect"));
-        mv_rpc_server *n = rebuild(o, unixaddr, tcp, store, &svc, srv, &tcp_port);
+        mv_rpc_server *n = rebuild(o, tcp, store, &svc, srv, &tcp_port);
         srv = n;
         if (!n) {
             MV_ERROR("agent.socket_recreate_failed", "socket=%s", mv_log_q(o->socket_path));
             goto destroy_server;
         }
         listening = sock_stat(o->socket_path);
-        MV_INFO("agent.socket_recreated", "socket=%s tcp_port=%d", mv_log_q(o->socket_path),
-                tcp_port);
+        MV_INFO("agent.socket_recreated", "socket=%s mode=%04o uid=%u gid=%u tcp_port=%d",
+                mv_log_q(o->socket_path), (unsigned)(listening.mode & 07777),
+                (unsigned)listening.uid, (unsigned)listening.gid, tcp_port);
     }
     MV_INFO("agent.stopping", "signal=%s", sig == SIGINT ? "SIGINT" : "SIGTERM");
     rc = 0;

@@ -247,6 +247,39 @@ free_req:
     microview__v1__create_segment_request__free_unpacked(r, NULL);
 }
 
+/* Who may release a segment: root, or the uid that owns the segment's file now. The file's
+ * owner rather than an owner recorded at create, because:
+ *  - it is the one authority on whom the segment belongs to: whoever may write the segment may
+ *    remove it. CreateSegment hands the file to its caller (or the owner root named), and root
+ *    may hand a segment over later with chown (Kubernetes mode's set_owner does), with no second
+ *    record that could disagree;
+ *  - it stays the same across agent restarts with nothing added to catalog.json: the file and
+ *    its owner outlive the agent (segments made before this rule existed are covered too);
+ *  - a caller cannot forge it: only root (CAP_CHOWN) changes a file's owner, and the segment
+ *    directory is root's, mode 0755, so a user cannot put another file in its place.
+ * A file that cannot be examined (deleted under the agent) has no known owner: root only.
+ * TCP callers are not identified: the token check at the server is their rule. */
+int mv_agentsvc_may_release(const mv_rpc_peer *caller, const char *id, int64_t file_uid,
+                            int file_errno, char *msg, size_t msglen)
+{
+    if (msglen)
+        msg[0] = '\0';
+    if (!caller || caller->uid == 0 || (file_uid >= 0 && (uint64_t)file_uid == caller->uid))
+        return 1;
+    if (file_uid < 0)
+        snprintf(msg, msglen,
+                 "segment %.40s: its file cannot be examined (%s), so its owner is unknown: only "
+                 "root may release it",
+                 id ? id : "", strerror(file_errno ? file_errno : EIO));
+    else
+        snprintf(msg, msglen,
+                 "segment %.40s belongs to uid %lld (the owner of its file): a caller running as "
+                 "uid %u may release only the segments whose file it owns; only root may release "
+                 "another user's segment",
+                 id ? id : "", (long long)file_uid, caller->uid);
+    return 0;
+}
+
 static void on_release(void *arg, mv_rpc_call *call, const uint8_t *req, size_t len)
 {
     mv_agentsvc *svc = arg;
@@ -256,7 +289,27 @@ static void on_release(void *arg, mv_rpc_call *call, const uint8_t *req, size_t 
         mv_rpc_reply_error(call, MV_RPC_INVALID_ARGUMENT, "malformed ReleaseSegmentRequest");
         return;
     }
-    int rc = mv_segstore_release(svc->store, r->id);
+    mv_rpc_peer caller;
+    int known = mv_rpc_call_peer(call, &caller) == 0;
+    int64_t file_uid = -1;
+    int file_errno = 0;
+    int rc = 0;
+    if (known && caller.uid != 0) {
+        /* Checked, then released: the owner can change between the two only by root's chown,
+         * and segment ids are random 64-bit numbers, never reused for another segment. */
+        rc = mv_segstore_file_owner(svc->store, r->id, &file_uid, &file_errno);
+        char msg[320];
+        if (rc != -ENOENT &&
+            !mv_agentsvc_may_release(&caller, r->id, file_uid, file_errno, msg, sizeof msg)) {
+            MV_WARN("segment.release_refused",
+                    "id=%s owner_uid=%lld caller_uid=%u caller_gid=%u caller_pid=%d err=%s",
+                    mv_log_q(r->id ? r->id : ""), (long long)file_uid, caller.uid, caller.gid,
+                    (int)caller.pid, mv_log_q(msg));
+            mv_rpc_reply_error(call, MV_RPC_PERMISSION_DENIED, msg);
+            goto free_req;
+        }
+    }
+    rc = rc == -ENOENT ? rc : mv_segstore_release(svc->store, r->id);
     if (rc < 0) {
         char msg[128];
         snprintf(msg, sizeof msg, "no segment with id %.40s", r->id ? r->id : "");
@@ -265,6 +318,7 @@ static void on_release(void *arg, mv_rpc_call *call, const uint8_t *req, size_t 
         Microview__V1__ReleaseSegmentResponse resp = MICROVIEW__V1__RELEASE_SEGMENT_RESPONSE__INIT;
         mv_rpc_reply_msg(call, &resp.base);
     }
+free_req:
     microview__v1__release_segment_request__free_unpacked(r, NULL);
 }
 

@@ -23,9 +23,27 @@
  * keeps root:root, a caller without credentials (TCP) too. An owner named in the request
  * (owner_uid, owner_gid) is honoured only from a root caller or when it is the caller's own id;
  * otherwise nothing is created and the call fails with PERMISSION_DENIED naming the field.
- * Logged: segment.handed_over, segment.create_refused. */
+ * Logged: segment.handed_over, segment.create_refused.
+ *
+ * ReleaseSegment, the one call that changes or removes an existing segment, is authorized by
+ * the caller's peer credentials (mv_agentsvc_may_release): a unix-socket caller running as
+ * root, or as the uid that owns the segment's file, may release it; anyone else gets
+ * PERMISSION_DENIED naming the segment and the rule (logged segment.release_refused). A TCP
+ * caller cannot be identified and keeps the TCP rule: whoever passes the token check (set with
+ * --token-file; none without it) may release any segment. ListSegments and WatchSegments show
+ * every segment to every caller: ids, paths, sizes, owner pids and labels are not secrets here
+ * (the directory is world-listable, the collector publishes the labels on /metrics); what a
+ * segment holds is guarded by its file's mode. */
 
 typedef struct mv_agentsvc mv_agentsvc;
+
+/* The release rule. `caller`: the unix-socket caller's credentials, NULL for a caller the
+ * agent cannot identify (TCP). `file_uid`: the current owner of segment `id`'s file, or -1 when
+ * the file could not be examined (`file_errno` says why). Returns 1 when the caller may
+ * release the segment, 0 when it may not, with a message naming the segment and the rule in
+ * `msg`. */
+int mv_agentsvc_may_release(const mv_rpc_peer *caller, const char *id, int64_t file_uid,
+                            int file_errno, char *msg, size_t msglen);
 
 /* Serves an existing service on another (not yet started) server as well, e.g. one made to
  * replace a server whose unix socket was deleted. Returns 0 or a negative errno. */

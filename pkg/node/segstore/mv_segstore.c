@@ -682,6 +682,28 @@ int mv_segstore_set_owner(mv_segstore *st, const char *id, int64_t uid, int64_t 
     return 0;
 }
 
+int mv_segstore_file_owner(mv_segstore *st, const char *id, int64_t *uid, int *file_errno)
+{
+    int rc = -ENOENT;
+    *uid = -1;
+    *file_errno = 0;
+    pthread_mutex_lock(&st->mu);
+    for (size_t i = 0; id && i < st->nsegs; i++)
+        if (strcmp(st->segs[i].id, id) == 0) {
+            struct stat sb;
+            if (lstat(st->segs[i].path, &sb) == 0) {
+                *uid = sb.st_uid;
+                rc = 0;
+            } else {
+                *file_errno = errno;
+                rc = -EIO;
+            }
+            break;
+        }
+    pthread_mutex_unlock(&st->mu);
+    return rc;
+}
+
 int mv_segstore_set_labels(mv_segstore *st, const char *id, const mv_segstore_label *labels,
                            size_t nlabels, char *err, size_t errlen)
 {

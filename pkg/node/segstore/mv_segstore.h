@@ -98,6 +98,11 @@ int mv_segstore_create_dev(mv_segstore *st, const char *const *devices, size_t n
 int mv_segstore_set_owner(mv_segstore *st, const char *id, int64_t uid, int64_t gid, char *err,
                           size_t errlen);
 
+/* The owner of a segment's file as it is now (lstat: the file, never a link's target).
+ * Returns 0 with *uid set, -ENOENT when no segment has that id, or -EIO when the file cannot
+ * be examined (gone, say), with the lstat errno in *file_errno and *uid -1. */
+int mv_segstore_file_owner(mv_segstore *st, const char *id, int64_t *uid, int *file_errno);
+
 /* Replaces a segment's labels (validated as in create). Setting the labels it
  * already has changes nothing. Otherwise the change is persisted and watchers see
  * CHANGED with the new labels (the file and its mapping stay as they were). Returns 1 if changed, 0
