@@ -76,6 +76,15 @@ int main(int argc, char **argv)
         return 1;
     uint32_t hot = h->values_offset + h->values_used, cat_end = h->catalog_offset + h->catalog_used;
     rc |= save(dir, "valid", b, SEED_SIZE);
+    /* The same metrics with packed value slots (MICROVIEW_PLACEMENT=packed, and how writers
+     * placed them before line placement): the reader accepts both. */
+    memset(g_buf, 0, sizeof g_buf);
+    if (setenv(MICROVIEW_ENV_PLACEMENT, "packed", 1) != 0 || build(1) != 0)
+        return 1;
+    unsetenv(MICROVIEW_ENV_PLACEMENT);
+    rc |= save(dir, "valid_packed", b, SEED_SIZE);
+    if (build(1) != 0)
+        return 1;
     rc |= save(dir, "valid_catalog_only", b, cat_end);
     rc |= save(dir, "truncated", b, cat_end - 20);
     rc |= save(dir, "hot_only", b, hot);

@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -221,6 +222,173 @@ static void test_register_update_read(void)
     mv_close(s);
 }
 
+/* Spec section 5.1: every slot on its own 64-byte line of the value area, in record order;
+ * values_used ends at the last slot. */
+static void test_placement_lines(void)
+{
+    char path[300];
+    snprintf(path, sizeof path, "%s", new_file(65536, 0));
+    mv_segment *s;
+    mv_counter c1, c2;
+    mv_gauge g;
+    mv_histogram *h;
+    double b[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512}; /* 14 words: two lines */
+    CU_ASSERT_EQUAL_FATAL(mv_open(path, &s), MV_OK);
+    CU_ASSERT_EQUAL(mv_counter_register(s, "a_total", NULL, NULL, NULL, 0, &c1), MV_OK);
+    CU_ASSERT_EQUAL(mv_histogram_register(s, "h_seconds", NULL, NULL, NULL, 0, b, 10, &h), MV_OK);
+    CU_ASSERT_EQUAL(mv_gauge_register(s, "g", NULL, NULL, NULL, 0, &g), MV_OK);
+    CU_ASSERT_EQUAL(mv_counter_register(s, "b_total", NULL, NULL, NULL, 0, &c2), MV_OK);
+    CU_ASSERT_EQUAL((char *)c2.slot - (char *)c1.slot, 64 + 128 + 64);
+    CU_ASSERT_EQUAL((uintptr_t)g.slot % 64, 0);
+    mv_close(s);
+
+    uint64_t *copy;
+    mv_seg_catalog *c = parse_file(path, &copy);
+    static const uint32_t want[] = {0, 64, 192, 256};
+    CU_ASSERT_EQUAL_FATAL(mv_seg_catalog_count(c), 4);
+    for (size_t i = 0; i < 4; i++)
+        CU_ASSERT_EQUAL(mv_seg_catalog_metric(c, i)->value_offset, want[i]);
+    CU_ASSERT_EQUAL(mv_seg_catalog_hot_size(c), MV_SEG_HEADER_SIZE + 256 + 8);
+    mv_seg_catalog_free(c);
+    free(copy);
+}
+
+/* Registers counters into a fresh 4 KiB segment (960 value bytes, 3008 catalog bytes) until
+ * it is full; returns how many fit and leaves the segment's path in `path`. */
+static int fill_4k(char *path, size_t cap, int packed)
+{
+    snprintf(path, cap, "%s", new_file(4096, 0));
+    mv_segment *s;
+    mv_counter c;
+    char name[32];
+    int rc = MV_OK, n;
+    if (packed)
+        CU_ASSERT_EQUAL_FATAL(setenv(MICROVIEW_ENV_PLACEMENT, "packed", 1), 0);
+    rc = mv_open(path, &s);
+    unsetenv(MICROVIEW_ENV_PLACEMENT);
+    CU_ASSERT_EQUAL_FATAL(rc, MV_OK);
+    for (n = 0; n < 200; n++) {
+        snprintf(name, sizeof name, "counter_%03d_total", n);
+        if ((rc = mv_counter_register(s, name, NULL, NULL, NULL, 0, &c)) != MV_OK)
+            break;
+    }
+    CU_ASSERT_EQUAL(rc, MV_ERR_FULL);
+    mv_close(s);
+    return n;
+}
+
+/* When the value area cannot spare a line per slot (8 value bytes are kept for every further
+ * record the catalog area can take), slots are packed: the segment holds as many metrics as
+ * with packed slots, and order is kept. */
+static void test_placement_fallback(void)
+{
+    char path[300];
+    int packed_n = fill_4k(path, sizeof path, 1);
+    int n = fill_4k(path, sizeof path, 0);
+    CU_ASSERT_EQUAL(n, packed_n);
+    CU_ASSERT(n >= 40);
+
+    uint64_t *copy;
+    mv_seg_catalog *cat = parse_file(path, &copy);
+    size_t count = mv_seg_catalog_count(cat), lines = 0;
+    CU_ASSERT_EQUAL(count, (size_t)n);
+    uint32_t prev_end = 0;
+    for (size_t i = 0; i < count; i++) {
+        const mv_seg_metric *m = mv_seg_catalog_metric(cat, i);
+        CU_ASSERT(m->value_offset >= prev_end);
+        if (m->value_offset % 64 == 0 && m->value_offset != prev_end)
+            lines++;
+        prev_end = m->value_offset + m->value_size;
+    }
+    /* The first ones got lines, later ones are packed right after each other. */
+    CU_ASSERT(lines >= 4 && lines < count);
+    CU_ASSERT_EQUAL(mv_seg_catalog_metric(cat, 0)->value_offset, 0);
+    CU_ASSERT_EQUAL(mv_seg_catalog_metric(cat, 1)->value_offset, 64);
+    CU_ASSERT_EQUAL(mv_seg_catalog_metric(cat, count - 1)->value_offset,
+                    mv_seg_catalog_metric(cat, count - 2)->value_offset + 8);
+    mv_seg_catalog_free(cat);
+    free(copy);
+}
+
+/* MICROVIEW_PLACEMENT=packed: slots back to back, as before line placement. */
+static void test_placement_packed(void)
+{
+    char path[300];
+    snprintf(path, sizeof path, "%s", new_file(65536, 0));
+    mv_segment *s;
+    mv_counter c1, c2;
+    mv_gauge g;
+    CU_ASSERT_EQUAL_FATAL(setenv(MICROVIEW_ENV_PLACEMENT, "packed", 1), 0);
+    int rc = mv_open(path, &s);
+    unsetenv(MICROVIEW_ENV_PLACEMENT);
+    CU_ASSERT_EQUAL_FATAL(rc, MV_OK);
+    CU_ASSERT_EQUAL(mv_counter_register(s, "a_total", NULL, NULL, NULL, 0, &c1), MV_OK);
+    CU_ASSERT_EQUAL(mv_gauge_register(s, "g", NULL, NULL, NULL, 0, &g), MV_OK);
+    CU_ASSERT_EQUAL(mv_counter_register(s, "b_total", NULL, NULL, NULL, 0, &c2), MV_OK);
+    CU_ASSERT_EQUAL((char *)g.slot - (char *)c1.slot, 8);
+    CU_ASSERT_EQUAL((char *)c2.slot - (char *)c1.slot, 16);
+    mv_close(s);
+    /* A line-placing writer appending later starts on the next line. */
+    CU_ASSERT_EQUAL_FATAL(mv_open(path, &s), MV_OK);
+    CU_ASSERT_EQUAL(mv_counter_register(s, "c_total", NULL, NULL, NULL, 0, &c1), MV_OK);
+    CU_ASSERT_EQUAL((char *)c1.slot - (char *)c2.slot, 64 - 16);
+    mv_close(s);
+}
+
+#define OBSERVERS 2
+#define OBSERVES  200000
+
+static void *observer(void *arg)
+{
+    mv_histogram *h = arg;
+    for (int i = 0; i < OBSERVES; i++)
+        mv_histogram_observe(h, i % 2 ? 0.5 : 3.0);
+    return NULL;
+}
+
+/* Concurrent observations lose nothing, whether count and sum share a 16-byte CAS (a slot at
+ * a 16-byte boundary) or not (a packed slot 8 bytes past one). */
+static void test_histogram_concurrent_exact(void)
+{
+    for (int packed = 0; packed < 2; packed++) {
+        char path[300];
+        snprintf(path, sizeof path, "%s", new_file(65536, 0));
+        mv_segment *s;
+        mv_counter c;
+        mv_histogram *h;
+        double b[] = {1, 2};
+        if (packed)
+            CU_ASSERT_EQUAL_FATAL(setenv(MICROVIEW_ENV_PLACEMENT, "packed", 1), 0);
+        int rc = mv_open(path, &s);
+        unsetenv(MICROVIEW_ENV_PLACEMENT);
+        CU_ASSERT_EQUAL_FATAL(rc, MV_OK);
+        CU_ASSERT_EQUAL(mv_counter_register(s, "first_total", NULL, NULL, NULL, 0, &c), MV_OK);
+        CU_ASSERT_EQUAL_FATAL(mv_histogram_register(s, "h_seconds", NULL, NULL, NULL, 0, b, 2, &h),
+                              MV_OK);
+        pthread_t t[OBSERVERS];
+        for (int i = 0; i < OBSERVERS; i++)
+            CU_ASSERT_FATAL(pthread_create(&t[i], NULL, observer, h) == 0);
+        for (int i = 0; i < OBSERVERS; i++)
+            pthread_join(t[i], NULL);
+        mv_close(s);
+
+        uint64_t *copy;
+        mv_seg_catalog *cat = parse_file(path, &copy);
+        const mv_seg_metric *m = find(cat, "h_seconds", NULL);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+        CU_ASSERT_EQUAL(m->value_offset % 16, packed ? 8u : 0u);
+        mv_seg_hist_view hv;
+        CU_ASSERT_EQUAL_FATAL(mv_seg_read_histogram(copy, m, &hv), MV_SEG_OK);
+        CU_ASSERT_EQUAL(hv.count, (uint64_t)OBSERVERS * OBSERVES);
+        CU_ASSERT_EQUAL(hv.sum, OBSERVERS * (OBSERVES / 2) * 3.5);
+        CU_ASSERT_EQUAL(hv.buckets[0], (uint64_t)OBSERVERS * OBSERVES / 2);
+        CU_ASSERT_EQUAL(hv.buckets[1], 0);
+        CU_ASSERT_EQUAL(hv.buckets[2], (uint64_t)OBSERVERS * OBSERVES / 2);
+        mv_seg_catalog_free(cat);
+        free(copy);
+    }
+}
+
 static void test_register_errors(void)
 {
     mv_segment *s;
@@ -403,6 +571,10 @@ int main(void)
         {"register, update, read back", test_register_update_read},
         {"registration errors", test_register_errors},
         {"full segment", test_full},
+        {"slots on their own lines", test_placement_lines},
+        {"slots packed when the value area is short", test_placement_fallback},
+        {"MICROVIEW_PLACEMENT=packed", test_placement_packed},
+        {"concurrent observations are exact", test_histogram_concurrent_exact},
         {"exponential buckets", test_exponential_buckets},
         {"two processes register concurrently", test_fork_concurrent},
     };

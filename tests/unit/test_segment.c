@@ -149,6 +149,30 @@ static void test_names_utf8(void)
     }
 }
 
+/* mv_seg_place_slot: the next 64-byte line while that leaves 8 value bytes per record the
+ * catalog area can still take (estimated from this record's size), else packed. */
+static void test_place_slot(void)
+{
+    /* values_used, values_size, catalog_used, catalog_size, record_size, value_size */
+    CU_ASSERT_EQUAL(mv_seg_place_slot(0, 960, 0, 3008, 48, 8), 0);
+    CU_ASSERT_EQUAL(mv_seg_place_slot(8, 960, 48, 3008, 48, 8), 64);
+    CU_ASSERT_EQUAL(mv_seg_place_slot(64, 960, 96, 3008, 48, 8), 64); /* already on a line */
+    CU_ASSERT_EQUAL(mv_seg_place_slot(72, 960, 96, 3008, 48, 160), 128);
+    /* 60 more 48-byte records fit the catalog: 480 value bytes are kept for them. */
+    CU_ASSERT_EQUAL(mv_seg_place_slot(8, 552, 48, 3008, 48, 8), 64);
+    CU_ASSERT_EQUAL(mv_seg_place_slot(8, 551, 48, 3008, 48, 8), 8);
+    CU_ASSERT_EQUAL(mv_seg_place_slot(8, 128, 48, 3008, 48, 8), 8);
+    /* The record fills the catalog: nothing to keep room for. */
+    CU_ASSERT_EQUAL(mv_seg_place_slot(8, 72, 2960, 3008, 48, 8), 64);
+    CU_ASSERT_EQUAL(mv_seg_place_slot(8, 72, 2990, 3008, 48, 8), 64);
+    /* The line does not fit at all: packed (the caller then finds whether that fits). */
+    CU_ASSERT_EQUAL(mv_seg_place_slot(8, 64, 2960, 3008, 48, 8), 8);
+    /* No wrap-around near the u32 limits. */
+    CU_ASSERT_EQUAL(mv_seg_place_slot(0xfffffff8u, 0xfffffff8u, 0, 0xfffffff8u, 48, 8),
+                    0xfffffff8u);
+    CU_ASSERT_EQUAL(mv_seg_place_slot(0xffffffc8u, 0xffffffffu, 0, 0, 0, 8), 0xffffffc8u);
+}
+
 static void test_desc_check(void)
 {
     mv_seg_error e;
@@ -387,9 +411,13 @@ static void test_values(void)
 int main(void)
 {
     static const mv_test tests[] = {
-        {"format and parse", test_format_parse}, {"names and UTF-8", test_names_utf8},
-        {"description checks", test_desc_check}, {"record round trip", test_record_roundtrip},
-        {"hot check", test_hot_check},           {"values", test_values},
+        {"format and parse", test_format_parse},
+        {"names and UTF-8", test_names_utf8},
+        {"description checks", test_desc_check},
+        {"record round trip", test_record_roundtrip},
+        {"slot placement", test_place_slot},
+        {"hot check", test_hot_check},
+        {"values", test_values},
     };
     int failed = MV_TEST_RUN("segment", tests);
     return failed;

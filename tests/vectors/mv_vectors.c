@@ -457,6 +457,7 @@ static int has_suffix(const char *s, const char *suf)
 
 int main(int argc, char **argv)
 {
+    unsetenv(MICROVIEW_ENV_PLACEMENT); /* the vectors pin the default slot placement */
     if (argc == 4 && strcmp(argv[1], "gen") == 0) {
         unsigned char *b;
         uint64_t n;

@@ -18,6 +18,7 @@ const (
 	maxSize      = 1 << 30
 	recordHead   = 24
 	recordMin    = 40
+	lineSize     = 64 // cache line: slots start on one (section 5.1)
 	nameMax      = 255
 	helpMax      = 1024
 	unitMax      = 63
@@ -208,6 +209,22 @@ func (d *desc) check() error {
 		return fail(ErrInvalid, fmt.Sprintf("metric %s: only histograms have buckets", d.name))
 	}
 	return nil
+}
+
+// placeSlot is libmicroview's slot placement (section 5.1, mv_seg_place_slot): the next
+// 64-byte line of the value area, as long as that leaves 8 value bytes for every further
+// record of this size the catalog area could still take; otherwise packed at valuesUsed.
+// The caller checks that the slot fits.
+func placeSlot(valuesUsed, valuesSize, catalogUsed, catalogSize uint32, recordSize, valueSize int) int {
+	line := (uint64(valuesUsed) + lineSize - 1) &^ (lineSize - 1)
+	catEnd, more := uint64(catalogUsed)+uint64(recordSize), uint64(0)
+	if recordSize > 0 && catEnd < uint64(catalogSize) {
+		more = (uint64(catalogSize) - catEnd) / uint64(recordSize)
+	}
+	if line+uint64(valueSize)+8*more <= uint64(valuesSize) {
+		return int(line)
+	}
+	return int(valuesUsed)
 }
 
 func (d *desc) valueSize() int {

@@ -25,6 +25,13 @@ import (
 // EnvSegment names the environment variable holding the segment's path.
 const EnvSegment = "MICROVIEW_SEGMENT"
 
+// EnvPlacement names the environment variable choosing where Open's segment places new value
+// slots, as libmicroview does: unset or "lines" starts each on its own 64-byte cache line
+// (while the value area has room to spare, section 5.1), so that goroutines updating
+// different metrics never contend for a line; "packed" places them back to back, which
+// makes the collector's per-tick copy of counters and gauges 8 times smaller.
+const EnvPlacement = "MICROVIEW_PLACEMENT"
+
 // Label is one constant label of a series.
 type Label struct {
 	Key, Value string
@@ -45,6 +52,8 @@ type Segment struct {
 	dev  uint64 // device and inode of the file: a lock holder must map them (section 8)
 	ino  uint64
 	mu   sync.Mutex // serialises registration within this process
+	// packed: MICROVIEW_PLACEMENT=packed, slots back to back instead of on their own lines
+	packed bool
 }
 
 // Hooks for reproducible formatting in tests (test vectors).
@@ -95,7 +104,7 @@ func Open(path string) (*Segment, error) {
 	if err != nil {
 		return nil, fail(ErrIO, fmt.Sprintf("mmap %s: %v", path, err))
 	}
-	s := &Segment{path: path, mem: mem}
+	s := &Segment{path: path, mem: mem, packed: os.Getenv(EnvPlacement) == "packed"}
 	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
 		s.dev, s.ino = uint64(sys.Dev), uint64(sys.Ino)
 	}
@@ -333,9 +342,16 @@ func (s *Segment) appendLocked(d *desc) (int, error) {
 		return int(c.valuesOffset + r.valueOffset), nil
 	}
 	rsize, vsize := d.recordSize(), d.valueSize()
-	voff, coff := int(c.valuesUsed), int(c.catalogUsed)
+	coff := int(c.catalogUsed)
+	// Each slot on its own cache line(s) while the value area has room to spare, as
+	// libmicroview does (section 5.1): goroutines updating neighbouring metrics then do not
+	// contend for one line.
+	voff := int(c.valuesUsed)
+	if !s.packed {
+		voff = placeSlot(c.valuesUsed, c.valuesSize, c.catalogUsed, c.catalogSize, rsize, vsize)
+	}
 	if voff+vsize > int(c.valuesSize) {
-		return 0, fail(ErrFull, fmt.Sprintf("%s: value area full (%d of %d bytes used, %s needs %d)", s.path, voff, c.valuesSize, d.name, vsize))
+		return 0, fail(ErrFull, fmt.Sprintf("%s: value area full (%d of %d bytes used, %s needs %d)", s.path, c.valuesUsed, c.valuesSize, d.name, vsize))
 	}
 	if coff+rsize > int(c.catalogSize) || c.count >= metricsMax {
 		return 0, fail(ErrFull, fmt.Sprintf("%s: catalog area full (%d of %d bytes used, %s needs %d)", s.path, coff, c.catalogSize, d.name, rsize))

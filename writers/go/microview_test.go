@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 func newSegFile(t *testing.T, size int) string {
@@ -73,6 +74,58 @@ func quiescentOK(t *testing.T, h *Histogram) {
 	}
 	if check != h.w[h.check] {
 		t.Errorf("checksum %#x, want %#x", h.w[h.check], check)
+	}
+}
+
+// slotOf is a handle's value offset from the start of the value area.
+func slotOf(s *Segment, w *uint64) int {
+	return int(uintptr(unsafe.Pointer(w))-uintptr(unsafe.Pointer(&s.mem[0]))) - headerSize
+}
+
+// TestPlacement: each slot on its own 64-byte line (section 5.1), as libmicroview places
+// them; packed once the value area cannot spare lines, and with MICROVIEW_PLACEMENT=packed.
+func TestPlacement(t *testing.T) {
+	s := mustOpen(t, newSegFile(t, 65536))
+	a, _ := s.NewCounter(Opts{Name: "a_total"})
+	h, _ := s.NewHistogram(Opts{Name: "h_seconds"}, []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512})
+	g, _ := s.NewGauge(Opts{Name: "g"})
+	b, err := s.NewCounter(Opts{Name: "b_total"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := []int{slotOf(s, a.w), slotOf(s, &h.w[0]), slotOf(s, g.w), slotOf(s, b.w)}; got[0] != 0 || got[1] != 64 || got[2] != 192 || got[3] != 256 {
+		t.Errorf("slots at %v, want [0 64 192 256]", got)
+	}
+
+	// 4 KiB: 960 value bytes, 3008 catalog bytes. Lines first, then packed: as many
+	// metrics fit as with packed slots.
+	fill := func() []int {
+		s := mustOpen(t, newSegFile(t, 4096))
+		var offs []int
+		for i := 0; ; i++ {
+			c, err := s.NewCounter(Opts{Name: "counter_" + strconv.Itoa(1000 + i)[1:] + "_total"})
+			if err != nil {
+				if !errors.Is(err, ErrFull) {
+					t.Fatalf("registration %d: %v, want a full segment", i, err)
+				}
+				return offs
+			}
+			offs = append(offs, slotOf(s, c.w))
+		}
+	}
+	offs := fill()
+	t.Setenv(EnvPlacement, "packed")
+	packed := fill()
+	n := len(offs)
+	if n != len(packed) || n < 40 || offs[1] != 64 || offs[n-1] != offs[n-2]+8 || packed[1] != 8 {
+		t.Errorf("%d slots at %v (packed: %d): want lines first, then packed, as many as packed", n, offs, len(packed))
+	}
+
+	s = mustOpen(t, newSegFile(t, 65536))
+	a, _ = s.NewCounter(Opts{Name: "a_total"})
+	g, _ = s.NewGauge(Opts{Name: "g"})
+	if slotOf(s, a.w) != 0 || slotOf(s, g.w) != 8 {
+		t.Errorf("packed: slots at %d, %d, want 0, 8", slotOf(s, a.w), slotOf(s, g.w))
 	}
 }
 

@@ -34,6 +34,13 @@ extern "C" {
 #endif
 
 #define MICROVIEW_ENV_SEGMENT "MICROVIEW_SEGMENT"
+/* Value slot placement, read by mv_open: unset or "lines" (the default) starts every new
+ * metric's value on its own 64-byte cache line, so that threads updating different metrics
+ * never contend for a line (while the value area has room to spare; see
+ * docs/segment-format.md section 5.1); "packed" places values back to back, which makes the
+ * collector's per-tick copy of counters and gauges 8 times smaller but lets neighbouring
+ * metrics updated from different threads slow each other down. */
+#define MICROVIEW_ENV_PLACEMENT "MICROVIEW_PLACEMENT"
 
 enum {
     MV_OK = 0,

@@ -270,6 +270,18 @@ uint32_t mv_seg_value_size(const mv_seg_metric_desc *d)
     return 8;
 }
 
+uint32_t mv_seg_place_slot(uint32_t values_used, uint32_t values_size, uint32_t catalog_used,
+                           uint32_t catalog_size, uint32_t record_size, uint32_t value_size)
+{
+    uint64_t line = ((uint64_t)values_used + MV_SEG_LINE - 1) & ~(uint64_t)(MV_SEG_LINE - 1);
+    uint64_t cat_end = (uint64_t)catalog_used + record_size, more = 0;
+    if (record_size && cat_end < catalog_size)
+        more = (catalog_size - cat_end) / record_size; /* records of this size still to come */
+    if (line + value_size + 8 * more <= values_size)
+        return (uint32_t)line;
+    return values_used;
+}
+
 mv_seg_reason mv_seg_desc_check(const mv_seg_metric_desc *d, mv_seg_error *err)
 {
     if (!d || !d->name)

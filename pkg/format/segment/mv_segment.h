@@ -28,6 +28,7 @@ extern "C" {
 #define MV_SEG_MAX_SIZE    (1u << 30) /* 1 GiB: offsets are 32-bit */
 #define MV_SEG_RECORD_HEAD 24         /* fixed part of a catalog record */
 #define MV_SEG_RECORD_MIN  40         /* head + shortest strings + checksum */
+#define MV_SEG_LINE        64         /* cache line: libmicroview starts each value slot on one */
 
 /* Limits a writer must respect and a reader enforces. */
 #define MV_SEG_NAME_MAX        255  /* metric name bytes */
@@ -205,6 +206,16 @@ mv_seg_reason mv_seg_desc_check(const mv_seg_metric_desc *d, mv_seg_error *err);
 /* Size in bytes of the record and of the value slot `d` needs. */
 uint32_t mv_seg_record_size(const mv_seg_metric_desc *d);
 uint32_t mv_seg_value_size(const mv_seg_metric_desc *d);
+
+/* Where a writer that follows libmicroview's placement (spec section 5.1) puts a new value
+ * slot of `value_size` bytes, whose record takes `record_size` bytes, given the segment's
+ * `values_used` / `values_size` and `catalog_used` / `catalog_size`: at the next 64-byte line
+ * boundary of the value area, so that no two slots share a cache line, as long as that leaves
+ * 8 value bytes for every further record of this size the catalog area could still take;
+ * otherwise packed, at `values_used`. Returns the value offset; the caller checks that the
+ * slot (offset + value_size <= values_size) and the record fit. */
+uint32_t mv_seg_place_slot(uint32_t values_used, uint32_t values_size, uint32_t catalog_used,
+                           uint32_t catalog_size, uint32_t record_size, uint32_t value_size);
 
 /* Encodes the record for `d` (value slot at `value_offset`) into `out`, which
  * must have mv_seg_record_size(d) bytes; the checksum is filled in. */

@@ -9,7 +9,9 @@ import (
 	"os"
 	"runtime"
 	"sort"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -56,9 +58,68 @@ func loop(op string, m *metrics, k int, n int) {
 	}
 }
 
+// chunk is one timed piece of a thread's loop (ns since the round's base), as in
+// bench/writer_bench.c: clean when the thread's context-switch counts did not move across it.
+type chunk struct {
+	t0, t1 int64
+	ops    int
+	clean  bool
+}
+
+func chunkOps(op string) int {
+	if op == "histogram_observe" {
+		return 1 << 11
+	}
+	return 1 << 14
+}
+
+// switches is the calling OS thread's context-switch count (RUSAGE_THREAD), or -1.
+func switches() int64 {
+	var ru syscall.Rusage
+	if syscall.Getrusage(1 /* RUSAGE_THREAD */, &ru) != nil {
+		return -1
+	}
+	return ru.Nvcsw + ru.Nivcsw
+}
+
+// covered reports whether o's clean chunks cover [t0, t1] with gaps of at most slack ns.
+// *from is the first of o's chunks that may overlap; calls must come with increasing t0.
+func covered(o []chunk, from *int, t0, t1, slack int64) bool {
+	for *from < len(o) && o[*from].t1 <= t0 {
+		*from++
+	}
+	reach := t0
+	for _, c := range o[*from:] {
+		if reach >= t1 {
+			break
+		}
+		if c.t0 > reach+slack || !c.clean {
+			return false
+		}
+		reach = c.t1
+	}
+	return reach >= t1
+}
+
+// cleanChunks appends ns/op of the chunks that ran uncontested by the scheduler: with one
+// thread its clean chunks, with two the clean chunks during which the other thread ran too.
+func cleanChunks(cs [][]chunk, out []float64, ops *int) []float64 {
+	for t := range cs {
+		from := 0
+		for _, c := range cs[t] {
+			if !c.clean || (len(cs) == 2 && !covered(cs[1-t], &from, c.t0, c.t1, 20000)) {
+				continue
+			}
+			out = append(out, float64(c.t1-c.t0)/float64(c.ops))
+			*ops += c.ops
+		}
+	}
+	return out
+}
+
 // round runs n iterations on each of `threads` goroutines (each locked to an
-// OS thread) and returns the slowest goroutine's elapsed time.
-func round(op string, m *metrics, mode string, n int) time.Duration {
+// OS thread) in chunks and returns the slowest goroutine's elapsed time and the chunks.
+func round(op string, m *metrics, mode string, n int) (time.Duration, [][]chunk) {
 	threads := 1
 	if mode != "1t" {
 		threads = 2
@@ -66,6 +127,9 @@ func round(op string, m *metrics, mode string, n int) time.Duration {
 	var ready, done sync.WaitGroup
 	start := make(chan struct{})
 	elapsed := make([]time.Duration, threads)
+	chunks := make([][]chunk, threads)
+	base := time.Now()
+	cops := chunkOps(op)
 	for t := 0; t < threads; t++ {
 		k := 0
 		if t == 1 && mode == "2t_diff" {
@@ -77,11 +141,25 @@ func round(op string, m *metrics, mode string, n int) time.Duration {
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
 			defer done.Done()
+			cs := make([]chunk, 0, (n+cops-1)/cops)
 			ready.Done()
 			<-start
 			t0 := time.Now()
-			loop(op, m, k, n)
+			for d := 0; d < n; {
+				c := cops
+				if n-d < c {
+					c = n - d
+				}
+				s0 := switches()
+				a := time.Since(base)
+				loop(op, m, k, c)
+				b := time.Since(base)
+				s1 := switches()
+				cs = append(cs, chunk{int64(a), int64(b), c, s0 >= 0 && s0 == s1})
+				d += c
+			}
 			elapsed[t] = time.Since(t0)
+			chunks[t] = cs
 		}(t, k)
 	}
 	ready.Wait()
@@ -93,7 +171,16 @@ func round(op string, m *metrics, mode string, n int) time.Duration {
 			worst = e
 		}
 	}
-	return worst
+	return worst, chunks
+}
+
+func inList(list, name string) bool {
+	for _, s := range strings.Split(list, ",") {
+		if s == name {
+			return true
+		}
+	}
+	return false
 }
 
 func counterValue(c prometheus.Counter) float64 {
@@ -109,7 +196,8 @@ func main() {
 	histIters := flag.Int("hist-iters", 20000000, "iterations per thread for histograms")
 	runs := flag.Int("runs", 5, "measured rounds; the median is printed")
 	quick := flag.Bool("quick", false, "5M/2M iterations, 3 runs")
-	onlyOp := flag.String("op", "", "run only this operation")
+	onlyOp := flag.String("op", "", "run only these operations (comma-separated)")
+	onlyMode := flag.String("mode", "", "run only these modes (comma-separated: 1t,2t_same,2t_diff)")
 	flag.Parse()
 	if *quick {
 		*iters, *histIters, *runs = 5000000, 2000000, 3
@@ -136,10 +224,13 @@ func main() {
 	failed := false
 	ops := []string{"counter_inc", "counter_add", "counter_add_local", "gauge_set", "gauge_add", "histogram_observe"}
 	for _, op := range ops {
-		if *onlyOp != "" && *onlyOp != op {
+		if *onlyOp != "" && !inList(*onlyOp, op) {
 			continue
 		}
 		for _, mode := range []string{"1t", "2t_same", "2t_diff"} {
+			if *onlyMode != "" && !inList(*onlyMode, mode) {
+				continue
+			}
 			if op == "counter_add_local" {
 				fmt.Printf("impl=client_golang op=%s mode=%s skipped=1 reason=no_equivalent\n", op, mode)
 				continue
@@ -158,10 +249,13 @@ func main() {
 			}
 			round(op, &m, mode, w)
 			res := make([]float64, *runs)
+			var clean []float64
+			cleanOps := 0
 			for r := 0; r < *runs; r++ {
 				before := counterValue(m.c[0])
-				d := round(op, &m, mode, n)
+				d, cs := round(op, &m, mode, n)
 				res[r] = float64(d.Nanoseconds()) / float64(n)
+				clean = cleanChunks(cs, clean, &cleanOps)
 				if op == "counter_inc" || op == "counter_add" {
 					step := 1.0
 					if op == "counter_add" {
@@ -182,8 +276,17 @@ func main() {
 			if len(res)%2 == 0 {
 				med = (res[len(res)/2-1] + res[len(res)/2]) / 2
 			}
-			fmt.Printf("impl=client_golang op=%s mode=%s threads=%d iters=%d runs=%d ns_per_op=%.2f min=%.2f max=%.2f mops_total=%.1f\n",
-				op, mode, threads, n, *runs, med, res[0], res[len(res)-1], float64(threads)*1e3/med)
+			cmed := 0.0
+			if len(clean) > 0 {
+				sort.Float64s(clean)
+				cmed = clean[len(clean)/2]
+				if len(clean)%2 == 0 {
+					cmed = (clean[len(clean)/2-1] + clean[len(clean)/2]) / 2
+				}
+			}
+			fmt.Printf("impl=client_golang op=%s mode=%s threads=%d iters=%d runs=%d ns_per_op=%.2f min=%.2f max=%.2f mops_total=%.1f clean_ns_per_op=%.2f clean_frac=%.2f clean_chunks=%d\n",
+				op, mode, threads, n, *runs, med, res[0], res[len(res)-1], float64(threads)*1e3/med,
+				cmed, float64(cleanOps)/(float64(n)*float64(threads)*float64(*runs)), len(clean))
 		}
 	}
 	if failed {
