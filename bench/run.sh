@@ -239,11 +239,18 @@ END {
 echo
 echo "== Collector analytics pipeline, exposition and freshness (pipeline_bench)"
 grep -E '^bench=(pipeline|expo|freshness) ' "$results" | sed 's/^/  /'
+echo "   goals (issue goals 3 and 6; samples/s/core by the thread's CPU clock, detection and scorer on;"
+echo "   analytics bytes per series from the allocator, values in a narrow range):"
+grep -E '^goal=(pipeline\.[a-z]+|memory\.(counter|gauge|histogram)) ' "$results" | sed 's/^/  /'
 
 echo
 echo "== Collector tick: 1,000 segments x 64 metrics read every 1 ms, analytics on (tick_bench)"
-echo "   cpu_per_tick_us: CPU of all tick workers per tick; cpu_cores: cores they kept busy"
+echo "   cpu_per_tick_us: CPU of all tick workers per tick; cpu_cores: cores they kept busy;"
+echo "   cpu_ns_per_sample: that CPU per metric read (the per-core cost); collector_rss_anon_bytes:"
+echo "   the collector's anonymous RSS beyond the writer's; analytics_bytes_per_metric: accounted"
 grep -E '^bench=tick ' "$results" | sed 's/^/  /'
+echo "   goals (issue goals 4 and 6):"
+grep -E '^goal=(tick\.[a-z_]+|memory\.collector_rss) ' "$results" | sed 's/^/  /'
 awk '
 function kv(line, key,   n, i, a, f) {
   n = split(line, f, " ")

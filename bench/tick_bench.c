@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <pthread.h>
 
 #include "microview.h"
@@ -102,6 +103,43 @@ static int cmp_u64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* A field of /proc/self/status in bytes (VmRSS, RssAnon...), or 0. */
+static uint64_t status_bytes(const char *key)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    uint64_t v = 0;
+    size_t kl = strlen(key);
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, key, kl) == 0 && line[kl] == ':') {
+            v = strtoull(line + kl + 1, NULL, 10) * 1024u;
+            break;
+        }
+    if (f)
+        fclose(f);
+    return v;
+}
+
+static uint64_t heap_in_use(void)
+{
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+    struct mallinfo2 mi = mallinfo2();
+    return mi.uordblks + mi.hblkhd; /* small chunks in use + blocks it mmapped (>= 128 KiB) */
+#else
+    return 0;
+#endif
+}
+
+/* Figures of the last run with 2 workers, for the goal lines. */
+typedef struct run_fig {
+    int done;
+    uint64_t missed;
+    double seconds, cpu_per_tick_us, ns_per_sample;
+    uint64_t rss, heap;
+    double analytics_per_metric;
+} run_fig;
+static run_fig g_fig[3]; /* by workers (1, 2) */
+
 /* Checks that every segment was published on every tick without an error. */
 static int check_table(mv_coll *c, unsigned nsegs, uint64_t ticks)
 {
@@ -126,6 +164,9 @@ static int run(bench *b, unsigned workers, uint32_t tick_us, double seconds, int
 {
     mv_coll_opts o;
     mv_coll *c;
+    /* The collector's memory: what the process holds beyond the writer's. */
+    malloc_trim(0);
+    uint64_t anon0 = status_bytes("RssAnon"), heap0 = heap_in_use();
     mv_coll_opts_default(&o);
     o.tick_us = tick_us;
     o.analytics = analytics;
@@ -181,16 +222,39 @@ static int run(bench *b, unsigned workers, uint32_t tick_us, double seconds, int
     double cpu = clock_s(CLOCK_PROCESS_CPUTIME_ID) - cpu0 - wcpu;
 
     int rc = check_table(c, b->nsegs, ticks);
+    /* Memory with the collector still up: its anonymous RSS and heap beyond the writer's,
+     * and the analytics state its pipelines account for (mv_pipe_view.mem_bytes). */
+    uint64_t rss = status_bytes("RssAnon") - anon0, heap = heap_in_use() - heap0, amem = 0;
+    mv_coll_snap *sn = mv_coll_snapshot(c);
+    for (size_t i = 0; sn && i < mv_coll_snap_count(sn); i++) {
+        const mv_coll_seg_view *v = mv_coll_snap_seg(sn, i);
+        amem += v->pipe ? v->pipe->mem_bytes : 0;
+    }
+    mv_coll_snap_free(sn);
+    double nsamples = (double)b->nsegs * b->nmetrics;
+    double cpu_tick = ticks ? cpu / (double)ticks : 0.0;
     qsort(dur, n, sizeof *dur, cmp_u64);
     printf("bench=tick workers=%u segments=%u metrics=%u seconds=%.1f ticks=%llu missed=%llu "
-           "p50_ms=%.3f p99_ms=%.3f cpu_cores=%.2f cpu_per_tick_us=%.1f max_ms=%.3f "
-           "writer_cpu_cores=%.2f analytics=%d\n",
+           "p50_ms=%.3f p99_ms=%.3f cpu_cores=%.2f cpu_per_tick_us=%.1f "
+           "cpu_ns_per_sample=%.2f samples_per_s_per_core=%.3g max_ms=%.3f writer_cpu_cores=%.2f "
+           "analytics=%d collector_rss_anon_bytes=%llu collector_heap_bytes=%llu "
+           "analytics_bytes_per_metric=%.0f\n",
            workers, b->nsegs, b->nmetrics, wall, (unsigned long long)ticks,
            (unsigned long long)missed, n ? (double)dur[n / 2] / 1e6 : 0.0,
-           n ? (double)dur[n * 99 / 100] / 1e6 : 0.0, cpu / wall,
-           ticks ? cpu * 1e6 / (double)ticks : 0.0, n ? (double)dur[n - 1] / 1e6 : 0.0, wcpu / wall,
-           analytics);
+           n ? (double)dur[n * 99 / 100] / 1e6 : 0.0, cpu / wall, cpu_tick * 1e6,
+           cpu_tick * 1e9 / nsamples, cpu_tick > 0 ? nsamples / cpu_tick : 0.0,
+           n ? (double)dur[n - 1] / 1e6 : 0.0, wcpu / wall, analytics, (unsigned long long)rss,
+           (unsigned long long)heap, (double)amem / nsamples);
     fflush(stdout);
+    if (workers <= 2 && analytics)
+        g_fig[workers] = (run_fig){.done = 1,
+                                   .missed = missed,
+                                   .seconds = wall,
+                                   .cpu_per_tick_us = cpu_tick * 1e6,
+                                   .ns_per_sample = cpu_tick * 1e9 / nsamples,
+                                   .rss = rss,
+                                   .heap = heap,
+                                   .analytics_per_metric = (double)amem / nsamples};
     free(dur);
     mv_coll_destroy(c);
     return rc;
@@ -272,6 +336,30 @@ int main(int argc, char **argv)
         rc = run(&b, workers[k], tick_us, seconds, analytics);
     __atomic_store_n(&b.stop, 1, __ATOMIC_RELEASE);
     pthread_join(b.writer, NULL);
+    /* The goal lines bench/run.sh collects (issue goals 4 and 6), analytics on. */
+    for (unsigned w = 1; w <= 2 && rc == 0; w++) {
+        const run_fig *f = &g_fig[w];
+        if (!f->done)
+            continue;
+        if (w == 2)
+            printf("goal=tick.missed issue_goal=4 workers=2 segments=%u metrics=%u figure=%llu "
+                   "target=0 unit=missed_ticks seconds=%.0f met=%s\n",
+                   nsegs, nmetrics, (unsigned long long)f->missed, f->seconds,
+                   f->missed == 0 && f->seconds >= 59.5 ? "yes" : "no");
+        printf("goal=tick.cpu_per_tick issue_goal=4 workers=%u figure=%.0f target=report "
+               "unit=cpu_us_per_tick ns_per_sample_per_core=%.2f met=yes\n",
+               w, f->cpu_per_tick_us, f->ns_per_sample);
+    }
+    for (unsigned w = 2; w >= 1 && rc == 0; w--) {
+        if (!g_fig[w].done)
+            continue;
+        printf("goal=memory.collector_rss issue_goal=6 segments=%u metrics=%u figure=%llu "
+               "target=report unit=bytes heap_bytes=%llu analytics_bytes_per_metric=%.0f "
+               "met=yes\n",
+               nsegs, nmetrics, (unsigned long long)g_fig[w].rss, (unsigned long long)g_fig[w].heap,
+               g_fig[w].analytics_per_metric);
+        break;
+    }
 
 teardown:
     for (unsigned i = 0; i < made; i++) {

@@ -261,6 +261,120 @@ static void test_rate_controller(void)
     mv_detect_destroy(d);
 }
 
+/* The detector as it was before the embedded record (all double, branches, separate
+ * mean and variance counts): the reference the inline fast path must agree with. */
+typedef struct ref_series {
+    double mean, var, splus, sminus;
+    uint32_t n, n_mean, n_var, cooldown;
+} ref_series;
+
+static double ref_weight(const mv_detect_config *c, uint32_t n)
+{
+    double w = 1.0 / ((double)n + 1.0);
+    return w > c->lambda ? w : c->lambda;
+}
+
+static unsigned ref_update(const mv_detect_config *c, ref_series *s, double x)
+{
+    unsigned flags = 0;
+    if (!isfinite(x))
+        return MV_DETECT_INVALID;
+    if (s->n == 0) {
+        s->mean = x;
+        s->var = 0;
+        s->n = s->n_mean = s->n_var = 1;
+        return MV_DETECT_WARMUP;
+    }
+    double floor_s = c->sigma_floor_rel * fabs(s->mean);
+    if (floor_s < c->sigma_floor_abs)
+        floor_s = c->sigma_floor_abs;
+    double sigma = sqrt(s->var);
+    if (sigma < floor_s)
+        sigma = floor_s;
+    double dev = x - s->mean, z = dev / sigma;
+    if (s->n < c->warmup) {
+        flags |= MV_DETECT_WARMUP;
+    } else if (s->cooldown > 0) {
+        flags |= MV_DETECT_COOLDOWN;
+        s->cooldown--;
+    } else {
+        double sp = s->splus + z - c->cusum_k, sm = s->sminus - z - c->cusum_k;
+        s->splus = sp > 0 ? sp : 0;
+        s->sminus = sm > 0 ? sm : 0;
+        if (fabs(z) > c->z_threshold || s->splus > c->cusum_h || s->sminus > c->cusum_h) {
+            s->cooldown = c->cooldown;
+            s->splus = s->sminus = 0;
+            s->n_mean = 0;
+            s->n++;
+            return MV_DETECT_CHANGED | MV_DETECT_MOVING;
+        }
+        if (fabs(z) > c->moving_z || s->splus > 0.5 * c->cusum_h || s->sminus > 0.5 * c->cusum_h) {
+            s->n++;
+            return flags | MV_DETECT_MOVING;
+        }
+    }
+    if (s->n_mean == 0) {
+        s->mean = x;
+        s->var = 0;
+        s->n_var = 1;
+    } else {
+        double w = ref_weight(c, s->n_mean), wv = ref_weight(c, s->n_var);
+        s->mean += w * dev;
+        s->var = (1 - wv) * (s->var + wv * dev * dev);
+        s->n_var++;
+    }
+    s->n_mean++;
+    s->n++;
+    return flags;
+}
+
+/* The embedded record (mv_detect_series_update: inline fast path, float CUSUM) flags the
+ * same samples as the reference over steps, ramps, spikes, scale changes and constants:
+ * the float sums can only differ on a sample whose CUSUM lands within ~1e-6 of h. */
+static void test_matches_reference(void)
+{
+    mv_detect_config cfg;
+    mv_detect_config_default(&cfg);
+    mv_detect_params p;
+    CU_ASSERT_FATAL(mv_detect_params_init(&p, &cfg) == 0);
+    int trials = 300, same = 0;
+    uint64_t changes = 0, moving = 0, differ = 0;
+    for (int t = 0; t < trials; t++) {
+        test_rng r = {5000 + (uint64_t)t};
+        mv_detect_series s = {0};
+        ref_series ref = {0};
+        double mean = t % 2 ? 1e6 : -3.0, sd = t % 3 ? 250.0 : 0.01;
+        int diff = 0;
+        for (int i = 0; i < 20000; i++) {
+            double x = mean + sd * rng_gauss(&r);
+            if (i >= 5000)
+                x += sd * (t % 5) * 0.7; /* steps of 0 .. 2.8 sigma */
+            if (i >= 10000)
+                x += sd * 0.002 * (i - 10000) * (t % 4); /* ramps */
+            if (i % 3001 == 0)
+                x += sd * 20; /* spikes */
+            if (i >= 15000 && t % 7 == 0)
+                x = mean; /* constant */
+            if (i >= 15000 && t % 7 == 1)
+                x = mean + 10 * sd * rng_gauss(&r); /* scale x10 */
+            unsigned a = mv_detect_series_update(&p, &s, x), b = ref_update(&cfg, &ref, x);
+            changes += (a & MV_DETECT_CHANGED) != 0;
+            moving += (a & MV_DETECT_MOVING) != 0;
+            if (a != b) {
+                diff = 1;
+                differ++;
+            }
+        }
+        same += !diff;
+    }
+    printf("\n  %d of %d trials flag every sample as the reference (%llu changes, %llu moving, "
+           "%llu samples differ) ",
+           same, trials, (unsigned long long)changes, (unsigned long long)moving,
+           (unsigned long long)differ);
+    CU_ASSERT(changes > 100 && moving > 1000);
+    CU_ASSERT(same >= trials - 3);
+}
+
 int main(void)
 {
     static const mv_test tests[] = {
@@ -274,6 +388,7 @@ int main(void)
         {"sigma 1 -> 10: re-learns", test_scale_rise_relearns},
         {"invalid input", test_invalid},
         {"adaptive read interval", test_rate_controller},
+        {"embedded record matches the reference", test_matches_reference},
     };
     int fails = MV_TEST_RUN("detect", tests);
     return fails;

@@ -429,6 +429,130 @@ static void test_invalid(void)
     mv_sketch_destroy(sk);
 }
 
+/* mv_sketch_quantiles (one walk) gives what mv_sketch_quantile gives for each q, over
+ * both signs, zeros and a collapsed budget; it refuses unsorted or out-of-range qs. */
+static void test_quantiles_one_walk(void)
+{
+    static const double qs[] = {0.0, 0.001, 0.25, 0.5, 0.9, 0.99, 0.999, 1.0};
+    const size_t nq = sizeof qs / sizeof qs[0];
+    mv_sketch_config cfg;
+    mv_sketch_config_default(&cfg);
+    for (int pass = 0; pass < 3; pass++) {
+        cfg.max_buckets = pass == 2 ? 64 : 2048; /* pass 2: collapses */
+        mv_sketch *sk = NULL;
+        CU_ASSERT_FATAL(mv_sketch_create(&cfg, &sk) == 0);
+        test_rng r = {900 + (uint64_t)pass};
+        double out[8];
+        CU_ASSERT(mv_sketch_quantiles(sk, qs, nq, out) == 0);
+        CU_ASSERT(isnan(out[0]) && isnan(out[7])); /* empty */
+        for (int i = 0; i < 50000; i++) {
+            double x = exp(3.0 * rng_gauss(&r));
+            if (pass >= 1 && i % 3 == 0)
+                x = -x;
+            if (pass >= 1 && i % 17 == 0)
+                x = 0.0;
+            mv_sketch_add(sk, x);
+        }
+        CU_ASSERT(mv_sketch_quantiles(sk, qs, nq, out) == 0);
+        for (size_t j = 0; j < nq; j++)
+            CU_ASSERT(out[j] == mv_sketch_quantile(sk, qs[j]));
+        if (pass == 2)
+            CU_ASSERT(mv_sketch_collapsed(sk));
+        static const double bad[] = {0.5, 0.4};
+        CU_ASSERT(mv_sketch_quantiles(sk, bad, 2, out) == -EINVAL);
+        static const double range[] = {1.5};
+        CU_ASSERT(mv_sketch_quantiles(sk, range, 1, out) == -EINVAL);
+        mv_sketch_destroy(sk);
+    }
+}
+
+/* Directories are allocated with a sign's first value and widened as the values spread,
+ * never collapsing within the promised span; a sign never seen costs nothing. */
+static void test_lazy_directories(void)
+{
+    mv_sketch_config cfg;
+    mv_sketch *sk = NULL;
+    mv_sketch_config_default(&cfg);
+    cfg.max_buckets = 1536;
+    CU_ASSERT_FATAL(mv_sketch_create(&cfg, &sk) == 0);
+    size_t empty = mv_sketch_memory_used(sk);
+    mv_sketch_add(sk, 100.0);
+    size_t one = mv_sketch_memory_used(sk);
+    /* One directory of 4 slots and one page of 16 counts. */
+    CU_ASSERT_EQUAL(one, empty + 4 * sizeof(uint16_t) + 16 * sizeof(uint64_t));
+    mv_sketch_add(sk, 0.0); /* the zero bucket: no directory */
+    CU_ASSERT_EQUAL(mv_sketch_memory_used(sk), one);
+    for (int i = 0; i < 100; i++) /* 100 .. 130: a few pages, same directory */
+        mv_sketch_add(sk, 100.0 + 0.3 * i);
+    size_t narrow = mv_sketch_memory_used(sk);
+    CU_ASSERT(narrow < 1024);
+    /* 1 ns .. 1 h: the directory doubles up to its full span, nothing collapses. */
+    for (int i = 0; i <= 1000; i++)
+        mv_sketch_add(sk, 1e-9 * pow(3.6e12, i / 1000.0));
+    CU_ASSERT(!mv_sketch_collapsed(sk));
+    CU_ASSERT(mv_sketch_memory_used(sk) <= mv_sketch_memory_bytes(&cfg));
+    size_t pos_only = mv_sketch_memory_used(sk);
+    mv_sketch_add(sk, -5.0); /* the negative side's directory and first page */
+    CU_ASSERT_EQUAL(mv_sketch_memory_used(sk),
+                    pos_only + 4 * sizeof(uint16_t) + 16 * sizeof(uint64_t));
+    /* Reset keeps what was allocated. */
+    size_t before = mv_sketch_memory_used(sk);
+    mv_sketch_reset(sk);
+    CU_ASSERT_EQUAL(mv_sketch_memory_used(sk), before);
+    mv_sketch_destroy(sk);
+}
+
+/* mv_sketch_add_many gives the contents sequential mv_sketch_add_n calls give - the same
+ * buckets, count, sum, min, max - with repeated sketches, both signs, zeros, NaN and
+ * growing directories, and reports the bytes the adds allocated. */
+static void test_add_many_equals_adds(void)
+{
+    enum { NS = 7, N = 20000, B = 64 };
+    mv_sketch_config cfg;
+    mv_sketch_config_default(&cfg);
+    cfg.max_buckets = 512;
+    mv_sketch *a[NS], *b[NS];
+    for (int i = 0; i < NS; i++) {
+        CU_ASSERT_FATAL(mv_sketch_create(&cfg, &a[i]) == 0);
+        CU_ASSERT_FATAL(mv_sketch_create(&cfg, &b[i]) == 0);
+    }
+    test_rng r = {77};
+    mv_sketch_add_req req[B];
+    size_t nb = 0, grown = 0, mem0 = 0, mem1 = 0;
+    for (int i = 0; i < NS; i++)
+        mem0 += mv_sketch_memory_used(b[i]);
+    for (int i = 0; i < N; i++) {
+        int k = (int)(rng_u64(&r) % NS);
+        double x = pow(10.0, -6.0 + 12.0 * rng_unif(&r)) * (k % 3 == 0 ? -1.0 : 1.0);
+        if (i % 101 == 0)
+            x = 0.0;
+        if (i % 997 == 0)
+            x = NAN;
+        uint64_t n = 1 + rng_u64(&r) % 5;
+        mv_sketch_add_n(a[k], x, n);
+        req[nb++] = (mv_sketch_add_req){.sk = b[k], .value = x, .count = n};
+        if (nb == B || i == N - 1) {
+            grown += mv_sketch_add_many(req, nb);
+            nb = 0;
+        }
+    }
+    for (int i = 0; i < NS; i++)
+        mem1 += mv_sketch_memory_used(b[i]);
+    CU_ASSERT_EQUAL(grown, mem1 - mem0);
+    for (int i = 0; i < NS; i++) {
+        CU_ASSERT_EQUAL(mv_sketch_count(a[i]), mv_sketch_count(b[i]));
+        CU_ASSERT_EQUAL(mv_sketch_bucket_count(a[i]), mv_sketch_bucket_count(b[i]));
+        CU_ASSERT(mv_sketch_sum(a[i]) == mv_sketch_sum(b[i]));
+        CU_ASSERT(mv_sketch_min(a[i]) == mv_sketch_min(b[i]));
+        CU_ASSERT(mv_sketch_max(a[i]) == mv_sketch_max(b[i]));
+        CU_ASSERT_EQUAL(mv_sketch_collapses(a[i]), mv_sketch_collapses(b[i]));
+        for (int q = 0; q <= 100; q++)
+            CU_ASSERT(mv_sketch_quantile(a[i], q / 100.0) == mv_sketch_quantile(b[i], q / 100.0));
+        mv_sketch_destroy(a[i]);
+        mv_sketch_destroy(b[i]);
+    }
+}
+
 int main(void)
 {
     static const mv_test tests[] = {
@@ -441,6 +565,9 @@ int main(void)
         {"window moves", test_window_moves},
         {"explicit-bucket histogram delta", test_add_buckets},
         {"invalid input", test_invalid},
+        {"several quantiles in one walk", test_quantiles_one_walk},
+        {"directories allocated lazily, widened", test_lazy_directories},
+        {"batched adds equal single adds", test_add_many_equals_adds},
     };
     int fails = MV_TEST_RUN("sketch", tests);
     return fails;

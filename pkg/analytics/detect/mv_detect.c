@@ -6,24 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct series {
-    double mean;
-    double var;
-    double splus;
-    double sminus;
-    double last_z;
-    uint64_t changes;
-    uint32_t n;        /* samples seen (saturating) */
-    uint32_t n_mean;   /* samples in the current mean-learning phase */
-    uint32_t n_var;    /* samples in the variance estimate (saturating) */
-    uint32_t cooldown; /* samples left without alarms */
-} series;
-
 struct mv_detect {
-    mv_detect_config cfg;
-    double inv_lambda;
+    mv_detect_params p;
     size_t n;
-    series *s;
+    mv_detect_series *s;
+    uint64_t *changes;
 };
 
 void mv_detect_config_default(mv_detect_config *cfg)
@@ -57,36 +44,77 @@ const char *mv_detect_config_check(const mv_detect_config *cfg)
 
 size_t mv_detect_memory_bytes(size_t n_series)
 {
-    return sizeof(mv_detect) + n_series * sizeof(series);
+    return sizeof(mv_detect) + n_series * (sizeof(mv_detect_series) + sizeof(uint64_t));
+}
+
+/* Weight of the next sample: running average first, then the EWMA weight. */
+static inline double weight(const mv_detect_config *c, uint32_t n)
+{
+    double w = 1.0 / ((double)n + 1.0);
+    return w > c->lambda ? w : c->lambda;
+}
+
+/* The largest float <= v: for a float f, f > v exactly when f > that float (no
+ * float lies strictly between it and v). */
+static float float_at_most(double v)
+{
+    float f = (float)v;
+    if ((double)f > v)
+        f = nextafterf(f, -INFINITY);
+    return f;
+}
+
+int mv_detect_params_init(mv_detect_params *p, const mv_detect_config *cfg)
+{
+    mv_detect_config def;
+    if (cfg == NULL) {
+        mv_detect_config_default(&def);
+        cfg = &def;
+    }
+    if (mv_detect_config_check(cfg) != NULL)
+        return -EINVAL;
+    memset(p, 0, sizeof *p);
+    p->cfg = *cfg;
+    p->half_h = 0.5 * cfg->cusum_h;
+    p->k_f = (float)cfg->cusum_k;
+    p->h_f = float_at_most(cfg->cusum_h);
+    p->half_h_f = float_at_most(p->half_h);
+    /* The first learning count whose weight is exactly lambda (weight() of
+     * every larger count is lambda too); the inline path starts there. */
+    double guess = floor(1.0 / cfg->lambda);
+    uint32_t n = guess > 4e9 ? 4000000000u : (uint32_t)guess;
+    while (n > 0 && weight(cfg, n - 1) == cfg->lambda)
+        n--;
+    while (n < UINT32_MAX && weight(cfg, n) != cfg->lambda)
+        n++;
+    p->n_lam = n;
+    return 0;
 }
 
 int mv_detect_create(const mv_detect_config *cfg, size_t n_series, mv_detect **out)
 {
-    mv_detect_config def;
     mv_detect *d;
 
     if (out == NULL)
         return -EINVAL;
     *out = NULL;
-    if (cfg == NULL) {
-        mv_detect_config_default(&def);
-        cfg = &def;
-    }
-    if (mv_detect_config_check(cfg) != NULL || n_series == 0 || n_series > (1u << 24))
+    if ((cfg && mv_detect_config_check(cfg) != NULL) || n_series == 0 || n_series > (1u << 24))
         return -EINVAL;
     d = calloc(1, sizeof(*d));
     if (d == NULL)
         goto fail_none;
-    d->s = calloc(n_series, sizeof(series));
-    if (d->s == NULL)
+    d->s = calloc(n_series, sizeof(*d->s));
+    d->changes = calloc(n_series, sizeof(*d->changes));
+    if (d->s == NULL || d->changes == NULL)
         goto fail_bank;
-    d->cfg = *cfg;
-    d->inv_lambda = 1.0 / cfg->lambda;
+    mv_detect_params_init(&d->p, cfg);
     d->n = n_series;
     *out = d;
     return 0;
 
 fail_bank:
+    free(d->s);
+    free(d->changes);
     free(d);
 fail_none:
     return -ENOMEM;
@@ -97,43 +125,38 @@ void mv_detect_destroy(mv_detect *d)
     if (d == NULL)
         return;
     free(d->s);
+    free(d->changes);
     free(d);
 }
 
 void mv_detect_reset(mv_detect *d, size_t i)
 {
-    if (i < d->n)
-        memset(&d->s[i], 0, sizeof(series));
+    if (i < d->n) {
+        memset(&d->s[i], 0, sizeof(d->s[i]));
+        d->changes[i] = 0;
+    }
 }
 
 void mv_detect_copy(mv_detect *dst, size_t di, const mv_detect *src, size_t si)
 {
-    if (dst && src && di < dst->n && si < src->n)
+    if (dst && src && di < dst->n && si < src->n) {
         dst->s[di] = src->s[si];
+        dst->changes[di] = src->changes[si];
+    }
 }
 
-/* Weight of the next sample: running average first, then the EWMA weight. */
-static inline double weight(const mv_detect *d, uint32_t n)
+unsigned mv_detect_series_update_slow(const mv_detect_params *p, mv_detect_series *s, double x)
 {
-    double w = 1.0 / ((double)n + 1.0);
-    return w > d->cfg.lambda ? w : d->cfg.lambda;
-}
-
-unsigned mv_detect_update(mv_detect *d, size_t i, double x)
-{
-    if (i >= d->n || !isfinite(x))
-        return MV_DETECT_INVALID;
-    series *s = &d->s[i];
-    const mv_detect_config *c = &d->cfg;
+    const mv_detect_config *c = &p->cfg;
     unsigned flags = 0;
 
+    if (!isfinite(x))
+        return MV_DETECT_INVALID;
     if (s->n == 0) {
         s->mean = x;
         s->var = 0.0;
         s->n = 1;
         s->n_mean = 1;
-        s->n_var = 1;
-        s->last_z = 0.0;
         return MV_DETECT_WARMUP;
     }
     double floor_s = c->sigma_floor_rel * fabs(s->mean);
@@ -144,7 +167,6 @@ unsigned mv_detect_update(mv_detect *d, size_t i, double x)
         sigma = floor_s;
     double dev = x - s->mean;
     double z = dev / sigma;
-    s->last_z = z;
 
     int warm = s->n < c->warmup;
     if (warm) {
@@ -153,22 +175,22 @@ unsigned mv_detect_update(mv_detect *d, size_t i, double x)
         flags |= MV_DETECT_COOLDOWN;
         s->cooldown--;
     } else {
-        double sp = s->splus + z - c->cusum_k;
-        double sm = s->sminus - z - c->cusum_k;
-        s->splus = sp > 0.0 ? sp : 0.0;
-        s->sminus = sm > 0.0 ? sm : 0.0;
+        float zf = (float)z;
+        float sp = s->splus + zf - p->k_f;
+        float sm = s->sminus - zf - p->k_f;
+        s->splus = sp > 0.0f ? sp : 0.0f;
+        s->sminus = sm > 0.0f ? sm : 0.0f;
         double az = fabs(z);
         if (az > c->z_threshold || s->splus > c->cusum_h || s->sminus > c->cusum_h) {
             flags |= MV_DETECT_CHANGED | MV_DETECT_MOVING;
-            s->changes++;
             s->cooldown = c->cooldown;
-            s->splus = s->sminus = 0.0;
+            s->splus = s->sminus = 0.0f;
             s->n_mean = 0; /* the next sample restarts the mean and the variance */
             if (s->n < UINT32_MAX)
                 s->n++;
             return flags;
         }
-        if (az > c->moving_z || s->splus > 0.5 * c->cusum_h || s->sminus > 0.5 * c->cusum_h) {
+        if (az > c->moving_z || s->splus > p->half_h || s->sminus > p->half_h) {
             /* Keep the baseline still while evidence builds up, so a small
              * shift or a ramp is not absorbed before the CUSUM reaches h. */
             flags |= MV_DETECT_MOVING;
@@ -182,24 +204,32 @@ unsigned mv_detect_update(mv_detect *d, size_t i, double x)
      * learnt again from scratch: running mean and variance (Welford), then
      * the EWMA once 1/lambda samples are in. Keeping the old scale would test
      * the new level against it: a series that was constant (variance 0) and
-     * turns noisy, or whose noise grows, would then alarm at every sample. */
+     * turns noisy, or whose noise grows, would then alarm at every sample.
+     * The mean and the variance share one learning count: both restart
+     * together, so they always had the same number of samples. */
     if (s->n_mean == 0) {
         s->mean = x;
         s->var = 0.0;
-        s->n_var = 1;
     } else {
-        double w = weight(d, s->n_mean);
-        double wv = weight(d, s->n_var);
+        double w = weight(c, s->n_mean);
         s->mean += w * dev;
-        s->var = (1.0 - wv) * (s->var + wv * dev * dev);
-        if (s->n_var < UINT32_MAX)
-            s->n_var++;
+        s->var = (1.0 - w) * (s->var + w * dev * dev);
     }
     if (s->n_mean < UINT32_MAX)
         s->n_mean++;
     if (s->n < UINT32_MAX)
         s->n++;
     return flags;
+}
+
+unsigned mv_detect_update(mv_detect *d, size_t i, double x)
+{
+    if (i >= d->n)
+        return MV_DETECT_INVALID;
+    unsigned f = mv_detect_series_update(&d->p, &d->s[i], x);
+    if (f & MV_DETECT_CHANGED)
+        d->changes[i]++;
+    return f;
 }
 
 size_t mv_detect_update_all(mv_detect *d, const double *x, size_t *moving)
@@ -217,7 +247,7 @@ size_t mv_detect_update_all(mv_detect *d, const double *x, size_t *moving)
 
 uint64_t mv_detect_changes(const mv_detect *d, size_t i)
 {
-    return i < d->n ? d->s[i].changes : 0;
+    return i < d->n ? d->changes[i] : 0;
 }
 
 double mv_detect_mean(const mv_detect *d, size_t i)

@@ -7,7 +7,11 @@
 
 /*
  * A mv_detect bank holds the state of n series (e.g. the metrics of one
- * segment), 64 bytes each, allocated at create time; updates never allocate.
+ * segment), 48 bytes each (a 40-byte mv_detect_series and its change count),
+ * allocated at create time; updates never allocate. Callers that keep
+ * per-series records of their own (the collector's pipeline) embed an
+ * mv_detect_series in them and call mv_detect_series_update with a
+ * mv_detect_params made once from the config: same behaviour, no bank.
  *
  * Per series, each sample x is scored against the baseline learnt BEFORE it:
  *   z = (x - mean) / sigma               (EWMA mean and variance, weight lambda)
@@ -20,6 +24,14 @@
  * moving_z or a CUSUM above h/2: useful to hold a fast read rate. While a
  * series is moving its baseline is held still, so a small shift or a ramp is
  * not absorbed before the CUSUM reaches h.
+ *
+ * The CUSUM sums are kept in float (they live in [0, h + |z|]; the rounding is
+ * ~1e-7 relative, and the levels are compared against the largest float not
+ * above them, so a float sum passes a level exactly when its value does);
+ * mean and variance in double. Once a series is past warm-up, out of cool-down and its
+ * learning weight has reached lambda, an update is a few flops plus one
+ * sqrt and one division, inline (mv_detect_series_update); warm-up,
+ * cool-down, changes and the learning phase take an out-of-line path.
  *
  * Measured with the defaults on unit-variance Gaussian noise (tests/unit/
  * test_detect.c, 200 trials each): no more than 5 false changes per 1e6
@@ -55,6 +67,28 @@ typedef struct mv_detect_config {
 
 typedef struct mv_detect mv_detect;
 
+/* One series' state, for callers that embed it in their own records
+ * (zero-initialised = no sample yet). 40 bytes. */
+typedef struct mv_detect_series {
+    double mean;
+    double var;          /* EWMA variance (not floored) */
+    float splus, sminus; /* CUSUM sums, sigma units */
+    uint32_t n;          /* samples seen (saturating) */
+    uint32_t n_mean;     /* samples in the current learning phase (saturating); 0 = re-learn */
+    uint32_t cooldown;   /* samples left without alarms */
+    uint32_t pad_;
+} mv_detect_series;
+
+/* A config prepared for mv_detect_series_update. */
+typedef struct mv_detect_params {
+    mv_detect_config cfg;
+    double half_h;       /* cusum_h / 2 */
+    float k_f;           /* cusum_k */
+    float h_f, half_h_f; /* cusum_h and cusum_h / 2 rounded down to a float: for a float v,
+                            v > h_f exactly when v > cusum_h */
+    uint32_t n_lam;      /* learning samples after which the weight is lambda */
+} mv_detect_params;
+
 void mv_detect_config_default(mv_detect_config *cfg);
 /* NULL if valid, else a sentence saying what to fix. */
 const char *mv_detect_config_check(const mv_detect_config *cfg);
@@ -69,6 +103,60 @@ void mv_detect_destroy(mv_detect *d);
 /* Feeds sample x of series i (i < n_series, else MV_DETECT_INVALID).
  * Returns a mask of MV_DETECT_* flags. */
 unsigned mv_detect_update(mv_detect *d, size_t i, double x);
+
+/* Prepares a config (NULL = defaults) for mv_detect_series_update. Returns 0
+ * or -EINVAL (see mv_detect_config_check). */
+int mv_detect_params_init(mv_detect_params *p, const mv_detect_config *cfg);
+
+/* Out-of-line part of mv_detect_series_update (warm-up, cool-down, learning
+ * phase, changes, invalid samples); same contract. */
+unsigned mv_detect_series_update_slow(const mv_detect_params *p, mv_detect_series *s, double x);
+
+/* Feeds sample x to one embedded series: exactly what mv_detect_update does
+ * for a series of a bank (the caller counts MV_DETECT_CHANGED). */
+#if defined(__GNUC__)
+#define MV_DETECT_INLINE static inline __attribute__((always_inline))
+#else
+#define MV_DETECT_INLINE static inline
+#endif
+MV_DETECT_INLINE unsigned mv_detect_series_update(const mv_detect_params *p, mv_detect_series *s,
+                                                  double x)
+{
+    const mv_detect_config *c = &p->cfg;
+    /* Steady state: warm, not cooling down, weight at lambda, finite x. */
+    if (__builtin_expect(
+            s->n < c->warmup || s->cooldown != 0 || s->n_mean < p->n_lam || !(x - x == 0.0), 0))
+        return mv_detect_series_update_slow(p, s, x);
+    double am = s->mean < 0 ? -s->mean : s->mean;
+    double floor_s = c->sigma_floor_rel * am;
+    if (floor_s < c->sigma_floor_abs)
+        floor_s = c->sigma_floor_abs;
+    double sigma = __builtin_sqrt(s->var);
+    if (sigma < floor_s)
+        sigma = floor_s;
+    double dev = x - s->mean;
+    double z = dev / sigma;
+    float zf = (float)z;
+    /* Branch-free: the signs of these depend on the noise, and a mispredicted
+     * branch waiting on the division costs more than the whole update. */
+    /* max(v, 0) as (v + |v|) / 2: exact, and arithmetic, so the compiler cannot turn it
+     * back into a branch. */
+    float vp = s->splus + zf - p->k_f;
+    float vm = s->sminus - zf - p->k_f;
+    float sp = 0.5f * (vp + __builtin_fabsf(vp));
+    float sm = 0.5f * (vm + __builtin_fabsf(vm));
+    double az = __builtin_fabs(z);
+    if (__builtin_expect((az > c->z_threshold) | (sp > p->h_f) | (sm > p->h_f), 0))
+        return mv_detect_series_update_slow(p, s, x); /* a change: the slow path redoes it */
+    s->splus = sp;
+    s->sminus = sm;
+    if (__builtin_expect((az > c->moving_z) | (sp > p->half_h_f) | (sm > p->half_h_f), 0))
+        return MV_DETECT_MOVING; /* baseline held still */
+    double lam = c->lambda;
+    s->mean += lam * dev;
+    s->var = (1.0 - lam) * (s->var + lam * dev * dev);
+    return 0;
+}
 
 /* Feeds one sample per series (x[0..n_series)). Returns how many series
  * reported MV_DETECT_CHANGED; *moving (may be NULL) gets how many were

@@ -39,12 +39,15 @@
  * With alpha = 0.01 one octave is ~35 keys (~116 per decade): 1 ns .. 1 h
  * (12.6 decades) needs ~1,460 keys, i.e. ~93 pages.
  *
- * Memory: a steady value uses one page; mv_sketch_memory_used(sk) is what is
- * allocated now (pages are kept across resets, so after the first window of
- * a steady metric nothing is allocated), mv_sketch_memory_bytes(cfg) the
- * most it can grow to: 2 * (2 * dir_len + 8 * max_buckets) + a header.
- * Adds allocate only when a page is first touched (never after the budget is
- * reached); a failed allocation collapses instead.
+ * Memory: a sign's page directory is allocated with its first value (4
+ * slots) and doubles when the values kept need a wider window, up to the
+ * span above; a steady value uses one page and a 4-slot directory (320
+ * bytes with the header). mv_sketch_memory_used(sk) is what is allocated
+ * now (pages and directories are kept across resets, so after the first
+ * window of a steady metric nothing is allocated), mv_sketch_memory_bytes(cfg)
+ * the most it can grow to: 2 * (2 * dir_len + 8 * max_buckets) + a header.
+ * Adds allocate only when a page or a wider directory is first needed
+ * (never after the budget is reached); a failed allocation collapses instead.
  *
  * Threading: a sketch is not thread-safe; use one per thread or lock outside.
  * Ownership: mv_sketch_create allocates; the caller frees with mv_sketch_destroy.
@@ -79,6 +82,22 @@ void mv_sketch_destroy(mv_sketch *sk);
 int mv_sketch_add(mv_sketch *sk, double value);
 int mv_sketch_add_n(mv_sketch *sk, double value, uint64_t count);
 
+/* One add of a batch (mv_sketch_add_many); key_ is scratch. */
+typedef struct mv_sketch_add_req {
+    mv_sketch *sk;
+    double value;
+    uint64_t count;
+    uint32_t key_;
+} mv_sketch_add_req;
+
+/* mv_sketch_add_n(req[i].sk, req[i].value, req[i].count) for every i, in order
+ * (the same contents), for many sketches that are cold in cache: the headers,
+ * then the directory slots, then the pages are fetched stage by stage across
+ * the batch, so their misses overlap instead of following one another, and
+ * each key is computed once. A sketch may appear more than once. Returns the
+ * bytes these adds allocated (mv_sketch_memory_used grew by that much). */
+size_t mv_sketch_add_many(mv_sketch_add_req *req, size_t n);
+
 /* Adds a pod-written explicit-bucket histogram delta: `bounds` holds nbounds
  * strictly increasing finite upper bounds, `counts` holds nbounds + 1
  * NON-cumulative counts (counts[i] for (bounds[i-1], bounds[i]], the last for
@@ -103,6 +122,12 @@ void mv_sketch_reset(mv_sketch *sk);
 
 /* Quantile q in [0, 1]; NaN if the sketch is empty or q is out of range. */
 double mv_sketch_quantile(const mv_sketch *sk, double q);
+
+/* Quantiles qs[0..nq) (ascending, nq <= 16) into out, in one walk over the
+ * buckets: the same values as mv_sketch_quantile for each, at the cost of
+ * one. Returns 0 (out all NaN when empty) or -EINVAL (out of range, not
+ * ascending, nq > 16). */
+int mv_sketch_quantiles(const mv_sketch *sk, const double *qs, size_t nq, double *out);
 
 uint64_t mv_sketch_count(const mv_sketch *sk);
 double mv_sketch_sum(const mv_sketch *sk);

@@ -411,6 +411,10 @@ static int load_catalog(mv_coll *c, seg *s, uint64_t now)
         }
         usleep(50);
     }
+    /* The parsed catalog owns copies of what it points to: the whole-segment buffer is
+     * not kept between catalog reads (at 1,000 segments of 32 KiB, 32 MiB less RSS). */
+    free(s->full);
+    s->full = NULL;
     pthread_mutex_lock(&c->mu);
     c->stats.catalog_reads++;
     pthread_mutex_unlock(&c->mu);
@@ -430,6 +434,7 @@ static int load_catalog(mv_coll *c, seg *s, uint64_t now)
     ref->cat = cat;
     cat_put(s->cat);
     s->cat = ref;
+    s->nhist_cat = NULL; /* count its histograms again (the address may be reused) */
     if (s->fail_since_ns || s->state == MV_COLL_QUARANTINED)
         MV_INFO("segment.recovered", "id=%s metrics=%zu", mv_log_q(s->id),
                 mv_seg_catalog_count(cat));
@@ -483,7 +488,16 @@ static int ensure_pipe(mv_coll *c, seg *s)
     if (s->pipe && s->pipe_cat == s->cat)
         return 0;
     mv_pipe_seg *np = NULL;
-    int rc = mv_pipe_seg_create(&c->o.pipe, s->cat->cat, s->pipe, &np);
+    /* Segments whose windows close together spread their summaries over 8 ticks, and
+     * each segment's scorer steps at its own phase of the period, so neither lands on
+     * one tick for all segments. */
+    mv_pipe_config pc = c->o.pipe;
+    pc.close_spread_ns = 8ull * c->o.tick_us * 1000ull;
+    if (pc.close_spread_ns > pc.window_ns / 2)
+        pc.close_spread_ns = pc.window_ns / 2;
+    if (pc.fd_period_ns) /* 0 only with the scorer off */
+        pc.phase_ns = mv_seg_fnv1a64(s->id, strlen(s->id)) % pc.fd_period_ns;
+    int rc = mv_pipe_seg_create(&pc, s->cat->cat, s->pipe, &np);
     if (rc != 0) {
         MV_WARN("analytics.failed", "id=%s error=%s", mv_log_q(s->id), mv_log_q(strerror(-rc)));
         return rc;

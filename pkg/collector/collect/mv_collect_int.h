@@ -52,6 +52,8 @@ typedef struct seg {
     uint64_t *torn_since;
     size_t nmet_cap;
     uint64_t good_instance;
+    const mv_seg_catalog *nhist_cat; /* the catalog nhist was counted for */
+    size_t nhist;                    /* its histograms: none, no torn-copy work per tick */
 
     /* Published state, under mu. */
     pthread_mutex_t mu;

@@ -63,6 +63,14 @@ uint64_t mv_coll__fix_torn(mv_coll *c, seg *s, const mv_seg_catalog *cat, uint64
     const mv_seg_header *h = s->work;
     size_t n = mv_seg_catalog_count(cat);
     *stale = *omitted = 0;
+    if (s->nhist_cat != cat) {
+        s->nhist = 0;
+        for (size_t i = 0; i < n; i++)
+            s->nhist += mv_seg_catalog_metric(cat, i)->type == MV_SEG_HISTOGRAM;
+        s->nhist_cat = cat;
+    }
+    if (!s->nhist)
+        return 0; /* nothing can be torn; publish omits nothing */
     if (torn_state(s, n, mv_seg_catalog_hot_size(cat)) != 0)
         return 0; /* out of memory: keep the copy as validated by hot_check */
     for (size_t i = 0; i < n; i++) {

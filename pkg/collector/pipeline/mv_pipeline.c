@@ -1,4 +1,30 @@
-/* mv_pipeline: window summaries, sketches, change detection and anomaly scores per segment. */
+/* mv_pipeline: window summaries, sketches, change detection and anomaly scores per segment.
+ *
+ * Layout (see docs/analytics.md, "Layout, cost and memory"): every read touches one small HOT
+ * record per metric - the detector's statistics and the few fields a read must update -
+ * stored per type in contiguous arrays (counters, gauges, histograms, each in catalog
+ * order), so a tick streams through a few KiB per segment. Everything else is COLD and
+ * touched only when something happens: a counter's reset offset, window base and change
+ * counts; a gauge's sketch, allocated the first time its window holds two distinct values
+ * (a gauge that keeps one value through a window has no sketch: its summary is exact
+ * from the hot record); a histogram's previous and window bucket counts, touched only when
+ * its count or sum moved.
+ *
+ * Batching: a gauge read equal to the previous one only counts a repeat (`run`); the
+ * repeats go into the sketch as one weighted add when the value changes or the window
+ * closes - the same multiset, so the same quantiles. Counter increments are not summed
+ * per read at all: a counter keeps its raw value and a reset offset, so its cumulative
+ * increase (total) is prev + off, and the window rate, the short rate and the scorer's
+ * increase are differences of totals taken at the window start, at each short-rate slot
+ * and at each scorer step.
+ *
+ * Window close: the first read after a boundary snapshots what the closing window needs
+ * (counters: total and rate_max; gauges: the pending run) into a closing array; the
+ * summaries are computed over the following reads within cfg.close_spread_ns (a share per
+ * read), then swapped in at once - so 1,000 segments closing at the same boundary do not
+ * all pay in one tick. A gauge or histogram that needs its sketch or bucket counts for
+ * the new window before its turn is closed on the spot.
+ */
 #include "mv_pipeline.h"
 
 #include <errno.h>
@@ -18,54 +44,125 @@ const double mv_pipe_quantiles[MV_PIPE_QUANTILES] = {0.5, 0.9, 0.99, 0.999};
 
 #define SHORT_SLOTS 8
 
-/* Short-horizon accumulators of a counter: read intervals by the slot (of
- * short_ns / SHORT_SLOTS) their end fell in. */
-typedef struct shortwin {
-    double inc[SHORT_SLOTS], dt[SHORT_SLOTS];
-    uint64_t id[SHORT_SLOTS]; /* slot number + 1; 0 = empty */
-} shortwin;
+/* ---- Per-metric records ------------------------------------------------------------------ */
 
-typedef struct mstate {
-    const mv_seg_metric *m;
-    uint8_t type;
-    uint8_t primed; /* a previous read exists */
-    uint64_t prev_u;
+/* Hot records: touched by every read. 64 bytes each. */
+typedef struct hctr {
+    mv_detect_series det;
+    uint64_t prev;   /* raw value at the previous read */
+    double rate_max; /* window: highest increase / elapsed over one read interval */
+    uint32_t off;    /* value offset in the value area */
+    uint32_t primed; /* a previous read exists */
+} hctr;
+
+typedef struct hgauge {
+    mv_detect_series det;
+    double last;   /* last sample read (NaN/Inf included) */
+    mv_sketch *sk; /* NULL: no window yet needed one */
+    uint32_t off;
+    uint32_t run; /* reads of `last` in this window not yet in the sketch */
+} hgauge;
+
+typedef struct hhist {
+    mv_detect_series det;
+    uint64_t prev_count;
     double prev_sum;
-    uint64_t prev_ns;
-    uint64_t *prev_b; /* histograms: bucket_count + 1 previous counts */
-    /* Window accumulators. */
-    double inc, dt, rate_max, last;
-    uint64_t resets, changes;
-    mv_sketch *sk;
-    shortwin *sw; /* counters */
-    /* Scorer accumulator (counter increase / histogram count since the last step). */
-    double fd_inc;
-} mstate;
+    uint32_t off;
+    uint32_t primed;
+} hhist;
+
+/* Cold records. */
+typedef struct cctr {
+    uint64_t win_base; /* total at the start of the window */
+    uint64_t prime_e;  /* elapsed clock (see mv_pipe_seg.e) at the first read */
+    uint64_t changes, resets;
+    uint32_t idx; /* catalog index */
+} cctr;
+
+typedef struct cgauge {
+    uint64_t changes;
+    uint64_t collapses; /* of sketches freed before this one */
+    uint32_t idx;
+} cgauge;
+
+typedef struct chist {
+    uint64_t *b;  /* [0, nb): previous bucket counts; [nb, 2 nb): window counts */
+    uint64_t off; /* reset offset: cumulative count = prev_count + off */
+    double win_sum;
+    uint64_t win_count;
+    uint64_t changes, resets;
+    uint32_t idx, nb; /* nb = bucket_count + 1 */
+} chist;
+
+/* What the closing window needs of a metric that the next reads overwrite. */
+typedef struct wsnap {
+    uint64_t u; /* counter: total at the close; gauge: run; histogram: primed */
+    double d;   /* counter: rate_max; gauge: last */
+} wsnap;
+
+enum { T_CTR = 0, T_GAUGE = 1, T_HIST = 2 };
+#define LOC(t, j) (((uint32_t)(t) << 30) | (uint32_t)(j))
+#define LOC_T(l)  ((l) >> 30)
+#define LOC_J(l)  ((l)&0x3fffffffu)
 
 struct mv_pipe_seg {
     mv_pipe_config cfg;
+    mv_detect_params dp;
     const mv_seg_catalog *cat;
     size_t n;
-    mstate *ms;
-    mv_detect *det;
-    uint64_t *scratch; /* histogram deltas, max buckets + 1 */
-    uint64_t cur_w;    /* window index being accumulated; UINT64_MAX = none */
+    uint32_t *loc; /* per catalog index: type and index in its arrays */
+    size_t nc, ng, nh;
+    hctr *hc;
+    hgauge *hg;
+    hhist *hh;
+    cctr *cc;
+    uint64_t *coff; /* counters' reset offsets: total = prev + coff */
+    cgauge *cg;
+    chist *ch;
+    uint64_t *scratch; /* histogram deltas (scratch_len words) */
+    size_t scratch_len;
+
+    /* Time. e: elapsed clock, the sum of the forward read intervals (ns). */
+    uint64_t e, last_read_ns;
+    uint64_t cur_w; /* window index being accumulated; UINT64_MAX = none */
+    uint64_t win_e; /* e at the start of the window */
+    uint64_t win_reads, win_gap_max;
+
+    /* Short-rate ring: per slot, its number + 1 (0 = empty), e at the read before its
+     * first read, and every counter's total then ([slot][counter]). */
+    uint64_t slot_id[SHORT_SLOTS], slot_e[SHORT_SLOTS];
+    uint64_t *slot_tot;
+    uint64_t last_slot;
+
+    /* Closing window (cl != NULL while summaries are pending). */
+    wsnap *cl;
+    mv_pipe_out *cl_out; /* the summaries being computed */
+    uint8_t *cl_pending; /* per catalog index */
+    size_t cl_left, cl_next;
+    uint64_t cl_w, cl_e, cl_win_e, cl_deadline, cl_reads, cl_gap_max;
+    uint64_t cl_steps;
+    double cl_score;
+    uint64_t cl_collapses;
+
     /* Scorer. */
     mv_fd *fd;
     uint32_t fd_d;
-    uint32_t *fd_idx; /* metric index of each dimension */
+    uint32_t *fd_loc; /* loc of each dimension */
     double *fd_x, *fd_scale;
+    uint64_t *fd_base; /* counters/histograms: cumulative count at the last step */
     uint64_t fd_step, fd_last_ns, fd_steps;
     double fd_wmax;
-    /* Published output: pub is readable under mu; back is the tick's. */
+
+    /* Bytes held: fixed at create, plus the gauges' sketches as they grow (under mu). */
+    uint64_t mem_fixed, sk_mem;
+
+    /* Published output, under mu. */
     pthread_mutex_t mu;
-    mv_pipe_out *pub, *back;
+    mv_pipe_out *pub;
     uint64_t pub_start, pub_end;
     double pub_score;
     uint64_t pub_steps;
-    uint64_t pub_mem, pub_collapses;
-    uint64_t last_slot; /* short-rate slot of the latest read (under mu) */
-    uint64_t last_read_ns, win_reads, win_gap_max;
+    uint64_t pub_collapses;
     uint64_t pub_reads, pub_gap_max;
 };
 
@@ -79,6 +176,8 @@ void mv_pipe_config_default(mv_pipe_config *cfg)
     cfg->fd_period_ns = 1000000000ull;
     cfg->fd_max_dims = 64;
     cfg->short_ns = 1000000000ull;
+    cfg->close_spread_ns = 0;
+    cfg->phase_ns = 0;
 }
 
 const char *mv_pipe_config_check(const mv_pipe_config *cfg)
@@ -103,6 +202,18 @@ static size_t sketch_bytes(const mv_pipe_config *cfg)
     return mv_sketch_memory_bytes(&sc);
 }
 
+/* Fixed bytes per metric of each type: hot and cold records, catalog map, published
+ * summary; counters their short-rate column and offset. */
+static size_t fixed_bytes(uint8_t type)
+{
+    size_t b = sizeof(uint32_t) + sizeof(mv_pipe_out);
+    if (type == MV_SEG_COUNTER)
+        return b + sizeof(hctr) + sizeof(cctr) + (SHORT_SLOTS + 1) * sizeof(uint64_t);
+    if (type == MV_SEG_GAUGE)
+        return b + sizeof(hgauge) + sizeof(cgauge);
+    return b + sizeof(hhist) + sizeof(chist);
+}
+
 size_t mv_pipe_metric_bytes(const mv_pipe_config *cfg, uint8_t type, uint32_t nbuckets)
 {
     mv_pipe_config def;
@@ -110,15 +221,22 @@ size_t mv_pipe_metric_bytes(const mv_pipe_config *cfg, uint8_t type, uint32_t nb
         mv_pipe_config_default(&def);
         cfg = &def;
     }
-    size_t b = sizeof(mstate) + 2 * sizeof(mv_pipe_out) + mv_detect_memory_bytes(1) -
-               mv_detect_memory_bytes(0);
-    if (type == MV_SEG_GAUGE || type == MV_SEG_HISTOGRAM)
+    size_t b = fixed_bytes(type);
+    if (type == MV_SEG_GAUGE)
         b += sketch_bytes(cfg);
-    if (type == MV_SEG_HISTOGRAM)
-        b += 8u * ((size_t)nbuckets + 1);
-    if (type == MV_SEG_COUNTER)
-        b += sizeof(shortwin);
+    if (type == MV_SEG_HISTOGRAM) /* previous and window counts; the deltas' scratch */
+        b += 24u * ((size_t)nbuckets + 1);
     return b;
+}
+
+/* Weights of the histogram checksum (mv_seg_hist_weight), computed once. */
+static uint64_t g_hist_w[MV_SEG_HIST_WORDS(MV_SEG_BUCKETS_MAX)];
+static pthread_once_t g_hist_w_once = PTHREAD_ONCE_INIT;
+
+static void hist_w_init(void)
+{
+    for (uint32_t i = 0; i < MV_SEG_HIST_WORDS(MV_SEG_BUCKETS_MAX); i++)
+        g_hist_w[i] = mv_seg_hist_weight(i);
 }
 
 /* ---- Identity map for rebuilds ---------------------------------------------------------- */
@@ -148,40 +266,63 @@ static int metric_same(const mv_seg_metric *a, const mv_seg_metric *b)
     return 1;
 }
 
+static const mv_seg_metric *cat_m(const mv_pipe_seg *s, size_t i)
+{
+    return mv_seg_catalog_metric(s->cat, i);
+}
+
 /* Index in prev of the metric with m's identity, or SIZE_MAX. `table` is an
  * open-addressing map of prev's indexes + 1 (0 = empty), `mask` its size - 1. */
 static size_t find_prev(const mv_pipe_seg *prev, const uint32_t *table, size_t mask,
                         const mv_seg_metric *m, size_t hint)
 {
-    if (hint < prev->n && metric_same(prev->ms[hint].m, m))
+    if (hint < prev->n && metric_same(cat_m(prev, hint), m))
         return hint;
     for (size_t h = metric_hash(m) & mask;; h = (h + 1) & mask) {
         uint32_t v = table[h];
         if (!v)
             return SIZE_MAX;
-        if (metric_same(prev->ms[v - 1].m, m))
+        if (metric_same(cat_m(prev, v - 1), m))
             return v - 1;
     }
 }
 
 /* ---- Create / destroy -------------------------------------------------------------------- */
 
+static void cl_free(mv_pipe_seg *s)
+{
+    free(s->cl);
+    free(s->cl_out);
+    free(s->cl_pending);
+    s->cl = NULL;
+    s->cl_out = NULL;
+    s->cl_pending = NULL;
+    s->cl_left = 0;
+}
+
 static void free_state(mv_pipe_seg *s)
 {
-    for (size_t i = 0; s->ms && i < s->n; i++) {
-        mv_sketch_destroy(s->ms[i].sk);
-        free(s->ms[i].prev_b);
-        free(s->ms[i].sw);
-    }
-    free(s->ms);
-    mv_detect_destroy(s->det);
+    for (size_t j = 0; s->hg && j < s->ng; j++)
+        mv_sketch_destroy(s->hg[j].sk);
+    for (size_t j = 0; s->ch && j < s->nh; j++)
+        free(s->ch[j].b);
+    cl_free(s);
+    free(s->loc);
+    free(s->hc);
+    free(s->hg);
+    free(s->hh);
+    free(s->cc);
+    free(s->coff);
+    free(s->cg);
+    free(s->ch);
+    free(s->slot_tot);
+    free(s->scratch);
     mv_fd_destroy(s->fd);
-    free(s->fd_idx);
+    free(s->fd_loc);
     free(s->fd_x);
     free(s->fd_scale);
-    free(s->scratch);
+    free(s->fd_base);
     free(s->pub);
-    free(s->back);
 }
 
 void mv_pipe_seg_destroy(mv_pipe_seg *s)
@@ -193,24 +334,41 @@ void mv_pipe_seg_destroy(mv_pipe_seg *s)
     free(s);
 }
 
-static int setup_fd(mv_pipe_seg *s, mv_pipe_seg *prev)
+/* Cumulative count of a counter or histogram (what the scorer differences). */
+static uint64_t total_of(const mv_pipe_seg *s, uint32_t loc)
+{
+    uint32_t j = LOC_J(loc);
+    if (LOC_T(loc) == T_CTR)
+        return s->hc[j].prev + s->coff[j];
+    if (LOC_T(loc) == T_HIST)
+        return s->hh[j].prev_count + s->ch[j].off;
+    return 0;
+}
+
+static int setup_fd(mv_pipe_seg *s, mv_pipe_seg *prev, const size_t *from)
 {
     size_t d = s->n < s->cfg.fd_max_dims ? s->n : s->cfg.fd_max_dims;
     if (!s->cfg.fd || d == 0)
         return 0;
     s->fd_d = (uint32_t)d;
-    s->fd_idx = calloc(d, sizeof *s->fd_idx);
+    s->fd_loc = calloc(d, sizeof *s->fd_loc);
     s->fd_x = calloc(d, sizeof *s->fd_x);
     s->fd_scale = calloc(d, sizeof *s->fd_scale);
-    if (!s->fd_idx || !s->fd_x || !s->fd_scale)
+    s->fd_base = calloc(d, sizeof *s->fd_base);
+    if (!s->fd_loc || !s->fd_x || !s->fd_scale || !s->fd_base)
         return -ENOMEM;
-    for (size_t i = 0; i < d; i++)
-        s->fd_idx[i] = (uint32_t)i;
+    for (size_t k = 0; k < d; k++) {
+        s->fd_loc[k] = s->loc[k];
+        s->fd_base[k] = total_of(s, s->loc[k]);
+        /* A metric scored before keeps its base: its next step counts from the last one. */
+        if (prev && prev->fd && from[k] < prev->fd_d)
+            s->fd_base[k] = prev->fd_base[from[k]];
+    }
     /* Keep the learnt subspace when the scored metrics are the same ones. */
     if (prev && prev->fd && prev->fd_d == s->fd_d) {
         int same = 1;
-        for (size_t i = 0; i < d && same; i++)
-            same = metric_same(prev->ms[prev->fd_idx[i]].m, s->ms[i].m);
+        for (size_t k = 0; k < d && same; k++)
+            same = from[k] == k;
         if (same) {
             s->fd = prev->fd;
             prev->fd = NULL;
@@ -225,10 +383,28 @@ static int setup_fd(mv_pipe_seg *s, mv_pipe_seg *prev)
     return mv_fd_create(&fc, &s->fd);
 }
 
+static uint64_t mem_fixed(const mv_pipe_seg *s)
+{
+    uint64_t b = sizeof *s + s->nc * fixed_bytes(MV_SEG_COUNTER) +
+                 s->ng * fixed_bytes(MV_SEG_GAUGE) + s->nh * fixed_bytes(MV_SEG_HISTOGRAM) +
+                 s->scratch_len * sizeof *s->scratch;
+    for (size_t j = 0; j < s->nh; j++)
+        b += 16u * s->ch[j].nb;
+    if (s->fd) {
+        mv_fd_config fc;
+        mv_fd_config_default(&fc, s->fd_d);
+        b += mv_fd_memory_bytes(&fc) + s->fd_d * (4u + 8u + 8u + 8u);
+    }
+    return b;
+}
+
+static void close_all(mv_pipe_seg *s);
+
 int mv_pipe_seg_create(const mv_pipe_config *cfg, const mv_seg_catalog *cat, mv_pipe_seg *prev,
                        mv_pipe_seg **out)
 {
     uint32_t *table = NULL;
+    size_t *from = NULL; /* per new catalog index: prev's index, or SIZE_MAX */
     size_t mask = 0;
     int rc = -ENOMEM;
 
@@ -244,23 +420,41 @@ int mv_pipe_seg_create(const mv_pipe_config *cfg, const mv_seg_catalog *cat, mv_
         free(s);
         return -EINVAL;
     }
+    mv_detect_params_init(&s->dp, NULL);
+    pthread_once(&g_hist_w_once, hist_w_init);
     pthread_mutex_init(&s->mu, NULL);
     s->cat = cat;
     s->n = mv_seg_catalog_count(cat);
     s->cur_w = UINT64_MAX;
     s->pub_score = NAN;
+    s->fd_wmax = NAN;
     size_t n1 = s->n ? s->n : 1;
     uint32_t maxb = 0;
-    s->ms = calloc(n1, sizeof *s->ms);
+    for (size_t i = 0; i < s->n; i++) {
+        const mv_seg_metric *m = mv_seg_catalog_metric(cat, i);
+        s->nc += m->type == MV_SEG_COUNTER;
+        s->ng += m->type == MV_SEG_GAUGE;
+        s->nh += m->type == MV_SEG_HISTOGRAM;
+    }
+    s->loc = calloc(n1, sizeof *s->loc);
     s->pub = calloc(n1, sizeof *s->pub);
-    s->back = calloc(n1, sizeof *s->back);
-    if (!s->ms || !s->pub || !s->back)
+    s->hc = calloc(s->nc + 1, sizeof *s->hc);
+    s->cc = calloc(s->nc + 1, sizeof *s->cc);
+    s->coff = calloc(s->nc + 1, sizeof *s->coff);
+    s->slot_tot = calloc((s->nc + 1) * SHORT_SLOTS, sizeof *s->slot_tot);
+    s->hg = calloc(s->ng + 1, sizeof *s->hg);
+    s->cg = calloc(s->ng + 1, sizeof *s->cg);
+    s->hh = calloc(s->nh + 1, sizeof *s->hh);
+    s->ch = calloc(s->nh + 1, sizeof *s->ch);
+    from = malloc(n1 * sizeof *from);
+    if (!s->loc || !s->pub || !s->hc || !s->cc || !s->coff || !s->slot_tot || !s->hg || !s->cg ||
+        !s->hh || !s->ch || !from)
         goto fail_state;
-    if (s->cfg.detect) {
-        mv_detect_config dc;
-        mv_detect_config_default(&dc);
-        if (mv_detect_create(&dc, n1, &s->det) != 0)
-            goto fail_state;
+    if (prev) {
+        /* Summaries prev still owes are finished first: they describe its window. */
+        pthread_mutex_lock(&prev->mu);
+        close_all(prev);
+        pthread_mutex_unlock(&prev->mu);
     }
     if (prev && prev->n) {
         size_t cap = 1;
@@ -271,168 +465,400 @@ int mv_pipe_seg_create(const mv_pipe_config *cfg, const mv_seg_catalog *cat, mv_
         if (!table)
             goto fail_state;
         for (size_t i = 0; i < prev->n; i++) {
-            size_t h = metric_hash(prev->ms[i].m) & mask;
+            size_t h = metric_hash(cat_m(prev, i)) & mask;
             while (table[h])
                 h = (h + 1) & mask;
             table[h] = (uint32_t)(i + 1);
         }
+        s->e = prev->e;
+        s->last_read_ns = prev->last_read_ns;
         s->cur_w = prev->cur_w;
+        s->win_e = prev->win_e;
+        s->win_reads = prev->win_reads;
+        s->win_gap_max = prev->win_gap_max;
+        memcpy(s->slot_id, prev->slot_id, sizeof s->slot_id);
+        memcpy(s->slot_e, prev->slot_e, sizeof s->slot_e);
+        s->last_slot = prev->last_slot;
         s->pub_start = prev->pub_start;
         s->pub_end = prev->pub_end;
         s->pub_score = prev->pub_score;
         s->pub_steps = prev->pub_steps;
-        s->pub_mem = prev->pub_mem;
         s->pub_collapses = prev->pub_collapses;
-        s->last_slot = prev->last_slot;
-        s->last_read_ns = prev->last_read_ns;
-        s->win_reads = prev->win_reads;
-        s->win_gap_max = prev->win_gap_max;
         s->pub_reads = prev->pub_reads;
         s->pub_gap_max = prev->pub_gap_max;
         s->fd_step = prev->fd_step;
         s->fd_last_ns = prev->fd_last_ns;
         s->fd_wmax = prev->fd_wmax;
     }
-    mv_sketch_config sc = {.alpha = s->cfg.alpha, .max_buckets = s->cfg.sketch_buckets};
+    size_t jc = 0, jg = 0, jh = 0;
     for (size_t i = 0; i < s->n; i++) {
         const mv_seg_metric *m = mv_seg_catalog_metric(cat, i);
-        mstate *st = &s->ms[i];
         size_t j = table ? find_prev(prev, table, mask, m, i) : SIZE_MAX;
+        uint32_t pl = j != SIZE_MAX ? prev->loc[j] : 0;
+        uint32_t pj = LOC_J(pl);
+        from[i] = SIZE_MAX;
         if (j != SIZE_MAX) {
-            /* prev may be viewed meanwhile (its short-rate slots): move under its lock. */
-            pthread_mutex_lock(&prev->mu);
-            *st = prev->ms[j];
-            prev->ms[j].sk = NULL;
-            prev->ms[j].prev_b = NULL;
-            prev->ms[j].sw = NULL;
-            pthread_mutex_unlock(&prev->mu);
-            if (s->det)
-                mv_detect_copy(s->det, i, prev->det, j);
             s->pub[i] = prev->pub[j];
+            for (uint32_t k = 0; prev->fd && k < prev->fd_d; k++)
+                if (prev->fd_loc[k] == pl)
+                    from[i] = k;
         } else {
-            memset(st, 0, sizeof *st);
-            st->type = m->type;
             s->pub[i].type = m->type;
             s->pub[i].has_window = 0;
+            s->pub[i].rate = s->pub[i].rate_max = s->pub[i].rate_short = NAN;
         }
-        st->m = m;
         if (m->bucket_count > maxb)
             maxb = m->bucket_count;
-        if ((m->type == MV_SEG_GAUGE || m->type == MV_SEG_HISTOGRAM) && !st->sk &&
-            mv_sketch_create(&sc, &st->sk) != 0)
-            goto fail_state;
-        if (m->type == MV_SEG_COUNTER && !st->sw && !(st->sw = calloc(1, sizeof *st->sw)))
-            goto fail_state;
-        if (m->type == MV_SEG_HISTOGRAM && !st->prev_b) {
-            st->prev_b = calloc((size_t)m->bucket_count + 1, sizeof *st->prev_b);
-            st->primed = 0;
-            if (!st->prev_b)
-                goto fail_state;
+        if (m->type == MV_SEG_COUNTER) {
+            s->loc[i] = LOC(T_CTR, jc);
+            if (j != SIZE_MAX) {
+                /* prev may be viewed meanwhile (its short-rate ring): read under its lock. */
+                pthread_mutex_lock(&prev->mu);
+                s->hc[jc] = prev->hc[pj];
+                s->cc[jc] = prev->cc[pj];
+                s->coff[jc] = prev->coff[pj];
+                for (int k = 0; k < SHORT_SLOTS; k++)
+                    s->slot_tot[(size_t)k * s->nc + jc] = prev->slot_tot[(size_t)k * prev->nc + pj];
+                pthread_mutex_unlock(&prev->mu);
+            }
+            s->hc[jc].off = m->value_offset;
+            s->cc[jc].idx = (uint32_t)i;
+            jc++;
+        } else if (m->type == MV_SEG_GAUGE) {
+            s->loc[i] = LOC(T_GAUGE, jg);
+            if (j != SIZE_MAX) {
+                s->hg[jg] = prev->hg[pj];
+                s->cg[jg] = prev->cg[pj];
+                prev->hg[pj].sk = NULL;
+            } else {
+                s->hg[jg].last = NAN;
+            }
+            s->hg[jg].off = m->value_offset;
+            s->cg[jg].idx = (uint32_t)i;
+            jg++;
+        } else {
+            s->loc[i] = LOC(T_HIST, jh);
+            uint32_t nb = (uint32_t)m->bucket_count + 1;
+            if (j != SIZE_MAX) {
+                s->hh[jh] = prev->hh[pj];
+                s->ch[jh] = prev->ch[pj];
+                prev->ch[pj].b = NULL;
+            } else {
+                s->ch[jh].b = calloc(2 * (size_t)nb, sizeof *s->ch[jh].b);
+                if (!s->ch[jh].b)
+                    goto fail_state;
+            }
+            s->hh[jh].off = m->value_offset;
+            s->ch[jh].idx = (uint32_t)i;
+            s->ch[jh].nb = nb;
+            jh++;
         }
     }
-    s->scratch = calloc((size_t)maxb + 1, sizeof *s->scratch);
+    s->scratch_len = (size_t)maxb + 1; /* histogram deltas */
+    s->scratch = calloc(s->scratch_len, sizeof *s->scratch);
     if (!s->scratch)
         goto fail_state;
-    if ((rc = setup_fd(s, prev)) != 0)
+    if ((rc = setup_fd(s, prev, from)) != 0)
         goto fail_state;
+    s->mem_fixed = mem_fixed(s);
+    for (size_t j = 0; j < s->ng; j++)
+        if (s->hg[j].sk)
+            s->sk_mem += mv_sketch_memory_used(s->hg[j].sk);
     free(table);
+    free(from);
     *out = s;
     return 0;
 
 fail_state:
     free(table);
+    free(from);
     mv_pipe_seg_destroy(s);
     return rc;
 }
 
-/* ---- Feeding -----------------------------------------------------------------------------------
- */
+/* ---- Window summaries ----------------------------------------------------------------------- */
 
-/* Bytes of state held now (mv_pipe_metric_bytes bounds each metric's share). */
-static uint64_t mem_used(const mv_pipe_seg *s)
+/* Representative of pod bucket b (of nb = nbounds + 1): the value every observation in it
+ * is taken to be (as mv_sketch_add_buckets does). */
+static double bucket_rep(const double *bounds, uint32_t nbounds, uint32_t b)
 {
-    uint64_t b = sizeof *s + (uint64_t)s->n * (sizeof(mstate) + 2 * sizeof(mv_pipe_out)) +
-                 (s->det ? mv_detect_memory_bytes(s->n ? s->n : 1) : 0);
-    for (size_t i = 0; i < s->n; i++) {
-        if (s->ms[i].sk)
-            b += mv_sketch_memory_used(s->ms[i].sk);
-        if (s->ms[i].prev_b)
-            b += 8u * ((uint64_t)s->ms[i].m->bucket_count + 1);
-        if (s->ms[i].sw)
-            b += sizeof(shortwin);
+    double rep;
+    if (b == 0) {
+        rep = bounds[0];
+    } else if (b == nbounds) {
+        rep = bounds[nbounds - 1];
+    } else {
+        double lo = bounds[b - 1], hi = bounds[b];
+        if (lo >= 0.0 || hi <= 0.0)
+            rep = 2.0 * lo * (hi / (lo + hi)); /* same sign: lo + hi != 0 */
+        else
+            rep = 0.5 * (lo + hi);
     }
-    if (s->fd) {
-        mv_fd_config fc;
-        mv_fd_config_default(&fc, s->fd_d);
-        b += mv_fd_memory_bytes(&fc) + s->fd_d * (4u + 16u);
-    }
-    return b;
+    if (!isfinite(rep))
+        rep = b == 0 ? bounds[0] : bounds[b - 1];
+    return rep;
 }
 
-static void close_window(mv_pipe_seg *s, uint64_t w)
+static void summarise_counter(mv_pipe_seg *s, size_t j, const wsnap *w, mv_pipe_out *o)
 {
-    uint64_t collapses = 0, mem = mem_used(s);
-    for (size_t i = 0; i < s->n; i++) {
-        mstate *st = &s->ms[i];
-        mv_pipe_out *o = &s->back[i];
-        memset(o, 0, sizeof *o);
-        o->type = st->type;
-        o->changes = st->changes;
-        o->resets = st->resets;
-        if (st->type == MV_SEG_COUNTER) {
-            o->has_window = st->dt > 0;
-            o->rate = st->dt > 0 ? st->inc / st->dt : NAN;
-            o->rate_max = st->dt > 0 ? st->rate_max : NAN;
-            st->inc = st->dt = st->rate_max = 0;
-            continue;
+    cctr *c = &s->cc[j];
+    uint64_t base_e = s->cl_win_e > c->prime_e ? s->cl_win_e : c->prime_e;
+    uint64_t dt_ns = s->cl_e > base_e ? s->cl_e - base_e : 0;
+    double dt = (double)dt_ns * 1e-9;
+    memset(o, 0, sizeof *o);
+    o->type = MV_SEG_COUNTER;
+    o->changes = c->changes;
+    o->resets = c->resets;
+    o->has_window = dt_ns > 0;
+    o->rate = dt_ns ? (double)(w->u - c->win_base) / dt : NAN;
+    o->rate_max = dt_ns ? w->d : NAN;
+    o->rate_short = NAN;
+    c->win_base = w->u;
+}
+
+/* Summary of gauge j: its sketch (if its window held several values) plus the pending run. */
+static void summarise_gauge(mv_pipe_seg *s, size_t j, const wsnap *w, mv_pipe_out *o)
+{
+    cgauge *g = &s->cg[j];
+    mv_sketch **skp = &s->hg[j].sk;
+    uint64_t run = w->u;
+    double last = w->d;
+    memset(o, 0, sizeof *o);
+    o->type = MV_SEG_GAUGE;
+    o->changes = g->changes;
+    o->last = last;
+    o->rate = o->rate_max = o->rate_short = NAN;
+    if (*skp && mv_sketch_count(*skp)) {
+        mv_sketch *sk = *skp;
+        if (run) {
+            size_t m0 = mv_sketch_memory_used(sk);
+            mv_sketch_add_n(sk, last, run);
+            s->sk_mem += mv_sketch_memory_used(sk) - m0;
         }
-        uint64_t cnt = mv_sketch_count(st->sk);
-        o->collapses = mv_sketch_collapses(st->sk);
-        collapses += o->collapses;
+        uint64_t cnt = mv_sketch_count(sk);
         o->count = cnt;
-        o->sum = mv_sketch_sum(st->sk);
-        o->last = st->last;
-        o->has_window = cnt > 0 || st->type == MV_SEG_HISTOGRAM;
-        for (int q = 0; q < MV_PIPE_QUANTILES; q++)
-            o->q[q] = cnt ? mv_sketch_quantile(st->sk, mv_pipe_quantiles[q]) : NAN;
-        o->min = cnt ? mv_sketch_min(st->sk) : NAN;
-        o->max = cnt ? mv_sketch_max(st->sk) : NAN;
-        o->mean = cnt ? o->sum / (double)cnt : NAN;
-        if (st->type == MV_SEG_HISTOGRAM && !st->primed)
-            o->has_window = 0;
-        mv_sketch_reset(st->sk);
+        o->sum = mv_sketch_sum(sk);
+        o->has_window = 1;
+        mv_sketch_quantiles(sk, mv_pipe_quantiles, MV_PIPE_QUANTILES, o->q);
+        o->min = mv_sketch_min(sk);
+        o->max = mv_sketch_max(sk);
+        o->mean = o->sum / (double)cnt;
+        o->collapses = g->collapses + mv_sketch_collapses(sk);
+        mv_sketch_reset(sk);
+    } else {
+        if (*skp) {
+            /* A whole window on one value: the sketch is not needed any more. */
+            g->collapses += mv_sketch_collapses(*skp);
+            s->sk_mem -= mv_sketch_memory_used(*skp);
+            mv_sketch_destroy(*skp);
+            *skp = NULL;
+        }
+        o->collapses = g->collapses;
+        o->count = run;
+        o->has_window = run > 0;
+        if (run) {
+            /* One distinct value: every figure is that value, exactly. */
+            o->sum = last * (double)run;
+            o->min = o->max = o->mean = last;
+            for (int q = 0; q < MV_PIPE_QUANTILES; q++)
+                o->q[q] = last;
+        } else {
+            o->min = o->max = o->mean = NAN;
+            for (int q = 0; q < MV_PIPE_QUANTILES; q++)
+                o->q[q] = NAN;
+        }
     }
-    pthread_mutex_lock(&s->mu);
-    mv_pipe_out *t = s->pub;
-    s->pub = s->back;
-    s->back = t;
-    s->pub_start = w * s->cfg.window_ns;
+    s->cl_collapses += o->collapses;
+}
+
+/* Summary of histogram j from its window bucket counts: quantile = the representative of
+ * the bucket holding the rank (within the bucket's width of the truth). */
+static void summarise_hist(mv_pipe_seg *s, size_t j, const wsnap *w, mv_pipe_out *o)
+{
+    chist *h = &s->ch[j];
+    const mv_seg_metric *m = cat_m(s, h->idx);
+    uint64_t *wb = h->b + h->nb, cnt = h->win_count;
+    memset(o, 0, sizeof *o);
+    o->type = MV_SEG_HISTOGRAM;
+    o->changes = h->changes;
+    o->resets = h->resets;
+    o->rate = o->rate_max = o->rate_short = NAN;
+    o->has_window = w->u != 0; /* primed at the close */
+    o->count = cnt;
+    o->sum = h->win_sum;
+    o->last = NAN;
+    o->min = o->max = o->mean = NAN;
+    for (int q = 0; q < MV_PIPE_QUANTILES; q++)
+        o->q[q] = NAN;
+    if (cnt) {
+        o->mean = o->sum / (double)cnt;
+        uint64_t seen = 0;
+        int q = 0;
+        uint64_t rank = (uint64_t)floor(mv_pipe_quantiles[0] * (double)(cnt - 1));
+        for (uint32_t b = 0; b < h->nb; b++) {
+            if (!wb[b])
+                continue;
+            double rep = bucket_rep(m->bounds, m->bucket_count, b);
+            if (isnan(o->min))
+                o->min = rep;
+            o->max = rep;
+            seen += wb[b];
+            while (q < MV_PIPE_QUANTILES && seen > rank) {
+                o->q[q++] = rep;
+                if (q < MV_PIPE_QUANTILES)
+                    rank = (uint64_t)floor(mv_pipe_quantiles[q] * (double)(cnt - 1));
+            }
+        }
+        memset(wb, 0, h->nb * sizeof *wb);
+    }
+    h->win_count = 0;
+    h->win_sum = 0;
+}
+
+/* Summarises catalog metric i of the closing window. */
+static void close_one(mv_pipe_seg *s, size_t i)
+{
+    if (!s->cl_pending[i])
+        return;
+    s->cl_pending[i] = 0;
+    s->cl_left--;
+    uint32_t l = s->loc[i];
+    if (LOC_T(l) == T_CTR)
+        summarise_counter(s, LOC_J(l), &s->cl[i], &s->cl_out[i]);
+    else if (LOC_T(l) == T_GAUGE)
+        summarise_gauge(s, LOC_J(l), &s->cl[i], &s->cl_out[i]);
+    else
+        summarise_hist(s, LOC_J(l), &s->cl[i], &s->cl_out[i]);
+}
+
+/* Called with mu held: publishes the closing window once every summary is in. */
+static void close_publish(mv_pipe_seg *s)
+{
+    mv_pipe_out *old = s->pub;
+    s->pub = s->cl_out;
+    s->cl_out = old; /* freed below */
+    s->pub_start = s->cl_w * s->cfg.window_ns;
     s->pub_end = s->pub_start + s->cfg.window_ns;
-    s->pub_score = s->fd_wmax;
-    s->pub_steps = s->fd_steps;
-    s->pub_mem = mem;
-    s->pub_collapses = collapses;
-    s->pub_reads = s->win_reads;
-    s->pub_gap_max = s->win_gap_max;
-    pthread_mutex_unlock(&s->mu);
+    s->pub_score = s->cl_score;
+    s->pub_steps = s->cl_steps;
+    s->pub_collapses = s->cl_collapses;
+    s->pub_reads = s->cl_reads;
+    s->pub_gap_max = s->cl_gap_max;
+    cl_free(s);
+}
+
+/* Called with mu held: finishes a closing window at once. */
+static void close_all(mv_pipe_seg *s)
+{
+    if (!s->cl)
+        return;
+    for (size_t i = 0; i < s->n && s->cl_left; i++)
+        close_one(s, i);
+    close_publish(s);
+}
+
+/* Called with mu held, at the first read after a boundary (before it is processed):
+ * snapshots what window w needs; summaries follow within close_spread_ns. */
+static void close_begin(mv_pipe_seg *s, uint64_t w, uint64_t now_ns)
+{
+    size_t n1 = s->n ? s->n : 1;
+    s->cl = malloc(n1 * sizeof *s->cl);
+    s->cl_out = malloc(n1 * sizeof *s->cl_out);
+    s->cl_pending = malloc(n1);
+    s->cl_w = w;
+    s->cl_e = s->e;
+    s->cl_win_e = s->win_e;
+    s->cl_score = s->fd_wmax;
+    s->cl_steps = s->fd_steps;
+    s->cl_reads = s->win_reads;
+    s->cl_gap_max = s->win_gap_max;
+    s->cl_collapses = 0;
+    s->cl_deadline = now_ns + s->cfg.close_spread_ns;
+    s->win_e = s->e;
     s->fd_wmax = NAN;
     s->win_reads = s->win_gap_max = 0;
+    int ok = s->cl && s->cl_out && s->cl_pending;
+    for (size_t j = 0; j < s->nc; j++) {
+        hctr *h = &s->hc[j];
+        wsnap sn = {.u = h->prev + s->coff[j], .d = h->rate_max};
+        h->rate_max = 0;
+        if (ok) {
+            s->cl[s->cc[j].idx] = sn;
+        } else { /* no memory to defer: the counter's window is lost, its base moves on */
+            s->cc[j].win_base = sn.u;
+        }
+    }
+    for (size_t j = 0; j < s->ng; j++) {
+        hgauge *h = &s->hg[j];
+        if (ok)
+            s->cl[s->cg[j].idx] = (wsnap){.u = h->run, .d = h->last};
+        else if (h->run && h->sk) {
+            size_t m0 = mv_sketch_memory_used(h->sk);
+            mv_sketch_add_n(h->sk, h->last, h->run);
+            s->sk_mem += mv_sketch_memory_used(h->sk) - m0;
+        }
+        h->run = 0;
+    }
+    for (size_t j = 0; j < s->nh && ok; j++)
+        s->cl[s->ch[j].idx] = (wsnap){.u = s->hh[j].primed};
+    if (!ok) {
+        /* Out of memory: this window's summary is skipped (the published one stays). */
+        cl_free(s);
+        for (size_t j = 0; j < s->ng; j++)
+            if (s->hg[j].sk)
+                mv_sketch_reset(s->hg[j].sk);
+        for (size_t j = 0; j < s->nh; j++) {
+            memset(s->ch[j].b + s->ch[j].nb, 0, s->ch[j].nb * sizeof(uint64_t));
+            s->ch[j].win_count = 0;
+            s->ch[j].win_sum = 0;
+        }
+        return;
+    }
+    memset(s->cl_pending, 1, n1);
+    s->cl_left = s->n;
+    s->cl_next = 0;
+    if (!s->n)
+        close_publish(s);
 }
+
+/* Called with mu held after a read: this read's share of the pending summaries. */
+static void close_step(mv_pipe_seg *s, uint64_t now_ns, uint64_t gap)
+{
+    size_t share = s->cl_left;
+    if (now_ns < s->cl_deadline && gap > 0 && gap < s->cl_deadline - now_ns) {
+        uint64_t reads_left = (s->cl_deadline - now_ns) / gap + 1;
+        share = (size_t)((s->cl_left + reads_left - 1) / reads_left);
+    }
+    for (; share && s->cl_next < s->n; s->cl_next++) {
+        if (s->cl_pending[s->cl_next]) {
+            close_one(s, s->cl_next);
+            share--;
+        }
+    }
+    if (!s->cl_left)
+        close_publish(s);
+}
+
+/* ---- Feeding -----------------------------------------------------------------------------------
+ */
 
 static void fd_step(mv_pipe_seg *s, uint64_t now_ns)
 {
     double secs =
         s->fd_last_ns && now_ns > s->fd_last_ns ? (double)(now_ns - s->fd_last_ns) / 1e9 : 0.0;
     s->fd_last_ns = now_ns;
-    if (secs <= 0) {
-        for (uint32_t k = 0; k < s->fd_d; k++)
-            s->ms[s->fd_idx[k]].fd_inc = 0;
-        return;
-    }
     for (uint32_t k = 0; k < s->fd_d; k++) {
-        mstate *st = &s->ms[s->fd_idx[k]];
-        double f = st->type == MV_SEG_GAUGE ? st->last : st->fd_inc / secs;
-        st->fd_inc = 0;
+        uint32_t l = s->fd_loc[k];
+        double f;
+        if (LOC_T(l) == T_GAUGE) {
+            f = s->hg[LOC_J(l)].last;
+        } else {
+            uint64_t t = total_of(s, l);
+            f = secs > 0 ? (double)(t - s->fd_base[k]) / secs : 0.0;
+            s->fd_base[k] = t;
+        }
+        if (secs <= 0)
+            continue;
         if (!isfinite(f))
             f = 0;
         double a = fabs(f);
@@ -440,6 +866,8 @@ static void fd_step(mv_pipe_seg *s, uint64_t now_ns)
         *sc = *sc == 0 ? a : *sc + FD_SCALE_LAMBDA * (a - *sc);
         s->fd_x[k] = f / (*sc + FD_EPS);
     }
+    if (secs <= 0)
+        return;
     mv_fd_result r;
     if (mv_fd_observe(s->fd, s->fd_x, &r) == 0 && !r.warming) {
         s->fd_steps++;
@@ -448,110 +876,249 @@ static void fd_step(mv_pipe_seg *s, uint64_t now_ns)
     }
 }
 
+/* A new short-rate slot begins with this read: every counter's total as of the previous
+ * read starts it. */
+static void slot_begin(mv_pipe_seg *s, uint64_t slot)
+{
+    size_t k = slot % SHORT_SLOTS;
+    uint64_t *t = s->slot_tot + k * s->nc;
+    s->slot_id[k] = slot;
+    s->slot_e[k] = s->e;
+    for (size_t j = 0; j < s->nc; j++)
+        t[j] = s->hc[j].prev + s->coff[j];
+}
+
+/* Gauge j needs its sketch for the current window: closes its previous window first if
+ * that is still pending, and allocates the sketch on first use. */
+static mv_sketch *gauge_sketch(mv_pipe_seg *s, size_t j)
+{
+    uint32_t idx = s->cg[j].idx;
+    if (s->cl && s->cl_pending[idx])
+        close_one(s, idx);
+    if (!s->hg[j].sk) {
+        mv_sketch_config sc = {.alpha = s->cfg.alpha, .max_buckets = s->cfg.sketch_buckets};
+        /* NULL on ENOMEM: the window keeps its last value */
+        if (mv_sketch_create(&sc, &s->hg[j].sk) == 0)
+            s->sk_mem += mv_sketch_memory_used(s->hg[j].sk);
+    }
+    return s->hg[j].sk;
+}
+
+MV_DETECT_INLINE unsigned detect(mv_pipe_seg *s, mv_detect_series *d, uint64_t *changes, double x)
+{
+    unsigned f = mv_detect_series_update(&s->dp, d, x);
+    if (__builtin_expect(f & MV_DETECT_CHANGED, 0)) {
+        (*changes)++;
+        return MV_PIPE_CHANGED | MV_PIPE_MOVING;
+    }
+    return f & MV_DETECT_MOVING ? MV_PIPE_MOVING : 0;
+}
+
+static unsigned feed_counters(mv_pipe_seg *s, const char *vals, int forward, double dt)
+{
+    unsigned flags = 0;
+    int det = s->cfg.detect;
+    for (size_t j = 0; j < s->nc; j++) {
+        hctr *h = &s->hc[j];
+        uint64_t v;
+        memcpy(&v, vals + h->off, 8);
+        if (__builtin_expect(!h->primed, 0)) {
+            /* First read: the cumulative increase starts at 0 here. */
+            h->primed = 1;
+            s->coff[j] = (uint64_t)0 - v;
+            s->cc[j].prime_e = s->e;
+            h->prev = v;
+            continue;
+        }
+        if (__builtin_expect(!forward, 0)) {
+            s->coff[j] += h->prev - v; /* no interval: the total does not move */
+            h->prev = v;
+            continue;
+        }
+        uint64_t d;
+        if (__builtin_expect(v >= h->prev, 1)) {
+            d = v - h->prev;
+        } else { /* a reset: the new value is the increase */
+            d = v;
+            s->coff[j] += h->prev;
+            s->cc[j].resets++;
+        }
+        h->prev = v;
+        double x = (double)d / dt;
+        h->rate_max = x > h->rate_max ? x : h->rate_max;
+        if (det)
+            flags |= detect(s, &h->det, &s->cc[j].changes, x);
+    }
+    return flags;
+}
+
+#define GAUGE_BATCH 64
+
+static unsigned feed_gauges(mv_pipe_seg *s, const char *vals)
+{
+    unsigned flags = 0;
+    int det = s->cfg.detect;
+    /* Runs to flush into sketches, added in batches (the sketches are cold in cache). */
+    mv_sketch_add_req req[GAUGE_BATCH];
+    size_t nb = 0;
+    for (size_t j = 0; j < s->ng; j++) {
+        hgauge *h = &s->hg[j];
+        double x;
+        memcpy(&x, vals + h->off, 8);
+        if (__builtin_expect(x == h->last, 1)) {
+            h->run++; /* a repeat: one more of `last`, no sketch touched */
+        } else {
+            if (h->run) {
+                /* The window now holds two distinct values: the run goes to the sketch. */
+                mv_sketch *sk = h->sk && !s->cl ? h->sk : gauge_sketch(s, j);
+                if (sk) {
+                    req[nb++] = (mv_sketch_add_req){.sk = sk, .value = h->last, .count = h->run};
+                    if (nb == GAUGE_BATCH) {
+                        s->sk_mem += mv_sketch_add_many(req, nb);
+                        nb = 0;
+                    }
+                }
+            }
+            h->last = x;
+            h->run = isfinite(x) ? 1 : 0; /* NaN/Inf are left out of the window */
+        }
+        if (det)
+            flags |= detect(s, &h->det, &s->cg[j].changes, x);
+    }
+    if (nb)
+        s->sk_mem += mv_sketch_add_many(req, nb);
+    return flags;
+}
+
+static unsigned feed_hists(mv_pipe_seg *s, const char *vals)
+{
+    unsigned flags = 0;
+    uint64_t *d = s->scratch;
+    for (size_t j = 0; j < s->nh; j++) {
+        hhist *h = &s->hh[j];
+        const uint64_t *w = (const uint64_t *)(const void *)(vals + h->off);
+        uint64_t count = w[0];
+        double sum;
+        memcpy(&sum, &w[1], 8);
+        /* Unchanged count and sum: no observation since the previous read. */
+        if (h->primed && count == h->prev_count && memcmp(&sum, &h->prev_sum, 8) == 0)
+            continue;
+        chist *c = &s->ch[j];
+        uint32_t nb = c->nb;
+        uint64_t *prev_b = c->b, *wb = c->b + nb;
+        int primed = h->primed;
+        if (primed && s->cl && s->cl_pending[c->idx])
+            close_one(s, c->idx); /* its window counts are about to move */
+        /* One pass: the torn-copy checks of mv_seg_read_histogram (weighted checksum,
+         * bucket total), the deltas added to the window, whether a bucket went down
+         * (a reset). Undone below in the rare cases (torn, reset, first read). */
+        uint64_t check = w[0] * g_hist_w[0] + w[1] * g_hist_w[1], total = 0, down = 0;
+        for (uint32_t b = 0; b < nb; b++) {
+            uint64_t v = w[2 + b], p = prev_b[b];
+            check += v * g_hist_w[2 + b];
+            total += v;
+            down |= v < p;
+            d[b] = v - p;
+            wb[b] += v - p;
+            prev_b[b] = v;
+        }
+        int torn = check != w[nb + 2] || total != count;
+        int reset = primed && !torn && (count < h->prev_count || down);
+        if (__builtin_expect(torn || reset || !primed, 0)) {
+            for (uint32_t b = 0; b < nb; b++) {
+                wb[b] -= d[b];
+                if (torn)
+                    prev_b[b] -= d[b];
+                else if (reset)
+                    wb[b] += prev_b[b]; /* a reset: the new counts are the increase */
+            }
+        }
+        if (torn)
+            continue; /* caught mid-update: the next read sees it */
+        double x = NAN;
+        if (primed) {
+            uint64_t dc;
+            double ds;
+            if (reset) {
+                dc = count;
+                ds = sum;
+                c->resets++;
+                c->off += h->prev_count;
+                memcpy(d, w + 2, nb * sizeof *d);
+            } else {
+                dc = count - h->prev_count;
+                ds = sum - h->prev_sum;
+            }
+            if (dc) {
+                if (!isfinite(ds)) { /* no usable sum: the representatives stand in */
+                    const mv_seg_metric *m = cat_m(s, c->idx);
+                    double rs = 0;
+                    for (uint32_t b = 0; b < nb; b++)
+                        if (d[b])
+                            rs += bucket_rep(m->bounds, m->bucket_count, b) * (double)d[b];
+                    c->win_sum += rs;
+                } else {
+                    c->win_sum += ds;
+                }
+                c->win_count += dc;
+                x = ds / (double)dc;
+            }
+        } else {
+            c->off = (uint64_t)0 - count; /* the cumulative count starts at 0 here */
+        }
+        h->prev_count = count;
+        h->prev_sum = sum;
+        h->primed = 1;
+        if (s->cfg.detect && !isnan(x))
+            flags |= detect(s, &h->det, &c->changes, x);
+    }
+    return flags;
+}
+
 unsigned mv_pipe_seg_feed(mv_pipe_seg *s, const void *hot, uint64_t now_ns)
 {
     unsigned flags = 0;
     uint64_t w = now_ns / s->cfg.window_ns;
+    const mv_seg_header *hdr = hot;
+    const char *vals = (const char *)hot + hdr->values_offset;
+    int forward = s->last_read_ns && now_ns > s->last_read_ns;
+    uint64_t gap = forward ? now_ns - s->last_read_ns : 0;
+    uint64_t slot = now_ns / (s->cfg.short_ns / SHORT_SLOTS) + 1;
+
+    /* The short-rate ring and the closing window are read by mv_pipe_seg_view: one
+     * uncontended lock per read. */
+    pthread_mutex_lock(&s->mu);
     if (s->cur_w == UINT64_MAX) {
         s->cur_w = w;
         s->fd_wmax = NAN;
     } else if (w > s->cur_w) {
-        close_window(s, s->cur_w);
+        close_all(s); /* the window before, if its summaries are still pending */
+        close_begin(s, s->cur_w, now_ns);
         s->cur_w = w;
         flags |= MV_PIPE_WINDOW;
     }
-    s->win_reads++;
-    if (s->last_read_ns && now_ns > s->last_read_ns && now_ns - s->last_read_ns > s->win_gap_max)
-        s->win_gap_max = now_ns - s->last_read_ns;
-    s->last_read_ns = now_ns;
-    uint64_t slot = now_ns / (s->cfg.short_ns / SHORT_SLOTS) + 1, si = slot % SHORT_SLOTS;
-    /* The short-rate slots are read by mv_pipe_seg_view: one uncontended lock per read. */
-    pthread_mutex_lock(&s->mu);
-    s->last_slot = slot;
-    for (size_t i = 0; i < s->n; i++) {
-        mstate *st = &s->ms[i];
-        const mv_seg_metric *m = st->m;
-        double x = NAN;
-        if (st->type == MV_SEG_COUNTER) {
-            uint64_t v = mv_seg_read_counter(hot, m);
-            if (st->primed && now_ns > st->prev_ns) {
-                double dt = (double)(now_ns - st->prev_ns) * 1e-9;
-                uint64_t d;
-                if (v >= st->prev_u) {
-                    d = v - st->prev_u;
-                } else {
-                    d = v;
-                    st->resets++;
-                }
-                st->inc += (double)d;
-                st->dt += dt;
-                st->fd_inc += (double)d;
-                x = (double)d / dt;
-                if (x > st->rate_max)
-                    st->rate_max = x;
-                shortwin *sw = st->sw;
-                if (sw->id[si] != slot) {
-                    sw->id[si] = slot;
-                    sw->inc[si] = sw->dt[si] = 0;
-                }
-                sw->inc[si] += (double)d;
-                sw->dt[si] += dt;
-            }
-            st->prev_u = v;
-            st->prev_ns = now_ns;
-            st->primed = 1;
-        } else if (st->type == MV_SEG_GAUGE) {
-            x = mv_seg_read_gauge(hot, m);
-            st->last = x;
-            mv_sketch_add(st->sk, x); /* -EDOM for NaN/Inf: left out */
-        } else {
-            mv_seg_hist_view hv;
-            if (mv_seg_read_histogram(hot, m, &hv) != MV_SEG_OK)
-                continue;
-            uint32_t nb = (uint32_t)m->bucket_count + 1;
-            if (st->primed) {
-                int reset = hv.count < st->prev_u;
-                for (uint32_t b = 0; b < nb && !reset; b++) {
-                    if (hv.buckets[b] < st->prev_b[b])
-                        reset = 1;
-                    else
-                        s->scratch[b] = hv.buckets[b] - st->prev_b[b];
-                }
-                uint64_t dc;
-                double ds;
-                if (reset) {
-                    memcpy(s->scratch, hv.buckets, nb * sizeof *s->scratch);
-                    dc = hv.count;
-                    ds = hv.sum;
-                    st->resets++;
-                } else {
-                    dc = hv.count - st->prev_u;
-                    ds = hv.sum - st->prev_sum;
-                }
-                if (dc) {
-                    mv_sketch_add_buckets(st->sk, m->bounds, m->bucket_count, s->scratch, ds);
-                    st->fd_inc += (double)dc;
-                    x = ds / (double)dc;
-                }
-            }
-            memcpy(st->prev_b, hv.buckets, nb * sizeof *st->prev_b);
-            st->prev_u = hv.count;
-            st->prev_sum = hv.sum;
-            st->primed = 1;
-        }
-        if (s->det && !isnan(x)) {
-            unsigned f = mv_detect_update(s->det, i, x);
-            if (f & MV_DETECT_CHANGED) {
-                st->changes++;
-                flags |= MV_PIPE_CHANGED;
-            }
-            if (f & MV_DETECT_MOVING)
-                flags |= MV_PIPE_MOVING;
-        }
+    if (slot != s->last_slot) {
+        slot_begin(s, slot);
+        s->last_slot = slot;
     }
+    s->win_reads++;
+    if (gap > s->win_gap_max)
+        s->win_gap_max = gap;
+    double dt = (double)gap * 1e-9;
+    if (forward)
+        s->e += gap;
+    s->last_read_ns = now_ns;
+    /* This read's share of the pending summaries, before it changes any state: with
+     * close_spread_ns 0 the window is summarised exactly as of its last read. */
+    if (s->cl)
+        close_step(s, now_ns, gap);
+    flags |= feed_counters(s, vals, forward, dt);
+    flags |= feed_gauges(s, vals);
+    if (s->nh)
+        flags |= feed_hists(s, vals);
     pthread_mutex_unlock(&s->mu);
     if (s->fd) {
-        uint64_t step = now_ns / s->cfg.fd_period_ns;
+        uint64_t step = (now_ns + s->cfg.phase_ns) / s->cfg.fd_period_ns;
         if (step != s->fd_step) {
             s->fd_step = step;
             fd_step(s, now_ns);
@@ -572,25 +1139,32 @@ mv_pipe_view *mv_pipe_seg_view(mv_pipe_seg *s)
     v->window_end_ns = s->pub_end;
     v->anomaly_score = s->pub_score;
     v->fd_steps = s->pub_steps;
-    v->mem_bytes = s->pub_mem;
+    v->mem_bytes = s->mem_fixed + s->sk_mem;
     v->collapses = s->pub_collapses;
     v->window_reads = s->pub_reads;
     v->window_max_interval_ns = s->pub_gap_max;
     memcpy(v->m, s->pub, s->n * sizeof(mv_pipe_out));
-    /* Short counter rates, as of the latest read. */
-    for (size_t i = 0; i < s->n; i++) {
-        const shortwin *sw = s->ms[i].sw;
-        v->m[i].rate_short = NAN;
-        if (!sw)
-            continue;
-        double inc = 0, dt = 0;
-        for (int k = 0; k < SHORT_SLOTS; k++) {
-            if (sw->id[k] && sw->id[k] + SHORT_SLOTS > s->last_slot) {
-                inc += sw->inc[k];
-                dt += sw->dt[k];
-            }
+    /* Short counter rates, as of the latest read: the difference of totals since the
+     * read before the oldest slot of the horizon. */
+    uint64_t base_e = UINT64_MAX;
+    size_t base_k = 0;
+    for (size_t k = 0; k < SHORT_SLOTS; k++) {
+        if (s->slot_id[k] && s->slot_id[k] + SHORT_SLOTS > s->last_slot &&
+            (base_e == UINT64_MAX || s->slot_id[k] < s->slot_id[base_k])) {
+            base_k = k;
+            base_e = s->slot_e[k];
         }
-        v->m[i].rate_short = dt > 0 ? inc / dt : NAN;
+    }
+    for (size_t j = 0; j < s->nc; j++) {
+        mv_pipe_out *o = &v->m[s->cc[j].idx];
+        o->rate_short = NAN;
+        if (base_e == UINT64_MAX || !s->hc[j].primed)
+            continue;
+        uint64_t from = base_e > s->cc[j].prime_e ? base_e : s->cc[j].prime_e;
+        if (s->e <= from)
+            continue;
+        uint64_t inc = s->hc[j].prev + s->coff[j] - s->slot_tot[base_k * s->nc + j];
+        o->rate_short = (double)inc / ((double)(s->e - from) * 1e-9);
     }
     pthread_mutex_unlock(&s->mu);
     return v;

@@ -1,19 +1,26 @@
 /* mv_pipeline: per-segment analytics fed by every validated hot copy, summarised per window.
  *
  * One mv_pipe_seg holds the analytics state of one segment for one catalog:
- * per metric a small record of accumulators, a change detector (pkg/detect)
- * and, for gauges and histograms, a relative-error sketch (pkg/sketch); per
- * segment a Frequent Directions anomaly scorer (pkg/fd). The collector's tick
- * calls mv_pipe_seg_feed() right after each successful read; feeding
- * allocates only when a sketch first touches a new page of keys (bounded by
- * sketch_buckets; steady metrics stop after their first window) and takes
- * one uncontended lock per read (the short-rate slots, read by view) plus the
- * swap at a window boundary.
+ * per metric a 64-byte hot record touched by every read (the change
+ * detector's statistics, pkg/detect, and the few fields a read updates),
+ * kept per type in contiguous arrays, and cold state touched only when
+ * something happens: for gauges a relative-error sketch (pkg/sketch),
+ * allocated when a window first holds two distinct values; for histograms
+ * the previous and window counts per pod bucket. Per segment a Frequent
+ * Directions anomaly scorer (pkg/fd). The collector's tick calls
+ * mv_pipe_seg_feed() right after each successful read; feeding allocates
+ * only for a gauge's sketch and when a sketch first touches a new page of
+ * keys (bounded by sketch_buckets; steady metrics stop after their first
+ * window) and takes one uncontended lock per read (the short-rate ring, read
+ * by view). docs/analytics.md ("Layout, cost and memory") has the layout and
+ * the cost per sample.
  *
  * Windows are aligned to wall-clock multiples of window_ns (the read time
  * given to feed is CLOCK_REALTIME). The first read after a boundary closes
- * the previous window: its summary (mv_pipe_out per metric) is computed into
- * a back buffer and swapped with the published one under a short lock.
+ * the previous window: it keeps what the summaries need that later reads
+ * overwrite, the summaries (mv_pipe_out per metric) are computed into a new
+ * buffer - at once, or over the reads within close_spread_ns - and that
+ * buffer is swapped with the published one under a short lock when complete.
  * mv_pipe_seg_view() copies the published buffer for exposition.
  *
  * Per metric, in the window:
@@ -22,17 +29,23 @@
  *              increase of that interval is the new value); rate_max = the
  *              largest increase/elapsed over one read interval; resets since
  *              the state was created.
- *   gauge:     every finite sample read goes into the sketch: quantiles,
- *              sum, count, min, max, mean; last = the last sample read.
- *   histogram: bucket deltas between consecutive reads go into the sketch
- *              (mv_sketch_add_buckets: error bounded by the pod's bucket
- *              width); sum/count of the observations made in the window.
- * Short-horizon counter rate: besides the window's rate, every counter keeps
- * the increase and elapsed time of its read intervals in 8 slots of
- * short_ns / 8; mv_pipe_seg_view gives rate_short = increase / elapsed over
- * the intervals that ended in the last short_ns before the latest read (at
- * least the latest interval). It follows a step within short_ns plus one
- * read interval, instead of up to two windows.
+ *   gauge:     every finite sample read is in the window's multiset -
+ *              repeats of the previous value counted in the hot record and
+ *              added to the sketch in one weighted add when the value
+ *              changes or the window closes: quantiles, sum, count, min,
+ *              max, mean (a window with one distinct value: all that value,
+ *              exactly, no sketch); last = the last sample read.
+ *   histogram: bucket deltas between consecutive reads are summed per pod
+ *              bucket; a quantile is the representative of the bucket
+ *              holding its rank (error bounded by the pod's bucket width);
+ *              sum/count of the observations made in the window. A read
+ *              whose count and sum equal the previous read's is unchanged.
+ * Short-horizon counter rate: besides the window's rate, every counter's
+ * cumulative increase is copied into a ring of 8 slots of short_ns / 8 at the
+ * first read of each slot; mv_pipe_seg_view gives rate_short = increase /
+ * elapsed over the intervals that ended in the last short_ns before the
+ * latest read (at least the latest interval). It follows a step within
+ * short_ns plus one read interval, instead of up to two windows.
  * Change detection (EWMA z + CUSUM) runs on every read: counters on the
  * per-read rate, gauges on the value, histograms on the mean observation of
  * the read interval (when there was one). Changes are counted per metric.
@@ -48,12 +61,12 @@
  * moves the state of every metric whose identity (type, name, labels, bucket
  * bounds) is unchanged from `old`; the caller then destroys `old`.
  *
- * Memory per metric (see mv_pipe_metric_bytes, the bound): 2 * sizeof(mv_pipe_out)
- * + ~100 bytes of state + 64 bytes of detector, plus for gauges and histograms
- * one sparse sketch (at most mv_sketch_memory_bytes: 16 * sketch_buckets +
- * directories + header; a steady value holds one 128-byte page) and for
- * histograms 8 * (buckets + 1) bytes of previous counts. The view reports
- * the bytes actually held (mem_bytes).
+ * Memory per metric (see mv_pipe_metric_bytes, the bound): sizeof(mv_pipe_out)
+ * (the published summary) + a 64-byte hot record + cold state (counters: 40
+ * bytes and 72 of short-rate ring and offset; gauges: 24; histograms: 56 +
+ * 16 * (buckets + 1) of previous and window counts), plus for gauges a sparse
+ * sketch once needed (at most mv_sketch_memory_bytes; 336 bytes for one
+ * value). The view reports the bytes held as of the latest read (mem_bytes).
  *
  * Threads: feed and create/destroy run on one thread (the tick); view may be
  * called from any thread concurrently with feed.
@@ -85,6 +98,15 @@ typedef struct mv_pipe_config {
     uint64_t fd_period_ns;   /* scorer step; default 1 s */
     uint32_t fd_max_dims;    /* metrics in the scorer's vector; default 64 */
     uint64_t short_ns;       /* horizon of the short counter rate; default 1 s; >= 1 ms */
+    /* The summaries of a closing window are computed over the reads that follow the
+     * boundary within this time (a share per read), then published at once; 0 (default):
+     * all at the first read after the boundary. The collector uses 8 ticks, so segments
+     * whose windows close together do not all pay in one tick. */
+    uint64_t close_spread_ns;
+    /* Offset of this segment's scorer steps within fd_period_ns (steps happen when
+     * (now + phase_ns) / fd_period_ns changes); the collector spreads segments over the
+     * period. Default 0. */
+    uint64_t phase_ns;
 } mv_pipe_config;
 
 void mv_pipe_config_default(mv_pipe_config *cfg);
@@ -115,7 +137,7 @@ typedef struct mv_pipe_view {
     uint64_t window_end_ns;
     double anomaly_score;            /* NaN when not available */
     uint64_t fd_steps;               /* scorer steps run */
-    uint64_t mem_bytes;              /* bytes of analytics state held now (at the window's close) */
+    uint64_t mem_bytes;              /* bytes of analytics state held (as of the latest read) */
     uint64_t collapses;              /* sketch collapses of all its metrics since created */
     uint64_t window_reads;           /* reads fed in the last complete window */
     uint64_t window_max_interval_ns; /* longest gap between two reads ending in it: above
