@@ -461,16 +461,23 @@ int mv_export__walk_build(walk *w, const mv_coll_seg_view *const *views, size_t 
     w->n = k;
     qsort(w->ents, k, sizeof *w->ents, entry_cmp);
     int rc = mark_drops(w);
-    /* A derived-only family has one type (each derived suffix belongs to one type); if
-     * that ever failed, which entries a type conflict drops would depend on which are shown. */
+    /* The entries a family shows have one type: a derived-only family's entries all do (each
+     * derived suffix belongs to one type), a raw family's type conflicts were dropped. If that
+     * ever failed, which entries are dropped, or which samples the family's type accepts,
+     * would depend on which entries are shown. */
     for (size_t i = 0; rc == 0 && every && i < w->n;) {
-        size_t j = i + 1;
+        size_t j = i + 1, first = SIZE_MAX;
         while (j < w->n && strcmp(w->ents[j].name, w->ents[i].name) == 0)
             j++;
-        if (w->ents[i].kind != K_RAW)
-            for (size_t q = i + 1; q < j; q++)
-                if (entry_type(w, &w->ents[q]) != entry_type(w, &w->ents[i]))
-                    w->mixed_derived = 1;
+        int derived_only = w->ents[i].kind != K_RAW;
+        for (size_t q = i; q < j; q++) {
+            if (w->ents[q].drop && !derived_only)
+                continue;
+            if (first == SIZE_MAX)
+                first = q;
+            else if (entry_type(w, &w->ents[q]) != entry_type(w, &w->ents[first]))
+                w->mixed_derived = 1;
+        }
         i = j;
     }
     return rc;

@@ -763,12 +763,9 @@ int mv_export_render_views_cached(mv_export_cache *c, mv_expo *e,
     } else if (rc == 1) {
         c->st.hits++;
     }
-    if (rc <= 0) {
-        if (rc == 0)
-            c->st.uncached++;
+    if (rc <= 0) { /* not cacheable, or no memory for the cache: render without it */
+        c->st.uncached++;
         pthread_mutex_unlock(&c->mu);
-        if (rc < 0)
-            return rc;
         return mv_export_render_views_sel(e, views, nviews, cs, sel, cumulative);
     }
     const plan *p = c->plans[f];
