@@ -306,9 +306,10 @@ static int key_check(mv_export_cache *c, const mv_coll_seg_view *const *views, s
         c->sorted = s;
         c->cap_sorted = n;
     }
-    if (n)
+    if (n) {
         memcpy(c->sorted, views, n * sizeof *views);
-    qsort(c->sorted, n, sizeof *c->sorted, mv_export__seg_cmp);
+        qsort(c->sorted, n, sizeof *c->sorted, mv_export__seg_cmp);
+    }
     for (size_t i = 0; i < n; i++)
         if (mv_export__seg_valid(c->sorted[i]) && c->sorted[i]->cat_serial == 0)
             return 0;
