@@ -237,6 +237,44 @@ END {
 }' "$results"
 
 echo
+echo "== Exposition: MicroView vs client_golang, text format, ns per series (median, same run)"
+echo "   warm: steady-state scrape (cached names and labels, values formatted); first: first"
+echo "   scrape into a new cache; rebuild: after every catalog changed; uncached: no cache."
+echo "   speedup = client_golang / ours (goal: warm >= 10x, raw and default derived, each size)"
+awk '
+function kv(line, key,   n, i, a, f) {
+  n = split(line, f, " ")
+  for (i = 1; i <= n; i++) { split(f[i], a, "="); if (a[1] == key) return substr(f[i], length(key) + 2) }
+  return ""
+}
+function r(peer, ours) { return (peer != "" && ours != "" && ours + 0 > 0) ? sprintf("%.1f", peer / ours) : "-" }
+function d(x) { return x == "" ? "-" : x }
+kv($0, "peer") == "client_golang" && kv($0, "skipped") != "1" { g[kv($0, "series")] = kv($0, "ns_per_series") }
+/^bench=expo / {
+  s = kv($0, "series"); k = s SUBSEP kv($0, "derived")
+  if (!(s in seen)) { seen[s] = 1; order[++n] = s }
+  warm[k] = kv($0, "ns_per_series"); first[k] = kv($0, "first_ns_per_series")
+  reb[k] = kv($0, "rebuild_ns_per_series"); unc[k] = kv($0, "uncached_ns_per_series")
+}
+END {
+  printf "%-9s %-8s %9s %9s %9s %9s %14s %8s %8s\n", "series", "derived", "warm", "first", "rebuild", "uncached", "client_golang", "speedup", "first"
+  for (i = 1; i <= n; i++) {
+    s = order[i]
+    for (j = 1; j <= 3; j++) {
+      dv = j == 1 ? "none" : j == 2 ? "default" : "all"; k = s SUBSEP dv
+      if (!(k in warm)) continue
+      printf "%-9s %-8s %9s %9s %9s %9s %14s %8s %8s\n", s, dv, d(warm[k]), d(first[k]), d(reb[k]), d(unc[k]), d(g[s]), r(g[s], warm[k]), r(g[s], first[k])
+    }
+  }
+  for (i = 1; i <= n; i++) {
+    s = order[i]; kr = s SUBSEP "none"; kd = s SUBSEP "default"
+    xr = r(g[s], warm[kr]); xd = r(g[s], warm[kd])
+    met = (xr != "-" && xd != "-" && xr + 0 >= 10 && xd + 0 >= 10) ? "yes" : "no"
+    printf "goal=expo_10x series=%s raw_speedup=%s derived_speedup=%s target=10 met=%s\n", s, xr, xd, met
+  }
+}' "$results"
+
+echo
 echo "== Collector analytics pipeline, exposition and freshness (pipeline_bench)"
 grep -E '^bench=(pipeline|expo|freshness) ' "$results" | sed 's/^/  /'
 echo "   goals (issue goals 3 and 6; samples/s/core by the thread's CPU clock, detection and scorer on;"

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "expo_number_ref.h"
 #include "mv_expo.h"
 #include "mv_log.h"
 #include "mv_test.h"
@@ -410,6 +411,14 @@ static void test_negotiate(void)
 
 /* ---- Numbers and names -------------------------------------------------------------- */
 
+static double pow10_small(int k)
+{
+    double p = 1;
+    while (k-- > 0)
+        p *= 10;
+    return p;
+}
+
 static void test_numbers(void)
 {
     static const struct {
@@ -446,6 +455,56 @@ static void test_numbers(void)
         mv_expo_format_double(v, 0, out, sizeof out);
         CU_ASSERT_EQUAL(strtod(out, NULL), v);
     }
+}
+
+/* The exact path gives the bytes the printf/strtod search gave, for doubles of every kind. */
+static void test_numbers_unchanged(void)
+{
+    uint64_t rng = 0x9E3779B97F4A7C15ull;
+    long bad = 0, n = 0;
+    char got[40], want[40];
+    for (long i = 0; i < 600000; i++) {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        double v;
+        switch (i % 6) {
+        case 0: /* any bit pattern */
+            memcpy(&v, &rng, sizeof v);
+            break;
+        case 1: /* log-uniform over the range the exact path covers, and a bit around it */
+            v = pow(10, -8 + (double)(rng >> 11) / 9007199254740992.0 * 48);
+            break;
+        case 2: /* ratios, as rates and means are */
+            v = (double)(rng >> 40) / (double)((rng & 0xffff) + 1);
+            break;
+        case 3: { /* powers of two and their neighbours (the gap below is half) */
+            v = ldexp(1, (int)(rng % 200) - 40);
+            uint64_t b;
+            memcpy(&b, &v, sizeof b);
+            b += (rng >> 32) % 3 - 1;
+            memcpy(&v, &b, sizeof b);
+            break;
+        }
+        case 4: /* powers of ten and their neighbours */
+            v = nextafter(pow(10, (int)(rng % 50) - 10), (rng & 1) ? INFINITY : 0);
+            break;
+        default: /* short decimals, integers */
+            v = (double)(rng % 100000000) / pow10_small((int)((rng >> 40) % 12));
+            break;
+        }
+        if (rng & (1ull << 63))
+            v = -v;
+        for (int canon = 0; canon < 2; canon++) {
+            mv_expo_format_double(v, canon, got, sizeof got);
+            ref_format_double(v, canon, want, sizeof want);
+            n++;
+            if (strcmp(got, want) != 0 && bad++ < 10)
+                printf("\n  %.17g (canonical %d): got %s, want %s", v, canon, got, want);
+        }
+    }
+    printf("\n  %ld numbers compared, %ld differ\n", n, bad);
+    CU_ASSERT_EQUAL(bad, 0);
 }
 
 static void test_sanitize(void)
@@ -552,9 +611,13 @@ int main(void)
 {
     mv_log_init("test_expo", MV_LOG_ERROR); /* the cap sweep truncates on purpose */
     static const mv_test tests[] = {
-        {"data-driven cases", test_cases},   {"accept negotiation", test_negotiate},
-        {"number formatting", test_numbers}, {"name sanitizing", test_sanitize},
-        {"cap sweep", test_cap_sweep},       {"api errors", test_api_errors},
+        {"data-driven cases", test_cases},
+        {"accept negotiation", test_negotiate},
+        {"number formatting", test_numbers},
+        {"numbers unchanged by the exact path", test_numbers_unchanged},
+        {"name sanitizing", test_sanitize},
+        {"cap sweep", test_cap_sweep},
+        {"api errors", test_api_errors},
     };
     int fails = MV_TEST_RUN("expo", tests);
     return fails;

@@ -16,8 +16,12 @@
 
 struct mv_api {
     mv_api_opts o;
-    pthread_mutex_t render_mu;    /* one /metrics render at a time: guards export_stats */
+    pthread_mutex_t render_mu;    /* one /metrics render at a time: guards what follows */
     mv_export_stats export_stats; /* under render_mu */
+    /* Between scrapes: the rendered names and labels (see mv_export_cache), and the body
+     * buffer, kept warm (its memory is reused; the response gets a copy). */
+    mv_export_cache *cache;
+    mv_expo *body;
 };
 
 int mv_api_create(const mv_api_opts *o, mv_api **out)
@@ -29,6 +33,11 @@ int mv_api_create(const mv_api_opts *o, mv_api **out)
     api->o = *o;
     if (!api->o.body_cap)
         api->o.body_cap = 64u << 20;
+    api->cache = mv_export_cache_create();
+    if (!api->cache) {
+        free(api);
+        return -ENOMEM;
+    }
     pthread_mutex_init(&api->render_mu, NULL);
     *out = api;
     return 0;
@@ -39,6 +48,8 @@ void mv_api_destroy(mv_api *api)
     if (!api)
         return;
     pthread_mutex_destroy(&api->render_mu);
+    mv_export_cache_destroy(api->cache);
+    mv_expo_destroy(api->body);
     free(api);
 }
 
@@ -67,19 +78,22 @@ static int h_metrics(void *arg, const mv_httpd_request *req, mv_httpd_response *
     mv_coll_snap *snap = mv_coll_snapshot(api->o.coll);
     if (!snap)
         return respond_text(resp, 503, "snapshot failed: out of memory\n");
-    mv_expo *e = mv_expo_create(fmt, api->o.body_cap);
+    pthread_mutex_lock(&api->render_mu);
+    if (!api->body)
+        api->body = mv_expo_create(fmt, api->o.body_cap);
+    mv_expo *e = api->body;
     if (!e) {
+        pthread_mutex_unlock(&api->render_mu);
         mv_coll_snap_free(snap);
         return respond_text(resp, 503, "out of memory\n");
     }
-    pthread_mutex_lock(&api->render_mu);
+    mv_expo_reset(e, fmt);
     /* Extra families first: mv_export_render finishes the body. */
     int rc = api->o.render_extra ? api->o.render_extra(api->o.extra_arg, e, snap) : 0;
     if (rc < 0 && rc != -ENOSPC)
         MV_WARN("metrics.partial", "error=%s effect=%s", mv_log_q(strerror(-rc)),
                 mv_log_q("RDMA read statistics left out of this scrape"));
-    rc = mv_export_render_sel(e, snap, api->o.derived, &api->export_stats);
-    pthread_mutex_unlock(&api->render_mu);
+    rc = mv_export_render_cached(api->cache, e, snap, api->o.derived, &api->export_stats);
     mv_coll_snap_free(snap);
     if (rc == -ENOSPC)
         MV_WARN("metrics.truncated", "cap_bytes=%zu truncated_total=%llu hint=%s", api->o.body_cap,
@@ -88,7 +102,7 @@ static int h_metrics(void *arg, const mv_httpd_request *req, mv_httpd_response *
     size_t len;
     const char *data = mv_expo_data(e, &len);
     rc = respond(resp, 200, mv_expo_content_type(fmt), data, len);
-    mv_expo_destroy(e);
+    pthread_mutex_unlock(&api->render_mu);
     return rc;
 }
 

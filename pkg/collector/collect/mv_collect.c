@@ -430,8 +430,10 @@ static int load_catalog(mv_coll *c, seg *s, uint64_t now)
         set_failure(c, s, MV_SEG_E_NOMEM, "out of memory", now);
         return -1;
     }
+    static uint64_t cat_serials; /* process-wide: a serial is never reused */
     ref->refs = 1;
     ref->cat = cat;
+    ref->serial = __atomic_add_fetch(&cat_serials, 1, __ATOMIC_RELAXED);
     cat_put(s->cat);
     s->cat = ref;
     s->nhist_cat = NULL; /* count its histograms again (the address may be reused) */
@@ -766,6 +768,7 @@ mv_coll_snap *mv_coll_snapshot(mv_coll *c)
                 memcpy(hot, s->pub_hot, s->pub_len);
                 sn->cats[i] = cat_get(s->pub_cat);
                 v->cat = s->pub_cat->cat;
+                v->cat_serial = s->pub_cat->serial;
                 v->hot = hot;
                 v->hot_len = s->pub_len;
                 if (s->pub_omit && (v->omitted = malloc(s->pub_nomit)) != NULL)

@@ -119,7 +119,11 @@ typedef struct mv_coll_seg_view {
     mv_seg_reason reason;      /* last rejection reason, if any */
     const char *detail;        /* its detail text */
     const mv_seg_catalog *cat; /* NULL unless a catalog was ever valid */
-    const void *hot;           /* copy of header + values matching cat, or NULL */
+    /* Names `cat`: every catalog the table parses gets a new serial, never reused, so equal
+     * serials mean the same (immutable) catalog. 0 = not known (views built by hand): the
+     * exposition cache then renders that snapshot without caching. */
+    uint64_t cat_serial;
+    const void *hot; /* copy of header + values matching cat, or NULL */
     uint32_t hot_len;
     /* NULL, or one byte per catalog metric: 1 = that histogram had no
      * consistent copy within torn_stale_ms; consumers must omit it. */

@@ -18,6 +18,7 @@
 typedef struct cat_ref {
     int refs; /* atomic */
     mv_seg_catalog *cat;
+    uint64_t serial; /* mv_coll_seg_view.cat_serial */
 } cat_ref;
 
 typedef struct seg {

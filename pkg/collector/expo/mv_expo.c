@@ -718,3 +718,42 @@ int mv_expo_finish(mv_expo *e)
     update_room(e);
     return 0;
 }
+
+/* ---- Pre-rendered output -------------------------------------------------------------- */
+
+int mv_expo_raw_family(mv_expo *e, const char *hdr, size_t n)
+{
+    if (e->fail)
+        return fail_code(e);
+    e->have_family = 0;
+    if (e->finished)
+        return fail_inval(e, "family after finish");
+    e->fam_start = e->len;
+    put(e, hdr, n);
+    return e->fail ? fail_code(e) : 0;
+}
+
+void mv_expo_raw_room(mv_expo *e, char **p, size_t *avail)
+{
+    *p = e->buf ? e->buf + e->len : NULL;
+    *avail = e->buf && e->room_end > e->len ? e->room_end - e->len : 0;
+}
+
+void mv_expo_raw_commit(mv_expo *e, size_t n)
+{
+    e->len += n;
+}
+
+int mv_expo_raw_put(mv_expo *e, const char *s, size_t n)
+{
+    if (e->fail)
+        return fail_code(e);
+    put(e, s, n);
+    return e->fail ? fail_code(e) : 0;
+}
+
+void mv_expo_raw_truncate(mv_expo *e, size_t len)
+{
+    if (len >= e->fam_start && len <= e->len)
+        e->len = len;
+}

@@ -126,6 +126,25 @@ int mv_expo_truncated(const mv_expo *e);
 /* The last error as text ("" if none). Valid until the next call on `e`. */
 const char *mv_expo_errmsg(const mv_expo *e);
 
+/* ---- Pre-rendered output (the exposition cache of pkg/collector/export) -------------------
+ * Bytes the caller rendered earlier with this module (the same format) are written back
+ * as they are, with the cap and truncation rules above: a family that does not fit is
+ * dropped whole and later output refused. The normal sample calls cannot follow
+ * mv_expo_raw_family (no family is open for them). */
+
+/* Starts a family whose header (TYPE/UNIT/HELP lines) is `hdr`. 0, or -ENOSPC/-ENOMEM. */
+int mv_expo_raw_family(mv_expo *e, const char *hdr, size_t n);
+/* The writable room after the body: *p and the bytes that may be written there without any
+ * check (never past the cap). Write, then mv_expo_raw_commit the count written. */
+void mv_expo_raw_room(mv_expo *e, char **p, size_t *avail);
+void mv_expo_raw_commit(mv_expo *e, size_t n);
+/* Appends n bytes of the current family, growing the buffer or truncating as a sample would.
+ * 0, or -ENOSPC/-ENOMEM. */
+int mv_expo_raw_put(mv_expo *e, const char *s, size_t n);
+/* Cuts the body back to `len` bytes (no shorter than where the current family started):
+ * lets a renderer of scratch lines reuse its buffer. */
+void mv_expo_raw_truncate(mv_expo *e, size_t len);
+
 /* Writes into out (size outsz >= 2) a valid metric name (label_name=0) or label name
  * (label_name=1) derived from `s`: invalid characters become '_', a leading digit gets a
  * '_' prefix, an empty input becomes "_". Truncates to outsz-1 bytes. Returns the length. */

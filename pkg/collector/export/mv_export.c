@@ -16,7 +16,7 @@
 #define MAX_LABELS    (MV_SEG_LABELS_MAX + 1)
 #define MAX_ID        64
 #define SEGMENT_LABEL "microview_segment" /* tells apart segments of equal identity */
-#define NO_METRIC     UINT32_MAX
+#define NO_METRIC     MV_EXPORT_NO_METRIC
 
 /* What an entry renders. */
 enum kind {
@@ -98,26 +98,8 @@ static const struct {
                 "staleness bound."},
 };
 
-typedef struct entry {
-    const char *name;
-    uint32_t seg;    /* index into the sorted segment order */
-    uint32_t metric; /* index in the segment's catalog, NO_METRIC for per-segment series */
-    uint8_t kind;
-    uint8_t drop;  /* 1 type conflict, 2 name collision */
-    uint16_t mask; /* summaries: the MV_DERIVED_P* chosen */
-} entry;
-
-typedef struct walk {
-    const mv_coll_seg_view **segs; /* sorted */
-    size_t nseg;
-    entry *ents;
-    size_t n;
-    char *arena;
-    char *drop_buf;
-    uint8_t *dup; /* per sorted segment: its identity labels equal another's */
-    uint64_t dropped_type, dropped_collision, renamed, unrenderable;
-    const char *collided_name; /* a family dropped for a name collision, for the log */
-} walk;
+typedef mv_export__entry entry;
+typedef mv_export__walk walk;
 
 static int label_set_cmp(const mv_seg_label *a, size_t na, const mv_seg_label *b, size_t nb)
 {
@@ -131,7 +113,7 @@ static int label_set_cmp(const mv_seg_label *a, size_t na, const mv_seg_label *b
     return na < nb ? -1 : na > nb;
 }
 
-static int seg_cmp(const void *x, const void *y)
+int mv_export__seg_cmp(const void *x, const void *y)
 {
     const mv_coll_seg_view *a = *(const mv_coll_seg_view *const *)x;
     const mv_coll_seg_view *b = *(const mv_coll_seg_view *const *)y;
@@ -292,7 +274,7 @@ static int mark_drops(walk *w)
                         w->dropped_collision++;
                     }
                 if (w->collided_name == NULL)
-                    w->collided_name = g->name;
+                    w->collided_name = w->raw_collided_name = g->name;
             } else {
                 for (int q = 0; q < nn; q++) {
                     nameset_add(&claimed, names[q]);
@@ -349,7 +331,7 @@ static int mark_drops(walk *w)
     return 0;
 }
 
-static void walk_free(walk *w)
+void mv_export__walk_free(walk *w)
 {
     free(w->dup);
     free(w->drop_buf);
@@ -360,11 +342,12 @@ static void walk_free(walk *w)
 
 #define QMASK (MV_DERIVED_P50 | MV_DERIVED_P90 | MV_DERIVED_P99 | MV_DERIVED_P999)
 
-static int walk_build(walk *w, const mv_coll_seg_view *const *views, size_t nviews,
-                      const mv_export_sel *sel)
+int mv_export__walk_build(walk *w, const mv_coll_seg_view *const *views, size_t nviews,
+                          const mv_export_sel *sel, int every)
 {
     memset(w, 0, sizeof *w);
     w->nseg = nviews;
+    w->every = every;
     size_t total = 0, arena = 1;
     w->segs = calloc(w->nseg ? w->nseg : 1, sizeof *w->segs);
     if (!w->segs)
@@ -379,7 +362,7 @@ static int walk_build(walk *w, const mv_coll_seg_view *const *views, size_t nvie
             for (size_t j = 0; j < n; j++)
                 arena += 6 * ((size_t)mv_seg_catalog_metric(v->cat, j)->name_len + 16);
     }
-    qsort(w->segs, w->nseg, sizeof *w->segs, seg_cmp);
+    qsort(w->segs, w->nseg, sizeof *w->segs, mv_export__seg_cmp);
     /* Segments with equal identity labels (two standalone workloads started
      * with the same --label set) would give duplicate series: each of them is
      * told apart by an extra identity label microview_segment="<id>". */
@@ -405,66 +388,99 @@ static int walk_build(walk *w, const mv_coll_seg_view *const *views, size_t nvie
             const mv_seg_metric *m = mv_seg_catalog_metric(v->cat, j);
             /* A histogram with no consistent copy lately is omitted, never zeros. */
             if (!v->omitted || !v->omitted[j])
-                w->ents[k++] = (entry){m->name, (uint32_t)i, (uint32_t)j, K_RAW, 0, 0};
+                w->ents[k++] = (entry){m->name, (uint32_t)i, (uint32_t)j, K_RAW, 0, 0, 0};
             if (!p)
                 continue;
             const mv_pipe_out *o = &p->m[j];
             uint32_t mask = mv_export_sel_mask(sel, m->type, m->name);
-            uint8_t ks[5];
+            uint8_t ks[5], cs[5];
             int nk = 0;
+            /* Kind q is listed when chosen and, unless `every`, its condition holds. */
+#define ADD_KIND(q, c, holds)                                                                      \
+    do {                                                                                           \
+        if (every || (holds)) {                                                                    \
+            ks[nk] = (q);                                                                          \
+            cs[nk++] = (c);                                                                        \
+        }                                                                                          \
+    } while (0)
+            int win = o->has_window != 0;
             if (m->type == MV_SEG_COUNTER) {
-                if (o->has_window && (mask & MV_DERIVED_RATE))
-                    ks[nk++] = K_RATE;
-                if (o->has_window && (mask & MV_DERIVED_RATE_MAX))
-                    ks[nk++] = K_RATE_MAX;
-                if ((mask & MV_DERIVED_RATE_SHORT) && !isnan(o->rate_short))
-                    ks[nk++] = K_RATE_SHORT;
+                if (mask & MV_DERIVED_RATE)
+                    ADD_KIND(K_RATE, COND_WINDOW, win);
+                if (mask & MV_DERIVED_RATE_MAX)
+                    ADD_KIND(K_RATE_MAX, COND_WINDOW, win);
+                if (mask & MV_DERIVED_RATE_SHORT)
+                    ADD_KIND(K_RATE_SHORT, COND_RATE_SHORT, !isnan(o->rate_short));
                 if (mask & MV_DERIVED_RESETS)
-                    ks[nk++] = K_RESETS;
-            } else if (m->type == MV_SEG_GAUGE && o->has_window) {
+                    ADD_KIND(K_RESETS, COND_ALWAYS, 1);
+            } else if (m->type == MV_SEG_GAUGE) {
                 if (mask & QMASK)
-                    ks[nk++] = K_GWIN;
+                    ADD_KIND(K_GWIN, COND_WINDOW, win);
                 if (mask & MV_DERIVED_MIN)
-                    ks[nk++] = K_GMIN;
+                    ADD_KIND(K_GMIN, COND_WINDOW, win);
                 if (mask & MV_DERIVED_MAX)
-                    ks[nk++] = K_GMAX;
+                    ADD_KIND(K_GMAX, COND_WINDOW, win);
                 if (mask & MV_DERIVED_MEAN)
-                    ks[nk++] = K_GMEAN;
+                    ADD_KIND(K_GMEAN, COND_WINDOW, win);
                 if (mask & MV_DERIVED_LAST)
-                    ks[nk++] = K_GLAST;
-            } else if (m->type == MV_SEG_HISTOGRAM && o->has_window && (mask & QMASK)) {
-                ks[nk++] = K_HWIN;
+                    ADD_KIND(K_GLAST, COND_WINDOW, win);
+            } else if (m->type == MV_SEG_HISTOGRAM && (mask & QMASK)) {
+                ADD_KIND(K_HWIN, COND_WINDOW, win);
             }
+#undef ADD_KIND
             size_t base =
                 m->type == MV_SEG_COUNTER ? counter_base_len(m->name, m->name_len) : m->name_len;
             for (int q = 0; q < nk; q++) {
                 size_t sl = strlen(kinds[ks[q]].suffix);
                 memcpy(ap, m->name, base);
                 memcpy(ap + base, kinds[ks[q]].suffix, sl + 1);
-                w->ents[k++] = (entry){ap, (uint32_t)i, (uint32_t)j, ks[q], 0, (uint16_t)mask};
+                w->ents[k++] =
+                    (entry){ap, (uint32_t)i, (uint32_t)j, ks[q], 0, (uint16_t)mask, cs[q]};
                 ap += base + sl + 1;
             }
             if (mask & MV_DERIVED_CHANGES)
                 w->ents[k++] =
-                    (entry){kinds[K_CHANGES].fixed, (uint32_t)i, (uint32_t)j, K_CHANGES, 0, 0};
+                    (entry){kinds[K_CHANGES].fixed, (uint32_t)i, (uint32_t)j, K_CHANGES, 0, 0, 0};
         }
-        if (p && !isnan(p->anomaly_score))
-            w->ents[k++] = (entry){kinds[K_ANOM].fixed, (uint32_t)i, NO_METRIC, K_ANOM, 0, 0};
+        if (p && (every || !isnan(p->anomaly_score)))
+            w->ents[k++] =
+                (entry){kinds[K_ANOM].fixed, (uint32_t)i, NO_METRIC, K_ANOM, 0, 0, COND_ANOM};
         if (p) {
-            w->ents[k++] = (entry){kinds[K_COLL].fixed, (uint32_t)i, NO_METRIC, K_COLL, 0, 0};
-            w->ents[k++] = (entry){kinds[K_MEM].fixed, (uint32_t)i, NO_METRIC, K_MEM, 0, 0};
-            if (p->window_end_ns)
-                w->ents[k++] = (entry){kinds[K_GAP].fixed, (uint32_t)i, NO_METRIC, K_GAP, 0, 0};
+            w->ents[k++] = (entry){kinds[K_COLL].fixed, (uint32_t)i, NO_METRIC, K_COLL, 0, 0, 0};
+            w->ents[k++] = (entry){kinds[K_MEM].fixed, (uint32_t)i, NO_METRIC, K_MEM, 0, 0, 0};
+            if (every || p->window_end_ns)
+                w->ents[k++] =
+                    (entry){kinds[K_GAP].fixed, (uint32_t)i, NO_METRIC, K_GAP, 0, 0, COND_GAP};
         }
-        w->ents[k++] = (entry){kinds[K_IVAL].fixed, (uint32_t)i, NO_METRIC, K_IVAL, 0, 0};
-        w->ents[k++] = (entry){kinds[K_READS].fixed, (uint32_t)i, NO_METRIC, K_READS, 0, 0};
-        w->ents[k++] = (entry){kinds[K_STALE].fixed, (uint32_t)i, NO_METRIC, K_STALE, 0, 0};
-        w->ents[k++] = (entry){kinds[K_OMIT].fixed, (uint32_t)i, NO_METRIC, K_OMIT, 0, 0};
-        w->ents[k++] = (entry){kinds[K_BUSY].fixed, (uint32_t)i, NO_METRIC, K_BUSY, 0, 0};
+        w->ents[k++] = (entry){kinds[K_IVAL].fixed, (uint32_t)i, NO_METRIC, K_IVAL, 0, 0, 0};
+        w->ents[k++] = (entry){kinds[K_READS].fixed, (uint32_t)i, NO_METRIC, K_READS, 0, 0, 0};
+        w->ents[k++] = (entry){kinds[K_STALE].fixed, (uint32_t)i, NO_METRIC, K_STALE, 0, 0, 0};
+        w->ents[k++] = (entry){kinds[K_OMIT].fixed, (uint32_t)i, NO_METRIC, K_OMIT, 0, 0, 0};
+        w->ents[k++] = (entry){kinds[K_BUSY].fixed, (uint32_t)i, NO_METRIC, K_BUSY, 0, 0, 0};
     }
     w->n = k;
     qsort(w->ents, k, sizeof *w->ents, entry_cmp);
-    return mark_drops(w);
+    int rc = mark_drops(w);
+    /* The entries a family shows have one type: a derived-only family's entries all do (each
+     * derived suffix belongs to one type), a raw family's type conflicts were dropped. If that
+     * ever failed, which entries are dropped, or which samples the family's type accepts,
+     * would depend on which entries are shown. */
+    for (size_t i = 0; rc == 0 && every && i < w->n;) {
+        size_t j = i + 1, first = SIZE_MAX;
+        while (j < w->n && strcmp(w->ents[j].name, w->ents[i].name) == 0)
+            j++;
+        int derived_only = w->ents[i].kind != K_RAW;
+        for (size_t q = i; q < j; q++) {
+            if (w->ents[q].drop && !derived_only)
+                continue;
+            if (first == SIZE_MAX)
+                first = q;
+            else if (entry_type(w, &w->ents[q]) != entry_type(w, &w->ents[first]))
+                w->mixed_derived = 1;
+        }
+        i = j;
+    }
+    return rc;
 }
 
 #define RENAME_MAX (MV_SEG_LABEL_KEY_MAX + 4 * 9 + 1) /* up to four "exported_" prefixes */
@@ -522,7 +538,28 @@ static int own_labels(const mv_coll_seg_view *v, const mv_seg_metric *m, const c
     return m->label_count;
 }
 
-static int emit(mv_export__sink *k, walk *w, const entry *en)
+/* Feeds one sample whose value comes from `src`. */
+static int put_sample(mv_export__sink *k, mv_export__vctx *c, const char *suffix,
+                      const mv_expo_label *a, size_t na, const mv_expo_label *b, size_t nb,
+                      const char *xname, double xval, unsigned src)
+{
+    double d = 0;
+    uint64_t u = 0;
+    int is_u = mv_export__value(c, src, &d, &u);
+    return k->sample(k, suffix, a, na, b, nb, xname, xval, d, u, is_u, src);
+}
+
+/* The kinds of per-segment series and where their values come from. */
+static const uint8_t seg_src[K_COUNT_] = {
+    [K_ANOM] = VS_ANOM,     [K_COLL] = VS_COLL,         [K_GAP] = VS_GAP,
+    [K_MEM] = VS_MEM,       [K_IVAL] = VS_IVAL,         [K_BUSY] = VS_BUSY,
+    [K_STALE] = VS_STALE,   [K_OMIT] = VS_OMIT,         [K_READS] = VS_READS,
+    [K_RATE] = VS_RATE,     [K_RATE_MAX] = VS_RATE_MAX, [K_RATE_SHORT] = VS_RATE_SHORT,
+    [K_RESETS] = VS_RESETS, [K_GMIN] = VS_GMIN,         [K_GMAX] = VS_GMAX,
+    [K_GMEAN] = VS_GMEAN,   [K_GLAST] = VS_GLAST,
+};
+
+int mv_export__emit(mv_export__sink *k, walk *w, const entry *en)
 {
     const mv_coll_seg_view *v = w->segs[en->seg];
     const mv_pipe_view *p = mv_export__seg_pipe(v);
@@ -538,34 +575,10 @@ static int emit(mv_export__sink *k, walk *w, const entry *en)
         idl[nid].name = segl;
         idl[nid++].value = v->id;
     }
-    if (en->metric == NO_METRIC) {
-        if (en->kind == K_ANOM)
-            return k->sample(k, NULL, idl, nid, NULL, 0, NULL, 0, p->anomaly_score, 0, 0);
-        if (en->kind == K_COLL)
-            return k->sample(k, NULL, idl, nid, NULL, 0, NULL, 0, 0, p->collapses, 1);
-        if (en->kind == K_GAP)
-            return k->sample(k, NULL, idl, nid, NULL, 0, NULL, 0,
-                             (double)p->window_max_interval_ns / 1e9, 0, 0);
-        if (en->kind == K_MEM)
-            return k->sample(k, NULL, idl, nid, NULL, 0, NULL, 0, 0, p->mem_bytes, 1);
-        if (en->kind == K_IVAL)
-            return k->sample(k, NULL, idl, nid, NULL, 0, NULL, 0, (double)v->read_interval_ns / 1e9,
-                             0, 0);
-        if (en->kind == K_BUSY) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-            double busy = v->busy_since_ns && now > v->busy_since_ns
-                              ? (double)(now - v->busy_since_ns) / 1e9
-                              : 0;
-            return k->sample(k, NULL, idl, nid, NULL, 0, NULL, 0, busy, 0, 0);
-        }
-        if (en->kind == K_STALE || en->kind == K_OMIT)
-            return k->sample(k, NULL, idl, nid, NULL, 0, NULL, 0, 0,
-                             en->kind == K_STALE ? v->stale_histograms : v->omitted_histograms, 1);
-        return k->sample(k, NULL, idl, nid, NULL, 0, NULL, 0, 0, v->reads, 1);
-    }
-    const mv_seg_metric *m = mv_seg_catalog_metric(v->cat, en->metric);
+    mv_export__vctx c = {.v = v, .p = p, .m = NULL, .metric = en->metric};
+    if (en->metric == NO_METRIC)
+        return put_sample(k, &c, NULL, idl, nid, NULL, 0, NULL, 0, seg_src[en->kind]);
+    const mv_seg_metric *m = c.m = mv_seg_catalog_metric(v->cat, en->metric);
     if (en->kind == K_CHANGES) {
         idl[nid].name = "metric";
         idl[nid].value = m->name;
@@ -575,7 +588,7 @@ static int emit(mv_export__sink *k, walk *w, const entry *en)
             return 0;
         }
         nown = (size_t)no;
-        return k->sample(k, NULL, idl, nid + 1, own, nown, NULL, 0, 0, p->m[en->metric].changes, 1);
+        return put_sample(k, &c, NULL, idl, nid + 1, own, nown, NULL, 0, VS_CHANGES);
     }
     int no = own_labels(v, m, segl, NULL, own, renamed, &w->renamed);
     if (no < 0) {
@@ -585,55 +598,60 @@ static int emit(mv_export__sink *k, walk *w, const entry *en)
     nown = (size_t)no;
     int rc = 0;
     if (en->kind != K_RAW) {
-        const mv_pipe_out *o = &p->m[en->metric];
-        switch (en->kind) {
-        case K_RATE:
-            return k->sample(k, NULL, idl, nid, own, nown, NULL, 0, o->rate, 0, 0);
-        case K_RATE_MAX:
-            return k->sample(k, NULL, idl, nid, own, nown, NULL, 0, o->rate_max, 0, 0);
-        case K_RATE_SHORT:
-            return k->sample(k, NULL, idl, nid, own, nown, NULL, 0, o->rate_short, 0, 0);
-        case K_RESETS:
-            return k->sample(k, NULL, idl, nid, own, nown, NULL, 0, 0, o->resets, 1);
-        case K_GMIN:
-            return k->sample(k, NULL, idl, nid, own, nown, NULL, 0, o->min, 0, 0);
-        case K_GMAX:
-            return k->sample(k, NULL, idl, nid, own, nown, NULL, 0, o->max, 0, 0);
-        case K_GMEAN:
-            return k->sample(k, NULL, idl, nid, own, nown, NULL, 0, o->mean, 0, 0);
-        case K_GLAST:
-            return k->sample(k, NULL, idl, nid, own, nown, NULL, 0, o->last, 0, 0);
-        default: /* K_GWIN, K_HWIN */
-            for (int q = 0; q < MV_PIPE_QUANTILES && rc == 0; q++)
-                if (en->mask & (MV_DERIVED_P50 << q))
-                    rc = k->sample(k, NULL, idl, nid, own, nown, "quantile", mv_pipe_quantiles[q],
-                                   o->q[q], 0, 0);
-            if (rc == 0)
-                rc = k->sample(k, "_sum", idl, nid, own, nown, NULL, 0, o->sum, 0, 0);
-            if (rc == 0)
-                rc = k->sample(k, "_count", idl, nid, own, nown, NULL, 0, 0, o->count, 1);
-            return rc;
-        }
+        if (en->kind != K_GWIN && en->kind != K_HWIN)
+            return put_sample(k, &c, NULL, idl, nid, own, nown, NULL, 0, seg_src[en->kind]);
+        for (int q = 0; q < MV_PIPE_QUANTILES && rc == 0; q++)
+            if (en->mask & (MV_DERIVED_P50 << q))
+                rc = put_sample(k, &c, NULL, idl, nid, own, nown, "quantile", mv_pipe_quantiles[q],
+                                MV_EXPORT_SRC(VS_Q, q));
+        if (rc == 0)
+            rc = put_sample(k, &c, "_sum", idl, nid, own, nown, NULL, 0, VS_PSUM);
+        if (rc == 0)
+            rc = put_sample(k, &c, "_count", idl, nid, own, nown, NULL, 0, VS_PCOUNT);
+        return rc;
     }
     if (m->type == MV_SEG_COUNTER)
-        return k->sample(k, NULL, idl, nid, own, nown, NULL, 0, 0, mv_seg_read_counter(v->hot, m),
-                         1);
+        return put_sample(k, &c, NULL, idl, nid, own, nown, NULL, 0, VS_COUNTER);
     if (m->type == MV_SEG_GAUGE)
-        return k->sample(k, NULL, idl, nid, own, nown, NULL, 0, mv_seg_read_gauge(v->hot, m), 0, 0);
-    mv_seg_hist_view hv;
-    if (mv_seg_read_histogram(v->hot, m, &hv) != MV_SEG_OK)
-        return 0; /* the tick publishes only consistent records; be safe anyway */
-    uint64_t cum = 0;
+        return put_sample(k, &c, NULL, idl, nid, own, nown, NULL, 0, VS_GAUGE);
+    if (mv_seg_read_histogram(v->hot, m, &c.hv) != MV_SEG_OK) {
+        if (!w->every)
+            return 0; /* the tick publishes only consistent records; be safe anyway */
+        /* The exposition cache records the lines, with any value: it reads the copy again
+         * (and skips a torn one) at each scrape. */
+        static const uint64_t zeros[MV_SEG_BUCKETS_MAX + 1];
+        c.hv = (mv_seg_hist_view){.buckets = zeros};
+    }
     for (uint32_t i = 0; i <= m->bucket_count && rc == 0; i++) {
-        cum += hv.buckets[i];
         double le = i < m->bucket_count ? m->bounds[i] : INFINITY;
-        rc = k->sample(k, "_bucket", idl, nid, own, nown, "le", le, 0, cum, 1);
+        rc = put_sample(k, &c, "_bucket", idl, nid, own, nown, "le", le,
+                        MV_EXPORT_SRC(VS_HBUCKET, i));
     }
     if (rc == 0)
-        rc = k->sample(k, "_sum", idl, nid, own, nown, NULL, 0, hv.sum, 0, 0);
+        rc = put_sample(k, &c, "_sum", idl, nid, own, nown, NULL, 0, VS_HSUM);
     if (rc == 0)
-        rc = k->sample(k, "_count", idl, nid, own, nown, NULL, 0, 0, hv.count, 1);
+        rc = put_sample(k, &c, "_count", idl, nid, own, nown, NULL, 0, VS_HCOUNT);
     return rc;
+}
+
+void mv_export__family_info(const walk *w, const entry *g, mv_expo_type *t, const char **help,
+                            const char **unit)
+{
+    *help = kinds[g->kind].help;
+    *unit = NULL;
+    if (g->kind == K_RAW || g->metric != NO_METRIC) {
+        const mv_seg_metric *m = mv_seg_catalog_metric(w->segs[g->seg]->cat, g->metric);
+        if (g->kind == K_RAW)
+            *help = m->help;
+        if (m->unit_len && g->kind != K_CHANGES && g->kind != K_RESETS && g->kind != K_RATE &&
+            g->kind != K_RATE_MAX && g->kind != K_RATE_SHORT)
+            *unit = m->unit;
+    } else if (g->kind == K_IVAL || g->kind == K_GAP) {
+        *unit = "seconds";
+    } else if (g->kind == K_MEM) {
+        *unit = "bytes";
+    }
+    *t = entry_type(w, g);
 }
 
 /* Walks every family in order; stops at the first negative return. */
@@ -648,28 +666,16 @@ static int walk_run(walk *w, mv_export__sink *k)
             first++;
         if (first < j) {
             const entry *g = &w->ents[first];
-            const char *help = kinds[g->kind].help, *unit = NULL;
-            if (g->kind == K_RAW || g->metric != NO_METRIC) {
-                const mv_seg_metric *m = mv_seg_catalog_metric(w->segs[g->seg]->cat, g->metric);
-                if (g->kind == K_RAW)
-                    help = m->help;
-                if (m->unit_len && g->kind != K_CHANGES && g->kind != K_RESETS &&
-                    g->kind != K_RATE && g->kind != K_RATE_MAX && g->kind != K_RATE_SHORT)
-                    unit = m->unit;
-            } else if (g->kind == K_IVAL) {
-                unit = "seconds";
-            } else if (g->kind == K_GAP) {
-                unit = "seconds";
-            } else if (g->kind == K_MEM) {
-                unit = "bytes";
-            }
-            int rc = k->family(k, g->name, entry_type(w, g), help, unit);
+            mv_expo_type t;
+            const char *help, *unit;
+            mv_export__family_info(w, g, &t, &help, &unit);
+            int rc = k->family(k, g->name, t, help, unit);
             if (rc < 0)
                 return rc;
             for (size_t e = first; e < j && rc == 0; e++) {
                 if (w->ents[e].drop)
                     continue;
-                rc = emit(k, w, &w->ents[e]);
+                rc = mv_export__emit(k, w, &w->ents[e]);
                 if (rc < 0)
                     return rc;
                 rc = 0;
@@ -699,8 +705,9 @@ static int expo_family(mv_export__sink *k, const char *name, mv_expo_type t, con
 
 static int expo_sample(mv_export__sink *k, const char *suffix, const mv_expo_label *a, size_t na,
                        const mv_expo_label *b, size_t nb, const char *xname, double xval, double v,
-                       uint64_t u, int is_u)
+                       uint64_t u, int is_u, unsigned src)
 {
+    (void)src;
     expo_sink *s = (expo_sink *)k;
     int rc = is_u ? mv_expo_sample_u64(s->e, suffix, a, na, b, nb, xname, xval, u, MV_EXPO_NO_TS)
                   : mv_expo_sample(s->e, suffix, a, na, b, nb, xname, xval, v, MV_EXPO_NO_TS);
@@ -711,8 +718,8 @@ static int expo_sample(mv_export__sink *k, const char *suffix, const mv_expo_lab
     return rc == -EINVAL ? 0 : rc;
 }
 
-static int render_self(mv_expo *e, const mv_coll_seg_view *const *views, size_t n,
-                       const mv_coll_stats *cs, const mv_export_stats *st)
+int mv_export__render_self(mv_expo *e, const mv_coll_seg_view *const *views, size_t n,
+                           const mv_coll_stats *cs, const mv_export_stats *st)
 {
     size_t by_state[3] = {0};
     int rc = 0;
@@ -795,10 +802,10 @@ int mv_export__walk_snap(const mv_coll_snap *snap, const mv_export_sel *sel, mv_
     const mv_coll_seg_view **views = snap_views(snap);
     if (!views)
         return -ENOMEM;
-    int rc = walk_build(&w, views, mv_coll_snap_count(snap), sel);
+    int rc = mv_export__walk_build(&w, views, mv_coll_snap_count(snap), sel, 0);
     if (rc == 0)
         rc = walk_run(&w, k);
-    walk_free(&w);
+    mv_export__walk_free(&w);
     free(views);
     return rc;
 }
@@ -822,17 +829,17 @@ int mv_export_render(mv_expo *e, const mv_coll_snap *snap, mv_export_stats *cumu
 
 /* One warning per newly seen reason to drop: a family dropped for a name
  * collision (by name) or series that could not be rendered. */
-static void note_drops(mv_export_stats *st, const walk *w, uint64_t invalid)
+void mv_export__note_drops(mv_export_stats *st, const char *collided_name, uint64_t invalid)
 {
-    if (w->collided_name) {
-        uint64_t h = name_hash(w->collided_name) | 1;
+    if (collided_name) {
+        uint64_t h = name_hash(collided_name) | 1;
         int seen = 0;
         for (size_t i = 0; i < MV_EXPORT_LOGGED && !seen; i++)
             seen = st->logged[i] == h;
         if (!seen) {
             st->logged[st->nlogged++ % MV_EXPORT_LOGGED] = h;
             MV_WARN("series.dropped", "reason=name_collision family=%s detail=%s",
-                    mv_log_q(w->collided_name),
+                    mv_log_q(collided_name),
                     mv_log_q("its names clash with another family's; see "
                              "microview_series_dropped_total"));
         }
@@ -856,9 +863,9 @@ int mv_export_render_views_sel(mv_expo *e, const mv_coll_seg_view *const *views,
                                mv_export_stats *cumulative)
 {
     walk w;
-    int rc = walk_build(&w, views, nviews, sel);
+    int rc = mv_export__walk_build(&w, views, nviews, sel, 0);
     if (rc != 0) {
-        walk_free(&w);
+        mv_export__walk_free(&w);
         return rc;
     }
     mv_export_stats st = {0};
@@ -871,7 +878,7 @@ int mv_export_render_views_sel(mv_expo *e, const mv_coll_seg_view *const *views,
         st.dropped_collision = w.dropped_collision;
     }
     expo_sink k = {{expo_family, expo_sample}, e, 0, 0};
-    rc = render_self(e, views, nviews, cs, &st);
+    rc = mv_export__render_self(e, views, nviews, cs, &st);
     if (rc == 0)
         rc = walk_run(&w, &k.k);
     if (rc == 0)
@@ -882,11 +889,11 @@ int mv_export_render_views_sel(mv_expo *e, const mv_coll_seg_view *const *views,
         cumulative->series = k.series;
         cumulative->renamed_labels += w.renamed;
         cumulative->dropped_invalid += k.invalid + w.unrenderable;
-        note_drops(cumulative, &w, k.invalid + w.unrenderable);
+        mv_export__note_drops(cumulative, w.collided_name, k.invalid + w.unrenderable);
         if (rc == -ENOSPC)
             cumulative->truncated++;
     }
-    walk_free(&w);
+    mv_export__walk_free(&w);
     if (rc == -ENOMEM)
         return rc;
     return rc ? -ENOSPC : 0;

@@ -109,6 +109,38 @@ int mv_export_render_views_sel(mv_expo *e, const mv_coll_seg_view *const *views,
                                const mv_coll_stats *cs, const mv_export_sel *sel,
                                mv_export_stats *cumulative);
 
+/*
+ * Exposition cache: a scrape of an unchanged table formats values only. The cache keeps,
+ * between scrapes, every family's header and every sample's rendered name and label set
+ * (escaped, per format, built on the first scrape in that format), and drops them when a
+ * segment is added or removed, its identity labels change (an agent's label update comes as
+ * a remove and an add), its catalog is re-read (cat_serial), its analytics start or stop
+ * matching its catalog, a histogram is omitted or comes back, or the --derived selection
+ * changes. What a derived series shows (and whether it is shown at all) is read from each
+ * snapshot. The body is byte for byte that of mv_export_render_views_sel for the same
+ * snapshot. Views without catalog serials (cat_serial 0) are rendered without the cache.
+ * Thread-safe: renders through one cache take turns on its mutex (mv_export_cache.c).
+ */
+typedef struct mv_export_cache mv_export_cache;
+typedef struct mv_export_cache_stats {
+    uint64_t builds;        /* plans built (first scrape of a format after a change) */
+    uint64_t hits;          /* renders from a plan already built */
+    uint64_t invalidations; /* key changes: the plans were dropped */
+    uint64_t uncached;      /* renders without the cache (no catalog serial, mixed types) */
+    size_t bytes;           /* memory the plans hold now */
+} mv_export_cache_stats;
+
+mv_export_cache *mv_export_cache_create(void); /* NULL on ENOMEM */
+void mv_export_cache_destroy(mv_export_cache *c);
+void mv_export_cache_get_stats(mv_export_cache *c, mv_export_cache_stats *out);
+/* mv_export_render_sel / mv_export_render_views_sel through the cache; the format is e's. */
+int mv_export_render_cached(mv_export_cache *c, mv_expo *e, const mv_coll_snap *snap,
+                            const mv_export_sel *sel, mv_export_stats *cumulative);
+int mv_export_render_views_cached(mv_export_cache *c, mv_expo *e,
+                                  const mv_coll_seg_view *const *views, size_t nviews,
+                                  const mv_coll_stats *cs, const mv_export_sel *sel,
+                                  mv_export_stats *cumulative);
+
 /* Returns a JSON document describing every segment (identity, state, reason,
  * reads, errors, last read, read interval, anomaly score; with `metrics` set
  * also every metric's current value and window figures). Free with free(). */

@@ -165,8 +165,9 @@ static int label_match(const mv_expo_label *l, size_t n, const mv_seg_label *f)
 
 static int value_sample(mv_export__sink *k, const char *suffix, const mv_expo_label *a, size_t na,
                         const mv_expo_label *b, size_t nb, const char *xname, double xval, double v,
-                        uint64_t u, int is_u)
+                        uint64_t u, int is_u, unsigned src)
 {
+    (void)src;
     value_sink *s = (value_sink *)k;
     const char *rest = s->metric + s->flen;
     if (strcmp(rest, suffix ? suffix : "") != 0)

@@ -1,5 +1,6 @@
 /* mv_export_sel: the choice of derived series (--derived KEY=ITEMS), see mv_export.h. */
 #include "mv_export.h"
+#include "mv_export_int.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -12,6 +13,7 @@ typedef struct fam_sel {
 } fam_sel;
 
 struct mv_export_sel {
+    uint64_t serial;       /* mv_export__sel_serial: new at creation and at every change */
     uint32_t type_mask[4]; /* by MV_SEG_* type */
     fam_sel *fam;          /* sorted by name */
     size_t nfam, cap;
@@ -39,6 +41,20 @@ static const struct {
     {"none", 0},
 };
 
+/* Serials of selection states, process-wide, so that none is ever reused (a selection freed
+ * and another made at the same address still differ for the exposition cache). */
+static uint64_t sel_serials;
+
+static void sel_changed(mv_export_sel *sel)
+{
+    sel->serial = __atomic_add_fetch(&sel_serials, 1, __ATOMIC_RELAXED);
+}
+
+uint64_t mv_export__sel_serial(const mv_export_sel *sel)
+{
+    return sel ? sel->serial : 0;
+}
+
 mv_export_sel *mv_export_sel_create(void)
 {
     mv_export_sel *sel = calloc(1, sizeof *sel);
@@ -47,6 +63,7 @@ mv_export_sel *mv_export_sel_create(void)
     sel->type_mask[MV_SEG_COUNTER] = MV_EXPORT_DEFAULT_COUNTER;
     sel->type_mask[MV_SEG_GAUGE] = MV_EXPORT_DEFAULT_GAUGE;
     sel->type_mask[MV_SEG_HISTOGRAM] = MV_EXPORT_DEFAULT_HISTOGRAM;
+    sel_changed(sel);
     return sel;
 }
 
@@ -109,6 +126,7 @@ int mv_export_sel_add(mv_export_sel *sel, const char *spec, char *err, size_t er
     for (int t = 1; t < 4; t++) {
         if (strlen(types[t]) == klen && strncmp(types[t], spec, klen) == 0) {
             sel->type_mask[t] = mask;
+            sel_changed(sel);
             return 0;
         }
     }
@@ -118,6 +136,7 @@ int mv_export_sel_add(mv_export_sel *sel, const char *spec, char *err, size_t er
     fam_sel *f = sel->nfam ? bsearch(name, sel->fam, sel->nfam, sizeof *sel->fam, fam_cmp) : NULL;
     if (f) {
         f->mask = mask;
+        sel_changed(sel);
         return 0;
     }
     if (sel->nfam == sel->cap) {
@@ -137,6 +156,7 @@ int mv_export_sel_add(mv_export_sel *sel, const char *spec, char *err, size_t er
     memmove(sel->fam + at + 1, sel->fam + at, (sel->nfam - at) * sizeof *sel->fam);
     sel->fam[at] = (fam_sel){dup, mask};
     sel->nfam++;
+    sel_changed(sel);
     return 0;
 }
 

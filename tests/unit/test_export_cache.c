@@ -1,0 +1,614 @@
+/* Unit tests for the exposition cache (mv_export_cache): every cached render is byte for byte
+ * the uncached render of the same snapshot, through label, catalog, selection, analytics and
+ * table changes, truncation, random changes, and scrapes in parallel with ticks. */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "microview.h"
+#include "mv_collect.h"
+#include "mv_export.h"
+#include "mv_test.h"
+
+static char *g_dir;
+static uint64_t g_serial; /* catalog serials of the views built here */
+
+/* ---- Comparing cached and uncached renders -------------------------------------------------- */
+
+/* Renders the views both ways in format f (cap 0 = default) and checks bytes, return code
+ * and counts. Returns 1 when they agree; the cached body stays in *out (free()). */
+static int same_render(mv_export_cache *c, const mv_coll_seg_view *const *v, size_t n,
+                       const mv_coll_stats *cs, const mv_export_sel *sel, mv_expo_format f,
+                       size_t cap, char **out)
+{
+    mv_expo *a = mv_expo_create(f, cap), *b = mv_expo_create(f, cap);
+    mv_export_stats sa = {0}, sb = {0};
+    int ra = mv_export_render_views_sel(a, v, n, cs, sel, &sa);
+    int rb = mv_export_render_views_cached(c, b, v, n, cs, sel, &sb);
+    size_t la, lb;
+    const char *da = mv_expo_data(a, &la), *db = mv_expo_data(b, &lb);
+    /* microview_segment_busy_seconds reads the clock: both renders show 0 for a segment
+     * that is not busy, which is all these views are. */
+    int same = ra == rb && la == lb && memcmp(da, db, la) == 0 && sa.series == sb.series &&
+               sa.dropped_type == sb.dropped_type && sa.dropped_collision == sb.dropped_collision &&
+               sa.renamed_labels == sb.renamed_labels && sa.dropped_invalid == sb.dropped_invalid &&
+               sa.truncated == sb.truncated;
+    if (!same) {
+        size_t at = 0;
+        while (at < la && at < lb && da[at] == db[at])
+            at++;
+        size_t from = at > 120 ? at - 120 : 0;
+        printf("\n  cached render differs (format %d, cap %zu, rc %d/%d, len %zu/%zu, series "
+               "%llu/%llu) at byte %zu:\n  uncached: %.*s\n  cached:   %.*s\n",
+               (int)f, cap, ra, rb, la, lb, (unsigned long long)sa.series,
+               (unsigned long long)sb.series, at, (int)(la - from < 240 ? la - from : 240),
+               da + from, (int)(lb - from < 240 ? lb - from : 240), db + from);
+    }
+    if (out) {
+        *out = malloc(lb + 1);
+        memcpy(*out, db, lb);
+        (*out)[lb] = '\0';
+    }
+    mv_expo_destroy(a);
+    mv_expo_destroy(b);
+    return same;
+}
+
+/* Both formats; returns the cached text-format body (free()). */
+static char *check_same(mv_export_cache *c, const mv_coll_seg_view *const *v, size_t n,
+                        const mv_coll_stats *cs, const mv_export_sel *sel, const char *what)
+{
+    char *text = NULL;
+    for (int f = 1; f >= 0; f--) {
+        char *body = NULL;
+        int ok = same_render(c, v, n, cs, sel, (mv_expo_format)f, 0, &body);
+        if (!ok)
+            printf("  (step: %s)\n", what);
+        CU_ASSERT(ok);
+        if (f == 0)
+            text = body;
+        else
+            free(body);
+    }
+    return text;
+}
+
+/* ---- A segment of every metric type ------------------------------------------------------------
+ */
+
+typedef struct tseg {
+    char path[256];
+    mv_segment *seg;
+    void *map;
+    size_t size;
+    mv_seg_catalog *cat;
+    mv_pipe_view *pipe;
+    mv_seg_label ids[3];
+    char pod[32];
+    mv_coll_seg_view view;
+    mv_counter c1, c2;
+    mv_gauge g, coll;
+    mv_histogram *h;
+    uint8_t omitted[64];
+} tseg;
+
+/* Fills the analytics of every metric with figures derived from k. */
+static void tseg_pipe(tseg *s, unsigned k)
+{
+    size_t n = mv_seg_catalog_count(s->cat);
+    free(s->pipe);
+    s->pipe = calloc(1, sizeof *s->pipe + n * sizeof(mv_pipe_out));
+    s->pipe->cat = s->cat;
+    s->pipe->n = n;
+    s->pipe->window_start_ns = 1700000000000000000ull;
+    s->pipe->window_end_ns = 1700000015000000000ull;
+    s->pipe->anomaly_score = 0.125 * k;
+    s->pipe->mem_bytes = 6144 + k;
+    s->pipe->collapses = k;
+    s->pipe->window_max_interval_ns = 1000000000ull + k;
+    for (size_t j = 0; j < n; j++) {
+        const mv_seg_metric *m = mv_seg_catalog_metric(s->cat, j);
+        mv_pipe_out *o = &s->pipe->m[j];
+        *o = (mv_pipe_out){.type = m->type,
+                           .has_window = 1,
+                           .changes = k + j,
+                           .resets = k,
+                           .rate = 12.5 + k,
+                           .rate_max = 250.0 / (k + 3),
+                           .rate_short = 20 + 0.1 * k,
+                           .q = {6, 7 + k, 9.5, 1e-9 * k},
+                           .sum = 700.25 * k,
+                           .count = 100 + k,
+                           .min = -3,
+                           .max = 10.0 / 3,
+                           .mean = 7 + k,
+                           .last = 7e22};
+    }
+    s->view.pipe = s->pipe;
+}
+
+static void tseg_parse(tseg *s)
+{
+    mv_seg_error err;
+    mv_seg_catalog_free(s->cat);
+    s->cat = NULL;
+    CU_ASSERT_FATAL(mv_seg_catalog_parse(s->map, s->size, s->size, &s->cat, &err) == MV_SEG_OK);
+    s->view.cat = s->cat;
+    s->view.cat_serial = ++g_serial;
+    tseg_pipe(s, 1);
+}
+
+static void tseg_open(tseg *s, const char *name, const char *pod)
+{
+    memset(s, 0, sizeof *s);
+    s->size = 1 << 16;
+    CU_ASSERT_FATAL(mv_test_blank_file(g_dir, name, s->size, s->path, sizeof s->path) == 0);
+    CU_ASSERT_FATAL(mv_open(s->path, &s->seg) == MV_OK);
+    int fd = open(s->path, O_RDONLY);
+    CU_ASSERT_FATAL(fd >= 0);
+    s->map = mmap(NULL, s->size, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    CU_ASSERT_FATAL(s->map != MAP_FAILED);
+    mv_label l200[] = {{"code", "200"}, {"service", "api"}};
+    mv_label lbad[] = {{"code", "5\"0\\0\n"}};
+    double bounds[] = {0.01, 0.1, 1};
+    CU_ASSERT_FATAL(mv_counter_register(s->seg, "http_requests_total", "Requests \"served\".", NULL,
+                                        l200, 2, &s->c1) == MV_OK);
+    CU_ASSERT_FATAL(mv_counter_register(s->seg, "http_requests_total", "Requests \"served\".", NULL,
+                                        lbad, 1, &s->c2) == MV_OK);
+    CU_ASSERT_FATAL(
+        mv_gauge_register(s->seg, "queue_depth", "Jobs waiting.", NULL, NULL, 0, &s->g) == MV_OK);
+    CU_ASSERT_FATAL(mv_histogram_register(s->seg, "lat_seconds", "Latency.", "seconds", NULL, 0,
+                                          bounds, 3, &s->h) == MV_OK);
+    CU_ASSERT_FATAL(mv_gauge_register(s->seg, "http_requests_rate", "A pod's own rate gauge.", NULL,
+                                      NULL, 0, &s->coll) == MV_OK);
+    mv_counter_add(s->c1, 1027);
+    mv_counter_add(s->c2, 3);
+    mv_gauge_set(s->g, 7);
+    mv_gauge_set(s->coll, 1.5);
+    mv_histogram_observe(s->h, 0.005);
+    mv_histogram_observe(s->h, 2);
+    snprintf(s->pod, sizeof s->pod, "%s", pod);
+    s->ids[0] = (mv_seg_label){"namespace", "shop"};
+    s->ids[1] = (mv_seg_label){"pod", s->pod};
+    s->ids[2] = (mv_seg_label){"service", "web"};
+    s->view.id = name;
+    s->view.labels = s->ids;
+    s->view.nlabels = 3;
+    s->view.state = MV_COLL_OK;
+    s->view.hot = s->map;
+    s->view.reads = 4242;
+    s->view.read_interval_ns = 2000000;
+    s->view.transport = "shm";
+    tseg_parse(s);
+}
+
+static void tseg_close(tseg *s)
+{
+    free(s->pipe);
+    mv_seg_catalog_free(s->cat);
+    munmap(s->map, s->size);
+    mv_close(s->seg);
+}
+
+static uint64_t invalidations(mv_export_cache *c)
+{
+    mv_export_cache_stats st;
+    mv_export_cache_get_stats(c, &st);
+    return st.invalidations;
+}
+
+/* ---- Tests ------------------------------------------------------------------------------------
+ */
+
+/* Each change the cache must see: the cached body is the uncached one, and shows the change
+ * (a cache that kept its plan would still show the old labels or miss the new series). */
+static void test_invalidation(void)
+{
+    tseg a, b;
+    tseg_open(&a, "seg-a", "web-7d4b9");
+    tseg_open(&b, "seg-b", "db-0");
+    const mv_coll_seg_view *v[2] = {&a.view, &b.view};
+    mv_coll_stats cs = {.ticks = 99, .last_tick_seconds = 0.000125};
+    mv_export_cache *c = mv_export_cache_create();
+    CU_ASSERT_FATAL(c != NULL);
+    mv_export_sel *sel = mv_export_sel_create();
+
+    free(check_same(c, v, 1, &cs, NULL, "first render"));
+    char *t = check_same(c, v, 1, &cs, NULL, "second render");
+    CU_ASSERT(strstr(t, "pod=\"web-7d4b9\"") != NULL);
+    free(t);
+    mv_export_cache_stats st;
+    mv_export_cache_get_stats(c, &st);
+    CU_ASSERT_EQUAL(st.builds, 2); /* one plan per format */
+    CU_ASSERT(st.hits >= 2);
+    CU_ASSERT(st.bytes > 0);
+
+    /* New values only: the plans stay. */
+    uint64_t inv = invalidations(c);
+    mv_counter_add(a.c1, 5);
+    mv_gauge_set(a.g, -0.1);
+    mv_histogram_observe(a.h, 0.05);
+    tseg_pipe(&a, 7);
+    t = check_same(c, v, 1, &cs, NULL, "values");
+    CU_ASSERT(strstr(t, "http_requests_total{namespace=\"shop\",pod=\"web-7d4b9\",service=\"web\","
+                        "code=\"200\",exported_service=\"api\"} 1032\n") != NULL);
+    free(t);
+    CU_ASSERT_EQUAL(invalidations(c), inv);
+
+    /* An identity label changes (an agent's label update: the same id, new labels). */
+    snprintf(a.pod, sizeof a.pod, "web-new");
+    t = check_same(c, v, 1, &cs, NULL, "identity label value");
+    CU_ASSERT(strstr(t, "pod=\"web-new\"") != NULL);
+    CU_ASSERT(strstr(t, "web-7d4b9") == NULL);
+    free(t);
+    a.ids[2] = (mv_seg_label){"team", "blue"};
+    t = check_same(c, v, 1, &cs, NULL, "identity label key");
+    CU_ASSERT(strstr(t, "team=\"blue\"") != NULL);
+    CU_ASSERT(strstr(t, "exported_service") == NULL);
+    free(t);
+    a.view.nlabels = 2;
+    t = check_same(c, v, 1, &cs, NULL, "identity label removed");
+    CU_ASSERT(strstr(t, "team=") == NULL);
+    free(t);
+    a.view.nlabels = 3;
+    a.ids[2] = (mv_seg_label){"service", "web"};
+
+    /* The catalog grows (a metric registered): a new catalog, a new serial. */
+    mv_gauge ng;
+    mv_label nl[] = {{"shard", "7"}};
+    CU_ASSERT_FATAL(mv_gauge_register(a.seg, "new_gauge", "Appended.", NULL, nl, 1, &ng) == MV_OK);
+    mv_gauge_set(ng, 42);
+    tseg_parse(&a);
+    t = check_same(c, v, 1, &cs, NULL, "catalog append");
+    CU_ASSERT(strstr(t, "new_gauge{namespace=\"shop\",pod=\"web-new\",service=\"web\","
+                        "shard=\"7\"} 42\n") != NULL);
+    free(t);
+    /* A catalog read again with the same records is still another catalog. */
+    inv = invalidations(c);
+    tseg_parse(&a);
+    free(check_same(c, v, 1, &cs, NULL, "catalog re-read"));
+    CU_ASSERT_EQUAL(invalidations(c), inv + 1);
+
+    /* The --derived selection. */
+    free(check_same(c, v, 1, &cs, sel, "default selection"));
+    char err[128];
+    CU_ASSERT_EQUAL(mv_export_sel_add(sel, "gauge=min,changes", err, sizeof err), 0);
+    t = check_same(c, v, 1, &cs, sel, "selection changed");
+    CU_ASSERT(strstr(t, "queue_depth_window_min{") != NULL);
+    CU_ASSERT(strstr(t, "queue_depth_window_max{") == NULL);
+    free(t);
+    CU_ASSERT_EQUAL(mv_export_sel_add(sel, "queue_depth=none", err, sizeof err), 0);
+    t = check_same(c, v, 1, &cs, sel, "family selection");
+    CU_ASSERT(strstr(t, "queue_depth_window_min{") == NULL);
+    free(t);
+
+    /* What the analytics show: read per scrape, no new plan. */
+    free(check_same(c, v, 1, &cs, sel, "selection, windows closed"));
+    inv = invalidations(c);
+    a.pipe->m[0].has_window = 0;
+    a.pipe->m[1].rate_short = NAN;
+    a.pipe->m[2].has_window = 0;
+    a.pipe->m[3].has_window = 0;
+    a.pipe->anomaly_score = NAN;
+    a.pipe->window_end_ns = 0;
+    free(check_same(c, v, 1, &cs, sel, "windows not closed, selection"));
+    for (size_t j = 0; j < a.pipe->n; j++) {
+        a.pipe->m[j].has_window = 0;
+        a.pipe->m[j].rate_short = NAN;
+    }
+    t = check_same(c, v, 1, &cs, sel, "no window at all");
+    CU_ASSERT(strstr(t, "_window") == NULL);
+    free(t);
+    tseg_pipe(&a, 3);
+    free(check_same(c, v, 1, &cs, sel, "windows back"));
+    CU_ASSERT_EQUAL(invalidations(c), inv);
+
+    /* Analytics built for another catalog, or none. */
+    a.pipe->cat = NULL;
+    t = check_same(c, v, 1, &cs, NULL, "analytics of another catalog");
+    CU_ASSERT(strstr(t, "_rate_short") == NULL);
+    free(t);
+    a.pipe->cat = a.cat;
+    free(check_same(c, v, 1, &cs, NULL, "analytics match again"));
+
+    /* A histogram omitted (no consistent copy lately), then back. */
+    memset(a.omitted, 0, sizeof a.omitted);
+    a.omitted[3] = 1;
+    a.view.omitted = a.omitted;
+    t = check_same(c, v, 1, &cs, NULL, "histogram omitted");
+    CU_ASSERT(strstr(t, "lat_seconds_bucket") == NULL);
+    free(t);
+    a.omitted[3] = 0;
+    free(check_same(c, v, 1, &cs, NULL, "histogram back"));
+    a.view.omitted = NULL;
+
+    /* A second segment, then one with the same identity labels (microview_segment="..."). */
+    free(check_same(c, v, 2, &cs, NULL, "segment added"));
+    snprintf(b.pod, sizeof b.pod, "web-new");
+    t = check_same(c, v, 2, &cs, NULL, "equal identities");
+    CU_ASSERT(strstr(t, "microview_segment=\"seg-b\"") != NULL);
+    free(t);
+    b.view.state = MV_COLL_QUARANTINED;
+    t = check_same(c, v, 2, &cs, NULL, "segment quarantined");
+    CU_ASSERT(strstr(t, "seg-b") == NULL || strstr(t, "microview_segment=\"seg-a\"") != NULL);
+    free(t);
+    b.view.state = MV_COLL_OK;
+    v[0] = &b.view;
+    v[1] = &a.view;
+    free(check_same(c, v, 2, &cs, NULL, "segments in another order"));
+    free(check_same(c, v, 1, &cs, NULL, "segment removed"));
+    free(check_same(c, v, 0, &cs, NULL, "no segment"));
+
+    /* Views without catalog serials are rendered without the cache. */
+    b.view.cat_serial = 0;
+    free(check_same(c, v, 1, &cs, NULL, "no serial"));
+    mv_export_cache_get_stats(c, &st);
+    CU_ASSERT(st.uncached >= 2);
+
+    mv_export_sel_destroy(sel);
+    mv_export_cache_destroy(c);
+    tseg_close(&a);
+    tseg_close(&b);
+}
+
+/* Every cap: the cached body is cut where the uncached one is, with the same counts. */
+static void test_truncation(void)
+{
+    tseg a;
+    tseg_open(&a, "seg-t", "web-1");
+    const mv_coll_seg_view *v[1] = {&a.view};
+    mv_coll_stats cs = {0};
+    mv_export_cache *c = mv_export_cache_create();
+    for (int f = 0; f < 2; f++) {
+        mv_expo *e = mv_expo_create((mv_expo_format)f, 0);
+        mv_export_render_views_sel(e, v, 1, &cs, NULL, NULL);
+        size_t full;
+        mv_expo_data(e, &full);
+        mv_expo_destroy(e);
+        int bad = 0;
+        for (size_t cap = MV_EXPO_CAP_MIN; cap <= full + 8 && !bad; cap += 7)
+            bad = !same_render(c, v, 1, &cs, NULL, (mv_expo_format)f, cap, NULL);
+        CU_ASSERT(!bad);
+    }
+    mv_export_cache_destroy(c);
+    tseg_close(&a);
+}
+
+/* Random changes between scrapes, each render checked against the uncached one. */
+static void test_random_changes(void)
+{
+    tseg s[3];
+    static const char *const names[3] = {"r-0", "r-1", "r-2"};
+    for (int i = 0; i < 3; i++)
+        tseg_open(&s[i], names[i], i == 2 ? "pod-0" : "pod-1");
+    const mv_coll_seg_view *v[3] = {&s[0].view, &s[1].view, &s[2].view};
+    mv_coll_stats cs = {0};
+    mv_export_sel *sels[3] = {NULL, mv_export_sel_create(), mv_export_sel_create()};
+    char err[128];
+    mv_export_sel_add(sels[2], "counter=all", err, sizeof err);
+    mv_export_sel_add(sels[2], "lat_seconds=quantiles", err, sizeof err);
+    mv_export_cache *c = mv_export_cache_create();
+    uint64_t rng = 12345;
+    size_t n = 3;
+    int sel = 0, bad = 0, extra = 0;
+    for (int it = 0; it < 300 && !bad; it++) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        unsigned r = (unsigned)(rng >> 33);
+        tseg *t = &s[r % 3];
+        switch ((r >> 4) % 12) {
+        case 0:
+            snprintf(t->pod, sizeof t->pod, "pod-%u", (r >> 8) % 3);
+            break;
+        case 1:
+            n = 1 + (r >> 8) % 3;
+            break;
+        case 2:
+            sel = (int)((r >> 8) % 3);
+            break;
+        case 3:
+            t->pipe->m[(r >> 8) % t->pipe->n].has_window ^= 1;
+            break;
+        case 4:
+            t->pipe->m[(r >> 8) % t->pipe->n].rate_short = (r & 256) ? NAN : 3.25;
+            break;
+        case 5:
+            t->pipe->anomaly_score = (r & 256) ? NAN : 0.5;
+            t->pipe->window_end_ns = (r & 512) ? 0 : 17;
+            break;
+        case 6:
+            t->view.state = (r & 256) ? MV_COLL_OK : MV_COLL_PENDING;
+            break;
+        case 7:
+            if (extra < 8) { /* the catalog grows: sometimes a clash with another family */
+                char nm[32];
+                mv_gauge g;
+                snprintf(nm, sizeof nm, (r & 256) ? "extra_%d" : "queue_depth_window_max", extra++);
+                mv_gauge_register(t->seg, nm, NULL, NULL, NULL, 0, &g);
+                mv_gauge_set(g, extra);
+                tseg_parse(t);
+            }
+            break;
+        case 8:
+            t->omitted[3] = (uint8_t)((r >> 8) & 1);
+            t->view.omitted = (r & 512) ? t->omitted : NULL;
+            break;
+        case 9:
+            tseg_pipe(t, (r >> 8) % 5);
+            break;
+        case 10:
+            mv_gauge_set(t->g, (double)(r % 1000) / 7);
+            mv_histogram_observe(t->h, (double)(r % 100) / 50);
+            break;
+        default:
+            t->view.pipe = (r & 256) ? NULL : t->pipe;
+            break;
+        }
+        for (int f = 0; f < 2 && !bad; f++)
+            bad = !same_render(c, v, n, &cs, sels[sel], (mv_expo_format)f, 0, NULL);
+        if (bad)
+            printf("  (iteration %d)\n", it);
+    }
+    CU_ASSERT(!bad);
+    mv_export_cache_destroy(c);
+    for (int i = 0; i < 3; i++) {
+        mv_export_sel_destroy(sels[i]);
+        tseg_close(&s[i]);
+    }
+}
+
+/* ---- Scrapes in parallel with ticks and table changes ------------------------------------------
+ */
+
+typedef struct par {
+    mv_coll *coll;
+    mv_export_cache *cache;
+    mv_export_sel *sel;
+    int stop;
+    int renders, mismatches;
+    pthread_mutex_t mu;
+} par;
+
+/* A copy of the body with the value of every microview_segment_busy_seconds line cut. */
+static char *without_busy(const char *d, size_t len)
+{
+    char *out = malloc(len + 1), *o = out;
+    if (!out)
+        return NULL;
+    const char *end = d + len;
+    while (d < end) {
+        const char *nl = memchr(d, '\n', (size_t)(end - d));
+        const char *le = nl ? nl + 1 : end;
+        size_t n = (size_t)(le - d);
+        if (strncmp(d, "microview_segment_busy_seconds", 30) == 0) {
+            const char *sp = le - 1;
+            while (sp > d && *sp != ' ')
+                sp--;
+            n = (size_t)(sp - d);
+        }
+        memcpy(o, d, n);
+        o += n;
+        d = le;
+    }
+    *o = '\0';
+    return out;
+}
+
+static void *scraper(void *arg)
+{
+    par *p = arg;
+    mv_expo *a = mv_expo_create(MV_EXPO_TEXT, 0), *b = mv_expo_create(MV_EXPO_TEXT, 0);
+    for (unsigned k = 0; !__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE); k++) {
+        mv_coll_snap *sn = mv_coll_snapshot(p->coll);
+        mv_expo_format f = (mv_expo_format)(k & 1);
+        mv_expo_reset(a, f);
+        mv_expo_reset(b, f);
+        mv_export_render_sel(a, sn, p->sel, NULL);
+        mv_export_render_cached(p->cache, b, sn, p->sel, NULL);
+        mv_coll_snap_free(sn);
+        size_t la, lb;
+        const char *da = mv_expo_data(a, &la), *db = mv_expo_data(b, &lb);
+        /* microview_segment_busy_seconds reads the clock at each render (non-zero while a
+         * catalog append is in progress): compare the bodies with its values blanked. */
+        char *na = without_busy(da, la), *nb = without_busy(db, lb);
+        int same = na && nb && strcmp(na, nb) == 0;
+        free(na);
+        free(nb);
+        pthread_mutex_lock(&p->mu);
+        p->renders++;
+        p->mismatches += !same;
+        pthread_mutex_unlock(&p->mu);
+    }
+    mv_expo_destroy(a);
+    mv_expo_destroy(b);
+    return NULL;
+}
+
+static void test_parallel(void)
+{
+    mv_coll_opts o;
+    mv_coll_opts_default(&o);
+    o.tick_us = 1000;
+    o.analytics = 1;
+    o.pipe.window_ns = 20000000; /* windows close while the test runs */
+    mv_coll *coll;
+    CU_ASSERT_FATAL(mv_coll_create(&o, &coll) == 0);
+    char path[2][256];
+    mv_segment *w[2];
+    mv_gauge g[2];
+    for (int i = 0; i < 2; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "par-%d.seg", i);
+        CU_ASSERT_FATAL(mv_test_blank_file(g_dir, name, 1 << 18, path[i], sizeof path[i]) == 0);
+        CU_ASSERT_FATAL(mv_open(path[i], &w[i]) == MV_OK);
+        mv_label l = {"worker", i ? "b" : "a"};
+        CU_ASSERT_FATAL(mv_gauge_register(w[i], "par_gauge", "G.", NULL, &l, 1, &g[i]) == MV_OK);
+    }
+    par p = {.coll = coll, .cache = mv_export_cache_create(), .sel = mv_export_sel_create()};
+    pthread_mutex_init(&p.mu, NULL);
+    CU_ASSERT_FATAL(mv_coll_start(coll) == 0);
+    pthread_t th[3];
+    for (int i = 0; i < 3; i++)
+        pthread_create(&th[i], NULL, scraper, &p);
+    uint64_t t0 = mv_test_mono_ms();
+    char err[256];
+    for (unsigned k = 0; mv_test_mono_ms() - t0 < 1500; k++) {
+        int i = (int)(k & 1);
+        mv_gauge_set(g[i], k);
+        if (k % 7 == 0 && k < 400) { /* the catalog grows */
+            char nm[32];
+            mv_counter cn;
+            snprintf(nm, sizeof nm, "par_count_%u_total", k);
+            mv_counter_register(w[i], nm, NULL, NULL, NULL, 0, &cn);
+            mv_counter_add(cn, k);
+        }
+        if (k % 5 == 0) { /* a label update: removed, added again with other labels */
+            char id[16], val[16];
+            snprintf(id, sizeof id, "par-%d", i);
+            snprintf(val, sizeof val, "v%u", k % 3);
+            mv_seg_label l[2] = {{"namespace", "ns"}, {"pod", val}};
+            mv_coll_remove(coll, id);
+            void *src;
+            uint64_t size;
+            if (mv_coll_shm_open(path[i], 0, &src, &size, err, sizeof err) == 0)
+                mv_coll_add(coll, id, size, l, 2, mv_coll_shm_transport(), src);
+        }
+        mv_test_sleep_ms(2);
+    }
+    __atomic_store_n(&p.stop, 1, __ATOMIC_RELEASE);
+    for (int i = 0; i < 3; i++)
+        pthread_join(th[i], NULL);
+    printf("\n  %d parallel renders, %d mismatches\n", p.renders, p.mismatches);
+    CU_ASSERT(p.renders > 0);
+    CU_ASSERT_EQUAL(p.mismatches, 0);
+    mv_coll_destroy(coll);
+    mv_export_cache_destroy(p.cache);
+    mv_export_sel_destroy(p.sel);
+    pthread_mutex_destroy(&p.mu);
+    for (int i = 0; i < 2; i++)
+        mv_close(w[i]);
+}
+
+int main(void)
+{
+    g_dir = mv_test_tmpdir("test-export-cache");
+    if (!g_dir)
+        return 1;
+    static const mv_test tests[] = {
+        {"cache follows label, catalog, selection and table changes", test_invalidation},
+        {"cache truncates where the uncached render does", test_truncation},
+        {"random changes between scrapes", test_random_changes},
+        {"scrapes in parallel with ticks and table changes", test_parallel},
+    };
+    int fails = MV_TEST_RUN("export_cache", tests);
+    if (mv_test_rmrf(g_dir) != 0)
+        fprintf(stderr, "could not remove %s\n", g_dir);
+    free(g_dir);
+    return fails;
+}
