@@ -611,7 +611,7 @@ static size_t fmt_ts(mv_expo_format f, int64_t ts_ms, char *out)
     size_t o = 1;
     if (ts_ms < 0)
         out[o++] = '-';
-    o += expo_fmt_u64(sec, out + o);
+    o += mv_expo_format_u64(sec, out + o);
     if (ms) {
         out[o++] = '.';
         out[o++] = (char)('0' + ms / 100);
@@ -689,7 +689,7 @@ int mv_expo_sample_u64(mv_expo *e, const char *suffix, const mv_expo_label *a, s
                        double extra_value, uint64_t value, int64_t ts_ms)
 {
     char num[32];
-    size_t n = expo_fmt_u64(value, num);
+    size_t n = mv_expo_format_u64(value, num);
     return sample_str(e, suffix, a, na, b, nb, extra_name, extra_value, num, n, ts_ms);
 }
 

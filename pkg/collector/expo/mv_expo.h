@@ -154,6 +154,8 @@ size_t mv_expo_sanitize_name(const char *s, int label_name, char *out, size_t ou
  * +Inf, -Inf). canonical=1 adds ".0" to integral values (OpenMetrics le/quantile).
  * Returns the length written (out needs 32 bytes). Exposed for tests and callers. */
 size_t mv_expo_format_double(double v, int canonical, char *out, size_t outsz);
+/* Decimal digits of v into out (at least 20 bytes, not NUL-terminated); returns the length. */
+size_t mv_expo_format_u64(uint64_t v, char *out);
 
 #ifdef __cplusplus
 }

@@ -14,8 +14,6 @@ static inline int expo_is_digit(unsigned char c)
     return c >= '0' && c <= '9';
 }
 
-/* Decimal digits of v into out (at least 20 bytes, not NUL-terminated); returns the length. */
-size_t expo_fmt_u64(uint64_t v, char *out);
 /* The same for a signed value (at least 21 bytes). */
 size_t expo_fmt_i64(int64_t v, char *out);
 

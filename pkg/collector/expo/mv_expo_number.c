@@ -12,7 +12,7 @@
 /* ---- Numbers ------------------------------------------------------------------------ */
 
 /* Writes v in decimal to out (room for 20 digits); returns the length. */
-size_t expo_fmt_u64(uint64_t v, char *out)
+size_t mv_expo_format_u64(uint64_t v, char *out)
 {
     static const char pairs[201] = "00010203040506070809101112131415161718192021222324252627282930"
                                    "31323334353637383940414243444546474849505152535455565758596061"
@@ -39,9 +39,9 @@ size_t expo_fmt_u64(uint64_t v, char *out)
 size_t expo_fmt_i64(int64_t v, char *out)
 {
     if (v >= 0)
-        return expo_fmt_u64((uint64_t)v, out);
+        return mv_expo_format_u64((uint64_t)v, out);
     out[0] = '-';
-    return 1 + expo_fmt_u64((uint64_t)(-(v + 1)) + 1, out + 1);
+    return 1 + mv_expo_format_u64((uint64_t)(-(v + 1)) + 1, out + 1);
 }
 
 /* Exact powers of ten representable as doubles. */
@@ -69,7 +69,7 @@ static int short_digits(double a, char *digits, int *exp10)
         if (si == 0 || (double)si / pow10_tab[k] != a)
             continue;
         char tmp[20];
-        int nd = (int)expo_fmt_u64(si, tmp);
+        int nd = (int)mv_expo_format_u64(si, tmp);
         *exp10 = nd - 1 - k;
         while (nd > 1 && tmp[nd - 1] == '0')
             nd--;
@@ -236,7 +236,7 @@ static int exact_digits(double a, char *digits, int *exp10)
         while (qp % 10 == 0)
             qp /= 10;
         *exp10 = E;
-        return (int)expo_fmt_u64(qp, digits);
+        return (int)mv_expo_format_u64(qp, digits);
     }
     return 0;
 }

@@ -609,31 +609,6 @@ static int plan_build(mv_export_cache *c, mv_expo_format f, size_t n, const mv_e
 /* ---- Rendering from a plan --------------------------------------------------------------------
  */
 
-/* Decimal digits of v at o (room for 20); returns the length. */
-static size_t fmt_u64(uint64_t v, char *o)
-{
-    static const char pairs[201] = "00010203040506070809101112131415161718192021222324252627282930"
-                                   "31323334353637383940414243444546474849505152535455565758596061"
-                                   "62636465666768697071727374757677787980818283848586878889909192"
-                                   "93949596979899";
-    char tmp[20];
-    size_t n = sizeof tmp;
-    while (v >= 100) {
-        unsigned r = (unsigned)(v % 100);
-        v /= 100;
-        n -= 2;
-        memcpy(tmp + n, pairs + 2 * r, 2);
-    }
-    if (v >= 10) {
-        n -= 2;
-        memcpy(tmp + n, pairs + 2 * v, 2);
-    } else {
-        tmp[--n] = (char)('0' + v);
-    }
-    memcpy(o, tmp + n, sizeof tmp - n);
-    return sizeof tmp - n;
-}
-
 /* Room a line needs past its name and labels: the longest value and the newline. */
 #define VALUE_ROOM 40
 
@@ -699,12 +674,13 @@ static int plan_run(const plan *p, const mv_coll_seg_view *const *segs, mv_expo 
                 o += l->name_len;
                 memcpy(o, text + l->lab, l->lab_len);
                 o += l->lab_len;
-                o += is_u ? fmt_u64(u, o) : mv_expo_format_double(d, om, o, VALUE_ROOM);
+                o += is_u ? mv_expo_format_u64(u, o) : mv_expo_format_double(d, om, o, VALUE_ROOM);
                 *o++ = '\n';
             } else {
                 /* Near the end of the buffer: the renderer grows it or truncates. */
                 char num[VALUE_ROOM];
-                size_t nl = is_u ? fmt_u64(u, num) : mv_expo_format_double(d, om, num, sizeof num);
+                size_t nl = is_u ? mv_expo_format_u64(u, num)
+                                 : mv_expo_format_double(d, om, num, sizeof num);
                 num[nl++] = '\n';
                 mv_expo_raw_commit(e, (size_t)(o - start));
                 mv_expo_raw_put(e, text + l->name, l->name_len);
