@@ -70,6 +70,12 @@ static uint64_t clock_ns(clockid_t clk)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* The clock of the exposition timings: the thread's CPU clock with --cpu-time, else wall. */
+static uint64_t feed_clock_ns(void)
+{
+    return clock_ns(g_cpu_time ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC);
+}
+
 /* Heap bytes in use (glibc's allocator). */
 static size_t heap_in_use(void)
 {
@@ -263,7 +269,7 @@ static void bench_expo(unsigned n, int runs, int analytics)
     mseg *segs = calloc(nseg, sizeof *segs);
     mv_coll_seg_view *views = calloc(nseg, sizeof *views);
     const mv_coll_seg_view **vp = calloc(nseg, sizeof *vp);
-    char(*ids)[16] = calloc(nseg, sizeof *ids);
+    char(*ids)[24] = calloc(nseg, sizeof *ids);
     uint64_t t_setup = bench_now_ns();
     for (unsigned s = 0; s < nseg; s++) {
         /* Records are appended with the format's writer primitives (what
