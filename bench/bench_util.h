@@ -2,6 +2,7 @@
 #ifndef MV_BENCH_UTIL_H
 #define MV_BENCH_UTIL_H
 
+#include <malloc.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,18 @@ static inline uint64_t bench_now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Heap bytes in use (glibc's allocator; 0 where mallinfo2 is missing): small chunks in use
+ * plus the blocks it mmapped (>= 128 KiB). */
+static inline uint64_t bench_heap_in_use(void)
+{
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+    struct mallinfo2 mi = mallinfo2();
+    return mi.uordblks + mi.hblkhd;
+#else
+    return 0;
+#endif
 }
 
 static inline int bench_cmp_double(const void *a, const void *b)

@@ -2,7 +2,6 @@
 #include "bench_util.h"
 
 #include <errno.h>
-#include <malloc.h>
 #include <math.h>
 #include <sys/mman.h>
 #include <zlib.h>
@@ -76,17 +75,6 @@ static uint64_t feed_clock_ns(void)
     return clock_ns(g_cpu_time ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC);
 }
 
-/* Heap bytes in use (glibc's allocator). */
-static size_t heap_in_use(void)
-{
-#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
-    struct mallinfo2 mi = mallinfo2();
-    return mi.uordblks + mi.hblkhd; /* small chunks in use + blocks it mmapped (>= 128 KiB) */
-#else
-    return 0;
-#endif
-}
-
 /* Issue goals 3 (samples/s/core) and 6 (analytics bytes per gauge), from the full
  * pipeline (detection and scorer on). */
 typedef struct goal_fig {
@@ -145,7 +133,7 @@ static void bench_pipeline(int kind, unsigned nmetrics, int detect, int fd, unsi
     cfg.detect = detect;
     cfg.fd = fd;
     mv_pipe_seg *p;
-    size_t heap0 = heap_in_use();
+    size_t heap0 = bench_heap_in_use();
     if (mv_pipe_seg_create(&cfg, s.cat, NULL, &p) != 0)
         return;
     uint64_t t = 1000000ull * 1000 * MS, wall_total = 0, cpu_total = 0;
@@ -180,7 +168,7 @@ static void bench_pipeline(int kind, unsigned nmetrics, int detect, int fd, unsi
     mv_pipe_view *pv = mv_pipe_seg_view(p);
     double used = pv ? (double)pv->mem_bytes / nmetrics : NAN;
     free(pv);
-    double heap = (double)(heap_in_use() - heap0) / nmetrics;
+    double heap = (double)(bench_heap_in_use() - heap0) / nmetrics;
     double mean = (double)(g_cpu_time ? cpu_total : wall_total) / samples;
     qsort(wall_b, nbatch, sizeof *wall_b, cmp_dbl);
     qsort(cpu_b, nbatch, sizeof *cpu_b, cmp_dbl);

@@ -5,7 +5,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <malloc.h>
 #include <pthread.h>
 
 #include "microview.h"
@@ -120,16 +119,6 @@ static uint64_t status_bytes(const char *key)
     return v;
 }
 
-static uint64_t heap_in_use(void)
-{
-#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
-    struct mallinfo2 mi = mallinfo2();
-    return mi.uordblks + mi.hblkhd; /* small chunks in use + blocks it mmapped (>= 128 KiB) */
-#else
-    return 0;
-#endif
-}
-
 /* Figures of the last run with 2 workers, for the goal lines. */
 typedef struct run_fig {
     int done;
@@ -166,7 +155,7 @@ static int run(bench *b, unsigned workers, uint32_t tick_us, double seconds, int
     mv_coll *c;
     /* The collector's memory: what the process holds beyond the writer's. */
     malloc_trim(0);
-    uint64_t anon0 = status_bytes("RssAnon"), heap0 = heap_in_use();
+    uint64_t anon0 = status_bytes("RssAnon"), heap0 = bench_heap_in_use();
     mv_coll_opts_default(&o);
     o.tick_us = tick_us;
     o.analytics = analytics;
@@ -224,7 +213,7 @@ static int run(bench *b, unsigned workers, uint32_t tick_us, double seconds, int
     int rc = check_table(c, b->nsegs, ticks);
     /* Memory with the collector still up: its anonymous RSS and heap beyond the writer's,
      * and the analytics state its pipelines account for (mv_pipe_view.mem_bytes). */
-    uint64_t rss = status_bytes("RssAnon") - anon0, heap = heap_in_use() - heap0, amem = 0;
+    uint64_t rss = status_bytes("RssAnon") - anon0, heap = bench_heap_in_use() - heap0, amem = 0;
     mv_coll_snap *sn = mv_coll_snapshot(c);
     for (size_t i = 0; sn && i < mv_coll_snap_count(sn); i++) {
         const mv_coll_seg_view *v = mv_coll_snap_seg(sn, i);

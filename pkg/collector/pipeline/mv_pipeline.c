@@ -25,146 +25,14 @@
  * all pay in one tick. A gauge or histogram that needs its sketch or bucket counts for
  * the new window before its turn is closed on the spot.
  */
-#include "mv_pipeline.h"
+#include "mv_pipeline_int.h"
 
 #include <errno.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "mv_detect.h"
-#include "mv_fd.h"
-#include "mv_sketch.h"
-
 const double mv_pipe_quantiles[MV_PIPE_QUANTILES] = {0.5, 0.9, 0.99, 0.999};
-
-#define FD_SCALE_LAMBDA 0.05
-#define FD_EPS          1e-12
-
-#define SHORT_SLOTS 8
-
-/* ---- Per-metric records ------------------------------------------------------------------ */
-
-/* Hot records: touched by every read. 64 bytes each. */
-typedef struct hctr {
-    mv_detect_series det;
-    uint64_t prev;   /* raw value at the previous read */
-    double rate_max; /* window: highest increase / elapsed over one read interval */
-    uint32_t off;    /* value offset in the value area */
-    uint32_t primed; /* a previous read exists */
-} hctr;
-
-typedef struct hgauge {
-    mv_detect_series det;
-    double last;   /* last sample read (NaN/Inf included) */
-    mv_sketch *sk; /* NULL: no window yet needed one */
-    uint32_t off;
-    uint32_t run; /* reads of `last` in this window not yet in the sketch */
-} hgauge;
-
-typedef struct hhist {
-    mv_detect_series det;
-    uint64_t prev_count;
-    double prev_sum;
-    uint32_t off;
-    uint32_t primed;
-} hhist;
-
-/* Cold records. */
-typedef struct cctr {
-    uint64_t win_base; /* total at the start of the window */
-    uint64_t prime_e;  /* elapsed clock (see mv_pipe_seg.e) at the first read */
-    uint64_t changes, resets;
-    uint32_t idx; /* catalog index */
-} cctr;
-
-typedef struct cgauge {
-    uint64_t changes;
-    uint64_t collapses; /* of sketches freed before this one */
-    uint32_t idx;
-} cgauge;
-
-typedef struct chist {
-    uint64_t *b;  /* [0, nb): previous bucket counts; [nb, 2 nb): window counts */
-    uint64_t off; /* reset offset: cumulative count = prev_count + off */
-    double win_sum;
-    uint64_t win_count;
-    uint64_t changes, resets;
-    uint32_t idx, nb; /* nb = bucket_count + 1 */
-} chist;
-
-/* What the closing window needs of a metric that the next reads overwrite. */
-typedef struct wsnap {
-    uint64_t u; /* counter: total at the close; gauge: run; histogram: primed */
-    double d;   /* counter: rate_max; gauge: last */
-} wsnap;
-
-enum { T_CTR = 0, T_GAUGE = 1, T_HIST = 2 };
-#define LOC(t, j) (((uint32_t)(t) << 30) | (uint32_t)(j))
-#define LOC_T(l)  ((l) >> 30)
-#define LOC_J(l)  ((l)&0x3fffffffu)
-
-struct mv_pipe_seg {
-    mv_pipe_config cfg;
-    mv_detect_params dp;
-    const mv_seg_catalog *cat;
-    size_t n;
-    uint32_t *loc; /* per catalog index: type and index in its arrays */
-    size_t nc, ng, nh;
-    hctr *hc;
-    hgauge *hg;
-    hhist *hh;
-    cctr *cc;
-    uint64_t *coff; /* counters' reset offsets: total = prev + coff */
-    cgauge *cg;
-    chist *ch;
-    uint64_t *scratch; /* histogram deltas (scratch_len words) */
-    size_t scratch_len;
-
-    /* Time. e: elapsed clock, the sum of the forward read intervals (ns). */
-    uint64_t e, last_read_ns;
-    uint64_t cur_w; /* window index being accumulated; UINT64_MAX = none */
-    uint64_t win_e; /* e at the start of the window */
-    uint64_t win_reads, win_gap_max;
-
-    /* Short-rate ring: per slot, its number + 1 (0 = empty), e at the read before its
-     * first read, and every counter's total then ([slot][counter]). */
-    uint64_t slot_id[SHORT_SLOTS], slot_e[SHORT_SLOTS];
-    uint64_t *slot_tot;
-    uint64_t last_slot;
-
-    /* Closing window (cl != NULL while summaries are pending). */
-    wsnap *cl;
-    mv_pipe_out *cl_out; /* the summaries being computed */
-    uint8_t *cl_pending; /* per catalog index */
-    size_t cl_left, cl_next;
-    uint64_t cl_w, cl_e, cl_win_e, cl_deadline, cl_reads, cl_gap_max;
-    uint64_t cl_steps;
-    double cl_score;
-    uint64_t cl_collapses;
-
-    /* Scorer. */
-    mv_fd *fd;
-    uint32_t fd_d;
-    uint32_t *fd_loc; /* loc of each dimension */
-    double *fd_x, *fd_scale;
-    uint64_t *fd_base; /* counters/histograms: cumulative count at the last step */
-    uint64_t fd_step, fd_last_ns, fd_steps;
-    double fd_wmax;
-
-    /* Bytes held: fixed at create, plus the gauges' sketches as they grow (under mu). */
-    uint64_t mem_fixed, sk_mem;
-
-    /* Published output, under mu. */
-    pthread_mutex_t mu;
-    mv_pipe_out *pub;
-    uint64_t pub_start, pub_end;
-    double pub_score;
-    uint64_t pub_steps;
-    uint64_t pub_collapses;
-    uint64_t pub_reads, pub_gap_max;
-};
 
 void mv_pipe_config_default(mv_pipe_config *cfg)
 {
@@ -266,7 +134,7 @@ static int metric_same(const mv_seg_metric *a, const mv_seg_metric *b)
     return 1;
 }
 
-static const mv_seg_metric *cat_m(const mv_pipe_seg *s, size_t i)
+const mv_seg_metric *pipe_cat_m(const mv_pipe_seg *s, size_t i)
 {
     return mv_seg_catalog_metric(s->cat, i);
 }
@@ -276,20 +144,20 @@ static const mv_seg_metric *cat_m(const mv_pipe_seg *s, size_t i)
 static size_t find_prev(const mv_pipe_seg *prev, const uint32_t *table, size_t mask,
                         const mv_seg_metric *m, size_t hint)
 {
-    if (hint < prev->n && metric_same(cat_m(prev, hint), m))
+    if (hint < prev->n && metric_same(pipe_cat_m(prev, hint), m))
         return hint;
     for (size_t h = metric_hash(m) & mask;; h = (h + 1) & mask) {
         uint32_t v = table[h];
         if (!v)
             return SIZE_MAX;
-        if (metric_same(cat_m(prev, v - 1), m))
+        if (metric_same(pipe_cat_m(prev, v - 1), m))
             return v - 1;
     }
 }
 
 /* ---- Create / destroy -------------------------------------------------------------------- */
 
-static void cl_free(mv_pipe_seg *s)
+void pipe_cl_free(mv_pipe_seg *s)
 {
     free(s->cl);
     free(s->cl_out);
@@ -306,7 +174,7 @@ static void free_state(mv_pipe_seg *s)
         mv_sketch_destroy(s->hg[j].sk);
     for (size_t j = 0; s->ch && j < s->nh; j++)
         free(s->ch[j].b);
-    cl_free(s);
+    pipe_cl_free(s);
     free(s->loc);
     free(s->hc);
     free(s->hg);
@@ -398,8 +266,6 @@ static uint64_t mem_fixed(const mv_pipe_seg *s)
     return b;
 }
 
-static void close_all(mv_pipe_seg *s);
-
 int mv_pipe_seg_create(const mv_pipe_config *cfg, const mv_seg_catalog *cat, mv_pipe_seg *prev,
                        mv_pipe_seg **out)
 {
@@ -453,7 +319,7 @@ int mv_pipe_seg_create(const mv_pipe_config *cfg, const mv_seg_catalog *cat, mv_
     if (prev) {
         /* Summaries prev still owes are finished first: they describe its window. */
         pthread_mutex_lock(&prev->mu);
-        close_all(prev);
+        pipe_close_all(prev);
         pthread_mutex_unlock(&prev->mu);
     }
     if (prev && prev->n) {
@@ -465,7 +331,7 @@ int mv_pipe_seg_create(const mv_pipe_config *cfg, const mv_seg_catalog *cat, mv_
         if (!table)
             goto fail_state;
         for (size_t i = 0; i < prev->n; i++) {
-            size_t h = metric_hash(cat_m(prev, i)) & mask;
+            size_t h = metric_hash(pipe_cat_m(prev, i)) & mask;
             while (table[h])
                 h = (h + 1) & mask;
             table[h] = (uint32_t)(i + 1);
@@ -576,269 +442,6 @@ fail_state:
     return rc;
 }
 
-/* ---- Window summaries ----------------------------------------------------------------------- */
-
-/* Representative of pod bucket b (of nb = nbounds + 1): the value every observation in it
- * is taken to be (as mv_sketch_add_buckets does). */
-static double bucket_rep(const double *bounds, uint32_t nbounds, uint32_t b)
-{
-    double rep;
-    if (b == 0) {
-        rep = bounds[0];
-    } else if (b == nbounds) {
-        rep = bounds[nbounds - 1];
-    } else {
-        double lo = bounds[b - 1], hi = bounds[b];
-        if (lo >= 0.0 || hi <= 0.0)
-            rep = 2.0 * lo * (hi / (lo + hi)); /* same sign: lo + hi != 0 */
-        else
-            rep = 0.5 * (lo + hi);
-    }
-    if (!isfinite(rep))
-        rep = b == 0 ? bounds[0] : bounds[b - 1];
-    return rep;
-}
-
-static void summarise_counter(mv_pipe_seg *s, size_t j, const wsnap *w, mv_pipe_out *o)
-{
-    cctr *c = &s->cc[j];
-    uint64_t base_e = s->cl_win_e > c->prime_e ? s->cl_win_e : c->prime_e;
-    uint64_t dt_ns = s->cl_e > base_e ? s->cl_e - base_e : 0;
-    double dt = (double)dt_ns * 1e-9;
-    memset(o, 0, sizeof *o);
-    o->type = MV_SEG_COUNTER;
-    o->changes = c->changes;
-    o->resets = c->resets;
-    o->has_window = dt_ns > 0;
-    o->rate = dt_ns ? (double)(w->u - c->win_base) / dt : NAN;
-    o->rate_max = dt_ns ? w->d : NAN;
-    o->rate_short = NAN;
-    c->win_base = w->u;
-}
-
-/* Summary of gauge j: its sketch (if its window held several values) plus the pending run. */
-static void summarise_gauge(mv_pipe_seg *s, size_t j, const wsnap *w, mv_pipe_out *o)
-{
-    cgauge *g = &s->cg[j];
-    mv_sketch **skp = &s->hg[j].sk;
-    uint64_t run = w->u;
-    double last = w->d;
-    memset(o, 0, sizeof *o);
-    o->type = MV_SEG_GAUGE;
-    o->changes = g->changes;
-    o->last = last;
-    o->rate = o->rate_max = o->rate_short = NAN;
-    if (*skp && mv_sketch_count(*skp)) {
-        mv_sketch *sk = *skp;
-        if (run) {
-            size_t m0 = mv_sketch_memory_used(sk);
-            mv_sketch_add_n(sk, last, run);
-            s->sk_mem += mv_sketch_memory_used(sk) - m0;
-        }
-        uint64_t cnt = mv_sketch_count(sk);
-        o->count = cnt;
-        o->sum = mv_sketch_sum(sk);
-        o->has_window = 1;
-        mv_sketch_quantiles(sk, mv_pipe_quantiles, MV_PIPE_QUANTILES, o->q);
-        o->min = mv_sketch_min(sk);
-        o->max = mv_sketch_max(sk);
-        o->mean = o->sum / (double)cnt;
-        o->collapses = g->collapses + mv_sketch_collapses(sk);
-        mv_sketch_reset(sk);
-    } else {
-        if (*skp) {
-            /* A whole window on one value: the sketch is not needed any more. */
-            g->collapses += mv_sketch_collapses(*skp);
-            s->sk_mem -= mv_sketch_memory_used(*skp);
-            mv_sketch_destroy(*skp);
-            *skp = NULL;
-        }
-        o->collapses = g->collapses;
-        o->count = run;
-        o->has_window = run > 0;
-        if (run) {
-            /* One distinct value: every figure is that value, exactly. */
-            o->sum = last * (double)run;
-            o->min = o->max = o->mean = last;
-            for (int q = 0; q < MV_PIPE_QUANTILES; q++)
-                o->q[q] = last;
-        } else {
-            o->min = o->max = o->mean = NAN;
-            for (int q = 0; q < MV_PIPE_QUANTILES; q++)
-                o->q[q] = NAN;
-        }
-    }
-    s->cl_collapses += o->collapses;
-}
-
-/* Summary of histogram j from its window bucket counts: quantile = the representative of
- * the bucket holding the rank (within the bucket's width of the truth). */
-static void summarise_hist(mv_pipe_seg *s, size_t j, const wsnap *w, mv_pipe_out *o)
-{
-    chist *h = &s->ch[j];
-    const mv_seg_metric *m = cat_m(s, h->idx);
-    uint64_t *wb = h->b + h->nb, cnt = h->win_count;
-    memset(o, 0, sizeof *o);
-    o->type = MV_SEG_HISTOGRAM;
-    o->changes = h->changes;
-    o->resets = h->resets;
-    o->rate = o->rate_max = o->rate_short = NAN;
-    o->has_window = w->u != 0; /* primed at the close */
-    o->count = cnt;
-    o->sum = h->win_sum;
-    o->last = NAN;
-    o->min = o->max = o->mean = NAN;
-    for (int q = 0; q < MV_PIPE_QUANTILES; q++)
-        o->q[q] = NAN;
-    if (cnt) {
-        o->mean = o->sum / (double)cnt;
-        uint64_t seen = 0;
-        int q = 0;
-        uint64_t rank = (uint64_t)floor(mv_pipe_quantiles[0] * (double)(cnt - 1));
-        for (uint32_t b = 0; b < h->nb; b++) {
-            if (!wb[b])
-                continue;
-            double rep = bucket_rep(m->bounds, m->bucket_count, b);
-            if (isnan(o->min))
-                o->min = rep;
-            o->max = rep;
-            seen += wb[b];
-            while (q < MV_PIPE_QUANTILES && seen > rank) {
-                o->q[q++] = rep;
-                if (q < MV_PIPE_QUANTILES)
-                    rank = (uint64_t)floor(mv_pipe_quantiles[q] * (double)(cnt - 1));
-            }
-        }
-        memset(wb, 0, h->nb * sizeof *wb);
-    }
-    h->win_count = 0;
-    h->win_sum = 0;
-}
-
-/* Summarises catalog metric i of the closing window. */
-static void close_one(mv_pipe_seg *s, size_t i)
-{
-    if (!s->cl_pending[i])
-        return;
-    s->cl_pending[i] = 0;
-    s->cl_left--;
-    uint32_t l = s->loc[i];
-    if (LOC_T(l) == T_CTR)
-        summarise_counter(s, LOC_J(l), &s->cl[i], &s->cl_out[i]);
-    else if (LOC_T(l) == T_GAUGE)
-        summarise_gauge(s, LOC_J(l), &s->cl[i], &s->cl_out[i]);
-    else
-        summarise_hist(s, LOC_J(l), &s->cl[i], &s->cl_out[i]);
-}
-
-/* Called with mu held: publishes the closing window once every summary is in. */
-static void close_publish(mv_pipe_seg *s)
-{
-    mv_pipe_out *old = s->pub;
-    s->pub = s->cl_out;
-    s->cl_out = old; /* freed below */
-    s->pub_start = s->cl_w * s->cfg.window_ns;
-    s->pub_end = s->pub_start + s->cfg.window_ns;
-    s->pub_score = s->cl_score;
-    s->pub_steps = s->cl_steps;
-    s->pub_collapses = s->cl_collapses;
-    s->pub_reads = s->cl_reads;
-    s->pub_gap_max = s->cl_gap_max;
-    cl_free(s);
-}
-
-/* Called with mu held: finishes a closing window at once. */
-static void close_all(mv_pipe_seg *s)
-{
-    if (!s->cl)
-        return;
-    for (size_t i = 0; i < s->n && s->cl_left; i++)
-        close_one(s, i);
-    close_publish(s);
-}
-
-/* Called with mu held, at the first read after a boundary (before it is processed):
- * snapshots what window w needs; summaries follow within close_spread_ns. */
-static void close_begin(mv_pipe_seg *s, uint64_t w, uint64_t now_ns)
-{
-    size_t n1 = s->n ? s->n : 1;
-    s->cl = malloc(n1 * sizeof *s->cl);
-    s->cl_out = malloc(n1 * sizeof *s->cl_out);
-    s->cl_pending = malloc(n1);
-    s->cl_w = w;
-    s->cl_e = s->e;
-    s->cl_win_e = s->win_e;
-    s->cl_score = s->fd_wmax;
-    s->cl_steps = s->fd_steps;
-    s->cl_reads = s->win_reads;
-    s->cl_gap_max = s->win_gap_max;
-    s->cl_collapses = 0;
-    s->cl_deadline = now_ns + s->cfg.close_spread_ns;
-    s->win_e = s->e;
-    s->fd_wmax = NAN;
-    s->win_reads = s->win_gap_max = 0;
-    int ok = s->cl && s->cl_out && s->cl_pending;
-    for (size_t j = 0; j < s->nc; j++) {
-        hctr *h = &s->hc[j];
-        wsnap sn = {.u = h->prev + s->coff[j], .d = h->rate_max};
-        h->rate_max = 0;
-        if (ok) {
-            s->cl[s->cc[j].idx] = sn;
-        } else { /* no memory to defer: the counter's window is lost, its base moves on */
-            s->cc[j].win_base = sn.u;
-        }
-    }
-    for (size_t j = 0; j < s->ng; j++) {
-        hgauge *h = &s->hg[j];
-        if (ok)
-            s->cl[s->cg[j].idx] = (wsnap){.u = h->run, .d = h->last};
-        else if (h->run && h->sk) {
-            size_t m0 = mv_sketch_memory_used(h->sk);
-            mv_sketch_add_n(h->sk, h->last, h->run);
-            s->sk_mem += mv_sketch_memory_used(h->sk) - m0;
-        }
-        h->run = 0;
-    }
-    for (size_t j = 0; j < s->nh && ok; j++)
-        s->cl[s->ch[j].idx] = (wsnap){.u = s->hh[j].primed};
-    if (!ok) {
-        /* Out of memory: this window's summary is skipped (the published one stays). */
-        cl_free(s);
-        for (size_t j = 0; j < s->ng; j++)
-            if (s->hg[j].sk)
-                mv_sketch_reset(s->hg[j].sk);
-        for (size_t j = 0; j < s->nh; j++) {
-            memset(s->ch[j].b + s->ch[j].nb, 0, s->ch[j].nb * sizeof(uint64_t));
-            s->ch[j].win_count = 0;
-            s->ch[j].win_sum = 0;
-        }
-        return;
-    }
-    memset(s->cl_pending, 1, n1);
-    s->cl_left = s->n;
-    s->cl_next = 0;
-    if (!s->n)
-        close_publish(s);
-}
-
-/* Called with mu held after a read: this read's share of the pending summaries. */
-static void close_step(mv_pipe_seg *s, uint64_t now_ns, uint64_t gap)
-{
-    size_t share = s->cl_left;
-    if (now_ns < s->cl_deadline && gap > 0 && gap < s->cl_deadline - now_ns) {
-        uint64_t reads_left = (s->cl_deadline - now_ns) / gap + 1;
-        share = (size_t)((s->cl_left + reads_left - 1) / reads_left);
-    }
-    for (; share && s->cl_next < s->n; s->cl_next++) {
-        if (s->cl_pending[s->cl_next]) {
-            close_one(s, s->cl_next);
-            share--;
-        }
-    }
-    if (!s->cl_left)
-        close_publish(s);
-}
-
 /* ---- Feeding -----------------------------------------------------------------------------------
  */
 
@@ -894,7 +497,7 @@ static mv_sketch *gauge_sketch(mv_pipe_seg *s, size_t j)
 {
     uint32_t idx = s->cg[j].idx;
     if (s->cl && s->cl_pending[idx])
-        close_one(s, idx);
+        pipe_close_one(s, idx);
     if (!s->hg[j].sk) {
         mv_sketch_config sc = {.alpha = s->cfg.alpha, .max_buckets = s->cfg.sketch_buckets};
         /* NULL on ENOMEM: the window keeps its last value */
@@ -1008,7 +611,7 @@ static unsigned feed_hists(mv_pipe_seg *s, const char *vals)
         uint64_t *prev_b = c->b, *wb = c->b + nb;
         int primed = h->primed;
         if (primed && s->cl && s->cl_pending[c->idx])
-            close_one(s, c->idx); /* its window counts are about to move */
+            pipe_close_one(s, c->idx); /* its window counts are about to move */
         /* One pass: the torn-copy checks of mv_seg_read_histogram (weighted checksum,
          * bucket total), the deltas added to the window, whether a bucket went down
          * (a reset). Undone below in the rare cases (torn, reset, first read). */
@@ -1051,11 +654,11 @@ static unsigned feed_hists(mv_pipe_seg *s, const char *vals)
             }
             if (dc) {
                 if (!isfinite(ds)) { /* no usable sum: the representatives stand in */
-                    const mv_seg_metric *m = cat_m(s, c->idx);
+                    const mv_seg_metric *m = pipe_cat_m(s, c->idx);
                     double rs = 0;
                     for (uint32_t b = 0; b < nb; b++)
                         if (d[b])
-                            rs += bucket_rep(m->bounds, m->bucket_count, b) * (double)d[b];
+                            rs += pipe_bucket_rep(m->bounds, m->bucket_count, b) * (double)d[b];
                     c->win_sum += rs;
                 } else {
                     c->win_sum += ds;
@@ -1092,8 +695,8 @@ unsigned mv_pipe_seg_feed(mv_pipe_seg *s, const void *hot, uint64_t now_ns)
         s->cur_w = w;
         s->fd_wmax = NAN;
     } else if (w > s->cur_w) {
-        close_all(s); /* the window before, if its summaries are still pending */
-        close_begin(s, s->cur_w, now_ns);
+        pipe_close_all(s); /* the window before, if its summaries are still pending */
+        pipe_close_begin(s, s->cur_w, now_ns);
         s->cur_w = w;
         flags |= MV_PIPE_WINDOW;
     }
@@ -1111,7 +714,7 @@ unsigned mv_pipe_seg_feed(mv_pipe_seg *s, const void *hot, uint64_t now_ns)
     /* This read's share of the pending summaries, before it changes any state: with
      * close_spread_ns 0 the window is summarised exactly as of its last read. */
     if (s->cl)
-        close_step(s, now_ns, gap);
+        pipe_close_step(s, now_ns, gap);
     flags |= feed_counters(s, vals, forward, dt);
     flags |= feed_gauges(s, vals);
     if (s->nh)

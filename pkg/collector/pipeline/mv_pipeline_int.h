@@ -1,0 +1,159 @@
+/* mv_pipeline_int.h: what the pipeline's files share (not installed, not for other
+ * libraries): the per-metric records, the segment's state, and the window-close functions
+ * of mv_pipeline_window.c. */
+#ifndef MV_PIPELINE_INT_H
+#define MV_PIPELINE_INT_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "mv_detect.h"
+#include "mv_fd.h"
+#include "mv_pipeline.h"
+#include "mv_sketch.h"
+
+#define FD_SCALE_LAMBDA 0.05
+#define FD_EPS          1e-12
+
+#define SHORT_SLOTS 8
+
+/* ---- Per-metric records ------------------------------------------------------------------ */
+
+/* Hot records: touched by every read. 64 bytes each. */
+typedef struct hctr {
+    mv_detect_series det;
+    uint64_t prev;   /* raw value at the previous read */
+    double rate_max; /* window: highest increase / elapsed over one read interval */
+    uint32_t off;    /* value offset in the value area */
+    uint32_t primed; /* a previous read exists */
+} hctr;
+
+typedef struct hgauge {
+    mv_detect_series det;
+    double last;   /* last sample read (NaN/Inf included) */
+    mv_sketch *sk; /* NULL: no window yet needed one */
+    uint32_t off;
+    uint32_t run; /* reads of `last` in this window not yet in the sketch */
+} hgauge;
+
+typedef struct hhist {
+    mv_detect_series det;
+    uint64_t prev_count;
+    double prev_sum;
+    uint32_t off;
+    uint32_t primed;
+} hhist;
+
+/* Cold records. */
+typedef struct cctr {
+    uint64_t win_base; /* total at the start of the window */
+    uint64_t prime_e;  /* elapsed clock (see mv_pipe_seg.e) at the first read */
+    uint64_t changes, resets;
+    uint32_t idx; /* catalog index */
+} cctr;
+
+typedef struct cgauge {
+    uint64_t changes;
+    uint64_t collapses; /* of sketches freed before this one */
+    uint32_t idx;
+} cgauge;
+
+typedef struct chist {
+    uint64_t *b;  /* [0, nb): previous bucket counts; [nb, 2 nb): window counts */
+    uint64_t off; /* reset offset: cumulative count = prev_count + off */
+    double win_sum;
+    uint64_t win_count;
+    uint64_t changes, resets;
+    uint32_t idx, nb; /* nb = bucket_count + 1 */
+} chist;
+
+/* What the closing window needs of a metric that the next reads overwrite. */
+typedef struct wsnap {
+    uint64_t u; /* counter: total at the close; gauge: run; histogram: primed */
+    double d;   /* counter: rate_max; gauge: last */
+} wsnap;
+
+enum { T_CTR = 0, T_GAUGE = 1, T_HIST = 2 };
+#define LOC(t, j) (((uint32_t)(t) << 30) | (uint32_t)(j))
+#define LOC_T(l)  ((l) >> 30)
+#define LOC_J(l)  ((l)&0x3fffffffu)
+
+struct mv_pipe_seg {
+    mv_pipe_config cfg;
+    mv_detect_params dp;
+    const mv_seg_catalog *cat;
+    size_t n;
+    uint32_t *loc; /* per catalog index: type and index in its arrays */
+    size_t nc, ng, nh;
+    hctr *hc;
+    hgauge *hg;
+    hhist *hh;
+    cctr *cc;
+    uint64_t *coff; /* counters' reset offsets: total = prev + coff */
+    cgauge *cg;
+    chist *ch;
+    uint64_t *scratch; /* histogram deltas (scratch_len words) */
+    size_t scratch_len;
+
+    /* Time. e: elapsed clock, the sum of the forward read intervals (ns). */
+    uint64_t e, last_read_ns;
+    uint64_t cur_w; /* window index being accumulated; UINT64_MAX = none */
+    uint64_t win_e; /* e at the start of the window */
+    uint64_t win_reads, win_gap_max;
+
+    /* Short-rate ring: per slot, its number + 1 (0 = empty), e at the read before its
+     * first read, and every counter's total then ([slot][counter]). */
+    uint64_t slot_id[SHORT_SLOTS], slot_e[SHORT_SLOTS];
+    uint64_t *slot_tot;
+    uint64_t last_slot;
+
+    /* Closing window (cl != NULL while summaries are pending). */
+    wsnap *cl;
+    mv_pipe_out *cl_out; /* the summaries being computed */
+    uint8_t *cl_pending; /* per catalog index */
+    size_t cl_left, cl_next;
+    uint64_t cl_w, cl_e, cl_win_e, cl_deadline, cl_reads, cl_gap_max;
+    uint64_t cl_steps;
+    double cl_score;
+    uint64_t cl_collapses;
+
+    /* Scorer. */
+    mv_fd *fd;
+    uint32_t fd_d;
+    uint32_t *fd_loc; /* loc of each dimension */
+    double *fd_x, *fd_scale;
+    uint64_t *fd_base; /* counters/histograms: cumulative count at the last step */
+    uint64_t fd_step, fd_last_ns, fd_steps;
+    double fd_wmax;
+
+    /* Bytes held: fixed at create, plus the gauges' sketches as they grow (under mu). */
+    uint64_t mem_fixed, sk_mem;
+
+    /* Published output, under mu. */
+    pthread_mutex_t mu;
+    mv_pipe_out *pub;
+    uint64_t pub_start, pub_end;
+    double pub_score;
+    uint64_t pub_steps;
+    uint64_t pub_collapses;
+    uint64_t pub_reads, pub_gap_max;
+};
+
+/* mv_pipeline.c */
+const mv_seg_metric *pipe_cat_m(const mv_pipe_seg *s, size_t i);
+void pipe_cl_free(mv_pipe_seg *s);
+
+/* mv_pipeline_window.c: window summaries and their spread over the reads after a boundary. */
+/* Representative of pod bucket b (of nbounds + 1): the value every observation in it is
+ * taken to be. */
+double pipe_bucket_rep(const double *bounds, uint32_t nbounds, uint32_t b);
+/* Computes metric i's pending summary now (it is about to change). */
+void pipe_close_one(mv_pipe_seg *s, size_t i);
+/* Finishes every pending summary and publishes them. */
+void pipe_close_all(mv_pipe_seg *s);
+/* Snapshots what window w needs at the first read after its boundary. */
+void pipe_close_begin(mv_pipe_seg *s, uint64_t w, uint64_t now_ns);
+/* This read's share of the pending summaries; publishes when none is left. */
+void pipe_close_step(mv_pipe_seg *s, uint64_t now_ns, uint64_t gap);
+
+#endif
