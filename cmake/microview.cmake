@@ -49,6 +49,12 @@ function(mv_unit_test name)
     set(A_TIMEOUT 300)
   endif()
   set_tests_properties(${name} PROPERTIES TIMEOUT ${A_TIMEOUT} LABELS "unit;${A_LABELS}")
+  # Under an emulator (cross builds), a test that executes itself again must go through it:
+  # the kernel cannot run the test's own binary directly.
+  if(CMAKE_CROSSCOMPILING_EMULATOR)
+    set_property(TEST ${name} APPEND PROPERTY ENVIRONMENT
+                 "MV_TEST_EMULATOR=${CMAKE_CROSSCOMPILING_EMULATOR}")
+  endif()
 endfunction()
 
 # mv_fuzz_driver(<name> SOURCES <driver.c and the code under test...> [INCLUDES <dirs...>]

@@ -29,6 +29,7 @@
 typedef struct app {
     mv_coll *coll;
     size_t body_cap;
+    size_t cache_cap;       /* 0: twice body_cap */
     mv_verbs *verbs;        /* --transport verbs only */
     mv_httpd *httpd;        /* set before it serves */
     mv_export_sel *derived; /* which derived series /metrics carries */
@@ -101,6 +102,8 @@ static void usage(FILE *f)
            "  --quarantine-after-ms N  quarantine segments invalid this long (default 1000)\n"
            "  --max-body-bytes SIZE    cap on a /metrics body: bytes, or with Ki, Mi, Gi\n"
            "                           (4Ki..4Gi, default 64Mi)\n"
+           "  --expo-cache-max-bytes SIZE  memory the exposition cache may hold; past it,\n"
+           "                           scrapes render uncached (default twice --max-body-bytes)\n"
            "  --http-max-conns N       concurrent HTTP connections (default 1024)\n"
            "  --http-max-conns-per-client N  of which from one client address (default 64)\n"
            "  --http-idle-timeout-s N  close idle HTTP connections after N s (default 10)\n"
@@ -197,6 +200,7 @@ static int run(int argc, char **argv, mv_export_sel *derived)
                                          {"tick-workers", required_argument, 0, 'w'},
                                          {"quarantine-after-ms", required_argument, 0, 'Q'},
                                          {"max-body-bytes", required_argument, 0, 'B'},
+                                         {"expo-cache-max-bytes", required_argument, 0, 'E'},
                                          {"log-level", required_argument, 0, 'L'},
                                          {"max-interval-ms", required_argument, 0, 'M'},
                                          {"window-ms", required_argument, 0, 'W'},
@@ -287,6 +291,11 @@ static int run(int argc, char **argv, mv_export_sel *derived)
             if (mv_flag_size(P, "--max-body-bytes", optarg, 4096, 1ull << 32, &v))
                 return 2;
             a.body_cap = v;
+            break;
+        case 'E':
+            if (mv_flag_size(P, "--expo-cache-max-bytes", optarg, 4096, 1ull << 40, &v))
+                return 2;
+            a.cache_cap = v;
             break;
         case 'M':
             if (mv_flag_u64(P, "--max-interval-ms", optarg, 1, 3600000, &v))
@@ -422,6 +431,7 @@ static int run(int argc, char **argv, mv_export_sel *derived)
     }
     mv_api_opts ao = {.coll = a.coll,
                       .body_cap = a.body_cap,
+                      .cache_cap = a.cache_cap,
                       .render_extra = render_extra,
                       .extra_arg = &a,
                       .derived = a.derived};

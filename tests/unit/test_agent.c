@@ -315,7 +315,20 @@ static int release_as(int uid, const agent *a, const char *id, char *msg, size_t
         close(p[0]);
         if (setgroups(0, NULL) < 0 || setgid((gid_t)uid) < 0 || setuid((uid_t)uid) < 0)
             _exit(3);
-        execl("/proc/self/exe", "test_agent", "--release-as-child", a->target, id, (char *)NULL);
+        /* A cross-built test runs under an emulator (MV_TEST_EMULATOR, set by ctest), which
+         * the kernel does not know: the new program must be started through it. */
+        const char *emu = getenv("MV_TEST_EMULATOR");
+        if (emu && *emu) {
+            char self[4096];
+            ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+            if (n <= 0)
+                _exit(126);
+            self[n] = 0;
+            execl(emu, emu, self, "--release-as-child", a->target, id, (char *)NULL);
+        } else {
+            execl("/proc/self/exe", "test_agent", "--release-as-child", a->target, id,
+                  (char *)NULL);
+        }
         _exit(127);
     }
     close(p[1]);

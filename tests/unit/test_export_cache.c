@@ -381,6 +381,55 @@ static void test_truncation(void)
     tseg_close(&a);
 }
 
+/* A plan past the limit is given up and its memory released; scrapes render uncached (the
+ * same bytes) without building it again until the table changes. */
+static void test_limit(void)
+{
+    tseg a, b;
+    tseg_open(&a, "seg-l1", "web-1");
+    tseg_open(&b, "seg-l2", "web-2");
+    const mv_coll_seg_view *v[2] = {&a.view, &b.view};
+    mv_coll_stats cs = {0};
+    mv_export_cache *c = mv_export_cache_create();
+    CU_ASSERT_FATAL(c != NULL);
+    mv_export_cache_stats st;
+    mv_export_cache_set_limit(c, 1);
+    free(check_same(c, v, 2, &cs, NULL, "over the limit"));
+    mv_export_cache_get_stats(c, &st);
+    CU_ASSERT_EQUAL(st.over_limit, 2); /* one per format */
+    CU_ASSERT_EQUAL(st.builds, 0);
+    CU_ASSERT_EQUAL(st.uncached, 2);
+    CU_ASSERT_EQUAL(st.bytes, 0);
+    CU_ASSERT(st.last_refused_bytes > 1);
+    free(check_same(c, v, 2, &cs, NULL, "over the limit, again"));
+    mv_export_cache_get_stats(c, &st);
+    CU_ASSERT_EQUAL(st.over_limit, 2); /* not built again for the same table */
+    CU_ASSERT_EQUAL(st.uncached, 4);
+    free(check_same(c, v, 1, &cs, NULL, "a changed table"));
+    mv_export_cache_get_stats(c, &st);
+    CU_ASSERT_EQUAL(st.over_limit, 4); /* tried again once */
+    /* A limit both plans fit in: cached again. */
+    mv_export_cache_set_limit(c, 0);
+    free(check_same(c, v, 2, &cs, NULL, "no limit"));
+    mv_export_cache_get_stats(c, &st);
+    size_t both = st.bytes;
+    CU_ASSERT_EQUAL(st.builds, 2);
+    CU_ASSERT(both > 0);
+    mv_export_cache_destroy(c);
+    c = mv_export_cache_create();
+    mv_export_cache_set_limit(c, both);
+    free(check_same(c, v, 2, &cs, NULL, "at the limit"));
+    free(check_same(c, v, 2, &cs, NULL, "at the limit, warm"));
+    mv_export_cache_get_stats(c, &st);
+    CU_ASSERT_EQUAL(st.builds, 2);
+    CU_ASSERT_EQUAL(st.over_limit, 0);
+    CU_ASSERT(st.hits >= 2);
+    CU_ASSERT(st.bytes <= both);
+    mv_export_cache_destroy(c);
+    tseg_close(&a);
+    tseg_close(&b);
+}
+
 /* Random changes between scrapes, each render checked against the uncached one. */
 static void test_random_changes(void)
 {
@@ -603,6 +652,7 @@ int main(void)
     static const mv_test tests[] = {
         {"cache follows label, catalog, selection and table changes", test_invalidation},
         {"cache truncates where the uncached render does", test_truncation},
+        {"cache memory limit", test_limit},
         {"random changes between scrapes", test_random_changes},
         {"scrapes in parallel with ticks and table changes", test_parallel},
     };

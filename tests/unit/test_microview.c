@@ -328,10 +328,13 @@ static void test_placement_packed(void)
     CU_ASSERT_EQUAL((char *)g.slot - (char *)c1.slot, 8);
     CU_ASSERT_EQUAL((char *)c2.slot - (char *)c1.slot, 16);
     mv_close(s);
-    /* A line-placing writer appending later starts on the next line. */
+    /* A line-placing writer appending later starts on the next line. (Offsets within the new
+     * mapping: a_total registered again gives its slot there, as the first metric at 0.) */
+    mv_counter a, c3;
     CU_ASSERT_EQUAL_FATAL(mv_open(path, &s), MV_OK);
-    CU_ASSERT_EQUAL(mv_counter_register(s, "c_total", NULL, NULL, NULL, 0, &c1), MV_OK);
-    CU_ASSERT_EQUAL((char *)c1.slot - (char *)c2.slot, 64 - 16);
+    CU_ASSERT_EQUAL(mv_counter_register(s, "c_total", NULL, NULL, NULL, 0, &c3), MV_OK);
+    CU_ASSERT_EQUAL(mv_counter_register(s, "a_total", NULL, NULL, NULL, 0, &a), MV_OK);
+    CU_ASSERT_EQUAL((char *)c3.slot - (char *)a.slot, 64);
     mv_close(s);
 }
 

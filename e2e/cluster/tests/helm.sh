@@ -115,7 +115,11 @@ ds_ready() { # NAME
   have=$(kc get ds "$1" -n "$NS" -o jsonpath='{.status.numberReady}')
   [ -n "$want" ] && [ "$want" -gt 0 ] && [ "$have" = "$want" ]
 }
+# helm's --wait counts a DaemonSet as ready once desired - maxUnavailable pods are (0 of 1 here),
+# so the pods' readiness is waited for on the DaemonSet status itself.
+wait_for --what "the agent DaemonSet ready" 120 ds_ready microview-agent
 check "agent DaemonSet ready" ds_ready microview-agent
+wait_for --what "the collector DaemonSet ready" 120 ds_ready microview-collector
 check "collector DaemonSet ready" ds_ready microview-collector
 allocatable() { kc get node "$MV_NODE" -o jsonpath="{.status.allocatable.microview\\.io/metrics}"; }
 has_allocatable() { [ -n "$(allocatable)" ]; }

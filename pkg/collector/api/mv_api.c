@@ -21,6 +21,7 @@ struct mv_api {
     /* Between scrapes: the rendered names and labels (see mv_export_cache), and the body
      * buffer, kept warm (its memory is reused; the response gets a copy). */
     mv_export_cache *cache;
+    uint64_t cache_over_limit; /* the cache's over_limit count last logged */
     mv_expo *body;
 };
 
@@ -33,11 +34,14 @@ int mv_api_create(const mv_api_opts *o, mv_api **out)
     api->o = *o;
     if (!api->o.body_cap)
         api->o.body_cap = 64u << 20;
+    if (!api->o.cache_cap)
+        api->o.cache_cap = 2 * api->o.body_cap;
     api->cache = mv_export_cache_create();
     if (!api->cache) {
         free(api);
         return -ENOMEM;
     }
+    mv_export_cache_set_limit(api->cache, api->o.cache_cap);
     pthread_mutex_init(&api->render_mu, NULL);
     *out = api;
     return 0;
@@ -95,6 +99,16 @@ static int h_metrics(void *arg, const mv_httpd_request *req, mv_httpd_response *
                 mv_log_q("RDMA read statistics left out of this scrape"));
     rc = mv_export_render_cached(api->cache, e, snap, api->o.derived, &api->export_stats);
     mv_coll_snap_free(snap);
+    mv_export_cache_stats cs;
+    mv_export_cache_get_stats(api->cache, &cs);
+    if (cs.over_limit != api->cache_over_limit) {
+        api->cache_over_limit = cs.over_limit;
+        MV_WARN("metrics.cache_over_limit",
+                "cache_cap_bytes=%zu needed_bytes_over=%zu effect=%s hint=%s", api->o.cache_cap,
+                cs.last_refused_bytes,
+                mv_log_q("scrapes of this table render without the exposition cache (slower)"),
+                mv_log_q("raise --expo-cache-max-bytes"));
+    }
     if (rc == -ENOSPC)
         MV_WARN("metrics.truncated", "cap_bytes=%zu truncated_total=%llu hint=%s", api->o.body_cap,
                 (unsigned long long)api->export_stats.truncated,

@@ -32,6 +32,9 @@ typedef struct mv_api mv_api;
 typedef struct mv_api_opts {
     mv_coll *coll;   /* borrowed */
     size_t body_cap; /* largest /metrics body; 0 = 64 MiB */
+    /* Most memory the exposition cache may hold; 0 = 2 * body_cap. Past it, scrapes of that
+     * table render without the cache (same bytes, slower) and a warning is logged. */
+    size_t cache_cap;
     /* Optional families rendered before the collector's own on /metrics (the
      * RDMA read statistics); a failure is logged and the rest still rendered. */
     int (*render_extra)(void *arg, mv_expo *e, const mv_coll_snap *snap);

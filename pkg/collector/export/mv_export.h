@@ -123,14 +123,22 @@ int mv_export_render_views_sel(mv_expo *e, const mv_coll_seg_view *const *views,
  */
 typedef struct mv_export_cache mv_export_cache;
 typedef struct mv_export_cache_stats {
-    uint64_t builds;        /* plans built (first scrape of a format after a change) */
-    uint64_t hits;          /* renders from a plan already built */
-    uint64_t invalidations; /* key changes: the plans were dropped */
-    uint64_t uncached;      /* renders without the cache (no catalog serial, mixed types) */
-    size_t bytes;           /* memory the plans hold now */
+    uint64_t builds;           /* plans built (first scrape of a format after a change) */
+    uint64_t hits;             /* renders from a plan already built */
+    uint64_t invalidations;    /* key changes: the plans were dropped */
+    uint64_t uncached;         /* renders without the cache (no catalog serial, mixed types, or
+                                  the plan past the limit) */
+    uint64_t over_limit;       /* plan builds given up at the limit */
+    size_t last_refused_bytes; /* what the last one held when it was given up */
+    size_t bytes;              /* memory the plans hold now */
 } mv_export_cache_stats;
 
 mv_export_cache *mv_export_cache_create(void); /* NULL on ENOMEM */
+/* The most memory the plans may hold together (both formats; 0, the default: no limit). A
+ * plan that would pass it is given up while being built and its memory released; until the
+ * table changes, scrapes in that format render without the cache: the same bytes, at the
+ * uncached cost. */
+void mv_export_cache_set_limit(mv_export_cache *c, size_t max_bytes);
 void mv_export_cache_destroy(mv_export_cache *c);
 void mv_export_cache_get_stats(mv_export_cache *c, mv_export_cache_stats *out);
 /* mv_export_render_sel / mv_export_render_views_sel through the cache; the format is e's. */

@@ -150,6 +150,8 @@ struct mv_export_cache {
     plan *spare[2]; /* plans dropped by a key change: their memory is reused, already mapped */
     const mv_coll_seg_view **sorted;
     size_t cap_sorted;
+    size_t limit;       /* most bytes the plans may hold together; 0: no limit */
+    uint8_t refused[2]; /* by format: the plan of this key passed the limit (not built again) */
     mv_export_cache_stats st;
 };
 
@@ -174,6 +176,14 @@ static void plan_free(plan *p)
     free(p);
 }
 
+void mv_export_cache_set_limit(mv_export_cache *c, size_t max_bytes)
+{
+    pthread_mutex_lock(&c->mu);
+    c->limit = max_bytes;
+    c->refused[0] = c->refused[1] = 0;
+    pthread_mutex_unlock(&c->mu);
+}
+
 static size_t plan_bytes(const plan *p)
 {
     return p ? p->text.cap + p->cap_lines * sizeof(cline) +
@@ -191,6 +201,7 @@ static void key_free(mv_export_cache *c)
     c->key = NULL;
     c->nkey = 0;
     c->have_key = 0;
+    c->refused[0] = c->refused[1] = 0;
     for (int f = 0; f < 2; f++) {
         plan *p = c->plans[f];
         c->plans[f] = NULL;
@@ -478,8 +489,8 @@ static int add_drop(plan *p, const mv_export__walk *w, const mv_export__entry *e
     return 0;
 }
 
-/* Builds the plan of format f for the sorted views (c->sorted). 0, 1 (not cacheable) or
- * -ENOMEM. */
+/* Builds the plan of format f for the sorted views (c->sorted). 0, 1 (not cacheable), 2 (the
+ * plan would pass the cache's limit) or -ENOMEM. */
 static int plan_build(mv_export_cache *c, mv_expo_format f, size_t n, const mv_export_sel *sel,
                       plan **out)
 {
@@ -585,6 +596,9 @@ static int plan_build(mv_export_cache *c, mv_expo_format f, size_t n, const mv_e
                        .flags = (uint8_t)((first_ent ? F_FIRST : 0) | (hist ? F_HIST : 0) |
                                           (w.unrenderable != unrenderable ? F_UNRENDERABLE : 0))};
             first_ent = 0;
+            /* Past the limit: given up at once, so the build never holds much more. */
+            if (c->limit && plan_bytes(p) + plan_bytes(c->plans[!f]) > c->limit)
+                rc = 2;
         }
         mv_expo_raw_truncate(b.scratch, 0);
         i = j;
@@ -599,8 +613,10 @@ static int plan_build(mv_export_cache *c, mv_expo_format f, size_t n, const mv_e
     free(b.seg_base);
     mv_export__walk_free(&w);
     if (rc != 0) {
+        if (rc == 2)
+            c->st.last_refused_bytes = plan_bytes(p) + plan_bytes(c->plans[!f]);
         plan_free(p);
-        return rc == 1 ? 1 : -ENOMEM;
+        return rc == 1 || rc == 2 ? rc : -ENOMEM;
     }
     *out = p;
     return 0;
@@ -729,11 +745,17 @@ int mv_export_render_views_cached(mv_export_cache *c, mv_expo *e,
     mv_expo_format f = mv_expo_get_format(e);
     pthread_mutex_lock(&c->mu);
     int rc = key_check(c, views, nviews, mv_export__sel_serial(sel));
-    if (rc == 1 && !c->plans[f]) {
+    if (rc == 1 && c->refused[f]) {
+        rc = 0; /* this table's plan is past the limit: not built again until it changes */
+    } else if (rc == 1 && !c->plans[f]) {
         rc = plan_build(c, f, nviews, sel, &c->plans[f]);
         if (rc == 0) {
             c->st.builds++;
             rc = 1;
+        } else if (rc == 2) {
+            c->refused[f] = 1;
+            c->st.over_limit++;
+            rc = 0;
         } else if (rc == 1) {
             rc = 0; /* not cacheable */
         }
