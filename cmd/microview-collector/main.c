@@ -86,6 +86,8 @@ static void usage(FILE *f)
            "                           one per core the collector may use at a 1 ms tick)\n"
            "  --max-interval-ms N      slowest adaptive read interval of a calm segment\n"
            "                           (default 1000; equal to --tick-ms: no adaptation)\n"
+           "  --no-probe               do not probe backed-off same-host segments every tick\n"
+           "                           (a write then waits for the segment's interval)\n"
            "  --window-ms N            export window of the derived series (default 15000)\n"
            "  --sketch-alpha A         relative accuracy of window quantiles, 0.0001..0.5 (default "
            "0.01)\n"
@@ -209,6 +211,7 @@ static int run(int argc, char **argv, mv_export_sel *derived)
                                          {"no-analytics", no_argument, 0, 'n'},
                                          {"derived", required_argument, 0, 'X'},
                                          {"no-detect", no_argument, 0, 'D'},
+                                         {"no-probe", no_argument, 0, 'O'},
                                          {"help", no_argument, 0, 'h'},
                                          {"rdma-token-file", required_argument, 0, 'R'},
                                          {"rdma-port", required_argument, 0, 'P'},
@@ -339,6 +342,9 @@ static int run(int argc, char **argv, mv_export_sel *derived)
         }
         case 'D':
             co.pipe.detect = 0;
+            break;
+        case 'O':
+            co.no_probe = 1;
             break;
         case 'L':
             if (mv_log_parse_level(optarg, &level)) {

@@ -807,9 +807,13 @@ static void test_adaptive_sampling(void)
     CU_ASSERT(calm_reads < (uint64_t)ticks / 5);
     CU_ASSERT_EQUAL(calm_iv, 64000000ull);
     CU_ASSERT(first(s)->reads_skipped > 0);
+    /* Backed off, it was probed (shm offers a probe) and no probe saw a change. */
+    CU_ASSERT(first(s)->probes > 0);
+    CU_ASSERT_EQUAL(first(s)->probe_reads, 0);
     mv_coll_snap_free(s);
 
-    /* A step: the next read sees it and the segment is back at every tick. */
+    /* A step: the probe sees it at the next tick, the read that follows brings the segment
+     * back to every tick. */
     mv_gauge_set(g, 500);
     uint64_t reads = calm_reads;
     int waited = 0;
@@ -821,8 +825,11 @@ static void test_adaptive_sampling(void)
         reads = first(s)->reads;
         mv_coll_snap_free(s);
     }
+    printf("step read after %d tick(s) ", waited);
+    CU_ASSERT_EQUAL(waited, 1);
     s = mv_coll_snapshot(coll);
     CU_ASSERT_EQUAL(first(s)->read_interval_ns, 1000000ull);
+    CU_ASSERT(first(s)->probe_reads <= 1); /* 0 when the read was due anyway */
     mv_coll_snap_free(s);
     for (int i = 0; i < 8; i++) {
         mv_counter_add(c, 1000); /* keeps moving */
@@ -835,6 +842,106 @@ static void test_adaptive_sampling(void)
     mv_coll_snap_free(s);
     mv_coll_destroy(coll);
     fx_close(&f);
+}
+
+/* Ticks until a segment backed off to its longest interval is read after `change` runs;
+ * `t` is the transport it is read through. */
+static mv_histogram *g_notice_h;
+
+static int ticks_to_notice(const mv_coll_transport *t, void (*change)(fixture *f), uint64_t *probes)
+{
+    fixture f;
+    mv_gauge g;
+    mv_histogram *h;
+    double b[] = {1, 2};
+    fx_open(&f, "notice.seg", 16384);
+    CU_ASSERT_FATAL(mv_gauge_register(f.seg, "level", NULL, NULL, NULL, 0, &g) == MV_OK);
+    CU_ASSERT_FATAL(mv_histogram_register(f.seg, "lat_seconds", NULL, NULL, NULL, 0, b, 2, &h) ==
+                    MV_OK);
+    g_notice_h = h;
+    mv_gauge_set(g, 5);
+    mv_coll_opts o;
+    mv_coll_opts_default(&o);
+    o.tick_us = 1000;
+    o.analytics = 1;
+    o.max_interval_us = 64000;
+    mv_coll *coll;
+    CU_ASSERT_FATAL(mv_coll_create(&o, &coll) == 0);
+    void *src;
+    uint64_t size;
+    char err[256];
+    CU_ASSERT_FATAL(mv_coll_shm_open(f.path, 0, &src, &size, err, sizeof err) == 0);
+    CU_ASSERT_FATAL(mv_coll_add(coll, "a", size, NULL, 0, t, src) == 0);
+    mv_coll_snap *s;
+    uint64_t iv = 0;
+    for (int i = 0; i < 3000 && iv != 64000000ull; i++) {
+        mv_coll_tick(coll);
+        sleep_ms(1);
+        s = mv_coll_snapshot(coll);
+        iv = first(s)->read_interval_ns;
+        mv_coll_snap_free(s);
+    }
+    CU_ASSERT_EQUAL(iv, 64000000ull);
+    /* Right after a read, so that the next due read is a whole interval away. */
+    s = mv_coll_snapshot(coll);
+    uint64_t reads = first(s)->reads, now = reads;
+    mv_coll_snap_free(s);
+    for (int i = 0; i < 200 && now == reads; i++) {
+        mv_coll_tick(coll);
+        sleep_ms(1);
+        s = mv_coll_snapshot(coll);
+        now = first(s)->reads;
+        mv_coll_snap_free(s);
+    }
+    reads = now;
+    change(&f);
+    int waited = 0;
+    while (now == reads && waited < 200) {
+        mv_coll_tick(coll);
+        waited++;
+        s = mv_coll_snapshot(coll);
+        now = first(s)->reads;
+        *probes = first(s)->probes;
+        mv_coll_snap_free(s);
+        sleep_ms(1);
+    }
+    mv_coll_destroy(coll);
+    fx_close(&f);
+    return waited;
+}
+
+static void change_observe(fixture *f)
+{
+    (void)f;
+    mv_histogram_observe(g_notice_h, 1.5);
+}
+
+static void change_register(fixture *f)
+{
+    mv_counter c;
+    CU_ASSERT(mv_counter_register(f->seg, "late_total", NULL, NULL, NULL, 0, &c) == MV_OK);
+}
+
+/* The probe sees a histogram observation and a new metric at the next tick; a transport
+ * without a probe waits for the backed-off interval. */
+static void test_probe_notices(void)
+{
+    uint64_t probes = 0;
+    int w = ticks_to_notice(mv_coll_shm_transport(), change_observe, &probes);
+    printf("\n  histogram observed: read after %d tick(s), %llu probes ", w,
+           (unsigned long long)probes);
+    CU_ASSERT_EQUAL(w, 1);
+    CU_ASSERT(probes > 0);
+    w = ticks_to_notice(mv_coll_shm_transport(), change_register, &probes);
+    printf("new metric: %d tick(s) ", w);
+    CU_ASSERT_EQUAL(w, 1);
+    mv_coll_transport no_probe = *mv_coll_shm_transport();
+    no_probe.probe = NULL;
+    no_probe.src_close = mv_coll_shm_transport()->src_close;
+    w = ticks_to_notice(&no_probe, change_observe, &probes);
+    printf("without a probe: %d tick(s) ", w);
+    CU_ASSERT(w > 8);
+    CU_ASSERT_EQUAL(probes, 0);
 }
 
 int main(void)
@@ -858,6 +965,7 @@ int main(void)
         {"gauge repeats batched into the sketch", test_gauge_repeats_batched},
         {"spread window close equals immediate", test_spread_close_equals_immediate},
         {"adaptive sampling", test_adaptive_sampling},
+        {"adaptive sampling: the probe notices changes", test_probe_notices},
     };
     int fails = MV_TEST_RUN("pipeline", tests);
     if (mv_test_rmrf(g_dir) != 0)

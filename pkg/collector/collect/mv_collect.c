@@ -5,6 +5,7 @@
 #include "mv_log.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -124,6 +125,8 @@ static void seg_free(seg *s)
     free(s->have_good);
     free(s->omit_work);
     free(s->torn_since);
+    free(s->probe_offs);
+    free(s->probe_want);
     mv_pipe_seg_destroy(s->pipe);
     mv_detect_rate_destroy(s->rate);
     cat_put(s->pipe_cat);
@@ -534,15 +537,69 @@ static void analyse(mv_coll *c, seg *s, uint64_t now)
     }
 }
 
+/* Whether a segment that is not due has changed since its published copy, by the
+ * transport's probe: the words that move when it does (its instance and catalog
+ * generation, each metric's first value word: a counter or gauge, a histogram's count)
+ * compared with that copy. 1 also when the probe fails (the read says what is wrong) and
+ * when a catalog change it saw is to be loaded (the catalog was dropped); 0 without a
+ * probe or without a published copy of the current catalog. */
+static int probe_changed(const mv_coll *c, seg *s)
+{
+    const mv_coll_transport *t = s->t;
+    if (!t->probe || c->o.no_probe)
+        return 0;
+    if (!s->cat)
+        return 1;
+    if (s->pub_cat != s->cat || !s->pub_hot)
+        return 0;
+    if (s->probe_serial != s->cat->serial) {
+        const mv_seg_catalog *cat = s->cat->cat;
+        size_t n = mv_seg_catalog_count(cat) + 2;
+        if (n > s->probe_cap) {
+            uint32_t *p = realloc(s->probe_offs, n * sizeof *p);
+            if (p)
+                s->probe_offs = p;
+            uint64_t *q = p ? realloc(s->probe_want, n * sizeof *q) : NULL;
+            if (!q)
+                return 0;
+            s->probe_want = q;
+            s->probe_cap = n;
+        }
+        s->probe_offs[0] = offsetof(mv_seg_header, instance);
+        s->probe_offs[1] = offsetof(mv_seg_header, generation);
+        uint32_t vo = mv_seg_catalog_values_offset(cat);
+        for (size_t i = 2; i < n; i++)
+            s->probe_offs[i] = vo + mv_seg_catalog_metric(cat, i - 2)->value_offset;
+        s->nprobe = n;
+        s->probe_serial = s->cat->serial;
+        s->probe_reads_at = s->reads - 1; /* take the words below */
+    }
+    /* The words of the published copy, once per read, packed: a probe then touches one
+     * line of the segment per metric and a few of its own. */
+    if (s->probe_reads_at != s->reads) {
+        for (size_t i = 0; i < s->nprobe; i++)
+            memcpy(&s->probe_want[i], (const char *)s->pub_hot + s->probe_offs[i], 8);
+        s->probe_reads_at = s->reads;
+    }
+    __atomic_add_fetch(&s->probes, 1, __ATOMIC_RELAXED);
+    if (t->probe(t->ctx, s->src, s->probe_offs, s->probe_want, s->nprobe) == 0)
+        return 0;
+    __atomic_add_fetch(&s->probe_reads, 1, __ATOMIC_RELAXED);
+    return 1;
+}
+
 /* Phase 1 of a tick for one segment: decides whether it is read now, loads
  * its catalog when needed, and sizes its buffer. Returns the hot length to
  * read, or 0 to skip it this tick. */
 static uint32_t tick_prepare(mv_coll *c, seg *s)
 {
     /* Adaptive sampling: a segment not yet due is skipped (half a tick of
-     * slack, so a due time a few microseconds ahead does not cost a tick). */
+     * slack, so a due time a few microseconds ahead does not cost a tick),
+     * unless the transport's probe sees that it changed: then it is read now,
+     * and the read's change brings it back to every tick. */
     if (s->rate && s->state == MV_COLL_OK &&
-        now_ns(CLOCK_MONOTONIC) + (uint64_t)c->o.tick_us * 500ull < s->due_ns) {
+        now_ns(CLOCK_MONOTONIC) + (uint64_t)c->o.tick_us * 500ull < s->due_ns &&
+        !probe_changed(c, s)) {
         __atomic_add_fetch(&s->skipped, 1, __ATOMIC_RELAXED);
         return 0;
     }
@@ -788,6 +845,8 @@ mv_coll_snap *mv_coll_snapshot(mv_coll *c)
         v->transport = s->t->name;
         v->read_interval_ns = s->interval_ns;
         v->reads_skipped = __atomic_load_n(&s->skipped, __ATOMIC_RELAXED);
+        v->probes = __atomic_load_n(&s->probes, __ATOMIC_RELAXED);
+        v->probe_reads = __atomic_load_n(&s->probe_reads, __ATOMIC_RELAXED);
         if (s->pipe)
             v->pipe = mv_pipe_seg_view(s->pipe);
         pthread_mutex_unlock(&s->mu);

@@ -56,6 +56,11 @@ typedef struct mv_coll_opts {
      * <= tick_us: every segment is read every tick. */
     uint32_t max_interval_us;
     uint32_t calm_reads; /* calm reads before the interval grows; default 8 */
+    /* Backed-off segments whose transport offers a probe (shm) are probed every tick and
+     * read at once when a value word or the catalog moved, so a write is never served late
+     * (every write: segments whose values change every tick are then read every tick).
+     * 1: no probe, a backed-off segment waits for its interval. Default 0. */
+    int no_probe;
     /* A histogram still torn after a few re-reads is served from its last
      * consistent copy for at most this long, then omitted until a consistent
      * copy arrives; default 1000. Never served as zeros. */
@@ -144,6 +149,8 @@ typedef struct mv_coll_seg_view {
     const mv_pipe_view *pipe;
     uint64_t read_interval_ns;
     uint64_t reads_skipped; /* ticks that skipped this segment (not due) */
+    uint64_t probes;        /* ticks that probed it while not due (transport probe) */
+    uint64_t probe_reads;   /* of which saw a change and read it early */
 } mv_coll_seg_view;
 
 /* Upper bounds (seconds) of the tick-duration histogram's finite buckets. */

@@ -55,6 +55,14 @@ typedef struct seg {
     uint64_t good_instance;
     const mv_seg_catalog *nhist_cat; /* the catalog nhist was counted for */
     size_t nhist;                    /* its histograms: none, no torn-copy work per tick */
+    /* Adaptive sampling's probe (transport->probe): the offsets of the words that change
+     * when the segment does (instance, generation, each metric's first value word), for
+     * the catalog of probe_serial. */
+    uint32_t *probe_offs;
+    uint64_t *probe_want; /* the words there in the published copy */
+    size_t nprobe, probe_cap;
+    uint64_t probe_serial;   /* the catalog serial the offsets were worked out for; 0 none */
+    uint64_t probe_reads_at; /* `reads` when probe_want was taken from the published copy */
 
     /* Published state, under mu. */
     pthread_mutex_t mu;
@@ -66,9 +74,10 @@ typedef struct seg {
     uint32_t pub_len;
     uint64_t read_ns, heartbeat_ns, reads, read_errors, torn;
     uint64_t interval_ns, skipped;
-    uint64_t read_bytes;    /* moved by the transport for this segment (atomic) */
-    uint64_t busy_since_ns; /* CLOCK_REALTIME when the catalog went busy (odd generation) */
-    uint8_t *pub_omit;      /* per metric index: 1 = no consistent copy, omit it */
+    uint64_t probes, probe_reads; /* (atomic) probes of a backed-off segment; those that read */
+    uint64_t read_bytes;          /* moved by the transport for this segment (atomic) */
+    uint64_t busy_since_ns;       /* CLOCK_REALTIME when the catalog went busy (odd generation) */
+    uint8_t *pub_omit;            /* per metric index: 1 = no consistent copy, omit it */
     size_t pub_nomit;
     uint32_t pub_stale, pub_omitted;
 

@@ -79,6 +79,37 @@ static void shm_read_many(void *ctx, mv_coll_read *reqs, size_t n)
     }
 }
 
+/* Outside the guarded function, so that its locals need not survive a siglongjmp. */
+static __attribute__((noinline)) int words_differ(const unsigned char *base, uint64_t size,
+                                                  const uint32_t *offs, const uint64_t *want,
+                                                  size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (offs[i] % 8 || (uint64_t)offs[i] + 8 > size)
+            return -EINVAL;
+        if (__atomic_load_n((const uint64_t *)(const void *)(base + offs[i]), __ATOMIC_RELAXED) !=
+            want[i])
+            return 1;
+    }
+    return 0;
+}
+
+static int shm_probe(void *ctx, void *src, const uint32_t *offs, const uint64_t *want, size_t n)
+{
+    shm_src *s = src;
+    (void)ctx;
+    if (!s || (n && (!offs || !want)))
+        return -EINVAL;
+    sigjmp_buf jb;
+    volatile int rc = -EIO;
+    if (sigsetjmp(jb, 0) == 0) {
+        tl_guard = &jb;
+        rc = words_differ(s->base, s->size, offs, want, n);
+    }
+    tl_guard = NULL;
+    return rc;
+}
+
 static void shm_src_close(void *ctx, void *src)
 {
     shm_src *s = src;
@@ -95,6 +126,7 @@ static const mv_coll_transport shm_transport = {
     .read_many = shm_read_many,
     .concurrent = 1, /* plain copies; the SIGBUS guard is per thread */
     .src_close = shm_src_close,
+    .probe = shm_probe,
 };
 
 const mv_coll_transport *mv_coll_shm_transport(void)

@@ -41,6 +41,12 @@ typedef struct mv_coll_transport {
      * successive calls may come from different threads. Last, so that an
      * initializer written for the fields above still means what it did. */
     int concurrent;
+    /* Optional (NULL: not offered). Whether any of the n 8-byte words at offsets offs[] of
+     * `src` differs from want[i], its value at an earlier read: 1 one differs, 0 all equal,
+     * a negative errno when the source cannot be read. For transports that load a few words far
+     * more cheaply than they copy a segment (shm): with adaptive sampling the collector probes each
+     * backed-off segment every tick and reads it at once when the probe sees a change. */
+    int (*probe)(void *ctx, void *src, const uint32_t *offs, const uint64_t *want, size_t n);
 } mv_coll_transport;
 
 #ifdef __cplusplus

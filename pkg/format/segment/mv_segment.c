@@ -423,6 +423,11 @@ uint32_t mv_seg_catalog_hot_size(const mv_seg_catalog *c)
     return c->hot_size;
 }
 
+uint32_t mv_seg_catalog_values_offset(const mv_seg_catalog *c)
+{
+    return c->values_offset;
+}
+
 void mv_seg_catalog_free(mv_seg_catalog *c)
 {
     if (!c)

@@ -268,6 +268,9 @@ uint64_t mv_seg_catalog_instance(const mv_seg_catalog *c);
 uint64_t mv_seg_catalog_segment_size(const mv_seg_catalog *c);
 /* Bytes a tick must copy: header plus the used value area. */
 uint32_t mv_seg_catalog_hot_size(const mv_seg_catalog *c);
+/* Where the value area starts (the header's values_offset): a metric's first value word is
+ * at mv_seg_catalog_values_offset(c) + m->value_offset of the segment. */
+uint32_t mv_seg_catalog_values_offset(const mv_seg_catalog *c);
 
 /* ---- Reader: values ------------------------------------------------------- */
 
