@@ -53,6 +53,7 @@ static cat_ref *cat_get(cat_ref *r)
 
 void mv_coll_opts_default(mv_coll_opts *o)
 {
+    memset(o, 0, sizeof *o); /* every field not named below: 0 */
     o->tick_us = 10000;
     o->quarantine_after_ms = 1000;
     o->recheck_ms = 5000;
