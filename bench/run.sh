@@ -78,6 +78,15 @@ node_args=()
 cmake --build "$build" -j"$(nproc)" --target microview-agent microview-collector microviewctl >/dev/null &&
   run node_bench "$root/bench/node_bench.sh" --build "$build" "${node_args[@]}"
 
+# What the verbs collector's READs cost the host whose segments they read (two Soft-RoCE VMs).
+if "$root/e2e/vm/check.sh" >/dev/null 2>&1; then
+  verbs_args=()
+  [ ${#quick[@]} -gt 0 ] && verbs_args=(--seconds 5 --segments 8)
+  run verbs_host_cpu "$root/bench/verbs_host_cpu.sh" --build "$build" "${verbs_args[@]}"
+else
+  note "verbs_host_cpu SKIPPED: the VM harness cannot run here (e2e/vm/check.sh says why)"
+fi
+
 # ---- Go peers (client_golang from Debian, GOPATH mode, offline) ------------------
 if command -v go >/dev/null; then
   export GO111MODULE=off GOPROXY=off GOFLAGS="" GOTOOLCHAIN=local
@@ -304,6 +313,10 @@ END {
 echo
 echo "== The agent on its node (node_bench: standalone agent, live owners, collector at 1 ms)"
 grep -E '^bench=node ' "$results" | sed 's/^/  /'
+
+echo
+echo "== What the verbs collector's READs cost the host (verbs_host_cpu: two Soft-RoCE VMs)"
+grep -E '^bench=verbs_host_cpu ' "$results" | sed 's/^/  /'
 
 echo
 echo "== Goals (each from a row above, this run)"

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# verbs_host_cpu.sh: what the verbs (RDMA) collector's reads cost the host whose segments it
+# reads (issue goal 7: host CPU per collection, goal 0). Two Soft-RoCE VMs (e2e/vm/run.sh): a
+# runs the agent and the writers, b the verbs collector reading every segment every tick;
+# a measures the agent's, the writers' and its kernel's CPU over a window with nobody reading
+# and an equal window with b reading (bench/guest/verbs_host_cpu_guest.sh). Prints the
+# figures per 1,000 READs and a goal line. With Soft-RoCE the target side of each READ runs
+# in the host kernel's rxe driver (the kernel line): a hardware RNIC serves it without the
+# host's CPU; the agent's and writers' lines are what holds on any device.
+#
+# Usage: bench/verbs_host_cpu.sh [--build DIR] [--seconds S] [--segments N] [--tick-ms T]
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${BUILD:-$root/build} secs=20 nseg=32 tick=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --build) build=$2; shift ;;
+    --seconds) secs=$2; shift ;;
+    --segments) nseg=$2; shift ;;
+    --tick-ms) tick=$2; shift ;;
+    -h | --help) sed -n '2,11p' "$0"; exit 0 ;;
+    *) echo "verbs_host_cpu.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+for b in microview-agent microview-collector microviewctl; do
+  [ -x "$build/bin/$b" ] || { echo "verbs_host_cpu.sh: build $build/bin/$b first" >&2; exit 1; }
+done
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+# Guests get only the harness's variables: pass the settings through a small wrapper script.
+printf '#!/usr/bin/env bash\nexport VERBS_CPU_SECONDS=%q VERBS_CPU_SEGMENTS=%q VERBS_CPU_TICK_MS=%q\nexec %q\n' \
+  "$secs" "$nseg" "$tick" "$root/bench/guest/verbs_host_cpu_guest.sh" >"$tmp/guest.sh"
+chmod +x "$tmp/guest.sh"
+set +e
+"$root/e2e/vm/run.sh" --vms 2 --script-a "$tmp/guest.sh" --script-b "$tmp/guest.sh" \
+  --name verbs_host_cpu --build "$build" --timeout $((secs * 2 + 300)) >&2
+rc=$?
+set -e
+dir=$(ls -td "${E2E_CACHE:-$root/e2e/.cache}/logs/verbs_host_cpu"-* 2>/dev/null | head -n 1)
+host=$(grep -h '^RESULT role=host' "$dir/a.log" 2>/dev/null | tail -n 1)
+dpu=$(grep -h '^RESULT role=dpu' "$dir/b.log" 2>/dev/null | tail -n 1)
+if [ "$rc" -ne 0 ] || [ -z "$host" ] || [ -z "$dpu" ]; then
+  echo "verbs_host_cpu.sh: the VMs did not report (exit $rc, logs: $dir)" >&2
+  exit 1
+fi
+awk -v h="$host" -v d="$dpu" 'function kv(s, k,   a, i, n, p) {
+    n = split(s, a, " ")
+    for (i = 1; i <= n; i++) { split(a[i], p, "="); if (p[1] == k) return p[2] }
+    return ""
+  }
+  BEGIN {
+    reads = kv(d, "reads") + 0
+    if (reads <= 0) { print "verbs_host_cpu.sh: no READs in the window" > "/dev/stderr"; exit 1 }
+    printf "bench=verbs_host_cpu segments=%s seconds=%s tick_ms=%s reads=%d collector_ms=%s\n",
+      kv(h, "segments"), kv(h, "seconds"), kv(d, "tick_ms"), reads, kv(d, "collector_ms")
+    split("agent writers kernel", who, " ")
+    for (i = 1; i <= 3; i++) {
+      idle = kv(h, who[i] "_ms_idle") + 0; busy = kv(h, who[i] "_ms_reading") + 0
+      printf "bench=verbs_host_cpu who=%s ms_idle=%d ms_reading=%d extra_us_per_1000_reads=%.1f\n",
+        who[i], idle, busy, (busy - idle) * 1000000.0 / reads
+    }
+    # Process CPU is counted in clock ticks (10 ms): a difference within two ticks of a
+    # window is no difference measured, and the figure is then 0 at that resolution.
+    d = (kv(h, "agent_ms_reading") - kv(h, "agent_ms_idle")) + (kv(h, "writers_ms_reading") - kv(h, "writers_ms_idle"))
+    res = 20 * 1000000.0 / reads
+    fig = d <= 20 ? 0 : d * 1000000.0 / reads
+    printf "goal=node.verbs_host_cpu issue_goal=7 figure=%.1fus_per_1000_reads target=0 " \
+      "resolution_us_per_1000_reads=%.1f agent_ms=%s/%s writers_ms=%s/%s reads=%d met=%s\n",
+      fig, res, kv(h, "agent_ms_idle"), kv(h, "agent_ms_reading"), kv(h, "writers_ms_idle"),
+      kv(h, "writers_ms_reading"), reads, fig == 0 ? "yes" : "no"
+  }'
+echo "verbs_host_cpu.sh: logs in $dir"
