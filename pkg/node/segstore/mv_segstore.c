@@ -14,6 +14,7 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -43,6 +44,15 @@ struct mv_segstore {
     uint64_t revision;
     uint64_t pool_pages, page_size, pages_used;
     mv_segstore_sub *subs;
+    /* The reaper's size check (seg_fix_size) runs on every file only when something may
+     * have changed one: an inotify watch on each file reports a truncation, a write(2) or
+     * an attribute change (stores through a mapping report nothing), so a quiet pass costs
+     * no path lookups. Without inotify, or once a watch could not be added (the
+     * fs.inotify.max_user_watches limit), every pass checks every file, as does every
+     * FULL_CHECK_EVERY-th pass in any case. */
+    int ino_fd;
+    int unwatched;
+    unsigned passes;
     /* reaper */
     pthread_t reaper;
     int reaper_running;
@@ -86,6 +96,36 @@ static int seg_fix_size(const mv_segstore_seg *s)
             s->id, mv_log_q(s->path), s->size, (long long)sb.st_size,
             mv_log_q(rc == 0 ? "restored to the recorded size" : strerror(-rc)));
     return rc;
+}
+
+#define FULL_CHECK_EVERY 15
+
+/* Watches a segment file for the changes seg_fix_size looks for. Caller holds st->mu (or
+ * owns st alone). */
+static void watch_file(mv_segstore *st, const char *path)
+{
+    if (st->ino_fd < 0 || st->unwatched)
+        return;
+    if (inotify_add_watch(st->ino_fd, path, IN_MODIFY | IN_ATTRIB | IN_DONT_FOLLOW) >= 0)
+        return;
+    st->unwatched = 1;
+    MV_WARN("segstore.watch_failed", "path=%s err=%s effect=%s", mv_log_q(path),
+            mv_log_q(strerror(errno)),
+            mv_log_q(errno == ENOSPC ? "every reaper pass checks every file's size "
+                                       "(raise fs.inotify.max_user_watches)"
+                                     : "every reaper pass checks every file's size"));
+}
+
+/* Whether a segment file may have changed since the last pass (drains the events). */
+static int files_changed(mv_segstore *st)
+{
+    if (st->ino_fd < 0 || st->unwatched)
+        return 1;
+    _Alignas(struct inotify_event) char buf[4096];
+    int any = 0;
+    while (read(st->ino_fd, buf, sizeof buf) > 0)
+        any = 1;
+    return any;
 }
 
 static int load(mv_segstore *st)
@@ -144,6 +184,8 @@ static int load(mv_segstore *st)
     st->segs = v;
     st->nsegs = kept;
     st->cap = n ? n : 1;
+    for (size_t i = 0; i < kept; i++)
+        watch_file(st, v[i].path);
     st->revision = rev;
     for (size_t i = 0; i < kept; i++)
         st->pages_used += v[i].ndevices;
@@ -285,6 +327,10 @@ int mv_segstore_open(const mv_segstore_opts *opts, mv_segstore **out)
     if (!st)
         return -ENOMEM;
     st->lock_fd = -1;
+    st->ino_fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    if (st->ino_fd < 0)
+        MV_WARN("segstore.inotify_unavailable", "err=%s effect=%s", mv_log_q(strerror(errno)),
+                mv_log_q("every reaper pass checks every file's size"));
     st->dir = strdup(opts && opts->dir ? opts->dir : MV_SEGSTORE_DEFAULT_DIR);
     if (!st->dir) {
         rc = -ENOMEM;
@@ -353,6 +399,8 @@ destroy_sync:
 free_dir:
     free(st->dir);
 free_st:
+    if (st->ino_fd >= 0)
+        close(st->ino_fd);
     free(st);
     return rc;
 }
@@ -372,6 +420,8 @@ void mv_segstore_close(mv_segstore *st)
         st->subs = s->next;
         free(s);
     }
+    if (st->ino_fd >= 0)
+        close(st->ino_fd);
     mv_segstore_segs_free(st->segs, st->nsegs);
     pthread_cond_destroy(&st->cv);
     pthread_mutex_destroy(&st->mu);
@@ -569,6 +619,7 @@ static int create_common(mv_segstore *st, uint64_t size, uint32_t owner_pid,
         goto unlock;
     }
     st->segs[st->nsegs++] = seg;
+    watch_file(st, seg.path);
     st->pages_used += ndevices;
     st->revision++;
     catalog_save(st);
@@ -819,8 +870,9 @@ int mv_segstore_reap(mv_segstore *st)
 {
     int n = 0;
     pthread_mutex_lock(&st->mu);
-    for (size_t i = 0; i < st->nsegs; i++)
-        seg_fix_size(&st->segs[i]); /* logs and restores a truncated or extended file */
+    if (files_changed(st) || ++st->passes % FULL_CHECK_EVERY == 0)
+        for (size_t i = 0; i < st->nsegs; i++)
+            seg_fix_size(&st->segs[i]); /* logs and restores a truncated or extended file */
     for (size_t i = 0; i < st->nsegs;) {
         pid_t pid = (pid_t)st->segs[i].owner_pid;
         if (pid > 0 && kill(pid, 0) < 0 && errno == ESRCH) {
