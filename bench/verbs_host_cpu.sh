@@ -61,10 +61,10 @@ awk -v h="$host" -v d="$dpu" 'function kv(s, k,   a, i, n, p) {
       printf "bench=verbs_host_cpu who=%s ms_idle=%d ms_reading=%d extra_us_per_1000_reads=%.1f\n",
         who[i], idle, busy, (busy - idle) * 1000000.0 / reads
     }
-    # The goal is judged on the agent, the host's own component a READ could involve: the
-    # writers never take part in a read (their stores go to memory the NIC reads), and their
-    # CPU time in an emulated VM moves with the host's contention (both ways between runs),
-    # so it is reported, not judged; so is the kernel's (rxe: the software NIC's work).
+    # The goal is judged on the agent, the one component of the host a READ could involve:
+    # the writers never take part in a read (their stores go to memory the NIC reads), and
+    # their CPU time in an emulated VM moves with the host contention (both ways between
+    # runs), so it is reported, not judged; so is the kernel time (rxe: the software NIC).
     # Process CPU is counted in clock ticks (10 ms): a difference within two ticks of a
     # window is no difference measured, and the figure is then 0 at that resolution.
     d = kv(h, "agent_ms_reading") - kv(h, "agent_ms_idle")
