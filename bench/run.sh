@@ -288,7 +288,7 @@ END {
 
 echo
 echo "== Collector analytics pipeline, exposition and freshness (pipeline_bench)"
-grep -E '^bench=(pipeline|expo|freshness) ' "$results" | sed 's/^/  /'
+grep -E '^bench=(pipeline|expo|freshness|calm) ' "$results" | sed 's/^/  /'
 echo "   goals (issue goals 3 and 6; samples/s/core by the thread's CPU clock, detection and scorer on;"
 echo "   analytics bytes per series from the allocator, values in a narrow range):"
 grep -E '^goal=(pipeline\.[a-z]+|memory\.(counter|gauge|histogram)) ' "$results" | sed 's/^/  /'
