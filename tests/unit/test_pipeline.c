@@ -772,15 +772,10 @@ static const mv_coll_seg_view *first(mv_coll_snap *s)
     return mv_coll_snap_seg(s, 0);
 }
 
-static void test_adaptive_sampling(void)
+/* A collector ticking every 1 ms with analytics and a 64 ms back-off bound, reading f's
+ * segment (id "a") through t. */
+static mv_coll *adaptive_coll(const fixture *f, const mv_coll_transport *t)
 {
-    fixture f;
-    mv_gauge g;
-    mv_counter c;
-    fx_open(&f, "adaptive.seg", 16384);
-    CU_ASSERT_FATAL(mv_gauge_register(f.seg, "level", NULL, NULL, NULL, 0, &g) == MV_OK);
-    CU_ASSERT_FATAL(mv_counter_register(f.seg, "n_total", NULL, NULL, NULL, 0, &c) == MV_OK);
-    mv_gauge_set(g, 5);
     mv_coll_opts o;
     mv_coll_opts_default(&o);
     o.tick_us = 1000;
@@ -791,8 +786,21 @@ static void test_adaptive_sampling(void)
     void *src;
     uint64_t size;
     char err[256];
-    CU_ASSERT_FATAL(mv_coll_shm_open(f.path, 0, &src, &size, err, sizeof err) == 0);
-    CU_ASSERT_FATAL(mv_coll_add(coll, "a", size, NULL, 0, mv_coll_shm_transport(), src) == 0);
+    CU_ASSERT_FATAL(mv_coll_shm_open(f->path, 0, &src, &size, err, sizeof err) == 0);
+    CU_ASSERT_FATAL(mv_coll_add(coll, "a", size, NULL, 0, t, src) == 0);
+    return coll;
+}
+
+static void test_adaptive_sampling(void)
+{
+    fixture f;
+    mv_gauge g;
+    mv_counter c;
+    fx_open(&f, "adaptive.seg", 16384);
+    CU_ASSERT_FATAL(mv_gauge_register(f.seg, "level", NULL, NULL, NULL, 0, &g) == MV_OK);
+    CU_ASSERT_FATAL(mv_counter_register(f.seg, "n_total", NULL, NULL, NULL, 0, &c) == MV_OK);
+    mv_gauge_set(g, 5);
+    mv_coll *coll = adaptive_coll(&f, mv_coll_shm_transport());
 
     /* A calm segment: 1500 ticks of ~1 ms. */
     int ticks = 0;
@@ -860,18 +868,7 @@ static int ticks_to_notice(const mv_coll_transport *t, void (*change)(fixture *f
                     MV_OK);
     g_notice_h = h;
     mv_gauge_set(g, 5);
-    mv_coll_opts o;
-    mv_coll_opts_default(&o);
-    o.tick_us = 1000;
-    o.analytics = 1;
-    o.max_interval_us = 64000;
-    mv_coll *coll;
-    CU_ASSERT_FATAL(mv_coll_create(&o, &coll) == 0);
-    void *src;
-    uint64_t size;
-    char err[256];
-    CU_ASSERT_FATAL(mv_coll_shm_open(f.path, 0, &src, &size, err, sizeof err) == 0);
-    CU_ASSERT_FATAL(mv_coll_add(coll, "a", size, NULL, 0, t, src) == 0);
+    mv_coll *coll = adaptive_coll(&f, t);
     mv_coll_snap *s;
     uint64_t iv = 0;
     for (int i = 0; i < 3000 && iv != 64000000ull; i++) {
