@@ -404,7 +404,8 @@ int mv_verbs_render(mv_verbs *v, mv_expo *e, const mv_coll_snap *snap)
 #undef C
     if (rc == 0)
         rc = mv_expo_family(e, "microview_rdma_tick_read_seconds", MV_EXPO_HISTOGRAM,
-                            "time from the first READ posted to the last completion, per tick",
+                            "time from the first READ posted to the last completion of a tick's "
+                            "batch for this agent (one per tick worker's share of the tick)",
                             NULL);
     for (size_t i = 0; rc == 0 && i < v->n; i++) {
         mv_expo_label l = {"agent", rows[i].target};
