@@ -1,4 +1,5 @@
-/* mv_segstore: segment files, the in-memory catalog, watchers and the reaper. */
+/* mv_segstore: segment files, the in-memory catalog and watchers (the reaper and the
+ * file-size checks: mv_segstore_reap.c). */
 #include "mv_segstore_internal.h"
 
 #include <dirent.h>
@@ -14,7 +15,6 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/random.h>
-#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -23,42 +23,7 @@
 #include "mv_segment.h"
 #include "mv_util.h"
 
-#define DEFAULT_REAP_MS  2000
 #define DEFAULT_FILEMODE 0660
-
-struct mv_segstore_sub {
-    mv_segstore_watch_fn fn;
-    void *arg;
-    struct mv_segstore_sub *next;
-};
-
-struct mv_segstore {
-    char *dir;
-    int lock_fd; /* flock(LOCK_EX) on DIR/.lock while open: one agent per directory */
-    uint64_t max_size;
-    mode_t file_mode;
-    int reap_ms;
-    pthread_mutex_t mu;
-    mv_segstore_seg *segs;
-    size_t nsegs, cap;
-    uint64_t revision;
-    uint64_t pool_pages, page_size, pages_used;
-    mv_segstore_sub *subs;
-    /* The reaper's size check (seg_fix_size) runs on every file only when something may
-     * have changed one: an inotify watch on each file reports a truncation, a write(2) or
-     * an attribute change (stores through a mapping report nothing), so a quiet pass costs
-     * no path lookups. Without inotify, or once a watch could not be added (the
-     * fs.inotify.max_user_watches limit), every pass checks every file, as does every
-     * FULL_CHECK_EVERY-th pass in any case. */
-    int ino_fd;
-    int unwatched;
-    unsigned passes;
-    /* reaper */
-    pthread_t reaper;
-    int reaper_running;
-    int stopping;
-    pthread_cond_t cv;
-};
 
 /* Persists the catalog. Caller holds st->mu. */
 static int catalog_save(mv_segstore *st)
@@ -72,60 +37,6 @@ static void notify(mv_segstore *st, int ev, const mv_segstore_seg *seg)
 {
     for (mv_segstore_sub *s = st->subs; s; s = s->next)
         s->fn(s->arg, ev, seg, st->revision);
-}
-
-/* Puts a segment file back to its recorded size when something (its pod: the file is
- * writable in the container) truncated or extended it: a truncated segment makes readers
- * fault or read zeros inside the first page, an extended one no longer matches what was
- * registered for RDMA and announced. Bytes cut off come back as zeros. Returns 0 (size
- * right or restored), -ENOENT (no file), -EINVAL (not a regular file) or another -errno. */
-static int seg_fix_size(const mv_segstore_seg *s)
-{
-    struct stat sb;
-    if (lstat(s->path, &sb) != 0)
-        return -errno;
-    if (!S_ISREG(sb.st_mode))
-        return -EINVAL;
-    if ((uint64_t)sb.st_size == s->size)
-        return 0;
-    int fd = open(s->path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
-    int rc = fd < 0 || ftruncate(fd, (off_t)s->size) != 0 ? -errno : 0;
-    if (fd >= 0)
-        close(fd);
-    MV_WARN("segment.size_changed", "id=%s path=%s recorded=%" PRIu64 " found=%lld action=%s",
-            s->id, mv_log_q(s->path), s->size, (long long)sb.st_size,
-            mv_log_q(rc == 0 ? "restored to the recorded size" : strerror(-rc)));
-    return rc;
-}
-
-#define FULL_CHECK_EVERY 15
-
-/* Watches a segment file for the changes seg_fix_size looks for. Caller holds st->mu (or
- * owns st alone). */
-static void watch_file(mv_segstore *st, const char *path)
-{
-    if (st->ino_fd < 0 || st->unwatched)
-        return;
-    if (inotify_add_watch(st->ino_fd, path, IN_MODIFY | IN_ATTRIB | IN_DONT_FOLLOW) >= 0)
-        return;
-    st->unwatched = 1;
-    MV_WARN("segstore.watch_failed", "path=%s err=%s effect=%s", mv_log_q(path),
-            mv_log_q(strerror(errno)),
-            mv_log_q(errno == ENOSPC ? "every reaper pass checks every file's size "
-                                       "(raise fs.inotify.max_user_watches)"
-                                     : "every reaper pass checks every file's size"));
-}
-
-/* Whether a segment file may have changed since the last pass (drains the events). */
-static int files_changed(mv_segstore *st)
-{
-    if (st->ino_fd < 0 || st->unwatched)
-        return 1;
-    _Alignas(struct inotify_event) char buf[4096];
-    int any = 0;
-    while (read(st->ino_fd, buf, sizeof buf) > 0)
-        any = 1;
-    return any;
 }
 
 static int load(mv_segstore *st)
@@ -162,7 +73,7 @@ static int load(mv_segstore *st)
     }
     size_t kept = 0;
     for (size_t i = 0; i < n; i++) {
-        int frc = seg_fix_size(&v[i]);
+        int frc = segstore_fix_size(&v[i]);
         if (frc != 0) {
             /* Not a segment we can keep: drop the entry, and remove what is at its path
              * (a file, or an empty directory) unless nothing is there, so that no stray is
@@ -185,7 +96,7 @@ static int load(mv_segstore *st)
     st->nsegs = kept;
     st->cap = n ? n : 1;
     for (size_t i = 0; i < kept; i++)
-        watch_file(st, v[i].path);
+        segstore_watch_file(st, v[i].path);
     st->revision = rev;
     for (size_t i = 0; i < kept; i++)
         st->pages_used += v[i].ndevices;
@@ -253,31 +164,6 @@ static int mkdir_p(const char *dir)
     return S_ISDIR(sb.st_mode) ? 0 : -ENOTDIR;
 }
 
-static void *reaper_main(void *arg)
-{
-    mv_segstore *st = arg;
-    pthread_mutex_lock(&st->mu);
-    while (!st->stopping) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_sec += st->reap_ms / 1000;
-        ts.tv_nsec += (long)(st->reap_ms % 1000) * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        while (!st->stopping && pthread_cond_timedwait(&st->cv, &st->mu, &ts) != ETIMEDOUT)
-            ;
-        if (st->stopping)
-            break;
-        pthread_mutex_unlock(&st->mu);
-        mv_segstore_reap(st);
-        pthread_mutex_lock(&st->mu);
-    }
-    pthread_mutex_unlock(&st->mu);
-    return NULL;
-}
-
 #define LOCK_NAME ".lock"
 
 /* Takes DIR/.lock exclusively, so a second agent on the same directory is refused instead of
@@ -327,10 +213,7 @@ int mv_segstore_open(const mv_segstore_opts *opts, mv_segstore **out)
     if (!st)
         return -ENOMEM;
     st->lock_fd = -1;
-    st->ino_fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-    if (st->ino_fd < 0)
-        MV_WARN("segstore.inotify_unavailable", "err=%s effect=%s", mv_log_q(strerror(errno)),
-                mv_log_q("every reaper pass checks every file's size"));
+    segstore_watch_open(st);
     st->dir = strdup(opts && opts->dir ? opts->dir : MV_SEGSTORE_DEFAULT_DIR);
     if (!st->dir) {
         rc = -ENOMEM;
@@ -380,7 +263,7 @@ int mv_segstore_open(const mv_segstore_opts *opts, mv_segstore **out)
         goto unlock;
     log_strays(st);
     if (st->reap_ms > 0) {
-        int e = pthread_create(&st->reaper, NULL, reaper_main, st);
+        int e = pthread_create(&st->reaper, NULL, segstore_reaper_main, st);
         if (e) {
             rc = -e;
             goto free_segs;
@@ -619,7 +502,7 @@ static int create_common(mv_segstore *st, uint64_t size, uint32_t owner_pid,
         goto unlock;
     }
     st->segs[st->nsegs++] = seg;
-    watch_file(st, seg.path);
+    segstore_watch_file(st, seg.path);
     st->pages_used += ndevices;
     st->revision++;
     catalog_save(st);
@@ -827,7 +710,7 @@ int mv_segstore_seg_dir(const mv_segstore *st, const char *id, char *buf, size_t
 }
 
 /* Removes entry i. Caller holds st->mu. */
-static void remove_at(mv_segstore *st, size_t i, const char *event, pid_t dead_pid)
+void segstore_remove_at(mv_segstore *st, size_t i, const char *event, pid_t dead_pid)
 {
     mv_segstore_seg seg = st->segs[i];
     st->segs[i] = st->segs[--st->nsegs];
@@ -858,32 +741,12 @@ int mv_segstore_release(mv_segstore *st, const char *id)
     pthread_mutex_lock(&st->mu);
     for (size_t i = 0; id && i < st->nsegs; i++)
         if (strcmp(st->segs[i].id, id) == 0) {
-            remove_at(st, i, "segment.released", 0);
+            segstore_remove_at(st, i, "segment.released", 0);
             rc = 0;
             break;
         }
     pthread_mutex_unlock(&st->mu);
     return rc;
-}
-
-int mv_segstore_reap(mv_segstore *st)
-{
-    int n = 0;
-    pthread_mutex_lock(&st->mu);
-    if (files_changed(st) || ++st->passes % FULL_CHECK_EVERY == 0)
-        for (size_t i = 0; i < st->nsegs; i++)
-            seg_fix_size(&st->segs[i]); /* logs and restores a truncated or extended file */
-    for (size_t i = 0; i < st->nsegs;) {
-        pid_t pid = (pid_t)st->segs[i].owner_pid;
-        if (pid > 0 && kill(pid, 0) < 0 && errno == ESRCH) {
-            remove_at(st, i, "segment.reaped", pid);
-            n++;
-            continue; /* entry i now holds the former last one */
-        }
-        i++;
-    }
-    pthread_mutex_unlock(&st->mu);
-    return n;
 }
 
 int mv_segstore_list(mv_segstore *st, mv_segstore_seg **out, size_t *n, uint64_t *revision)

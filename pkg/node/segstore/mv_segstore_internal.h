@@ -3,7 +3,57 @@
 #ifndef MV_SEGSTORE_INTERNAL_H
 #define MV_SEGSTORE_INTERNAL_H
 
+#include <pthread.h>
+#include <sys/types.h>
+
 #include "mv_segstore.h"
+
+#define DEFAULT_REAP_MS 2000
+
+struct mv_segstore_sub {
+    mv_segstore_watch_fn fn;
+    void *arg;
+    struct mv_segstore_sub *next;
+};
+
+struct mv_segstore {
+    char *dir;
+    int lock_fd; /* flock(LOCK_EX) on DIR/.lock while open: one agent per directory */
+    uint64_t max_size;
+    mode_t file_mode;
+    int reap_ms;
+    pthread_mutex_t mu;
+    mv_segstore_seg *segs;
+    size_t nsegs, cap;
+    uint64_t revision;
+    uint64_t pool_pages, page_size, pages_used;
+    mv_segstore_sub *subs;
+    /* The reaper's size check (seg_fix_size) runs on every file only when something may
+     * have changed one: an inotify watch on each file reports a truncation, a write(2) or
+     * an attribute change (stores through a mapping report nothing), so a quiet pass costs
+     * no path lookups. Without inotify, or once a watch could not be added (the
+     * fs.inotify.max_user_watches limit), every pass checks every file, as does every
+     * FULL_CHECK_EVERY-th pass in any case. */
+    int ino_fd;
+    int unwatched;
+    unsigned passes;
+    /* reaper */
+    pthread_t reaper;
+    int reaper_running;
+    int stopping;
+    pthread_cond_t cv;
+};
+
+/* mv_segstore.c: removes entry i (file, catalog, watchers told). Caller holds st->mu. */
+void segstore_remove_at(mv_segstore *st, size_t i, const char *event, pid_t dead_pid);
+
+/* mv_segstore_reap.c: the inotify descriptor of the size checks (st->ino_fd, -1 if none);
+ * a watch on one segment file (caller holds st->mu or owns st); a file back to its recorded
+ * size (0, -ENOENT, -EINVAL: not a regular file, or -errno); the reaper thread's body. */
+void segstore_watch_open(mv_segstore *st);
+void segstore_watch_file(mv_segstore *st, const char *path);
+int segstore_fix_size(const mv_segstore_seg *s);
+void *segstore_reaper_main(void *arg);
 
 #define CATALOG_NAME "catalog.json"
 #define CATALOG_TMP  "catalog.json.tmp"

@@ -1,0 +1,124 @@
+/* mv_segstore_reap: the store's health checks: segment files kept at their recorded size
+ * (inotify says when one may have changed) and segments of dead owners removed, every
+ * reap interval on the reaper thread. */
+#include "mv_segstore_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/inotify.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "mv_log.h"
+
+/* Puts a segment file back to its recorded size when something (its pod: the file is
+ * writable in the container) truncated or extended it: a truncated segment makes readers
+ * fault or read zeros inside the first page, an extended one no longer matches what was
+ * registered for RDMA and announced. Bytes cut off come back as zeros. Returns 0 (size
+ * right or restored), -ENOENT (no file), -EINVAL (not a regular file) or another -errno. */
+int segstore_fix_size(const mv_segstore_seg *s)
+{
+    struct stat sb;
+    if (lstat(s->path, &sb) != 0)
+        return -errno;
+    if (!S_ISREG(sb.st_mode))
+        return -EINVAL;
+    if ((uint64_t)sb.st_size == s->size)
+        return 0;
+    int fd = open(s->path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+    int rc = fd < 0 || ftruncate(fd, (off_t)s->size) != 0 ? -errno : 0;
+    if (fd >= 0)
+        close(fd);
+    MV_WARN("segment.size_changed", "id=%s path=%s recorded=%" PRIu64 " found=%lld action=%s",
+            s->id, mv_log_q(s->path), s->size, (long long)sb.st_size,
+            mv_log_q(rc == 0 ? "restored to the recorded size" : strerror(-rc)));
+    return rc;
+}
+
+#define FULL_CHECK_EVERY 15
+
+void segstore_watch_open(mv_segstore *st)
+{
+    st->ino_fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    if (st->ino_fd < 0)
+        MV_WARN("segstore.inotify_unavailable", "err=%s effect=%s", mv_log_q(strerror(errno)),
+                mv_log_q("every reaper pass checks every file's size"));
+}
+
+/* Watches a segment file for the changes segstore_fix_size looks for. Caller holds st->mu (or
+ * owns st alone). */
+void segstore_watch_file(mv_segstore *st, const char *path)
+{
+    if (st->ino_fd < 0 || st->unwatched)
+        return;
+    if (inotify_add_watch(st->ino_fd, path, IN_MODIFY | IN_ATTRIB | IN_DONT_FOLLOW) >= 0)
+        return;
+    st->unwatched = 1;
+    MV_WARN("segstore.watch_failed", "path=%s err=%s effect=%s", mv_log_q(path),
+            mv_log_q(strerror(errno)),
+            mv_log_q(errno == ENOSPC ? "every reaper pass checks every file's size "
+                                       "(raise fs.inotify.max_user_watches)"
+                                     : "every reaper pass checks every file's size"));
+}
+
+/* Whether a segment file may have changed since the last pass (drains the events). */
+static int files_changed(mv_segstore *st)
+{
+    if (st->ino_fd < 0 || st->unwatched)
+        return 1;
+    _Alignas(struct inotify_event) char buf[4096];
+    int any = 0;
+    while (read(st->ino_fd, buf, sizeof buf) > 0)
+        any = 1;
+    return any;
+}
+
+void *segstore_reaper_main(void *arg)
+{
+    mv_segstore *st = arg;
+    pthread_mutex_lock(&st->mu);
+    while (!st->stopping) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_sec += st->reap_ms / 1000;
+        ts.tv_nsec += (long)(st->reap_ms % 1000) * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        while (!st->stopping && pthread_cond_timedwait(&st->cv, &st->mu, &ts) != ETIMEDOUT)
+            ;
+        if (st->stopping)
+            break;
+        pthread_mutex_unlock(&st->mu);
+        mv_segstore_reap(st);
+        pthread_mutex_lock(&st->mu);
+    }
+    pthread_mutex_unlock(&st->mu);
+    return NULL;
+}
+
+int mv_segstore_reap(mv_segstore *st)
+{
+    int n = 0;
+    pthread_mutex_lock(&st->mu);
+    if (files_changed(st) || ++st->passes % FULL_CHECK_EVERY == 0)
+        for (size_t i = 0; i < st->nsegs; i++)
+            segstore_fix_size(&st->segs[i]); /* logs and restores a truncated or extended file */
+    for (size_t i = 0; i < st->nsegs;) {
+        pid_t pid = (pid_t)st->segs[i].owner_pid;
+        if (pid > 0 && kill(pid, 0) < 0 && errno == ESRCH) {
+            segstore_remove_at(st, i, "segment.reaped", pid);
+            n++;
+            continue; /* entry i now holds the former last one */
+        }
+        i++;
+    }
+    pthread_mutex_unlock(&st->mu);
+    return n;
+}
