@@ -74,7 +74,7 @@ typedef struct seg {
     uint32_t pub_len;
     uint64_t read_ns, heartbeat_ns, reads, read_errors, torn;
     uint64_t interval_ns, skipped;
-    uint64_t probes, probe_reads; /* (atomic) probes of a backed-off segment; those that read */
+    uint64_t probes, probe_reads; /* probes of a backed-off segment; those that read (seg_count) */
     uint64_t read_bytes;          /* moved by the transport for this segment (atomic) */
     uint64_t busy_since_ns;       /* CLOCK_REALTIME when the catalog went busy (odd generation) */
     uint8_t *pub_omit;            /* per metric index: 1 = no consistent copy, omit it */
