@@ -320,6 +320,63 @@ static void test_revoked_segment_is_dropped(void)
     mv_close(seg);
 }
 
+/* Reads of the same values through the shm probe: nothing copied (reads_same), values and
+ * read counts as with copies, and a copy as soon as any value or header word moves. */
+static void test_same_reads(void)
+{
+    char *p = make_segment("same.seg", 16384);
+    char path[256];
+    snprintf(path, sizeof path, "%s", p);
+    mv_segment *seg;
+    mv_counter ctr;
+    mv_gauge g;
+    CU_ASSERT_FATAL(mv_open(path, &seg) == MV_OK);
+    CU_ASSERT_FATAL(mv_counter_register(seg, "x_total", NULL, NULL, NULL, 0, &ctr) == MV_OK);
+    CU_ASSERT_FATAL(mv_gauge_register(seg, "level", NULL, NULL, NULL, 0, &g) == MV_OK);
+    mv_counter_add(ctr, 5);
+    uint64_t total = 5;
+    for (int probe = 1; probe >= 0; probe--) {
+        mv_coll_opts o;
+        mv_coll *c;
+        mv_coll_opts_default(&o);
+        o.analytics = 1;
+        o.no_probe = !probe;
+        CU_ASSERT_FATAL(mv_coll_create(&o, &c) == 0);
+        add_path(c, "s", path);
+        for (int i = 0; i < 5; i++)
+            mv_coll_tick(c);
+        mv_coll_snap *sn = mv_coll_snapshot(c);
+        const mv_coll_seg_view *v = mv_coll_snap_seg(sn, 0);
+        uint64_t bytes = v->read_bytes;
+        CU_ASSERT_EQUAL(v->reads, 5);
+        CU_ASSERT_EQUAL(v->reads_same, probe ? 4u : 0u);
+        mv_coll_snap_free(sn);
+
+        /* A value moves: the next read copies; then a header word alone (heartbeat). */
+        mv_counter_add(ctr, 2);
+        total += 2;
+        mv_coll_tick(c);
+        double val = 0;
+        CU_ASSERT(snap_value(c, "s", "x_total", &val, NULL) && val == (double)total);
+        mv_gauge_set(g, 2.5 + probe);
+        mv_coll_tick(c);
+        CU_ASSERT(snap_value(c, "s", "level", &val, NULL) && val == 2.5 + probe);
+        mv_heartbeat(seg);
+        mv_coll_tick(c);
+        mv_coll_tick(c);
+        sn = mv_coll_snapshot(c);
+        v = mv_coll_snap_seg(sn, 0);
+        CU_ASSERT_EQUAL(v->reads, 9);
+        CU_ASSERT_EQUAL(v->reads_same, probe ? 5u : 0u);
+        CU_ASSERT(v->heartbeat_ns != 0);
+        /* Copies move bytes, same reads none. */
+        CU_ASSERT_EQUAL(v->read_bytes - bytes, (probe ? 3u : 4u) * v->hot_len);
+        mv_coll_snap_free(sn);
+        mv_coll_destroy(c);
+    }
+    mv_close(seg);
+}
+
 int main(void)
 {
     g_dir = mv_test_tmpdir("test-collect");
@@ -332,6 +389,7 @@ int main(void)
         {"retain, duplicates, pending", test_retain_and_duplicates},
         {"background tick thread", test_background_thread},
         {"revoked segment is dropped", test_revoked_segment_is_dropped},
+        {"same reads: no copy, same values", test_same_reads},
     };
     int failed = MV_TEST_RUN("collect", tests);
     if (mv_test_rmrf(g_dir) != 0)

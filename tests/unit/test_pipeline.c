@@ -758,6 +758,76 @@ static void test_spread_close_equals_immediate(void)
     fx_close(&fb);
 }
 
+/* A read that found the values of the previous one (the collector's `same` read) fed with
+ * mv_pipe_seg_feed_same gives, to the bit, what mv_pipe_seg_feed gives: the same views at
+ * every read, through window closes (spread), the scorer, resets and a NaN gauge. */
+static void test_feed_same_equals_feed(void)
+{
+    fixture f;
+    mixed m;
+    mv_gauge nan_g;
+    double bounds[8];
+    mv_exponential_buckets(0.001, 2.0, 8, bounds);
+    fx_open(&f, "same.seg", 65536);
+    char name[32];
+    for (int k = 0; k < 4; k++) {
+        snprintf(name, sizeof name, "c%d_total", k);
+        CU_ASSERT_FATAL(mv_counter_register(f.seg, name, NULL, NULL, NULL, 0, &m.c[k]) == MV_OK);
+        snprintf(name, sizeof name, "g%d", k);
+        CU_ASSERT_FATAL(mv_gauge_register(f.seg, name, NULL, NULL, NULL, 0, &m.g[k]) == MV_OK);
+    }
+    for (int k = 0; k < 2; k++) {
+        snprintf(name, sizeof name, "h%d", k);
+        CU_ASSERT_FATAL(
+            mv_histogram_register(f.seg, name, NULL, NULL, NULL, 0, bounds, 8, &m.h[k]) == MV_OK);
+    }
+    CU_ASSERT_FATAL(mv_gauge_register(f.seg, "g_nan", NULL, NULL, NULL, 0, &nan_g) == MV_OK);
+    fx_catalog(&f);
+    mv_pipe_config cfg;
+    mv_pipe_config_default(&cfg);
+    cfg.window_ns = SEC;
+    cfg.close_spread_ns = 8 * 1000000ull;
+    cfg.fd_period_ns = 10 * 1000000ull;
+    mv_pipe_seg *full = NULL, *same = NULL;
+    CU_ASSERT_FATAL(mv_pipe_seg_create(&cfg, f.cat, NULL, &full) == 0);
+    CU_ASSERT_FATAL(mv_pipe_seg_create(&cfg, f.cat, NULL, &same) == 0);
+    uint64_t t0 = 20000 * SEC, dt = 1000000ull;
+    int mismatches = 0, same_reads = 0, windows = 0;
+    for (int i = 0; i < 4200; i++) {
+        /* Writes on one read in five, in bursts; a reset once; the NaN gauge flips. */
+        int write = i % 5 == 0 || (i > 2000 && i < 2040);
+        if (write)
+            mixed_write(&m, i);
+        if (i == 3000)
+            *m.c[1].slot = 3; /* a reset: the pod restarted */
+        if (i % 700 == 0)
+            mv_gauge_set(nan_g, i % 1400 ? NAN : 1.0);
+        int changed = write || i == 3000 || i % 700 == 0 || i == 0;
+        uint64_t t = t0 + (uint64_t)i * dt;
+        unsigned fa = mv_pipe_seg_feed(full, f.map, t);
+        unsigned fb =
+            changed ? mv_pipe_seg_feed(same, f.map, t) : mv_pipe_seg_feed_same(same, f.map, t);
+        same_reads += !changed;
+        mv_pipe_view *a = mv_pipe_seg_view(full), *b = mv_pipe_seg_view(same);
+        int eq = fa == fb && a->n == b->n && a->window_end_ns == b->window_end_ns &&
+                 a->window_reads == b->window_reads && a->fd_steps == b->fd_steps &&
+                 memcmp(&a->anomaly_score, &b->anomaly_score, sizeof a->anomaly_score) == 0 &&
+                 a->mem_bytes == b->mem_bytes && memcmp(a->m, b->m, a->n * sizeof a->m[0]) == 0;
+        mismatches += !eq;
+        windows += (fa & MV_PIPE_WINDOW) != 0;
+        free(a);
+        free(b);
+    }
+    printf("\n  %d reads (%d same), %d windows, %d mismatches ", 4200, same_reads, windows,
+           mismatches);
+    CU_ASSERT(same_reads > 3000);
+    CU_ASSERT(windows == 4);
+    CU_ASSERT_EQUAL(mismatches, 0);
+    mv_pipe_seg_destroy(full);
+    mv_pipe_seg_destroy(same);
+    fx_close(&f);
+}
+
 int main(void)
 {
     g_dir = mv_test_tmpdir("test-pipeline");
@@ -778,6 +848,7 @@ int main(void)
         {"gauge sketch allocated lazily", test_gauge_sketch_lazy},
         {"gauge repeats batched into the sketch", test_gauge_repeats_batched},
         {"spread window close equals immediate", test_spread_close_equals_immediate},
+        {"feed of unchanged values equals a full feed", test_feed_same_equals_feed},
     };
     int fails = MV_TEST_RUN("pipeline", tests);
     if (mv_test_rmrf(g_dir) != 0)

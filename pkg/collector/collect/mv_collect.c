@@ -22,13 +22,6 @@ void mv_coll__seg_read(mv_coll *c, seg *s, mv_coll_read *rq, size_t n)
             __atomic_add_fetch(&s->read_bytes, rq[i].len, __ATOMIC_RELAXED);
 }
 
-struct mv_coll_snap {
-    mv_coll_seg_view *v;
-    cat_ref **cats;
-    size_t n;
-    mv_coll_stats stats;
-};
-
 static uint64_t now_ns(clockid_t clk)
 {
     struct timespec ts;
@@ -36,7 +29,7 @@ static uint64_t now_ns(clockid_t clk)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static void cat_put(cat_ref *r)
+void mv_coll__cat_put(cat_ref *r)
 {
     if (r && __atomic_sub_fetch(&r->refs, 1, __ATOMIC_ACQ_REL) == 0) {
         mv_seg_catalog_free(r->cat);
@@ -44,7 +37,7 @@ static void cat_put(cat_ref *r)
     }
 }
 
-static cat_ref *cat_get(cat_ref *r)
+cat_ref *mv_coll__cat_get(cat_ref *r)
 {
     if (r)
         __atomic_add_fetch(&r->refs, 1, __ATOMIC_RELAXED);
@@ -130,9 +123,9 @@ static void seg_free(seg *s)
     free(s->probe_want);
     mv_pipe_seg_destroy(s->pipe);
     mv_detect_rate_destroy(s->rate);
-    cat_put(s->pipe_cat);
-    cat_put(s->cat);
-    cat_put(s->pub_cat);
+    mv_coll__cat_put(s->pipe_cat);
+    mv_coll__cat_put(s->cat);
+    mv_coll__cat_put(s->pub_cat);
     pthread_mutex_destroy(&s->mu);
     free(s);
 }
@@ -328,6 +321,7 @@ static void set_failure(mv_coll *c, seg *s, mv_seg_reason r, const char *detail,
 {
     if (!s->fail_since_ns)
         s->fail_since_ns = now;
+    s->same_serial = 0; /* the next read copies */
     pthread_mutex_lock(&s->mu);
     s->reason = r;
     if (r == MV_SEG_E_BUSY && !s->busy_since_ns)
@@ -339,7 +333,7 @@ static void set_failure(mv_coll *c, seg *s, mv_seg_reason r, const char *detail,
                      now - s->fail_since_ns >= (uint64_t)c->o.quarantine_after_ms * 1000000ull;
     if (quarantine) {
         s->state = MV_COLL_QUARANTINED;
-        cat_put(s->pub_cat);
+        mv_coll__cat_put(s->pub_cat);
         s->pub_cat = NULL;
         free(s->pub_hot);
         s->pub_hot = NULL;
@@ -348,7 +342,7 @@ static void set_failure(mv_coll *c, seg *s, mv_seg_reason r, const char *detail,
     pthread_mutex_unlock(&s->mu);
     if (quarantine) {
         s->next_recheck_ns = now + (uint64_t)c->o.recheck_ms * 1000000ull;
-        cat_put(s->cat);
+        mv_coll__cat_put(s->cat);
         s->cat = NULL;
         pthread_mutex_lock(&c->mu);
         c->stats.errors[r < MV_SEG_REASON_COUNT_ ? r : MV_SEG_E_INVAL]++;
@@ -438,7 +432,7 @@ static int load_catalog(mv_coll *c, seg *s, uint64_t now)
     ref->refs = 1;
     ref->cat = cat;
     ref->serial = __atomic_add_fetch(&cat_serials, 1, __ATOMIC_RELAXED);
-    cat_put(s->cat);
+    mv_coll__cat_put(s->cat);
     s->cat = ref;
     s->nhist_cat = NULL; /* count its histograms again (the address may be reused) */
     if (s->fail_since_ns || s->state == MV_COLL_QUARANTINED)
@@ -470,8 +464,8 @@ static void publish(seg *s, uint64_t now, uint64_t hb, uint64_t torn, uint32_t s
     s->pub_omitted = omitted;
     s->busy_since_ns = 0;
     if (s->pub_cat != s->cat) {
-        cat_put(s->pub_cat);
-        s->pub_cat = cat_get(s->cat);
+        mv_coll__cat_put(s->pub_cat);
+        s->pub_cat = mv_coll__cat_get(s->cat);
     }
     /* Swap buffers: the old published copy becomes the next work buffer. */
     void *old = s->pub_hot;
@@ -484,8 +478,12 @@ static void publish(seg *s, uint64_t now, uint64_t hb, uint64_t torn, uint32_t s
     s->reads++;
     s->torn += torn;
     pthread_mutex_unlock(&s->mu);
+    s->pub_copies++;
     s->work = old;
     s->work_cap = old ? old_cap : 0;
+    /* The probe's words of the new copy, while its lines are still in cache. */
+    if (s->probe_serial == s->cat->serial)
+        mv_coll__probe_take(s);
 }
 
 /* (Re)builds the segment's pipeline for the current catalog. */
@@ -512,19 +510,21 @@ static int ensure_pipe(mv_coll *c, seg *s)
     mv_pipe_seg *old = s->pipe;
     cat_ref *old_cat = s->pipe_cat;
     s->pipe = np;
-    s->pipe_cat = cat_get(s->cat);
+    s->pipe_cat = mv_coll__cat_get(s->cat);
     pthread_mutex_unlock(&s->mu);
     mv_pipe_seg_destroy(old);
-    cat_put(old_cat);
+    mv_coll__cat_put(old_cat);
     return 0;
 }
 
-/* Feeds the validated copy to the pipeline and picks the next read time. */
-static void analyse(mv_coll *c, seg *s, uint64_t now)
+/* Feeds the validated copy `hot` to the pipeline (`same`: its values are those of the
+ * previous feed) and picks the next read time. Returns 1 when the pipeline was fed. */
+static int analyse(mv_coll *c, seg *s, const void *hot, int same, uint64_t now)
 {
     if (!c->o.analytics || ensure_pipe(c, s) != 0)
-        return;
-    unsigned f = mv_pipe_seg_feed(s->pipe, s->work, now);
+        return 0;
+    unsigned f =
+        same ? mv_pipe_seg_feed_same(s->pipe, hot, now) : mv_pipe_seg_feed(s->pipe, hot, now);
     if (s->rate) {
         uint64_t iv =
             mv_detect_rate_observe(s->rate, (f & MV_PIPE_CHANGED) != 0, (f & MV_PIPE_MOVING) != 0);
@@ -536,71 +536,28 @@ static void analyse(mv_coll *c, seg *s, uint64_t now)
             pthread_mutex_unlock(&s->mu);
         }
     }
-}
-
-/* Whether a segment that is not due has changed since its published copy, by the
- * transport's probe: the words that move when it does (its instance and catalog
- * generation, each metric's first value word: a counter or gauge, a histogram's count)
- * compared with that copy. 1 also when the probe fails (the read says what is wrong) and
- * when a catalog change it saw is to be loaded (the catalog was dropped); 0 without a
- * probe or without a published copy of the current catalog. */
-/* Counts one more in a per-segment counter that only the segment's tick worker of the
- * moment writes (ticks run one after another) and snapshots read: a relaxed load and store,
- * no locked instruction on the tick's path. */
-static inline void seg_count(uint64_t *n)
-{
-    __atomic_store_n(n, __atomic_load_n(n, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
-}
-
-static int probe_changed(const mv_coll *c, seg *s)
-{
-    const mv_coll_transport *t = s->t;
-    if (!t->probe || c->o.no_probe)
-        return 0;
-    if (!s->cat)
-        return 1;
-    if (s->pub_cat != s->cat || !s->pub_hot)
-        return 0;
-    if (s->probe_serial != s->cat->serial) {
-        const mv_seg_catalog *cat = s->cat->cat;
-        size_t n = mv_seg_catalog_count(cat) + 2;
-        if (n > s->probe_cap) {
-            uint32_t *p = realloc(s->probe_offs, n * sizeof *p);
-            if (p)
-                s->probe_offs = p;
-            uint64_t *q = p ? realloc(s->probe_want, n * sizeof *q) : NULL;
-            if (!q)
-                return 0;
-            s->probe_want = q;
-            s->probe_cap = n;
-        }
-        s->probe_offs[0] = offsetof(mv_seg_header, instance);
-        s->probe_offs[1] = offsetof(mv_seg_header, generation);
-        uint32_t vo = mv_seg_catalog_values_offset(cat);
-        for (size_t i = 2; i < n; i++)
-            s->probe_offs[i] = vo + mv_seg_catalog_metric(cat, i - 2)->value_offset;
-        s->nprobe = n;
-        s->probe_serial = s->cat->serial;
-        s->probe_reads_at = s->reads - 1; /* take the words below */
-    }
-    /* The words of the published copy, once per read, packed: a probe then touches one
-     * line of the segment per metric and a few of its own. */
-    if (s->probe_reads_at != s->reads) {
-        for (size_t i = 0; i < s->nprobe; i++)
-            memcpy(&s->probe_want[i], (const char *)s->pub_hot + s->probe_offs[i], 8);
-        s->probe_reads_at = s->reads;
-    }
-    seg_count(&s->probes);
-    if (t->probe(t->ctx, s->src, s->probe_offs, s->probe_want, s->nprobe) == 0)
-        return 0;
-    seg_count(&s->probe_reads);
     return 1;
+}
+
+/* A `same` read (probe_same): the published copy stays, as current as of `now`. */
+static void publish_same(mv_coll *c, seg *s)
+{
+    uint64_t now = now_ns(CLOCK_REALTIME);
+    /* The pipeline reads the published copy only for what it does not hold (a histogram
+     * it has not primed); the tick worker owns pub_hot's contents between publishes. */
+    analyse(c, s, s->pub_hot, 1, now);
+    pthread_mutex_lock(&s->mu);
+    s->read_ns = now;
+    s->reads++;
+    s->reads_same++;
+    pthread_mutex_unlock(&s->mu);
 }
 
 /* Phase 1 of a tick for one segment: decides whether it is read now, loads
  * its catalog when needed, and sizes its buffer. Returns the hot length to
- * read, or 0 to skip it this tick. */
-static uint32_t tick_prepare(mv_coll *c, seg *s)
+ * read, or 0 to skip it this tick. With `same` (NULL: it is read), a due segment
+ * that probe_same finds unchanged is not copied: 0, and *same is set. */
+static uint32_t tick_prepare(mv_coll *c, seg *s, int *same)
 {
     /* Adaptive sampling: a segment not yet due is skipped (half a tick of
      * slack, so a due time a few microseconds ahead does not cost a tick),
@@ -608,8 +565,8 @@ static uint32_t tick_prepare(mv_coll *c, seg *s)
      * and the read's change brings it back to every tick. */
     if (s->rate && s->state == MV_COLL_OK &&
         now_ns(CLOCK_MONOTONIC) + (uint64_t)c->o.tick_us * 500ull < s->due_ns &&
-        !probe_changed(c, s)) {
-        seg_count(&s->skipped);
+        !mv_coll__probe_changed(c, s)) {
+        mv_coll__count(&s->skipped);
         return 0;
     }
     uint64_t now = now_ns(CLOCK_REALTIME);
@@ -617,6 +574,10 @@ static uint32_t tick_prepare(mv_coll *c, seg *s)
         return 0;
     if (s->state == MV_COLL_QUARANTINED)
         s->next_recheck_ns = now + (uint64_t)c->o.recheck_ms * 1000000ull;
+    if (same && s->state == MV_COLL_OK && mv_coll__probe_same(c, s)) {
+        *same = 1;
+        return 0;
+    }
     if (!s->cat && load_catalog(c, s, now) != 0)
         return 0;
     uint32_t len = mv_seg_catalog_hot_size(s->cat->cat);
@@ -644,7 +605,7 @@ static void tick_finish(mv_coll *c, seg *s, int status, uint32_t len, uint64_t *
 
     for (int pass = 0; pass < 2; pass++) {
         if (pass == 1) {
-            if ((len = tick_prepare(c, s)) == 0)
+            if ((len = tick_prepare(c, s, NULL)) == 0)
                 return;
             mv_coll_read rq = {.src = s->src, .off = 0, .len = len, .dst = s->work};
             mv_coll__seg_read(c, s, &rq, 1);
@@ -658,12 +619,12 @@ static void tick_finish(mv_coll *c, seg *s, int status, uint32_t len, uint64_t *
         uint64_t hb = 0;
         mv_seg_reason r = mv_seg_hot_check(s->cat->cat, s->work, len, &hb, &err);
         if (r == MV_SEG_E_CHANGED) {
-            cat_put(s->cat);
+            mv_coll__cat_put(s->cat);
             s->cat = NULL;
             continue; /* re-read the catalog in this same tick */
         }
         if (r != MV_SEG_OK) {
-            cat_put(s->cat);
+            mv_coll__cat_put(s->cat);
             s->cat = NULL;
             set_failure(c, s, r, err.detail, now);
             return;
@@ -672,8 +633,10 @@ static void tick_finish(mv_coll *c, seg *s, int status, uint32_t len, uint64_t *
         uint64_t torn = mv_coll__fix_torn(c, s, s->cat->cat, now, &stale, &omitted);
         *torn_total += torn;
         s->fail_since_ns = 0;
-        analyse(c, s, now);
+        int fed = analyse(c, s, s->work, 0, now);
         publish(s, now, hb, torn, stale, omitted);
+        /* A whole copy, seen by the pipeline if there is one: the next may be `same`. */
+        s->same_serial = !stale && !omitted && (fed || !c->o.analytics) ? s->cat->serial : 0;
         return;
     }
 }
@@ -685,42 +648,78 @@ static int item_by_transport(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* One worker's share of a tick: prepare, read and finish `n` segments. */
-void mv_coll__tick_chunk(mv_coll *c, tick_worker *w, seg *const *segs, size_t n)
+/* Asks for the lines of a segment's tick state and of its probe's lists. */
+static void prefetch_seg(const seg *s)
 {
-    /* 1: choose what is due and size the copies. */
-    size_t m = 0;
-    for (size_t i = 0; i < n; i++) {
-        uint32_t len = tick_prepare(c, segs[i]);
-        if (len)
-            w->items[m++] = (tick_item){segs[i], len};
-    }
-    /* 2: one read_many per transport, so RDMA posts every segment's READ of
-     * an agent in batches instead of one round trip per segment. */
-    if (m > 1)
-        qsort(w->items, m, sizeof *w->items, item_by_transport);
-    for (size_t i = 0; i < m; i++)
+    for (size_t b = 0; b < sizeof *s; b += 64)
+        __builtin_prefetch((const char *)s + b, 1);
+}
+
+/* Segments a local transport copies before they are validated and analysed: their copies
+ * (a few KiB each) stay in the worker's cache. */
+#define LOCAL_GROUP 8
+
+/* Phases 2 and 3 for items [from, to) of one transport: one read_many, then validate and
+ * publish. */
+static void read_finish(mv_coll *c, tick_worker *w, size_t from, size_t to)
+{
+    const mv_coll_transport *t = w->items[from].s->t;
+    for (size_t i = from; i < to; i++) {
         w->reqs[i] = (mv_coll_read){.src = w->items[i].s->src,
                                     .off = 0,
                                     .len = w->items[i].len,
                                     .dst = w->items[i].s->work};
+        mv_pipe_seg_prefetch(w->items[i].s->pipe, 0); /* on its way during the reads */
+    }
+    mv_coll__read(c, t, &w->reqs[from], to - from);
+    for (size_t i = from; i < to; i++) {
+        seg *s = w->items[i].s;
+        if (i + 1 < to)
+            mv_pipe_seg_prefetch(w->items[i + 1].s->pipe, 1);
+        int st = w->reqs[i].status;
+        if (st == 0)
+            __atomic_add_fetch(&s->read_bytes, w->reqs[i].len, __ATOMIC_RELAXED);
+        if (read_gone(st))
+            drop_gone(c, s, st);
+        else
+            tick_finish(c, s, st, w->items[i].len, &w->torn);
+    }
+}
+
+/* One worker's share of a tick: prepare, read and finish `n` segments. */
+void mv_coll__tick_chunk(mv_coll *c, tick_worker *w, seg *const *segs, size_t n)
+{
+    /* 1: choose what is due and size the copies; a segment the probe finds unchanged is
+     * served from its published copy right away. */
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        /* What the next segments need, asked for ahead (each step needs the one before:
+         * the segment, then its pipeline, then the pipeline's records). */
+        if (i + 3 < n)
+            prefetch_seg(segs[i + 3]);
+        if (i + 2 < n)
+            mv_pipe_seg_prefetch(segs[i + 2]->pipe, 0);
+        if (i + 1 < n)
+            mv_pipe_seg_prefetch(segs[i + 1]->pipe, 1);
+        int same = 0;
+        uint32_t len = tick_prepare(c, segs[i], &same);
+        if (same)
+            publish_same(c, segs[i]);
+        else if (len)
+            w->items[m++] = (tick_item){segs[i], len};
+    }
+    /* 2 and 3: one read_many per transport, so RDMA posts every segment's READ of an
+     * agent in batches instead of one round trip per segment; a local transport's copies
+     * a few at a time. */
+    if (m > 1)
+        qsort(w->items, m, sizeof *w->items, item_by_transport);
     for (size_t i = 0, j; i < m; i = j) {
         const mv_coll_transport *t = w->items[i].s->t;
         for (j = i; j < m && w->items[j].s->t == t; j++)
             ;
-        mv_coll__read(c, t, &w->reqs[i], j - i);
-    }
-    for (size_t i = 0; i < m; i++)
-        if (w->reqs[i].status == 0)
-            __atomic_add_fetch(&w->items[i].s->read_bytes, w->reqs[i].len, __ATOMIC_RELAXED);
-    /* 3: validate and publish. */
-    for (size_t i = 0; i < m; i++) {
-        seg *s = w->items[i].s;
-        if (read_gone(w->reqs[i].status)) {
-            drop_gone(c, s, w->reqs[i].status);
-            continue;
-        }
-        tick_finish(c, s, w->reqs[i].status, w->items[i].len, &w->torn);
+        size_t step = t->local ? LOCAL_GROUP : j - i;
+        for (size_t k = i; k < j; k += step)
+            read_finish(c, w, k, k + step < j ? k + step : j);
     }
 }
 
@@ -794,111 +793,4 @@ int mv_coll_start(mv_coll *c)
         return -rc;
     c->running = 1;
     return 0;
-}
-
-/* ---- Snapshots ---------------------------------------------------------------------- */
-
-mv_coll_snap *mv_coll_snapshot(mv_coll *c)
-{
-    mv_coll_snap *sn = calloc(1, sizeof *sn);
-    if (!sn)
-        return NULL;
-    pthread_mutex_lock(&c->mu);
-    size_t n = c->nsegs;
-    sn->v = calloc(n ? n : 1, sizeof *sn->v);
-    sn->cats = calloc(n ? n : 1, sizeof *sn->cats);
-    if (!sn->v || !sn->cats) {
-        pthread_mutex_unlock(&c->mu);
-        mv_coll_snap_free(sn);
-        return NULL;
-    }
-    sn->stats = c->stats;
-    size_t i = 0;
-    for (seg *s = c->segs; s && i < n; s = s->next, i++) {
-        mv_coll_seg_view *v = &sn->v[i];
-        pthread_mutex_lock(&s->mu);
-        v->id = strdup(s->id);
-        v->nlabels = s->nlabels;
-        mv_seg_label *l = calloc(s->nlabels ? s->nlabels : 1, sizeof *l);
-        for (size_t k = 0; l && k < s->nlabels; k++) {
-            l[k].key = strdup(s->labels[k].key);
-            l[k].value = strdup(s->labels[k].value);
-        }
-        v->labels = l;
-        v->state = s->state;
-        v->reason = s->reason;
-        v->detail = strdup(s->detail);
-        if (s->pub_cat && s->pub_hot) {
-            void *hot = aligned_alloc(64, ((size_t)s->pub_len + 63) & ~(size_t)63);
-            if (hot) {
-                memcpy(hot, s->pub_hot, s->pub_len);
-                sn->cats[i] = cat_get(s->pub_cat);
-                v->cat = s->pub_cat->cat;
-                v->cat_serial = s->pub_cat->serial;
-                v->hot = hot;
-                v->hot_len = s->pub_len;
-                if (s->pub_omit && (v->omitted = malloc(s->pub_nomit)) != NULL)
-                    memcpy((void *)v->omitted, s->pub_omit, s->pub_nomit);
-            }
-        }
-        v->stale_histograms = s->pub_stale;
-        v->busy_since_ns = s->busy_since_ns;
-        v->omitted_histograms = s->pub_omitted;
-        v->read_ns = s->read_ns;
-        v->heartbeat_ns = s->heartbeat_ns;
-        v->reads = s->reads;
-        v->read_errors = s->read_errors;
-        v->read_bytes = __atomic_load_n(&s->read_bytes, __ATOMIC_RELAXED);
-        v->torn = s->torn;
-        v->size = s->size;
-        v->transport = s->t->name;
-        v->read_interval_ns = s->interval_ns;
-        v->reads_skipped = __atomic_load_n(&s->skipped, __ATOMIC_RELAXED);
-        v->probes = __atomic_load_n(&s->probes, __ATOMIC_RELAXED);
-        v->probe_reads = __atomic_load_n(&s->probe_reads, __ATOMIC_RELAXED);
-        if (s->pipe)
-            v->pipe = mv_pipe_seg_view(s->pipe);
-        pthread_mutex_unlock(&s->mu);
-    }
-    sn->n = i;
-    pthread_mutex_unlock(&c->mu);
-    return sn;
-}
-
-void mv_coll_snap_free(mv_coll_snap *sn)
-{
-    if (!sn)
-        return;
-    for (size_t i = 0; i < sn->n; i++) {
-        mv_coll_seg_view *v = &sn->v[i];
-        free((char *)v->id);
-        free((char *)v->detail);
-        for (size_t k = 0; v->labels && k < v->nlabels; k++) {
-            free((char *)v->labels[k].key);
-            free((char *)v->labels[k].value);
-        }
-        free((void *)v->labels);
-        free((void *)v->hot);
-        free((void *)v->omitted);
-        free((void *)v->pipe);
-        cat_put(sn->cats[i]);
-    }
-    free(sn->v);
-    free(sn->cats);
-    free(sn);
-}
-
-size_t mv_coll_snap_count(const mv_coll_snap *s)
-{
-    return s->n;
-}
-
-const mv_coll_seg_view *mv_coll_snap_seg(const mv_coll_snap *s, size_t i)
-{
-    return i < s->n ? &s->v[i] : NULL;
-}
-
-const mv_coll_stats *mv_coll_snap_stats(const mv_coll_snap *s)
-{
-    return &s->stats;
 }

@@ -151,6 +151,8 @@ typedef struct mv_coll_seg_view {
     uint64_t reads_skipped; /* ticks that skipped this segment (not due) */
     uint64_t probes;        /* ticks that probed it while not due (transport probe) */
     uint64_t probe_reads;   /* of which saw a change and read it early */
+    uint64_t reads_same;    /* of `reads`, those whose probe found the published copy current:
+                               nothing copied, the pipeline fed the same values */
 } mv_coll_seg_view;
 
 /* Upper bounds (seconds) of the tick-duration histogram's finite buckets. */

@@ -55,14 +55,21 @@ typedef struct seg {
     uint64_t good_instance;
     const mv_seg_catalog *nhist_cat; /* the catalog nhist was counted for */
     size_t nhist;                    /* its histograms: none, no torn-copy work per tick */
-    /* Adaptive sampling's probe (transport->probe): the offsets of the words that change
-     * when the segment does (instance, generation, each metric's first value word), for
-     * the catalog of probe_serial. */
+    /* The probe (transport->probe; adaptive sampling and `same` reads): the offsets of the
+     * words that change when the segment does (the header's, each metric's first value
+     * word), for the catalog of probe_serial. */
     uint32_t *probe_offs;
     uint64_t *probe_want; /* the words there in the published copy */
     size_t nprobe, probe_cap;
-    uint64_t probe_serial;   /* the catalog serial the offsets were worked out for; 0 none */
-    uint64_t probe_reads_at; /* `reads` when probe_want was taken from the published copy */
+    uint64_t probe_serial;  /* the catalog serial the offsets were worked out for; 0 none */
+    uint64_t pub_copies;    /* copies published (publish) */
+    uint64_t probe_copy_at; /* pub_copies when probe_want was taken from the published copy */
+    /* Unchanged reads: the catalog serial whose last read was published whole (no torn
+     * histogram served stale or omitted) and, with analytics, fed to the pipeline; 0 none.
+     * While it is the current catalog's, a due segment whose probe words (below) all equal
+     * the published copy's is not copied again: the pipeline is fed the published values
+     * and the copy stays published (a `same` read). */
+    uint64_t same_serial;
 
     /* Published state, under mu. */
     pthread_mutex_t mu;
@@ -74,10 +81,12 @@ typedef struct seg {
     uint32_t pub_len;
     uint64_t read_ns, heartbeat_ns, reads, read_errors, torn;
     uint64_t interval_ns, skipped;
-    uint64_t probes, probe_reads; /* probes of a backed-off segment; those that read (seg_count) */
-    uint64_t read_bytes;          /* moved by the transport for this segment (atomic) */
-    uint64_t busy_since_ns;       /* CLOCK_REALTIME when the catalog went busy (odd generation) */
-    uint8_t *pub_omit;            /* per metric index: 1 = no consistent copy, omit it */
+    uint64_t probes,
+        probe_reads;        /* probes of a backed-off segment; those that read (mv_coll__count) */
+    uint64_t reads_same;    /* of `reads`, those that found the published copy current */
+    uint64_t read_bytes;    /* moved by the transport for this segment (atomic) */
+    uint64_t busy_since_ns; /* CLOCK_REALTIME when the catalog went busy (odd generation) */
+    uint8_t *pub_omit;      /* per metric index: 1 = no consistent copy, omit it */
     size_t pub_nomit;
     uint32_t pub_stale, pub_omitted;
 
@@ -86,7 +95,7 @@ typedef struct seg {
 
 typedef struct tick_item {
     struct seg *s;
-    uint32_t len;
+    uint32_t len; /* hot bytes to read; 0 for a `same` read (nothing to copy) */
 } tick_item;
 
 /* One tick worker's scratch. Worker 0 is the thread that runs mv_coll_tick;
@@ -137,10 +146,31 @@ struct mv_coll {
 
 /* ---- mv_collect.c ---------------------------------------------------------------- */
 
+/* A catalog reference: drop one (frees the catalog with the last), take one (NULL-safe). */
+void mv_coll__cat_put(cat_ref *r);
+cat_ref *mv_coll__cat_get(cat_ref *r);
 /* Reads through the segment's transport and counts the bytes that arrived. */
 void mv_coll__seg_read(mv_coll *c, seg *s, mv_coll_read *rq, size_t n);
 /* One worker's share of a tick: prepare, read and finish `n` segments. */
 void mv_coll__tick_chunk(mv_coll *c, tick_worker *w, seg *const *segs, size_t n);
+
+/* Counts one more in a per-segment counter that only the segment's tick worker of the
+ * moment writes (ticks run one after another) and snapshots read: a relaxed load and store,
+ * no locked instruction on the tick's path. */
+static inline void mv_coll__count(uint64_t *n)
+{
+    __atomic_store_n(n, __atomic_load_n(n, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
+}
+
+/* ---- mv_collect_probe.c: the probe ---------------------------------------------- */
+
+/* Whether a backed-off segment changed since its published copy (1 also when the probe
+ * failed or its catalog was dropped; 0 without a probe or a published copy). */
+int mv_coll__probe_changed(const mv_coll *c, seg *s);
+/* Whether a due segment is unchanged since its whole published copy (a `same` read). */
+int mv_coll__probe_same(const mv_coll *c, seg *s);
+/* Takes the probe's words from the copy just published, if its offsets are known. */
+void mv_coll__probe_take(seg *s);
 
 /* ---- mv_collect_torn.c: torn histograms ------------------------------------------ */
 

@@ -127,6 +127,7 @@ static const mv_coll_transport shm_transport = {
     .concurrent = 1, /* plain copies; the SIGBUS guard is per thread */
     .src_close = shm_src_close,
     .probe = shm_probe,
+    .local = 1,
 };
 
 const mv_coll_transport *mv_coll_shm_transport(void)

@@ -266,6 +266,17 @@ static uint64_t mem_fixed(const mv_pipe_seg *s)
     return b;
 }
 
+/* Zeroed room for n hot records of 64 bytes, each on a cache line of its own (calloc
+ * aligns to 16: a record would straddle two lines). */
+static void *calloc_lines(size_t n, size_t size)
+{
+    size_t bytes = (n * size + 63) & ~(size_t)63;
+    void *p = aligned_alloc(64, bytes);
+    if (p)
+        memset(p, 0, bytes);
+    return p;
+}
+
 int mv_pipe_seg_create(const mv_pipe_config *cfg, const mv_seg_catalog *cat, mv_pipe_seg *prev,
                        mv_pipe_seg **out)
 {
@@ -304,13 +315,13 @@ int mv_pipe_seg_create(const mv_pipe_config *cfg, const mv_seg_catalog *cat, mv_
     }
     s->loc = calloc(n1, sizeof *s->loc);
     s->pub = calloc(n1, sizeof *s->pub);
-    s->hc = calloc(s->nc + 1, sizeof *s->hc);
+    s->hc = calloc_lines(s->nc + 1, sizeof *s->hc);
     s->cc = calloc(s->nc + 1, sizeof *s->cc);
     s->coff = calloc(s->nc + 1, sizeof *s->coff);
     s->slot_tot = calloc((s->nc + 1) * SHORT_SLOTS, sizeof *s->slot_tot);
-    s->hg = calloc(s->ng + 1, sizeof *s->hg);
+    s->hg = calloc_lines(s->ng + 1, sizeof *s->hg);
     s->cg = calloc(s->ng + 1, sizeof *s->cg);
-    s->hh = calloc(s->nh + 1, sizeof *s->hh);
+    s->hh = calloc_lines(s->nh + 1, sizeof *s->hh);
     s->ch = calloc(s->nh + 1, sizeof *s->ch);
     from = malloc(n1 * sizeof *from);
     if (!s->loc || !s->pub || !s->hc || !s->cc || !s->coff || !s->slot_tot || !s->hg || !s->cg ||
@@ -517,14 +528,18 @@ MV_DETECT_INLINE unsigned detect(mv_pipe_seg *s, mv_detect_series *d, uint64_t *
     return f & MV_DETECT_MOVING ? MV_PIPE_MOVING : 0;
 }
 
-static unsigned feed_counters(mv_pipe_seg *s, const char *vals, int forward, double dt)
+/* `same`: the values are those of the previous feed, already in the records. Constant in
+ * each caller's loop, so the compiler gives each case its own loop. */
+MV_DETECT_INLINE unsigned feed_counters(mv_pipe_seg *s, const char *vals, int forward, double dt,
+                                        int same)
 {
     unsigned flags = 0;
     int det = s->cfg.detect;
     for (size_t j = 0; j < s->nc; j++) {
         hctr *h = &s->hc[j];
-        uint64_t v;
-        memcpy(&v, vals + h->off, 8);
+        uint64_t v = h->prev;
+        if (!same)
+            memcpy(&v, vals + h->off, 8);
         if (__builtin_expect(!h->primed, 0)) {
             /* First read: the cumulative increase starts at 0 here. */
             h->primed = 1;
@@ -547,7 +562,7 @@ static unsigned feed_counters(mv_pipe_seg *s, const char *vals, int forward, dou
             s->cc[j].resets++;
         }
         h->prev = v;
-        double x = (double)d / dt;
+        double x = d ? (double)d / dt : 0.0; /* 0 / dt is +0 (dt > 0): no division */
         h->rate_max = x > h->rate_max ? x : h->rate_max;
         if (det)
             flags |= detect(s, &h->det, &s->cc[j].changes, x);
@@ -557,7 +572,7 @@ static unsigned feed_counters(mv_pipe_seg *s, const char *vals, int forward, dou
 
 #define GAUGE_BATCH 64
 
-static unsigned feed_gauges(mv_pipe_seg *s, const char *vals)
+MV_DETECT_INLINE unsigned feed_gauges(mv_pipe_seg *s, const char *vals, int same)
 {
     unsigned flags = 0;
     int det = s->cfg.detect;
@@ -566,8 +581,9 @@ static unsigned feed_gauges(mv_pipe_seg *s, const char *vals)
     size_t nb = 0;
     for (size_t j = 0; j < s->ng; j++) {
         hgauge *h = &s->hg[j];
-        double x;
-        memcpy(&x, vals + h->off, 8);
+        double x = h->last;
+        if (!same)
+            memcpy(&x, vals + h->off, 8);
         if (__builtin_expect(x == h->last, 1)) {
             h->run++; /* a repeat: one more of `last`, no sketch touched */
         } else {
@@ -593,12 +609,14 @@ static unsigned feed_gauges(mv_pipe_seg *s, const char *vals)
     return flags;
 }
 
-static unsigned feed_hists(mv_pipe_seg *s, const char *vals)
+static unsigned feed_hists(mv_pipe_seg *s, const char *vals, int same)
 {
     unsigned flags = 0;
     uint64_t *d = s->scratch;
     for (size_t j = 0; j < s->nh; j++) {
         hhist *h = &s->hh[j];
+        if (same && h->primed)
+            continue; /* count and sum as at the previous feed: skipped below too */
         const uint64_t *w = (const uint64_t *)(const void *)(vals + h->off);
         uint64_t count = w[0];
         double sum;
@@ -678,15 +696,28 @@ static unsigned feed_hists(mv_pipe_seg *s, const char *vals)
     return flags;
 }
 
-unsigned mv_pipe_seg_feed(mv_pipe_seg *s, const void *hot, uint64_t now_ns)
+MV_DETECT_INLINE unsigned feed(mv_pipe_seg *s, const void *hot, uint64_t now_ns, int same)
 {
     unsigned flags = 0;
-    uint64_t w = now_ns / s->cfg.window_ns;
+    /* The window and the short-rate slot of now_ns: two divisions only when it left the
+     * ranges of the previous read's (once a slot, not once a read). */
+    uint64_t w = s->cur_w, slot = s->last_slot;
+    if (!(now_ns >= s->w_lo_ns && now_ns < s->w_hi_ns)) {
+        w = now_ns / s->cfg.window_ns;
+        s->w_lo_ns = w * s->cfg.window_ns;
+        s->w_hi_ns =
+            s->w_lo_ns + s->cfg.window_ns > s->w_lo_ns ? s->w_lo_ns + s->cfg.window_ns : UINT64_MAX;
+    }
+    if (!(now_ns >= s->slot_lo_ns && now_ns < s->slot_hi_ns)) {
+        uint64_t len = s->cfg.short_ns / SHORT_SLOTS;
+        slot = now_ns / len + 1;
+        s->slot_lo_ns = (slot - 1) * len;
+        s->slot_hi_ns = s->slot_lo_ns + len > s->slot_lo_ns ? s->slot_lo_ns + len : UINT64_MAX;
+    }
     const mv_seg_header *hdr = hot;
     const char *vals = (const char *)hot + hdr->values_offset;
     int forward = s->last_read_ns && now_ns > s->last_read_ns;
     uint64_t gap = forward ? now_ns - s->last_read_ns : 0;
-    uint64_t slot = now_ns / (s->cfg.short_ns / SHORT_SLOTS) + 1;
 
     /* The short-rate ring and the closing window are read by mv_pipe_seg_view: one
      * uncontended lock per read. */
@@ -715,10 +746,10 @@ unsigned mv_pipe_seg_feed(mv_pipe_seg *s, const void *hot, uint64_t now_ns)
      * close_spread_ns 0 the window is summarised exactly as of its last read. */
     if (s->cl)
         pipe_close_step(s, now_ns, gap);
-    flags |= feed_counters(s, vals, forward, dt);
-    flags |= feed_gauges(s, vals);
+    flags |= feed_counters(s, vals, forward, dt, same);
+    flags |= feed_gauges(s, vals, same);
     if (s->nh)
-        flags |= feed_hists(s, vals);
+        flags |= feed_hists(s, vals, same);
     pthread_mutex_unlock(&s->mu);
     if (s->fd) {
         uint64_t step = (now_ns + s->cfg.phase_ns) / s->cfg.fd_period_ns;
@@ -728,6 +759,33 @@ unsigned mv_pipe_seg_feed(mv_pipe_seg *s, const void *hot, uint64_t now_ns)
         }
     }
     return flags;
+}
+
+unsigned mv_pipe_seg_feed(mv_pipe_seg *s, const void *hot, uint64_t now_ns)
+{
+    return feed(s, hot, now_ns, 0);
+}
+
+void mv_pipe_seg_prefetch(const mv_pipe_seg *s, int hot)
+{
+    if (!s)
+        return;
+    if (!hot) {
+        for (size_t b = 0; b < sizeof *s; b += 64)
+            __builtin_prefetch((const char *)s + b, 1);
+        return;
+    }
+    for (size_t j = 0; j < s->nc; j++)
+        __builtin_prefetch(&s->hc[j], 1);
+    for (size_t j = 0; j < s->ng; j++)
+        __builtin_prefetch(&s->hg[j], 1);
+    for (size_t j = 0; j < s->nh; j++)
+        __builtin_prefetch(&s->hh[j], 1);
+}
+
+unsigned mv_pipe_seg_feed_same(mv_pipe_seg *s, const void *hot, uint64_t now_ns)
+{
+    return feed(s, hot, now_ns, 1);
 }
 
 mv_pipe_view *mv_pipe_seg_view(mv_pipe_seg *s)

@@ -166,6 +166,18 @@ void mv_pipe_seg_destroy(mv_pipe_seg *s);
  * MV_PIPE_* flags. Allocates only for new sketch pages (see above). */
 unsigned mv_pipe_seg_feed(mv_pipe_seg *s, const void *hot, uint64_t now_ns);
 
+/* Feeds a read whose values are exactly those of the previous feed: `hot` is that
+ * feed's copy, unchanged. Does what mv_pipe_seg_feed(s, hot, now_ns) would, to the bit,
+ * without loading the counter and gauge values it already holds (a tick that found a
+ * segment unchanged then touches only the per-metric records). */
+unsigned mv_pipe_seg_feed_same(mv_pipe_seg *s, const void *hot, uint64_t now_ns);
+
+/* Asks the CPU to bring a segment's state into cache ahead of its feed, so a tick that
+ * feeds segment after segment does not wait for each: hot 0 the state's own lines, hot 1
+ * the per-metric records (reads the state: call it for a segment whose hot 0 came earlier).
+ * NULL is ignored. */
+void mv_pipe_seg_prefetch(const mv_pipe_seg *s, int hot);
+
 /* Copies the published window summary. Free with free(). NULL on ENOMEM. */
 mv_pipe_view *mv_pipe_seg_view(mv_pipe_seg *s);
 

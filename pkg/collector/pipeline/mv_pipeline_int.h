@@ -44,6 +44,9 @@ typedef struct hhist {
     uint32_t primed;
 } hhist;
 
+_Static_assert(sizeof(hctr) == 64 && sizeof(hgauge) == 64 && sizeof(hhist) == 64,
+               "a hot record is one cache line");
+
 /* Cold records. */
 typedef struct cctr {
     uint64_t win_base; /* total at the start of the window */
@@ -97,8 +100,10 @@ struct mv_pipe_seg {
 
     /* Time. e: elapsed clock, the sum of the forward read intervals (ns). */
     uint64_t e, last_read_ns;
-    uint64_t cur_w; /* window index being accumulated; UINT64_MAX = none */
-    uint64_t win_e; /* e at the start of the window */
+    uint64_t cur_w;                  /* window index being accumulated; UINT64_MAX = none */
+    uint64_t w_lo_ns, w_hi_ns;       /* [lo, hi): the times of window cur_w (empty at first) */
+    uint64_t slot_lo_ns, slot_hi_ns; /* [lo, hi): the times of slot last_slot */
+    uint64_t win_e;                  /* e at the start of the window */
     uint64_t win_reads, win_gap_max;
 
     /* Short-rate ring: per slot, its number + 1 (0 = empty), e at the read before its

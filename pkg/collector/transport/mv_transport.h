@@ -47,6 +47,11 @@ typedef struct mv_coll_transport {
      * more cheaply than they copy a segment (shm): with adaptive sampling the collector probes each
      * backed-off segment every tick and reads it at once when the probe sees a change. */
     int (*probe)(void *ctx, void *src, const uint32_t *offs, const uint64_t *want, size_t n);
+    /* Nonzero: read_many copies from memory this process maps, each copy complete when the
+     * call returns (shm). The collector then reads and validates a few segments at a time,
+     * so that each copy is still in cache when it is validated and analysed. Zero (RDMA): a
+     * worker's whole share of a tick goes to one call, so that the reads overlap. */
+    int local;
 } mv_coll_transport;
 
 #ifdef __cplusplus
