@@ -375,6 +375,50 @@ static void test_matches_reference(void)
     CU_ASSERT(same >= trials - 3);
 }
 
+/* The inline update (mv_detect_series_update) is the out-of-line one to the bit: the same
+ * flags and the same state after every sample over series that change often, so cool-down
+ * and the learning phase run inline most of the time. The counts aside: the out-of-line
+ * path also counts steady-state samples, in n (which only matters below the warm-up) and
+ * in n_mean (only while below n_lam); the test compares n_mean up to n_lam and keeps both
+ * counts in step. */
+static void test_inline_equals_out_of_line(void)
+{
+    mv_detect_config cfg;
+    mv_detect_config_default(&cfg);
+    mv_detect_params p;
+    CU_ASSERT_FATAL(mv_detect_params_init(&p, &cfg) == 0);
+    uint64_t samples = 0, mismatches = 0, learning = 0, cooling = 0;
+    for (int t = 0; t < 40; t++) {
+        test_rng r = {9000 + (uint64_t)t};
+        mv_detect_series a = {0}, b = {0};
+        for (int i = 0; i < 20000; i++) {
+            /* A sawtooth with noise, held for runs of 8 samples; steps, NaN now and then. */
+            double x = (double)((i / 8 * (7 + t)) % 1000) + (t % 3) * rng_gauss(&r);
+            if (i % 997 == 0)
+                x = NAN;
+            if (t % 4 == 0 && i > 10000)
+                x = 5.0; /* constant */
+            learning += a.n >= cfg.warmup && a.n_mean > 0 && a.n_mean < p.n_lam;
+            cooling += a.n >= cfg.warmup && a.cooldown > 0;
+            unsigned fa = mv_detect_series_update(&p, &a, x);
+            unsigned fb = mv_detect_series_update_slow(&p, &b, x);
+            mv_detect_series ca = a, cb = b;
+            ca.n = cb.n = 0;
+            ca.n_mean = ca.n_mean < p.n_lam ? ca.n_mean : p.n_lam;
+            cb.n_mean = cb.n_mean < p.n_lam ? cb.n_mean : p.n_lam;
+            mismatches += fa != fb || memcmp(&ca, &cb, sizeof ca) != 0;
+            b.n = a.n; /* keep the counts in step: see above */
+            b.n_mean = a.n_mean;
+            samples++;
+        }
+    }
+    printf("\n  %llu samples (%llu learning, %llu cooling down), %llu mismatches ",
+           (unsigned long long)samples, (unsigned long long)learning, (unsigned long long)cooling,
+           (unsigned long long)mismatches);
+    CU_ASSERT(learning > samples / 10 && cooling > samples / 100);
+    CU_ASSERT_EQUAL(mismatches, 0);
+}
+
 int main(void)
 {
     static const mv_test tests[] = {
@@ -389,6 +433,7 @@ int main(void)
         {"invalid input", test_invalid},
         {"adaptive read interval", test_rate_controller},
         {"embedded record matches the reference", test_matches_reference},
+        {"inline update equals the out-of-line one", test_inline_equals_out_of_line},
     };
     int fails = MV_TEST_RUN("detect", tests);
     return fails;

@@ -28,10 +28,10 @@
  * The CUSUM sums are kept in float (they live in [0, h + |z|]; the rounding is
  * ~1e-7 relative, and the levels are compared against the largest float not
  * above them, so a float sum passes a level exactly when its value does);
- * mean and variance in double. Once a series is past warm-up, out of cool-down and its
- * learning weight has reached lambda, an update is a few flops plus one
- * sqrt and one division, inline (mv_detect_series_update); warm-up,
- * cool-down, changes and the learning phase take an out-of-line path.
+ * mean and variance in double. Once a series is past warm-up, an update is a few flops
+ * plus one sqrt and one division (two while it learns), inline
+ * (mv_detect_series_update); warm-up, the first sample after a change, NaN/Inf and
+ * changes take an out-of-line path.
  *
  * Measured with the defaults on unit-variance Gaussian noise (tests/unit/
  * test_detect.c, 200 trials each): no more than 5 false changes per 1e6
@@ -123,9 +123,11 @@ MV_DETECT_INLINE unsigned mv_detect_series_update(const mv_detect_params *p, mv_
                                                   double x)
 {
     const mv_detect_config *c = &p->cfg;
-    /* Steady state: warm, not cooling down, weight at lambda, finite x. */
-    if (__builtin_expect(
-            s->n < c->warmup || s->cooldown != 0 || s->n_mean < p->n_lam || !(x - x == 0.0), 0))
+    /* Warm-up, the first sample after a change (n_mean 0) and NaN/Inf take the out-of-line
+     * path; so does a change, below. Cool-down and the learning phase stay inline: after
+     * each change a series spends 1/lambda samples learning, and a series that changes
+     * often spends most of its samples there. */
+    if (__builtin_expect(s->n < c->warmup || s->n_mean == 0 || !(x - x == 0.0), 0))
         return mv_detect_series_update_slow(p, s, x);
     double am = s->mean < 0 ? -s->mean : s->mean;
     double floor_s = c->sigma_floor_rel * am;
@@ -136,26 +138,47 @@ MV_DETECT_INLINE unsigned mv_detect_series_update(const mv_detect_params *p, mv_
         sigma = floor_s;
     double dev = x - s->mean;
     double z = dev / sigma;
-    float zf = (float)z;
-    /* Branch-free: the signs of these depend on the noise, and a mispredicted
-     * branch waiting on the division costs more than the whole update. */
-    /* max(v, 0) as (v + |v|) / 2: exact, and arithmetic, so the compiler cannot turn it
-     * back into a branch. */
-    float vp = s->splus + zf - p->k_f;
-    float vm = s->sminus - zf - p->k_f;
-    float sp = 0.5f * (vp + __builtin_fabsf(vp));
-    float sm = 0.5f * (vm + __builtin_fabsf(vm));
-    double az = __builtin_fabs(z);
-    if (__builtin_expect((az > c->z_threshold) | (sp > p->h_f) | (sm > p->h_f), 0))
-        return mv_detect_series_update_slow(p, s, x); /* a change: the slow path redoes it */
-    s->splus = sp;
-    s->sminus = sm;
-    if (__builtin_expect((az > c->moving_z) | (sp > p->half_h_f) | (sm > p->half_h_f), 0))
-        return MV_DETECT_MOVING; /* baseline held still */
-    double lam = c->lambda;
-    s->mean += lam * dev;
-    s->var = (1.0 - lam) * (s->var + lam * dev * dev);
-    return 0;
+    unsigned flags = 0;
+    if (__builtin_expect(s->cooldown != 0, 0)) {
+        s->cooldown--; /* no alarm, no CUSUM: the baseline learns */
+        flags = MV_DETECT_COOLDOWN;
+    } else {
+        float zf = (float)z;
+        /* Branch-free: the signs of these depend on the noise, and a mispredicted
+         * branch waiting on the division costs more than the whole update. */
+        /* max(v, 0) as (v + |v|) / 2: exact, and arithmetic, so the compiler cannot turn
+         * it back into a branch. */
+        float vp = s->splus + zf - p->k_f;
+        float vm = s->sminus - zf - p->k_f;
+        float sp = 0.5f * (vp + __builtin_fabsf(vp));
+        float sm = 0.5f * (vm + __builtin_fabsf(vm));
+        double az = __builtin_fabs(z);
+        if (__builtin_expect((az > c->z_threshold) | (sp > p->h_f) | (sm > p->h_f), 0))
+            return mv_detect_series_update_slow(p, s, x); /* a change: the slow path redoes it */
+        s->splus = sp;
+        s->sminus = sm;
+        if (__builtin_expect((az > c->moving_z) | (sp > p->half_h_f) | (sm > p->half_h_f), 0)) {
+            if (s->n_mean < p->n_lam && s->n < UINT32_MAX)
+                s->n++;              /* as the out-of-line path counts it while learning */
+            return MV_DETECT_MOVING; /* baseline held still */
+        }
+        if (__builtin_expect(s->n_mean >= p->n_lam, 1)) { /* steady state: weight lambda */
+            double lam = c->lambda;
+            s->mean += lam * dev;
+            s->var = (1.0 - lam) * (s->var + lam * dev * dev);
+            return 0;
+        }
+    }
+    /* Cool-down or learning: the running weight 1 / (n_mean + 1) until it reaches lambda
+     * (from n_lam on, exactly lambda). */
+    double w = s->n_mean < p->n_lam ? 1.0 / ((double)s->n_mean + 1.0) : c->lambda;
+    s->mean += w * dev;
+    s->var = (1.0 - w) * (s->var + w * dev * dev);
+    if (s->n_mean < UINT32_MAX)
+        s->n_mean++;
+    if (s->n < UINT32_MAX)
+        s->n++;
+    return flags;
 }
 
 /* Feeds one sample per series (x[0..n_series)). Returns how many series

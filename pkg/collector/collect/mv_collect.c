@@ -539,10 +539,10 @@ static int analyse(mv_coll *c, seg *s, const void *hot, int same, uint64_t now)
     return 1;
 }
 
-/* A `same` read (probe_same): the published copy stays, as current as of `now`. */
-static void publish_same(mv_coll *c, seg *s)
+/* A `same` read (probe_same): the published copy stays, as current as of `now` (the
+ * probe's time). */
+static void publish_same(mv_coll *c, seg *s, uint64_t now)
 {
-    uint64_t now = now_ns(CLOCK_REALTIME);
     /* The pipeline reads the published copy only for what it does not hold (a histogram
      * it has not primed); the tick worker owns pub_hot's contents between publishes. */
     analyse(c, s, s->pub_hot, 1, now);
@@ -555,9 +555,9 @@ static void publish_same(mv_coll *c, seg *s)
 
 /* Phase 1 of a tick for one segment: decides whether it is read now, loads
  * its catalog when needed, and sizes its buffer. Returns the hot length to
- * read, or 0 to skip it this tick. With `same` (NULL: it is read), a due segment
- * that probe_same finds unchanged is not copied: 0, and *same is set. */
-static uint32_t tick_prepare(mv_coll *c, seg *s, int *same)
+ * read, or 0 to skip it this tick. With `same_at` (NULL: it is read), a due segment
+ * that the probe finds unchanged is not copied: 0, and *same_at is the probe's time. */
+static uint32_t tick_prepare(mv_coll *c, seg *s, uint64_t *same_at)
 {
     /* Adaptive sampling: a segment not yet due is skipped (half a tick of
      * slack, so a due time a few microseconds ahead does not cost a tick),
@@ -574,8 +574,8 @@ static uint32_t tick_prepare(mv_coll *c, seg *s, int *same)
         return 0;
     if (s->state == MV_COLL_QUARANTINED)
         s->next_recheck_ns = now + (uint64_t)c->o.recheck_ms * 1000000ull;
-    if (same && s->state == MV_COLL_OK && mv_coll__probe_same(c, s)) {
-        *same = 1;
+    if (same_at && s->state == MV_COLL_OK && mv_coll__probe_same(c, s)) {
+        *same_at = now;
         return 0;
     }
     if (!s->cat && load_catalog(c, s, now) != 0)
@@ -701,10 +701,10 @@ void mv_coll__tick_chunk(mv_coll *c, tick_worker *w, seg *const *segs, size_t n)
             mv_pipe_seg_prefetch(segs[i + 2]->pipe, 0);
         if (i + 1 < n)
             mv_pipe_seg_prefetch(segs[i + 1]->pipe, 1);
-        int same = 0;
-        uint32_t len = tick_prepare(c, segs[i], &same);
-        if (same)
-            publish_same(c, segs[i]);
+        uint64_t same_at = 0;
+        uint32_t len = tick_prepare(c, segs[i], &same_at);
+        if (same_at)
+            publish_same(c, segs[i], same_at);
         else if (len)
             w->items[m++] = (tick_item){segs[i], len};
     }
