@@ -648,11 +648,27 @@ static int item_by_transport(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Asks for the lines of a segment's tick state and of its probe's lists. */
-static void prefetch_seg(const seg *s)
+/* Asks for the lines of a segment's tick state (`lists` 0) or, once those are in, of its
+ * probe's lists (1). */
+static void prefetch_seg(const seg *s, int lists)
 {
-    for (size_t b = 0; b < sizeof *s; b += 64)
-        __builtin_prefetch((const char *)s + b, 1);
+    if (!lists) {
+        for (size_t b = 0; b < sizeof *s; b += 64)
+            __builtin_prefetch((const char *)s + b, 1);
+        return;
+    }
+    for (size_t i = 0; i < s->nprobe && s->probe_offs; i += 16)
+        __builtin_prefetch(&s->probe_offs[i], 0);
+    for (size_t i = 0; i < s->nprobe && s->probe_want; i += 8)
+        __builtin_prefetch(&s->probe_want[i], 0);
+}
+
+/* Whether phase 1 may feed the segment's pipeline this tick (a same read, tick_prepare):
+ * it is due at `mono` (give or take) and the probe may find it unchanged. */
+static int may_be_same(const mv_coll *c, const seg *s, uint64_t mono)
+{
+    return s->same_serial && s->t->probe && !c->o.no_probe &&
+           !(s->rate && mono + (uint64_t)c->o.tick_us * 500ull < s->due_ns);
 }
 
 /* Segments a local transport copies before they are validated and analysed: their copies
@@ -692,14 +708,19 @@ void mv_coll__tick_chunk(mv_coll *c, tick_worker *w, seg *const *segs, size_t n)
     /* 1: choose what is due and size the copies; a segment the probe finds unchanged is
      * served from its published copy right away. */
     size_t m = 0;
+    uint64_t mono = now_ns(CLOCK_MONOTONIC);
     for (size_t i = 0; i < n; i++) {
         /* What the next segments need, asked for ahead (each step needs the one before:
-         * the segment, then its pipeline, then the pipeline's records). */
+         * the segment, then its probe lists and its pipeline, then the pipeline's
+         * records); the pipeline only for a segment that may be fed here (a same read). */
         if (i + 3 < n)
-            prefetch_seg(segs[i + 3]);
-        if (i + 2 < n)
-            mv_pipe_seg_prefetch(segs[i + 2]->pipe, 0);
-        if (i + 1 < n)
+            prefetch_seg(segs[i + 3], 0);
+        if (i + 2 < n) {
+            prefetch_seg(segs[i + 2], 1);
+            if (may_be_same(c, segs[i + 2], mono))
+                mv_pipe_seg_prefetch(segs[i + 2]->pipe, 0);
+        }
+        if (i + 1 < n && may_be_same(c, segs[i + 1], mono))
             mv_pipe_seg_prefetch(segs[i + 1]->pipe, 1);
         uint64_t same_at = 0;
         uint32_t len = tick_prepare(c, segs[i], &same_at);
