@@ -145,10 +145,9 @@ void mv_coll_destroy(mv_coll *c)
         pthread_join(c->thread, NULL);
     }
     mv_coll__stop_workers(c);
-    for (seg *s = c->segs, *n; s; s = n) {
-        n = s->next;
-        seg_put(s);
-    }
+    for (size_t i = 0; i < c->nsegs; i++)
+        seg_put(c->segs[i]);
+    free(c->segs);
     free(c->tick_segs);
     mv_coll__free_workers(c);
     pthread_mutex_destroy(&c->mu);
@@ -211,16 +210,25 @@ int mv_coll_add(mv_coll *c, const char *id, uint64_t size, const mv_seg_label *l
             s->labels[j - 1] = tmp;
         }
     pthread_mutex_lock(&c->mu);
-    for (seg *p = c->segs; p; p = p->next) {
-        if (strcmp(p->id, id) == 0) {
+    for (size_t i = 0; i < c->nsegs; i++) {
+        if (strcmp(c->segs[i]->id, id) == 0) {
             pthread_mutex_unlock(&c->mu);
             seg_free(s);
             return -EEXIST;
         }
     }
-    s->next = c->segs;
-    c->segs = s;
-    c->nsegs++;
+    if (c->nsegs == c->segs_cap) {
+        size_t cap = c->segs_cap ? 2 * c->segs_cap : 64;
+        seg **v = realloc(c->segs, cap * sizeof *v);
+        if (!v) {
+            pthread_mutex_unlock(&c->mu);
+            seg_free(s);
+            return -ENOMEM;
+        }
+        c->segs = v;
+        c->segs_cap = cap;
+    }
+    c->segs[c->nsegs++] = s;
     c->stats.segments_added++;
     pthread_mutex_unlock(&c->mu);
     MV_INFO("segment.added", "id=%s size=%llu transport=%s", mv_log_q(id), (unsigned long long)size,
@@ -228,32 +236,33 @@ int mv_coll_add(mv_coll *c, const char *id, uint64_t size, const mv_seg_label *l
     return 0;
 }
 
-/* Unlinks segments matching `pred` under the lock, frees them outside it. */
+/* Takes segments matching `pred` out of the table under the lock, drops the table's
+ * references outside it. */
 static size_t remove_if(mv_coll *c, int (*pred)(const seg *, const void *), const void *arg)
 {
-    seg *dead = NULL;
-    size_t n = 0;
-    pthread_mutex_lock(&c->mu);
-    for (seg **pp = &c->segs; *pp;) {
-        seg *s = *pp;
-        if (pred(s, arg)) {
-            *pp = s->next;
-            s->next = dead;
-            dead = s;
-            c->nsegs--;
-            c->stats.segments_removed++;
-            n++;
-        } else {
-            pp = &s->next;
+    size_t total = 0, k;
+    do { /* up to 64 per pass: their references are dropped outside the lock */
+        seg *dead[64];
+        size_t kept = 0;
+        k = 0;
+        pthread_mutex_lock(&c->mu);
+        for (size_t i = 0; i < c->nsegs; i++) {
+            seg *s = c->segs[i];
+            if (k < 64 && pred(s, arg))
+                dead[k++] = s;
+            else
+                c->segs[kept++] = s;
         }
-    }
-    pthread_mutex_unlock(&c->mu);
-    for (seg *s = dead, *nx; s; s = nx) {
-        nx = s->next;
-        MV_INFO("segment.removed", "id=%s", mv_log_q(s->id));
-        seg_put(s);
-    }
-    return n;
+        c->nsegs = kept;
+        c->stats.segments_removed += k;
+        pthread_mutex_unlock(&c->mu);
+        for (size_t i = 0; i < k; i++) {
+            MV_INFO("segment.removed", "id=%s", mv_log_q(dead[i]->id));
+            seg_put(dead[i]);
+        }
+        total += k;
+    } while (k == 64);
+    return total;
 }
 
 static int id_is(const seg *s, const void *arg)
@@ -754,15 +763,21 @@ void mv_coll_tick(mv_coll *c)
     size_t n = 0;
     if (c->tick_cap < c->nsegs)
         mv_coll__grow_tick(c, c->nsegs);
-    for (seg *s = c->segs; s && n < c->tick_cap; s = s->next) {
+    for (size_t i = c->nsegs; i-- > 0 && n < c->tick_cap;) {
+        if (i >= 8) /* a locked add waits for its line: ask for the next ones early */
+            __builtin_prefetch(&c->segs[i - 8]->refs, 1);
+        seg *s = c->segs[i];
         __atomic_add_fetch(&s->refs, 1, __ATOMIC_RELAXED);
         c->tick_segs[n++] = s;
     }
     pthread_mutex_unlock(&c->mu);
 
     torn = mv_coll__run_tick(c, n);
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
+        if (i + 8 < n)
+            __builtin_prefetch(&c->tick_segs[i + 8]->refs, 1);
         seg_put(c->tick_segs[i]);
+    }
     double took = (double)(now_ns(CLOCK_MONOTONIC) - t0) / 1e9;
     size_t b = 0;
     while (b < MV_COLL_TICK_BUCKETS && took > mv_coll_tick_bounds[b])

@@ -89,8 +89,6 @@ typedef struct seg {
     uint8_t *pub_omit;      /* per metric index: 1 = no consistent copy, omit it */
     size_t pub_nomit;
     uint32_t pub_stale, pub_omitted;
-
-    struct seg *next;
 } seg;
 
 typedef struct tick_item {
@@ -115,8 +113,8 @@ typedef struct tick_worker {
 struct mv_coll {
     mv_coll_opts o;
     pthread_mutex_t mu; /* protects the list and stats */
-    seg *segs;
-    size_t nsegs;
+    seg **segs;         /* the table, oldest first (walks go newest first) */
+    size_t nsegs, segs_cap;
     mv_coll_stats stats;
     pthread_t thread;
     int running, stop; /* stop is atomic */

@@ -28,7 +28,8 @@ mv_coll_snap *mv_coll_snapshot(mv_coll *c)
     }
     sn->stats = c->stats;
     size_t i = 0;
-    for (seg *s = c->segs; s && i < n; s = s->next, i++) {
+    for (; i < n; i++) {
+        seg *s = c->segs[n - 1 - i]; /* newest first */
         mv_coll_seg_view *v = &sn->v[i];
         pthread_mutex_lock(&s->mu);
         v->id = strdup(s->id);
