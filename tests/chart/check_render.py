@@ -174,6 +174,8 @@ else:
         expect(flag(col, "--transport") == "shm", "host collector uses shm")
         expect(flag(col, "--agent") == "unix:/run/microview/agent.sock", "host collector's agent")
         expect(mounts(col)["state"]["readOnly"] is True, "host collector mounts segments read-only")
+        expect("--no-probe" not in args(col) and "--expo-cache-max-bytes" not in args(col),
+               "probe on and the cache's default bound by default")
         asc = container(ds_agent)["securityContext"]
         expect(asc["capabilities"]["drop"] == ["ALL"] and
                sorted(asc["capabilities"]["add"]) == ["CHOWN", "FOWNER"],
@@ -225,6 +227,9 @@ else:
         expect(w["failurePolicy"] == "Ignore", "failurePolicy from values")
         expect("monitoring" in w["namespaceSelector"]["matchExpressions"][0]["values"],
                "extra excluded namespace")
+        col = collector_checks()
+        expect("--no-probe" in args(col), "collector.probe false: --no-probe")
+        expect(flag(col, "--expo-cache-max-bytes") == "64Mi", "--expo-cache-max-bytes from values")
         pm = find("PodMonitor")
         expect(pm["spec"]["podMetricsEndpoints"][0]["honorLabels"] is True, "PodMonitor honorLabels")
         ad = find("ConfigMap", "-adapter-config")
