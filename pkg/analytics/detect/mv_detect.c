@@ -210,15 +210,10 @@ unsigned mv_detect_series_update_slow(const mv_detect_params *p, mv_detect_serie
     if (s->n_mean == 0) {
         s->mean = x;
         s->var = 0.0;
+        mv_detect__count(s);
     } else {
-        double w = weight(c, s->n_mean);
-        s->mean += w * dev;
-        s->var = (1.0 - w) * (s->var + w * dev * dev);
+        mv_detect__learn(s, weight(c, s->n_mean), dev);
     }
-    if (s->n_mean < UINT32_MAX)
-        s->n_mean++;
-    if (s->n < UINT32_MAX)
-        s->n++;
     return flags;
 }
 

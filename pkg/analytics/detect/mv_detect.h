@@ -119,6 +119,23 @@ unsigned mv_detect_series_update_slow(const mv_detect_params *p, mv_detect_serie
 #else
 #define MV_DETECT_INLINE static inline
 #endif
+/* Internal to the update and its out-of-line part: one more sample in the learning and
+ * sample counts (saturating); one learning step of the baseline with weight w. */
+MV_DETECT_INLINE void mv_detect__count(mv_detect_series *s)
+{
+    if (s->n_mean < UINT32_MAX)
+        s->n_mean++;
+    if (s->n < UINT32_MAX)
+        s->n++;
+}
+
+MV_DETECT_INLINE void mv_detect__learn(mv_detect_series *s, double w, double dev)
+{
+    s->mean += w * dev;
+    s->var = (1.0 - w) * (s->var + w * dev * dev);
+    mv_detect__count(s);
+}
+
 MV_DETECT_INLINE unsigned mv_detect_series_update(const mv_detect_params *p, mv_detect_series *s,
                                                   double x)
 {
@@ -171,13 +188,7 @@ MV_DETECT_INLINE unsigned mv_detect_series_update(const mv_detect_params *p, mv_
     }
     /* Cool-down or learning: the running weight 1 / (n_mean + 1) until it reaches lambda
      * (from n_lam on, exactly lambda). */
-    double w = s->n_mean < p->n_lam ? 1.0 / ((double)s->n_mean + 1.0) : c->lambda;
-    s->mean += w * dev;
-    s->var = (1.0 - w) * (s->var + w * dev * dev);
-    if (s->n_mean < UINT32_MAX)
-        s->n_mean++;
-    if (s->n < UINT32_MAX)
-        s->n++;
+    mv_detect__learn(s, s->n_mean < p->n_lam ? 1.0 / ((double)s->n_mean + 1.0) : c->lambda, dev);
     return flags;
 }
 
