@@ -132,11 +132,11 @@ struct mv_coll {
     size_t nw;
     pthread_mutex_t wmu;
     pthread_cond_t wgo, wdone;
-    uint64_t wgen;            /* under wmu: the current tick */
-    int wopen;                /* under wmu: helpers may join tick wgen */
-    size_t wactive;           /* under wmu: helpers inside tick wgen */
-    int wstop;                /* under wmu */
-    size_t wn, wchunk, wnext; /* this tick's segment count, chunk size, next chunk (atomic) */
+    uint64_t wgen;    /* under wmu: the current tick */
+    int wopen;        /* under wmu: helpers may join tick wgen */
+    size_t wactive;   /* under wmu: helpers inside tick wgen */
+    int wstop;        /* under wmu */
+    size_t wn, wnext; /* this tick's segment count, its next segment to take (atomic) */
     /* Serialise reads through transports that are not `concurrent` (e.g. one
      * RDMA connection) when there are several workers. */
     pthread_mutex_t read_mu[READ_LOCKS];

@@ -22,15 +22,26 @@ void mv_coll__read(mv_coll *c, const mv_coll_transport *t, mv_coll_read *rq, siz
         pthread_mutex_unlock(mu);
 }
 
-/* Takes chunks of the current tick's list until none is left. */
+/* The fewest segments a worker takes at once (but for the last): a local transport's copy
+ * groups, an RDMA transport's batch of READs, stay whole. */
+#define MIN_CHUNK 16
+
+/* Takes chunks of the current tick's list until none is left. Chunks shrink as the list
+ * does (a share of what is left per worker, halved): the first are large, so each transport
+ * batch is, and the last are small, so a worker that was descheduled or slowed down
+ * mid-tick leaves little for the tick to wait on while the others take the rest. */
 static void take_chunks(mv_coll *c, tick_worker *w)
 {
-    for (;;) {
-        size_t at = __atomic_fetch_add(&c->wnext, c->wchunk, __ATOMIC_RELAXED);
-        if (at >= c->wn)
-            return;
-        size_t k = c->wn - at < c->wchunk ? c->wn - at : c->wchunk;
+    size_t at = __atomic_load_n(&c->wnext, __ATOMIC_RELAXED);
+    while (at < c->wn) {
+        size_t left = c->wn - at, k = left / (2 * c->nw);
+        if (k < MIN_CHUNK)
+            k = left < MIN_CHUNK ? left : MIN_CHUNK;
+        if (!__atomic_compare_exchange_n(&c->wnext, &at, at + k, 1, __ATOMIC_RELAXED,
+                                         __ATOMIC_RELAXED))
+            continue; /* `at` is the current one now */
         mv_coll__tick_chunk(c, w, c->tick_segs + at, k);
+        at = __atomic_load_n(&c->wnext, __ATOMIC_RELAXED);
     }
 }
 
@@ -142,11 +153,8 @@ uint64_t mv_coll__run_tick(mv_coll *c, size_t n)
 {
     uint64_t torn = 0;
     if (c->nw > 1 && n > 1) {
-        /* Two chunks per worker: they balance uneven segments while each
-         * transport batch stays large. No helper is inside a tick here, so
-         * these are published to them by wmu. */
+        /* No helper is inside a tick here, so these are published to them by wmu. */
         c->wn = n;
-        c->wchunk = (n + 2 * c->nw - 1) / (2 * c->nw);
         __atomic_store_n(&c->wnext, 0, __ATOMIC_RELAXED);
         pthread_mutex_lock(&c->wmu);
         c->wgen++;
