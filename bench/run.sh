@@ -64,6 +64,8 @@ run() {
 }
 
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+cmake --build "$build" -j"$(nproc)" --target mem_bench >/dev/null &&
+  run mem_bench "$build/bin/mem_bench" "${quick[@]}"
 run writer_bench "$build/bin/writer_bench" "${quick[@]}"
 run ingest_bench "$build/bin/ingest_bench" "${quick[@]}"
 cmake --build "$build" -j"$(nproc)" --target pipeline_bench >/dev/null &&
@@ -147,6 +149,12 @@ echo
 echo "== Machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
 echo "   load average before: $load_before  after: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "   (figures from a busy machine are inflated; compare rows of the same run only)"
+# The tick's figures follow these: it walks ~20 MB of state per millisecond.
+awk '/^bench=memory /{ for (i = 2; i <= NF; i++) { split($i, kv, "="); f[kv[1]] = kv[2] }
+  if (f["chains"] == 1) lat = lat sprintf(" %s KiB %s ns;", f["ws_kib"], f["ns_per_line"])
+  else mlp = mlp sprintf(" %s chains %s ns;", f["chains"], f["ns_per_line"]) }
+  END { if (lat != "") { print "   memory: a random line, one at a time:" lat
+                         print "   at 64 MiB, per line with independent chains:" mlp } }' "$results"
 echo
 echo "== Update cost, ns per operation per thread (median; lower is better)"
 echo "   wall: the slowest thread's loop time / iterations; clean: median of the timed chunks"
