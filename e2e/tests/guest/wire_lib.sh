@@ -14,8 +14,10 @@ B=$BUILD/bin
 wire_token() { echo "e2e-shared-token-7c1f" >"$WIRE_DIR/token"; echo "$WIRE_DIR/token"; }
 
 # wire_agent: starts the agent on $E2E_SELF_IP (TCP + rdma_cm), logs to $WIRE_DIR/agent.log.
+# It reaps every 200 ms (tests see a dead writer's segment go quickly) unless
+# WIRE_REAP_MS says otherwise (a benchmark measuring the agent as deployed: 2000).
 wire_agent() {
-  "$B/microview-agent" --standalone --dir "$WIRE_DIR/segs" --reap-interval-ms 200 \
+  "$B/microview-agent" --standalone --dir "$WIRE_DIR/segs" --reap-interval-ms "${WIRE_REAP_MS:-200}" \
     --listen "$E2E_SELF_IP:$WIRE_CTL_PORT" --rdma-listen "$E2E_SELF_IP:$WIRE_RDMA_PORT" \
     --token-file "$(wire_token)" 2>>"$WIRE_DIR/agent.log" &
   WIRE_AGENT_PID=$!

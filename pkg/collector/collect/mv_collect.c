@@ -3,6 +3,7 @@
 #include "mv_collect_int.h"
 #include "mv_detect.h"
 #include "mv_log.h"
+#include "mv_util.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -796,6 +797,7 @@ const double mv_coll_tick_bounds[MV_COLL_TICK_BUCKETS] = {
 
 static void *tick_main(void *arg)
 {
+    mv_thread_name("mv-tick");
     mv_coll *c = arg;
     uint64_t period = (uint64_t)c->o.tick_us * 1000ull;
     uint64_t next = now_ns(CLOCK_MONOTONIC);

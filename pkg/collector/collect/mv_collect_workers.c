@@ -2,6 +2,7 @@
  * and the locks serialising reads through transports that are not concurrent. */
 #include "mv_collect_int.h"
 #include "mv_log.h"
+#include "mv_util.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -48,6 +49,7 @@ static void take_chunks(mv_coll *c, tick_worker *w)
 /* A helper: joins each tick that is still open, once, and takes chunks. */
 static void *worker_main(void *arg)
 {
+    mv_thread_name("mv-tick-worker");
     tick_worker *w = arg;
     mv_coll *c = w->c;
     uint64_t seen = 0;

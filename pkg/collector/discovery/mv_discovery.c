@@ -99,6 +99,7 @@ static void sleep_ms(unsigned ms, const int *stop)
 
 static void *disc_main(void *arg)
 {
+    mv_thread_name("mv-discovery");
     mv_disc *d = arg;
     unsigned backoff = 100;
     int was_up = -1;

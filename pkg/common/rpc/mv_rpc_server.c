@@ -17,6 +17,7 @@
 
 #include "mv_log.h"
 #include "mv_rpc_peers.h"
+#include "mv_util.h"
 
 /* ---- Server: posting requests ------------------------------------------------- */
 
@@ -320,6 +321,7 @@ static void on_new_call(mv_rpc_server *s, slot *sl, int ok)
 
 static void *server_main(void *arg)
 {
+    mv_thread_name("mv-rpc-server");
     mv_rpc_server *s = arg;
     for (;;) {
         grpc_event ev = grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);

@@ -19,6 +19,7 @@
 
 #include "mv_log.h"
 #include "mv_rpc_peers.h"
+#include "mv_util.h"
 
 struct rpc_unix_listener {
     int fd;
@@ -124,6 +125,7 @@ static void hand_over(mv_rpc_server *s, int fd)
 
 static void *accept_main(void *arg)
 {
+    mv_thread_name("mv-rpc-accept");
     mv_rpc_server *s = arg;
     size_t n = 1;
     for (struct rpc_unix_listener *l = s->unix_listeners; l; l = l->next)

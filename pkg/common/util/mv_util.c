@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <time.h>
 
 static uint64_t clock_ns(clockid_t clk)
@@ -29,6 +30,13 @@ uint64_t mv_mono_ms(void)
 uint64_t mv_wall_ns(void)
 {
     return clock_ns(CLOCK_REALTIME);
+}
+
+void mv_thread_name(const char *name)
+{
+    char n[16];
+    snprintf(n, sizeof n, "%s", name); /* the kernel keeps 15 bytes and the NUL */
+    (void)prctl(PR_SET_NAME, (unsigned long)n, 0, 0, 0);
 }
 
 int mv_set_nonblock(int fd)

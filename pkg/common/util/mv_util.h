@@ -34,6 +34,12 @@ uint64_t mv_mono_ms(void);
 /* CLOCK_REALTIME: wall-clock time since the epoch, for timestamps that leave the process. */
 uint64_t mv_wall_ns(void);
 
+/* ---- Threads ----------------------------------------------------------------- */
+
+/* Names the calling thread (at most 15 bytes are kept), so that `top -H`, `ps -L`, perf and
+ * /proc/PID/task/TID/comm say which of a process's threads is which. */
+void mv_thread_name(const char *name);
+
 /* ---- File descriptors -------------------------------------------------------- */
 
 /* Sets O_NONBLOCK on `fd`. Returns 0 or -errno. */

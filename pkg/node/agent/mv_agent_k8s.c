@@ -458,6 +458,7 @@ void mv_agent_k8s_retry_pass(mv_agent_k8s *a)
 
 static void *bg_main(void *arg)
 {
+    mv_thread_name("mv-k8s");
     mv_agent_k8s *a = arg;
     uint64_t next_gc = mv_mono_ms() + a->cfg.gc_interval_ms;
     uint64_t next_retry = mv_mono_ms() + a->cfg.identity_retry_ms;

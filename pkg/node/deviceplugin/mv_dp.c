@@ -312,6 +312,7 @@ static void do_prestart(mv_dp *dp, mv_rpc_call *call, V1beta1__PreStartContainer
 
 static void *work_main(void *arg)
 {
+    mv_thread_name("mv-dp-work");
     work *w = arg;
     mv_dp *dp = w->dp;
     if (w->prestart)
@@ -533,6 +534,7 @@ static int drain_inotify(mv_dp *dp, int ifd, int *wd, int *kubelet_created)
 
 static void *mgr_main(void *arg)
 {
+    mv_thread_name("mv-dp-manager");
     mv_dp *dp = arg;
     int ifd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
     int wd = -1;

@@ -288,6 +288,7 @@ static void handle_event(mv_rdma_target *t, struct rdma_cm_event *ev)
 
 static void *event_thread(void *arg)
 {
+    mv_thread_name("mv-rdma-cm");
     mv_rdma_target *t = arg;
     struct pollfd pf[2] = {{.fd = t->ch->fd, .events = POLLIN},
                            {.fd = t->wake_fd, .events = POLLIN}};

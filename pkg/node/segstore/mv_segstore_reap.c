@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "mv_log.h"
+#include "mv_util.h"
 
 /* Puts a segment file back to its recorded size when something (its pod: the file is
  * writable in the container) truncated or extended it: a truncated segment makes readers
@@ -80,6 +81,7 @@ static int files_changed(mv_segstore *st)
 
 void *segstore_reaper_main(void *arg)
 {
+    mv_thread_name("mv-reaper");
     mv_segstore *st = arg;
     pthread_mutex_lock(&st->mu);
     while (!st->stopping) {
