@@ -788,9 +788,12 @@ static void test_feed_same_equals_feed(void)
     cfg.window_ns = SEC;
     cfg.close_spread_ns = 8 * 1000000ull;
     cfg.fd_period_ns = 10 * 1000000ull;
-    mv_pipe_seg *full = NULL, *same = NULL;
+    mv_pipe_seg *full = NULL, *same = NULL, *first = NULL;
     CU_ASSERT_FATAL(mv_pipe_seg_create(&cfg, f.cat, NULL, &full) == 0);
     CU_ASSERT_FATAL(mv_pipe_seg_create(&cfg, f.cat, NULL, &same) == 0);
+    /* Fed with feed_same from its first read: nothing in its records yet, it takes the
+     * values from the copy. */
+    CU_ASSERT_FATAL(mv_pipe_seg_create(&cfg, f.cat, NULL, &first) == 0);
     uint64_t t0 = 20000 * SEC, dt = 1000000ull;
     int mismatches = 0, same_reads = 0, windows = 0;
     for (int i = 0; i < 4200; i++) {
@@ -815,6 +818,12 @@ static void test_feed_same_equals_feed(void)
                  a->mem_bytes == b->mem_bytes && memcmp(a->m, b->m, a->n * sizeof a->m[0]) == 0;
         mismatches += !eq;
         windows += (fa & MV_PIPE_WINDOW) != 0;
+        if (i < 2) {
+            unsigned fc = mv_pipe_seg_feed_same(first, f.map, t);
+            mv_pipe_view *c = mv_pipe_seg_view(first);
+            CU_ASSERT(fc == fa && memcmp(a->m, c->m, a->n * sizeof a->m[0]) == 0);
+            free(c);
+        }
         free(a);
         free(b);
     }
@@ -825,6 +834,7 @@ static void test_feed_same_equals_feed(void)
     CU_ASSERT_EQUAL(mismatches, 0);
     mv_pipe_seg_destroy(full);
     mv_pipe_seg_destroy(same);
+    mv_pipe_seg_destroy(first);
     fx_close(&f);
 }
 

@@ -37,8 +37,10 @@ const char *mv_detect_config_check(const mv_detect_config *cfg)
         return "z_threshold, cusum_h and moving_z must be > 0 and cusum_k >= 0";
     if (!(cfg->sigma_floor_abs > 0.0) || !(cfg->sigma_floor_rel >= 0.0))
         return "sigma_floor_abs must be > 0 and sigma_floor_rel >= 0";
-    if (cfg->warmup < 2)
-        return "warmup must be at least 2 samples";
+    if (cfg->warmup < 2 || cfg->warmup > MV_DETECT_N_MAX)
+        return "warmup must be within [2, 65535] samples";
+    if (cfg->cooldown > MV_DETECT_N_MAX)
+        return "cooldown must be at most 65535 samples";
     return NULL;
 }
 
@@ -183,10 +185,10 @@ unsigned mv_detect_series_update_slow(const mv_detect_params *p, mv_detect_serie
         double az = fabs(z);
         if (az > c->z_threshold || s->splus > c->cusum_h || s->sminus > c->cusum_h) {
             flags |= MV_DETECT_CHANGED | MV_DETECT_MOVING;
-            s->cooldown = c->cooldown;
+            s->cooldown = (uint16_t)c->cooldown;
             s->splus = s->sminus = 0.0f;
             s->n_mean = 0; /* the next sample restarts the mean and the variance */
-            if (s->n < UINT32_MAX)
+            if (s->n < MV_DETECT_N_MAX)
                 s->n++;
             return flags;
         }
@@ -194,7 +196,7 @@ unsigned mv_detect_series_update_slow(const mv_detect_params *p, mv_detect_serie
             /* Keep the baseline still while evidence builds up, so a small
              * shift or a ramp is not absorbed before the CUSUM reaches h. */
             flags |= MV_DETECT_MOVING;
-            if (s->n < UINT32_MAX)
+            if (s->n < MV_DETECT_N_MAX)
                 s->n++;
             return flags;
         }

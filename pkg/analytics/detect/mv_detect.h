@@ -61,22 +61,24 @@ typedef struct mv_detect_config {
     double moving_z;        /* |z| for MV_DETECT_MOVING; default 3 */
     double sigma_floor_abs; /* default 1e-12 */
     double sigma_floor_rel; /* default 1e-9 */
-    uint32_t warmup;        /* samples before any alarm; default 50 */
-    uint32_t cooldown;      /* samples without alarm after a change; default 20 */
+    uint32_t warmup;        /* samples before any alarm, at most 65535; default 50 */
+    uint32_t cooldown;      /* samples without alarm after a change, at most 65535; default 20 */
 } mv_detect_config;
 
 typedef struct mv_detect mv_detect;
 
+/* Where a series' sample count stops (warmup and cooldown are at most this). */
+#define MV_DETECT_N_MAX 65535u
+
 /* One series' state, for callers that embed it in their own records
- * (zero-initialised = no sample yet). 40 bytes. */
+ * (zero-initialised = no sample yet). 32 bytes: two to a cache line. */
 typedef struct mv_detect_series {
     double mean;
     double var;          /* EWMA variance (not floored) */
     float splus, sminus; /* CUSUM sums, sigma units */
-    uint32_t n;          /* samples seen (saturating) */
     uint32_t n_mean;     /* samples in the current learning phase (saturating); 0 = re-learn */
-    uint32_t cooldown;   /* samples left without alarms */
-    uint32_t pad_;
+    uint16_t n;          /* samples seen (saturating at MV_DETECT_N_MAX, >= any warm-up) */
+    uint16_t cooldown;   /* samples left without alarms */
 } mv_detect_series;
 
 /* A config prepared for mv_detect_series_update. */
@@ -125,7 +127,7 @@ MV_DETECT_INLINE void mv_detect__count(mv_detect_series *s)
 {
     if (s->n_mean < UINT32_MAX)
         s->n_mean++;
-    if (s->n < UINT32_MAX)
+    if (s->n < MV_DETECT_N_MAX)
         s->n++;
 }
 
@@ -175,7 +177,7 @@ MV_DETECT_INLINE unsigned mv_detect_series_update(const mv_detect_params *p, mv_
         s->splus = sp;
         s->sminus = sm;
         if (__builtin_expect((az > c->moving_z) | (sp > p->half_h_f) | (sm > p->half_h_f), 0)) {
-            if (s->n_mean < p->n_lam && s->n < UINT32_MAX)
+            if (s->n_mean < p->n_lam && s->n < MV_DETECT_N_MAX)
                 s->n++;              /* as the out-of-line path counts it while learning */
             return MV_DETECT_MOVING; /* baseline held still */
         }

@@ -22,26 +22,64 @@ typedef struct cat_ref {
 } cat_ref;
 
 typedef struct seg {
-    char *id;
-    mv_seg_label *labels;
-    size_t nlabels;
-    uint64_t size;
+    /* Tick-hot: what a tick reads of a segment that it probes or serves unchanged, first
+     * and line-aligned (SEG_HOT_END; the tick prefetches these lines only). */
     const mv_coll_transport *t;
     void *src;
-
-    /* Tick-thread state. */
-    void *full;                            /* whole-segment buffer for catalog reads */
-    void *work;                            /* hot copy being validated */
-    uint64_t hdr2[MV_SEG_HEADER_SIZE / 8]; /* header re-read after a catalog copy */
-    uint32_t work_cap;
     cat_ref *cat; /* current catalog (tick's reference) */
-    uint64_t fail_since_ns, next_recheck_ns;
-    int refs; /* atomic: the list holds one, a running tick another */
     /* Analytics and adaptive sampling (tick thread; pipe is swapped under mu). */
     mv_pipe_seg *pipe;
     cat_ref *pipe_cat; /* the catalog pipe was built on */
     mv_detect_rate *rate;
     uint64_t due_ns; /* CLOCK_MONOTONIC time of the next read */
+    /* Unchanged reads: the catalog serial whose last read was published whole (no torn
+     * histogram served stale or omitted) and, with analytics, fed to the pipeline; 0 none.
+     * While it is the current catalog's, a due segment whose probe words (below) all equal
+     * the published copy's is not copied again: the pipeline is fed the published values
+     * and the copy stays published (a `same` read). */
+    uint64_t same_serial;
+    /* The probe (transport->probe; adaptive sampling and `same` reads): the offsets of the
+     * words that change when the segment does (the header's, each metric's first value
+     * word), for the catalog of probe_serial. */
+    uint32_t *probe_offs;
+    uint64_t *probe_want; /* the words there in the published copy */
+    size_t nprobe, probe_cap;
+    uint64_t probe_serial;  /* the catalog serial the offsets were worked out for; 0 none */
+    uint64_t pub_copies;    /* copies published (publish) */
+    uint64_t probe_copy_at; /* pub_copies when probe_want was taken from the published copy */
+    int refs;               /* atomic: the list holds one, a running tick another */
+
+    /* Published state, under mu; the first fields are hot too. */
+    pthread_mutex_t mu;
+    mv_coll_state state;
+    cat_ref *pub_cat;
+    void *pub_hot;
+    uint64_t read_ns, reads;
+    uint64_t reads_same; /* of `reads`, those that found the published copy current */
+    uint64_t interval_ns, skipped;
+    uint64_t probes,
+        probe_reads;          /* probes of a backed-off segment; those that read (mv_coll__count) */
+    uint64_t next_recheck_ns; /* tick thread: a quarantined segment's next try */
+
+    /* Read when a copy is made (a changed segment) or something happens. */
+    void *work; /* hot copy being validated */
+    uint32_t work_cap;
+    uint32_t pub_len;
+    uint64_t read_bytes; /* moved by the transport for this segment (atomic) */
+    uint64_t heartbeat_ns, read_errors, torn;
+    uint64_t busy_since_ns; /* CLOCK_REALTIME when the catalog went busy (odd generation) */
+    uint8_t *pub_omit;      /* per metric index: 1 = no consistent copy, omit it */
+    size_t pub_nomit;
+    uint32_t pub_stale, pub_omitted;
+    mv_seg_reason reason;
+    char detail[192];
+    char *id;
+    mv_seg_label *labels;
+    size_t nlabels;
+    uint64_t size;
+    void *full;                            /* whole-segment buffer for catalog reads */
+    uint64_t hdr2[MV_SEG_HEADER_SIZE / 8]; /* header re-read after a catalog copy */
+    uint64_t fail_since_ns;
     /* Torn histograms: the last consistent words of every histogram (laid out
      * like the hot area), which metric indexes have them, and since when each
      * has failed to copy consistently (0 = its last copy was fine). Indexes
@@ -55,41 +93,10 @@ typedef struct seg {
     uint64_t good_instance;
     const mv_seg_catalog *nhist_cat; /* the catalog nhist was counted for */
     size_t nhist;                    /* its histograms: none, no torn-copy work per tick */
-    /* The probe (transport->probe; adaptive sampling and `same` reads): the offsets of the
-     * words that change when the segment does (the header's, each metric's first value
-     * word), for the catalog of probe_serial. */
-    uint32_t *probe_offs;
-    uint64_t *probe_want; /* the words there in the published copy */
-    size_t nprobe, probe_cap;
-    uint64_t probe_serial;  /* the catalog serial the offsets were worked out for; 0 none */
-    uint64_t pub_copies;    /* copies published (publish) */
-    uint64_t probe_copy_at; /* pub_copies when probe_want was taken from the published copy */
-    /* Unchanged reads: the catalog serial whose last read was published whole (no torn
-     * histogram served stale or omitted) and, with analytics, fed to the pipeline; 0 none.
-     * While it is the current catalog's, a due segment whose probe words (below) all equal
-     * the published copy's is not copied again: the pipeline is fed the published values
-     * and the copy stays published (a `same` read). */
-    uint64_t same_serial;
-
-    /* Published state, under mu. */
-    pthread_mutex_t mu;
-    mv_coll_state state;
-    mv_seg_reason reason;
-    char detail[192];
-    cat_ref *pub_cat;
-    void *pub_hot;
-    uint32_t pub_len;
-    uint64_t read_ns, heartbeat_ns, reads, read_errors, torn;
-    uint64_t interval_ns, skipped;
-    uint64_t probes,
-        probe_reads;        /* probes of a backed-off segment; those that read (mv_coll__count) */
-    uint64_t reads_same;    /* of `reads`, those that found the published copy current */
-    uint64_t read_bytes;    /* moved by the transport for this segment (atomic) */
-    uint64_t busy_since_ns; /* CLOCK_REALTIME when the catalog went busy (odd generation) */
-    uint8_t *pub_omit;      /* per metric index: 1 = no consistent copy, omit it */
-    size_t pub_nomit;
-    uint32_t pub_stale, pub_omitted;
 } seg;
+
+/* End of the tick-hot fields of a seg. */
+#define SEG_HOT_END offsetof(seg, work)
 
 typedef struct tick_item {
     struct seg *s;

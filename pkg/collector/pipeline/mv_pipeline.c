@@ -2,9 +2,10 @@
  *
  * Layout (see docs/analytics.md, "Layout, cost and memory"): every read touches one small HOT
  * record per metric - the detector's statistics and the few fields a read must update -
- * stored per type in contiguous arrays (counters, gauges, histograms, each in catalog
- * order), so a tick streams through a few KiB per segment. Everything else is COLD and
- * touched only when something happens: a counter's reset offset, window base and change
+ * packed per type in contiguous arrays (counters, gauges, histograms, each in catalog
+ * order), so a tick streams through a few KiB per segment; counters keep their detectors
+ * in an array of their own, all that a read of unchanged values touches of them. Everything else is
+ * COLD and touched only when something happens: a counter's reset offset, window base and change
  * counts; a gauge's sketch, allocated the first time its window holds two distinct values
  * (a gauge that keeps one value through a window has no sketch: its summary is exact
  * from the hot record); a histogram's previous and window bucket counts, touched only when
@@ -76,7 +77,8 @@ static size_t fixed_bytes(uint8_t type)
 {
     size_t b = sizeof(uint32_t) + sizeof(mv_pipe_out);
     if (type == MV_SEG_COUNTER)
-        return b + sizeof(hctr) + sizeof(cctr) + (SHORT_SLOTS + 1) * sizeof(uint64_t);
+        return b + sizeof(mv_detect_series) + sizeof(hctr) + sizeof(cctr) +
+               (SHORT_SLOTS + 1) * sizeof(uint64_t);
     if (type == MV_SEG_GAUGE)
         return b + sizeof(hgauge) + sizeof(cgauge);
     return b + sizeof(hhist) + sizeof(chist);
@@ -101,10 +103,14 @@ size_t mv_pipe_metric_bytes(const mv_pipe_config *cfg, uint8_t type, uint32_t nb
 static uint64_t g_hist_w[MV_SEG_HIST_WORDS(MV_SEG_BUCKETS_MAX)];
 static pthread_once_t g_hist_w_once = PTHREAD_ONCE_INIT;
 
+/* The detectors' parameters: the defaults, one copy for every pipeline (it stays in cache). */
+static mv_detect_params g_dp;
+
 static void hist_w_init(void)
 {
     for (uint32_t i = 0; i < MV_SEG_HIST_WORDS(MV_SEG_BUCKETS_MAX); i++)
         g_hist_w[i] = mv_seg_hist_weight(i);
+    mv_detect_params_init(&g_dp, NULL);
 }
 
 /* ---- Identity map for rebuilds ---------------------------------------------------------- */
@@ -176,6 +182,7 @@ static void free_state(mv_pipe_seg *s)
         free(s->ch[j].b);
     pipe_cl_free(s);
     free(s->loc);
+    free(s->dc);
     free(s->hc);
     free(s->hg);
     free(s->hh);
@@ -266,8 +273,8 @@ static uint64_t mem_fixed(const mv_pipe_seg *s)
     return b;
 }
 
-/* Zeroed room for n hot records of 64 bytes, each on a cache line of its own (calloc
- * aligns to 16: a record would straddle two lines). */
+/* Zeroed room for n items starting on a cache line (calloc aligns to 16: a 64-byte hot
+ * record would straddle two lines, a struct's hot fields take one more). */
 static void *calloc_lines(size_t n, size_t size)
 {
     size_t bytes = (n * size + 63) & ~(size_t)63;
@@ -286,7 +293,8 @@ int mv_pipe_seg_create(const mv_pipe_config *cfg, const mv_seg_catalog *cat, mv_
     int rc = -ENOMEM;
 
     *out = NULL;
-    mv_pipe_seg *s = calloc(1, sizeof *s);
+    /* Line-aligned, so the hot fields at its start take as few lines as they can. */
+    mv_pipe_seg *s = calloc_lines(1, sizeof *s);
     if (!s)
         return -ENOMEM;
     if (cfg)
@@ -297,8 +305,8 @@ int mv_pipe_seg_create(const mv_pipe_config *cfg, const mv_seg_catalog *cat, mv_
         free(s);
         return -EINVAL;
     }
-    mv_detect_params_init(&s->dp, NULL);
     pthread_once(&g_hist_w_once, hist_w_init);
+    s->dp = &g_dp;
     pthread_mutex_init(&s->mu, NULL);
     s->cat = cat;
     s->n = mv_seg_catalog_count(cat);
@@ -315,6 +323,7 @@ int mv_pipe_seg_create(const mv_pipe_config *cfg, const mv_seg_catalog *cat, mv_
     }
     s->loc = calloc(n1, sizeof *s->loc);
     s->pub = calloc(n1, sizeof *s->pub);
+    s->dc = calloc_lines(s->nc + 1, sizeof *s->dc);
     s->hc = calloc_lines(s->nc + 1, sizeof *s->hc);
     s->cc = calloc(s->nc + 1, sizeof *s->cc);
     s->coff = calloc(s->nc + 1, sizeof *s->coff);
@@ -324,8 +333,8 @@ int mv_pipe_seg_create(const mv_pipe_config *cfg, const mv_seg_catalog *cat, mv_
     s->hh = calloc_lines(s->nh + 1, sizeof *s->hh);
     s->ch = calloc(s->nh + 1, sizeof *s->ch);
     from = malloc(n1 * sizeof *from);
-    if (!s->loc || !s->pub || !s->hc || !s->cc || !s->coff || !s->slot_tot || !s->hg || !s->cg ||
-        !s->hh || !s->ch || !from)
+    if (!s->loc || !s->pub || !s->dc || !s->hc || !s->cc || !s->coff || !s->slot_tot || !s->hg ||
+        !s->cg || !s->hh || !s->ch || !from)
         goto fail_state;
     if (prev) {
         /* Summaries prev still owes are finished first: they describe its window. */
@@ -391,6 +400,7 @@ int mv_pipe_seg_create(const mv_pipe_config *cfg, const mv_seg_catalog *cat, mv_
             if (j != SIZE_MAX) {
                 /* prev may be viewed meanwhile (its short-rate ring): read under its lock. */
                 pthread_mutex_lock(&prev->mu);
+                s->dc[jc] = prev->dc[pj];
                 s->hc[jc] = prev->hc[pj];
                 s->cc[jc] = prev->cc[pj];
                 s->coff[jc] = prev->coff[pj];
@@ -520,7 +530,7 @@ static mv_sketch *gauge_sketch(mv_pipe_seg *s, size_t j)
 
 MV_DETECT_INLINE unsigned detect(mv_pipe_seg *s, mv_detect_series *d, uint64_t *changes, double x)
 {
-    unsigned f = mv_detect_series_update(&s->dp, d, x);
+    unsigned f = mv_detect_series_update(s->dp, d, x);
     if (__builtin_expect(f & MV_DETECT_CHANGED, 0)) {
         (*changes)++;
         return MV_PIPE_CHANGED | MV_PIPE_MOVING;
@@ -530,16 +540,25 @@ MV_DETECT_INLINE unsigned detect(mv_pipe_seg *s, mv_detect_series *d, uint64_t *
 
 /* `same`: the values are those of the previous feed, already in the records. Constant in
  * each caller's loop, so the compiler gives each case its own loop. */
+/* `same`: the values are those of the previous feed, already in the records. Constant in
+ * each caller's loop, so the compiler gives each case its own loop. */
 MV_DETECT_INLINE unsigned feed_counters(mv_pipe_seg *s, const char *vals, int forward, double dt,
                                         int same)
 {
     unsigned flags = 0;
     int det = s->cfg.detect;
+    if (same) {
+        /* Every counter is primed (a feed with values came first) and none moved: no
+         * interval leaves everything as it is, else each detector sees a rate of 0 and
+         * rate_max (at least 0) stays. Only the detectors are touched. */
+        for (size_t j = 0; det && forward && j < s->nc; j++)
+            flags |= detect(s, &s->dc[j], &s->cc[j].changes, 0.0);
+        return flags;
+    }
     for (size_t j = 0; j < s->nc; j++) {
         hctr *h = &s->hc[j];
-        uint64_t v = h->prev;
-        if (!same)
-            memcpy(&v, vals + h->off, 8);
+        uint64_t v;
+        memcpy(&v, vals + h->off, 8);
         if (__builtin_expect(!h->primed, 0)) {
             /* First read: the cumulative increase starts at 0 here. */
             h->primed = 1;
@@ -565,7 +584,7 @@ MV_DETECT_INLINE unsigned feed_counters(mv_pipe_seg *s, const char *vals, int fo
         double x = d ? (double)d / dt : 0.0; /* 0 / dt is +0 (dt > 0): no division */
         h->rate_max = x > h->rate_max ? x : h->rate_max;
         if (det)
-            flags |= detect(s, &h->det, &s->cc[j].changes, x);
+            flags |= detect(s, &s->dc[j], &s->cc[j].changes, x);
     }
     return flags;
 }
@@ -750,6 +769,7 @@ MV_DETECT_INLINE unsigned feed(mv_pipe_seg *s, const void *hot, uint64_t now_ns,
     flags |= feed_gauges(s, vals, same);
     if (s->nh)
         flags |= feed_hists(s, vals, same);
+    s->fed = 1;
     pthread_mutex_unlock(&s->mu);
     if (s->fd) {
         uint64_t step = (now_ns + s->cfg.phase_ns) / s->cfg.fd_period_ns;
@@ -766,25 +786,37 @@ unsigned mv_pipe_seg_feed(mv_pipe_seg *s, const void *hot, uint64_t now_ns)
     return feed(s, hot, now_ns, 0);
 }
 
-void mv_pipe_seg_prefetch(const mv_pipe_seg *s, int hot)
+/* Asks for the lines of n records of `size` bytes from p. */
+static void prefetch_lines(const void *p, size_t n, size_t size)
+{
+    const char *b = p;
+    size_t bytes = n * size;
+    for (size_t o = 0; o < bytes; o += 64)
+        __builtin_prefetch(b + o, 1);
+    if (bytes != 0) /* the last line, when the records do not start on one */
+        __builtin_prefetch(b + bytes - 1, 1);
+}
+
+void mv_pipe_seg_prefetch(const mv_pipe_seg *s, int what)
 {
     if (!s)
         return;
-    if (!hot) {
-        for (size_t b = 0; b < sizeof *s; b += 64)
+    if (what == MV_PIPE_PF_STATE) {
+        for (size_t b = 0; b < PIPE_HOT_END; b += 64)
             __builtin_prefetch((const char *)s + b, 1);
         return;
     }
-    for (size_t j = 0; j < s->nc; j++)
-        __builtin_prefetch(&s->hc[j], 1);
-    for (size_t j = 0; j < s->ng; j++)
-        __builtin_prefetch(&s->hg[j], 1);
-    for (size_t j = 0; j < s->nh; j++)
-        __builtin_prefetch(&s->hh[j], 1);
+    prefetch_lines(s->dc, s->nc, sizeof *s->dc);
+    prefetch_lines(s->hg, s->ng, sizeof *s->hg);
+    prefetch_lines(s->hh, s->nh, sizeof *s->hh); /* feed_same reads whether they are primed */
+    if (what != MV_PIPE_PF_SAME || !s->fed)
+        prefetch_lines(s->hc, s->nc, sizeof *s->hc);
 }
 
 unsigned mv_pipe_seg_feed_same(mv_pipe_seg *s, const void *hot, uint64_t now_ns)
 {
+    if (!s->fed) /* feed_same takes the values from the records: none yet */
+        return mv_pipe_seg_feed(s, hot, now_ns);
     return feed(s, hot, now_ns, 1);
 }
 

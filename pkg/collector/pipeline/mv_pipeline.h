@@ -172,11 +172,18 @@ unsigned mv_pipe_seg_feed(mv_pipe_seg *s, const void *hot, uint64_t now_ns);
  * segment unchanged then touches only the per-metric records). */
 unsigned mv_pipe_seg_feed_same(mv_pipe_seg *s, const void *hot, uint64_t now_ns);
 
+/* What mv_pipe_seg_prefetch asks for. */
+enum {
+    MV_PIPE_PF_STATE = 0,   /* the state's own hot lines */
+    MV_PIPE_PF_RECORDS = 1, /* the per-metric records a feed touches */
+    MV_PIPE_PF_SAME = 2,    /* those that feed_same touches (fewer) */
+};
+
 /* Asks the CPU to bring a segment's state into cache ahead of its feed, so a tick that
- * feeds segment after segment does not wait for each: hot 0 the state's own lines, hot 1
- * the per-metric records (reads the state: call it for a segment whose hot 0 came earlier).
- * NULL is ignored. */
-void mv_pipe_seg_prefetch(const mv_pipe_seg *s, int hot);
+ * feeds segment after segment does not wait for each: `what` is an MV_PIPE_PF_*; the
+ * records' lines are found through the state (call it for a segment whose
+ * MV_PIPE_PF_STATE came earlier). NULL is ignored. */
+void mv_pipe_seg_prefetch(const mv_pipe_seg *s, int what);
 
 /* Copies the published window summary. Free with free(). NULL on ENOMEM. */
 mv_pipe_view *mv_pipe_seg_view(mv_pipe_seg *s);

@@ -5,6 +5,7 @@
 #define MV_PIPELINE_INT_H
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "mv_detect.h"
@@ -19,9 +20,10 @@
 
 /* ---- Per-metric records ------------------------------------------------------------------ */
 
-/* Hot records: touched by every read. 64 bytes each. */
+/* Hot records: touched by every read that copies the segment, packed per type. A read
+ * that finds the segment unchanged (feed_same) touches only the counters' detectors (the
+ * dc array: their sample is a rate of 0) and the gauges' records. */
 typedef struct hctr {
-    mv_detect_series det;
     uint64_t prev;   /* raw value at the previous read */
     double rate_max; /* window: highest increase / elapsed over one read interval */
     uint32_t off;    /* value offset in the value area */
@@ -44,8 +46,9 @@ typedef struct hhist {
     uint32_t primed;
 } hhist;
 
-_Static_assert(sizeof(hctr) == 64 && sizeof(hgauge) == 64 && sizeof(hhist) == 64,
-               "a hot record is one cache line");
+_Static_assert(sizeof(mv_detect_series) == 32 && sizeof(hctr) == 24 && sizeof(hgauge) == 56 &&
+                   sizeof(hhist) == 56,
+               "hot records are packed: a feed streams through 24 to 56 bytes per metric");
 
 /* Cold records. */
 typedef struct cctr {
@@ -82,38 +85,48 @@ enum { T_CTR = 0, T_GAUGE = 1, T_HIST = 2 };
 #define LOC_J(l)  ((l)&0x3fffffffu)
 
 struct mv_pipe_seg {
-    mv_pipe_config cfg;
-    mv_detect_params dp;
-    const mv_seg_catalog *cat;
-    size_t n;
-    uint32_t *loc; /* per catalog index: type and index in its arrays */
+    /* Hot: what every read touches, first, on as few lines as they fit (the struct is
+     * line-aligned; mv_pipe_seg_prefetch asks for these lines only, PIPE_HOT_END). */
+    pthread_mutex_t mu;         /* the published output and what views read, below */
+    const mv_detect_params *dp; /* shared: every pipeline's detectors use the defaults */
     size_t nc, ng, nh;
+    int fed;              /* a read with values (not feed_same) was fed */
+    mv_detect_series *dc; /* counters' detectors */
     hctr *hc;
     hgauge *hg;
     hhist *hh;
+    /* Time. e: elapsed clock, the sum of the forward read intervals (ns). */
+    uint64_t e, last_read_ns;
+    uint64_t cur_w;                  /* window index being accumulated; UINT64_MAX = none */
+    uint64_t w_lo_ns, w_hi_ns;       /* [lo, hi): the times of window cur_w (empty at first) */
+    uint64_t slot_lo_ns, slot_hi_ns; /* [lo, hi): the times of slot last_slot */
+    uint64_t last_slot;
+    uint64_t win_reads, win_gap_max;
+    wsnap *cl; /* closing window (cl != NULL while summaries are pending) */
+    mv_fd *fd;
+    uint64_t fd_step;
+    mv_pipe_config cfg;
+    /* Touched when something happens (a change, a reset, a first read, a sketch). */
     cctr *cc;
     uint64_t *coff; /* counters' reset offsets: total = prev + coff */
     cgauge *cg;
     chist *ch;
     uint64_t *scratch; /* histogram deltas (scratch_len words) */
     size_t scratch_len;
+    /* Bytes held: fixed at create, plus the gauges' sketches as they grow (under mu). */
+    uint64_t mem_fixed, sk_mem;
 
-    /* Time. e: elapsed clock, the sum of the forward read intervals (ns). */
-    uint64_t e, last_read_ns;
-    uint64_t cur_w;                  /* window index being accumulated; UINT64_MAX = none */
-    uint64_t w_lo_ns, w_hi_ns;       /* [lo, hi): the times of window cur_w (empty at first) */
-    uint64_t slot_lo_ns, slot_hi_ns; /* [lo, hi): the times of slot last_slot */
-    uint64_t win_e;                  /* e at the start of the window */
-    uint64_t win_reads, win_gap_max;
+    const mv_seg_catalog *cat;
+    size_t n;
+    uint32_t *loc;  /* per catalog index: type and index in its arrays */
+    uint64_t win_e; /* e at the start of the window */
 
     /* Short-rate ring: per slot, its number + 1 (0 = empty), e at the read before its
      * first read, and every counter's total then ([slot][counter]). */
     uint64_t slot_id[SHORT_SLOTS], slot_e[SHORT_SLOTS];
     uint64_t *slot_tot;
-    uint64_t last_slot;
 
-    /* Closing window (cl != NULL while summaries are pending). */
-    wsnap *cl;
+    /* Closing window, with cl above. */
     mv_pipe_out *cl_out; /* the summaries being computed */
     uint8_t *cl_pending; /* per catalog index */
     size_t cl_left, cl_next;
@@ -122,20 +135,15 @@ struct mv_pipe_seg {
     double cl_score;
     uint64_t cl_collapses;
 
-    /* Scorer. */
-    mv_fd *fd;
+    /* Scorer, with fd and fd_step above. */
     uint32_t fd_d;
     uint32_t *fd_loc; /* loc of each dimension */
     double *fd_x, *fd_scale;
     uint64_t *fd_base; /* counters/histograms: cumulative count at the last step */
-    uint64_t fd_step, fd_last_ns, fd_steps;
+    uint64_t fd_last_ns, fd_steps;
     double fd_wmax;
 
-    /* Bytes held: fixed at create, plus the gauges' sketches as they grow (under mu). */
-    uint64_t mem_fixed, sk_mem;
-
     /* Published output, under mu. */
-    pthread_mutex_t mu;
     mv_pipe_out *pub;
     uint64_t pub_start, pub_end;
     double pub_score;
@@ -143,6 +151,9 @@ struct mv_pipe_seg {
     uint64_t pub_collapses;
     uint64_t pub_reads, pub_gap_max;
 };
+
+/* End of the hot fields: what a read touches of the struct. */
+#define PIPE_HOT_END offsetof(struct mv_pipe_seg, cc)
 
 /* mv_pipeline.c */
 const mv_seg_metric *pipe_cat_m(const mv_pipe_seg *s, size_t i);
