@@ -699,8 +699,8 @@ static void read_finish(mv_coll *c, tick_worker *w, size_t from, size_t to)
                                     .off = 0,
                                     .len = w->items[i].len,
                                     .dst = w->items[i].s->work};
-        mv_pipe_seg_prefetch(w->items[i].s->pipe,
-                             MV_PIPE_PF_STATE); /* on its way during the reads */
+        /* On its way during the reads. */
+        mv_pipe_seg_prefetch(w->items[i].s->pipe, MV_PIPE_PF_STATE);
     }
     mv_coll__read(c, t, &w->reqs[from], to - from);
     for (size_t i = from; i < to; i++) {
