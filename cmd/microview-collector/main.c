@@ -89,6 +89,9 @@ static void usage(FILE *f)
            "  --no-probe               do not probe backed-off same-host segments every tick\n"
            "                           (a write then waits for the segment's interval)\n"
            "  --window-ms N            export window of the derived series (default 15000)\n"
+           "  --window-align MODE      segment (default): each segment's windows start at its\n"
+           "                           own offset, so their closes spread over the window;\n"
+           "                           wall: every window starts at a multiple of --window-ms\n"
            "  --sketch-alpha A         relative accuracy of window quantiles, 0.0001..0.5 (default "
            "0.01)\n"
            "  --sketch-buckets N       sketch key budget per sign, bounds memory (default 1536:\n"
@@ -206,6 +209,7 @@ static int run(int argc, char **argv, mv_export_sel *derived)
                                          {"log-level", required_argument, 0, 'L'},
                                          {"max-interval-ms", required_argument, 0, 'M'},
                                          {"window-ms", required_argument, 0, 'W'},
+                                         {"window-align", required_argument, 0, 'G'},
                                          {"sketch-alpha", required_argument, 0, 'A'},
                                          {"sketch-buckets", required_argument, 0, 'K'},
                                          {"no-analytics", no_argument, 0, 'n'},
@@ -310,6 +314,18 @@ static int run(int argc, char **argv, mv_export_sel *derived)
             if (mv_flag_u64(P, "--window-ms", optarg, 10, 86400000, &v))
                 return 2;
             co.pipe.window_ns = (uint64_t)v * 1000000ull;
+            break;
+        case 'G':
+            if (strcmp(optarg, "segment") == 0)
+                co.window_aligned = 0;
+            else if (strcmp(optarg, "wall") == 0)
+                co.window_aligned = 1;
+            else {
+                fprintf(stderr,
+                        "microview-collector: --window-align: '%s' is not segment or wall\n",
+                        optarg);
+                return 2;
+            }
             break;
         case 'A':
             if (mv_flag_number(P, "--sketch-alpha", optarg, 1e-4, 0.5, &co.pipe.alpha))
@@ -481,11 +497,12 @@ static int run(int argc, char **argv, mv_export_sel *derived)
     }
     MV_INFO("collector.started",
             "transport=%s listen=%s:%u tick_ms=%.3f tick_workers=%u max_interval_ms=%.3f "
-            "window_ms=%llu analytics=%d agent=%s agents=%zu statics=%zu",
+            "window_ms=%llu window_align=%s analytics=%d agent=%s agents=%zu statics=%zu",
             transport, host, mv_httpd_port(httpd), co.tick_us / 1000.0, co.tick_workers,
             co.max_interval_us ? co.max_interval_us / 1000.0 : co.tick_us / 1000.0,
-            (unsigned long long)(co.pipe.window_ns / 1000000ull), co.analytics,
-            agent ? mv_log_q(agent) : "none", verbs ? nagents : (size_t)(agent != NULL), nstatic);
+            (unsigned long long)(co.pipe.window_ns / 1000000ull),
+            co.window_aligned ? "wall" : "segment", co.analytics, agent ? mv_log_q(agent) : "none",
+            verbs ? nagents : (size_t)(agent != NULL), nstatic);
     for (;;) {
         struct timespec ts = {0, 500 * 1000000L};
         if (sigtimedwait(&sigs, NULL, a.verbs ? &ts : NULL) >= 0)

@@ -73,14 +73,33 @@ d = json.load(sys.stdin)
 s = [x for x in d[\"segments\"] if x[\"labels\"].get(\"pod\") == \"web-1\"][0]
 assert \"read_interval_seconds\" in s and \"reads_per_second\" in s and \"anomaly_score\" in s and s[\"reads\"] > 0
 '"
+# Windows phased per segment (the default): each window ends at its segment's own offset in
+# the 1 s window, not at a multiple of it, and lasts 1 s.
+seg_windows() { curl -sf "$1/debug/segments" | $py -c '
+import json, sys
+segs = [x for x in json.load(sys.stdin)["segments"] if x.get("window_end_unix_ns")]
+assert segs, "no segment with a complete window"
+for x in segs:
+    assert x["window_end_unix_ns"] - x["window_start_unix_ns"] == 10**9, x
+    assert (x["window_end_unix_ns"] % 10**9 == 0) == (sys.argv[1] == "wall"), x
+print(" ".join(str(x["window_end_unix_ns"] % 10**9) for x in segs))
+' "$2"; }
+check "default windows end at each segment's own offset ($(seg_windows "$base" segment 2>&1 | head -c 200))" \
+  seg_windows "$base" segment
 "$bin/microviewctl" top --collector "$base" --once >"$tmp/top.txt" 2>&1
 check "microviewctl top --once prints the pods and their values" \
   bash -c "grep -q 'pod=web-1' $tmp/top.txt && grep -q 'gen_requests_total' $tmp/top.txt && grep -q ANOMALY $tmp/top.txt"
 
 # A second collector with the default choice of derived series: few samples per metric.
 port2=$(free_port)
+refuses_align() {
+  local out rc=0
+  out=$("$bin/microview-collector" --no-agent --window-align diagonal 2>&1) || rc=$?
+  [ "$rc" = 2 ] && grep -q "'diagonal' is not segment or wall" <<<"$out"
+}
+check "--window-align refuses an unknown mode (exit 2, says why)" refuses_align
 "$bin/microview-collector" --agent "unix:$sock" --listen "127.0.0.1:$port2" --tick-ms 1 \
-  --window-ms 1000 2>"$tmp/collector2.log" & pids+=($!)
+  --window-ms 1000 --window-align wall 2>"$tmp/collector2.log" & pids+=($!)
 has2() { curl -sf "http://127.0.0.1:$port2/metrics" | grep -q "$1"; }
 check "default choice: gen_queue_depth_window_max appears" wait_for 10 has2 "^gen_queue_depth_window_max{$id} "
 curl -sf "http://127.0.0.1:$port2/metrics" >"$tmp/m2.prom"
@@ -92,6 +111,8 @@ check "default choice: histogram window p50 and p99 only" \
   bash -c "grep -q 'gen_latency_seconds_window{$id,quantile=\"0.99\"}' $tmp/m2.prom && ! grep -q 'gen_latency_seconds_window{$id,quantile=\"0.9\"}' $tmp/m2.prom"
 check "the JSON API still serves a series left out of /metrics" bash -c "curl -s 'http://127.0.0.1:$port2/api/v1/value?metric=gen_requests_rate_max&pod=web-1' | $py -c 'import json,sys; d=json.load(sys.stdin); assert d[\"count\"]==1'"
 check "promtool accepts the default output" promtool check metrics <"$tmp/m2.prom"
+check "--window-align wall: windows end at multiples of --window-ms" \
+  seg_windows "http://127.0.0.1:$port2" wall
 
 echo "analytics: $passes passed, $fails failed"
 if [ $fails -ne 0 ]; then

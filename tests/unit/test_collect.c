@@ -320,6 +320,67 @@ static void test_revoked_segment_is_dropped(void)
     mv_close(seg);
 }
 
+/* Window phases: by default each segment's windows end at its own offset within the
+ * window, the same offset in every collector (it comes from the id); with window_aligned
+ * every window ends at a multiple of window_ns. */
+static void test_window_align(void)
+{
+    const char *ids[3] = {"ns/web-0/app", "ns/web-1/app", "ns/db-0/app"};
+    const uint64_t W = 20000000ull; /* 20 ms */
+    mv_segment *segs[3];
+    for (int i = 0; i < 3; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "align%d.seg", i);
+        CU_ASSERT_FATAL(mv_open(make_segment(name, 16384), &segs[i]) == MV_OK);
+        mv_counter k;
+        CU_ASSERT_FATAL(mv_counter_register(segs[i], "x_total", NULL, NULL, NULL, 0, &k) == MV_OK);
+    }
+    uint64_t phase[2][3];
+    for (int run = 0; run < 3; run++) { /* segment, segment again, wall */
+        mv_coll_opts o;
+        mv_coll *c;
+        mv_coll_opts_default(&o);
+        o.analytics = 1;
+        o.tick_us = 1000;
+        o.pipe.window_ns = W;
+        o.window_aligned = run == 2;
+        CU_ASSERT_FATAL(mv_coll_create(&o, &c) == 0);
+        for (int i = 0; i < 3; i++) {
+            char path[256];
+            snprintf(path, sizeof path, "%s/align%d.seg", g_dir, i);
+            add_path(c, ids[i], path);
+        }
+        for (int t = 0; t < 100; t++) { /* 5 windows or more */
+            mv_coll_tick(c);
+            usleep(1000);
+        }
+        mv_coll_snap *sn = mv_coll_snapshot(c);
+        CU_ASSERT_FATAL(mv_coll_snap_count(sn) == 3);
+        for (size_t j = 0; j < 3; j++) {
+            const mv_coll_seg_view *v = mv_coll_snap_seg(sn, j);
+            int i = 0;
+            while (i < 3 && strcmp(v->id, ids[i]) != 0)
+                i++;
+            CU_ASSERT_FATAL(i < 3 && v->pipe != NULL);
+            CU_ASSERT(v->pipe->window_end_ns != 0);
+            CU_ASSERT_EQUAL(v->pipe->window_end_ns - v->pipe->window_start_ns, W);
+            uint64_t ph = v->pipe->window_end_ns % W;
+            if (run < 2)
+                phase[run][i] = ph;
+            else
+                CU_ASSERT_EQUAL(ph, 0);
+        }
+        mv_coll_snap_free(sn);
+        mv_coll_destroy(c);
+    }
+    for (int i = 0; i < 3; i++)
+        CU_ASSERT_EQUAL(phase[0][i], phase[1][i]);
+    CU_ASSERT(phase[0][0] != phase[0][1] && phase[0][1] != phase[0][2] &&
+              phase[0][0] != phase[0][2]);
+    for (int i = 0; i < 3; i++)
+        mv_close(segs[i]);
+}
+
 /* Reads of the same values through the shm probe: nothing copied (reads_same), values and
  * read counts as with copies, and a copy as soon as any value or header word moves. */
 static void test_same_reads(void)
@@ -390,6 +451,7 @@ int main(void)
         {"background tick thread", test_background_thread},
         {"revoked segment is dropped", test_revoked_segment_is_dropped},
         {"same reads: no copy, same values", test_same_reads},
+        {"window phases per segment or aligned", test_window_align},
     };
     int failed = MV_TEST_RUN("collect", tests);
     if (mv_test_rmrf(g_dir) != 0)

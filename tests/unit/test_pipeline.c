@@ -19,6 +19,7 @@
 #include "mv_test.h"
 
 #define SEC 1000000000ull
+#define MS  1000000ull
 
 static char *g_dir;
 
@@ -83,6 +84,65 @@ static int dcmp(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
+}
+
+/* A phased segment's windows start at multiples of the window less its phase: reads at
+ * 100 ms steps close windows at k s + 300 ms for a 700 ms phase of 1 s windows, the
+ * published window says so, and a window still holds a whole window's reads. A phase of
+ * a window or more is refused. */
+static void test_window_phase(void)
+{
+    fixture f;
+    mv_counter c;
+    fx_open(&f, "phase.seg", 16384);
+    CU_ASSERT_FATAL(mv_counter_register(f.seg, "reqs_total", NULL, NULL, NULL, 0, &c) == MV_OK);
+    fx_catalog(&f);
+    mv_pipe_config cfg;
+    mv_pipe_config_default(&cfg);
+    cfg.window_ns = SEC;
+    cfg.fd = 0;
+    cfg.window_phase_ns = SEC;
+    CU_ASSERT(mv_pipe_config_check(&cfg) != NULL);
+    mv_pipe_seg *p = NULL;
+    CU_ASSERT(mv_pipe_seg_create(&cfg, f.cat, NULL, &p) == -EINVAL);
+    cfg.window_phase_ns = 700 * MS;
+    CU_ASSERT(mv_pipe_config_check(&cfg) == NULL);
+    CU_ASSERT_FATAL(mv_pipe_seg_create(&cfg, f.cat, NULL, &p) == 0);
+    uint64_t t0 = 1000 * SEC;
+    int closes = 0;
+    for (int i = 0; i <= 35; i++) { /* t0 .. t0 + 3.5 s */
+        uint64_t t = t0 + (uint64_t)i * SEC / 10;
+        mv_counter_add(c, 10);
+        unsigned fl = mv_pipe_seg_feed(p, f.map, t);
+        int boundary = i % 10 == 3; /* t = t0 + k s + 300 ms = (t0 + k + 1) s - 700 ms */
+        CU_ASSERT_EQUAL(!!(fl & MV_PIPE_WINDOW), boundary);
+        if (!(fl & MV_PIPE_WINDOW))
+            continue;
+        closes++;
+        mv_pipe_view *v = mv_pipe_seg_view(p);
+        CU_ASSERT_FATAL(v != NULL);
+        CU_ASSERT_EQUAL(v->window_end_ns, t);
+        CU_ASSERT_EQUAL(v->window_start_ns, t - SEC);
+        /* The first window (t0 - 700 ms .. t0 + 300 ms) holds the reads from t0 on, the
+         * next ones 10 reads each, all at 100/s. */
+        CU_ASSERT_EQUAL(v->window_reads, closes == 1 ? 3 : 10);
+        CU_ASSERT(rel_err(v->m[0].rate, 100.0) < 1e-9);
+        free(v);
+    }
+    CU_ASSERT_EQUAL(closes, 4);
+    mv_pipe_seg_destroy(p);
+    /* Near the start of the clock a window's start is clamped to 0. */
+    cfg.window_phase_ns = 700 * MS;
+    CU_ASSERT_FATAL(mv_pipe_seg_create(&cfg, f.cat, NULL, &p) == 0);
+    mv_pipe_seg_feed(p, f.map, 100 * MS);
+    CU_ASSERT(mv_pipe_seg_feed(p, f.map, 300 * MS) & MV_PIPE_WINDOW);
+    mv_pipe_view *v = mv_pipe_seg_view(p);
+    CU_ASSERT_FATAL(v != NULL);
+    CU_ASSERT_EQUAL(v->window_start_ns, 0);
+    CU_ASSERT_EQUAL(v->window_end_ns, 300 * MS);
+    free(v);
+    mv_pipe_seg_destroy(p);
+    fx_close(&f);
 }
 
 /* Counter: rate over the window, the largest per-read rate, resets. */
@@ -845,6 +905,7 @@ int main(void)
         return 1;
     static const mv_test tests[] = {
         {"counter window", test_counter_window},
+        {"windows at a phase", test_window_phase},
         {"short rate follows a step", test_short_rate_follows_step},
         {"gauge window quantiles", test_gauge_window_quantiles},
         {"gauge quantiles over 1 ns .. 1000 s", test_gauge_wide_range},

@@ -506,15 +506,22 @@ static int ensure_pipe(mv_coll *c, seg *s)
     if (s->pipe && s->pipe_cat == s->cat)
         return 0;
     mv_pipe_seg *np = NULL;
-    /* Segments whose windows close together spread their summaries over 8 ticks, and
-     * each segment's scorer steps at its own phase of the period, so neither lands on
-     * one tick for all segments. */
+    /* Each segment's windows close at its own offset (unless asked to align them) and
+     * spread their summaries over 8 ticks, and its scorer steps at its own phase of
+     * the period, so neither lands on one tick for all segments. The two offsets come
+     * from differently mixed hashes of the id, so they are not tied to each other. */
     mv_pipe_config pc = c->o.pipe;
+    uint64_t h = mv_seg_fnv1a64(s->id, strlen(s->id));
     pc.close_spread_ns = 8ull * c->o.tick_us * 1000ull;
     if (pc.close_spread_ns > pc.window_ns / 2)
         pc.close_spread_ns = pc.window_ns / 2;
     if (pc.fd_period_ns) /* 0 only with the scorer off */
-        pc.phase_ns = mv_seg_fnv1a64(s->id, strlen(s->id)) % pc.fd_period_ns;
+        pc.phase_ns = h % pc.fd_period_ns;
+    if (!c->o.window_aligned) {
+        uint64_t m = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull; /* splitmix64's finaliser */
+        m = (m ^ (m >> 27)) * 0x94d049bb133111ebull;
+        pc.window_phase_ns = (m ^ (m >> 31)) % pc.window_ns;
+    }
     int rc = mv_pipe_seg_create(&pc, s->cat->cat, s->pipe, &np);
     if (rc != 0) {
         MV_WARN("analytics.failed", "id=%s error=%s", mv_log_q(s->id), mv_log_q(strerror(-rc)));

@@ -49,6 +49,11 @@ typedef struct mv_coll_opts {
      * mv_pipe_seg (built from `pipe`, rebuilt when the catalog changes). */
     int analytics;       /* default 0 */
     mv_pipe_config pipe; /* default mv_pipe_config_default */
+    /* 0 (default): each segment's windows start at its own offset within window_ns,
+     * derived from its id (pipe.window_phase_ns is set per segment), so the window
+     * closes of many segments spread over the window instead of landing in one tick;
+     * 1: pipe.window_phase_ns as given for every segment (0: wall-clock multiples). */
+    int window_aligned;
     /* Adaptive sampling (needs analytics): each segment's read interval is
      * chosen by an mv_detect_rate controller between tick_us and
      * max_interval_us; the tick skips segments not yet due, and a read that

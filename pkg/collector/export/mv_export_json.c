@@ -101,6 +101,8 @@ char *mv_export_segments_json(const mv_coll_snap *snap, int metrics)
                 changes += p->m[j].changes;
             json_object_object_add(o, "anomaly_score", jnum(p->anomaly_score));
             json_object_object_add(o, "changes", json_object_new_uint64(changes));
+            json_object_object_add(o, "window_start_unix_ns",
+                                   json_object_new_uint64(p->window_start_ns));
             json_object_object_add(o, "window_end_unix_ns",
                                    json_object_new_uint64(p->window_end_ns));
             json_object_object_add(o, "analytics_memory_bytes",

@@ -47,12 +47,15 @@ void mv_pipe_config_default(mv_pipe_config *cfg)
     cfg->short_ns = 1000000000ull;
     cfg->close_spread_ns = 0;
     cfg->phase_ns = 0;
+    cfg->window_phase_ns = 0;
 }
 
 const char *mv_pipe_config_check(const mv_pipe_config *cfg)
 {
     if (cfg->window_ns < 1000000ull)
         return "the window must be at least 1 ms";
+    if (cfg->window_phase_ns >= cfg->window_ns)
+        return "the window's phase must be less than the window";
     if (cfg->short_ns < 1000000ull)
         return "the short rate horizon must be at least 1 ms";
     mv_sketch_config sc = {.alpha = cfg->alpha, .max_buckets = cfg->sketch_buckets};
@@ -722,10 +725,9 @@ MV_DETECT_INLINE unsigned feed(mv_pipe_seg *s, const void *hot, uint64_t now_ns,
      * ranges of the previous read's (once a slot, not once a read). */
     uint64_t w = s->cur_w, slot = s->last_slot;
     if (!(now_ns >= s->w_lo_ns && now_ns < s->w_hi_ns)) {
-        w = now_ns / s->cfg.window_ns;
-        s->w_lo_ns = w * s->cfg.window_ns;
-        s->w_hi_ns =
-            s->w_lo_ns + s->cfg.window_ns > s->w_lo_ns ? s->w_lo_ns + s->cfg.window_ns : UINT64_MAX;
+        uint64_t ph = s->cfg.window_phase_ns;
+        w = (now_ns <= UINT64_MAX - ph ? now_ns + ph : UINT64_MAX) / s->cfg.window_ns;
+        pipe_window_span(&s->cfg, w, &s->w_lo_ns, &s->w_hi_ns);
     }
     if (!(now_ns >= s->slot_lo_ns && now_ns < s->slot_hi_ns)) {
         uint64_t len = s->cfg.short_ns / SHORT_SLOTS;

@@ -15,8 +15,8 @@
  * by view). docs/analytics.md ("Layout, cost and memory") has the layout and
  * the cost per sample.
  *
- * Windows are aligned to wall-clock multiples of window_ns (the read time
- * given to feed is CLOCK_REALTIME). The first read after a boundary closes
+ * Windows start at wall-clock multiples of window_ns less window_phase_ns (the
+ * read time given to feed is CLOCK_REALTIME). The first read after a boundary closes
  * the previous window: it keeps what the summaries need that later reads
  * overwrite, the summaries (mv_pipe_out per metric) are computed into a new
  * buffer - at once, or over the reads within close_spread_ns - and that
@@ -107,6 +107,12 @@ typedef struct mv_pipe_config {
      * (now + phase_ns) / fd_period_ns changes); the collector spreads segments over the
      * period. Default 0. */
     uint64_t phase_ns;
+    /* Offset of this segment's windows: window k covers [k window_ns - window_phase_ns,
+     * (k + 1) window_ns - window_phase_ns) of wall-clock time (the first starts at 0 at
+     * the earliest). Less than window_ns; default 0: windows at wall-clock multiples of
+     * window_ns. The collector gives each segment its own offset unless asked to align
+     * them, so that 1,000 segments' windows do not all close in one tick. */
+    uint64_t window_phase_ns;
 } mv_pipe_config;
 
 void mv_pipe_config_default(mv_pipe_config *cfg);

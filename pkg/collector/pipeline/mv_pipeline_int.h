@@ -163,6 +163,8 @@ void pipe_cl_free(mv_pipe_seg *s);
 /* Representative of pod bucket b (of nbounds + 1): the value every observation in it is
  * taken to be. */
 double pipe_bucket_rep(const double *bounds, uint32_t nbounds, uint32_t b);
+/* The wall-clock span [lo, hi) of window w under cfg's window_ns and window_phase_ns. */
+void pipe_window_span(const mv_pipe_config *cfg, uint64_t w, uint64_t *lo, uint64_t *hi);
 /* Computes metric i's pending summary now (it is about to change). */
 void pipe_close_one(mv_pipe_seg *s, size_t i);
 /* Finishes every pending summary and publishes them. */

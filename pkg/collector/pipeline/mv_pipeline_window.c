@@ -163,14 +163,23 @@ void pipe_close_one(mv_pipe_seg *s, size_t i)
         summarise_hist(s, LOC_J(l), &s->cl[i], &s->cl_out[i]);
 }
 
+void pipe_window_span(const mv_pipe_config *cfg, uint64_t w, uint64_t *lo, uint64_t *hi)
+{
+    /* [w W - phase, (w + 1) W - phase), clamped to [0, UINT64_MAX]. */
+    uint64_t W = cfg->window_ns, ph = cfg->window_phase_ns;
+    uint64_t a = w <= UINT64_MAX / W ? w * W : UINT64_MAX;
+    uint64_t b = a <= UINT64_MAX - W ? a + W : UINT64_MAX;
+    *lo = a > ph ? a - ph : 0;
+    *hi = b == UINT64_MAX ? UINT64_MAX : b - ph;
+}
+
 /* Called with mu held: publishes the closing window once every summary is in. */
 static void close_publish(mv_pipe_seg *s)
 {
     mv_pipe_out *old = s->pub;
     s->pub = s->cl_out;
     s->cl_out = old; /* freed below */
-    s->pub_start = s->cl_w * s->cfg.window_ns;
-    s->pub_end = s->pub_start + s->cfg.window_ns;
+    pipe_window_span(&s->cfg, s->cl_w, &s->pub_start, &s->pub_end);
     s->pub_score = s->cl_score;
     s->pub_steps = s->cl_steps;
     s->pub_collapses = s->cl_collapses;
