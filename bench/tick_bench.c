@@ -149,7 +149,8 @@ static int check_table(mv_coll *c, unsigned nsegs, uint64_t ticks)
 /* One run with `workers` tick workers for `seconds`. The loop is the collector's tick thread
  * (mv_coll_start) with each tick timed: ticks on an absolute 1 ms schedule; a tick that ends
  * past the next start counts the periods it overran as missed and the next starts at once. */
-static int run(bench *b, unsigned workers, uint32_t tick_us, double seconds, int analytics)
+static int run(bench *b, unsigned workers, uint32_t tick_us, double seconds, int analytics,
+               int aligned)
 {
     mv_coll_opts o;
     mv_coll *c;
@@ -160,6 +161,7 @@ static int run(bench *b, unsigned workers, uint32_t tick_us, double seconds, int
     o.tick_us = tick_us;
     o.analytics = analytics;
     o.tick_workers = workers;
+    o.window_aligned = aligned;
     if (mv_coll_create(&o, &c) != 0)
         return -1;
     for (unsigned i = 0; i < b->nsegs; i++) {
@@ -226,14 +228,14 @@ static int run(bench *b, unsigned workers, uint32_t tick_us, double seconds, int
     printf("bench=tick workers=%u segments=%u metrics=%u seconds=%.1f ticks=%llu missed=%llu "
            "p50_ms=%.3f p99_ms=%.3f cpu_cores=%.2f cpu_per_tick_us=%.1f "
            "cpu_ns_per_sample=%.2f samples_per_s_per_core=%.3g max_ms=%.3f writer_cpu_cores=%.2f "
-           "analytics=%d collector_rss_anon_bytes=%llu collector_heap_bytes=%llu "
-           "analytics_bytes_per_metric=%.0f\n",
+           "analytics=%d window_align=%s collector_rss_anon_bytes=%llu "
+           "collector_heap_bytes=%llu analytics_bytes_per_metric=%.0f\n",
            workers, b->nsegs, b->nmetrics, wall, (unsigned long long)ticks,
            (unsigned long long)missed, n ? (double)dur[n / 2] / 1e6 : 0.0,
            n ? (double)dur[n * 99 / 100] / 1e6 : 0.0, cpu / wall, cpu_tick * 1e6,
            cpu_tick * 1e9 / nsamples, cpu_tick > 0 ? nsamples / cpu_tick : 0.0,
-           n ? (double)dur[n - 1] / 1e6 : 0.0, wcpu / wall, analytics, (unsigned long long)rss,
-           (unsigned long long)heap, (double)amem / nsamples);
+           n ? (double)dur[n - 1] / 1e6 : 0.0, wcpu / wall, analytics, aligned ? "wall" : "segment",
+           (unsigned long long)rss, (unsigned long long)heap, (double)amem / nsamples);
     fflush(stdout);
     if (workers <= 2 && analytics)
         g_fig[workers] = (run_fig){.done = 1,
@@ -269,7 +271,7 @@ int main(int argc, char **argv)
     unsigned nsegs = 1000, nmetrics = 64, workers[MAX_WORKERS] = {1, 2}, nworkers = 2;
     double seconds = 60;
     uint32_t tick_us = 1000;
-    int analytics = 1;
+    int analytics = 1, aligned = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--quick")) {
@@ -284,6 +286,9 @@ int main(int argc, char **argv)
             tick_us = (uint32_t)strtoul(argv[++i], NULL, 10);
         } else if (!strcmp(a, "--no-analytics")) {
             analytics = 0;
+        } else if (!strcmp(a, "--window-align") && v &&
+                   (!strcmp(v, "wall") || !strcmp(v, "segment"))) {
+            aligned = !strcmp(argv[++i], "wall");
         } else if (!strcmp(a, "--workers") && v) {
             nworkers = parse_workers(argv[++i], workers);
         } else {
@@ -295,8 +300,10 @@ int main(int argc, char **argv)
         !(seconds > 0) || tick_us < 1000) {
         fprintf(stderr, "usage: tick_bench [--quick] [--seconds S] [--workers 1,2] "
                         "[--segments N] [--metrics M] [--tick-us U] [--no-analytics]\n"
+                        "                  [--window-align segment|wall]\n"
                         "  defaults: --seconds 60 (--quick 5) --workers 1,2 --segments 1000 "
-                        "--metrics 64 --tick-us 1000; metrics 1..128, tick-us >= 1000\n");
+                        "--metrics 64 --tick-us 1000 --window-align segment (the collector's);\n"
+                        "  metrics 1..128, tick-us >= 1000\n");
         return 2;
     }
 
@@ -322,7 +329,7 @@ int main(int argc, char **argv)
         goto teardown;
     rc = 0;
     for (unsigned k = 0; k < nworkers && rc == 0; k++)
-        rc = run(&b, workers[k], tick_us, seconds, analytics);
+        rc = run(&b, workers[k], tick_us, seconds, analytics, aligned);
     __atomic_store_n(&b.stop, 1, __ATOMIC_RELEASE);
     pthread_join(b.writer, NULL);
     /* The goal lines bench/run.sh collects (issue goals 4 and 6), analytics on. */

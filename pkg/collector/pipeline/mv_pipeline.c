@@ -543,8 +543,6 @@ MV_DETECT_INLINE unsigned detect(mv_pipe_seg *s, mv_detect_series *d, uint64_t *
 
 /* `same`: the values are those of the previous feed, already in the records. Constant in
  * each caller's loop, so the compiler gives each case its own loop. */
-/* `same`: the values are those of the previous feed, already in the records. Constant in
- * each caller's loop, so the compiler gives each case its own loop. */
 MV_DETECT_INLINE unsigned feed_counters(mv_pipe_seg *s, const char *vals, int forward, double dt,
                                         int same)
 {
