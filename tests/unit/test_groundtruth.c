@@ -84,6 +84,7 @@ static mv_coll *coll_new(uint64_t window_ns, uint32_t max_interval_us, uint64_t 
     o.tick_us = 1000;
     o.analytics = 1;
     o.pipe.window_ns = window_ns;
+    o.window_aligned = 1; /* the truths are taken over wall-clock windows (window_start) */
     if (fd_period_ns)
         o.pipe.fd_period_ns = fd_period_ns;
     o.max_interval_us = max_interval_us;

@@ -818,9 +818,20 @@ static void test_spread_close_equals_immediate(void)
     fx_close(&fb);
 }
 
+/* Two views of the same reads, to the bit. */
+static int views_equal(const mv_pipe_view *a, const mv_pipe_view *b)
+{
+    return a->n == b->n && a->window_end_ns == b->window_end_ns &&
+           a->window_reads == b->window_reads && a->fd_steps == b->fd_steps &&
+           memcmp(&a->anomaly_score, &b->anomaly_score, sizeof a->anomaly_score) == 0 &&
+           a->mem_bytes == b->mem_bytes && memcmp(a->m, b->m, a->n * sizeof a->m[0]) == 0;
+}
+
 /* A read that found the values of the previous one (the collector's `same` read) fed with
  * mv_pipe_seg_feed_same gives, to the bit, what mv_pipe_seg_feed gives: the same views at
- * every read, through window closes (spread), the scorer, resets and a NaN gauge. */
+ * every read, through window closes (spread), the scorer, resets and a NaN gauge. With
+ * same_batch, the same views at every read too, and between two reads with values the
+ * same flags in all (they come with the read that runs the waiting updates). */
 static void test_feed_same_equals_feed(void)
 {
     fixture f;
@@ -848,17 +859,22 @@ static void test_feed_same_equals_feed(void)
     cfg.window_ns = SEC;
     cfg.close_spread_ns = 8 * 1000000ull;
     cfg.fd_period_ns = 10 * 1000000ull;
-    mv_pipe_seg *full = NULL, *same = NULL, *first = NULL;
+    mv_pipe_seg *full = NULL, *same = NULL, *first = NULL, *batch = NULL;
     CU_ASSERT_FATAL(mv_pipe_seg_create(&cfg, f.cat, NULL, &full) == 0);
     CU_ASSERT_FATAL(mv_pipe_seg_create(&cfg, f.cat, NULL, &same) == 0);
+    mv_pipe_config bcfg = cfg;
+    bcfg.same_batch = 3;
+    CU_ASSERT_FATAL(mv_pipe_seg_create(&bcfg, f.cat, NULL, &batch) == 0);
     /* Fed with feed_same from its first read: nothing in its records yet, it takes the
      * values from the copy. */
     CU_ASSERT_FATAL(mv_pipe_seg_create(&cfg, f.cat, NULL, &first) == 0);
     uint64_t t0 = 20000 * SEC, dt = 1000000ull;
-    int mismatches = 0, same_reads = 0, windows = 0;
+    int mismatches = 0, same_reads = 0, windows = 0, bmismatches = 0, bflags = 0;
+    unsigned acc_a = 0, acc_b = 0;
     for (int i = 0; i < 4200; i++) {
-        /* Writes on one read in five, in bursts; a reset once; the NaN gauge flips. */
-        int write = i % 5 == 0 || (i > 2000 && i < 2040);
+        /* Writes on one read in five, in bursts, none for a while; a reset once; the NaN
+         * gauge flips. */
+        int write = (i % 5 == 0 && !(i > 3300 && i < 3600)) || (i > 2000 && i < 2040);
         if (write)
             mixed_write(&m, i);
         if (i == 3000)
@@ -870,13 +886,21 @@ static void test_feed_same_equals_feed(void)
         unsigned fa = mv_pipe_seg_feed(full, f.map, t);
         unsigned fb =
             changed ? mv_pipe_seg_feed(same, f.map, t) : mv_pipe_seg_feed_same(same, f.map, t);
+        unsigned fw =
+            changed ? mv_pipe_seg_feed(batch, f.map, t) : mv_pipe_seg_feed_same(batch, f.map, t);
         same_reads += !changed;
         mv_pipe_view *a = mv_pipe_seg_view(full), *b = mv_pipe_seg_view(same);
-        int eq = fa == fb && a->n == b->n && a->window_end_ns == b->window_end_ns &&
-                 a->window_reads == b->window_reads && a->fd_steps == b->fd_steps &&
-                 memcmp(&a->anomaly_score, &b->anomaly_score, sizeof a->anomaly_score) == 0 &&
-                 a->mem_bytes == b->mem_bytes && memcmp(a->m, b->m, a->n * sizeof a->m[0]) == 0;
-        mismatches += !eq;
+        mv_pipe_view *w = mv_pipe_seg_view(batch);
+        mismatches += !(fa == fb && views_equal(a, b));
+        bmismatches += !views_equal(a, w);
+        acc_a |= fa;
+        acc_b |= fw;
+        if (changed) { /* every update has run in both */
+            bmismatches += acc_a != acc_b;
+            bflags += (acc_a & MV_PIPE_CHANGED) != 0;
+            acc_a = acc_b = 0;
+        }
+        free(w);
         windows += (fa & MV_PIPE_WINDOW) != 0;
         if (i < 2) {
             unsigned fc = mv_pipe_seg_feed_same(first, f.map, t);
@@ -887,11 +911,15 @@ static void test_feed_same_equals_feed(void)
         free(a);
         free(b);
     }
-    printf("\n  %d reads (%d same), %d windows, %d mismatches ", 4200, same_reads, windows,
-           mismatches);
+    printf("\n  %d reads (%d same), %d windows, %d mismatches, batched: %d (%d stretches with "
+           "a change) ",
+           4200, same_reads, windows, mismatches, bmismatches, bflags);
     CU_ASSERT(same_reads > 3000);
     CU_ASSERT(windows == 4);
     CU_ASSERT_EQUAL(mismatches, 0);
+    CU_ASSERT_EQUAL(bmismatches, 0);
+    CU_ASSERT(bflags > 0);
+    mv_pipe_seg_destroy(batch);
     mv_pipe_seg_destroy(full);
     mv_pipe_seg_destroy(same);
     mv_pipe_seg_destroy(first);

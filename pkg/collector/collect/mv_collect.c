@@ -517,6 +517,9 @@ static int ensure_pipe(mv_coll *c, seg *s)
         pc.close_spread_ns = pc.window_ns / 2;
     if (pc.fd_period_ns) /* 0 only with the scorer off */
         pc.phase_ns = h % pc.fd_period_ns;
+    /* Without adaptive sampling nothing reads a read's flags at once: the detector updates
+     * of up to 8 unchanged reads run together, on records then in cache. */
+    pc.same_batch = s->rate ? 0 : 8;
     if (!c->o.window_aligned) {
         uint64_t m = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull; /* splitmix64's finaliser */
         m = (m ^ (m >> 27)) * 0x94d049bb133111ebull;

@@ -33,6 +33,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+static unsigned run_same(mv_pipe_seg *s);
+
 const double mv_pipe_quantiles[MV_PIPE_QUANTILES] = {0.5, 0.9, 0.99, 0.999};
 
 void mv_pipe_config_default(mv_pipe_config *cfg)
@@ -48,6 +50,7 @@ void mv_pipe_config_default(mv_pipe_config *cfg)
     cfg->close_spread_ns = 0;
     cfg->phase_ns = 0;
     cfg->window_phase_ns = 0;
+    cfg->same_batch = 0;
 }
 
 const char *mv_pipe_config_check(const mv_pipe_config *cfg)
@@ -56,6 +59,8 @@ const char *mv_pipe_config_check(const mv_pipe_config *cfg)
         return "the window must be at least 1 ms";
     if (cfg->window_phase_ns >= cfg->window_ns)
         return "the window's phase must be less than the window";
+    if (cfg->same_batch > 65535)
+        return "at most 65535 reads of unchanged values may wait for their updates";
     if (cfg->short_ns < 1000000ull)
         return "the short rate horizon must be at least 1 ms";
     mv_sketch_config sc = {.alpha = cfg->alpha, .max_buckets = cfg->sketch_buckets};
@@ -340,8 +345,11 @@ int mv_pipe_seg_create(const mv_pipe_config *cfg, const mv_seg_catalog *cat, mv_
         !s->cg || !s->hh || !s->ch || !from)
         goto fail_state;
     if (prev) {
-        /* Summaries prev still owes are finished first: they describe its window. */
+        /* Updates prev's reads left waiting run, and the summaries prev still owes are
+         * finished: they describe its window. */
         pthread_mutex_lock(&prev->mu);
+        if (prev->same_g)
+            run_same(prev);
         pipe_close_all(prev);
         pthread_mutex_unlock(&prev->mu);
     }
@@ -716,6 +724,30 @@ static unsigned feed_hists(mv_pipe_seg *s, const char *vals, int same)
     return flags;
 }
 
+/* Runs what the waiting feed_same reads left (cfg.same_batch): each gauge's repeats of its
+ * last value and every detector's updates, in the order the reads would have run them
+ * (read by read; within a read, series by series: each series' updates in its own order). */
+static unsigned run_same(mv_pipe_seg *s)
+{
+    unsigned flags = 0;
+    uint32_t nc = s->same_c, ng = s->same_g;
+    s->same_c = s->same_g = 0;
+    for (size_t j = 0; j < s->ng; j++) {
+        hgauge *h = &s->hg[j];
+        if (h->last == h->last) /* a NaN last value stays out of the window (run 0) */
+            h->run += ng;
+    }
+    if (!s->cfg.detect)
+        return 0;
+    for (uint32_t k = 0; k < nc; k++)
+        for (size_t j = 0; j < s->nc; j++)
+            flags |= detect(s, &s->dc[j], &s->cc[j].changes, 0.0);
+    for (uint32_t k = 0; k < ng; k++)
+        for (size_t j = 0; j < s->ng; j++)
+            flags |= detect(s, &s->hg[j].det, &s->cg[j].changes, s->hg[j].last);
+    return flags;
+}
+
 MV_DETECT_INLINE unsigned feed(mv_pipe_seg *s, const void *hot, uint64_t now_ns, int same)
 {
     unsigned flags = 0;
@@ -741,6 +773,12 @@ MV_DETECT_INLINE unsigned feed(mv_pipe_seg *s, const void *hot, uint64_t now_ns,
     /* The short-rate ring and the closing window are read by mv_pipe_seg_view: one
      * uncontended lock per read. */
     pthread_mutex_lock(&s->mu);
+    /* A read of unchanged values within the window, with no summary pending, may leave its
+     * updates to a later read; anything else runs those that wait first. */
+    int wait =
+        same && s->cfg.same_batch && !s->cl && w == s->cur_w && s->same_g + 1u < s->cfg.same_batch;
+    if (!wait && s->same_g)
+        flags |= run_same(s);
     if (s->cur_w == UINT64_MAX) {
         s->cur_w = w;
         s->fd_wmax = NAN;
@@ -765,8 +803,13 @@ MV_DETECT_INLINE unsigned feed(mv_pipe_seg *s, const void *hot, uint64_t now_ns,
      * close_spread_ns 0 the window is summarised exactly as of its last read. */
     if (s->cl)
         pipe_close_step(s, now_ns, gap);
-    flags |= feed_counters(s, vals, forward, dt, same);
-    flags |= feed_gauges(s, vals, same);
+    if (wait) {
+        s->same_g++;
+        s->same_c += forward;
+    } else {
+        flags |= feed_counters(s, vals, forward, dt, same);
+        flags |= feed_gauges(s, vals, same);
+    }
     if (s->nh)
         flags |= feed_hists(s, vals, same);
     s->fed = 1;
@@ -806,8 +849,14 @@ void mv_pipe_seg_prefetch(const mv_pipe_seg *s, int what)
             __builtin_prefetch((const char *)s + b, 1);
         return;
     }
-    prefetch_lines(s->dc, s->nc, sizeof *s->dc);
-    prefetch_lines(s->hg, s->ng, sizeof *s->hg);
+    /* A feed_same that will likely wait (cfg.same_batch) touches no record but the
+     * histograms'. */
+    int wait = what == MV_PIPE_PF_SAME && s->fed && s->cfg.same_batch && !s->cl &&
+               s->same_g + 1u < s->cfg.same_batch;
+    if (!wait) {
+        prefetch_lines(s->dc, s->nc, sizeof *s->dc);
+        prefetch_lines(s->hg, s->ng, sizeof *s->hg);
+    }
     prefetch_lines(s->hh, s->nh, sizeof *s->hh); /* feed_same reads whether they are primed */
     if (what != MV_PIPE_PF_SAME || !s->fed)
         prefetch_lines(s->hc, s->nc, sizeof *s->hc);

@@ -113,6 +113,14 @@ typedef struct mv_pipe_config {
      * window_ns. The collector gives each segment its own offset unless asked to align
      * them, so that 1,000 segments' windows do not all close in one tick. */
     uint64_t window_phase_ns;
+    /* Reads of unchanged values (mv_pipe_seg_feed_same) whose detector updates and gauge
+     * repeat counts may wait and run together, at most this many: they run at the next
+     * read with values, at the first read of a window, or when this many wait, to the bit
+     * what they would have done one by one, on records then in cache. Their flags
+     * (MV_PIPE_CHANGED, MV_PIPE_MOVING) come with the read that runs them, and published
+     * summaries never miss one. 0 (default): each read runs its own; at most 65535. The
+     * collector uses 8 when no adaptive sampling reads the flags. */
+    uint32_t same_batch;
 } mv_pipe_config;
 
 void mv_pipe_config_default(mv_pipe_config *cfg);

@@ -90,7 +90,10 @@ struct mv_pipe_seg {
     pthread_mutex_t mu;         /* the published output and what views read, below */
     const mv_detect_params *dp; /* shared: every pipeline's detectors use the defaults */
     size_t nc, ng, nh;
-    int fed;              /* a read with values (not feed_same) was fed */
+    int fed; /* a read with values (not feed_same) was fed */
+    /* feed_same reads waiting for their detector updates (cfg.same_batch): all of them
+     * for gauges, the forward ones for counters. */
+    uint32_t same_g, same_c;
     mv_detect_series *dc; /* counters' detectors */
     hctr *hc;
     hgauge *hg;
