@@ -267,6 +267,61 @@ static void test_background_thread(void)
     mv_close(seg);
 }
 
+static int saw_seven(void *arg)
+{
+    double v = 0;
+    return snap_value(arg, "l", "l_total", &v, NULL) && v == 7;
+}
+
+/* A long tick (30 s): a segment added after the first tick is read within a few ms (an
+ * early tick), a burst of adds costs a few early ticks, not one each, the schedule stays,
+ * and destroy does not wait for the next tick. */
+static void test_long_tick_early_read(void)
+{
+    char *p = make_segment("l.seg", 8192);
+    char path[256];
+    snprintf(path, sizeof path, "%s", p);
+    mv_segment *seg;
+    mv_counter ctr;
+    CU_ASSERT_FATAL(mv_open(path, &seg) == MV_OK);
+    CU_ASSERT_FATAL(mv_counter_register(seg, "l_total", NULL, NULL, NULL, 0, &ctr) == MV_OK);
+    mv_counter_add(ctr, 7);
+    mv_coll_opts o;
+    mv_coll *c;
+    mv_coll_opts_default(&o);
+    o.tick_us = 30u * 1000u * 1000u;
+    CU_ASSERT_FATAL(mv_coll_create(&o, &c) == 0);
+    CU_ASSERT_FATAL(mv_coll_start(c) == 0);
+    mv_test_sleep_ms(20); /* the first tick, with nothing to read */
+    uint64_t t0 = mv_test_mono_ms();
+    add_path(c, "l", path);
+    CU_ASSERT(mv_test_wait_until(saw_seven, c, 1000));
+    uint64_t took = mv_test_mono_ms() - t0;
+    /* 20 more adds at once (the same file under other ids): at most a few early ticks. */
+    for (int i = 0; i < 20; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "l%d", i);
+        add_path(c, id, path);
+    }
+    mv_test_sleep_ms(100);
+    mv_coll_snap *s = mv_coll_snapshot(c);
+    uint64_t ticks = mv_coll_snap_stats(s)->ticks;
+    size_t pending = 0;
+    for (size_t i = 0; i < mv_coll_snap_count(s); i++)
+        pending += mv_coll_snap_seg(s, i)->state == MV_COLL_PENDING;
+    mv_coll_snap_free(s);
+    uint64_t d0 = mv_test_mono_ms();
+    mv_coll_destroy(c);
+    uint64_t stop = mv_test_mono_ms() - d0;
+    printf("\n  first read %llu ms after the add, %llu ticks, destroy %llu ms ",
+           (unsigned long long)took, (unsigned long long)ticks, (unsigned long long)stop);
+    CU_ASSERT(took < 1000);
+    CU_ASSERT_EQUAL(pending, 0);
+    CU_ASSERT(ticks >= 2 && ticks <= 6);
+    CU_ASSERT(stop < 1000);
+    mv_close(seg);
+}
+
 /* A transport that wraps shm and can refuse reads the way a revoked rkey does. */
 static int g_revoked;
 static void revoking_read_many(void *ctx, mv_coll_read *reqs, size_t n)
@@ -449,6 +504,7 @@ int main(void)
         {"truncated file (SIGBUS guard)", test_truncated_file_is_an_error_not_a_crash},
         {"retain, duplicates, pending", test_retain_and_duplicates},
         {"background tick thread", test_background_thread},
+        {"long tick: new segments read early", test_long_tick_early_read},
         {"revoked segment is dropped", test_revoked_segment_is_dropped},
         {"same reads: no copy, same values", test_same_reads},
         {"window phases per segment or aligned", test_window_align},

@@ -91,6 +91,11 @@ int mv_coll_create(const mv_coll_opts *o, mv_coll **out)
         return -EINVAL;
     }
     pthread_mutex_init(&c->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&c->tick_cv, &ca);
+    pthread_condattr_destroy(&ca);
     int rc = mv_coll__start_workers(c);
     if (rc != 0) {
         mv_coll_destroy(c);
@@ -142,7 +147,10 @@ void mv_coll_destroy(mv_coll *c)
     if (!c)
         return;
     if (c->running) {
+        pthread_mutex_lock(&c->mu); /* the tick thread may be between a check and a wait */
         __atomic_store_n(&c->stop, 1, __ATOMIC_RELEASE);
+        pthread_cond_signal(&c->tick_cv);
+        pthread_mutex_unlock(&c->mu);
         pthread_join(c->thread, NULL);
     }
     mv_coll__stop_workers(c);
@@ -151,6 +159,7 @@ void mv_coll_destroy(mv_coll *c)
     free(c->segs);
     free(c->tick_segs);
     mv_coll__free_workers(c);
+    pthread_cond_destroy(&c->tick_cv);
     pthread_mutex_destroy(&c->mu);
     free(c);
 }
@@ -235,6 +244,10 @@ int mv_coll_add(mv_coll *c, const char *id, uint64_t size, const mv_seg_label *l
     }
     c->segs[c->nsegs++] = s;
     c->stats.segments_added++;
+    if (c->running && (uint64_t)c->o.tick_us * 1000ull > MV_COLL_EARLY_NS) {
+        c->tick_wake = 1; /* its first read need not wait a whole (long) tick */
+        pthread_cond_signal(&c->tick_cv);
+    }
     pthread_mutex_unlock(&c->mu);
     MV_INFO("segment.added", "id=%s size=%llu transport=%s", mv_log_q(id), (unsigned long long)size,
             t->name);
@@ -810,12 +823,46 @@ void mv_coll_tick(mv_coll *c)
 const double mv_coll_tick_bounds[MV_COLL_TICK_BUCKETS] = {
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1};
 
+/* Sleeps until the monotonic time `next`. Returns 0 then, -1 when the table stops, 1 for an
+ * early tick: a segment was added (tick_wake), at most one early tick per MV_COLL_EARLY_NS
+ * (*early_at: the last one's time), so that a burst of adds costs a few ticks, not one
+ * each. */
+static int tick_wait(mv_coll *c, uint64_t next, uint64_t *early_at)
+{
+    int rc = 0;
+    pthread_mutex_lock(&c->mu);
+    for (;;) {
+        if (__atomic_load_n(&c->stop, __ATOMIC_ACQUIRE)) {
+            rc = -1;
+            break;
+        }
+        uint64_t now = now_ns(CLOCK_MONOTONIC), until = next;
+        if (now >= next)
+            break;
+        if (c->tick_wake) {
+            uint64_t ok_at = *early_at + MV_COLL_EARLY_NS;
+            if (now >= ok_at) {
+                c->tick_wake = 0;
+                *early_at = now;
+                rc = 1;
+                break;
+            }
+            until = ok_at < next ? ok_at : next;
+        }
+        struct timespec ts = {.tv_sec = (time_t)(until / 1000000000ull),
+                              .tv_nsec = (long)(until % 1000000000ull)};
+        pthread_cond_timedwait(&c->tick_cv, &c->mu, &ts);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
 static void *tick_main(void *arg)
 {
     mv_thread_name("mv-tick");
     mv_coll *c = arg;
     uint64_t period = (uint64_t)c->o.tick_us * 1000ull;
-    uint64_t next = now_ns(CLOCK_MONOTONIC);
+    uint64_t next = now_ns(CLOCK_MONOTONIC), early_at = 0;
     while (!__atomic_load_n(&c->stop, __ATOMIC_ACQUIRE)) {
         mv_coll_tick(c);
         next += period;
@@ -830,9 +877,11 @@ static void *tick_main(void *arg)
             next = now; /* overrun: do not try to catch up in a burst */
             continue;
         }
-        struct timespec ts = {.tv_sec = (time_t)(next / 1000000000ull),
-                              .tv_nsec = (long)(next % 1000000000ull)};
-        clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+        int w;
+        while ((w = tick_wait(c, next, &early_at)) == 1)
+            mv_coll_tick(c); /* early: new segments' first reads; the schedule stays */
+        if (w < 0)
+            break;
     }
     return NULL;
 }
@@ -844,6 +893,8 @@ int mv_coll_start(mv_coll *c)
     int rc = pthread_create(&c->thread, NULL, tick_main, c);
     if (rc)
         return -rc;
+    pthread_mutex_lock(&c->mu); /* read by mv_coll_add under mu */
     c->running = 1;
+    pthread_mutex_unlock(&c->mu);
     return 0;
 }

@@ -79,6 +79,10 @@ typedef struct mv_coll_opts {
 } mv_coll_opts;
 
 #define MV_COLL_MAX_TICK_WORKERS 64
+/* With a tick longer than this, a segment added between ticks is read within this time (an
+ * early tick; at most one per this time), not at the next tick; mv_coll_destroy does not
+ * wait for the tick either. */
+#define MV_COLL_EARLY_NS 10000000ull
 
 typedef struct mv_coll mv_coll;
 
@@ -89,7 +93,8 @@ void mv_coll_opts_default(mv_coll_opts *o);
  * a helper thread that could not be started (nothing is left behind). */
 int mv_coll_create(const mv_coll_opts *o, mv_coll **out);
 void mv_coll_destroy(mv_coll *c);
-/* Starts the tick thread. */
+/* Starts the tick thread: a tick every tick_us on an absolute schedule (an overrun is counted
+ * as missed ticks and the next starts at once), plus the early ticks of MV_COLL_EARLY_NS. */
 int mv_coll_start(mv_coll *c);
 /* Runs one tick synchronously, shared with the helpers (for tests and
  * benchmarks; not with start, and from one thread at a time). Returns when

@@ -124,8 +124,13 @@ struct mv_coll {
     size_t nsegs, segs_cap;
     mv_coll_stats stats;
     pthread_t thread;
-    int running, stop; /* stop is atomic */
-    seg **tick_segs;   /* tick thread's list of this tick's segments */
+    int running, stop; /* stop is atomic; set under mu too, with tick_cv signalled */
+    /* The tick thread sleeps on tick_cv (CLOCK_MONOTONIC) until its next tick; a segment
+     * added while it sleeps longer than MV_COLL_EARLY_NS sets tick_wake (under mu) for an
+     * early tick, so that the segment is read within that time, not a whole tick later. */
+    pthread_cond_t tick_cv;
+    int tick_wake;
+    seg **tick_segs; /* tick thread's list of this tick's segments */
     size_t tick_cap;
     mv_coll_drop_fn drop_fn; /* under mu */
     void *drop_arg;
