@@ -46,6 +46,21 @@ ADMIN_KUBECONFIG=$D/admin.kubeconfig
 . "$MV_CLUSTER_SRC/../../tests/lib/testlib.sh"
 TESTLIB_NAME=cluster
 
+# cluster_exclusive "$@": called by each test first; runs the test again ($0) while holding the
+# host's e2e cluster lock, since the cluster's ports, bridge and directory are fixed: test runs
+# of two checkouts on one machine take turns instead of one tearing down the other's cluster
+# (up.sh runs down.sh on a directory it finds). flock -o: the cluster's daemons do not inherit
+# the lock. MV_CLUSTER_LOCK names the lock file.
+cluster_exclusive() {
+  [ -n "${MV_CLUSTER_LOCKED:-}" ] && return 0
+  command -v flock >/dev/null || return 0
+  local lock=${MV_CLUSTER_LOCK:-/run/lock/microview-e2e-cluster.lock}
+  if ! flock -n "$lock" true; then
+    log "another e2e cluster test holds $lock; waiting for it (up to 1 h)"
+  fi
+  MV_CLUSTER_LOCKED=1 exec flock -o -w 3600 "$lock" "$0" "$@"
+}
+
 # Directory with the component binaries (built by build.sh, cached by version).
 k8s_bin() {
   if [ -z "${MV_K8S_BIN:-}" ] && [ -f "$D/bin" ]; then

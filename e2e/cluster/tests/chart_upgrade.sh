@@ -9,6 +9,7 @@ if [ -n "${MV_KUBECONFIG:-}" ]; then
   exec "$here/../../../tests/chart/test_chart_upgrade.sh"
 fi
 . "$here/../lib.sh"
+cluster_exclusive "$@"
 need_host_tools
 private_kubelet_dir "$0" "$@"
 keep=${1:-$MV_CACHE/e2e-cluster-logs/chart-upgrade}

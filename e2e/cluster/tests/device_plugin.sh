@@ -8,6 +8,7 @@
 # Usage: device_plugin.sh BUILD_DIR [LOG_DIR]. Exit 0 pass, 1 fail, 77 skipped.
 set -uo pipefail
 . "$(dirname "$0")/../lib.sh"
+cluster_exclusive "$@"
 build=${1:?usage: device_plugin.sh BUILD_DIR [LOG_DIR]}
 build=$(cd "$build" && pwd)
 keep=${2:-$MV_CACHE/e2e-cluster-logs/device_plugin}

@@ -5,6 +5,7 @@
 # Usage: smoke.sh [LOG_DIR]   (component logs are copied to LOG_DIR on exit)
 set -uo pipefail
 . "$(dirname "$0")/../lib.sh"
+cluster_exclusive "$@"
 need_host_tools
 private_kubelet_dir "$0" "$@"
 keep=${1:-$MV_CACHE/e2e-cluster-logs/smoke}

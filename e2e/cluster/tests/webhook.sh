@@ -7,6 +7,7 @@
 # Usage: webhook.sh BUILD_DIR [LOG_DIR]. Exit 0 pass, 1 fail, 77 skipped.
 set -uo pipefail
 . "$(dirname "$0")/../lib.sh"
+cluster_exclusive "$@"
 . "$MV_CLUSTER_SRC/certs.sh"
 build=${1:?usage: webhook.sh BUILD_DIR [LOG_DIR]}
 build=$(cd "$build" && pwd)
