@@ -21,6 +21,16 @@ static char *make_segment(const char *name, size_t size)
     return path;
 }
 
+/* A segment file `name` of `size` bytes in g_dir with one counter `metric`; its path in
+ * path[256]. */
+static void counter_segment(const char *name, size_t size, const char *metric, char *path,
+                            mv_segment **seg, mv_counter *ctr)
+{
+    snprintf(path, 256, "%s", make_segment(name, size));
+    CU_ASSERT_FATAL(mv_open(path, seg) == MV_OK);
+    CU_ASSERT_FATAL(mv_counter_register(*seg, metric, NULL, NULL, NULL, 0, ctr) == MV_OK);
+}
+
 static mv_coll *new_coll(uint32_t quarantine_ms, uint32_t recheck_ms)
 {
     mv_coll_opts o;
@@ -124,13 +134,10 @@ static void test_tick_and_reload(void)
 
 static void test_quarantine_and_recover(void)
 {
-    char *p = make_segment("b.seg", 8192);
     char path[256];
-    snprintf(path, sizeof path, "%s", p);
     mv_segment *seg;
     mv_counter ctr;
-    CU_ASSERT_FATAL(mv_open(path, &seg) == MV_OK);
-    CU_ASSERT_FATAL(mv_counter_register(seg, "x_total", NULL, NULL, NULL, 0, &ctr) == MV_OK);
+    counter_segment("b.seg", 8192, "x_total", path, &seg, &ctr);
     mv_coll *c = new_coll(0, 0);
     add_path(c, "b", path);
     mv_coll_tick(c);
@@ -166,13 +173,10 @@ static void test_quarantine_and_recover(void)
 
 static void test_truncated_file_is_an_error_not_a_crash(void)
 {
-    char *p = make_segment("c.seg", 65536);
     char path[256];
-    snprintf(path, sizeof path, "%s", p);
     mv_segment *seg;
     mv_counter ctr;
-    CU_ASSERT_FATAL(mv_open(path, &seg) == MV_OK);
-    CU_ASSERT_FATAL(mv_counter_register(seg, "y_total", NULL, NULL, NULL, 0, &ctr) == MV_OK);
+    counter_segment("c.seg", 65536, "y_total", path, &seg, &ctr);
     mv_close(seg);
     mv_coll *c = new_coll(0, 60000);
     add_path(c, "c", path);
@@ -237,13 +241,10 @@ static int saw_fifty(void *arg)
 
 static void test_background_thread(void)
 {
-    char *p = make_segment("d.seg", 8192);
     char path[256];
-    snprintf(path, sizeof path, "%s", p);
     mv_segment *seg;
     mv_counter ctr;
-    CU_ASSERT_FATAL(mv_open(path, &seg) == MV_OK);
-    CU_ASSERT_FATAL(mv_counter_register(seg, "z_total", NULL, NULL, NULL, 0, &ctr) == MV_OK);
+    counter_segment("d.seg", 8192, "z_total", path, &seg, &ctr);
     mv_coll_opts o;
     mv_coll *c;
     mv_coll_opts_default(&o);
@@ -278,13 +279,10 @@ static int saw_seven(void *arg)
  * and destroy does not wait for the next tick. */
 static void test_long_tick_early_read(void)
 {
-    char *p = make_segment("l.seg", 8192);
     char path[256];
-    snprintf(path, sizeof path, "%s", p);
     mv_segment *seg;
     mv_counter ctr;
-    CU_ASSERT_FATAL(mv_open(path, &seg) == MV_OK);
-    CU_ASSERT_FATAL(mv_counter_register(seg, "l_total", NULL, NULL, NULL, 0, &ctr) == MV_OK);
+    counter_segment("l.seg", 8192, "l_total", path, &seg, &ctr);
     mv_counter_add(ctr, 7);
     mv_coll_opts o;
     mv_coll *c;
