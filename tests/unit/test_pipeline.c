@@ -54,6 +54,14 @@ static void fx_catalog(fixture *f)
     CU_ASSERT_FATAL(mv_seg_catalog_parse(f->map, f->size, f->size, &f->cat, &err) == MV_SEG_OK);
 }
 
+/* A 16 KiB segment with one counter `metric`, its catalog parsed. */
+static void fx_one_counter(fixture *f, const char *file, const char *metric, mv_counter *c)
+{
+    fx_open(f, file, 16384);
+    CU_ASSERT_FATAL(mv_counter_register(f->seg, metric, NULL, NULL, NULL, 0, c) == MV_OK);
+    fx_catalog(f);
+}
+
 static void fx_close(fixture *f)
 {
     mv_seg_catalog_free(f->cat);
@@ -94,9 +102,7 @@ static void test_window_phase(void)
 {
     fixture f;
     mv_counter c;
-    fx_open(&f, "phase.seg", 16384);
-    CU_ASSERT_FATAL(mv_counter_register(f.seg, "reqs_total", NULL, NULL, NULL, 0, &c) == MV_OK);
-    fx_catalog(&f);
+    fx_one_counter(&f, "phase.seg", "reqs_total", &c);
     mv_pipe_config cfg;
     mv_pipe_config_default(&cfg);
     cfg.window_ns = SEC;
@@ -150,9 +156,7 @@ static void test_counter_window(void)
 {
     fixture f;
     mv_counter c;
-    fx_open(&f, "counter.seg", 16384);
-    CU_ASSERT_FATAL(mv_counter_register(f.seg, "reqs_total", NULL, NULL, NULL, 0, &c) == MV_OK);
-    fx_catalog(&f);
+    fx_one_counter(&f, "counter.seg", "reqs_total", &c);
     mv_pipe_seg *p = new_pipe(f.cat, SEC, 0, 0);
     uint64_t t0 = 1000 * SEC; /* window-aligned */
 
@@ -199,9 +203,7 @@ static void test_short_rate_follows_step(void)
 {
     fixture f;
     mv_counter c;
-    fx_open(&f, "short.seg", 16384);
-    CU_ASSERT_FATAL(mv_counter_register(f.seg, "jobs_total", NULL, NULL, NULL, 0, &c) == MV_OK);
-    fx_catalog(&f);
+    fx_one_counter(&f, "short.seg", "jobs_total", &c);
     mv_pipe_seg *p = new_pipe(f.cat, 15 * SEC, 0, 0);
     uint64_t dt = SEC / 100, t0 = 10005 * SEC, step = t0 + 20 * SEC + 3 * SEC / 10;
     double short_lat = -1, window_lat = -1;
@@ -585,9 +587,7 @@ static void test_rebuild_carries_state(void)
     fixture f;
     mv_counter c;
     mv_gauge g;
-    fx_open(&f, "rebuild.seg", 16384);
-    CU_ASSERT_FATAL(mv_counter_register(f.seg, "a_total", NULL, NULL, NULL, 0, &c) == MV_OK);
-    fx_catalog(&f);
+    fx_one_counter(&f, "rebuild.seg", "a_total", &c);
     mv_pipe_seg *p = new_pipe(f.cat, SEC, 1, 0), *np = NULL;
     uint64_t t0 = 6000 * SEC;
     mv_pipe_seg_feed(p, f.map, t0);
