@@ -426,13 +426,8 @@ static int create_common(mv_segstore *st, uint64_t size, uint32_t owner_pid,
     rc = segstore_check_labels(labels, nlabels, err, errlen);
     if (rc < 0)
         return rc;
-    /* The owner's start time tells a reused pid from the owner later (0: not readable). */
-    uint64_t owner_start = 0;
-    if (owner_pid && segstore_proc_start((pid_t)owner_pid, &owner_start) != 0)
-        owner_start = 0;
     mv_segstore_seg tmpl = {.size = size,
                             .owner_pid = owner_pid,
-                            .owner_start = owner_start,
                             .created_ns = mv_wall_ns(),
                             .nlabels = nlabels,
                             .labels = (mv_segstore_label *)labels,

@@ -42,10 +42,6 @@ typedef struct mv_segstore_seg {
     char *path; /* host path of the segment file */
     uint64_t size;
     uint32_t owner_pid; /* 0 = no owner to watch */
-    /* The owner's start time when the segment was created (/proc/PID/stat field 22, clock
-     * ticks after boot): a process of that pid with another start time is not the owner
-     * (the pid was reused) and the segment is reaped. 0 = unknown (the pid alone counts). */
-    uint64_t owner_start;
     uint64_t created_ns;
     size_t nlabels;
     mv_segstore_label *labels;

@@ -61,7 +61,6 @@ int mv_segstore_seg_copy(mv_segstore_seg *dst, const mv_segstore_seg *src)
     memcpy(dst->id, src->id, sizeof dst->id);
     dst->size = src->size;
     dst->owner_pid = src->owner_pid;
-    dst->owner_start = src->owner_start;
     dst->created_ns = src->created_ns;
     dst->path = strdup(src->path ? src->path : "");
     if (!dst->path)
@@ -215,17 +214,9 @@ static int parse_entry(json_object *e, const char *dir, uint64_t max_size, mv_se
         mv_err_set(err, errlen, "%s: owner_pid or created_unix_ns missing or out of range", id);
         return -EINVAL;
     }
-    uint64_t start = 0; /* absent in catalogs written before it was kept: unknown */
-    json_object *sv;
-    if (json_object_object_get_ex(e, "owner_start_ticks", &sv) &&
-        json_u64(e, "owner_start_ticks", INT64_MAX, &start)) {
-        mv_err_set(err, errlen, "%s: owner_start_ticks out of range", id);
-        return -EINVAL;
-    }
     memcpy(seg->id, id, idlen + 1);
     seg->size = size;
     seg->owner_pid = (uint32_t)pid;
-    seg->owner_start = start;
     seg->created_ns = created;
 
     json_object *devs;
@@ -429,9 +420,6 @@ int segstore_catalog_save(const char *dir, uint64_t revision, const mv_segstore_
         json_object_object_add(e, "path", json_object_new_string(s->path));
         json_object_object_add(e, "size_bytes", json_object_new_int64((int64_t)s->size));
         json_object_object_add(e, "owner_pid", json_object_new_int64(s->owner_pid));
-        if (s->owner_start)
-            json_object_object_add(e, "owner_start_ticks",
-                                   json_object_new_int64((int64_t)s->owner_start));
         json_object_object_add(e, "created_unix_ns", json_object_new_int64((int64_t)s->created_ns));
         json_object_object_add(e, "labels", labels);
         if (s->ndevices) {

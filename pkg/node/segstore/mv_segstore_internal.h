@@ -53,9 +53,6 @@ void segstore_remove_at(mv_segstore *st, size_t i, const char *event, pid_t dead
 void segstore_watch_open(mv_segstore *st);
 void segstore_watch_file(mv_segstore *st, const char *path);
 int segstore_fix_size(const mv_segstore_seg *s);
-/* Start time of process pid (/proc/PID/stat field 22, clock ticks after boot). Returns 0,
- * -ESRCH (no such process) or -EINVAL (unreadable or malformed). */
-int segstore_proc_start(pid_t pid, uint64_t *out);
 void *segstore_reaper_main(void *arg);
 
 #define CATALOG_NAME "catalog.json"

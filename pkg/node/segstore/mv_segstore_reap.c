@@ -8,8 +8,6 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
@@ -81,56 +79,6 @@ static int files_changed(mv_segstore *st)
     return any;
 }
 
-int segstore_proc_start(pid_t pid, uint64_t *out)
-{
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return errno == ENOENT ? -ESRCH : -EINVAL;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return -EINVAL;
-    buf[n] = 0;
-    /* "pid (comm) state ppid ...": comm may hold spaces and parentheses, so the fields are
-     * counted from the last ')'; starttime is the 20th after it. */
-    char *p = strrchr(buf, ')');
-    if (!p)
-        return -EINVAL;
-    p++;
-    for (int field = 0; field < 19; field++) {
-        p = strchr(p + 1, ' ');
-        if (!p)
-            return -EINVAL;
-    }
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(p + 1, &end, 10);
-    if (errno || end == p + 1 || (*end != ' ' && *end != '\n' && *end != 0))
-        return -EINVAL;
-    *out = v;
-    return 0;
-}
-
-/* Whether the owner of segment s is gone: no process of its pid, or (its start time known)
- * one that started at another time, i.e. the pid was reused. */
-static int owner_gone(const mv_segstore_seg *s, int *reused)
-{
-    pid_t pid = (pid_t)s->owner_pid;
-    *reused = 0;
-    if (pid <= 0)
-        return 0;
-    if (kill(pid, 0) < 0 && errno == ESRCH)
-        return 1;
-    uint64_t start;
-    if (s->owner_start && segstore_proc_start(pid, &start) == 0 && start != s->owner_start) {
-        *reused = 1;
-        return 1;
-    }
-    return 0;
-}
-
 void *segstore_reaper_main(void *arg)
 {
     mv_thread_name("mv-reaper");
@@ -166,9 +114,8 @@ int mv_segstore_reap(mv_segstore *st)
             segstore_fix_size(&st->segs[i]); /* logs and restores a truncated or extended file */
     for (size_t i = 0; i < st->nsegs;) {
         pid_t pid = (pid_t)st->segs[i].owner_pid;
-        int reused;
-        if (owner_gone(&st->segs[i], &reused)) {
-            segstore_remove_at(st, i, reused ? "segment.reaped_pid_reused" : "segment.reaped", pid);
+        if (pid > 0 && kill(pid, 0) < 0 && errno == ESRCH) {
+            segstore_remove_at(st, i, "segment.reaped", pid);
             n++;
             continue; /* entry i now holds the former last one */
         }
