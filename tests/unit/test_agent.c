@@ -8,7 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <grp.h>
+#include <linux/sched.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -593,6 +595,63 @@ static void test_reap_dead_owner(void)
     agent_stop(&a);
 }
 
+/* A process with pid `pid` (clone3's set_tid: root, Linux 5.5) that waits to be killed, or
+ * -errno. */
+static pid_t spawn_with_pid(pid_t pid)
+{
+#if defined(SYS_clone3) && defined(CLONE_ARGS_SIZE_VER1)
+    pid_t want[1] = {pid};
+    struct clone_args ca;
+    memset(&ca, 0, sizeof ca);
+    ca.exit_signal = SIGCHLD;
+    ca.set_tid = (uint64_t)(uintptr_t)want;
+    ca.set_tid_size = 1;
+    long r = syscall(SYS_clone3, &ca, sizeof ca);
+    if (r == 0) {
+        for (;;)
+            pause();
+    }
+    return r < 0 ? -errno : (pid_t)r;
+#else
+    (void)pid;
+    return -ENOSYS;
+#endif
+}
+
+/* A dead owner whose pid went to another process: the segment is still reaped (the store
+ * knows its owner by a pidfd, not by number). */
+static void test_reap_reused_pid(void)
+{
+    agent a;
+    agent_start(&a, NULL, -1);
+    pid_t owner = fork();
+    CU_ASSERT_FATAL(owner >= 0);
+    if (owner == 0) {
+        pause();
+        _exit(0);
+    }
+    mv_agentc_segment seg;
+    CU_ASSERT_FATAL(mv_agentc_create(a.cli, 4096, (uint32_t)owner, NULL, 0, &seg) == 0);
+    CU_ASSERT_EQUAL(mv_segstore_reap(a.store), 0);
+    kill(owner, SIGKILL);
+    waitpid(owner, NULL, 0);
+    pid_t other = spawn_with_pid(owner);
+    if (other < 0) {
+        printf("\n  SKIPPED: pid reuse (a process given pid %d by clone3's set_tid: %s; needs "
+               "root and Linux 5.5)\n",
+               (int)owner, strerror((int)-other));
+    } else {
+        CU_ASSERT_EQUAL(other, owner);
+        CU_ASSERT_EQUAL(kill(other, 0), 0); /* the number is in use again */
+        CU_ASSERT_EQUAL(mv_segstore_reap(a.store), 1);
+        CU_ASSERT_EQUAL(list_has(&a, seg.id), 0);
+        kill(other, SIGKILL);
+        waitpid(other, NULL, 0);
+    }
+    mv_agentc_segment_clear(&seg);
+    agent_stop(&a);
+}
+
 static void test_restart_keeps_catalog(void)
 {
     agent a;
@@ -721,6 +780,7 @@ int main(int argc, char **argv)
         {"watch: ADDED, SYNCED, ADDED, REMOVED", test_watch},
         {"watch ends when the agent stops", test_watch_survives_agent_stop},
         {"dead owner's segment is reaped", test_reap_dead_owner},
+        {"dead owner's segment is reaped when its pid is reused", test_reap_reused_pid},
         {"restart keeps the catalog", test_restart_keeps_catalog},
         {"catalog.json validation", test_catalog_parse},
         {"protobuf unpack with a cap", test_proto_unpack_cap},

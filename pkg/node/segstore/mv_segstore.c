@@ -95,6 +95,17 @@ static int load(mv_segstore *st)
     st->segs = v;
     st->nsegs = kept;
     st->cap = n ? n : 1;
+    /* After a restart the owners are known by pid only: a pidfd opened now names whoever
+     * has the pid now (the owner, unless it died while the agent was down and the pid was
+     * reused). */
+    if (segstore_owner_fds_fit(st, st->cap) < 0) {
+        MV_ERROR("catalog.load_failed", "path=%s err=%s", mv_log_q(path),
+                 mv_log_q("out of memory"));
+        free(path);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < kept; i++)
+        st->owner_fds[i] = segstore_owner_open(st, v[i].owner_pid);
     for (size_t i = 0; i < kept; i++)
         segstore_watch_file(st, v[i].path);
     st->revision = rev;
@@ -273,6 +284,7 @@ int mv_segstore_open(const mv_segstore_opts *opts, mv_segstore **out)
     *out = st;
     return 0;
 free_segs:
+    segstore_owner_fds_close(st);
     mv_segstore_segs_free(st->segs, st->nsegs);
 unlock:
     close(st->lock_fd);
@@ -305,6 +317,7 @@ void mv_segstore_close(mv_segstore *st)
     }
     if (st->ino_fd >= 0)
         close(st->ino_fd);
+    segstore_owner_fds_close(st);
     mv_segstore_segs_free(st->segs, st->nsegs);
     pthread_cond_destroy(&st->cv);
     pthread_mutex_destroy(&st->mu);
@@ -464,6 +477,11 @@ static int create_common(mv_segstore *st, uint64_t size, uint32_t owner_pid,
     rc = make_file(st, &seg, ndevices > 0, err, errlen);
     if (rc < 0)
         goto clear_seg;
+    /* The owner as a process, as soon as the request is taken (a pid number alone could
+     * be handed to another process once the owner dies). */
+    pthread_mutex_lock(&st->mu);
+    int owner_fd = segstore_owner_open(st, owner_pid);
+    pthread_mutex_unlock(&st->mu);
 
     pthread_mutex_lock(&st->mu);
     for (size_t i = 0; i < ndevices; i++) {
@@ -494,6 +512,11 @@ static int create_common(mv_segstore *st, uint64_t size, uint32_t owner_pid,
             goto unlock;
         }
         st->segs = nv;
+        if (segstore_owner_fds_fit(st, ncap) < 0) {
+            rc = -ENOMEM;
+            mv_err_set(err, errlen, "out of memory");
+            goto unlock;
+        }
         st->cap = ncap;
     }
     if (out && mv_segstore_seg_copy(out, &seg) < 0) {
@@ -501,6 +524,8 @@ static int create_common(mv_segstore *st, uint64_t size, uint32_t owner_pid,
         mv_err_set(err, errlen, "out of memory");
         goto unlock;
     }
+    st->owner_fds[st->nsegs] = owner_fd;
+    owner_fd = -1;
     st->segs[st->nsegs++] = seg;
     segstore_watch_file(st, seg.path);
     st->pages_used += ndevices;
@@ -516,6 +541,8 @@ static int create_common(mv_segstore *st, uint64_t size, uint32_t owner_pid,
     return 0;
 unlock:
     pthread_mutex_unlock(&st->mu);
+    if (owner_fd >= 0)
+        close(owner_fd);
     unlink(seg.path);
     if (ndevices) {
         char dbuf[4096];
@@ -714,6 +741,12 @@ void segstore_remove_at(mv_segstore *st, size_t i, const char *event, pid_t dead
 {
     mv_segstore_seg seg = st->segs[i];
     st->segs[i] = st->segs[--st->nsegs];
+    if (st->owner_fds) {
+        if (st->owner_fds[i] >= 0)
+            close(st->owner_fds[i]);
+        st->owner_fds[i] = st->owner_fds[st->nsegs];
+        st->owner_fds[st->nsegs] = -1;
+    }
     st->revision++;
     st->pages_used -= seg.ndevices <= st->pages_used ? seg.ndevices : st->pages_used;
     if (unlink(seg.path) < 0 && errno != ENOENT)

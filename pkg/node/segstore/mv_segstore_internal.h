@@ -25,6 +25,12 @@ struct mv_segstore {
     pthread_mutex_t mu;
     mv_segstore_seg *segs;
     size_t nsegs, cap;
+    /* A pidfd of each entry's owner process (same index as segs, cap entries), or -1: no
+     * owner, or none could be opened (the reaper then checks the pid number). A pidfd names
+     * the process, not its number: a dead owner whose pid was given to another process is
+     * still seen dead. */
+    int *owner_fds;
+    int owner_fd_warned;
     uint64_t revision;
     uint64_t pool_pages, page_size, pages_used;
     mv_segstore_sub *subs;
@@ -54,6 +60,12 @@ void segstore_watch_open(mv_segstore *st);
 void segstore_watch_file(mv_segstore *st, const char *path);
 int segstore_fix_size(const mv_segstore_seg *s);
 void *segstore_reaper_main(void *arg);
+/* mv_segstore_reap.c: a pidfd of process `pid` (0: none) or -1 (logged once per store when
+ * the system refuses one for a reason other than the process being gone); owner_fds sized
+ * for `cap` entries (new ones -1): 0 or -ENOMEM; every owner pidfd closed. */
+int segstore_owner_open(mv_segstore *st, uint32_t pid);
+int segstore_owner_fds_fit(mv_segstore *st, size_t cap);
+void segstore_owner_fds_close(mv_segstore *st);
 
 #define CATALOG_NAME "catalog.json"
 #define CATALOG_TMP  "catalog.json.tmp"

@@ -5,12 +5,15 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <stdlib.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -42,6 +45,66 @@ int segstore_fix_size(const mv_segstore_seg *s)
 }
 
 #define FULL_CHECK_EVERY 15
+
+int segstore_owner_open(mv_segstore *st, uint32_t pid)
+{
+    if (pid == 0)
+        return -1;
+#ifdef SYS_pidfd_open
+    long fd = syscall(SYS_pidfd_open, (pid_t)pid, 0u);
+    if (fd >= 0)
+        return (int)fd; /* close-on-exec, as every pidfd is */
+    int e = errno;
+#else
+    int e = ENOSYS;
+#endif
+    if (e != ESRCH && !st->owner_fd_warned) {
+        st->owner_fd_warned = 1;
+        MV_WARN("segstore.pidfd_unavailable", "pid=%" PRIu32 " err=%s effect=%s", pid,
+                mv_log_q(strerror(e)),
+                mv_log_q("owners are checked by pid number: a dead owner whose pid is reused "
+                         "keeps its segment until that process exits"));
+    }
+    return -1;
+}
+
+int segstore_owner_fds_fit(mv_segstore *st, size_t cap)
+{
+    size_t had = st->owner_fds ? st->cap : 0;
+    if (st->owner_fds && cap <= had)
+        return 0;
+    int *v = realloc(st->owner_fds, cap * sizeof *v);
+    if (!v)
+        return -ENOMEM;
+    for (size_t i = had; i < cap; i++)
+        v[i] = -1;
+    st->owner_fds = v;
+    return 0;
+}
+
+void segstore_owner_fds_close(mv_segstore *st)
+{
+    for (size_t i = 0; st->owner_fds && i < st->nsegs; i++)
+        if (st->owner_fds[i] >= 0)
+            close(st->owner_fds[i]);
+    free(st->owner_fds);
+    st->owner_fds = NULL;
+}
+
+/* Whether entry i's owner has exited: its pidfd turns readable then; without one, no
+ * process has the owner's pid. */
+static int owner_gone(const mv_segstore *st, size_t i)
+{
+    pid_t pid = (pid_t)st->segs[i].owner_pid;
+    int fd = st->owner_fds ? st->owner_fds[i] : -1;
+    if (pid <= 0)
+        return 0;
+    if (fd >= 0) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        return poll(&p, 1, 0) == 1 && (p.revents & (POLLIN | POLLHUP | POLLERR));
+    }
+    return kill(pid, 0) < 0 && errno == ESRCH;
+}
 
 void segstore_watch_open(mv_segstore *st)
 {
@@ -113,9 +176,8 @@ int mv_segstore_reap(mv_segstore *st)
         for (size_t i = 0; i < st->nsegs; i++)
             segstore_fix_size(&st->segs[i]); /* logs and restores a truncated or extended file */
     for (size_t i = 0; i < st->nsegs;) {
-        pid_t pid = (pid_t)st->segs[i].owner_pid;
-        if (pid > 0 && kill(pid, 0) < 0 && errno == ESRCH) {
-            segstore_remove_at(st, i, "segment.reaped", pid);
+        if (owner_gone(st, i)) {
+            segstore_remove_at(st, i, "segment.reaped", (pid_t)st->segs[i].owner_pid);
             n++;
             continue; /* entry i now holds the former last one */
         }
