@@ -93,7 +93,11 @@ static int cmp_dbl(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static void bench_pipeline(int kind, unsigned nmetrics, int detect, int fd, unsigned reads)
+/* same_every > 1: the values move before one read in same_every only; the reads between
+ * are of unchanged values, fed as the collector feeds them (mv_pipe_seg_feed_same, same_batch
+ * 8 as when no adaptive sampling reads the flags). Every read counts as nmetrics samples. */
+static void bench_pipeline(int kind, unsigned nmetrics, int detect, int fd, unsigned reads,
+                           unsigned same_every)
 {
     mseg s;
     if (mseg_open(&s, 8u << 20) != 0) {
@@ -133,6 +137,8 @@ static void bench_pipeline(int kind, unsigned nmetrics, int detect, int fd, unsi
     cfg.window_ns = 1000 * MS;
     cfg.detect = detect;
     cfg.fd = fd;
+    cfg.same_batch = same_every > 1 ? 8 : 0;
+    unsigned nread = 0;
     mv_pipe_seg *p;
     size_t heap0 = bench_heap_in_use();
     if (mv_pipe_seg_create(&cfg, s.cat, NULL, &p) != 0)
@@ -142,7 +148,8 @@ static void bench_pipeline(int kind, unsigned nmetrics, int detect, int fd, unsi
     for (unsigned bt = 0; bt < nbatch; bt++) {
         for (unsigned r = 0; r < BATCH; r++) {
             /* The writer moves every value a little between reads (not timed). */
-            for (unsigned i = 0; i < nmetrics; i++) {
+            for (unsigned i = 0; (same_every < 2 || (nread + r) % same_every == 0) && i < nmetrics;
+                 i++) {
                 rng = rng * 6364136223846793005ull + 1442695040888963407ull;
                 double u = (double)(rng >> 11) * (1.0 / 9007199254740992.0);
                 if (kind == KIND_COUNTER)
@@ -157,7 +164,10 @@ static void bench_pipeline(int kind, unsigned nmetrics, int detect, int fd, unsi
         uint64_t c0 = clock_ns(CLOCK_THREAD_CPUTIME_ID), w0 = clock_ns(CLOCK_MONOTONIC);
         unsigned f = 0;
         for (unsigned r = 0; r < BATCH; r++, t += MS)
-            f |= mv_pipe_seg_feed(p, snap + r * stride, t);
+            f |= same_every > 1 && (nread + r) % same_every != 0
+                     ? mv_pipe_seg_feed_same(p, snap + r * stride, t)
+                     : mv_pipe_seg_feed(p, snap + r * stride, t);
+        nread += BATCH;
         uint64_t w1 = clock_ns(CLOCK_MONOTONIC), c1 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
         BENCH_KEEP(f);
         wall_b[bt] = (double)(w1 - w0) / ((double)nmetrics * BATCH);
@@ -175,19 +185,21 @@ static void bench_pipeline(int kind, unsigned nmetrics, int detect, int fd, unsi
     qsort(cpu_b, nbatch, sizeof *cpu_b, cmp_dbl);
     double med = g_cpu_time ? cpu_b[nbatch / 2] : wall_b[nbatch / 2];
     double goal = kind == KIND_HIST ? 2e7 : 4e7;
-    printf("bench=pipeline clock=%s kind=%s metrics=%u reads=%u detect=%d fd=%d ns_per_sample=%.2f "
+    printf("bench=pipeline clock=%s kind=%s metrics=%u reads=%u same_every=%u detect=%d fd=%d "
+           "ns_per_sample=%.2f "
            "ns_per_sample_median=%.2f samples_per_s_core=%.3g samples_per_s_core_median=%.3g "
            "heap_bytes_per_metric=%.0f state_bytes_used_per_metric=%.0f "
            "state_bytes_per_metric_max=%zu goal_samples_per_s_core=%.0e\n",
-           g_cpu_time ? "thread_cpu" : "wall", kind_names[kind], nmetrics, nbatch * BATCH, detect,
-           fd, mean, med, 1e9 / mean, 1e9 / med, heap, used,
+           g_cpu_time ? "thread_cpu" : "wall", kind_names[kind], nmetrics, nbatch * BATCH,
+           same_every > 1 ? same_every : 1, detect, fd, mean, med, 1e9 / mean, 1e9 / med, heap,
+           used,
            mv_pipe_metric_bytes(&cfg,
                                 kind == KIND_COUNTER ? MV_SEG_COUNTER
                                 : kind == KIND_GAUGE ? MV_SEG_GAUGE
                                                      : MV_SEG_HISTOGRAM,
                                 16),
            goal);
-    if (detect && fd) {
+    if (detect && fd && same_every < 2) {
         g_goal[kind].rate = samples / ((double)cpu_total / 1e9);
         g_goal[kind].heap_bytes = heap;
         g_goal[kind].acct_bytes = used;
@@ -656,8 +668,11 @@ int main(int argc, char **argv)
             for (int fd = 0; fd < 2; fd++) {
                 if (!det && fd)
                     continue;
-                bench_pipeline(kind, kind == KIND_HIST ? 256 : 1024, det, fd, reads);
+                bench_pipeline(kind, kind == KIND_HIST ? 256 : 1024, det, fd, reads, 1);
             }
+    /* The collector's common case: a segment whose values move every few ticks. */
+    for (int kind = 0; kind < 2; kind++)
+        bench_pipeline(kind, 1024, 1, 1, reads, 8);
     print_goals();
     if (only_pipe)
         return 0;

@@ -549,21 +549,10 @@ MV_DETECT_INLINE unsigned detect(mv_pipe_seg *s, mv_detect_series *d, uint64_t *
     return f & MV_DETECT_MOVING ? MV_PIPE_MOVING : 0;
 }
 
-/* `same`: the values are those of the previous feed, already in the records. Constant in
- * each caller's loop, so the compiler gives each case its own loop. */
-MV_DETECT_INLINE unsigned feed_counters(mv_pipe_seg *s, const char *vals, int forward, double dt,
-                                        int same)
+MV_DETECT_INLINE unsigned feed_counters(mv_pipe_seg *s, const char *vals, int forward, double dt)
 {
     unsigned flags = 0;
     int det = s->cfg.detect;
-    if (same) {
-        /* Every counter is primed (a feed with values came first) and none moved: no
-         * interval leaves everything as it is, else each detector sees a rate of 0 and
-         * rate_max (at least 0) stays. Only the detectors are touched. */
-        for (size_t j = 0; det && forward && j < s->nc; j++)
-            flags |= detect(s, &s->dc[j], &s->cc[j].changes, 0.0);
-        return flags;
-    }
     for (size_t j = 0; j < s->nc; j++) {
         hctr *h = &s->hc[j];
         uint64_t v;
@@ -600,7 +589,7 @@ MV_DETECT_INLINE unsigned feed_counters(mv_pipe_seg *s, const char *vals, int fo
 
 #define GAUGE_BATCH 64
 
-MV_DETECT_INLINE unsigned feed_gauges(mv_pipe_seg *s, const char *vals, int same)
+MV_DETECT_INLINE unsigned feed_gauges(mv_pipe_seg *s, const char *vals)
 {
     unsigned flags = 0;
     int det = s->cfg.detect;
@@ -609,9 +598,8 @@ MV_DETECT_INLINE unsigned feed_gauges(mv_pipe_seg *s, const char *vals, int same
     size_t nb = 0;
     for (size_t j = 0; j < s->ng; j++) {
         hgauge *h = &s->hg[j];
-        double x = h->last;
-        if (!same)
-            memcpy(&x, vals + h->off, 8);
+        double x;
+        memcpy(&x, vals + h->off, 8);
         if (__builtin_expect(x == h->last, 1)) {
             h->run++; /* a repeat: one more of `last`, no sketch touched */
         } else {
@@ -724,9 +712,10 @@ static unsigned feed_hists(mv_pipe_seg *s, const char *vals, int same)
     return flags;
 }
 
-/* Runs what the waiting feed_same reads left (cfg.same_batch): each gauge's repeats of its
- * last value and every detector's updates, in the order the reads would have run them
- * (read by read; within a read, series by series: each series' updates in its own order). */
+/* Runs what feed_same reads left (same_g and same_c of them; several when cfg.same_batch let
+ * them wait): each gauge's repeats of its last value and every detector's updates, in the
+ * order the reads would have run them (read by read; within a read, series by series: each
+ * series' updates in its own order). */
 static unsigned run_same(mv_pipe_seg *s)
 {
     unsigned flags = 0;
@@ -803,12 +792,15 @@ MV_DETECT_INLINE unsigned feed(mv_pipe_seg *s, const void *hot, uint64_t now_ns,
      * close_spread_ns 0 the window is summarised exactly as of its last read. */
     if (s->cl)
         pipe_close_step(s, now_ns, gap);
-    if (wait) {
+    if (same) {
+        /* Its updates wait, or run now with those waiting (none: run_same ran above). */
         s->same_g++;
         s->same_c += forward;
+        if (!wait)
+            flags |= run_same(s);
     } else {
-        flags |= feed_counters(s, vals, forward, dt, same);
-        flags |= feed_gauges(s, vals, same);
+        flags |= feed_counters(s, vals, forward, dt);
+        flags |= feed_gauges(s, vals);
     }
     if (s->nh)
         flags |= feed_hists(s, vals, same);
