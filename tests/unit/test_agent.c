@@ -9,6 +9,7 @@
 #include <string.h>
 #include <grp.h>
 #include <linux/sched.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -652,6 +653,44 @@ static void test_reap_reused_pid(void)
     agent_stop(&a);
 }
 
+/* Owners' pidfds leave descriptors for the rest of the agent: with a low RLIMIT_NOFILE,
+ * more live owners than descriptors still get their segments (the later ones are watched by
+ * pid number), and files can still be opened. */
+static void test_owner_fds_within_limit(void)
+{
+    struct rlimit old, low;
+    CU_ASSERT_FATAL(getrlimit(RLIMIT_NOFILE, &old) == 0);
+    low = old;
+    low.rlim_cur = 256;
+    if (old.rlim_cur < 256 || setrlimit(RLIMIT_NOFILE, &low) != 0) {
+        printf("\n  SKIPPED: descriptor budget (cannot set RLIMIT_NOFILE to 256)\n");
+        return;
+    }
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/fdlimit%d", tmpdir, dir_seq++);
+    mv_segstore_opts o = {.dir = dir, .max_size = 1u << 20, .reap_interval_ms = -1};
+    mv_segstore *st;
+    CU_ASSERT_FATAL(mv_segstore_open(&o, &st) == 0);
+    int created = 0;
+    char err[256];
+    for (int i = 0; i < 320; i++)
+        created +=
+            mv_segstore_create(st, 4096, (uint32_t)getpid(), NULL, 0, NULL, err, sizeof err) == 0;
+    CU_ASSERT_EQUAL(created, 320);
+    int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    CU_ASSERT(fd >= 0 && fd < 256);
+    if (fd >= 0)
+        close(fd);
+    CU_ASSERT_EQUAL(mv_segstore_reap(st), 0); /* every owner (this process) is alive */
+    mv_segstore_seg *v;
+    size_t n = 0;
+    CU_ASSERT_EQUAL(mv_segstore_list(st, &v, &n, NULL), 0);
+    CU_ASSERT_EQUAL(n, 320);
+    mv_segstore_segs_free(v, n);
+    mv_segstore_close(st);
+    setrlimit(RLIMIT_NOFILE, &old);
+}
+
 static void test_restart_keeps_catalog(void)
 {
     agent a;
@@ -781,6 +820,7 @@ int main(int argc, char **argv)
         {"watch ends when the agent stops", test_watch_survives_agent_stop},
         {"dead owner's segment is reaped", test_reap_dead_owner},
         {"dead owner's segment is reaped when its pid is reused", test_reap_reused_pid},
+        {"owners' pidfds leave descriptors for the rest", test_owner_fds_within_limit},
         {"restart keeps the catalog", test_restart_keeps_catalog},
         {"catalog.json validation", test_catalog_parse},
         {"protobuf unpack with a cap", test_proto_unpack_cap},

@@ -5,13 +5,14 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
-#include <stdlib.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/inotify.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -46,24 +47,43 @@ int segstore_fix_size(const mv_segstore_seg *s)
 
 #define FULL_CHECK_EVERY 15
 
+/* The highest descriptor an owner's pidfd may have: a quarter of RLIMIT_NOFILE (at least 64
+ * descriptors) stays for the agent's sockets, segment files and catalog writes. */
+static long owner_fd_ceiling(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY ||
+        rl.rlim_cur > (rlim_t)1 << 30)
+        return 1L << 30;
+    long cur = (long)rl.rlim_cur, keep = cur / 4 > 64 ? cur / 4 : 64;
+    return cur - keep;
+}
+
 int segstore_owner_open(mv_segstore *st, uint32_t pid)
 {
     if (pid == 0)
         return -1;
+    const char *why;
+    int e;
 #ifdef SYS_pidfd_open
     long fd = syscall(SYS_pidfd_open, (pid_t)pid, 0u);
-    if (fd >= 0)
+    if (fd >= 0 && fd < owner_fd_ceiling())
         return (int)fd; /* close-on-exec, as every pidfd is */
-    int e = errno;
+    e = fd >= 0 ? EMFILE : errno;
+    if (fd >= 0)
+        close((int)fd);
+    why = fd >= 0 ? "a quarter of the descriptor limit (RLIMIT_NOFILE) is kept for the rest"
+                  : strerror(e);
 #else
-    int e = ENOSYS;
+    e = ENOSYS;
+    why = strerror(e);
 #endif
     if (e != ESRCH && !st->owner_fd_warned) {
         st->owner_fd_warned = 1;
         MV_WARN("segstore.pidfd_unavailable", "pid=%" PRIu32 " err=%s effect=%s", pid,
-                mv_log_q(strerror(e)),
-                mv_log_q("owners are checked by pid number: a dead owner whose pid is reused "
-                         "keeps its segment until that process exits"));
+                mv_log_q(why),
+                mv_log_q("owners without a pidfd are checked by pid number: a dead owner whose "
+                         "pid is reused keeps its segment until that process exits"));
     }
     return -1;
 }
