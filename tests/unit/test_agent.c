@@ -564,18 +564,25 @@ static void test_watch_survives_agent_stop(void)
     pthread_cond_destroy(&w.cv);
 }
 
-static void test_reap_dead_owner(void)
+/* A child process that waits to be killed, and a segment created for it as owner. */
+static pid_t owned_segment(agent *a, mv_agentc_segment *seg)
 {
-    agent a;
-    agent_start(&a, NULL, 100);
     pid_t child = fork();
     CU_ASSERT_FATAL(child >= 0);
     if (child == 0) {
         pause();
         _exit(0);
     }
+    CU_ASSERT_FATAL(mv_agentc_create(a->cli, 4096, (uint32_t)child, NULL, 0, seg) == 0);
+    return child;
+}
+
+static void test_reap_dead_owner(void)
+{
+    agent a;
+    agent_start(&a, NULL, 100);
     mv_agentc_segment seg;
-    CU_ASSERT_FATAL(mv_agentc_create(a.cli, 4096, (uint32_t)child, NULL, 0, &seg) == 0);
+    pid_t child = owned_segment(&a, &seg);
     /* Alive owner: kept across several reap intervals (a pass is run directly too). */
     CU_ASSERT_EQUAL(mv_segstore_reap(a.store), 0);
     CU_ASSERT_EQUAL(list_has(&a, seg.id), 1);
@@ -625,14 +632,8 @@ static void test_reap_reused_pid(void)
 {
     agent a;
     agent_start(&a, NULL, -1);
-    pid_t owner = fork();
-    CU_ASSERT_FATAL(owner >= 0);
-    if (owner == 0) {
-        pause();
-        _exit(0);
-    }
     mv_agentc_segment seg;
-    CU_ASSERT_FATAL(mv_agentc_create(a.cli, 4096, (uint32_t)owner, NULL, 0, &seg) == 0);
+    pid_t owner = owned_segment(&a, &seg);
     CU_ASSERT_EQUAL(mv_segstore_reap(a.store), 0);
     kill(owner, SIGKILL);
     waitpid(owner, NULL, 0);
