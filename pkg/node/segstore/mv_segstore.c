@@ -477,13 +477,11 @@ static int create_common(mv_segstore *st, uint64_t size, uint32_t owner_pid,
     rc = make_file(st, &seg, ndevices > 0, err, errlen);
     if (rc < 0)
         goto clear_seg;
-    /* The owner as a process, as soon as the request is taken (a pid number alone could
-     * be handed to another process once the owner dies). */
-    pthread_mutex_lock(&st->mu);
-    int owner_fd = segstore_owner_open(st, owner_pid);
-    pthread_mutex_unlock(&st->mu);
 
     pthread_mutex_lock(&st->mu);
+    /* The owner as a process, as soon as the request is taken (a pid number alone could
+     * be handed to another process once the owner dies). */
+    int owner_fd = segstore_owner_open(st, owner_pid);
     for (size_t i = 0; i < ndevices; i++) {
         long at = find_device_locked(st, devices[i]);
         if (at >= 0) {

@@ -61,10 +61,10 @@ void segstore_watch_file(mv_segstore *st, const char *path);
 int segstore_fix_size(const mv_segstore_seg *s);
 void *segstore_reaper_main(void *arg);
 /* mv_segstore_reap.c: a pidfd of process `pid` (0: none) or -1 (logged once per store when
- * the system refuses one for a reason other than the process being gone, or when it would take
- * one of the descriptors kept for the rest of the agent: the top quarter of RLIMIT_NOFILE, at
- * least 64); owner_fds sized
- * for `cap` entries (new ones -1): 0 or -ENOMEM; every owner pidfd closed. */
+ * the system refuses one for a reason other than the process being gone, or when it would
+ * take one of the descriptors kept for the rest of the agent: the top quarter of
+ * RLIMIT_NOFILE, at least 64; caller holds st->mu or owns st); owner_fds sized for `cap`
+ * entries (new ones -1): 0 or -ENOMEM; every owner pidfd closed. */
 int segstore_owner_open(mv_segstore *st, uint32_t pid);
 int segstore_owner_fds_fit(mv_segstore *st, size_t cap);
 void segstore_owner_fds_close(mv_segstore *st);
