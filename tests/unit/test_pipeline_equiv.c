@@ -1,0 +1,227 @@
+/* Unit tests for mv_pipeline: paths that must end exactly where another does: a window's
+ * summary spread over reads against closed at once, reads of unchanged values (fed as
+ * unchanged, batched or not) against full feeds. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "microview.h"
+#include "mv_pipeline.h"
+#include "mv_test.h"
+#include "pipeline_fixture.h"
+
+typedef struct mixed {
+    mv_counter c[4];
+    mv_gauge g[4];
+    mv_histogram *h[2];
+} mixed;
+
+static void mixed_write(mixed *m, int i)
+{
+    for (int k = 0; k < 4; k++) {
+        mv_counter_add(m->c[k], (uint64_t)(1 + (i * 7 + k) % 5));
+        if ((i + k) % 3 == 0) /* gauges move one read in three */
+            mv_gauge_set(m->g[k], (double)((i * 13 + k * 5) % 97) + 0.5);
+    }
+    for (int k = 0; k < 2; k++)
+        mv_histogram_observe(m->h[k], 0.001 * (1 + (i * 11 + k) % 400));
+}
+
+/* Spread window close: the summaries computed over the reads after the boundary
+ * (close_spread_ns) are those computed at once; until they are all in, the view shows
+ * the previous window; metrics needed by the new window first are closed on the spot. */
+static void test_spread_close_equals_immediate(void)
+{
+    fixture fa, fb;
+    mixed ma, mb;
+    double bounds[8];
+    mv_exponential_buckets(0.001, 2.0, 8, bounds);
+    fixture *fx[2] = {&fa, &fb};
+    mixed *mx[2] = {&ma, &mb};
+    for (int s = 0; s < 2; s++) {
+        fx_open(fx[s], s ? "spread-b.seg" : "spread-a.seg", 65536);
+        char name[32];
+        for (int k = 0; k < 4; k++) {
+            snprintf(name, sizeof name, "c%d_total", k);
+            CU_ASSERT_FATAL(
+                mv_counter_register(fx[s]->seg, name, NULL, NULL, NULL, 0, &mx[s]->c[k]) == MV_OK);
+            snprintf(name, sizeof name, "g%d", k);
+            CU_ASSERT_FATAL(
+                mv_gauge_register(fx[s]->seg, name, NULL, NULL, NULL, 0, &mx[s]->g[k]) == MV_OK);
+        }
+        for (int k = 0; k < 2; k++) {
+            snprintf(name, sizeof name, "h%d", k);
+            CU_ASSERT_FATAL(mv_histogram_register(fx[s]->seg, name, NULL, NULL, NULL, 0, bounds, 8,
+                                                  &mx[s]->h[k]) == MV_OK);
+        }
+        fx_catalog(fx[s]);
+    }
+    mv_pipe_config cfg;
+    mv_pipe_config_default(&cfg);
+    cfg.window_ns = SEC;
+    cfg.fd = 0;
+    mv_pipe_seg *now = NULL, *spread = NULL;
+    CU_ASSERT_FATAL(mv_pipe_seg_create(&cfg, fa.cat, NULL, &now) == 0);
+    cfg.close_spread_ns = 8 * 1000000ull;
+    CU_ASSERT_FATAL(mv_pipe_seg_create(&cfg, fb.cat, NULL, &spread) == 0);
+    uint64_t t0 = 14000 * SEC, dt = 1000000ull; /* reads every 1 ms */
+    int compared = 0, lagged = 0;
+    for (int i = 0; i < 3500; i++) {
+        uint64_t t = t0 + (uint64_t)i * dt;
+        mixed_write(&ma, i);
+        mixed_write(&mb, i);
+        mv_pipe_seg_feed(now, fa.map, t);
+        mv_pipe_seg_feed(spread, fb.map, t);
+        mv_pipe_view *a = mv_pipe_seg_view(now), *b = mv_pipe_seg_view(spread);
+        if (a->window_end_ns != b->window_end_ns) {
+            /* Still summarising: the spread view shows the window before. */
+            CU_ASSERT(b->window_end_ns == 0 || b->window_end_ns + SEC == a->window_end_ns);
+            CU_ASSERT(t - a->window_end_ns < 8 * dt);
+            lagged++;
+        } else if (a->window_end_ns && t % SEC == 9 * dt) {
+            /* Summaries identical except the change counts, which the spread side takes
+             * when it summarises (none change here). */
+            for (size_t m = 0; m < a->n; m++) {
+                mv_pipe_out x = a->m[m], y = b->m[m];
+                x.rate_short = y.rate_short = 0;
+                CU_ASSERT(memcmp(&x, &y, sizeof x) == 0);
+            }
+            CU_ASSERT_EQUAL(a->window_reads, b->window_reads);
+            compared++;
+        }
+        free(a);
+        free(b);
+    }
+    printf("\n  spread close: %d windows compared, view lagged %d reads ", compared, lagged);
+    CU_ASSERT(compared == 3);
+    CU_ASSERT(lagged >= 3 * 2 && lagged <= 3 * 8);
+    mv_pipe_seg_destroy(now);
+    mv_pipe_seg_destroy(spread);
+    fx_close(&fa);
+    fx_close(&fb);
+}
+
+/* Two views of the same reads, to the bit. */
+static int views_equal(const mv_pipe_view *a, const mv_pipe_view *b)
+{
+    return a->n == b->n && a->window_end_ns == b->window_end_ns &&
+           a->window_reads == b->window_reads && a->fd_steps == b->fd_steps &&
+           memcmp(&a->anomaly_score, &b->anomaly_score, sizeof a->anomaly_score) == 0 &&
+           a->mem_bytes == b->mem_bytes && memcmp(a->m, b->m, a->n * sizeof a->m[0]) == 0;
+}
+
+/* A read that found the values of the previous one (the collector's `same` read) fed with
+ * mv_pipe_seg_feed_same gives, to the bit, what mv_pipe_seg_feed gives: the same views at
+ * every read, through window closes (spread), the scorer, resets and a NaN gauge. With
+ * same_batch, the same views at every read too, and between two reads with values the
+ * same flags in all (they come with the read that runs the waiting updates). */
+static void test_feed_same_equals_feed(void)
+{
+    fixture f;
+    mixed m;
+    mv_gauge nan_g;
+    double bounds[8];
+    mv_exponential_buckets(0.001, 2.0, 8, bounds);
+    fx_open(&f, "same.seg", 65536);
+    char name[32];
+    for (int k = 0; k < 4; k++) {
+        snprintf(name, sizeof name, "c%d_total", k);
+        CU_ASSERT_FATAL(mv_counter_register(f.seg, name, NULL, NULL, NULL, 0, &m.c[k]) == MV_OK);
+        snprintf(name, sizeof name, "g%d", k);
+        CU_ASSERT_FATAL(mv_gauge_register(f.seg, name, NULL, NULL, NULL, 0, &m.g[k]) == MV_OK);
+    }
+    for (int k = 0; k < 2; k++) {
+        snprintf(name, sizeof name, "h%d", k);
+        CU_ASSERT_FATAL(
+            mv_histogram_register(f.seg, name, NULL, NULL, NULL, 0, bounds, 8, &m.h[k]) == MV_OK);
+    }
+    CU_ASSERT_FATAL(mv_gauge_register(f.seg, "g_nan", NULL, NULL, NULL, 0, &nan_g) == MV_OK);
+    fx_catalog(&f);
+    mv_pipe_config cfg;
+    mv_pipe_config_default(&cfg);
+    cfg.window_ns = SEC;
+    cfg.close_spread_ns = 8 * 1000000ull;
+    cfg.fd_period_ns = 10 * 1000000ull;
+    mv_pipe_seg *full = NULL, *same = NULL, *first = NULL, *batch = NULL;
+    CU_ASSERT_FATAL(mv_pipe_seg_create(&cfg, f.cat, NULL, &full) == 0);
+    CU_ASSERT_FATAL(mv_pipe_seg_create(&cfg, f.cat, NULL, &same) == 0);
+    mv_pipe_config bcfg = cfg;
+    bcfg.same_batch = 3;
+    CU_ASSERT_FATAL(mv_pipe_seg_create(&bcfg, f.cat, NULL, &batch) == 0);
+    /* Fed with feed_same from its first read: nothing in its records yet, it takes the
+     * values from the copy. */
+    CU_ASSERT_FATAL(mv_pipe_seg_create(&cfg, f.cat, NULL, &first) == 0);
+    uint64_t t0 = 20000 * SEC, dt = 1000000ull;
+    int mismatches = 0, same_reads = 0, windows = 0, bmismatches = 0, bflags = 0;
+    unsigned acc_a = 0, acc_b = 0;
+    for (int i = 0; i < 4200; i++) {
+        /* Writes on one read in five, in bursts, none for a while; a reset once; the NaN
+         * gauge flips. */
+        int write = (i % 5 == 0 && !(i > 3300 && i < 3600)) || (i > 2000 && i < 2040);
+        if (write)
+            mixed_write(&m, i);
+        if (i == 3000)
+            *m.c[1].slot = 3; /* a reset: the pod restarted */
+        if (i % 700 == 0)
+            mv_gauge_set(nan_g, i % 1400 ? NAN : 1.0);
+        int changed = write || i == 3000 || i % 700 == 0 || i == 0;
+        uint64_t t = t0 + (uint64_t)i * dt;
+        unsigned fa = mv_pipe_seg_feed(full, f.map, t);
+        unsigned fb =
+            changed ? mv_pipe_seg_feed(same, f.map, t) : mv_pipe_seg_feed_same(same, f.map, t);
+        unsigned fw =
+            changed ? mv_pipe_seg_feed(batch, f.map, t) : mv_pipe_seg_feed_same(batch, f.map, t);
+        same_reads += !changed;
+        mv_pipe_view *a = mv_pipe_seg_view(full), *b = mv_pipe_seg_view(same);
+        mv_pipe_view *w = mv_pipe_seg_view(batch);
+        mismatches += !(fa == fb && views_equal(a, b));
+        bmismatches += !views_equal(a, w);
+        acc_a |= fa;
+        acc_b |= fw;
+        if (changed) { /* every update has run in both */
+            bmismatches += acc_a != acc_b;
+            bflags += (acc_a & MV_PIPE_CHANGED) != 0;
+            acc_a = acc_b = 0;
+        }
+        free(w);
+        windows += (fa & MV_PIPE_WINDOW) != 0;
+        if (i < 2) {
+            unsigned fc = mv_pipe_seg_feed_same(first, f.map, t);
+            mv_pipe_view *c = mv_pipe_seg_view(first);
+            CU_ASSERT(fc == fa && memcmp(a->m, c->m, a->n * sizeof a->m[0]) == 0);
+            free(c);
+        }
+        free(a);
+        free(b);
+    }
+    printf("\n  %d reads (%d same), %d windows, %d mismatches, batched: %d (%d stretches with "
+           "a change) ",
+           4200, same_reads, windows, mismatches, bmismatches, bflags);
+    CU_ASSERT(same_reads > 3000);
+    CU_ASSERT(windows == 4);
+    CU_ASSERT_EQUAL(mismatches, 0);
+    CU_ASSERT_EQUAL(bmismatches, 0);
+    CU_ASSERT(bflags > 0);
+    mv_pipe_seg_destroy(batch);
+    mv_pipe_seg_destroy(full);
+    mv_pipe_seg_destroy(same);
+    mv_pipe_seg_destroy(first);
+    fx_close(&f);
+}
+
+int main(void)
+{
+    g_dir = mv_test_tmpdir("test-pipeline-equiv");
+    if (!g_dir)
+        return 1;
+    static const mv_test tests[] = {
+        {"spread window close equals immediate", test_spread_close_equals_immediate},
+        {"feed of unchanged values equals a full feed", test_feed_same_equals_feed},
+    };
+    int fails = MV_TEST_RUN("pipeline equivalences", tests);
+    if (mv_test_rmrf(g_dir) != 0)
+        fprintf(stderr, "could not remove %s\n", g_dir);
+    free(g_dir);
+    return fails;
+}
