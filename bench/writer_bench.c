@@ -249,7 +249,7 @@ static uint64_t run_round(worker *ws, int nthreads)
 
 static uint64_t counter_value(mv_counter c)
 {
-    return __atomic_load_n(c.slot, __ATOMIC_RELAXED);
+    return mv_counter_value(c);
 }
 
 /* Sets up workers for (op, mode) on `m`. Returns the thread count, or 0 if the

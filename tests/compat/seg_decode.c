@@ -97,6 +97,8 @@ int main(int argc, char **argv)
             json_str(m->labels[k].value);
         }
         putchar('}');
+        if (m->shards > 1) /* only then: decodes of unsharded segments stay as they were */
+            printf(",\"shards\":%u", m->shards);
         if (m->type == MV_SEG_COUNTER) {
             printf(",\"value\":%llu", (unsigned long long)mv_seg_read_counter(buf, m));
         } else if (m->type == MV_SEG_GAUGE) {

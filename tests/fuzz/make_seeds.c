@@ -83,6 +83,12 @@ int main(int argc, char **argv)
         return 1;
     unsetenv(MICROVIEW_ENV_PLACEMENT);
     rc |= save(dir, "valid_packed", b, SEED_SIZE);
+    /* Every metric sharded (spec section 5.2): two shards each, summed by the reader. */
+    memset(g_buf, 0, sizeof g_buf);
+    if (setenv(MICROVIEW_ENV_SHARDS, "2", 1) != 0 || build(1) != 0)
+        return 1;
+    unsetenv(MICROVIEW_ENV_SHARDS);
+    rc |= save(dir, "valid_sharded", b, SEED_SIZE);
     if (build(1) != 0)
         return 1;
     rc |= save(dir, "valid_catalog_only", b, cat_end);

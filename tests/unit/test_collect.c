@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "microview.h"
@@ -491,6 +492,113 @@ static void test_same_reads(void)
     mv_close(seg);
 }
 
+/* Word `k` (shard k's first word) of metric `name` in the segment file at `path`, through a
+ * mapping of its own (unmapped with munmap(*map, size)): an update as another thread's shard
+ * would see it. */
+static uint64_t *shard_word(const char *path, size_t size, const char *name, uint32_t k, void **map)
+{
+    int fd = open(path, O_RDWR);
+    CU_ASSERT_FATAL(fd >= 0);
+    *map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    CU_ASSERT_FATAL(*map != MAP_FAILED);
+    mv_seg_catalog *cat;
+    mv_seg_error e;
+    CU_ASSERT_FATAL(mv_seg_catalog_parse(*map, size, size, &cat, &e) == MV_SEG_OK);
+    uint64_t *w = NULL;
+    for (size_t i = 0; i < mv_seg_catalog_count(cat); i++) {
+        const mv_seg_metric *m = mv_seg_catalog_metric(cat, i);
+        if (strcmp(m->name, name) == 0 && k < m->shards)
+            w = (uint64_t *)(void *)((char *)*map + mv_seg_catalog_values_offset(cat) +
+                                     m->value_offset + k * m->shard_stride);
+    }
+    mv_seg_catalog_free(cat);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(w);
+    return w;
+}
+
+/* Sharded metrics (spec section 5.2) through the collector: snapshots and the pipeline see the
+ * sum of the shards, and a move in a shard other than the first ends the same reads. */
+static void test_sharded_segment(void)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s", make_segment("sharded.seg", 16384));
+    mv_segment *seg;
+    mv_counter ctr;
+    mv_gauge g;
+    mv_histogram *h;
+    const double b[2] = {1, 2};
+    CU_ASSERT_FATAL(mv_open(path, &seg) == MV_OK);
+    CU_ASSERT_FATAL(mv_set_shards(seg, 4) == MV_OK);
+    CU_ASSERT_FATAL(mv_counter_register(seg, "x_total", NULL, NULL, NULL, 0, &ctr) == MV_OK);
+    CU_ASSERT_FATAL(mv_gauge_register(seg, "level", NULL, NULL, NULL, 0, &g) == MV_OK);
+    CU_ASSERT_FATAL(mv_histogram_register(seg, "lat", NULL, NULL, NULL, 0, b, 2, &h) == MV_OK);
+    CU_ASSERT_FATAL(mv_set_shards(seg, 1) == MV_OK);
+    mv_counter plain;
+    CU_ASSERT_FATAL(mv_counter_register(seg, "plain_total", NULL, NULL, NULL, 0, &plain) == MV_OK);
+    mv_counter_add(ctr, 1);
+    mv_counter_add(plain, 2);
+    mv_gauge_set(g, 1.0); /* shard 0 */
+    mv_histogram_observe(h, 1.5);
+    mv_histogram_observe(h, 0.5);
+    void *map1, *map2;
+    uint64_t *x3 = shard_word(path, 16384, "x_total", 3, &map1);
+    uint64_t *level2 = shard_word(path, 16384, "level", 2, &map2);
+
+    mv_coll_opts o;
+    mv_coll *c;
+    mv_coll_opts_default(&o);
+    o.analytics = 1;
+    o.pipe.window_ns = 20 * 1000000ull;
+    CU_ASSERT_FATAL(mv_coll_create(&o, &c) == 0);
+    add_path(c, "s", path);
+    for (int i = 0; i < 3; i++)
+        mv_coll_tick(c);
+    __atomic_fetch_add(x3, 10, __ATOMIC_RELAXED); /* shard 3 moves: the probe must see it */
+    mv_coll_tick(c);
+    double val = 0, quarter = 0.25;
+    CU_ASSERT(snap_value(c, "s", "x_total", &val, NULL) && val == 11);
+    uint64_t bits;
+    memcpy(&bits, &quarter, 8);
+    __atomic_store_n(level2, bits, __ATOMIC_RELAXED);
+    mv_coll_tick(c);
+    CU_ASSERT(snap_value(c, "s", "level", &val, NULL) && val == 1.25);
+    CU_ASSERT(snap_value(c, "s", "lat", &val, NULL) && val == 2);
+    CU_ASSERT(snap_value(c, "s", "plain_total", &val, NULL) && val == 2);
+    mv_coll_snap *sn = mv_coll_snapshot(c);
+    const mv_coll_seg_view *v = mv_coll_snap_seg(sn, 0);
+    CU_ASSERT_EQUAL(v->state, MV_COLL_OK);
+    CU_ASSERT_EQUAL(v->reads, 5);
+    CU_ASSERT_EQUAL(v->reads_same, 2); /* ticks 2 and 3; 4 and 5 copied */
+    mv_coll_snap_free(sn);
+
+    /* Windows closed since: the pipeline summarised the folded sum, not shard 0 (1.0). */
+    for (int i = 0; i < 70; i++) {
+        mv_coll_tick(c);
+        usleep(1000);
+    }
+    sn = mv_coll_snapshot(c);
+    v = mv_coll_snap_seg(sn, 0);
+    CU_ASSERT_FATAL(v->pipe != NULL && v->pipe->cat == v->cat && v->pipe->n == 4);
+    int seen = 0;
+    for (size_t k = 0; k < v->pipe->n; k++) {
+        const mv_seg_metric *m = mv_seg_catalog_metric(v->cat, k);
+        const mv_pipe_out *po = &v->pipe->m[k];
+        if (strcmp(m->name, "level") == 0) {
+            CU_ASSERT(po->has_window);
+            CU_ASSERT_EQUAL(po->last, 1.25);
+            CU_ASSERT_EQUAL(po->min, 1.25);
+            seen++;
+        }
+    }
+    CU_ASSERT_EQUAL(seen, 1);
+    mv_coll_snap_free(sn);
+    mv_coll_destroy(c);
+    munmap(map1, 16384);
+    munmap(map2, 16384);
+    mv_close(seg);
+}
+
 int main(void)
 {
     g_dir = mv_test_tmpdir("test-collect");
@@ -505,6 +613,7 @@ int main(void)
         {"long tick: new segments read early", test_long_tick_early_read},
         {"revoked segment is dropped", test_revoked_segment_is_dropped},
         {"same reads: no copy, same values", test_same_reads},
+        {"sharded metrics: sums, pipeline, probe", test_sharded_segment},
         {"window phases per segment or aligned", test_window_align},
     };
     int failed = MV_TEST_RUN("collect", tests);

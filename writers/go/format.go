@@ -17,6 +17,8 @@ const (
 	minSize      = 1024
 	maxSize      = 1 << 30
 	recordHead   = 24
+	recSharded   = 0x01 // record flag: the slot holds shard_count shards (section 5.2)
+	shardsMax    = 64
 	recordMin    = 40
 	lineSize     = 64 // cache line: slots start on one (section 5.1)
 	nameMax      = 255
@@ -227,6 +229,13 @@ func placeSlot(valuesUsed, valuesSize, catalogUsed, catalogSize uint32, recordSi
 	return int(valuesUsed)
 }
 
+// validShards: a sharded record's shard count is a power of two from 2 to 64.
+func validShards(n int) bool { return n >= 2 && n <= shardsMax && n&(n-1) == 0 }
+
+// shardStride: the bytes from one shard of a sharded record to the next, its value's size
+// rounded up to whole 64-byte lines.
+func shardStride(size uint32) uint32 { return (size + 63) &^ 63 }
+
 func (d *desc) valueSize() int {
 	if d.typ == typeHist {
 		return 8 * (len(d.bounds) + 4)
@@ -283,6 +292,7 @@ type record struct {
 	bounds      []float64
 	valueOffset uint32
 	valueSize   uint32
+	shards      int // 1, or a sharded record's shard count (section 5.2)
 }
 
 type catalog struct {
@@ -405,8 +415,12 @@ func parseRecord(rec []byte, idx int, valuesUsed uint32, valueEnd *uint32) (reco
 	if le.Uint64(rec[size-8:]) != fnv1a64(rec[:size-8]) {
 		return r, 0, reject("bad_checksum", "record %d: checksum mismatch", idx)
 	}
-	if rec[5] != 0 || le.Uint16(rec[18:]) != 0 || le.Uint32(rec[20:]) != 0 {
-		return r, 0, reject("bad_record", "record %d: flags/reserved fields are not zero", idx)
+	flags, shards := rec[5], int(le.Uint16(rec[18:]))
+	if flags&^recSharded != 0 || le.Uint32(rec[20:]) != 0 {
+		return r, 0, reject("bad_record", "record %d: unknown flags or reserved fields not zero", idx)
+	}
+	if flags&recSharded != 0 && !validShards(shards) || flags&recSharded == 0 && shards != 0 {
+		return r, 0, reject("bad_record", "record %d: shard_count %d (sharded: a power of two from 2 to %d, else 0)", idx, shards, shardsMax)
 	}
 	r.typ = rec[4]
 	if r.typ != typeCounter && r.typ != typeGauge && r.typ != typeHist {
@@ -423,6 +437,11 @@ func parseRecord(rec []byte, idx int, valuesUsed uint32, valueEnd *uint32) (reco
 	want := uint32(8)
 	if r.typ == typeHist {
 		want = uint32(8 * (nb + 4))
+	}
+	r.shards = 1
+	if shards > 1 {
+		r.shards = shards
+		want = uint32(shards) * shardStride(want)
 	}
 	r.valueOffset, r.valueSize = le.Uint32(rec[8:]), le.Uint32(rec[12:])
 	if r.valueSize != want {

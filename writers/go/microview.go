@@ -288,58 +288,59 @@ func (s *Segment) lock() error {
 }
 
 // register appends (or finds) the record for d and returns its value slot offset from the
-// start of the segment.
-func (s *Segment) register(d *desc) (int, error) {
+// start of the segment and its shard count (1 unless another writer registered the series
+// sharded: this writer then updates shard 0, section 5.2).
+func (s *Segment) register(d *desc) (int, int, error) {
 	if s == nil {
-		return 0, fail(ErrInvalid, "segment is nil")
+		return 0, 1, fail(ErrInvalid, "segment is nil")
 	}
 	if err := d.check(); err != nil {
-		return 0, err
+		return 0, 1, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.mem == nil {
-		return 0, fail(ErrInvalid, "segment is closed")
+		return 0, 1, fail(ErrInvalid, "segment is closed")
 	}
 	if err := s.lock(); err != nil {
-		return 0, err
+		return 0, 1, err
 	}
-	off, err := s.appendLocked(d)
+	off, shards, err := s.appendLocked(d)
 	atomic.StoreUint32(word32(s.mem, offLock), 0)
 	if err == nil {
 		s.Heartbeat()
 	}
-	return off, err
+	return off, shards, err
 }
 
-func (s *Segment) appendLocked(d *desc) (int, error) {
+func (s *Segment) appendLocked(d *desc) (int, int, error) {
 	mem := s.mem
 	genw := word64(mem, offGen)
 	s.repair() // an appender died half-way: recount what it left
 	gen := atomic.LoadUint64(genw)
 	c, err := parseCatalog(mem)
 	if err != nil {
-		return 0, fail(ErrFormat, fmt.Sprintf("%s: %v", s.path, err))
+		return 0, 1, fail(ErrFormat, fmt.Sprintf("%s: %v", s.path, err))
 	}
 	for _, r := range c.records {
 		if r.name != d.name {
 			continue
 		}
 		if r.typ != d.typ {
-			return 0, fail(ErrConflict, fmt.Sprintf("metric %s is already registered with type %d", d.name, r.typ))
+			return 0, 1, fail(ErrConflict, fmt.Sprintf("metric %s is already registered with type %d", d.name, r.typ))
 		}
 		if !sameLabels(r.labels, d.labels) {
 			continue
 		}
 		if len(r.bounds) != len(d.bounds) {
-			return 0, fail(ErrConflict, fmt.Sprintf("histogram %s is already registered with other buckets", d.name))
+			return 0, 1, fail(ErrConflict, fmt.Sprintf("histogram %s is already registered with other buckets", d.name))
 		}
 		for i := range r.bounds {
 			if r.bounds[i] != d.bounds[i] {
-				return 0, fail(ErrConflict, fmt.Sprintf("histogram %s is already registered with other buckets", d.name))
+				return 0, 1, fail(ErrConflict, fmt.Sprintf("histogram %s is already registered with other buckets", d.name))
 			}
 		}
-		return int(c.valuesOffset + r.valueOffset), nil
+		return int(c.valuesOffset + r.valueOffset), r.shards, nil
 	}
 	rsize, vsize := d.recordSize(), d.valueSize()
 	coff := int(c.catalogUsed)
@@ -351,10 +352,10 @@ func (s *Segment) appendLocked(d *desc) (int, error) {
 		voff = placeSlot(c.valuesUsed, c.valuesSize, c.catalogUsed, c.catalogSize, rsize, vsize)
 	}
 	if voff+vsize > int(c.valuesSize) {
-		return 0, fail(ErrFull, fmt.Sprintf("%s: value area full (%d of %d bytes used, %s needs %d)", s.path, c.valuesUsed, c.valuesSize, d.name, vsize))
+		return 0, 1, fail(ErrFull, fmt.Sprintf("%s: value area full (%d of %d bytes used, %s needs %d)", s.path, c.valuesUsed, c.valuesSize, d.name, vsize))
 	}
 	if coff+rsize > int(c.catalogSize) || c.count >= metricsMax {
-		return 0, fail(ErrFull, fmt.Sprintf("%s: catalog area full (%d of %d bytes used, %s needs %d)", s.path, coff, c.catalogSize, d.name, rsize))
+		return 0, 1, fail(ErrFull, fmt.Sprintf("%s: catalog area full (%d of %d bytes used, %s needs %d)", s.path, coff, c.catalogSize, d.name, rsize))
 	}
 	atomic.StoreUint64(genw, gen+1) // sequentially consistent: also the full fence of step 6
 	slot := int(c.valuesOffset) + voff
@@ -367,38 +368,39 @@ func (s *Segment) appendLocked(d *desc) (int, error) {
 	atomic.StoreUint32(word32(mem, offCatUsed), uint32(coff+rsize))
 	atomic.StoreUint32(word32(mem, offCount), c.count+1)
 	atomic.StoreUint64(genw, gen+2)
-	return slot, nil
+	return slot, 1, nil
 }
 
 var scratch [8]uint64 // target of scalar handles whose registration failed
 
 // NewCounter registers (or finds) a counter series.
 func (s *Segment) NewCounter(o Opts) (Counter, error) {
-	off, err := s.register(&desc{typ: typeCounter, name: o.Name, help: o.Help, unit: o.Unit, labels: o.Labels})
+	off, n, err := s.register(&desc{typ: typeCounter, name: o.Name, help: o.Help, unit: o.Unit, labels: o.Labels})
 	if err != nil {
-		return Counter{&scratch[0]}, err
+		return Counter{w: &scratch[0]}, err
 	}
-	return Counter{word64(s.mem, off)}, nil
+	return Counter{w: word64(s.mem, off), shards: n}, nil
 }
 
 // NewGauge registers (or finds) a gauge series.
 func (s *Segment) NewGauge(o Opts) (Gauge, error) {
-	off, err := s.register(&desc{typ: typeGauge, name: o.Name, help: o.Help, unit: o.Unit, labels: o.Labels})
+	off, n, err := s.register(&desc{typ: typeGauge, name: o.Name, help: o.Help, unit: o.Unit, labels: o.Labels})
 	if err != nil {
-		return Gauge{&scratch[1]}, err
+		return Gauge{w: &scratch[1]}, err
 	}
-	return Gauge{word64(s.mem, off)}, nil
+	return Gauge{w: word64(s.mem, off), shards: n}, nil
 }
 
 // NewHistogram registers (or finds) a histogram series; bounds are the finite upper bounds
 // (le) of its buckets, strictly increasing, 1 to 160 of them; a +Inf bucket is implied.
 func (s *Segment) NewHistogram(o Opts, bounds []float64) (*Histogram, error) {
 	b := append([]float64(nil), bounds...)
-	off, err := s.register(&desc{typ: typeHist, name: o.Name, help: o.Help, unit: o.Unit, labels: o.Labels, bounds: b})
+	off, n, err := s.register(&desc{typ: typeHist, name: o.Name, help: o.Help, unit: o.Unit, labels: o.Labels, bounds: b})
 	if err != nil {
-		return newHistogram(make([]uint64, len(b)+4), b), err
+		return newHistogram(make([]uint64, len(b)+4), b, 1), err
 	}
-	return newHistogram(wordSlice(s.mem, off, len(b)+4), b), nil
+	stride := int(shardStride(uint32(8*(len(b)+4)))) / 8
+	return newHistogram(wordSlice(s.mem, off, (n-1)*stride+len(b)+4), b, n), nil
 }
 
 // ExponentialBuckets returns count bounds start, start*factor, start*factor^2, ...

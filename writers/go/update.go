@@ -13,8 +13,25 @@ func wordSlice(mem []byte, off, n int) []uint64 {
 }
 
 // Counter is a handle to one counter's value word. The zero Counter must not be used.
+// A series another writer registered sharded (section 5.2) is updated in its shard 0.
 type Counter struct {
-	w *uint64
+	w      *uint64
+	shards int
+}
+
+// shardSum adds up the first word of each of n shards, a 64-byte line apart, from w on.
+func shardSum(w *uint64, n int, add func(acc, word uint64) uint64) uint64 {
+	acc := atomic.LoadUint64(w)
+	for k := 1; k < n; k++ {
+		acc = add(acc, atomic.LoadUint64((*uint64)(unsafe.Add(unsafe.Pointer(w), 64*k))))
+	}
+	return acc
+}
+
+func addU64(acc, w uint64) uint64 { return acc + w }
+
+func addF64(acc, w uint64) uint64 {
+	return math.Float64bits(math.Float64frombits(acc) + math.Float64frombits(w))
 }
 
 // Inc adds 1: one atomic add, safe from many goroutines.
@@ -23,16 +40,23 @@ func (c Counter) Inc() { atomic.AddUint64(c.w, 1) }
 // Add adds n: one atomic add, safe from many goroutines.
 func (c Counter) Add(n uint64) { atomic.AddUint64(c.w, n) }
 
-// Value reads the counter.
-func (c Counter) Value() uint64 { return atomic.LoadUint64(c.w) }
+// Value reads the counter (the sum of its shards).
+func (c Counter) Value() uint64 { return shardSum(c.w, c.shards, addU64) }
 
 // Gauge is a handle to one gauge's value word (IEEE-754 bits).
 type Gauge struct {
-	w *uint64
+	w      *uint64
+	shards int
 }
 
-// Set stores v: one 8-byte store, last store wins.
-func (g Gauge) Set(v float64) { atomic.StoreUint64(g.w, math.Float64bits(v)) }
+// Set stores v: one 8-byte store, last store wins. On a sharded gauge it zeroes shards 1..
+// first and stores v in shard 0, where every writer's set goes (section 9.2).
+func (g Gauge) Set(v float64) {
+	for k := 1; k < g.shards; k++ {
+		atomic.StoreUint64((*uint64)(unsafe.Add(unsafe.Pointer(g.w), 64*k)), 0)
+	}
+	atomic.StoreUint64(g.w, math.Float64bits(v))
+}
 
 // Add adds delta with a compare-and-swap loop; safe from many goroutines.
 func (g Gauge) Add(delta float64) {
@@ -44,21 +68,24 @@ func (g Gauge) Add(delta float64) {
 	}
 }
 
-// Value reads the gauge.
-func (g Gauge) Value() float64 { return math.Float64frombits(atomic.LoadUint64(g.w)) }
+// Value reads the gauge (the sum of its shards).
+func (g Gauge) Value() float64 { return math.Float64frombits(shardSum(g.w, g.shards, addF64)) }
 
-// Histogram is a handle to one histogram's value words: count, sum, buckets, checksum.
+// Histogram is a handle to one histogram's value words: count, sum, buckets, checksum (of
+// shard 0 when another writer registered it sharded; all holds every shard's words).
 type Histogram struct {
 	w        []uint64
+	all      []uint64
+	shards   int
 	bounds   []float64
 	bucketWt []uint64 // W(2+i) + W(0) per bucket
 	sumWt    uint64   // W(1)
 	check    int      // n + 3
 }
 
-func newHistogram(w []uint64, bounds []float64) *Histogram {
-	h := &Histogram{w: w, bounds: bounds, bucketWt: make([]uint64, len(bounds)+1),
-		sumWt: histWeight(1), check: len(bounds) + 3}
+func newHistogram(all []uint64, bounds []float64, shards int) *Histogram {
+	h := &Histogram{w: all[:len(bounds)+4], all: all, shards: shards, bounds: bounds,
+		bucketWt: make([]uint64, len(bounds)+1), sumWt: histWeight(1), check: len(bounds) + 3}
 	for i := range h.bucketWt {
 		h.bucketWt[i] = histWeight(2+i) + histWeight(0)
 	}
@@ -96,12 +123,22 @@ func (h *Histogram) Observe(v float64) {
 
 // Snapshot reads count, sum and the non-cumulative bucket counts (len(bounds)+1 of them).
 // It is not atomic across words; use it in tests and quiescent states.
+// A sharded histogram reads as the sum of its shards.
 func (h *Histogram) Snapshot() (count uint64, sum float64, buckets []uint64) {
 	buckets = make([]uint64, len(h.bounds)+1)
-	for i := range buckets {
-		buckets[i] = atomic.LoadUint64(&h.w[2+i])
+	stride := 0
+	if h.shards > 1 {
+		stride = (len(h.all) - len(h.w)) / (h.shards - 1)
 	}
-	return atomic.LoadUint64(&h.w[0]), math.Float64frombits(atomic.LoadUint64(&h.w[1])), buckets
+	for k := 0; k < h.shards; k++ {
+		w := h.all[k*stride:]
+		for i := range buckets {
+			buckets[i] += atomic.LoadUint64(&w[2+i])
+		}
+		count += atomic.LoadUint64(&w[0])
+		sum += math.Float64frombits(atomic.LoadUint64(&w[1]))
+	}
+	return count, sum, buckets
 }
 
 // Bounds returns a copy of the histogram's finite upper bounds.

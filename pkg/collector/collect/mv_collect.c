@@ -364,7 +364,7 @@ static void set_failure(mv_coll *c, seg *s, mv_seg_reason r, const char *detail,
         s->pub_cat = NULL;
         free(s->pub_hot);
         s->pub_hot = NULL;
-        s->pub_len = 0;
+        s->pub_len = s->pub_cap = 0;
     }
     pthread_mutex_unlock(&s->mu);
     if (quarantine) {
@@ -496,9 +496,10 @@ static void publish(seg *s, uint64_t now, uint64_t hb, uint64_t torn, uint32_t s
     }
     /* Swap buffers: the old published copy becomes the next work buffer. */
     void *old = s->pub_hot;
-    uint32_t old_cap = s->pub_len;
+    uint32_t old_cap = s->pub_cap;
     s->pub_hot = s->work;
     s->pub_len = len;
+    s->pub_cap = s->work_cap;
     s->state = MV_COLL_OK;
     s->read_ns = now;
     s->heartbeat_ns = hb;
@@ -618,7 +619,7 @@ static uint32_t tick_prepare(mv_coll *c, seg *s, uint64_t *same_at)
     if (!s->cat && load_catalog(c, s, now) != 0)
         return 0;
     uint32_t len = mv_seg_catalog_hot_size(s->cat->cat);
-    if (ensure_buf(&s->work, &s->work_cap, len) != 0) {
+    if (ensure_buf(&s->work, &s->work_cap, mv_seg_catalog_fold_size(s->cat->cat)) != 0) {
         set_failure(c, s, MV_SEG_E_NOMEM, "out of memory", now);
         return 0;
     }
@@ -669,6 +670,10 @@ static void tick_finish(mv_coll *c, seg *s, int status, uint32_t len, uint64_t *
         uint32_t stale, omitted;
         uint64_t torn = mv_coll__fix_torn(c, s, s->cat->cat, now, &stale, &omitted);
         *torn_total += torn;
+        /* Sharded records summed past the copy, where the pipeline reads them (fold_offset);
+         * their shards are consistent now, or replaced by fix_torn. */
+        if (mv_seg_catalog_sharded(s->cat->cat))
+            mv_seg_fold(s->cat->cat, s->work);
         s->fail_since_ns = 0;
         int fed = analyse(c, s, s->work, 0, now);
         publish(s, now, hb, torn, stale, omitted);

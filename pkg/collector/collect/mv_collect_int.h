@@ -62,9 +62,10 @@ typedef struct seg {
     uint64_t next_recheck_ns; /* tick thread: a quarantined segment's next try */
 
     /* Read when a copy is made (a changed segment) or something happens. */
-    void *work; /* hot copy being validated */
+    void *work; /* hot copy being validated, with room for its folded shards (mv_seg_fold) */
     uint32_t work_cap;
-    uint32_t pub_len;
+    uint32_t pub_len;    /* the published copy's hot bytes */
+    uint32_t pub_cap;    /* its buffer's bytes (hot and folded) */
     uint64_t read_bytes; /* moved by the transport for this segment (atomic) */
     uint64_t heartbeat_ns, read_errors, torn;
     uint64_t busy_since_ns; /* CLOCK_REALTIME when the catalog went busy (odd generation) */

@@ -17,7 +17,8 @@ void mv_coll__probe_take(seg *s)
 /* The words a probe compares (transport->probe), for the published copy of the current
  * catalog: every word of the header (magic, sizes, instance, catalog generation and counts,
  * lock, heartbeat, writer pid: all that a copy's validation checks, and more), then each
- * metric's first value word (a counter's or gauge's value, a histogram's count); packed, with
+ * metric's first value word (a counter's or gauge's value, a histogram's count; each shard's,
+ * for a sharded record); packed, with
  * their values in that copy, so a probe touches one line of the segment per metric and a
  * few of its own. Returns how many words there are, 0 when there is no probe, no published
  * copy of the current catalog, or no memory for the list. */
@@ -27,7 +28,9 @@ static size_t probe_words(const mv_coll *c, seg *s)
         return 0;
     if (s->probe_serial != s->cat->serial) {
         const mv_seg_catalog *cat = s->cat->cat;
-        size_t nh = MV_SEG_HEADER_SIZE / 8, n = mv_seg_catalog_count(cat) + nh;
+        size_t nh = MV_SEG_HEADER_SIZE / 8, nm = mv_seg_catalog_count(cat), n = nh;
+        for (size_t i = 0; i < nm; i++)
+            n += mv_seg_catalog_metric(cat, i)->shards;
         if (n > s->probe_cap) {
             uint32_t *p = realloc(s->probe_offs, n * sizeof *p);
             if (p)
@@ -41,8 +44,12 @@ static size_t probe_words(const mv_coll *c, seg *s)
         for (size_t i = 0; i < nh; i++)
             s->probe_offs[i] = (uint32_t)(8 * i);
         uint32_t vo = mv_seg_catalog_values_offset(cat);
-        for (size_t i = nh; i < n; i++)
-            s->probe_offs[i] = vo + mv_seg_catalog_metric(cat, i - nh)->value_offset;
+        size_t at = nh;
+        for (size_t i = 0; i < nm; i++) {
+            const mv_seg_metric *m = mv_seg_catalog_metric(cat, i);
+            for (uint32_t k = 0; k < m->shards; k++) /* every shard's first word */
+                s->probe_offs[at++] = vo + m->value_offset + k * m->shard_stride;
+        }
         s->nprobe = n;
         s->probe_serial = s->cat->serial;
         s->probe_copy_at = s->pub_copies - 1; /* take the words below */

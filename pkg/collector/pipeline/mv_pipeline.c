@@ -419,7 +419,7 @@ int mv_pipe_seg_create(const mv_pipe_config *cfg, const mv_seg_catalog *cat, mv_
                     s->slot_tot[(size_t)k * s->nc + jc] = prev->slot_tot[(size_t)k * prev->nc + pj];
                 pthread_mutex_unlock(&prev->mu);
             }
-            s->hc[jc].off = m->value_offset;
+            s->hc[jc].off = m->fold_offset; /* a sharded one: summed */
             s->cc[jc].idx = (uint32_t)i;
             jc++;
         } else if (m->type == MV_SEG_GAUGE) {
@@ -431,7 +431,7 @@ int mv_pipe_seg_create(const mv_pipe_config *cfg, const mv_seg_catalog *cat, mv_
             } else {
                 s->hg[jg].last = NAN;
             }
-            s->hg[jg].off = m->value_offset;
+            s->hg[jg].off = m->fold_offset; /* a sharded one: summed */
             s->cg[jg].idx = (uint32_t)i;
             jg++;
         } else {
@@ -446,7 +446,7 @@ int mv_pipe_seg_create(const mv_pipe_config *cfg, const mv_seg_catalog *cat, mv_
                 if (!s->ch[jh].b)
                     goto fail_state;
             }
-            s->hh[jh].off = m->value_offset;
+            s->hh[jh].off = m->fold_offset; /* a sharded one: summed */
             s->ch[jh].idx = (uint32_t)i;
             s->ch[jh].nb = nb;
             jh++;

@@ -29,6 +29,8 @@ struct mv_histogram {
     uint16_t n;           /* finite bounds */
     uint16_t check_index; /* n + 3 */
     uint8_t pair;         /* count and sum updated by one 16-byte CAS (see observe) */
+    uint32_t shard_mask;  /* shards - 1: 0 when the histogram is not sharded */
+    uint32_t shard_words; /* words from one shard to the next */
     mv_histogram *next;
 };
 
@@ -41,6 +43,7 @@ struct mv_segment {
     mv_seg_header *h;
     pthread_mutex_t mu; /* serialises registration within this process */
     int packed;         /* MICROVIEW_PLACEMENT=packed: slots back to back, not on lines */
+    unsigned shards;    /* shards of the metrics registered next (mv_set_shards) */
     mv_histogram *hists;
 };
 
@@ -151,6 +154,31 @@ static int format_if_zero(int fd, mv_segment *s)
     return rc;
 }
 
+/* $MICROVIEW_SHARDS: a power of two from 2 to 64, else 1 (unset, "1", or not a valid count:
+ * the process still runs, with metrics that are not sharded). */
+static unsigned env_shards(void)
+{
+    const char *e = getenv(MICROVIEW_ENV_SHARDS);
+    if (!e || !*e)
+        return 1;
+    char *end;
+    unsigned long n = strtoul(e, &end, 10);
+    return *end == '\0' && mv_seg_valid_shards((unsigned)(n > 64 ? 0 : n)) ? (unsigned)n : 1;
+}
+
+int mv_set_shards(mv_segment *s, unsigned shards)
+{
+    if (!s)
+        return fail(MV_ERR_INVALID, "segment handle is NULL");
+    if (shards != 1 && !mv_seg_valid_shards(shards))
+        return fail(MV_ERR_INVALID, "shards must be 1 or a power of two from 2 to %d (got %u)",
+                    MV_SEG_SHARDS_MAX, shards);
+    pthread_mutex_lock(&s->mu);
+    s->shards = shards;
+    pthread_mutex_unlock(&s->mu);
+    return MV_OK;
+}
+
 static int seg_lock(mv_segment *s);
 static void seg_repair(mv_segment *s, uint64_t *gen);
 static int have_cas16(void);
@@ -233,6 +261,7 @@ int mv_open(const char *path, mv_segment **out)
     pthread_mutex_init(&s->mu, NULL);
     const char *placement = getenv(MICROVIEW_ENV_PLACEMENT);
     s->packed = placement && strcmp(placement, "packed") == 0;
+    s->shards = env_shards();
     __atomic_store_n(&s->h->writer_pid, (uint32_t)getpid(), __ATOMIC_RELAXED);
     mv_heartbeat(s);
     close(fd);
@@ -365,8 +394,9 @@ static int map_reason(mv_seg_reason r)
     }
 }
 
-/* Appends (or finds) the record for `d`; *slot gets the value words. */
-static int do_register(mv_segment *s, const mv_seg_metric_desc *d, uint64_t **slot)
+/* Appends (or finds) the record for `d`, sharded as mv_set_shards said; *slot gets the value
+ * words (the first shard's) and *shards the record's shard count (1: not sharded). */
+static int do_register(mv_segment *s, mv_seg_metric_desc *d, uint64_t **slot, unsigned *shards)
 {
     mv_seg_error e;
     mv_seg_reason r;
@@ -378,6 +408,7 @@ static int do_register(mv_segment *s, const mv_seg_metric_desc *d, uint64_t **sl
         return fail(map_reason(r), "%s", e.detail);
 
     pthread_mutex_lock(&s->mu);
+    d->shards = (uint16_t)(s->shards > 1 ? s->shards : 0);
     if ((rc = seg_lock(s)) != MV_OK)
         goto unlock_mu;
 
@@ -408,6 +439,7 @@ static int do_register(mv_segment *s, const mv_seg_metric_desc *d, uint64_t **sl
             goto free_cat;
         }
         *slot = (uint64_t *)(void *)(s->base + h->values_offset + m->value_offset);
+        *shards = m->shards;
         rc = MV_OK;
         goto free_cat;
     }
@@ -418,9 +450,10 @@ static int do_register(mv_segment *s, const mv_seg_metric_desc *d, uint64_t **sl
      * updating neighbouring metrics then do not contend for one line (spec section 5.1).
      * MICROVIEW_PLACEMENT=packed trades that for an 8x smaller per-tick copy of counters
      * and gauges. */
-    uint32_t voff = s->packed ? h->values_used
-                              : mv_seg_place_slot(h->values_used, h->values_size, coff,
-                                                  h->catalog_size, rsize, vsize);
+    uint32_t voff = s->packed && !d->shards
+                        ? h->values_used
+                        : mv_seg_place_slot(h->values_used, h->values_size, coff, h->catalog_size,
+                                            rsize, vsize);
     if ((uint64_t)voff + vsize > h->values_size) {
         rc = fail(MV_ERR_FULL, "%s: value area full (%u of %u bytes used, %s needs %u)", s->path,
                   h->values_used, h->values_size, d->name, vsize);
@@ -443,6 +476,7 @@ static int do_register(mv_segment *s, const mv_seg_metric_desc *d, uint64_t **sl
     __atomic_store_n(&h->metric_count, h->metric_count + 1, __ATOMIC_RELAXED);
     __atomic_store_n(&h->generation, gen + 2, __ATOMIC_RELEASE);
     *slot = words;
+    *shards = d->shards ? d->shards : 1;
     rc = MV_OK;
 
 free_cat:
@@ -473,9 +507,10 @@ static int register_scalar(mv_segment *s, uint8_t type, const char *name, const 
         .label_count = (uint16_t)nlabels,
     };
     uint64_t *p;
-    int rc = do_register(s, &d, &p);
-    if (rc == MV_OK)
-        *slot = p;
+    unsigned shards;
+    int rc = do_register(s, &d, &p, &shards);
+    if (rc == MV_OK) /* the shard count in the handle's low bits (microview.h, mv__word) */
+        *slot = (uint64_t *)(void *)((uintptr_t)p | (uintptr_t)__builtin_ctz(shards));
     return rc;
 }
 
@@ -525,14 +560,17 @@ int mv_histogram_register(mv_segment *s, const char *name, const char *help, con
         .bounds = bounds,
         .bucket_count = (uint16_t)nbounds,
     };
-    int rc = do_register(s, &d, &hg->w);
+    unsigned shards;
+    int rc = do_register(s, &d, &hg->w, &shards);
     if (rc != MV_OK) {
         free(hg->bounds);
         free(hg->bucket_wt);
         free(hg);
         return rc;
     }
-    hg->pair = ((uintptr_t)hg->w & 15) == 0 && have_cas16();
+    hg->pair = ((uintptr_t)hg->w & 15) == 0 && have_cas16(); /* shards: strides of 64 bytes */
+    hg->shard_mask = shards - 1;
+    hg->shard_words = mv_seg_shard_stride(MV_SEG_HISTOGRAM, hg->n) / 8;
     pthread_mutex_lock(&s->mu);
     hg->next = s->hists;
     s->hists = hg;
@@ -591,15 +629,75 @@ static inline int cas16(uint64_t *p, uint64_t *lo, uint64_t *hi, uint64_t nlo, u
 }
 #endif
 
+unsigned mv__shard_id(void)
+{
+    static unsigned next;
+    static __thread unsigned id;
+    while (id == 0) /* 0 means "not assigned yet" */
+        id = __atomic_add_fetch(&next, 1, __ATOMIC_RELAXED);
+    return id;
+}
+
 void mv_gauge_add(mv_gauge g, double delta)
 {
-    uint64_t old = __atomic_load_n(g.slot, __ATOMIC_RELAXED), nw;
+    uint64_t *w = mv__word(g.slot);
+    uint64_t old = __atomic_load_n(w, __ATOMIC_RELAXED), nw;
     do {
         double v;
         memcpy(&v, &old, 8);
         v += delta;
         memcpy(&nw, &v, 8);
-    } while (!__atomic_compare_exchange_n(g.slot, &old, nw, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+    } while (!__atomic_compare_exchange_n(w, &old, nw, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+}
+
+/* A handle's first shard (its word, when it is not sharded); returns the shard count. */
+static unsigned handle_shards(uint64_t *slot, const uint64_t **first)
+{
+    uintptr_t p = (uintptr_t)slot, k = p & 7u;
+    *first = (const uint64_t *)(p - k);
+    return 1u << k;
+}
+
+static double f64_bits(uint64_t b)
+{
+    double d;
+    memcpy(&d, &b, sizeof d);
+    return d;
+}
+
+uint64_t mv_counter_value(mv_counter c)
+{
+    const uint64_t *w;
+    uint64_t v = 0;
+    for (unsigned i = 0, n = handle_shards(c.slot, &w); i < n; i++)
+        v += __atomic_load_n(&w[i * 8u], __ATOMIC_RELAXED);
+    return v;
+}
+
+double mv_gauge_value(mv_gauge g)
+{
+    const uint64_t *w;
+    unsigned n = handle_shards(g.slot, &w);
+    double v = f64_bits(__atomic_load_n(&w[0], __ATOMIC_RELAXED)); /* -0.0 stays -0.0 */
+    for (unsigned i = 1; i < n; i++)
+        v += f64_bits(__atomic_load_n(&w[i * 8u], __ATOMIC_RELAXED));
+    return v;
+}
+
+/* A sharded gauge's set: shards 1.. to 0, then shard 0 to `v`. Every set stores into shard 0,
+ * so of two sets at once the last store wins, as with one word. An add racing with a set on
+ * another shard either lands before its zeroing (and is overwritten, as by a set after it) or
+ * after it (and counts on top of `v`, as an add after the set); one on shard 0 retries its
+ * compare-and-swap on `v`. */
+void mv__gauge_set_sharded(mv_gauge g, double v)
+{
+    const uint64_t *first;
+    unsigned n = handle_shards(g.slot, &first);
+    uint64_t *w = (uint64_t *)(uintptr_t)first, bits;
+    for (unsigned i = 1; i < n; i++)
+        __atomic_store_n(&w[i * 8u], 0, __ATOMIC_RELAXED);
+    memcpy(&bits, &v, sizeof bits);
+    __atomic_store_n(&w[0], bits, __ATOMIC_RELAXED);
 }
 
 /* Every change to the record also adds (new - old) * weight(word) to the
@@ -620,6 +718,8 @@ void mv_histogram_observe(mv_histogram *h, double v)
             lo = mid + 1;
     }
     uint64_t *w = h->w, old, nw;
+    if (h->shard_mask)
+        w += (size_t)(mv__thread_shard() & h->shard_mask) * h->shard_words;
     __atomic_fetch_add(&w[2 + lo], 1, __ATOMIC_RELAXED);
     if (h->pair) {
         /* count and sum in one 16-byte CAS: three locked operations per observation

@@ -42,6 +42,11 @@ extern "C" {
  * metrics updated from different threads slow each other down. */
 #define MICROVIEW_ENV_PLACEMENT "MICROVIEW_PLACEMENT"
 
+/* Shards for the metrics a process registers (see mv_set_shards): "1" (the default) gives a
+ * metric one value; a power of two from 2 to 64 gives each metric that many per-thread
+ * copies of its value, on lines of their own, summed by every reader. */
+#define MICROVIEW_ENV_SHARDS "MICROVIEW_SHARDS"
+
 enum {
     MV_OK = 0,
     MV_ERR_NOENV = -1,     /* MICROVIEW_SEGMENT is not set */
@@ -64,7 +69,9 @@ typedef struct mv_label {
     const char *value;
 } mv_label;
 
-/* A counter or gauge handle: a pointer to its 8-byte value word. */
+/* A counter or gauge handle: a pointer to its 8-byte value word, or, for a sharded metric,
+ * to its first shard with log2 of the shard count in the pointer's low 3 bits. Opaque: use
+ * the update functions below. */
 typedef struct mv_counter {
     uint64_t *slot;
 } mv_counter;
@@ -85,6 +92,17 @@ MV_API void mv_close(mv_segment *s);
 
 /* Stores the current time as the writer heartbeat (one store). */
 MV_API void mv_heartbeat(mv_segment *s);
+
+/* Sharding (docs/segment-format.md section 5.2): the metrics this process registers on `s`
+ * after the call keep `shards` copies of their value, one cache line (a histogram: its
+ * lines) each. A thread updates its own copy and readers sum them, so threads updating one
+ * metric at once do not wait for each other's cache line. It costs the collector `shards`
+ * times the bytes per read of that metric: shard the few metrics many threads update at
+ * once. `shards` is 1 (off, the default unless $MICROVIEW_SHARDS says otherwise) or a power
+ * of two from 2 to 64; anything else is MV_ERR_INVALID. A series that is already registered
+ * keeps the shards it was registered with. A gauge's `set` on a sharded gauge stores into one
+ * copy and zeroes the others: a reader copying the value meanwhile can see a mix. */
+MV_API int mv_set_shards(mv_segment *s, unsigned shards);
 
 /* Registration: `help` and `unit` may be NULL; `labels` has `nlabels`
  * constant labels of this series. Registering the same name and labels again
@@ -112,34 +130,67 @@ MV_API const char *mv_segment_path(const mv_segment *s);
 
 /* ---- Updates ------------------------------------------------------------ */
 
+/* Internal: this thread's shard number, one per thread in the process, assigned on its first
+ * update of a sharded metric, so that threads take shards in turn (each translation unit
+ * keeps a copy in mv__thread_shard). */
+MV_API unsigned mv__shard_id(void);
+MV_API void mv__gauge_set_sharded(mv_gauge g, double v);
+
+static inline unsigned mv__thread_shard(void)
+{
+    static __thread unsigned id; /* __thread: also valid in C++ */
+    if (__builtin_expect(id == 0, 0))
+        id = mv__shard_id();
+    return id;
+}
+
+/* The value word a thread updates: the handle's own word, or its shard's (8 words a line). */
+static inline uint64_t *mv__word(uint64_t *slot)
+{
+    uintptr_t p = (uintptr_t)slot, k = p & 7u;
+    if (__builtin_expect(k == 0, 1))
+        return slot;
+    return (uint64_t *)(p - k) + (size_t)(mv__thread_shard() & ((1u << k) - 1u)) * 8u;
+}
+
 /* Adds `n` to a counter: one atomic add, safe from many threads. */
 static inline void mv_counter_add(mv_counter c, uint64_t n)
 {
-    __atomic_fetch_add(c.slot, n, __ATOMIC_RELAXED);
+    __atomic_fetch_add(mv__word(c.slot), n, __ATOMIC_RELAXED);
 }
 
 static inline void mv_counter_inc(mv_counter c)
 {
-    __atomic_fetch_add(c.slot, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(mv__word(c.slot), 1, __ATOMIC_RELAXED);
 }
 
 /* Single-writer add: a load and a store, no bus lock. Only one thread may
  * update this counter. */
 static inline void mv_counter_add_local(mv_counter c, uint64_t n)
 {
-    __atomic_store_n(c.slot, __atomic_load_n(c.slot, __ATOMIC_RELAXED) + n, __ATOMIC_RELAXED);
+    uint64_t *w = mv__word(c.slot);
+    __atomic_store_n(w, __atomic_load_n(w, __ATOMIC_RELAXED) + n, __ATOMIC_RELAXED);
 }
 
 /* Sets a gauge: one 8-byte store. Safe from many threads (last store wins). */
 static inline void mv_gauge_set(mv_gauge g, double v)
 {
     uint64_t bits;
+    if (__builtin_expect(((uintptr_t)g.slot & 7u) != 0, 0)) {
+        mv__gauge_set_sharded(g, v);
+        return;
+    }
     memcpy(&bits, &v, sizeof bits);
     __atomic_store_n(g.slot, bits, __ATOMIC_RELAXED);
 }
 
 /* Adds to a gauge with a compare-and-swap loop; safe from many threads. */
 MV_API void mv_gauge_add(mv_gauge g, double delta);
+
+/* Read back what this process wrote, as a reader sums it: the value of a counter or a gauge
+ * (a sharded one's shards added up, each loaded atomically). */
+MV_API uint64_t mv_counter_value(mv_counter c);
+MV_API double mv_gauge_value(mv_gauge g);
 
 /* Records one observation. NaN is ignored. Safe from many threads; the
  * segment format lets a reader detect and skip a copy caught mid-update. */

@@ -263,11 +263,21 @@ uint32_t mv_seg_record_size(const mv_seg_metric_desc *d)
     return (uint32_t)n;
 }
 
+uint32_t mv_seg_shard_size(uint8_t type, uint16_t bucket_count)
+{
+    return type == MV_SEG_HISTOGRAM ? 8u * MV_SEG_HIST_WORDS(bucket_count) : 8u;
+}
+
+uint32_t mv_seg_shard_stride(uint8_t type, uint16_t bucket_count)
+{
+    return (mv_seg_shard_size(type, bucket_count) + MV_SEG_LINE - 1) & ~(uint32_t)(MV_SEG_LINE - 1);
+}
+
 uint32_t mv_seg_value_size(const mv_seg_metric_desc *d)
 {
-    if (d->type == MV_SEG_HISTOGRAM)
-        return 8u * MV_SEG_HIST_WORDS(d->bucket_count);
-    return 8;
+    if (d->shards > 1)
+        return d->shards * mv_seg_shard_stride(d->type, d->bucket_count);
+    return mv_seg_shard_size(d->type, d->bucket_count);
 }
 
 uint32_t mv_seg_place_slot(uint32_t values_used, uint32_t values_size, uint32_t catalog_used,
@@ -338,6 +348,9 @@ mv_seg_reason mv_seg_desc_check(const mv_seg_metric_desc *d, mv_seg_error *err)
     } else if (d->bucket_count) {
         return fail(err, MV_SEG_E_COUNT, "metric %s: only histograms have buckets", d->name);
     }
+    if (d->shards > 1 && !mv_seg_valid_shards(d->shards))
+        return fail(err, MV_SEG_E_COUNT, "metric %s: %u shards (a power of two from 2 to %d)",
+                    d->name, d->shards, MV_SEG_SHARDS_MAX);
     return MV_SEG_OK;
 }
 
@@ -364,6 +377,10 @@ void mv_seg_record_encode(void *out, const mv_seg_metric_desc *d, uint32_t value
         .value_size = mv_seg_value_size(d),
         .bucket_count = d->bucket_count,
     };
+    if (d->shards > 1) {
+        head.flags = MV_SEG_REC_SHARDED;
+        head.shard_count = d->shards;
+    }
     memset(base, 0, size);
     memcpy(base, &head, sizeof head);
     p = base + MV_SEG_RECORD_HEAD;
@@ -385,8 +402,9 @@ void mv_seg_record_encode(void *out, const mv_seg_metric_desc *d, uint32_t value
 
 struct mv_seg_catalog {
     uint64_t generation, instance, segment_size;
-    uint32_t metric_count, values_offset, values_used, catalog_used, hot_size;
-    size_t count;
+    uint32_t metric_count, values_offset, values_used, catalog_used, hot_size, fold_size;
+    size_t count, nsharded;
+    uint32_t *sharded; /* indices of the sharded records */
     mv_seg_metric *metrics;
     mv_seg_label *labels;
     double *bounds;
@@ -428,11 +446,22 @@ uint32_t mv_seg_catalog_values_offset(const mv_seg_catalog *c)
     return c->values_offset;
 }
 
+size_t mv_seg_catalog_sharded(const mv_seg_catalog *c)
+{
+    return c->nsharded;
+}
+
+uint32_t mv_seg_catalog_fold_size(const mv_seg_catalog *c)
+{
+    return c->fold_size;
+}
+
 void mv_seg_catalog_free(mv_seg_catalog *c)
 {
     if (!c)
         return;
     free(c->metrics);
+    free(c->sharded);
     free(c->labels);
     free(c->bounds);
     free(c->bytes);
@@ -541,8 +570,14 @@ static mv_seg_reason parse_record(mv_seg_catalog *c, size_t idx, const char *rec
     memcpy(&sum, rec + hd.record_size - 8, 8);
     if (sum != mv_seg_fnv1a64(rec, hd.record_size - 8))
         return fail(err, MV_SEG_E_CHECKSUM, "record %zu: checksum mismatch", idx);
-    if (hd.flags || hd.reserved1 || hd.reserved2)
-        return fail(err, MV_SEG_E_RECORD, "record %zu: flags/reserved fields are not zero", idx);
+    if ((hd.flags & ~MV_SEG_REC_SHARDED) || hd.reserved2)
+        return fail(err, MV_SEG_E_RECORD, "record %zu: unknown flags or reserved fields not zero",
+                    idx);
+    if ((hd.flags & MV_SEG_REC_SHARDED) ? !mv_seg_valid_shards(hd.shard_count)
+                                        : hd.shard_count != 0)
+        return fail(err, MV_SEG_E_RECORD,
+                    "record %zu: shard_count %u (sharded: a power of two from 2 to %d, else 0)",
+                    idx, hd.shard_count, MV_SEG_SHARDS_MAX);
     if (hd.type != MV_SEG_COUNTER && hd.type != MV_SEG_GAUGE && hd.type != MV_SEG_HISTOGRAM)
         return fail(err, MV_SEG_E_TYPE, "record %zu: unknown type %u", idx, hd.type);
     if (hd.label_count > MV_SEG_LABELS_MAX)
@@ -552,7 +587,10 @@ static mv_seg_reason parse_record(mv_seg_catalog *c, size_t idx, const char *rec
                                     : hd.bucket_count != 0)
         return fail(err, MV_SEG_E_COUNT, "record %zu: bucket_count %u invalid for type %u", idx,
                     hd.bucket_count, hd.type);
-    uint32_t want = hd.type == MV_SEG_HISTOGRAM ? 8u * MV_SEG_HIST_WORDS(hd.bucket_count) : 8u;
+    uint16_t shards = hd.shard_count ? hd.shard_count : 1;
+    uint32_t one = mv_seg_shard_size(hd.type, hd.bucket_count);
+    uint32_t stride = shards > 1 ? mv_seg_shard_stride(hd.type, hd.bucket_count) : one;
+    uint32_t want = shards * stride;
     if (hd.value_size != want)
         return fail(err, MV_SEG_E_RECORD, "record %zu: value_size %u, expected %u", idx,
                     hd.value_size, want);
@@ -618,6 +656,10 @@ static mv_seg_reason parse_record(mv_seg_catalog *c, size_t idx, const char *rec
     m->bounds = hd.bucket_count ? bounds : NULL;
     m->value_offset = hd.value_offset;
     m->value_size = hd.value_size;
+    m->shards = shards;
+    m->shard_size = one;
+    m->shard_stride = stride;
+    m->fold_offset = hd.value_offset;
     *label_used += hd.label_count;
     *bound_used += hd.bucket_count;
     return MV_SEG_OK;
@@ -663,6 +705,31 @@ static mv_seg_reason check_families(mv_seg_catalog *c, mv_seg_error *err)
     }
     free(v);
     return r;
+}
+
+/* Lists the sharded records and gives each a place for its folded value past the hot size. */
+static mv_seg_reason place_folds(mv_seg_catalog *c, mv_seg_error *err)
+{
+    uint64_t end = c->values_used;
+    c->fold_size = c->hot_size;
+    for (size_t i = 0; i < c->count; i++)
+        c->nsharded += c->metrics[i].shards > 1;
+    if (!c->nsharded)
+        return MV_SEG_OK;
+    if (!(c->sharded = malloc(c->nsharded * sizeof *c->sharded)))
+        return fail(err, MV_SEG_E_NOMEM, "out of memory listing %zu sharded records", c->nsharded);
+    size_t k = 0;
+    for (size_t i = 0; i < c->count; i++) {
+        mv_seg_metric *m = &c->metrics[i];
+        if (m->shards < 2)
+            continue;
+        c->sharded[k++] = (uint32_t)i;
+        m->fold_offset = (uint32_t)end; /* end < values_used + value bytes of the slots */
+        end += m->shard_size;
+    }
+    /* Each folded value is smaller than its slot, so this stays below twice the hot size. */
+    c->fold_size = (uint32_t)(c->values_offset + end);
+    return MV_SEG_OK;
 }
 
 mv_seg_reason mv_seg_catalog_parse(const void *buf, size_t len, uint64_t expected_size,
@@ -724,7 +791,7 @@ mv_seg_reason mv_seg_catalog_parse(const void *buf, size_t len, uint64_t expecte
         return fail(err, MV_SEG_E_COUNT, "%u records use %u bytes but catalog_used is %u",
                     h.metric_count, pos, h.catalog_used);
     }
-    if ((r = check_families(c, err))) {
+    if ((r = check_families(c, err)) || (r = place_folds(c, err))) {
         mv_seg_catalog_free(c);
         return r;
     }
@@ -799,32 +866,113 @@ static inline const uint64_t *slot(const void *hot, const mv_seg_metric *m)
 
 uint64_t mv_seg_read_counter(const void *hot, const mv_seg_metric *m)
 {
-    return *slot(hot, m);
+    const uint64_t *w = slot(hot, m);
+    if (m->shards < 2)
+        return *w;
+    uint64_t sum = 0;
+    for (uint32_t k = 0; k < m->shards; k++)
+        sum += w[k * (m->shard_stride / 8)];
+    return sum;
 }
 
 double mv_seg_read_gauge(const void *hot, const mv_seg_metric *m)
 {
-    double d;
-    memcpy(&d, slot(hot, m), 8);
-    return d;
+    const uint64_t *w = slot(hot, m);
+    double d, sum;
+    memcpy(&sum, w, 8);
+    for (uint32_t k = 1; k < m->shards; k++) {
+        memcpy(&d, &w[k * (m->shard_stride / 8)], 8);
+        sum += d;
+    }
+    return sum;
+}
+
+/* Whether one histogram's words (count, sum, buckets, checksum) are consistent. */
+static int hist_consistent(const uint64_t *w, uint16_t bucket_count)
+{
+    uint32_t nwords = MV_SEG_HIST_WORDS(bucket_count), nb = bucket_count + 1u;
+    uint64_t check = 0, total = 0;
+    for (uint32_t i = 0; i + 1 < nwords; i++)
+        check += w[i] * mv_seg_hist_weight(i);
+    if (check != w[nwords - 1])
+        return 0;
+    for (uint32_t i = 0; i < nb; i++)
+        total += w[2 + i];
+    return total == w[0];
 }
 
 mv_seg_reason mv_seg_read_histogram(const void *hot, const mv_seg_metric *m, mv_seg_hist_view *out)
 {
     const uint64_t *w = slot(hot, m);
-    uint32_t nwords = MV_SEG_HIST_WORDS(m->bucket_count), nb = m->bucket_count + 1u;
-    uint64_t check = 0, total = 0;
+    uint32_t nb = m->bucket_count + 1u;
 
-    for (uint32_t i = 0; i + 1 < nwords; i++)
-        check += w[i] * mv_seg_hist_weight(i);
-    if (check != w[nwords - 1])
-        return MV_SEG_E_TORN;
-    for (uint32_t i = 0; i < nb; i++)
-        total += w[2 + i];
-    if (total != w[0])
-        return MV_SEG_E_TORN;
-    out->count = w[0];
-    memcpy(&out->sum, &w[1], 8);
-    out->buckets = w + 2;
+    if (m->shards < 2) {
+        if (!hist_consistent(w, m->bucket_count))
+            return MV_SEG_E_TORN;
+        out->count = w[0];
+        memcpy(&out->sum, &w[1], 8);
+        out->buckets = w + 2;
+        return MV_SEG_OK;
+    }
+    uint64_t count = 0;
+    double sum = 0;
+    memset(out->summed, 0, nb * sizeof *out->summed);
+    for (uint32_t k = 0; k < m->shards; k++) {
+        const uint64_t *sw = w + k * (m->shard_stride / 8);
+        if (!hist_consistent(sw, m->bucket_count))
+            return MV_SEG_E_TORN;
+        double d;
+        memcpy(&d, &sw[1], 8);
+        count += sw[0];
+        sum = k ? sum + d : d;
+        for (uint32_t i = 0; i < nb; i++)
+            out->summed[i] += sw[2 + i];
+    }
+    out->count = count;
+    out->sum = sum;
+    out->buckets = out->summed;
     return MV_SEG_OK;
+}
+
+size_t mv_seg_fold(const mv_seg_catalog *c, void *buf)
+{
+    size_t torn = 0;
+    char *vals = (char *)buf + c->values_offset;
+    for (size_t j = 0; j < c->nsharded; j++) {
+        const mv_seg_metric *m = &c->metrics[c->sharded[j]];
+        uint64_t *to = (uint64_t *)(void *)(vals + m->fold_offset);
+        if (m->type == MV_SEG_COUNTER) {
+            *to = mv_seg_read_counter(buf, m);
+            continue;
+        }
+        if (m->type == MV_SEG_GAUGE) {
+            double d = mv_seg_read_gauge(buf, m);
+            memcpy(to, &d, 8);
+            continue;
+        }
+        /* A histogram: the words of each shard added up, then the checksum over the sums
+         * (a consistent shard's words satisfy both equations, so their sums do too). */
+        const uint64_t *w = slot(buf, m);
+        uint32_t nwords = MV_SEG_HIST_WORDS(m->bucket_count), step = m->shard_stride / 8;
+        int ok = 1;
+        double sum = 0;
+        memset(to, 0, 8u * nwords);
+        for (uint32_t k = 0; k < m->shards; k++) {
+            const uint64_t *sw = w + k * step;
+            ok &= hist_consistent(sw, m->bucket_count);
+            double d;
+            memcpy(&d, &sw[1], 8);
+            sum = k ? sum + d : d;
+            to[0] += sw[0];
+            for (uint32_t i = 2; i + 1 < nwords; i++)
+                to[i] += sw[i];
+        }
+        memcpy(&to[1], &sum, 8);
+        uint64_t check = 0;
+        for (uint32_t i = 0; i + 1 < nwords; i++)
+            check += to[i] * mv_seg_hist_weight(i);
+        to[nwords - 1] = ok ? check : check + 1; /* a torn shard: the fold reads as torn */
+        torn += !ok;
+    }
+    return torn;
 }

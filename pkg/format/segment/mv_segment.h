@@ -29,6 +29,10 @@ extern "C" {
 #define MV_SEG_RECORD_HEAD 24         /* fixed part of a catalog record */
 #define MV_SEG_RECORD_MIN  40         /* head + shortest strings + checksum */
 #define MV_SEG_LINE        64         /* cache line: libmicroview starts each value slot on one */
+#define MV_SEG_SHARDS_MAX  64         /* shards of a sharded record, a power of two (5.2) */
+
+/* Catalog record flags (record byte 5). Readers reject any other bit. */
+#define MV_SEG_REC_SHARDED 0x01 /* the value slot holds shard_count shards, summed by readers */
 
 /* Limits a writer must respect and a reader enforces. */
 #define MV_SEG_NAME_MAX        255  /* metric name bytes */
@@ -77,12 +81,12 @@ typedef struct mv_seg_header {
 typedef struct mv_seg_record_head {
     uint32_t record_size;  /*  0 whole record incl. checksum, multiple of 8 */
     uint8_t type;          /*  4 MV_SEG_COUNTER/GAUGE/HISTOGRAM */
-    uint8_t flags;         /*  5 0 */
+    uint8_t flags;         /*  5 0, or MV_SEG_REC_SHARDED */
     uint16_t label_count;  /*  6 <= MV_SEG_LABELS_MAX */
     uint32_t value_offset; /*  8 from the start of the value area, multiple of 8 */
     uint32_t value_size;   /* 12 bytes of value words */
     uint16_t bucket_count; /* 16 finite bounds (histograms), else 0 */
-    uint16_t reserved1;    /* 18 0 */
+    uint16_t shard_count;  /* 18 sharded: a power of two, 2 .. MV_SEG_SHARDS_MAX; others 0 */
     uint32_t reserved2;    /* 20 0 */
 } mv_seg_record_head;
 
@@ -150,6 +154,12 @@ static inline uint64_t mv_seg_hist_weight(uint32_t i)
  * counts (n finite bounds + the +Inf bucket), [n+3] checksum. */
 #define MV_SEG_HIST_WORDS(nbounds) ((uint32_t)(nbounds) + 4u)
 
+/* Whether `n` is a shard count a sharded record may have: a power of two, 2 .. 64. */
+static inline int mv_seg_valid_shards(unsigned n)
+{
+    return n >= 2 && n <= MV_SEG_SHARDS_MAX && (n & (n - 1)) == 0;
+}
+
 /* Validates a metric name ([a-zA-Z_:][a-zA-Z0-9_:]*, not starting "__"). */
 int mv_seg_valid_metric_name(const char *s, size_t len);
 /* Validates a label name ([a-zA-Z_][a-zA-Z0-9_]*, not starting "__"). */
@@ -198,14 +208,20 @@ typedef struct mv_seg_metric_desc {
     uint16_t label_count;
     const double *bounds; /* histograms: strictly increasing finite bounds */
     uint16_t bucket_count;
+    uint16_t shards; /* 0 or 1: one value; a power of two 2 .. 64: a sharded record */
 } mv_seg_metric_desc;
 
 /* Validates a description against the format's rules and limits. */
 mv_seg_reason mv_seg_desc_check(const mv_seg_metric_desc *d, mv_seg_error *err);
 
-/* Size in bytes of the record and of the value slot `d` needs. */
+/* Size in bytes of the record and of the value slot `d` needs (all shards of a sharded one). */
 uint32_t mv_seg_record_size(const mv_seg_metric_desc *d);
 uint32_t mv_seg_value_size(const mv_seg_metric_desc *d);
+
+/* Bytes of one value of `type` with `bucket_count` bounds (a shard of a sharded record), and
+ * the distance from one shard to the next: that size rounded up to whole 64-byte lines. */
+uint32_t mv_seg_shard_size(uint8_t type, uint16_t bucket_count);
+uint32_t mv_seg_shard_stride(uint8_t type, uint16_t bucket_count);
 
 /* Where a writer that follows libmicroview's placement (spec section 5.1) puts a new value
  * slot of `value_size` bytes, whose record takes `record_size` bytes, given the segment's
@@ -245,7 +261,12 @@ typedef struct mv_seg_metric {
     uint16_t bucket_count;
     const double *bounds;  /* bucket_count finite, increasing bounds */
     uint32_t value_offset; /* bytes from the start of the value area */
-    uint32_t value_size;
+    uint32_t value_size;   /* the whole slot: every shard of a sharded record */
+    uint16_t shards;       /* 1, or the shard count of a sharded record (spec section 5.2) */
+    uint32_t shard_size;   /* bytes of one value (of each shard): 8, or a histogram's words */
+    uint32_t shard_stride; /* bytes from one shard to the next (shard_size when unsharded) */
+    uint32_t fold_offset;  /* where mv_seg_fold leaves the summed value, from the start of the
+                            * value area: value_offset for a record that is not sharded */
 } mv_seg_metric;
 
 typedef struct mv_seg_catalog mv_seg_catalog;
@@ -271,6 +292,11 @@ uint32_t mv_seg_catalog_hot_size(const mv_seg_catalog *c);
 /* Where the value area starts (the header's values_offset): a metric's first value word is
  * at mv_seg_catalog_values_offset(c) + m->value_offset of the segment. */
 uint32_t mv_seg_catalog_values_offset(const mv_seg_catalog *c);
+/* Records that are sharded. */
+size_t mv_seg_catalog_sharded(const mv_seg_catalog *c);
+/* Bytes of a buffer that mv_seg_fold can fill: the hot size plus one value for each sharded
+ * record (equal to the hot size when none is sharded). */
+uint32_t mv_seg_catalog_fold_size(const mv_seg_catalog *c);
 
 /* ---- Reader: values ------------------------------------------------------- */
 
@@ -282,19 +308,30 @@ uint32_t mv_seg_catalog_values_offset(const mv_seg_catalog *c);
 mv_seg_reason mv_seg_hot_check(const mv_seg_catalog *c, const void *buf, size_t len,
                                uint64_t *heartbeat_ns, mv_seg_error *err);
 
-/* Decoded histogram; `buckets` points into the caller's copy. */
+/* Decoded histogram; `buckets` points into the caller's copy, or, for a sharded record, at
+ * `summed` (the view must then outlive its use of `buckets`). */
 typedef struct mv_seg_hist_view {
     uint64_t count;
     double sum;
-    const uint64_t *buckets; /* bucket_count + 1 non-cumulative counts */
+    const uint64_t *buckets;                 /* bucket_count + 1 non-cumulative counts */
+    uint64_t summed[MV_SEG_BUCKETS_MAX + 1]; /* a sharded record's bucket sums */
 } mv_seg_hist_view;
 
 /* Accessors on a hot copy that passed mv_seg_hot_check. `hot` is the copy's
- * start (the header); `m` a metric of the same catalog. */
+ * start (the header); `m` a metric of the same catalog. A sharded record reads as the sum
+ * of its shards (spec section 5.2); a histogram's as torn when any shard is. */
 uint64_t mv_seg_read_counter(const void *hot, const mv_seg_metric *m);
 double mv_seg_read_gauge(const void *hot, const mv_seg_metric *m);
 /* MV_SEG_OK, or MV_SEG_E_TORN when the copy caught an update half-way. */
 mv_seg_reason mv_seg_read_histogram(const void *hot, const mv_seg_metric *m, mv_seg_hist_view *out);
+
+/* Sums every sharded record of a hot copy that passed mv_seg_hot_check into one value of its
+ * type at its fold_offset, past the copy's hot size: `buf` must hold
+ * mv_seg_catalog_fold_size(c) bytes. The copy itself is left as it is. A histogram is folded
+ * with its checksum, so the folded words validate like a histogram slot; when one of its
+ * shards is torn, the folded checksum is made wrong on purpose and the folded words read as
+ * torn. Returns how many folded histograms are torn. Does nothing when no record is sharded. */
+size_t mv_seg_fold(const mv_seg_catalog *c, void *buf);
 
 #ifdef __cplusplus
 }

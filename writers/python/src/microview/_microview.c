@@ -343,7 +343,7 @@ static PyObject *Counter_inc(CounterObject *self, PyObject *const *args, Py_ssiz
 
 static PyObject *Counter_get(CounterObject *self, PyObject *unused)
 {
-    uint64_t v = __atomic_load_n(self->c.slot, __ATOMIC_RELAXED);
+    uint64_t v = mv_counter_value(self->c);
     uint64_t bits = __atomic_load_n(&self->frac, __ATOMIC_RELAXED);
     double f;
     memcpy(&f, &bits, sizeof f);
@@ -396,10 +396,7 @@ static PyObject *Gauge_dec(GaugeObject *self, PyObject *const *args, Py_ssize_t 
 
 static PyObject *Gauge_get(GaugeObject *self, PyObject *unused)
 {
-    uint64_t bits = __atomic_load_n(self->g.slot, __ATOMIC_RELAXED);
-    double d;
-    memcpy(&d, &bits, sizeof d);
-    return PyFloat_FromDouble(d);
+    return PyFloat_FromDouble(mv_gauge_value(self->g));
 }
 
 static PyObject *Histogram_observe(HistogramObject *self, PyObject *const *args, Py_ssize_t n)
