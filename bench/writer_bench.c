@@ -33,15 +33,28 @@ static const char *const op_names[OP_COUNT_] = {
 /* How the second thread is placed: alone, on the same metric, on a metric registered right
  * after (the neighbouring value slot: the next 64-byte line with libmicroview's default
  * placement, the same line with MICROVIEW_PLACEMENT=packed), or on a metric registered after
- * 7 more fillers (at least 64 bytes away with either placement). */
-enum mode { MODE_1T, MODE_2T_SAME, MODE_2T_DIFF, MODE_2T_DIFF_PADDED, MODE_COUNT_ };
+ * 7 more fillers (at least 64 bytes away with either placement). The _sharded modes: one
+ * thread, or two on the same metric, registered with 2 shards (mv_set_shards, spec section
+ * 5.2): each thread updates a shard of its own. */
+enum mode {
+    MODE_1T,
+    MODE_2T_SAME,
+    MODE_2T_DIFF,
+    MODE_2T_DIFF_PADDED,
+    MODE_1T_SHARDED,
+    MODE_2T_SAME_SHARDED,
+    MODE_COUNT_
+};
 
-static const char *const mode_names[MODE_COUNT_] = {"1t", "2t_same", "2t_diff", "2t_diff_padded"};
+static const char *const mode_names[MODE_COUNT_] = {
+    "1t", "2t_same", "2t_diff", "2t_diff_padded", "1t_sharded", "2t_same_sharded"};
+
+#define SHARDS 2 /* shards of the _sharded modes' metrics: one per thread */
 
 typedef struct metrics {
-    mv_counter c[3]; /* [0] shared, [1] neighbour slot, [2] 64 bytes further */
-    mv_gauge g[3];
-    mv_histogram *h[3];
+    mv_counter c[4]; /* [0] shared, [1] neighbour slot, [2] 64 bytes further, [3] sharded */
+    mv_gauge g[4];
+    mv_histogram *h[4];
 } metrics;
 
 static double g_values[VALUES_LEN];
@@ -257,13 +270,14 @@ static uint64_t counter_value(mv_counter c)
 static int setup_workers(worker *ws, const metrics *m, enum op_kind op, enum mode mode,
                          uint64_t iters)
 {
-    static const int second[MODE_COUNT_] = {0, 0, 1, 2};
-    int n = mode == MODE_1T ? 1 : 2;
+    static const int first[MODE_COUNT_] = {0, 0, 0, 0, 3, 3};
+    static const int second[MODE_COUNT_] = {0, 0, 1, 2, 3, 3};
+    int n = mode == MODE_1T || mode == MODE_1T_SHARDED ? 1 : 2;
 
-    if (op == OP_COUNTER_ADD_LOCAL && mode == MODE_2T_SAME)
+    if (op == OP_COUNTER_ADD_LOCAL && (mode == MODE_2T_SAME || mode == MODE_2T_SAME_SHARDED))
         return 0;
     for (int i = 0; i < n; i++) {
-        int k = i == 0 ? 0 : second[mode];
+        int k = i == 0 ? first[mode] : second[mode];
         memset(&ws[i], 0, sizeof ws[i]);
         ws[i].op = op;
         ws[i].c = m->c[k];
@@ -369,7 +383,7 @@ static int bench_one(const metrics *m, enum op_kind op, enum mode mode, uint64_t
         if (op == OP_COUNTER_INC || op == OP_COUNTER_ADD || op == OP_COUNTER_ADD_LOCAL) {
             uint64_t step = op == OP_COUNTER_INC ? 1 : 3;
             uint64_t got = counter_value(ws[0].c) - before;
-            uint64_t want = (mode == MODE_2T_SAME ? 2 : 1) * iters * step;
+            uint64_t want = (uint64_t)n * iters * step;
             if (got != want) {
                 fprintf(stderr, "writer_bench: %s %s lost updates: %llu != %llu\n", op_names[op],
                         mode_names[mode], (unsigned long long)got, (unsigned long long)want);
@@ -383,7 +397,7 @@ static int bench_one(const metrics *m, enum op_kind op, enum mode mode, uint64_t
     out->clean_frac = (double)clean_ops / ((double)iters * n * runs);
     out->nclean = nclean;
     char ratio[64] = "";
-    if (mode != MODE_1T && one->done) {
+    if (mode != MODE_1T && mode != MODE_1T_SHARDED && one->done) {
         const char *b = basis(out, one);
         snprintf(ratio, sizeof ratio, " ratio_to_1t=%.2f ratio_basis=%s",
                  figure(out, b) / figure(one, b), b);
@@ -452,7 +466,16 @@ static int register_metrics(mv_segment *s, metrics *m)
                                         NBOUNDS, &m->h[i])) != MV_OK)
             return rc;
     }
-    return MV_OK;
+    /* The sharded ones (id="sharded"), each on lines of its own. */
+    mv_label sh = {"id", "sharded"};
+    if ((rc = mv_set_shards(s, SHARDS)) != MV_OK ||
+        (rc = mv_counter_register(s, "bench_counter_total", "bench", NULL, &sh, 1, &m->c[3])) !=
+            MV_OK ||
+        (rc = mv_gauge_register(s, "bench_gauge", "bench", NULL, &sh, 1, &m->g[3])) != MV_OK ||
+        (rc = mv_histogram_register(s, "bench_seconds", "bench", NULL, &sh, 1, bounds, NBOUNDS,
+                                    &m->h[3])) != MV_OK)
+        return rc;
+    return mv_set_shards(s, 1);
 }
 
 /* Whether `name` is one of the comma-separated names in `list`. */
@@ -475,8 +498,9 @@ static void usage(void)
 {
     fprintf(stderr, "usage: writer_bench [--quick] [--iters N] [--hist-iters N] [--runs R]\n"
                     "                    [--op NAME[,NAME...]] [--mode MODE[,MODE...]]\n"
-                    "  modes: 1t 2t_same 2t_diff 2t_diff_padded (2t rows print their ratio to 1t\n"
-                    "  when 1t is run too)\n"
+                    "  modes: 1t 2t_same 2t_diff 2t_diff_padded 1t_sharded 2t_same_sharded (2t\n"
+                    "  rows print their ratio to 1t when 1t is run too; _sharded: the metric has\n"
+                    "  2 shards, one per thread)\n"
                     "  defaults: --iters 50000000 --hist-iters 20000000 --runs 5\n"
                     "  --quick:  --iters 5000000 --hist-iters 2000000 --runs 3\n");
 }
@@ -550,8 +574,10 @@ int main(int argc, char **argv)
     }
     const char *pl = getenv(MICROVIEW_ENV_PLACEMENT);
     g_placement = pl && !strcmp(pl, "packed") ? "packed" : "lines";
-    printf("# writer_bench segment=%s iters=%llu hist_iters=%llu runs=%d placement=%s\n", path,
-           (unsigned long long)iters, (unsigned long long)hist_iters, runs, g_placement);
+    printf("# writer_bench segment=%s iters=%llu hist_iters=%llu runs=%d placement=%s "
+           "shards_of_sharded_rows=%d\n",
+           path, (unsigned long long)iters, (unsigned long long)hist_iters, runs, g_placement,
+           SHARDS);
     /* Where the second thread's metric is, in bytes from the first one's value word. */
     printf("# slot distances: counter 2t_diff %td 2t_diff_padded %td, gauge %td %td\n",
            (char *)m.c[1].slot - (char *)m.c[0].slot, (char *)m.c[2].slot - (char *)m.c[0].slot,
