@@ -141,14 +141,13 @@ static void test_threads_sum(void)
     CU_ASSERT_EQUAL(hv.buckets[2], 2u * UPDATES);
     CU_ASSERT_EQUAL(hv.buckets[3], 0);
     /* The threads took shards in turn: every shard of the counter has its thread's updates. */
-    const uint64_t *cw = (const uint64_t *)((const char *)copy + mv_seg_catalog_values_offset(c) +
-                                            mc->value_offset);
+    const uint64_t *cw =
+        (const uint64_t *)((const char *)copy + mv_seg_catalog_values_offset(c) + mc->value_offset);
     for (int k = 0; k < 4; k++)
         CU_ASSERT_EQUAL(cw[k * 8], (uint64_t)UPDATES);
 
     /* The fold: the same sums past the hot size, a histogram that validates. */
-    CU_ASSERT(mv_seg_catalog_fold_size(c) ==
-              mv_seg_catalog_hot_size(c) + 8 + 8 + mh->shard_size);
+    CU_ASSERT(mv_seg_catalog_fold_size(c) == mv_seg_catalog_hot_size(c) + 8 + 8 + mh->shard_size);
     CU_ASSERT(mc->fold_offset + mv_seg_catalog_values_offset(c) >= mv_seg_catalog_hot_size(c));
     CU_ASSERT_EQUAL(mv_seg_fold(c, copy), 0);
     mv_seg_metric fc = folded(mc), fg = folded(mg), fh = folded(mh);
@@ -307,7 +306,7 @@ static void test_reader_rejects(void)
     mv_seg_catalog_free(c);
     static uint64_t orig[SEG_SIZE / 8];
     memcpy(orig, copy, SEG_SIZE);
-    CU_ASSERT_EQUAL(patched(orig, 18, 2, 2), MV_SEG_OK); /* as written */
+    CU_ASSERT_EQUAL(patched(orig, 18, 2, 2), MV_SEG_OK);         /* as written */
     CU_ASSERT_EQUAL(patched(orig, 18, 3, 2), MV_SEG_E_RECORD);   /* not a power of two */
     CU_ASSERT_EQUAL(patched(orig, 18, 1, 2), MV_SEG_E_RECORD);   /* one shard is no shard */
     CU_ASSERT_EQUAL(patched(orig, 18, 0, 2), MV_SEG_E_RECORD);   /* flag without a count */
