@@ -70,6 +70,8 @@ static json_object *metric_json(const void *buf, const mv_seg_metric *m)
         json_object_object_add(labels, m->labels[i].key,
                                json_object_new_string(m->labels[i].value));
     json_object_object_add(o, "labels", labels);
+    if (m->shards > 1) /* values below are the sums of the shards (spec section 5.2) */
+        json_object_object_add(o, "shards", json_object_new_int(m->shards));
     if (m->type == MV_SEG_COUNTER) {
         json_object_object_add(o, "value", json_object_new_uint64(mv_seg_read_counter(buf, m)));
     } else if (m->type == MV_SEG_GAUGE) {
@@ -143,6 +145,8 @@ static void print_text_metric(FILE *out, const void *buf, const mv_seg_metric *m
     }
     if (m->unit_len)
         fprintf(out, "  unit=%s", m->unit);
+    if (m->shards > 1)
+        fprintf(out, "  shards=%u", m->shards);
     if (m->help_len)
         fprintf(out, "  # %s", m->help);
     fputc('\n', out);
