@@ -52,8 +52,10 @@ type Gauge struct {
 // Set stores v: one 8-byte store, last store wins. On a sharded gauge it zeroes shards 1..
 // first and stores v in shard 0, where every writer's set goes (section 9.2).
 func (g Gauge) Set(v float64) {
-	for k := 1; k < g.shards; k++ {
-		atomic.StoreUint64((*uint64)(unsafe.Add(unsafe.Pointer(g.w), 64*k)), 0)
+	for k := 1; k < g.shards; k++ { // a load first: a shard already zero keeps its line
+		if w := (*uint64)(unsafe.Add(unsafe.Pointer(g.w), 64*k)); atomic.LoadUint64(w) != 0 {
+			atomic.StoreUint64(w, 0)
+		}
 	}
 	atomic.StoreUint64(g.w, math.Float64bits(v))
 }

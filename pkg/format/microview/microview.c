@@ -638,9 +638,9 @@ unsigned mv__shard_id(void)
     return id;
 }
 
-void mv_gauge_add(mv_gauge g, double delta)
+/* Adds `delta` to the f64 at `w` with a compare-and-swap loop. */
+static inline void add_f64(uint64_t *w, double delta)
 {
-    uint64_t *w = mv__word(g.slot);
     uint64_t old = __atomic_load_n(w, __ATOMIC_RELAXED), nw;
     do {
         double v;
@@ -648,6 +648,21 @@ void mv_gauge_add(mv_gauge g, double delta)
         v += delta;
         memcpy(&nw, &v, 8);
     } while (!__atomic_compare_exchange_n(w, &old, nw, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+}
+
+/* A sharded gauge's add, out of line: the unsharded one needs no stack frame. */
+__attribute__((noinline, cold)) static void gauge_add_sharded(uint64_t *slot, double delta)
+{
+    add_f64(mv__word(slot), delta);
+}
+
+void mv_gauge_add(mv_gauge g, double delta)
+{
+    if (__builtin_expect(((uintptr_t)g.slot & 7u) != 0, 0)) {
+        gauge_add_sharded(g.slot, delta);
+        return;
+    }
+    add_f64(g.slot, delta);
 }
 
 /* A handle's first shard (its word, when it is not sharded); returns the shard count. */
@@ -694,8 +709,9 @@ void mv__gauge_set_sharded(mv_gauge g, double v)
     const uint64_t *first;
     unsigned n = handle_shards(g.slot, &first);
     uint64_t *w = (uint64_t *)(uintptr_t)first, bits;
-    for (unsigned i = 1; i < n; i++)
-        __atomic_store_n(&w[i * 8u], 0, __ATOMIC_RELAXED);
+    for (unsigned i = 1; i < n; i++) /* a load first: a shard already zero keeps its line */
+        if (__atomic_load_n(&w[i * 8u], __ATOMIC_RELAXED) != 0)
+            __atomic_store_n(&w[i * 8u], 0, __ATOMIC_RELAXED);
     memcpy(&bits, &v, sizeof bits);
     __atomic_store_n(&w[0], bits, __ATOMIC_RELAXED);
 }

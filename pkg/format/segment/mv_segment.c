@@ -1,5 +1,6 @@
-/* mv_segment: segment format v1 writer primitives and the validating reader. */
-#include "mv_segment.h"
+/* mv_segment: segment format v1 writer primitives and the validating catalog reader (the
+ * value readers are in mv_segment_values.c). */
+#include "mv_segment_int.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -51,8 +52,7 @@ int mv_seg_reason_transient(mv_seg_reason r)
     return r == MV_SEG_E_BUSY || r == MV_SEG_E_TORN || r == MV_SEG_E_CHANGED;
 }
 
-__attribute__((format(printf, 3, 4))) static mv_seg_reason fail(mv_seg_error *err, mv_seg_reason r,
-                                                                const char *fmt, ...)
+mv_seg_reason mv_seg__fail(mv_seg_error *err, mv_seg_reason r, const char *fmt, ...)
 {
     if (err) {
         va_list ap;
@@ -199,21 +199,21 @@ mv_seg_reason mv_seg_format_with(void *base, uint64_t size, uint32_t values_size
 {
     uint32_t vdef, cdef;
     if (!base || ((uintptr_t)base % MV_SEG_ALIGN))
-        return fail(err, MV_SEG_E_INVAL, "segment base is NULL or not 8-aligned");
+        return mv_seg__fail(err, MV_SEG_E_INVAL, "segment base is NULL or not 8-aligned");
     if (mv_seg_default_layout(size, &vdef, &cdef) != MV_SEG_OK)
-        return fail(err, MV_SEG_E_SIZE,
-                    "segment size %llu is not a multiple of 8 in [%u, %u] bytes",
-                    (unsigned long long)size, MV_SEG_MIN_SIZE, MV_SEG_MAX_SIZE);
+        return mv_seg__fail(err, MV_SEG_E_SIZE,
+                            "segment size %llu is not a multiple of 8 in [%u, %u] bytes",
+                            (unsigned long long)size, MV_SEG_MIN_SIZE, MV_SEG_MAX_SIZE);
     if (instance == 0)
-        return fail(err, MV_SEG_E_INVAL, "instance id must be nonzero");
+        return mv_seg__fail(err, MV_SEG_E_INVAL, "instance id must be nonzero");
     if (values_size == 0)
         values_size = vdef;
     if (values_size % 64 || values_size < 64 ||
         (uint64_t)values_size + MV_SEG_HEADER_SIZE + 256 > size)
-        return fail(err, MV_SEG_E_LAYOUT,
-                    "value area of %u bytes does not fit a %llu-byte segment (64-byte "
-                    "multiple, leaving 256 bytes of catalog)",
-                    values_size, (unsigned long long)size);
+        return mv_seg__fail(err, MV_SEG_E_LAYOUT,
+                            "value area of %u bytes does not fit a %llu-byte segment (64-byte "
+                            "multiple, leaving 256 bytes of catalog)",
+                            values_size, (unsigned long long)size);
 
     mv_seg_header *h = base;
     memset(h, 0, sizeof *h);
@@ -295,62 +295,68 @@ uint32_t mv_seg_place_slot(uint32_t values_used, uint32_t values_size, uint32_t 
 mv_seg_reason mv_seg_desc_check(const mv_seg_metric_desc *d, mv_seg_error *err)
 {
     if (!d || !d->name)
-        return fail(err, MV_SEG_E_INVAL, "metric description or name is NULL");
+        return mv_seg__fail(err, MV_SEG_E_INVAL, "metric description or name is NULL");
     size_t nl = strlen(d->name);
     if (nl > MV_SEG_NAME_MAX || !mv_seg_valid_metric_name(d->name, nl))
-        return fail(err, MV_SEG_E_NAME,
-                    "metric name %.64s is not [a-zA-Z_:][a-zA-Z0-9_:]* of at most %d bytes "
-                    "(and may not start with __)",
-                    d->name, MV_SEG_NAME_MAX);
+        return mv_seg__fail(err, MV_SEG_E_NAME,
+                            "metric name %.64s is not [a-zA-Z_:][a-zA-Z0-9_:]* of at most %d bytes "
+                            "(and may not start with __)",
+                            d->name, MV_SEG_NAME_MAX);
     if (d->type != MV_SEG_COUNTER && d->type != MV_SEG_GAUGE && d->type != MV_SEG_HISTOGRAM)
-        return fail(err, MV_SEG_E_TYPE, "metric %s: unknown type %u", d->name, d->type);
+        return mv_seg__fail(err, MV_SEG_E_TYPE, "metric %s: unknown type %u", d->name, d->type);
     size_t hl = slen(d->help), ul = slen(d->unit);
     if (hl > MV_SEG_HELP_MAX || (hl && !mv_seg_valid_utf8(d->help, hl)))
-        return fail(err, MV_SEG_E_STRING, "metric %s: help is not UTF-8 of at most %d bytes",
-                    d->name, MV_SEG_HELP_MAX);
+        return mv_seg__fail(err, MV_SEG_E_STRING,
+                            "metric %s: help is not UTF-8 of at most %d bytes", d->name,
+                            MV_SEG_HELP_MAX);
     if (ul > MV_SEG_UNIT_MAX || (ul && !mv_seg_valid_label_name(d->unit, ul)))
-        return fail(err, MV_SEG_E_STRING,
-                    "metric %s: unit must be [a-zA-Z_][a-zA-Z0-9_]* of at most %d bytes", d->name,
-                    MV_SEG_UNIT_MAX);
+        return mv_seg__fail(err, MV_SEG_E_STRING,
+                            "metric %s: unit must be [a-zA-Z_][a-zA-Z0-9_]* of at most %d bytes",
+                            d->name, MV_SEG_UNIT_MAX);
     if (d->label_count > MV_SEG_LABELS_MAX || (d->label_count && !d->labels))
-        return fail(err, MV_SEG_E_COUNT, "metric %s: %u labels (at most %d)", d->name,
-                    d->label_count, MV_SEG_LABELS_MAX);
+        return mv_seg__fail(err, MV_SEG_E_COUNT, "metric %s: %u labels (at most %d)", d->name,
+                            d->label_count, MV_SEG_LABELS_MAX);
     for (uint16_t i = 0; i < d->label_count; i++) {
         const char *k = d->labels[i].key, *v = d->labels[i].value;
         size_t kl = slen(k), vl = slen(v);
         if (!k || kl > MV_SEG_LABEL_KEY_MAX || !mv_seg_valid_label_name(k, kl))
-            return fail(err, MV_SEG_E_NAME,
-                        "metric %s: label name %.64s is not [a-zA-Z_][a-zA-Z0-9_]* of at most "
-                        "%d bytes (and may not start with __)",
-                        d->name, k ? k : "(null)", MV_SEG_LABEL_KEY_MAX);
+            return mv_seg__fail(
+                err, MV_SEG_E_NAME,
+                "metric %s: label name %.64s is not [a-zA-Z_][a-zA-Z0-9_]* of at most "
+                "%d bytes (and may not start with __)",
+                d->name, k ? k : "(null)", MV_SEG_LABEL_KEY_MAX);
         if (d->type == MV_SEG_HISTOGRAM && strcmp(k, "le") == 0)
-            return fail(err, MV_SEG_E_NAME, "metric %s: histograms may not have a label 'le'",
-                        d->name);
+            return mv_seg__fail(err, MV_SEG_E_NAME,
+                                "metric %s: histograms may not have a label 'le'", d->name);
         if (vl > MV_SEG_LABEL_VALUE_MAX || (vl && !mv_seg_valid_utf8(v, vl)))
-            return fail(err, MV_SEG_E_STRING,
-                        "metric %s: value of label %s is not UTF-8 of at most %d bytes", d->name, k,
-                        MV_SEG_LABEL_VALUE_MAX);
+            return mv_seg__fail(err, MV_SEG_E_STRING,
+                                "metric %s: value of label %s is not UTF-8 of at most %d bytes",
+                                d->name, k, MV_SEG_LABEL_VALUE_MAX);
         for (uint16_t j = 0; j < i; j++)
             if (strcmp(d->labels[j].key, k) == 0)
-                return fail(err, MV_SEG_E_DUPLICATE, "metric %s: label %s given twice", d->name, k);
+                return mv_seg__fail(err, MV_SEG_E_DUPLICATE, "metric %s: label %s given twice",
+                                    d->name, k);
     }
     if (d->type == MV_SEG_HISTOGRAM) {
         if (d->bucket_count == 0 || d->bucket_count > MV_SEG_BUCKETS_MAX || !d->bounds)
-            return fail(err, MV_SEG_E_COUNT, "metric %s: %u bucket bounds (1 to %d)", d->name,
-                        d->bucket_count, MV_SEG_BUCKETS_MAX);
+            return mv_seg__fail(err, MV_SEG_E_COUNT, "metric %s: %u bucket bounds (1 to %d)",
+                                d->name, d->bucket_count, MV_SEG_BUCKETS_MAX);
         for (uint16_t i = 0; i < d->bucket_count; i++) {
             if (!isfinite(d->bounds[i]) || (i && !(d->bounds[i] > d->bounds[i - 1])))
-                return fail(err, MV_SEG_E_BUCKETS,
-                            "metric %s: bucket bounds must be finite and strictly increasing "
-                            "(bound %u is %g)",
-                            d->name, i, d->bounds[i]);
+                return mv_seg__fail(
+                    err, MV_SEG_E_BUCKETS,
+                    "metric %s: bucket bounds must be finite and strictly increasing "
+                    "(bound %u is %g)",
+                    d->name, i, d->bounds[i]);
         }
     } else if (d->bucket_count) {
-        return fail(err, MV_SEG_E_COUNT, "metric %s: only histograms have buckets", d->name);
+        return mv_seg__fail(err, MV_SEG_E_COUNT, "metric %s: only histograms have buckets",
+                            d->name);
     }
     if (d->shards > 1 && !mv_seg_valid_shards(d->shards))
-        return fail(err, MV_SEG_E_COUNT, "metric %s: %u shards (a power of two from 2 to %d)",
-                    d->name, d->shards, MV_SEG_SHARDS_MAX);
+        return mv_seg__fail(err, MV_SEG_E_COUNT,
+                            "metric %s: %u shards (a power of two from 2 to %d)", d->name,
+                            d->shards, MV_SEG_SHARDS_MAX);
     return MV_SEG_OK;
 }
 
@@ -399,17 +405,6 @@ void mv_seg_record_encode(void *out, const mv_seg_metric_desc *d, uint32_t value
 }
 
 /* ---- Reader: catalog ---------------------------------------------------------- */
-
-struct mv_seg_catalog {
-    uint64_t generation, instance, segment_size;
-    uint32_t metric_count, values_offset, values_used, catalog_used, hot_size, fold_size;
-    size_t count, nsharded;
-    uint32_t *sharded; /* indices of the sharded records */
-    mv_seg_metric *metrics;
-    mv_seg_label *labels;
-    double *bounds;
-    char *bytes; /* copy of the catalog area */
-};
 
 size_t mv_seg_catalog_count(const mv_seg_catalog *c)
 {
@@ -473,56 +468,62 @@ static mv_seg_reason header_check(const void *buf, size_t len, uint64_t expected
                                   mv_seg_header *h, mv_seg_error *err)
 {
     if (len < MV_SEG_HEADER_SIZE)
-        return fail(err, MV_SEG_E_TRUNCATED, "copy of %zu bytes is shorter than the %d-byte header",
-                    len, MV_SEG_HEADER_SIZE);
+        return mv_seg__fail(err, MV_SEG_E_TRUNCATED,
+                            "copy of %zu bytes is shorter than the %d-byte header", len,
+                            MV_SEG_HEADER_SIZE);
     memcpy(h, buf, sizeof *h);
     if (memcmp(h->magic, MV_SEG_MAGIC, 8) != 0) {
         static const char zero[8];
         if (memcmp(h->magic, zero, 8) == 0)
-            return fail(err, MV_SEG_E_MAGIC, "segment is not formatted yet (magic is zero)");
-        return fail(err, MV_SEG_E_MAGIC, "magic is not MVIEWSEG");
+            return mv_seg__fail(err, MV_SEG_E_MAGIC,
+                                "segment is not formatted yet (magic is zero)");
+        return mv_seg__fail(err, MV_SEG_E_MAGIC, "magic is not MVIEWSEG");
     }
     if (h->version != MV_SEG_VERSION)
-        return fail(err, MV_SEG_E_VERSION, "format version %u is not supported (this reader: %d)",
-                    h->version, MV_SEG_VERSION);
+        return mv_seg__fail(err, MV_SEG_E_VERSION,
+                            "format version %u is not supported (this reader: %d)", h->version,
+                            MV_SEG_VERSION);
     if (h->header_size != MV_SEG_HEADER_SIZE || h->flags != 0 || h->reserved0 != 0)
-        return fail(err, MV_SEG_E_HEADER, "header_size %u / flags 0x%x / reserved not as in v1",
-                    h->header_size, h->flags);
+        return mv_seg__fail(err, MV_SEG_E_HEADER,
+                            "header_size %u / flags 0x%x / reserved not as in v1", h->header_size,
+                            h->flags);
     for (size_t i = 0; i < sizeof h->reserved; i++)
         if (h->reserved[i])
-            return fail(err, MV_SEG_E_HEADER, "reserved header byte %zu is not zero", 96 + i);
+            return mv_seg__fail(err, MV_SEG_E_HEADER, "reserved header byte %zu is not zero",
+                                96 + i);
     if (h->segment_size < MV_SEG_MIN_SIZE || h->segment_size > MV_SEG_MAX_SIZE ||
         h->segment_size % MV_SEG_ALIGN)
-        return fail(err, MV_SEG_E_SIZE, "segment_size %llu out of range",
-                    (unsigned long long)h->segment_size);
+        return mv_seg__fail(err, MV_SEG_E_SIZE, "segment_size %llu out of range",
+                            (unsigned long long)h->segment_size);
     if (expected_size && h->segment_size != expected_size)
-        return fail(err, MV_SEG_E_SIZE, "segment_size %llu but the segment is %llu bytes",
-                    (unsigned long long)h->segment_size, (unsigned long long)expected_size);
+        return mv_seg__fail(err, MV_SEG_E_SIZE, "segment_size %llu but the segment is %llu bytes",
+                            (unsigned long long)h->segment_size, (unsigned long long)expected_size);
     uint64_t vo = h->values_offset, vs = h->values_size, co = h->catalog_offset,
              cs = h->catalog_size;
     if (vo % 8 || vs % 8 || co % 8 || cs % 8)
-        return fail(err, MV_SEG_E_LAYOUT, "areas are not 8-byte aligned");
+        return mv_seg__fail(err, MV_SEG_E_LAYOUT, "areas are not 8-byte aligned");
     if (vo < MV_SEG_HEADER_SIZE || co < MV_SEG_HEADER_SIZE)
-        return fail(err, MV_SEG_E_OVERLAP, "an area overlaps the header");
+        return mv_seg__fail(err, MV_SEG_E_OVERLAP, "an area overlaps the header");
     if (vo + vs > h->segment_size || co + cs > h->segment_size)
-        return fail(err, MV_SEG_E_LAYOUT,
-                    "areas [%llu,+%llu) and [%llu,+%llu) exceed the %llu-byte segment",
-                    (unsigned long long)vo, (unsigned long long)vs, (unsigned long long)co,
-                    (unsigned long long)cs, (unsigned long long)h->segment_size);
+        return mv_seg__fail(err, MV_SEG_E_LAYOUT,
+                            "areas [%llu,+%llu) and [%llu,+%llu) exceed the %llu-byte segment",
+                            (unsigned long long)vo, (unsigned long long)vs, (unsigned long long)co,
+                            (unsigned long long)cs, (unsigned long long)h->segment_size);
     if (vo < co + cs && co < vo + vs)
-        return fail(err, MV_SEG_E_OVERLAP, "value area and catalog area overlap");
+        return mv_seg__fail(err, MV_SEG_E_OVERLAP, "value area and catalog area overlap");
     if (h->values_used > vs || h->values_used % 8)
-        return fail(err, MV_SEG_E_COUNT, "values_used %u exceeds the %llu-byte value area",
-                    h->values_used, (unsigned long long)vs);
+        return mv_seg__fail(err, MV_SEG_E_COUNT, "values_used %u exceeds the %llu-byte value area",
+                            h->values_used, (unsigned long long)vs);
     if (h->catalog_used > cs || h->catalog_used % 8)
-        return fail(err, MV_SEG_E_COUNT, "catalog_used %u exceeds the %llu-byte catalog area",
-                    h->catalog_used, (unsigned long long)cs);
+        return mv_seg__fail(err, MV_SEG_E_COUNT,
+                            "catalog_used %u exceeds the %llu-byte catalog area", h->catalog_used,
+                            (unsigned long long)cs);
     if (h->metric_count > MV_SEG_METRICS_MAX ||
         (uint64_t)h->metric_count * MV_SEG_RECORD_MIN > h->catalog_used)
-        return fail(err, MV_SEG_E_COUNT, "metric_count %u cannot fit in %u catalog bytes",
-                    h->metric_count, h->catalog_used);
+        return mv_seg__fail(err, MV_SEG_E_COUNT, "metric_count %u cannot fit in %u catalog bytes",
+                            h->metric_count, h->catalog_used);
     if (h->instance == 0)
-        return fail(err, MV_SEG_E_HEADER, "instance is zero");
+        return mv_seg__fail(err, MV_SEG_E_HEADER, "instance is zero");
     return MV_SEG_OK;
 }
 
@@ -533,19 +534,20 @@ static mv_seg_reason get_str(const char *rec, uint32_t *pos, uint32_t end, uint3
 {
     uint16_t n;
     if ((uint64_t)*pos + 3 > end)
-        return fail(err, MV_SEG_E_RECORD, "record %zu: %s runs past the record", idx, what);
+        return mv_seg__fail(err, MV_SEG_E_RECORD, "record %zu: %s runs past the record", idx, what);
     memcpy(&n, rec + *pos, 2);
     if (n > max)
-        return fail(err, MV_SEG_E_STRING, "record %zu: %s is %u bytes (at most %u)", idx, what, n,
-                    max);
+        return mv_seg__fail(err, MV_SEG_E_STRING, "record %zu: %s is %u bytes (at most %u)", idx,
+                            what, n, max);
     if ((uint64_t)*pos + 2 + n + 1 > end)
-        return fail(err, MV_SEG_E_RECORD, "record %zu: %s runs past the record", idx, what);
+        return mv_seg__fail(err, MV_SEG_E_RECORD, "record %zu: %s runs past the record", idx, what);
     const char *p = rec + *pos + 2;
     if (p[n] != '\0')
-        return fail(err, MV_SEG_E_STRING, "record %zu: %s is not NUL-terminated", idx, what);
+        return mv_seg__fail(err, MV_SEG_E_STRING, "record %zu: %s is not NUL-terminated", idx,
+                            what);
     if (!mv_seg_valid_utf8(p, n))
-        return fail(err, MV_SEG_E_STRING, "record %zu: %s is not valid UTF-8 (or has NUL)", idx,
-                    what);
+        return mv_seg__fail(err, MV_SEG_E_STRING, "record %zu: %s is not valid UTF-8 (or has NUL)",
+                            idx, what);
     *s = p;
     *len = n;
     *pos += 3u + n;
@@ -561,64 +563,66 @@ static mv_seg_reason parse_record(mv_seg_catalog *c, size_t idx, const char *rec
     mv_seg_reason r;
 
     if (avail < MV_SEG_RECORD_HEAD)
-        return fail(err, MV_SEG_E_RECORD, "record %zu: header runs past catalog_used", idx);
+        return mv_seg__fail(err, MV_SEG_E_RECORD, "record %zu: header runs past catalog_used", idx);
     memcpy(&hd, rec, sizeof hd);
     if (hd.record_size < MV_SEG_RECORD_MIN || hd.record_size % 8 || hd.record_size > avail)
-        return fail(err, MV_SEG_E_RECORD, "record %zu: size %u is not a multiple of 8 in [%d, %u]",
-                    idx, hd.record_size, MV_SEG_RECORD_MIN, avail);
+        return mv_seg__fail(err, MV_SEG_E_RECORD,
+                            "record %zu: size %u is not a multiple of 8 in [%d, %u]", idx,
+                            hd.record_size, MV_SEG_RECORD_MIN, avail);
     uint64_t sum;
     memcpy(&sum, rec + hd.record_size - 8, 8);
     if (sum != mv_seg_fnv1a64(rec, hd.record_size - 8))
-        return fail(err, MV_SEG_E_CHECKSUM, "record %zu: checksum mismatch", idx);
+        return mv_seg__fail(err, MV_SEG_E_CHECKSUM, "record %zu: checksum mismatch", idx);
     if ((hd.flags & ~MV_SEG_REC_SHARDED) || hd.reserved2)
-        return fail(err, MV_SEG_E_RECORD, "record %zu: unknown flags or reserved fields not zero",
-                    idx);
+        return mv_seg__fail(err, MV_SEG_E_RECORD,
+                            "record %zu: unknown flags or reserved fields not zero", idx);
     if ((hd.flags & MV_SEG_REC_SHARDED) ? !mv_seg_valid_shards(hd.shard_count)
                                         : hd.shard_count != 0)
-        return fail(err, MV_SEG_E_RECORD,
-                    "record %zu: shard_count %u (sharded: a power of two from 2 to %d, else 0)",
-                    idx, hd.shard_count, MV_SEG_SHARDS_MAX);
+        return mv_seg__fail(
+            err, MV_SEG_E_RECORD,
+            "record %zu: shard_count %u (sharded: a power of two from 2 to %d, else 0)", idx,
+            hd.shard_count, MV_SEG_SHARDS_MAX);
     if (hd.type != MV_SEG_COUNTER && hd.type != MV_SEG_GAUGE && hd.type != MV_SEG_HISTOGRAM)
-        return fail(err, MV_SEG_E_TYPE, "record %zu: unknown type %u", idx, hd.type);
+        return mv_seg__fail(err, MV_SEG_E_TYPE, "record %zu: unknown type %u", idx, hd.type);
     if (hd.label_count > MV_SEG_LABELS_MAX)
-        return fail(err, MV_SEG_E_COUNT, "record %zu: %u labels (at most %d)", idx, hd.label_count,
-                    MV_SEG_LABELS_MAX);
+        return mv_seg__fail(err, MV_SEG_E_COUNT, "record %zu: %u labels (at most %d)", idx,
+                            hd.label_count, MV_SEG_LABELS_MAX);
     if (hd.type == MV_SEG_HISTOGRAM ? (hd.bucket_count == 0 || hd.bucket_count > MV_SEG_BUCKETS_MAX)
                                     : hd.bucket_count != 0)
-        return fail(err, MV_SEG_E_COUNT, "record %zu: bucket_count %u invalid for type %u", idx,
-                    hd.bucket_count, hd.type);
+        return mv_seg__fail(err, MV_SEG_E_COUNT, "record %zu: bucket_count %u invalid for type %u",
+                            idx, hd.bucket_count, hd.type);
     uint16_t shards = hd.shard_count ? hd.shard_count : 1;
     uint32_t one = mv_seg_shard_size(hd.type, hd.bucket_count);
     uint32_t stride = shards > 1 ? mv_seg_shard_stride(hd.type, hd.bucket_count) : one;
     uint32_t want = shards * stride;
     if (hd.value_size != want)
-        return fail(err, MV_SEG_E_RECORD, "record %zu: value_size %u, expected %u", idx,
-                    hd.value_size, want);
+        return mv_seg__fail(err, MV_SEG_E_RECORD, "record %zu: value_size %u, expected %u", idx,
+                            hd.value_size, want);
     if (hd.value_offset % 8)
-        return fail(err, MV_SEG_E_VALUE_RANGE, "record %zu: value_offset %u is not 8-aligned", idx,
-                    hd.value_offset);
+        return mv_seg__fail(err, MV_SEG_E_VALUE_RANGE,
+                            "record %zu: value_offset %u is not 8-aligned", idx, hd.value_offset);
     if (hd.value_offset < *value_end)
-        return fail(err, MV_SEG_E_OVERLAP,
-                    "record %zu: value slot at %u overlaps the previous one (ends at %u)", idx,
-                    hd.value_offset, *value_end);
+        return mv_seg__fail(err, MV_SEG_E_OVERLAP,
+                            "record %zu: value slot at %u overlaps the previous one (ends at %u)",
+                            idx, hd.value_offset, *value_end);
     if ((uint64_t)hd.value_offset + hd.value_size > c->values_used)
-        return fail(err, MV_SEG_E_VALUE_RANGE,
-                    "record %zu: value slot [%u,+%u) is outside the %u used value bytes", idx,
-                    hd.value_offset, hd.value_size, c->values_used);
+        return mv_seg__fail(err, MV_SEG_E_VALUE_RANGE,
+                            "record %zu: value slot [%u,+%u) is outside the %u used value bytes",
+                            idx, hd.value_offset, hd.value_size, c->values_used);
     *value_end = hd.value_offset + hd.value_size;
 
     uint32_t end = hd.record_size - 8, pos = MV_SEG_RECORD_HEAD;
     if ((r = get_str(rec, &pos, end, MV_SEG_NAME_MAX, &m->name, &m->name_len, "name", idx, err)))
         return r;
     if (!mv_seg_valid_metric_name(m->name, m->name_len))
-        return fail(err, MV_SEG_E_NAME, "record %zu: invalid metric name %s", idx,
-                    m->name_len ? m->name : "(empty)");
+        return mv_seg__fail(err, MV_SEG_E_NAME, "record %zu: invalid metric name %s", idx,
+                            m->name_len ? m->name : "(empty)");
     if ((r = get_str(rec, &pos, end, MV_SEG_HELP_MAX, &m->help, &m->help_len, "help", idx, err)))
         return r;
     if ((r = get_str(rec, &pos, end, MV_SEG_UNIT_MAX, &m->unit, &m->unit_len, "unit", idx, err)))
         return r;
     if (m->unit_len && !mv_seg_valid_label_name(m->unit, m->unit_len))
-        return fail(err, MV_SEG_E_NAME, "record %zu: invalid unit", idx);
+        return mv_seg__fail(err, MV_SEG_E_NAME, "record %zu: invalid unit", idx);
     mv_seg_label *labels = c->labels + *label_used;
     for (uint16_t i = 0; i < hd.label_count; i++) {
         const char *k, *v;
@@ -627,27 +631,28 @@ static mv_seg_reason parse_record(mv_seg_catalog *c, size_t idx, const char *rec
             return r;
         if (!mv_seg_valid_label_name(k, kl) ||
             (hd.type == MV_SEG_HISTOGRAM && kl == 2 && memcmp(k, "le", 2) == 0))
-            return fail(err, MV_SEG_E_NAME, "record %zu: invalid label name %s", idx,
-                        kl ? k : "(empty)");
+            return mv_seg__fail(err, MV_SEG_E_NAME, "record %zu: invalid label name %s", idx,
+                                kl ? k : "(empty)");
         if ((r = get_str(rec, &pos, end, MV_SEG_LABEL_VALUE_MAX, &v, &vl, "label value", idx, err)))
             return r;
         for (uint16_t j = 0; j < i; j++)
             if (strcmp(labels[j].key, k) == 0)
-                return fail(err, MV_SEG_E_DUPLICATE, "record %zu: label %s given twice", idx, k);
+                return mv_seg__fail(err, MV_SEG_E_DUPLICATE, "record %zu: label %s given twice",
+                                    idx, k);
         labels[i].key = k;
         labels[i].value = v;
     }
     pos = align8(pos);
     if ((uint64_t)pos + 8ull * hd.bucket_count != end)
-        return fail(err, MV_SEG_E_RECORD, "record %zu: %u bytes left for %u bounds", idx,
-                    end > pos ? end - pos : 0, hd.bucket_count);
+        return mv_seg__fail(err, MV_SEG_E_RECORD, "record %zu: %u bytes left for %u bounds", idx,
+                            end > pos ? end - pos : 0, hd.bucket_count);
     double *bounds = c->bounds + *bound_used;
     for (uint16_t i = 0; i < hd.bucket_count; i++) {
         memcpy(&bounds[i], rec + pos + 8u * i, 8);
         if (!isfinite(bounds[i]) || (i && !(bounds[i] > bounds[i - 1])))
-            return fail(err, MV_SEG_E_BUCKETS,
-                        "record %zu: bound %u (%g) is not finite and above the previous", idx, i,
-                        bounds[i]);
+            return mv_seg__fail(err, MV_SEG_E_BUCKETS,
+                                "record %zu: bound %u (%g) is not finite and above the previous",
+                                idx, i, bounds[i]);
     }
     m->type = hd.type;
     m->label_count = hd.label_count;
@@ -690,7 +695,7 @@ static mv_seg_reason check_families(mv_seg_catalog *c, mv_seg_error *err)
         return MV_SEG_OK;
     const mv_seg_metric **v = malloc(c->count * sizeof *v);
     if (!v)
-        return fail(err, MV_SEG_E_NOMEM, "out of memory checking %zu metrics", c->count);
+        return mv_seg__fail(err, MV_SEG_E_NOMEM, "out of memory checking %zu metrics", c->count);
     for (size_t i = 0; i < c->count; i++)
         v[i] = &c->metrics[i];
     qsort(v, c->count, sizeof *v, metric_cmp);
@@ -699,9 +704,11 @@ static mv_seg_reason check_families(mv_seg_catalog *c, mv_seg_error *err)
         if (strcmp(v[i]->name, v[i - 1]->name) != 0)
             continue;
         if (v[i]->type != v[i - 1]->type)
-            r = fail(err, MV_SEG_E_TYPE, "metric %s is registered with two types", v[i]->name);
+            r = mv_seg__fail(err, MV_SEG_E_TYPE, "metric %s is registered with two types",
+                             v[i]->name);
         else if (metric_cmp(&v[i], &v[i - 1]) == 0)
-            r = fail(err, MV_SEG_E_DUPLICATE, "metric %s has the same labels twice", v[i]->name);
+            r = mv_seg__fail(err, MV_SEG_E_DUPLICATE, "metric %s has the same labels twice",
+                             v[i]->name);
     }
     free(v);
     return r;
@@ -717,7 +724,8 @@ static mv_seg_reason place_folds(mv_seg_catalog *c, mv_seg_error *err)
     if (!c->nsharded)
         return MV_SEG_OK;
     if (!(c->sharded = malloc(c->nsharded * sizeof *c->sharded)))
-        return fail(err, MV_SEG_E_NOMEM, "out of memory listing %zu sharded records", c->nsharded);
+        return mv_seg__fail(err, MV_SEG_E_NOMEM, "out of memory listing %zu sharded records",
+                            c->nsharded);
     size_t k = 0;
     for (size_t i = 0; i < c->count; i++) {
         mv_seg_metric *m = &c->metrics[i];
@@ -742,15 +750,16 @@ mv_seg_reason mv_seg_catalog_parse(const void *buf, size_t len, uint64_t expecte
     if ((r = header_check(buf, len, expected_size, &h, err)))
         return r;
     if (h.generation & 1)
-        return fail(err, MV_SEG_E_BUSY, "catalog append in progress (generation %llu)",
-                    (unsigned long long)h.generation);
+        return mv_seg__fail(err, MV_SEG_E_BUSY, "catalog append in progress (generation %llu)",
+                            (unsigned long long)h.generation);
     if ((uint64_t)h.catalog_offset + h.catalog_used > len)
-        return fail(err, MV_SEG_E_TRUNCATED, "copy of %zu bytes ends inside the catalog (%u+%u)",
-                    len, h.catalog_offset, h.catalog_used);
+        return mv_seg__fail(err, MV_SEG_E_TRUNCATED,
+                            "copy of %zu bytes ends inside the catalog (%u+%u)", len,
+                            h.catalog_offset, h.catalog_used);
 
     mv_seg_catalog *c = calloc(1, sizeof *c);
     if (!c)
-        return fail(err, MV_SEG_E_NOMEM, "out of memory");
+        return mv_seg__fail(err, MV_SEG_E_NOMEM, "out of memory");
     c->generation = h.generation;
     c->instance = h.instance;
     c->segment_size = h.segment_size;
@@ -768,7 +777,8 @@ mv_seg_reason mv_seg_catalog_parse(const void *buf, size_t len, uint64_t expecte
     c->bounds = calloc(max_bounds, sizeof *c->bounds);
     if (!c->bytes || !c->metrics || !c->labels || !c->bounds) {
         mv_seg_catalog_free(c);
-        return fail(err, MV_SEG_E_NOMEM, "out of memory for a %u-byte catalog", h.catalog_used);
+        return mv_seg__fail(err, MV_SEG_E_NOMEM, "out of memory for a %u-byte catalog",
+                            h.catalog_used);
     }
     memcpy(c->bytes, (const char *)buf + h.catalog_offset, h.catalog_used);
 
@@ -788,8 +798,8 @@ mv_seg_reason mv_seg_catalog_parse(const void *buf, size_t len, uint64_t expecte
     }
     if (pos != h.catalog_used) {
         mv_seg_catalog_free(c);
-        return fail(err, MV_SEG_E_COUNT, "%u records use %u bytes but catalog_used is %u",
-                    h.metric_count, pos, h.catalog_used);
+        return mv_seg__fail(err, MV_SEG_E_COUNT, "%u records use %u bytes but catalog_used is %u",
+                            h.metric_count, pos, h.catalog_used);
     }
     if ((r = check_families(c, err)) || (r = place_folds(c, err))) {
         mv_seg_catalog_free(c);
@@ -831,148 +841,4 @@ void mv_seg_recount(const void *base, size_t size, uint32_t *metric_count, uint3
     *metric_count = n;
     *catalog_used = pos;
     *values_used = vend;
-}
-
-/* ---- Reader: values ------------------------------------------------------------ */
-
-mv_seg_reason mv_seg_hot_check(const mv_seg_catalog *c, const void *buf, size_t len,
-                               uint64_t *heartbeat_ns, mv_seg_error *err)
-{
-    const mv_seg_header *h = buf;
-    uint64_t magic;
-
-    if (len < c->hot_size || len < MV_SEG_HEADER_SIZE)
-        return fail(err, MV_SEG_E_TRUNCATED, "hot copy of %zu bytes, need %u", len, c->hot_size);
-    memcpy(&magic, MV_SEG_MAGIC, 8);
-    if (memcmp(h->magic, &magic, 8) != 0)
-        return fail(err, MV_SEG_E_MAGIC, "magic changed under a parsed catalog");
-    if (h->instance != c->instance)
-        return fail(err, MV_SEG_E_CHANGED, "segment was re-formatted (instance changed)");
-    if (h->generation != c->generation || h->metric_count != c->metric_count ||
-        h->values_used != c->values_used || h->catalog_used != c->catalog_used ||
-        h->values_offset != c->values_offset)
-        return fail(err, MV_SEG_E_CHANGED, "catalog generation %llu -> %llu",
-                    (unsigned long long)c->generation, (unsigned long long)h->generation);
-    if (heartbeat_ns)
-        *heartbeat_ns = h->heartbeat_ns;
-    return MV_SEG_OK;
-}
-
-static inline const uint64_t *slot(const void *hot, const mv_seg_metric *m)
-{
-    const mv_seg_header *h = hot;
-    return (const uint64_t *)(const void *)((const char *)hot + h->values_offset + m->value_offset);
-}
-
-uint64_t mv_seg_read_counter(const void *hot, const mv_seg_metric *m)
-{
-    const uint64_t *w = slot(hot, m);
-    if (m->shards < 2)
-        return *w;
-    uint64_t sum = 0;
-    for (uint32_t k = 0; k < m->shards; k++)
-        sum += w[k * (m->shard_stride / 8)];
-    return sum;
-}
-
-double mv_seg_read_gauge(const void *hot, const mv_seg_metric *m)
-{
-    const uint64_t *w = slot(hot, m);
-    double d, sum;
-    memcpy(&sum, w, 8);
-    for (uint32_t k = 1; k < m->shards; k++) {
-        memcpy(&d, &w[k * (m->shard_stride / 8)], 8);
-        sum += d;
-    }
-    return sum;
-}
-
-/* Whether one histogram's words (count, sum, buckets, checksum) are consistent. */
-static int hist_consistent(const uint64_t *w, uint16_t bucket_count)
-{
-    uint32_t nwords = MV_SEG_HIST_WORDS(bucket_count), nb = bucket_count + 1u;
-    uint64_t check = 0, total = 0;
-    for (uint32_t i = 0; i + 1 < nwords; i++)
-        check += w[i] * mv_seg_hist_weight(i);
-    if (check != w[nwords - 1])
-        return 0;
-    for (uint32_t i = 0; i < nb; i++)
-        total += w[2 + i];
-    return total == w[0];
-}
-
-mv_seg_reason mv_seg_read_histogram(const void *hot, const mv_seg_metric *m, mv_seg_hist_view *out)
-{
-    const uint64_t *w = slot(hot, m);
-    uint32_t nb = m->bucket_count + 1u;
-
-    if (m->shards < 2) {
-        if (!hist_consistent(w, m->bucket_count))
-            return MV_SEG_E_TORN;
-        out->count = w[0];
-        memcpy(&out->sum, &w[1], 8);
-        out->buckets = w + 2;
-        return MV_SEG_OK;
-    }
-    uint64_t count = 0;
-    double sum = 0;
-    memset(out->summed, 0, nb * sizeof *out->summed);
-    for (uint32_t k = 0; k < m->shards; k++) {
-        const uint64_t *sw = w + k * (m->shard_stride / 8);
-        if (!hist_consistent(sw, m->bucket_count))
-            return MV_SEG_E_TORN;
-        double d;
-        memcpy(&d, &sw[1], 8);
-        count += sw[0];
-        sum = k ? sum + d : d;
-        for (uint32_t i = 0; i < nb; i++)
-            out->summed[i] += sw[2 + i];
-    }
-    out->count = count;
-    out->sum = sum;
-    out->buckets = out->summed;
-    return MV_SEG_OK;
-}
-
-size_t mv_seg_fold(const mv_seg_catalog *c, void *buf)
-{
-    size_t torn = 0;
-    char *vals = (char *)buf + c->values_offset;
-    for (size_t j = 0; j < c->nsharded; j++) {
-        const mv_seg_metric *m = &c->metrics[c->sharded[j]];
-        uint64_t *to = (uint64_t *)(void *)(vals + m->fold_offset);
-        if (m->type == MV_SEG_COUNTER) {
-            *to = mv_seg_read_counter(buf, m);
-            continue;
-        }
-        if (m->type == MV_SEG_GAUGE) {
-            double d = mv_seg_read_gauge(buf, m);
-            memcpy(to, &d, 8);
-            continue;
-        }
-        /* A histogram: the words of each shard added up, then the checksum over the sums
-         * (a consistent shard's words satisfy both equations, so their sums do too). */
-        const uint64_t *w = slot(buf, m);
-        uint32_t nwords = MV_SEG_HIST_WORDS(m->bucket_count), step = m->shard_stride / 8;
-        int ok = 1;
-        double sum = 0;
-        memset(to, 0, 8u * nwords);
-        for (uint32_t k = 0; k < m->shards; k++) {
-            const uint64_t *sw = w + k * step;
-            ok &= hist_consistent(sw, m->bucket_count);
-            double d;
-            memcpy(&d, &sw[1], 8);
-            sum = k ? sum + d : d;
-            to[0] += sw[0];
-            for (uint32_t i = 2; i + 1 < nwords; i++)
-                to[i] += sw[i];
-        }
-        memcpy(&to[1], &sum, 8);
-        uint64_t check = 0;
-        for (uint32_t i = 0; i + 1 < nwords; i++)
-            check += to[i] * mv_seg_hist_weight(i);
-        to[nwords - 1] = ok ? check : check + 1; /* a torn shard: the fold reads as torn */
-        torn += !ok;
-    }
-    return torn;
 }
