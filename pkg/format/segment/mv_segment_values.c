@@ -120,28 +120,21 @@ size_t mv_seg_fold(const mv_seg_catalog *c, void *buf)
             memcpy(to, &d, 8);
             continue;
         }
-        /* A histogram: the words of each shard added up, then the checksum over the sums
-         * (a consistent shard's words satisfy both equations, so their sums do too). */
-        const uint64_t *w = slot(buf, m);
-        uint32_t nwords = MV_SEG_HIST_WORDS(m->bucket_count), step = m->shard_stride / 8;
-        int ok = 1;
-        double sum = 0;
+        /* A histogram: the shards' sums (as read), then the checksum over them. A torn shard
+         * leaves zeros and a checksum made wrong on purpose, so the fold reads as torn. */
+        mv_seg_hist_view hv;
+        uint32_t nwords = MV_SEG_HIST_WORDS(m->bucket_count);
+        int ok = mv_seg_read_histogram(buf, m, &hv) == MV_SEG_OK;
         memset(to, 0, 8u * nwords);
-        for (uint32_t k = 0; k < m->shards; k++) {
-            const uint64_t *sw = w + k * step;
-            ok &= hist_consistent(sw, m->bucket_count);
-            double d;
-            memcpy(&d, &sw[1], 8);
-            sum = k ? sum + d : d;
-            to[0] += sw[0];
-            for (uint32_t i = 2; i + 1 < nwords; i++)
-                to[i] += sw[i];
+        if (ok) {
+            to[0] = hv.count;
+            memcpy(&to[1], &hv.sum, 8);
+            memcpy(&to[2], hv.buckets, 8u * (m->bucket_count + 1u));
         }
-        memcpy(&to[1], &sum, 8);
         uint64_t check = 0;
         for (uint32_t i = 0; i + 1 < nwords; i++)
             check += to[i] * mv_seg_hist_weight(i);
-        to[nwords - 1] = ok ? check : check + 1; /* a torn shard: the fold reads as torn */
+        to[nwords - 1] = ok ? check : check + 1;
         torn += !ok;
     }
     return torn;
