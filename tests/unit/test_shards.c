@@ -31,7 +31,6 @@ static mv_segment *fresh(char *path)
 /* A word-atomic copy of the segment at `path` (as a reader takes it) and its catalog. */
 static mv_seg_catalog *copy_of(mv_segment *s, uint64_t **copy)
 {
-    (void)s;
     static uint64_t buf[SEG_SIZE / 8 * 2];
     mv_seg_catalog *c;
     mv_seg_error e;

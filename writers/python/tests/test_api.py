@@ -155,6 +155,33 @@ class Api(unittest.TestCase):
         self.assertEqual(sum(w[2:5]), n * threads)
         self.assertEqual(w[5], sum(w[i] * hist_weight(i) for i in range(5)) % (1 << 64))
 
+    def test_sharded_threads(self):
+        """set_shards: threads update copies of their own; the values read are the sums."""
+        self.assertRaises(_microview.Error, self.seg.set_shards, 3)
+        self.seg.set_shards(4)
+        c = Counter("sc", "x", segment=self.seg)
+        g = Gauge("sg", "x", segment=self.seg)
+        self.seg.set_shards(1)
+        n, threads = 20000, 4
+
+        def work():
+            for _ in range(n):
+                c.inc()
+                g.inc(0.5)
+
+        ts = [threading.Thread(target=work) for _ in range(threads)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        self.assertEqual(c._child().get(), n * threads)
+        self.assertEqual(g._child().get(), n * threads * 0.5)
+        w = read_segment(self.path)[("sc_total", ())][3]
+        shards = [w[8 * k] for k in range(4)]  # one 64-byte line each
+        self.assertEqual(len(w), 32)
+        self.assertEqual(sum(shards), n * threads)
+        self.assertGreater(sum(1 for x in shards if x), 1)
+
     def test_time_and_helpers(self):
         h = Histogram("tm", "x", buckets=(0.5, 10), segment=self.seg)
         with h.time():

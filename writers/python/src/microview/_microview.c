@@ -253,6 +253,17 @@ static PyObject *Segment_heartbeat(SegmentObject *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+static PyObject *Segment_set_shards(SegmentObject *self, PyObject *arg)
+{
+    unsigned long n = PyLong_AsUnsignedLong(arg);
+    if (n == (unsigned long)-1 && PyErr_Occurred())
+        return NULL;
+    int rc = mv_set_shards(self->seg, n > 64 ? 0u : (unsigned)n);
+    if (rc != MV_OK)
+        return raise_mv(rc);
+    Py_RETURN_NONE;
+}
+
 static PyObject *Segment_get_path(SegmentObject *self, void *c)
 {
     if (!self->seg)
@@ -271,6 +282,11 @@ static PyMethodDef Segment_methods[] = {{"register", (PyCFunction)Segment_regist
                                          "returns its handle; raises Error on failure."},
                                         {"heartbeat", (PyCFunction)Segment_heartbeat, METH_NOARGS,
                                          "Stores the current time as the writer heartbeat."},
+                                        {"set_shards", (PyCFunction)Segment_set_shards, METH_O,
+                                         "set_shards(n): series registered after this keep n "
+                                         "per-thread copies of their value (1, or a power of "
+                                         "two up to 64), summed by readers; raises Error "
+                                         "otherwise."},
                                         {NULL}};
 
 static PyGetSetDef Segment_getset[] = {
