@@ -176,7 +176,9 @@ int mv_pipe_seg_create(const mv_pipe_config *cfg, const mv_seg_catalog *cat, mv_
 void mv_pipe_seg_destroy(mv_pipe_seg *s);
 
 /* Feeds one validated hot copy (as accepted by mv_seg_hot_check for the
- * catalog given to create) read at wall-clock time now_ns. Returns a mask of
+ * catalog given to create) read at wall-clock time now_ns. A catalog with sharded
+ * records is read at their fold_offset: the copy's buffer holds
+ * mv_seg_catalog_fold_size bytes and mv_seg_fold ran on it. Returns a mask of
  * MV_PIPE_* flags. Allocates only for new sketch pages (see above). */
 unsigned mv_pipe_seg_feed(mv_pipe_seg *s, const void *hot, uint64_t now_ns);
 
