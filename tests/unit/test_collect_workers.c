@@ -2,7 +2,8 @@
  * exact values by 1, 2 and 4 workers; segments added and removed while workers run; a
  * transport that is not `concurrent` never entered by two threads at once; a "gone" read on a
  * helper drops exactly its segment and tells the drop hook once; SIGBUS on helpers; stats
- * (ticks, torn retries, bytes read) summed over the workers; create/destroy of the helpers. */
+ * (ticks, torn retries, bytes read) summed over the workers; a worker stopped mid-chunk holds
+ * back no tick (its segments deferred); create/destroy of the helpers. */
 #include <CUnit/Basic.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -625,6 +626,180 @@ static void test_many_gone_at_once(void)
     pthread_mutex_destroy(&g_gone.mu);
 }
 
+/* ---- A worker stopped mid-chunk ------------------------------------------------------------- */
+
+/* A transport whose read of one segment blocks, once armed, until released: the worker in it
+ * stands for one whose CPU the host took away while it held a chunk of a tick. */
+typedef struct stall {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    void *victim;
+    int armed, stalled, released;
+} stall;
+
+static stall g_stall;
+
+static void stall_read_many(void *ctx, mv_coll_read *rq, size_t n)
+{
+    stall *st = ctx;
+    pthread_mutex_lock(&st->mu);
+    int hit = 0;
+    for (size_t i = 0; i < n; i++)
+        hit |= st->armed && rq[i].src == st->victim;
+    if (hit) {
+        st->armed = 0;
+        st->stalled = 1;
+        pthread_cond_broadcast(&st->cv);
+        while (!st->released)
+            pthread_cond_wait(&st->cv, &st->mu);
+    }
+    pthread_mutex_unlock(&st->mu);
+    const mv_coll_transport *shm = mv_coll_shm_transport();
+    shm->read_many(shm->ctx, rq, n);
+}
+
+static int is_stalled(void *arg)
+{
+    stall *st = arg;
+    pthread_mutex_lock(&st->mu);
+    int v = st->stalled;
+    pthread_mutex_unlock(&st->mu);
+    return v;
+}
+
+typedef struct ticks_past {
+    mv_coll *c;
+    uint64_t n;
+} ticks_past;
+
+static int ticked_past(void *arg)
+{
+    ticks_past *t = arg;
+    mv_coll_snap *s = mv_coll_snapshot(t->c);
+    int ok = mv_coll_snap_stats(s)->ticks >= t->n;
+    mv_coll_snap_free(s);
+    return ok;
+}
+
+typedef struct tick_log {
+    pthread_mutex_t mu; /* on_tick runs under the table's lock; the test reads under this */
+    uint64_t scheduled, unscheduled, bad;
+} tick_log;
+
+static void log_tick(void *arg, const mv_coll_tick_info *ti)
+{
+    tick_log *l = arg;
+    pthread_mutex_lock(&l->mu);
+    if (ti->due_ns) {
+        l->scheduled++;
+        l->bad += ti->start_ns < ti->due_ns;
+    } else {
+        l->unscheduled++;
+    }
+    l->bad += ti->end_ns < ti->start_ns || ti->deferred > ti->segments;
+    pthread_mutex_unlock(&l->mu);
+}
+
+static int stalled_fleet_exact(void *arg)
+{
+    exact_arg *a = arg;
+    return fleet_exact(a->c, "w", a->r) == NSEG;
+}
+
+/* Scheduled ticks with 2 workers, one of them stopped inside a read: the other goes on
+ * starting and ending ticks, defers the segments the stopped one holds (counted, per segment
+ * and in all), and reads every other segment; once it resumes, every value is exact. */
+static void test_stalled_worker(void)
+{
+    fleet f;
+    void *srcs[NSEG];
+    static const mv_coll_transport t = {.name = "stall",
+                                        .ctx = &g_stall,
+                                        .read_many = stall_read_many,
+                                        .src_close = probe_close,
+                                        .concurrent = 1,
+                                        .local = 1};
+    memset(&g_stall, 0, sizeof g_stall);
+    pthread_mutex_init(&g_stall.mu, NULL);
+    pthread_cond_init(&g_stall.cv, NULL);
+    tick_log log = {0};
+    pthread_mutex_init(&log.mu, NULL);
+    fleet_open(&f, "w", NSEG, 0);
+    mv_coll_opts o;
+    mv_coll *c;
+    mv_coll_opts_default(&o);
+    o.tick_workers = 2;
+    o.tick_us = 1000;
+    o.on_tick = log_tick;
+    o.on_tick_arg = &log;
+    CU_ASSERT_FATAL(mv_coll_create(&o, &c) == 0);
+    fleet_add(c, &f, "w", &t, srcs);
+    mv_coll_tick(c);
+    CU_ASSERT_EQUAL(fleet_exact(c, "w", 0), NSEG);
+    CU_ASSERT_FATAL(mv_coll_start(c) == 0);
+
+    pthread_mutex_lock(&g_stall.mu);
+    g_stall.victim = srcs[NSEG / 2];
+    g_stall.armed = 1;
+    pthread_mutex_unlock(&g_stall.mu);
+    CU_ASSERT_FATAL(mv_test_wait_until(is_stalled, &g_stall, 10000));
+    mv_coll_snap *s0 = mv_coll_snapshot(c);
+    uint64_t reads0[NSEG] = {0};
+    for (size_t k = 0; k < mv_coll_snap_count(s0); k++) {
+        int i = fleet_index(mv_coll_snap_seg(s0, k), "w");
+        if (i >= 0 && i < (int)NSEG)
+            reads0[i] = mv_coll_snap_seg(s0, k)->reads;
+    }
+    ticks_past tp = {c, mv_coll_snap_stats(s0)->ticks + 30};
+    mv_coll_snap_free(s0);
+    /* Ticks end while the stopped worker holds its chunk. */
+    CU_ASSERT(mv_test_wait_until(ticked_past, &tp, 10000));
+    CU_ASSERT(is_stalled(&g_stall));
+
+    mv_coll_snap *s1 = mv_coll_snapshot(c);
+    unsigned advanced = 0, deferred_segs = 0;
+    uint64_t deferred_sum = 0, victim_deferred = 0, victim_reads = 0;
+    for (size_t k = 0; k < mv_coll_snap_count(s1); k++) {
+        const mv_coll_seg_view *v = mv_coll_snap_seg(s1, k);
+        int i = fleet_index(v, "w");
+        if (i < 0 || i >= (int)NSEG)
+            continue;
+        advanced += v->reads >= reads0[i] + 20;
+        deferred_segs += v->reads_deferred > 0;
+        deferred_sum += v->reads_deferred;
+        if (i == (int)NSEG / 2) {
+            victim_deferred = v->reads_deferred;
+            victim_reads = v->reads - reads0[i];
+        }
+    }
+    printf("\n  stalled: %u segments read on, %u deferred (%llu reads)\n", advanced, deferred_segs,
+           (unsigned long long)deferred_sum);
+    CU_ASSERT(victim_deferred >= 20);
+    CU_ASSERT_EQUAL(victim_reads, 0);
+    CU_ASSERT(deferred_segs >= 1 && deferred_segs <= NSEG / 2);
+    CU_ASSERT(advanced >= NSEG / 2);
+    CU_ASSERT_EQUAL(mv_coll_snap_stats(s1)->reads_deferred, deferred_sum);
+    mv_coll_snap_free(s1);
+
+    fleet_set(&f, 1);
+    pthread_mutex_lock(&g_stall.mu);
+    g_stall.released = 1;
+    pthread_cond_broadcast(&g_stall.cv);
+    pthread_mutex_unlock(&g_stall.mu);
+    exact_arg a = {c, 1};
+    CU_ASSERT(mv_test_wait_until(stalled_fleet_exact, &a, 10000));
+    mv_coll_destroy(c);
+    pthread_mutex_lock(&log.mu);
+    CU_ASSERT(log.scheduled >= 30);
+    CU_ASSERT(log.unscheduled >= 1); /* the mv_coll_tick above */
+    CU_ASSERT_EQUAL(log.bad, 0);
+    pthread_mutex_unlock(&log.mu);
+    fleet_close(&f);
+    pthread_mutex_destroy(&log.mu);
+    pthread_cond_destroy(&g_stall.cv);
+    pthread_mutex_destroy(&g_stall.mu);
+}
+
 /* ---- SIGBUS on helpers --------------------------------------------------------------------- */
 
 /* Files truncated under the collector, spread over every chunk: each SIGBUS is caught on the
@@ -698,6 +873,7 @@ int main(void)
         {"1 worker: 200 segments exact, stats", test_many_segments_1},
         {"2 workers: 200 segments exact, stats", test_many_segments_2},
         {"4 workers: 200 segments exact, stats", test_many_segments_4},
+        {"a worker stopped mid-chunk: ticks go on, its segments deferred", test_stalled_worker},
         {"2 workers: add/remove while running", test_add_remove_2},
         {"4 workers: add/remove while running", test_add_remove_4},
         {"non-concurrent transport entered by one thread", test_not_concurrent_transport},

@@ -1,5 +1,6 @@
-/* mv_collect: segment table, tick loop (copy, validate, publish) and snapshots; the torn-
- * histogram state is mv_collect_torn.c, the tick-worker pool mv_collect_workers.c. */
+/* mv_collect: segment table, one tick's work per segment (copy, validate, publish) and
+ * snapshots; the torn-histogram state is mv_collect_torn.c, the tick workers and their
+ * schedule mv_collect_workers.c. */
 #include "mv_collect_int.h"
 #include "mv_detect.h"
 #include "mv_log.h"
@@ -91,11 +92,6 @@ int mv_coll_create(const mv_coll_opts *o, mv_coll **out)
         return -EINVAL;
     }
     pthread_mutex_init(&c->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&c->tick_cv, &ca);
-    pthread_condattr_destroy(&ca);
     int rc = mv_coll__start_workers(c);
     if (rc != 0) {
         mv_coll_destroy(c);
@@ -136,7 +132,7 @@ static void seg_free(seg *s)
     free(s);
 }
 
-static void seg_put(seg *s)
+void mv_coll__seg_put(seg *s)
 {
     if (s && __atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL) == 0)
         seg_free(s);
@@ -146,20 +142,11 @@ void mv_coll_destroy(mv_coll *c)
 {
     if (!c)
         return;
-    if (c->running) {
-        pthread_mutex_lock(&c->mu); /* the tick thread may be between a check and a wait */
-        __atomic_store_n(&c->stop, 1, __ATOMIC_RELEASE);
-        pthread_cond_signal(&c->tick_cv);
-        pthread_mutex_unlock(&c->mu);
-        pthread_join(c->thread, NULL);
-    }
-    mv_coll__stop_workers(c);
+    mv_coll__stop_workers(c); /* the tick thread too, if started */
     for (size_t i = 0; i < c->nsegs; i++)
-        seg_put(c->segs[i]);
+        mv_coll__seg_put(c->segs[i]);
     free(c->segs);
-    free(c->tick_segs);
     mv_coll__free_workers(c);
-    pthread_cond_destroy(&c->tick_cv);
     pthread_mutex_destroy(&c->mu);
     free(c);
 }
@@ -244,11 +231,10 @@ int mv_coll_add(mv_coll *c, const char *id, uint64_t size, const mv_seg_label *l
     }
     c->segs[c->nsegs++] = s;
     c->stats.segments_added++;
-    if (c->running && (uint64_t)c->o.tick_us * 1000ull > MV_COLL_EARLY_NS) {
-        c->tick_wake = 1; /* its first read need not wait a whole (long) tick */
-        pthread_cond_signal(&c->tick_cv);
-    }
+    int early = c->running && (uint64_t)c->o.tick_us * 1000ull > MV_COLL_EARLY_NS;
     pthread_mutex_unlock(&c->mu);
+    if (early)
+        mv_coll__wake_early(c); /* its first read need not wait a whole (long) tick */
     MV_INFO("segment.added", "id=%s size=%llu transport=%s", mv_log_q(id), (unsigned long long)size,
             t->name);
     return 0;
@@ -276,7 +262,7 @@ static size_t remove_if(mv_coll *c, int (*pred)(const seg *, const void *), cons
         pthread_mutex_unlock(&c->mu);
         for (size_t i = 0; i < k; i++) {
             MV_INFO("segment.removed", "id=%s", mv_log_q(dead[i]->id));
-            seg_put(dead[i]);
+            mv_coll__seg_put(dead[i]);
         }
         total += k;
     } while (k == 64);
@@ -787,117 +773,16 @@ void mv_coll__tick_chunk(mv_coll *c, tick_worker *w, seg *const *segs, size_t n)
     }
 }
 
-void mv_coll_tick(mv_coll *c)
-{
-    uint64_t t0 = now_ns(CLOCK_MONOTONIC), torn = 0;
-    /* Hold the list lock only to take references; reads, validation and
-     * catalog parsing run unlocked, so snapshots and add/remove never wait
-     * for a whole tick. A segment removed meanwhile is freed by seg_put. */
-    pthread_mutex_lock(&c->mu);
-    size_t n = 0;
-    if (c->tick_cap < c->nsegs)
-        mv_coll__grow_tick(c, c->nsegs);
-    for (size_t i = c->nsegs; i-- > 0 && n < c->tick_cap;) {
-        if (i >= 8) /* a locked add waits for its line: ask for the next ones early */
-            __builtin_prefetch(&c->segs[i - 8]->refs, 1);
-        seg *s = c->segs[i];
-        __atomic_add_fetch(&s->refs, 1, __ATOMIC_RELAXED);
-        c->tick_segs[n++] = s;
-    }
-    pthread_mutex_unlock(&c->mu);
-
-    torn = mv_coll__run_tick(c, n);
-    for (size_t i = 0; i < n; i++) {
-        if (i + 8 < n)
-            __builtin_prefetch(&c->tick_segs[i + 8]->refs, 1);
-        seg_put(c->tick_segs[i]);
-    }
-    double took = (double)(now_ns(CLOCK_MONOTONIC) - t0) / 1e9;
-    size_t b = 0;
-    while (b < MV_COLL_TICK_BUCKETS && took > mv_coll_tick_bounds[b])
-        b++;
-    pthread_mutex_lock(&c->mu);
-    c->stats.ticks++;
-    c->stats.torn_retries += torn;
-    c->stats.last_tick_seconds = took;
-    c->stats.tick_buckets[b]++;
-    c->stats.tick_seconds_sum += took;
-    pthread_mutex_unlock(&c->mu);
-}
-
 const double mv_coll_tick_bounds[MV_COLL_TICK_BUCKETS] = {
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1};
-
-/* Sleeps until the monotonic time `next`. Returns 0 then, -1 when the table stops, 1 for an
- * early tick: a segment was added (tick_wake), at most one early tick per MV_COLL_EARLY_NS
- * (*early_at: the last one's time), so that a burst of adds costs a few ticks, not one
- * each. */
-static int tick_wait(mv_coll *c, uint64_t next, uint64_t *early_at)
-{
-    int rc = 0;
-    pthread_mutex_lock(&c->mu);
-    for (;;) {
-        if (__atomic_load_n(&c->stop, __ATOMIC_ACQUIRE)) {
-            rc = -1;
-            break;
-        }
-        uint64_t now = now_ns(CLOCK_MONOTONIC), until = next;
-        if (now >= next)
-            break;
-        if (c->tick_wake) {
-            uint64_t ok_at = *early_at + MV_COLL_EARLY_NS;
-            if (now >= ok_at) {
-                c->tick_wake = 0;
-                *early_at = now;
-                rc = 1;
-                break;
-            }
-            until = ok_at < next ? ok_at : next;
-        }
-        struct timespec ts = {.tv_sec = (time_t)(until / 1000000000ull),
-                              .tv_nsec = (long)(until % 1000000000ull)};
-        pthread_cond_timedwait(&c->tick_cv, &c->mu, &ts);
-    }
-    pthread_mutex_unlock(&c->mu);
-    return rc;
-}
-
-static void *tick_main(void *arg)
-{
-    mv_thread_name("mv-tick");
-    mv_coll *c = arg;
-    uint64_t period = (uint64_t)c->o.tick_us * 1000ull;
-    uint64_t next = now_ns(CLOCK_MONOTONIC), early_at = 0;
-    while (!__atomic_load_n(&c->stop, __ATOMIC_ACQUIRE)) {
-        mv_coll_tick(c);
-        next += period;
-        uint64_t now = now_ns(CLOCK_MONOTONIC);
-        if (next < now) {
-            uint64_t missed = (now - next) / period;
-            if (missed) {
-                pthread_mutex_lock(&c->mu);
-                c->stats.ticks_missed += missed;
-                pthread_mutex_unlock(&c->mu);
-            }
-            next = now; /* overrun: do not try to catch up in a burst */
-            continue;
-        }
-        int w;
-        while ((w = tick_wait(c, next, &early_at)) == 1)
-            mv_coll_tick(c); /* early: new segments' first reads; the schedule stays */
-        if (w < 0)
-            break;
-    }
-    return NULL;
-}
 
 int mv_coll_start(mv_coll *c)
 {
     if (c->running)
         return -EALREADY;
-    int rc = pthread_create(&c->thread, NULL, tick_main, c);
+    int rc = mv_coll__start_ticks(c);
     if (rc)
-        return -rc;
+        return rc;
     pthread_mutex_lock(&c->mu); /* read by mv_coll_add under mu */
     c->running = 1;
     pthread_mutex_unlock(&c->mu);

@@ -40,6 +40,16 @@ int mv_coll_shm_open(const char *path, uint64_t size, void **src, uint64_t *size
 
 /* ---- The table --------------------------------------------------------------- */
 
+/* One tick, as on_tick sees it (CLOCK_MONOTONIC nanoseconds). */
+typedef struct mv_coll_tick_info {
+    uint64_t due_ns;   /* its scheduled start; 0 for mv_coll_tick's and early ticks */
+    uint64_t start_ns; /* when a worker started it */
+    uint64_t end_ns;   /* when its last segment was done */
+    uint64_t missed;   /* scheduled starts passed before it started (counted as missed) */
+    uint64_t segments; /* segments in the table when it started */
+    uint64_t deferred; /* of those, held by a worker of an earlier tick: not read by this one */
+} mv_coll_tick_info;
+
 typedef struct mv_coll_opts {
     uint32_t tick_us;             /* default 10000 (10 ms); minimum 1000 */
     uint32_t quarantine_after_ms; /* failures persisting this long quarantine; default 1000 */
@@ -74,8 +84,15 @@ typedef struct mv_coll_opts {
      * the others are started by mv_coll_create): prepare, read, validate,
      * analyse and publish run on all of them, each segment on one of them per
      * tick; reads through a transport that is not `concurrent` one at a time.
-     * Default (and 0) 1: no helper thread; at most MV_COLL_MAX_TICK_WORKERS. */
+     * Default (and 0) 1: no helper thread; at most MV_COLL_MAX_TICK_WORKERS.
+     * Scheduled ticks are started by whichever of them is awake at the tick's time, and
+     * a tick never waits for a worker still holding segments of an earlier tick: those
+     * are deferred to the next (mv_coll_stats.reads_deferred). */
     uint32_t tick_workers;
+    /* Called as each tick ends, on the worker that ended it, under the table's lock: it
+     * must be quick and must not call into the table. NULL: none (benchmarks use it). */
+    void (*on_tick)(void *arg, const mv_coll_tick_info *ti);
+    void *on_tick_arg;
 } mv_coll_opts;
 
 #define MV_COLL_MAX_TICK_WORKERS 64
@@ -93,8 +110,10 @@ void mv_coll_opts_default(mv_coll_opts *o);
  * a helper thread that could not be started (nothing is left behind). */
 int mv_coll_create(const mv_coll_opts *o, mv_coll **out);
 void mv_coll_destroy(mv_coll *c);
-/* Starts the tick thread: a tick every tick_us on an absolute schedule (an overrun is counted
- * as missed ticks and the next starts at once), plus the early ticks of MV_COLL_EARLY_NS. */
+/* Starts the scheduled ticks: a tick every tick_us on an absolute schedule, started by
+ * whichever tick worker is awake then (a start late by whole periods counts them as missed
+ * ticks, and the schedule restarts from it instead of catching up in a burst), plus the
+ * early ticks of MV_COLL_EARLY_NS. */
 int mv_coll_start(mv_coll *c);
 /* Runs one tick synchronously, shared with the helpers (for tests and
  * benchmarks; not with start, and from one thread at a time). Returns when
@@ -158,11 +177,13 @@ typedef struct mv_coll_seg_view {
      * meaningful only when pipe->cat == cat; the current read interval. */
     const mv_pipe_view *pipe;
     uint64_t read_interval_ns;
-    uint64_t reads_skipped; /* ticks that skipped this segment (not due) */
-    uint64_t probes;        /* ticks that probed it while not due (transport probe) */
-    uint64_t probe_reads;   /* of which saw a change and read it early */
-    uint64_t reads_same;    /* of `reads`, those whose probe found the published copy current:
-                               nothing copied, the pipeline fed the same values */
+    uint64_t reads_skipped;  /* ticks that skipped this segment (not due) */
+    uint64_t probes;         /* ticks that probed it while not due (transport probe) */
+    uint64_t probe_reads;    /* of which saw a change and read it early */
+    uint64_t reads_same;     /* of `reads`, those whose probe found the published copy current:
+                                nothing copied, the pipeline fed the same values */
+    uint64_t reads_deferred; /* ticks that left it to the next: a worker of an earlier tick
+                                still held it (mv_coll_stats.reads_deferred) */
 } mv_coll_seg_view;
 
 /* Upper bounds (seconds) of the tick-duration histogram's finite buckets. */
@@ -171,9 +192,12 @@ extern const double mv_coll_tick_bounds[MV_COLL_TICK_BUCKETS];
 
 typedef struct mv_coll_stats {
     uint64_t ticks;
-    /* Ticks whose start time passed while an earlier tick still ran (the tick
-     * thread then starts at once and does not catch up in a burst). */
+    /* Scheduled tick starts that passed before a tick worker could start them (the
+     * ticks then go on from the late start and do not catch up in a burst). */
     uint64_t ticks_missed;
+    /* Segment reads a tick left to the next because a worker of an earlier tick still
+     * held the segment (it was stopped mid-chunk, e.g. its CPU taken by the host). */
+    uint64_t reads_deferred;
     uint64_t tick_buckets[MV_COLL_TICK_BUCKETS + 1]; /* non-cumulative; last = +Inf */
     double tick_seconds_sum;
     uint64_t errors[MV_SEG_REASON_COUNT_]; /* quarantine events by reason */

@@ -47,7 +47,9 @@ typedef struct seg {
     uint64_t probe_serial;  /* the catalog serial the offsets were worked out for; 0 none */
     uint64_t pub_copies;    /* copies published (publish) */
     uint64_t probe_copy_at; /* pub_copies when probe_want was taken from the published copy */
-    int refs;               /* atomic: the list holds one, a running tick another */
+    int refs;               /* atomic: the list holds one, each open tick another */
+    int busy; /* atomic: a tick worker holds the segment (claimed per chunk, released after) */
+    uint64_t deferred; /* atomic: ticks that found it busy and left it to the next */
 
     /* Published state, under mu; the first fields are hot too. */
     pthread_mutex_t mu;
@@ -104,19 +106,39 @@ typedef struct tick_item {
     uint32_t len; /* hot bytes to read; 0 for a `same` read (nothing to copy) */
 } tick_item;
 
-/* One tick worker's scratch. Worker 0 is the thread that runs mv_coll_tick;
- * the others are helper threads that take chunks of the same tick's segment
- * list. Only its own worker touches it during a tick; the tick thread reads
- * and resets `torn` and grows the arrays while no helper is in a tick. */
+/* One tick worker's scratch. w[0] .. w[nw-1] are the tick threads (w[0] the one mv_coll_start
+ * starts, the others helpers started by mv_coll_create); w[nw] is mv_coll_tick's caller's.
+ * Only its own thread touches it, and grows it (to the chunk it takes). */
 typedef struct tick_worker {
     struct mv_coll *c;
     pthread_t thread;
     int started;
     tick_item *items;
     mv_coll_read *reqs;
+    struct seg **mine; /* the chunk's segments this worker claimed */
     size_t cap;
-    uint64_t torn; /* torn-histogram retries in the current tick */
+    uint64_t torn; /* torn-histogram retries in the current chunk */
 } tick_worker;
+
+/* A tick: its segments (a reference on each, taken when it started), the next one to take,
+ * and who still works on it. Ticks may overlap: a tick whose segments have all been taken
+ * no longer holds back the next one, even while a worker that was stopped mid-chunk (the
+ * host took its CPU) still holds some of them; the next tick defers those (seg.busy). */
+typedef struct tick_run {
+    struct seg **segs;
+    size_t n, cap;
+    size_t next;             /* atomic: the next segment to take */
+    size_t holders;          /* under wmu: workers inside the run */
+    int live;                /* under wmu: 0 free, 1 open or held, 2 ending (references going) */
+    uint64_t gen;            /* under wmu: bumped when the run ends */
+    uint64_t due_ns;         /* its scheduled start (CLOCK_MONOTONIC); 0 unscheduled */
+    uint64_t start_ns;       /* when it started */
+    uint64_t missed;         /* scheduled starts it came too late for */
+    uint64_t torn, deferred; /* atomic */
+} tick_run;
+
+/* Ticks open at once: one running, and the ones workers stopped mid-chunk still hold. */
+#define TICK_RUNS 4
 
 struct mv_coll {
     mv_coll_opts o;
@@ -124,32 +146,27 @@ struct mv_coll {
     seg **segs;         /* the table, oldest first (walks go newest first) */
     size_t nsegs, segs_cap;
     mv_coll_stats stats;
-    pthread_t thread;
-    int running, stop; /* stop is atomic; set under mu too, with tick_cv signalled */
-    /* The tick thread sleeps on tick_cv (CLOCK_MONOTONIC) until its next tick; a segment
-     * added while it sleeps longer than MV_COLL_EARLY_NS sets tick_wake (under mu) for an
-     * early tick, so that the segment is read within that time, not a whole tick later. */
-    pthread_cond_t tick_cv;
-    int tick_wake;
-    seg **tick_segs; /* tick thread's list of this tick's segments */
-    size_t tick_cap;
+    int running;             /* under mu: mv_coll_start ran */
     mv_coll_drop_fn drop_fn; /* under mu */
     void *drop_arg;
-    /* Tick workers: w[0] is the tick thread, w[1..nw-1] helper threads woken
-     * once per tick; they take chunks of tick_segs until none is left. A
-     * segment is in one chunk, so one worker touches its tick state per tick.
-     * The tick does not wait for helpers that have not woken up yet: it
-     * closes the tick (wopen = 0) once it ran out of chunks and waits only for
-     * the helpers that joined it (wactive). */
+    /* Tick workers: w[0 .. nw-1] run ticks, w[nw] is mv_coll_tick's caller's scratch. Once
+     * started (sched), every tick worker sleeps on wgo (CLOCK_MONOTONIC) until the next
+     * scheduled start, and whichever is awake then starts the tick; the others join it, and
+     * take chunks of its segments until none is left. No tick waits for a worker that holds
+     * a chunk of an earlier one. A segment added while the ticks are longer than
+     * MV_COLL_EARLY_NS sets tick_wake for an early tick (at most one per that time). */
     tick_worker *w;
     size_t nw;
     pthread_mutex_t wmu;
-    pthread_cond_t wgo, wdone;
-    uint64_t wgen;    /* under wmu: the current tick */
-    int wopen;        /* under wmu: helpers may join tick wgen */
-    size_t wactive;   /* under wmu: helpers inside tick wgen */
-    int wstop;        /* under wmu */
-    size_t wn, wnext; /* this tick's segment count, its next segment to take (atomic) */
+    pthread_cond_t wgo;       /* CLOCK_MONOTONIC: a tick to join or start, a free run, stop */
+    pthread_cond_t wdone;     /* a run ended */
+    tick_run runs[TICK_RUNS]; /* under wmu but for their atomic fields */
+    int wstop;                /* under wmu */
+    int sched;                /* under wmu: scheduled ticks (mv_coll_start) */
+    uint64_t sched_next;      /* under wmu: the next scheduled start */
+    int tick_wake;            /* under wmu */
+    uint64_t early_at;        /* under wmu: the last early tick's start */
+    pthread_mutex_t sync_mu;  /* one mv_coll_tick at a time */
     /* Serialise reads through transports that are not `concurrent` (e.g. one
      * RDMA connection) when there are several workers. */
     pthread_mutex_t read_mu[READ_LOCKS];
@@ -162,11 +179,13 @@ void mv_coll__cat_put(cat_ref *r);
 cat_ref *mv_coll__cat_get(cat_ref *r);
 /* Reads through the segment's transport and counts the bytes that arrived. */
 void mv_coll__seg_read(mv_coll *c, seg *s, mv_coll_read *rq, size_t n);
-/* One worker's share of a tick: prepare, read and finish `n` segments. */
+/* Drops a reference to a segment (frees it with the last). */
+void mv_coll__seg_put(seg *s);
+/* One worker's share of a tick: prepare, read and finish `n` segments it claimed. */
 void mv_coll__tick_chunk(mv_coll *c, tick_worker *w, seg *const *segs, size_t n);
 
 /* Counts one more in a per-segment counter that only the segment's tick worker of the
- * moment writes (ticks run one after another) and snapshots read: a relaxed load and store,
+ * moment writes (the one that claimed it, seg.busy) and snapshots read: a relaxed load and store,
  * no locked instruction on the tick's path. */
 static inline void mv_coll__count(uint64_t *n)
 {
@@ -196,16 +215,15 @@ uint64_t mv_coll__fix_torn(mv_coll *c, seg *s, const mv_seg_catalog *cat, uint64
 /* Reads through a transport, one caller at a time unless it says it is
  * concurrent. */
 void mv_coll__read(mv_coll *c, const mv_coll_transport *t, mv_coll_read *rq, size_t n);
-/* Initialises the pool's locks and starts the helper workers. */
+/* Initialises the pool's locks and scratch and starts the helper workers. */
 int mv_coll__start_workers(mv_coll *c);
-/* Stops and joins the helpers that started. */
+/* Turns scheduled ticks on and starts the tick thread (w[0]). */
+int mv_coll__start_ticks(mv_coll *c);
+/* Stops the tick thread and the helpers; every open tick ends first. */
 void mv_coll__stop_workers(mv_coll *c);
-/* Frees the workers' scratch and the pool's locks (after mv_coll__stop_workers). */
+/* Frees the workers' scratch, the runs and the pool's locks (after mv_coll__stop_workers). */
 void mv_coll__free_workers(mv_coll *c);
-/* Grows the tick's list and every worker's scratch to `want` segments. */
-void mv_coll__grow_tick(mv_coll *c, size_t want);
-/* Runs the tick over its `n` segments in c->tick_segs, on every worker that
- * joins it; returns the torn-histogram retries the workers counted. */
-uint64_t mv_coll__run_tick(mv_coll *c, size_t n);
+/* Asks for an early tick (a segment was added while ticks are long). */
+void mv_coll__wake_early(mv_coll *c);
 
 #endif

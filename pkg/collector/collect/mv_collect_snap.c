@@ -72,6 +72,7 @@ mv_coll_snap *mv_coll_snapshot(mv_coll *c)
         v->probes = __atomic_load_n(&s->probes, __ATOMIC_RELAXED);
         v->probe_reads = __atomic_load_n(&s->probe_reads, __ATOMIC_RELAXED);
         v->reads_same = s->reads_same;
+        v->reads_deferred = __atomic_load_n(&s->deferred, __ATOMIC_RELAXED);
         if (s->pipe)
             v->pipe = mv_pipe_seg_view(s->pipe);
         pthread_mutex_unlock(&s->mu);

@@ -1,4 +1,5 @@
-/* mv_collect tick workers: the helper threads sharing each tick's segments, their scratch,
+/* mv_collect tick workers: the threads that start and share the ticks (several ticks may be
+ * open at once: one whose segments are all taken does not hold back the next), their scratch,
  * and the locks serialising reads through transports that are not concurrent. */
 #include "mv_collect_int.h"
 #include "mv_log.h"
@@ -8,6 +9,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* Reads through a transport, one caller at a time unless it says it is
  * concurrent. */
@@ -23,105 +25,351 @@ void mv_coll__read(mv_coll *c, const mv_coll_transport *t, mv_coll_read *rq, siz
         pthread_mutex_unlock(mu);
 }
 
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 /* The fewest segments a worker takes at once (but for the last): a local transport's copy
- * groups, an RDMA transport's batch of READs, stay whole. */
+ * groups, an RDMA transport's batch of READs, stay whole. Every worker's scratch holds at
+ * least this many from the start. */
 #define MIN_CHUNK 16
 
-/* Takes chunks of the current tick's list until none is left. Chunks shrink as the list
- * does (a share of what is left per worker, halved): the first are large, so each transport
- * batch is, and the last are small, so a worker that was descheduled or slowed down
- * mid-tick leaves little for the tick to wait on while the others take the rest. */
-static void take_chunks(mv_coll *c, tick_worker *w)
+/* Grows a worker's scratch to `want` segments; on failure it stays as it was (the worker then
+ * takes smaller chunks). Only its own thread calls this. */
+static void grow_scratch(tick_worker *w, size_t want)
 {
-    size_t at = __atomic_load_n(&c->wnext, __ATOMIC_RELAXED);
-    while (at < c->wn) {
-        size_t left = c->wn - at, k = left / (2 * c->nw);
+    if (w->cap >= want)
+        return;
+    tick_item *it = realloc(w->items, want * sizeof *it);
+    if (it)
+        w->items = it;
+    mv_coll_read *rq = realloc(w->reqs, want * sizeof *rq);
+    if (rq)
+        w->reqs = rq;
+    seg **mine = realloc(w->mine, want * sizeof *mine);
+    if (mine)
+        w->mine = mine;
+    if (it && rq && mine)
+        w->cap = want;
+}
+
+/* Claims segments [at, at+k) of the run, reads the ones it got, and lets them go. A segment a
+ * worker of an earlier tick still holds is left to the next tick (deferred). */
+static void run_chunk(mv_coll *c, tick_worker *w, tick_run *r, size_t at, size_t k)
+{
+    size_t m = 0;
+    uint64_t deferred = 0;
+    for (size_t i = 0; i < k; i++) {
+        seg *s = r->segs[at + i];
+        if (__atomic_exchange_n(&s->busy, 1, __ATOMIC_ACQUIRE)) {
+            __atomic_add_fetch(&s->deferred, 1, __ATOMIC_RELAXED);
+            deferred++;
+        } else
+            w->mine[m++] = s;
+    }
+    if (m)
+        mv_coll__tick_chunk(c, w, w->mine, m);
+    for (size_t i = 0; i < m; i++)
+        __atomic_store_n(&w->mine[i]->busy, 0, __ATOMIC_RELEASE);
+    if (w->torn)
+        __atomic_add_fetch(&r->torn, w->torn, __ATOMIC_RELAXED);
+    w->torn = 0;
+    if (deferred)
+        __atomic_add_fetch(&r->deferred, deferred, __ATOMIC_RELAXED);
+}
+
+/* Takes chunks of the run until none is left. Chunks shrink as the list does (a share of what
+ * is left per worker, halved): the first are large, so each transport batch is, and the last
+ * are small, so a worker that was descheduled mid-tick holds little of it. */
+static void take_chunks(mv_coll *c, tick_worker *w, tick_run *r)
+{
+    size_t at = __atomic_load_n(&r->next, __ATOMIC_RELAXED);
+    while (at < r->n) {
+        size_t left = r->n - at, k = left / (2 * c->nw);
         if (k < MIN_CHUNK)
             k = left < MIN_CHUNK ? left : MIN_CHUNK;
-        if (!__atomic_compare_exchange_n(&c->wnext, &at, at + k, 1, __ATOMIC_RELAXED,
+        grow_scratch(w, k);
+        if (k > w->cap)
+            k = w->cap;
+        if (!__atomic_compare_exchange_n(&r->next, &at, at + k, 1, __ATOMIC_RELAXED,
                                          __ATOMIC_RELAXED))
             continue; /* `at` is the current one now */
-        mv_coll__tick_chunk(c, w, c->tick_segs + at, k);
-        at = __atomic_load_n(&c->wnext, __ATOMIC_RELAXED);
+        run_chunk(c, w, r, at, k);
+        at = __atomic_load_n(&r->next, __ATOMIC_RELAXED);
     }
 }
 
-/* A helper: joins each tick that is still open, once, and takes chunks. */
-static void *worker_main(void *arg)
+/* Ends a run whose segments are all done (wmu held, and held again on return): drops its
+ * references, counts it, tells on_tick, frees its slot. */
+static void end_run(mv_coll *c, tick_run *r)
 {
-    mv_thread_name("mv-tick-worker");
-    tick_worker *w = arg;
-    mv_coll *c = w->c;
-    uint64_t seen = 0;
-    pthread_mutex_lock(&c->wmu);
-    for (;;) {
-        while (!c->wstop && !(c->wopen && c->wgen != seen))
-            pthread_cond_wait(&c->wgo, &c->wmu);
-        if (c->wstop)
-            break;
-        seen = c->wgen;
-        c->wactive++;
-        pthread_mutex_unlock(&c->wmu);
-        take_chunks(c, w);
-        pthread_mutex_lock(&c->wmu);
-        if (--c->wactive == 0)
-            pthread_cond_signal(&c->wdone);
-    }
+    r->live = 2; /* neither open nor free while its references go */
     pthread_mutex_unlock(&c->wmu);
+    for (size_t i = 0; i < r->n; i++) {
+        if (i + 8 < r->n)
+            __builtin_prefetch(&r->segs[i + 8]->refs, 1);
+        mv_coll__seg_put(r->segs[i]);
+    }
+    mv_coll_tick_info ti = {.due_ns = r->due_ns,
+                            .start_ns = r->start_ns,
+                            .end_ns = mono_ns(),
+                            .missed = r->missed,
+                            .segments = r->n,
+                            .deferred = __atomic_load_n(&r->deferred, __ATOMIC_RELAXED)};
+    double took = (double)(ti.end_ns - ti.start_ns) / 1e9;
+    size_t b = 0;
+    while (b < MV_COLL_TICK_BUCKETS && took > mv_coll_tick_bounds[b])
+        b++;
+    pthread_mutex_lock(&c->mu);
+    c->stats.ticks++;
+    c->stats.ticks_missed += ti.missed;
+    c->stats.reads_deferred += ti.deferred;
+    c->stats.torn_retries += __atomic_load_n(&r->torn, __ATOMIC_RELAXED);
+    c->stats.last_tick_seconds = took;
+    c->stats.tick_buckets[b]++;
+    c->stats.tick_seconds_sum += took;
+    if (c->o.on_tick)
+        c->o.on_tick(c->o.on_tick_arg, &ti);
+    pthread_mutex_unlock(&c->mu);
+    pthread_mutex_lock(&c->wmu);
+    r->live = 0;
+    r->gen++;
+    pthread_cond_broadcast(&c->wdone);
+    pthread_cond_broadcast(&c->wgo); /* a due tick may have waited for the slot */
+}
+
+/* Works on a run until it has no segment left to take (wmu held on entry and on return); the
+ * last worker to leave it ends it (its starter leaves an empty one at once). */
+static void work_on(mv_coll *c, tick_worker *w, tick_run *r)
+{
+    r->holders++;
+    pthread_mutex_unlock(&c->wmu);
+    take_chunks(c, w, r);
+    pthread_mutex_lock(&c->wmu);
+    if (--r->holders == 0)
+        end_run(c, r); /* none left to take: nobody joins it any more */
+}
+
+/* Starts a tick in the free slot `r` (wmu held): a reference on every segment of the table. */
+static void start_run(mv_coll *c, tick_run *r, uint64_t due, uint64_t missed, uint64_t now)
+{
+    r->live = 1;
+    r->n = 0;
+    r->due_ns = due;
+    r->start_ns = now;
+    r->missed = missed;
+    r->torn = r->deferred = 0;
+    __atomic_store_n(&r->next, 0, __ATOMIC_RELAXED);
+    /* The list lock only while references are taken: reads, validation and catalog
+     * parsing run unlocked, so snapshots and add/remove never wait for a tick. */
+    pthread_mutex_lock(&c->mu);
+    if (r->cap < c->nsegs) {
+        seg **v = realloc(r->segs, c->nsegs * sizeof *v);
+        if (v) { /* else this tick reads fewer */
+            r->segs = v;
+            r->cap = c->nsegs;
+        }
+    }
+    for (size_t i = c->nsegs; i-- > 0 && r->n < r->cap;) {
+        if (i >= 8) /* a locked add waits for its line: ask for the next ones early */
+            __builtin_prefetch(&c->segs[i - 8]->refs, 1);
+        seg *s = c->segs[i];
+        __atomic_add_fetch(&s->refs, 1, __ATOMIC_RELAXED);
+        r->segs[r->n++] = s;
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (c->nw > 1)
+        pthread_cond_broadcast(&c->wgo);
+}
+
+/* A run with segments left to take, the oldest first; NULL if none. */
+static tick_run *open_run(mv_coll *c)
+{
+    tick_run *best = NULL;
+    for (size_t i = 0; i < TICK_RUNS; i++) {
+        tick_run *r = &c->runs[i];
+        if (r->live == 1 && __atomic_load_n(&r->next, __ATOMIC_RELAXED) < r->n &&
+            (!best || r->start_ns < best->start_ns))
+            best = r;
+    }
+    return best;
+}
+
+static tick_run *free_run(mv_coll *c)
+{
+    for (size_t i = 0; i < TICK_RUNS; i++)
+        if (!c->runs[i].live)
+            return &c->runs[i];
     return NULL;
 }
 
-/* Grows the tick's list and every worker's scratch to `want` segments; on
- * failure the capacity stays as it was (the tick then reads fewer). */
-void mv_coll__grow_tick(mv_coll *c, size_t want)
+static void wait_until(mv_coll *c, uint64_t until)
 {
-    seg **v = realloc(c->tick_segs, want * sizeof *v);
-    if (!v)
-        return;
-    c->tick_segs = v;
-    for (size_t i = 0; i < c->nw; i++) {
-        tick_worker *w = &c->w[i];
-        if (w->cap >= want)
-            continue;
-        tick_item *it = realloc(w->items, want * sizeof *it);
-        if (it)
-            w->items = it;
-        mv_coll_read *rq = realloc(w->reqs, want * sizeof *rq);
-        if (rq)
-            w->reqs = rq;
-        if (!it || !rq)
-            return;
-        w->cap = want;
-    }
-    c->tick_cap = want;
+    struct timespec ts = {.tv_sec = (time_t)(until / 1000000000ull),
+                          .tv_nsec = (long)(until % 1000000000ull)};
+    pthread_cond_timedwait(&c->wgo, &c->wmu, &ts);
 }
 
-/* Starts the helper workers (tick_workers - 1 threads), after initialising
- * the pool's locks. On failure the caller's mv_coll_destroy stops and joins
- * those that started. */
+/* Starts the next scheduled tick if it is due, or an early one if asked for and allowed, and
+ * works on it (wmu held on entry and on return). Returns 1 if it started one, 0 if not, and
+ * sets *until to when to look again (0: when woken). */
+static int start_due(mv_coll *c, tick_worker *w, uint64_t *until)
+{
+    uint64_t period = (uint64_t)c->o.tick_us * 1000ull, now = mono_ns();
+    *until = c->sched_next;
+    int early = 0;
+    if (now < c->sched_next && c->tick_wake) {
+        uint64_t ok_at = c->early_at + MV_COLL_EARLY_NS;
+        early = now >= ok_at;
+        if (!early && ok_at < *until)
+            *until = ok_at;
+    }
+    if (now < c->sched_next && !early)
+        return 0;
+    tick_run *r = free_run(c);
+    if (!r) { /* every slot held by stopped workers: wait for one to end */
+        *until = 0;
+        return 0;
+    }
+    if (early) { /* a new segment's first read; the schedule stays */
+        c->tick_wake = 0;
+        c->early_at = now;
+        start_run(c, r, 0, 0, now);
+        work_on(c, w, r);
+        return 1;
+    }
+    uint64_t due = c->sched_next, missed = 0;
+    if (now - due >= period) { /* late by whole periods: missed, and go on from now */
+        missed = (now - due) / period;
+        c->sched_next = now;
+    }
+    c->sched_next += period;
+    start_run(c, r, due, missed, now);
+    work_on(c, w, r);
+    return 1;
+}
+
+/* A tick worker's loop: joins open ticks, starts due ones once scheduled ticks are on, and
+ * sleeps otherwise. It leaves only when stopped and no tick is left to join. */
+static void worker_loop(mv_coll *c, tick_worker *w)
+{
+    pthread_mutex_lock(&c->wmu);
+    for (;;) {
+        tick_run *r = open_run(c);
+        if (r) {
+            work_on(c, w, r);
+            continue;
+        }
+        if (c->wstop)
+            break;
+        uint64_t until = 0;
+        if (c->sched && start_due(c, w, &until))
+            continue;
+        if (until)
+            wait_until(c, until);
+        else
+            pthread_cond_wait(&c->wgo, &c->wmu);
+    }
+    pthread_mutex_unlock(&c->wmu);
+}
+
+static void *helper_main(void *arg)
+{
+    mv_thread_name("mv-tick-worker");
+    tick_worker *w = arg;
+    worker_loop(w->c, w);
+    return NULL;
+}
+
+static void *tick_main(void *arg)
+{
+    mv_thread_name("mv-tick");
+    tick_worker *w = arg;
+    worker_loop(w->c, w);
+    return NULL;
+}
+
+void mv_coll_tick(mv_coll *c)
+{
+    tick_worker *w = &c->w[c->nw]; /* the caller's scratch: one caller at a time */
+    pthread_mutex_lock(&c->sync_mu);
+    pthread_mutex_lock(&c->wmu);
+    tick_run *r;
+    while (!(r = free_run(c)))
+        pthread_cond_wait(&c->wdone, &c->wmu);
+    start_run(c, r, 0, 0, mono_ns());
+    uint64_t gen = r->gen;
+    work_on(c, w, r);
+    while (r->gen == gen) /* helpers that joined still finish theirs */
+        pthread_cond_wait(&c->wdone, &c->wmu);
+    pthread_mutex_unlock(&c->wmu);
+    pthread_mutex_unlock(&c->sync_mu);
+}
+
+void mv_coll__wake_early(mv_coll *c)
+{
+    pthread_mutex_lock(&c->wmu);
+    c->tick_wake = 1;
+    pthread_cond_broadcast(&c->wgo);
+    pthread_mutex_unlock(&c->wmu);
+}
+
+/* Initialises the pool and starts the helper workers (tick_workers - 1 threads). On failure
+ * the caller's mv_coll_destroy stops and joins those that started. */
 int mv_coll__start_workers(mv_coll *c)
 {
     pthread_mutex_init(&c->wmu, NULL);
+    pthread_mutex_init(&c->sync_mu, NULL);
     for (size_t i = 0; i < READ_LOCKS; i++)
         pthread_mutex_init(&c->read_mu[i], NULL);
-    pthread_cond_init(&c->wgo, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&c->wgo, &ca);
+    pthread_condattr_destroy(&ca);
     pthread_cond_init(&c->wdone, NULL);
     size_t want = c->o.tick_workers;
-    if (!(c->w = calloc(want, sizeof *c->w)))
+    /* want tick workers and mv_coll_tick's caller's scratch */
+    if (!(c->w = calloc(want + 1, sizeof *c->w)))
         return -ENOMEM;
-    c->nw = 1;
-    c->w[0].c = c;
-    for (size_t i = 1; i < want; i++) {
+    for (size_t i = 0; i <= want; i++) {
         c->w[i].c = c;
-        int rc = pthread_create(&c->w[i].thread, NULL, worker_main, &c->w[i]);
+        grow_scratch(&c->w[i], MIN_CHUNK);
+        if (c->w[i].cap < MIN_CHUNK)
+            return -ENOMEM;
+    }
+    /* w[want] is the caller's from here on, whatever number of helpers started. */
+    c->nw = want;
+    for (size_t i = 1; i < want; i++) {
+        int rc = pthread_create(&c->w[i].thread, NULL, helper_main, &c->w[i]);
         if (rc) {
             MV_ERROR("collector.tick_worker_failed", "worker=%zu workers=%zu error=%s", i, want,
                      mv_log_q(strerror(rc)));
             return -rc;
         }
         c->w[i].started = 1;
-        c->nw++;
     }
+    return 0;
+}
+
+int mv_coll__start_ticks(mv_coll *c)
+{
+    pthread_mutex_lock(&c->wmu);
+    c->sched = 1;
+    c->sched_next = mono_ns();
+    pthread_cond_broadcast(&c->wgo);
+    pthread_mutex_unlock(&c->wmu);
+    int rc = pthread_create(&c->w[0].thread, NULL, tick_main, &c->w[0]);
+    if (rc) {
+        pthread_mutex_lock(&c->wmu);
+        c->sched = 0;
+        pthread_mutex_unlock(&c->wmu);
+        return -rc;
+    }
+    c->w[0].started = 1;
     return 0;
 }
 
@@ -130,53 +378,28 @@ void mv_coll__stop_workers(mv_coll *c)
     /* Helpers exist from create on, whether or not a tick ever ran. */
     pthread_mutex_lock(&c->wmu);
     c->wstop = 1;
+    c->sched = 0;
     pthread_cond_broadcast(&c->wgo);
     pthread_mutex_unlock(&c->wmu);
-    for (size_t i = 1; c->w && i < c->o.tick_workers; i++)
+    for (size_t i = 0; c->w && i < c->o.tick_workers; i++)
         if (c->w[i].started)
             pthread_join(c->w[i].thread, NULL);
 }
 
 void mv_coll__free_workers(mv_coll *c)
 {
-    for (size_t i = 0; c->w && i < c->o.tick_workers; i++) {
+    for (size_t i = 0; c->w && i <= c->o.tick_workers; i++) {
         free(c->w[i].items);
         free(c->w[i].reqs);
+        free(c->w[i].mine);
     }
     free(c->w);
+    for (size_t i = 0; i < TICK_RUNS; i++)
+        free(c->runs[i].segs);
     pthread_cond_destroy(&c->wgo);
     pthread_cond_destroy(&c->wdone);
     for (size_t i = 0; i < READ_LOCKS; i++)
         pthread_mutex_destroy(&c->read_mu[i]);
+    pthread_mutex_destroy(&c->sync_mu);
     pthread_mutex_destroy(&c->wmu);
-}
-
-uint64_t mv_coll__run_tick(mv_coll *c, size_t n)
-{
-    uint64_t torn = 0;
-    if (c->nw > 1 && n > 1) {
-        /* No helper is inside a tick here, so these are published to them by wmu. */
-        c->wn = n;
-        __atomic_store_n(&c->wnext, 0, __ATOMIC_RELAXED);
-        pthread_mutex_lock(&c->wmu);
-        c->wgen++;
-        c->wopen = 1;
-        pthread_cond_broadcast(&c->wgo);
-        pthread_mutex_unlock(&c->wmu);
-        take_chunks(c, &c->w[0]);
-        /* Out of chunks: a helper that wakes up only now must not join, and
-         * those that joined still finish theirs. */
-        pthread_mutex_lock(&c->wmu);
-        c->wopen = 0;
-        while (c->wactive)
-            pthread_cond_wait(&c->wdone, &c->wmu);
-        pthread_mutex_unlock(&c->wmu);
-    } else {
-        mv_coll__tick_chunk(c, &c->w[0], c->tick_segs, n);
-    }
-    for (size_t i = 0; i < c->nw; i++) {
-        torn += c->w[i].torn;
-        c->w[i].torn = 0;
-    }
-    return torn;
 }

@@ -768,8 +768,15 @@ int mv_export__render_self(mv_expo *e, const mv_coll_seg_view *const *views, siz
     rc |= mv_expo_sample(e, "_sum", NULL, 0, NULL, 0, NULL, 0, cs->tick_seconds_sum, MV_EXPO_NO_TS);
     rc |= mv_expo_sample_u64(e, "_count", NULL, 0, NULL, 0, NULL, 0, cum, MV_EXPO_NO_TS);
     rc |= mv_expo_family(e, "microview_collector_ticks_missed_total", MV_EXPO_COUNTER,
-                         "Ticks skipped because the previous tick overran its period.", NULL);
+                         "Scheduled ticks whose start passed before a tick worker could start "
+                         "them (the previous ticks overran, or every worker was held up).",
+                         NULL);
     rc |= mv_expo_sample_u64(e, NULL, NULL, 0, NULL, 0, NULL, 0, cs->ticks_missed, MV_EXPO_NO_TS);
+    rc |= mv_expo_family(e, "microview_collector_reads_deferred_total", MV_EXPO_COUNTER,
+                         "Segment reads a tick left to the next because a worker of an earlier "
+                         "tick still held the segment.",
+                         NULL);
+    rc |= mv_expo_sample_u64(e, NULL, NULL, 0, NULL, 0, NULL, 0, cs->reads_deferred, MV_EXPO_NO_TS);
     rc |= mv_expo_family(e, "microview_series_dropped_total", MV_EXPO_COUNTER,
                          "Series not exported, by reason.", NULL);
     mv_expo_label l = {"reason", "type_conflict"};

@@ -87,6 +87,7 @@ char *mv_export_segments_json(const mv_coll_snap *snap, int metrics)
         json_object_object_add(o, "probes", json_object_new_uint64(v->probes));
         json_object_object_add(o, "probe_reads", json_object_new_uint64(v->probe_reads));
         json_object_object_add(o, "reads_same", json_object_new_uint64(v->reads_same));
+        json_object_object_add(o, "reads_deferred", json_object_new_uint64(v->reads_deferred));
         json_object_object_add(o, "read_errors", json_object_new_uint64(v->read_errors));
         json_object_object_add(o, "torn", json_object_new_uint64(v->torn));
         json_object_object_add(o, "read_interval_seconds", jnum((double)v->read_interval_ns / 1e9));
