@@ -36,6 +36,9 @@ static uint64_t mono_ns(void)
  * groups, an RDMA transport's batch of READs, stay whole. Every worker's scratch holds at
  * least this many from the start. */
 #define MIN_CHUNK 16
+/* The most: a worker stopped mid-chunk (its CPU taken away) holds no more than this many
+ * segments back from the ticks that follow, while a chunk still fills an RDMA batch. */
+#define MAX_CHUNK 64
 
 /* Grows a worker's scratch to `want` segments; on failure it stays as it was (the worker then
  * takes smaller chunks). Only its own thread calls this. */
@@ -82,8 +85,8 @@ static void run_chunk(mv_coll *c, tick_worker *w, tick_run *r, size_t at, size_t
 }
 
 /* Takes chunks of the run until none is left. Chunks shrink as the list does (a share of what
- * is left per worker, halved): the first are large, so each transport batch is, and the last
- * are small, so a worker that was descheduled mid-tick holds little of it. */
+ * is left per worker, halved, at most MAX_CHUNK): the first are large, so each transport batch
+ * is, and the last are small, so a worker that was descheduled mid-tick holds little of it. */
 static void take_chunks(mv_coll *c, tick_worker *w, tick_run *r)
 {
     size_t at = __atomic_load_n(&r->next, __ATOMIC_RELAXED);
@@ -91,6 +94,10 @@ static void take_chunks(mv_coll *c, tick_worker *w, tick_run *r)
         size_t left = r->n - at, k = left / (2 * c->nw);
         if (k < MIN_CHUNK)
             k = left < MIN_CHUNK ? left : MIN_CHUNK;
+        if (k > MAX_CHUNK)
+            k = MAX_CHUNK;
+        if (c->nw == 1) /* nobody to share with: the whole tick in one chunk, one batch */
+            k = left;
         grow_scratch(w, k);
         if (k > w->cap)
             k = w->cap;
