@@ -84,6 +84,9 @@ static void usage(FILE *f)
            "  --tick-ms N              fast read interval: the tick, in ms (1..60000, default 10)\n"
            "  --tick-workers N         threads sharing each tick's segments (1..64, default 1;\n"
            "                           one per core the collector may use at a 1 ms tick)\n"
+           "  --tick-poll              idle tick workers poll for the next tick instead of\n"
+           "                           sleeping (each keeps a core busy): for cores of the\n"
+           "                           collector's own, which can wake late from sleep on VMs\n"
            "  --max-interval-ms N      slowest adaptive read interval of a calm segment\n"
            "                           (default 1000; equal to --tick-ms: no adaptation)\n"
            "  --no-probe               do not probe backed-off same-host segments every tick\n"
@@ -203,6 +206,7 @@ static int run(int argc, char **argv, mv_export_sel *derived)
                                          {"listen", required_argument, 0, 'l'},
                                          {"tick-ms", required_argument, 0, 'T'},
                                          {"tick-workers", required_argument, 0, 'w'},
+                                         {"tick-poll", no_argument, 0, 'Y'},
                                          {"quarantine-after-ms", required_argument, 0, 'Q'},
                                          {"max-body-bytes", required_argument, 0, 'B'},
                                          {"expo-cache-max-bytes", required_argument, 0, 'E'},
@@ -288,6 +292,9 @@ static int run(int argc, char **argv, mv_export_sel *derived)
             if (mv_flag_u64(P, "--tick-workers", optarg, 1, MV_COLL_MAX_TICK_WORKERS, &v))
                 return 2;
             co.tick_workers = (uint32_t)v;
+            break;
+        case 'Y':
+            co.tick_poll = 1;
             break;
         case 'Q':
             if (mv_flag_u64(P, "--quarantine-after-ms", optarg, 0, 3600000, &v))
@@ -495,14 +502,15 @@ static int run(int argc, char **argv, mv_export_sel *derived)
         if (mv_verbs_create(&vo, a.coll, &a.verbs) != 0)
             goto destroy_disc;
     }
-    MV_INFO("collector.started",
-            "transport=%s listen=%s:%u tick_ms=%.3f tick_workers=%u max_interval_ms=%.3f "
-            "window_ms=%llu window_align=%s analytics=%d agent=%s agents=%zu statics=%zu",
-            transport, host, mv_httpd_port(httpd), co.tick_us / 1000.0, co.tick_workers,
-            co.max_interval_us ? co.max_interval_us / 1000.0 : co.tick_us / 1000.0,
-            (unsigned long long)(co.pipe.window_ns / 1000000ull),
-            co.window_aligned ? "wall" : "segment", co.analytics, agent ? mv_log_q(agent) : "none",
-            verbs ? nagents : (size_t)(agent != NULL), nstatic);
+    MV_INFO(
+        "collector.started",
+        "transport=%s listen=%s:%u tick_ms=%.3f tick_workers=%u tick_poll=%d max_interval_ms=%.3f "
+        "window_ms=%llu window_align=%s analytics=%d agent=%s agents=%zu statics=%zu",
+        transport, host, mv_httpd_port(httpd), co.tick_us / 1000.0, co.tick_workers, co.tick_poll,
+        co.max_interval_us ? co.max_interval_us / 1000.0 : co.tick_us / 1000.0,
+        (unsigned long long)(co.pipe.window_ns / 1000000ull),
+        co.window_aligned ? "wall" : "segment", co.analytics, agent ? mv_log_q(agent) : "none",
+        verbs ? nagents : (size_t)(agent != NULL), nstatic);
     for (;;) {
         struct timespec ts = {0, 500 * 1000000L};
         if (sigtimedwait(&sigs, NULL, a.verbs ? &ts : NULL) >= 0)

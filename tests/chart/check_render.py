@@ -176,6 +176,7 @@ else:
         expect(mounts(col)["state"]["readOnly"] is True, "host collector mounts segments read-only")
         expect("--no-probe" not in args(col) and "--expo-cache-max-bytes" not in args(col),
                "probe on and the cache's default bound by default")
+        expect("--tick-poll" not in args(col), "tick workers sleep between ticks by default")
         asc = container(ds_agent)["securityContext"]
         expect(asc["capabilities"]["drop"] == ["ALL"] and
                sorted(asc["capabilities"]["add"]) == ["CHOWN", "FOWNER"],
@@ -196,6 +197,8 @@ else:
         expect([a for a in args(col) if ":7000" in a] == ["10.0.0.5:7000", "10.0.0.6:7000"],
                "one --agent per host")
         expect(flag(col, "--rdma-src-ip") == "10.0.1.9", "--rdma-src-ip")
+        expect(flag(col, "--tick-workers") == "2" and "--tick-poll" in args(col),
+               "DPU collector: 2 tick workers polling on the DPU's own cores")
         expect(spec["nodeSelector"].get("kubernetes.io/arch") == "arm64", "DPU collector on arm64")
         expect(spec["hostNetwork"] is True, "DPU collector on the host network")
         tok = find("Secret", "-collector-token")

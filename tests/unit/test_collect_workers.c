@@ -717,6 +717,12 @@ static int deferred_summed(void *arg)
     return ok;
 }
 
+static int poll_fleet_exact(void *arg)
+{
+    exact_arg *a = arg;
+    return fleet_exact(a->c, "p", a->r) == NSEG;
+}
+
 /* Scheduled ticks with 2 workers, one of them stopped inside a read: the other goes on
  * starting and ending ticks, defers the segments the stopped one holds (counted, per segment
  * and in all), and reads every other segment; once it resumes, every value is exact. */
@@ -814,6 +820,38 @@ static void test_stalled_worker(void)
     pthread_mutex_destroy(&g_stall.mu);
 }
 
+/* tick_poll: idle workers poll instead of sleeping; ticks run on schedule with exact values, the
+ * polled time is counted, and destroy stops the pollers at once. */
+static void test_tick_poll(void)
+{
+    fleet f;
+    fleet_open(&f, "p", NSEG, 0);
+    mv_coll_opts o;
+    mv_coll *c;
+    mv_coll_opts_default(&o);
+    o.tick_workers = 2;
+    o.tick_us = 5000;
+    o.tick_poll = 1;
+    CU_ASSERT_FATAL(mv_coll_create(&o, &c) == 0);
+    fleet_add(c, &f, "p", NULL, NULL);
+    CU_ASSERT_FATAL(mv_coll_start(c) == 0);
+    fleet_set(&f, 1);
+    exact_arg a = {c, 1};
+    CU_ASSERT(mv_test_wait_until(poll_fleet_exact, &a, 10000));
+    ticks_past tp = {c, 20};
+    CU_ASSERT(mv_test_wait_until(ticked_past, &tp, 10000));
+    mv_coll_snap *s = mv_coll_snapshot(c);
+    const mv_coll_stats *st = mv_coll_snap_stats(s);
+    /* 20 ticks of 5 ms: most of 100 ms between them was polled, by two workers */
+    printf("\n  ticks=%llu poll_seconds=%.3f\n", (unsigned long long)st->ticks, st->poll_seconds);
+    CU_ASSERT(st->poll_seconds > 0.02);
+    mv_coll_snap_free(s);
+    uint64_t t0 = mv_test_mono_ms();
+    mv_coll_destroy(c);
+    CU_ASSERT(mv_test_mono_ms() - t0 < 2000);
+    fleet_close(&f);
+}
+
 /* ---- SIGBUS on helpers --------------------------------------------------------------------- */
 
 /* Files truncated under the collector, spread over every chunk: each SIGBUS is caught on the
@@ -888,6 +926,7 @@ int main(void)
         {"2 workers: 200 segments exact, stats", test_many_segments_2},
         {"4 workers: 200 segments exact, stats", test_many_segments_4},
         {"a worker stopped mid-chunk: ticks go on, its segments deferred", test_stalled_worker},
+        {"tick_poll: scheduled ticks, polled time counted, destroy stops it", test_tick_poll},
         {"2 workers: add/remove while running", test_add_remove_2},
         {"4 workers: add/remove while running", test_add_remove_4},
         {"non-concurrent transport entered by one thread", test_not_concurrent_transport},

@@ -93,6 +93,11 @@ typedef struct mv_coll_opts {
      * must be quick and must not call into the table. NULL: none (benchmarks use it). */
     void (*on_tick)(void *arg, const mv_coll_tick_info *ti);
     void *on_tick_arg;
+    /* Nonzero: idle tick workers poll for the next scheduled tick instead of sleeping until
+     * it, so each keeps a core busy. For cores of the collector's own (a DPU's, or a
+     * Guaranteed pod's under the static CPU manager): a sleeping core of a virtual machine
+     * can wake milliseconds late, which no tick worker can make up. Default 0. */
+    int tick_poll;
 } mv_coll_opts;
 
 #define MV_COLL_MAX_TICK_WORKERS 64
@@ -198,6 +203,7 @@ typedef struct mv_coll_stats {
     /* Segment reads a tick left to the next because a worker of an earlier tick still
      * held the segment (it was stopped mid-chunk, e.g. its CPU taken by the host). */
     uint64_t reads_deferred;
+    double poll_seconds; /* time idle tick workers spent polling (tick_poll), all added up */
     uint64_t tick_buckets[MV_COLL_TICK_BUCKETS + 1]; /* non-cumulative; last = +Inf */
     double tick_seconds_sum;
     uint64_t errors[MV_SEG_REASON_COUNT_]; /* quarantine events by reason */

@@ -27,6 +27,7 @@ mv_coll_snap *mv_coll_snapshot(mv_coll *c)
         return NULL;
     }
     sn->stats = c->stats;
+    sn->stats.poll_seconds = (double)__atomic_load_n(&c->poll_ns, __ATOMIC_RELAXED) / 1e9;
     size_t i = 0;
     for (; i < n; i++) {
         seg *s = c->segs[n - 1 - i]; /* newest first */

@@ -40,6 +40,13 @@ static uint64_t mono_ns(void)
  * segments back from the ticks that follow, while a chunk still fills an RDMA batch. */
 #define MAX_CHUNK 64
 
+/* Tells polling workers that something changed (wmu held): a tick to join, stop, an early
+ * tick asked for. */
+static void bump(mv_coll *c)
+{
+    __atomic_add_fetch(&c->wseq, 1, __ATOMIC_RELEASE);
+}
+
 /* Grows a worker's scratch to `want` segments; on failure it stays as it was (the worker then
  * takes smaller chunks). Only its own thread calls this. */
 static void grow_scratch(tick_worker *w, size_t want)
@@ -188,8 +195,10 @@ static void start_run(mv_coll *c, tick_run *r, uint64_t due, uint64_t missed, ui
         r->segs[r->n++] = s;
     }
     pthread_mutex_unlock(&c->mu);
-    if (c->nw > 1)
+    if (c->nw > 1) {
+        bump(c);
         pthread_cond_broadcast(&c->wgo);
+    }
 }
 
 /* A run with segments left to take, the oldest first; NULL if none. */
@@ -203,6 +212,31 @@ static tick_run *open_run(mv_coll *c)
             best = r;
     }
     return best;
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/* tick_poll: spins (wmu released meanwhile) until `until`, or until another worker started a
+ * tick or something else changed; the time spent counts in mv_coll_stats.poll_seconds. */
+static void poll_until(mv_coll *c, uint64_t until)
+{
+    uint64_t seq = __atomic_load_n(&c->wseq, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&c->wmu);
+    uint64_t t0 = mono_ns(), t = t0;
+    while (t < until && __atomic_load_n(&c->wseq, __ATOMIC_ACQUIRE) == seq) {
+        for (int i = 0; i < 32; i++)
+            cpu_relax();
+        t = mono_ns();
+    }
+    __atomic_add_fetch(&c->poll_ns, t - t0, __ATOMIC_RELAXED);
+    pthread_mutex_lock(&c->wmu);
 }
 
 static tick_run *free_run(mv_coll *c)
@@ -275,7 +309,9 @@ static void worker_loop(mv_coll *c, tick_worker *w)
         uint64_t until = 0;
         if (c->sched && start_due(c, w, &until))
             continue;
-        if (until)
+        if (until && c->o.tick_poll)
+            poll_until(c, until);
+        else if (until)
             wait_until(c, until);
         else
             pthread_cond_wait(&c->wgo, &c->wmu);
@@ -320,6 +356,7 @@ void mv_coll__wake_early(mv_coll *c)
 {
     pthread_mutex_lock(&c->wmu);
     c->tick_wake = 1;
+    bump(c);
     pthread_cond_broadcast(&c->wgo);
     pthread_mutex_unlock(&c->wmu);
 }
@@ -386,6 +423,7 @@ void mv_coll__stop_workers(mv_coll *c)
     pthread_mutex_lock(&c->wmu);
     c->wstop = 1;
     c->sched = 0;
+    bump(c);
     pthread_cond_broadcast(&c->wgo);
     pthread_mutex_unlock(&c->wmu);
     for (size_t i = 0; c->w && i < c->o.tick_workers; i++)
