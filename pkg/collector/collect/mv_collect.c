@@ -138,11 +138,21 @@ void mv_coll__seg_put(seg *s)
         seg_free(s);
 }
 
+void mv_coll__list_put(tick_list *l)
+{
+    if (!l || __atomic_sub_fetch(&l->refs, 1, __ATOMIC_ACQ_REL) != 0)
+        return;
+    for (size_t i = 0; i < l->n; i++)
+        mv_coll__seg_put(l->v[i]);
+    free(l);
+}
+
 void mv_coll_destroy(mv_coll *c)
 {
     if (!c)
         return;
     mv_coll__stop_workers(c); /* the tick thread too, if started */
+    mv_coll__list_put(c->tlist);
     for (size_t i = 0; i < c->nsegs; i++)
         mv_coll__seg_put(c->segs[i]);
     free(c->segs);
@@ -230,6 +240,7 @@ int mv_coll_add(mv_coll *c, const char *id, uint64_t size, const mv_seg_label *l
         c->segs_cap = cap;
     }
     c->segs[c->nsegs++] = s;
+    c->tlist_stale = 1;
     c->stats.segments_added++;
     int early = c->running && (uint64_t)c->o.tick_us * 1000ull > MV_COLL_EARLY_NS;
     pthread_mutex_unlock(&c->mu);
@@ -258,8 +269,14 @@ static size_t remove_if(mv_coll *c, int (*pred)(const seg *, const void *), cons
                 c->segs[kept++] = s;
         }
         c->nsegs = kept;
+        /* The ticks' list lets go of them too (the next tick makes a new one), so a removed
+         * segment is closed when no running tick holds it, not a tick later. */
+        tick_list *old = k ? c->tlist : NULL;
+        if (k)
+            c->tlist = NULL;
         c->stats.segments_removed += k;
         pthread_mutex_unlock(&c->mu);
+        mv_coll__list_put(old);
         for (size_t i = 0; i < k; i++) {
             MV_INFO("segment.removed", "id=%s", mv_log_q(dead[i]->id));
             mv_coll__seg_put(dead[i]);

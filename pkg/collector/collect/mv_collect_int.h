@@ -47,7 +47,7 @@ typedef struct seg {
     uint64_t probe_serial;  /* the catalog serial the offsets were worked out for; 0 none */
     uint64_t pub_copies;    /* copies published (publish) */
     uint64_t probe_copy_at; /* pub_copies when probe_want was taken from the published copy */
-    int refs;               /* atomic: the list holds one, each open tick another */
+    int refs; /* atomic: the table's list holds one, each tick list (tick_list) another */
     int busy; /* atomic: a tick worker holds the segment (claimed per chunk, released after) */
     uint64_t deferred; /* atomic: ticks that found it busy and left it to the next */
 
@@ -120,13 +120,23 @@ typedef struct tick_worker {
     uint64_t torn; /* torn-histogram retries in the current chunk */
 } tick_worker;
 
-/* A tick: its segments (a reference on each, taken when it started), the next one to take,
+/* The segments ticks read: a copy of the table's list, newest first, holding a reference on
+ * each; made again by the first tick after the list changed, and shared by the ticks through
+ * one reference each (not one per segment per tick). */
+typedef struct tick_list {
+    int refs; /* atomic */
+    size_t n;
+    struct seg *v[];
+} tick_list;
+
+/* A tick: its segments (the tick list it holds a reference on), the next one to take,
  * and who still works on it. Ticks may overlap: a tick whose segments have all been taken
  * no longer holds back the next one, even while a worker that was stopped mid-chunk (the
  * host took its CPU) still holds some of them; the next tick defers those (seg.busy). */
 typedef struct tick_run {
-    struct seg **segs;
-    size_t n, cap;
+    tick_list *list;
+    struct seg *const *segs; /* list->v */
+    size_t n;
     size_t next;             /* atomic: the next segment to take */
     size_t holders;          /* under wmu: workers inside the run */
     int live;                /* under wmu: 0 free, 1 open or held, 2 ending (references going) */
@@ -147,6 +157,8 @@ struct mv_coll {
     size_t nsegs, segs_cap;
     mv_coll_stats stats;
     int running;             /* under mu: mv_coll_start ran */
+    tick_list *tlist;        /* under mu: the ticks' list (a reference of its own); NULL none yet */
+    int tlist_stale;         /* under mu: the table's list changed since tlist was made */
     mv_coll_drop_fn drop_fn; /* under mu */
     void *drop_arg;
     /* Tick workers: w[0 .. nw-1] run ticks, w[nw] is mv_coll_tick's caller's scratch. Once
@@ -183,6 +195,8 @@ cat_ref *mv_coll__cat_get(cat_ref *r);
 void mv_coll__seg_read(mv_coll *c, seg *s, mv_coll_read *rq, size_t n);
 /* Drops a reference to a segment (frees it with the last). */
 void mv_coll__seg_put(seg *s);
+/* Drops a reference to a tick list (and, with the last, its references to the segments). */
+void mv_coll__list_put(tick_list *l);
 /* One worker's share of a tick: prepare, read and finish `n` segments it claimed. */
 void mv_coll__tick_chunk(mv_coll *c, tick_worker *w, seg *const *segs, size_t n);
 

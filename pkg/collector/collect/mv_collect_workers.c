@@ -117,16 +117,13 @@ static void take_chunks(mv_coll *c, tick_worker *w, tick_run *r)
 }
 
 /* Ends a run whose segments are all done (wmu held, and held again on return): drops its
- * references, counts it, tells on_tick, frees its slot. */
+ * list, counts it, tells on_tick, frees its slot. */
 static void end_run(mv_coll *c, tick_run *r)
 {
-    r->live = 2; /* neither open nor free while its references go */
+    r->live = 2; /* neither open nor free while its list goes */
     pthread_mutex_unlock(&c->wmu);
-    for (size_t i = 0; i < r->n; i++) {
-        if (i + 8 < r->n)
-            __builtin_prefetch(&r->segs[i + 8]->refs, 1);
-        mv_coll__seg_put(r->segs[i]);
-    }
+    mv_coll__list_put(r->list);
+    r->list = NULL;
     mv_coll_tick_info ti = {.due_ns = r->due_ns,
                             .start_ns = r->start_ns,
                             .end_ns = mono_ns(),
@@ -167,34 +164,50 @@ static void work_on(mv_coll *c, tick_worker *w, tick_run *r)
         end_run(c, r); /* none left to take: nobody joins it any more */
 }
 
-/* Starts a tick in the free slot `r` (wmu held): a reference on every segment of the table. */
+/* A new tick list from the table's list (mu held): a reference on each segment, newest
+ * first. NULL when out of memory. */
+static tick_list *list_make(mv_coll *c)
+{
+    tick_list *l = malloc(sizeof *l + c->nsegs * sizeof l->v[0]);
+    if (!l)
+        return NULL;
+    l->refs = 1;
+    l->n = 0;
+    for (size_t i = c->nsegs; i-- > 0;) {
+        seg *s = c->segs[i];
+        __atomic_add_fetch(&s->refs, 1, __ATOMIC_RELAXED);
+        l->v[l->n++] = s;
+    }
+    return l;
+}
+
+/* Starts a tick in the free slot `r` (wmu held): a reference on the tick list, made again first
+ * if the table's list changed. */
 static void start_run(mv_coll *c, tick_run *r, uint64_t due, uint64_t missed, uint64_t now)
 {
     r->live = 1;
-    r->n = 0;
     r->due_ns = due;
     r->start_ns = now;
     r->missed = missed;
     r->torn = r->deferred = 0;
     __atomic_store_n(&r->next, 0, __ATOMIC_RELAXED);
-    /* The list lock only while references are taken: reads, validation and catalog
-     * parsing run unlocked, so snapshots and add/remove never wait for a tick. */
+    tick_list *old = NULL;
     pthread_mutex_lock(&c->mu);
-    if (r->cap < c->nsegs) {
-        seg **v = realloc(r->segs, c->nsegs * sizeof *v);
-        if (v) { /* else this tick reads fewer */
-            r->segs = v;
-            r->cap = c->nsegs;
+    if (c->tlist_stale || !c->tlist) {
+        tick_list *l = list_make(c);
+        if (l) { /* else the ticks go on with the list they have until memory is found */
+            old = c->tlist;
+            c->tlist = l;
+            c->tlist_stale = 0;
         }
     }
-    for (size_t i = c->nsegs; i-- > 0 && r->n < r->cap;) {
-        if (i >= 8) /* a locked add waits for its line: ask for the next ones early */
-            __builtin_prefetch(&c->segs[i - 8]->refs, 1);
-        seg *s = c->segs[i];
-        __atomic_add_fetch(&s->refs, 1, __ATOMIC_RELAXED);
-        r->segs[r->n++] = s;
-    }
+    r->list = c->tlist;
+    if (r->list)
+        __atomic_add_fetch(&r->list->refs, 1, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&c->mu);
+    mv_coll__list_put(old); /* segments removed meanwhile go with the last tick holding it */
+    r->segs = r->list ? r->list->v : NULL;
+    r->n = r->list ? r->list->n : 0;
     if (c->nw > 1) {
         bump(c);
         pthread_cond_broadcast(&c->wgo);
@@ -439,8 +452,6 @@ void mv_coll__free_workers(mv_coll *c)
         free(c->w[i].mine);
     }
     free(c->w);
-    for (size_t i = 0; i < TICK_RUNS; i++)
-        free(c->runs[i].segs);
     pthread_cond_destroy(&c->wgo);
     pthread_cond_destroy(&c->wdone);
     for (size_t i = 0; i < READ_LOCKS; i++)
