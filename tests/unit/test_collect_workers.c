@@ -5,9 +5,11 @@
  * (ticks, torn retries, bytes read) summed over the workers; a worker stopped mid-chunk holds
  * back no tick (its segments deferred); create/destroy of the helpers. */
 #include <CUnit/Basic.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -820,8 +822,36 @@ static void test_stalled_worker(void)
     pthread_mutex_destroy(&g_stall.mu);
 }
 
-/* tick_poll: idle workers poll instead of sleeping; ticks run on schedule with exact values, the
- * polled time is counted, and destroy stops the pollers at once. */
+/* The tick workers' threads (named mv-tick*) that may run on one CPU only, and all of them. */
+static void pinned_workers(unsigned *pinned, unsigned *all)
+{
+    *pinned = *all = 0;
+    DIR *d = opendir("/proc/self/task");
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        char path[300], line[256], comm[64] = "";
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        int named = fgets(comm, sizeof comm, f) && strncmp(comm, "mv-tick", 7) == 0;
+        fclose(f);
+        snprintf(path, sizeof path, "/proc/self/task/%s/status", e->d_name);
+        if (!named || !(f = fopen(path, "r")))
+            continue;
+        (*all)++;
+        while (fgets(line, sizeof line, f))
+            if (strncmp(line, "Cpus_allowed_list:", 18) == 0)
+                *pinned += strpbrk(line + 18, ",-") == NULL;
+        fclose(f);
+    }
+    if (d)
+        closedir(d);
+}
+
+/* tick_poll: idle workers poll instead of sleeping, each on a CPU of its own when there are
+ * enough; ticks run on schedule with exact values, the polled time is counted, and destroy
+ * stops the pollers at once. */
 static void test_tick_poll(void)
 {
     fleet f;
@@ -846,6 +876,16 @@ static void test_tick_poll(void)
     printf("\n  ticks=%llu poll_seconds=%.3f\n", (unsigned long long)st->ticks, st->poll_seconds);
     CU_ASSERT(st->poll_seconds > 0.02);
     mv_coll_snap_free(s);
+    unsigned pinned, all;
+    pinned_workers(&pinned, &all);
+    cpu_set_t cs;
+    CU_ASSERT_FATAL(sched_getaffinity(0, sizeof cs, &cs) == 0);
+    CU_ASSERT_EQUAL(all, 2);
+    if (CPU_COUNT(&cs) >= 2) { /* one CPU: every thread is on it anyway, nothing to tell */
+        CU_ASSERT_EQUAL(pinned, 2);
+    } else {
+        printf("  (one CPU: the workers' pinning is not checked)\n");
+    }
     uint64_t t0 = mv_test_mono_ms();
     mv_coll_destroy(c);
     CU_ASSERT(mv_test_mono_ms() - t0 < 2000);

@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -332,10 +333,35 @@ static void worker_loop(mv_coll *c, tick_worker *w)
     pthread_mutex_unlock(&c->wmu);
 }
 
+/* tick_poll: worker i keeps to the i-th CPU the process may use, when there are as many CPUs
+ * as workers: two pollers never share a CPU, and a worker the scheduler woke after a lock does
+ * not stay on the other's CPU until it is balanced away. */
+static void pin_poller(tick_worker *w)
+{
+    mv_coll *c = w->c;
+    cpu_set_t all, one;
+    if (!c->o.tick_poll || sched_getaffinity(0, sizeof all, &all) != 0 ||
+        (size_t)CPU_COUNT(&all) < c->nw)
+        return;
+    size_t want = (size_t)(w - c->w), k = 0;
+    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+        if (!CPU_ISSET(cpu, &all) || k++ != want)
+            continue;
+        CPU_ZERO(&one);
+        CPU_SET(cpu, &one);
+        int rc = pthread_setaffinity_np(pthread_self(), sizeof one, &one);
+        if (rc)
+            MV_WARN("collector.tick_worker_unpinned", "worker=%zu cpu=%d error=%s", want, cpu,
+                    mv_log_q(strerror(rc)));
+        return;
+    }
+}
+
 static void *helper_main(void *arg)
 {
     mv_thread_name("mv-tick-worker");
     tick_worker *w = arg;
+    pin_poller(w);
     worker_loop(w->c, w);
     return NULL;
 }
@@ -344,6 +370,7 @@ static void *tick_main(void *arg)
 {
     mv_thread_name("mv-tick");
     tick_worker *w = arg;
+    pin_poller(w);
     worker_loop(w->c, w);
     return NULL;
 }
