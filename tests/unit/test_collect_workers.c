@@ -315,15 +315,18 @@ static void *churner(void *arg)
     return NULL;
 }
 
+/* Waits for `want` segments of fleet `tag` to hold round `r`'s values. */
 typedef struct exact_arg {
     mv_coll *c;
     unsigned r;
+    const char *tag;
+    unsigned want;
 } exact_arg;
 
-static int stable_exact(void *arg)
+static int all_exact(void *arg)
 {
     exact_arg *a = arg;
-    return fleet_exact(a->c, "k", a->r) == NSEG / 2;
+    return fleet_exact(a->c, a->tag, a->r) == a->want;
 }
 
 /* The tick keeps running: at least 10 ticks counted (a loaded machine may
@@ -361,8 +364,8 @@ static void add_remove_while_running(uint32_t workers)
     }
     __atomic_store_n(&ch.stop, 1, __ATOMIC_RELEASE);
     pthread_join(th, NULL);
-    exact_arg a = {c, 40};
-    CU_ASSERT(mv_test_wait_until(stable_exact, &a, 10000));
+    exact_arg a = {c, 40, "k", NSEG / 2};
+    CU_ASSERT(mv_test_wait_until(all_exact, &a, 10000));
     CU_ASSERT(mv_test_wait_until(ticked_10, c, 10000));
     mv_coll_snap *s = mv_coll_snapshot(c);
     const mv_coll_stats *st = mv_coll_snap_stats(s);
@@ -702,12 +705,6 @@ static void log_tick(void *arg, const mv_coll_tick_info *ti)
     pthread_mutex_unlock(&l->mu);
 }
 
-static int stalled_fleet_exact(void *arg)
-{
-    exact_arg *a = arg;
-    return fleet_exact(a->c, "w", a->r) == NSEG;
-}
-
 static int deferred_summed(void *arg)
 {
     mv_coll_snap *s = mv_coll_snapshot(arg);
@@ -717,12 +714,6 @@ static int deferred_summed(void *arg)
     int ok = sum > 0 && mv_coll_snap_stats(s)->reads_deferred == sum;
     mv_coll_snap_free(s);
     return ok;
-}
-
-static int poll_fleet_exact(void *arg)
-{
-    exact_arg *a = arg;
-    return fleet_exact(a->c, "p", a->r) == NSEG;
 }
 
 /* Scheduled ticks with 2 workers, one of them stopped inside a read: the other goes on
@@ -806,8 +797,8 @@ static void test_stalled_worker(void)
     g_stall.released = 1;
     pthread_cond_broadcast(&g_stall.cv);
     pthread_mutex_unlock(&g_stall.mu);
-    exact_arg a = {c, 1};
-    CU_ASSERT(mv_test_wait_until(stalled_fleet_exact, &a, 10000));
+    exact_arg a = {c, 1, "w", NSEG};
+    CU_ASSERT(mv_test_wait_until(all_exact, &a, 10000));
     /* Between ticks the total is the segments' sum. */
     CU_ASSERT(mv_test_wait_until(deferred_summed, c, 10000));
     mv_coll_destroy(c);
@@ -866,8 +857,8 @@ static void test_tick_poll(void)
     fleet_add(c, &f, "p", NULL, NULL);
     CU_ASSERT_FATAL(mv_coll_start(c) == 0);
     fleet_set(&f, 1);
-    exact_arg a = {c, 1};
-    CU_ASSERT(mv_test_wait_until(poll_fleet_exact, &a, 10000));
+    exact_arg a = {c, 1, "p", NSEG};
+    CU_ASSERT(mv_test_wait_until(all_exact, &a, 10000));
     ticks_past tp = {c, 20};
     CU_ASSERT(mv_test_wait_until(ticked_past, &tp, 10000));
     mv_coll_snap *s = mv_coll_snapshot(c);

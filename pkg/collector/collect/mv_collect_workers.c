@@ -357,19 +357,11 @@ static void pin_poller(tick_worker *w)
     }
 }
 
-static void *helper_main(void *arg)
+/* A tick worker's thread: w[0] is the tick thread mv_coll_start starts, the others helpers. */
+static void *worker_main(void *arg)
 {
-    mv_thread_name("mv-tick-worker");
     tick_worker *w = arg;
-    pin_poller(w);
-    worker_loop(w->c, w);
-    return NULL;
-}
-
-static void *tick_main(void *arg)
-{
-    mv_thread_name("mv-tick");
-    tick_worker *w = arg;
+    mv_thread_name(w == w->c->w ? "mv-tick" : "mv-tick-worker");
     pin_poller(w);
     worker_loop(w->c, w);
     return NULL;
@@ -428,7 +420,7 @@ int mv_coll__start_workers(mv_coll *c)
     /* w[want] is the caller's from here on, whatever number of helpers started. */
     c->nw = want;
     for (size_t i = 1; i < want; i++) {
-        int rc = pthread_create(&c->w[i].thread, NULL, helper_main, &c->w[i]);
+        int rc = pthread_create(&c->w[i].thread, NULL, worker_main, &c->w[i]);
         if (rc) {
             MV_ERROR("collector.tick_worker_failed", "worker=%zu workers=%zu error=%s", i, want,
                      mv_log_q(strerror(rc)));
@@ -446,7 +438,7 @@ int mv_coll__start_ticks(mv_coll *c)
     c->sched_next = mono_ns();
     pthread_cond_broadcast(&c->wgo);
     pthread_mutex_unlock(&c->wmu);
-    int rc = pthread_create(&c->w[0].thread, NULL, tick_main, &c->w[0]);
+    int rc = pthread_create(&c->w[0].thread, NULL, worker_main, &c->w[0]);
     if (rc) {
         pthread_mutex_lock(&c->wmu);
         c->sched = 0;
