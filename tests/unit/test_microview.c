@@ -489,6 +489,69 @@ static void test_full(void)
     mv_close(s);
 }
 
+/* Gauge adds take this thread's last stored value as their first guess: they stay exact
+ * when the word changed since (a set, another thread's add, another gauge in between), and
+ * when two threads add to one gauge and each to one of its own, interleaved. */
+typedef struct adder {
+    mv_gauge shared, own;
+} adder;
+
+static void *gauge_adder(void *arg)
+{
+    adder *a = arg;
+    for (int i = 0; i < OBSERVES; i++) {
+        mv_gauge_add(a->shared, 1.0);
+        if (i % 3 == 0)
+            mv_gauge_add(a->own, 2.0);
+    }
+    return NULL;
+}
+
+static void *add_ten(void *arg)
+{
+    mv_gauge_add(*(mv_gauge *)arg, 10.0);
+    return NULL;
+}
+
+static void test_gauge_add_exact(void)
+{
+    mv_segment *s;
+    mv_gauge g1, g2, own[OBSERVERS];
+    CU_ASSERT_EQUAL_FATAL(mv_open(new_file(16384, 0), &s), MV_OK);
+    CU_ASSERT_EQUAL(mv_gauge_register(s, "g1", NULL, NULL, NULL, 0, &g1), MV_OK);
+    CU_ASSERT_EQUAL(mv_gauge_register(s, "g2", NULL, NULL, NULL, 0, &g2), MV_OK);
+    mv_gauge_add(g1, 1.0);
+    CU_ASSERT_EQUAL(mv_gauge_value(g1), 1.0);
+    mv_gauge_set(g1, 100.0); /* this thread's guess for g1 is stale now */
+    mv_gauge_add(g1, 1.0);
+    CU_ASSERT_EQUAL(mv_gauge_value(g1), 101.0);
+    mv_gauge_add(g2, 2.0); /* another gauge in between */
+    mv_gauge_add(g1, 1.0);
+    CU_ASSERT_EQUAL(mv_gauge_value(g1), 102.0);
+    CU_ASSERT_EQUAL(mv_gauge_value(g2), 2.0);
+    pthread_t t;
+    CU_ASSERT_FATAL(pthread_create(&t, NULL, add_ten, &g1) == 0); /* another thread's add */
+    pthread_join(t, NULL);
+    mv_gauge_add(g1, 1.0);
+    CU_ASSERT_EQUAL(mv_gauge_value(g1), 113.0);
+
+    adder a[OBSERVERS];
+    pthread_t th[OBSERVERS];
+    char name[16];
+    for (int i = 0; i < OBSERVERS; i++) {
+        snprintf(name, sizeof name, "own%d", i);
+        CU_ASSERT_EQUAL(mv_gauge_register(s, name, NULL, NULL, NULL, 0, &own[i]), MV_OK);
+        a[i] = (adder){g2, own[i]};
+        CU_ASSERT_FATAL(pthread_create(&th[i], NULL, gauge_adder, &a[i]) == 0);
+    }
+    for (int i = 0; i < OBSERVERS; i++)
+        pthread_join(th[i], NULL);
+    CU_ASSERT_EQUAL(mv_gauge_value(g2), 2.0 + (double)OBSERVERS * OBSERVES);
+    for (int i = 0; i < OBSERVERS; i++)
+        CU_ASSERT_EQUAL(mv_gauge_value(own[i]), 2.0 * ((OBSERVES + 2) / 3));
+    mv_close(s);
+}
+
 static void test_exponential_buckets(void)
 {
     double b[160];
@@ -578,6 +641,7 @@ int main(void)
         {"slots packed when the value area is short", test_placement_fallback},
         {"MICROVIEW_PLACEMENT=packed", test_placement_packed},
         {"concurrent observations are exact", test_histogram_concurrent_exact},
+        {"gauge adds exact after a set, another thread, another gauge", test_gauge_add_exact},
         {"exponential buckets", test_exponential_buckets},
         {"two processes register concurrently", test_fork_concurrent},
     };

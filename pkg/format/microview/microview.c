@@ -638,16 +638,31 @@ unsigned mv__shard_id(void)
     return id;
 }
 
+/* The word this thread's last gauge add stored to, and what it stored. A thread that adds to
+ * one gauge again (a worker keeping an in-flight count) offers that value as the
+ * compare-and-swap's expected value instead of loading the word: a load right after a locked
+ * store to the same word waits for the store to reach the cache, a load of this thread's own
+ * plain store does not (measured in docs/benchmarks.md, "Gauge adds"). A wrong guess (another
+ * thread or a gauge_set changed the word since) costs one failed compare-and-swap, which
+ * hands back the value to retry with. Initial-exec: two words at a fixed offset from the
+ * thread pointer, no __tls_get_addr call in the shared library. */
+static __thread struct {
+    uint64_t *w;
+    uint64_t v;
+} tl_add __attribute__((tls_model("initial-exec")));
+
 /* Adds `delta` to the f64 at `w` with a compare-and-swap loop. */
 static inline void add_f64(uint64_t *w, double delta)
 {
-    uint64_t old = __atomic_load_n(w, __ATOMIC_RELAXED), nw;
+    uint64_t old = tl_add.w == w ? tl_add.v : __atomic_load_n(w, __ATOMIC_RELAXED), nw;
     do {
         double v;
         memcpy(&v, &old, 8);
         v += delta;
         memcpy(&nw, &v, 8);
-    } while (!__atomic_compare_exchange_n(w, &old, nw, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+    } while (!__atomic_compare_exchange_n(w, &old, nw, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+    tl_add.w = w;
+    tl_add.v = nw;
 }
 
 /* A sharded gauge's add, out of line: the unsharded one needs no stack frame. */
