@@ -100,12 +100,42 @@ static double clock_s(clockid_t clk)
 static int g_per_second; /* --per-second: a line per second of each run */
 static int g_poll;       /* --poll: idle tick workers poll (mv_coll_opts.tick_poll) */
 
+/* Without a snapshot: copying 1,000 segments' values would take the CPU of a tick worker for
+ * milliseconds at the run's start and end. */
 static double poll_seconds(mv_coll *c)
 {
-    mv_coll_snap *s = mv_coll_snapshot(c);
-    double v = s ? mv_coll_snap_stats(s)->poll_seconds : 0.0;
-    mv_coll_snap_free(s);
-    return v;
+    mv_coll_stats st;
+    mv_coll_stats_get(c, &st);
+    return st.poll_seconds;
+}
+
+/* --scrape-ms N: a thread takes a snapshot of the table every N ms during the runs, as the
+ * collector's /metrics does for each scrape (the rendering itself is not done). */
+static unsigned g_scrape_ms;
+
+typedef struct scraper {
+    mv_coll *c;
+    int stop; /* atomic */
+    unsigned n;
+    uint64_t max_ns;
+    pthread_t th;
+} scraper;
+
+static void *scraper_main(void *arg)
+{
+    scraper *sc = arg;
+    uint64_t next = bench_now_ns();
+    while (!__atomic_load_n(&sc->stop, __ATOMIC_ACQUIRE)) {
+        next += (uint64_t)g_scrape_ms * 1000000u;
+        struct timespec ts = {(time_t)(next / 1000000000ull), (long)(next % 1000000000ull)};
+        clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+        uint64_t t = bench_now_ns();
+        mv_coll_snap_free(mv_coll_snapshot(sc->c));
+        t = bench_now_ns() - t;
+        sc->max_ns = t > sc->max_ns ? t : sc->max_ns;
+        sc->n++;
+    }
+    return NULL;
 }
 
 static int cmp_u64(const void *a, const void *b)
@@ -250,6 +280,14 @@ static int run(bench *b, unsigned workers, uint32_t tick_us, double seconds, int
         fprintf(stderr, "tick_bench: the collector's ticks did not start\n");
         goto out;
     }
+    scraper sc = {.c = c};
+    clockid_t sclk = 0;
+    if (g_scrape_ms && pthread_create(&sc.th, NULL, scraper_main, &sc) != 0) {
+        fprintf(stderr, "tick_bench: no scraper thread\n");
+        goto out;
+    }
+    if (g_scrape_ms)
+        pthread_getcpuclockid(sc.th, &sclk);
     uint64_t t0 = bench_now_ns() + 2 * period, end = t0 + (uint64_t)(seconds * 1e9);
     struct timespec ts = {(time_t)(t0 / 1000000000ull), (long)(t0 % 1000000000ull)};
     rec.t0 = t0;
@@ -257,17 +295,23 @@ static int run(bench *b, unsigned workers, uint32_t tick_us, double seconds, int
     __atomic_store_n(&rec.on, 1, __ATOMIC_RELEASE);
     clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
     double cpu0 = clock_s(CLOCK_PROCESS_CPUTIME_ID), wcpu0 = clock_s(wclk), poll0 = poll_seconds(c);
+    double scpu0 = g_scrape_ms ? clock_s(sclk) : 0.0;
     ts = (struct timespec){(time_t)(end / 1000000000ull), (long)(end % 1000000000ull)};
     clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
     double wall = (double)(bench_now_ns() - t0) / 1e9;
-    double wcpu = clock_s(wclk) - wcpu0;
+    double wcpu = clock_s(wclk) - wcpu0, scpu = g_scrape_ms ? clock_s(sclk) - scpu0 : 0.0;
+    if (g_scrape_ms) {
+        __atomic_store_n(&sc.stop, 1, __ATOMIC_RELEASE);
+        pthread_join(sc.th, NULL);
+    }
     /* Polling for the next tick (--poll) is not tick work: its time is taken out. */
     double polled = poll_seconds(c) - poll0;
-    double cpu = clock_s(CLOCK_PROCESS_CPUTIME_ID) - cpu0 - wcpu - polled;
-    /* Ticks go on, no longer recorded: the snapshot takes the table's lock, so every on_tick
-     * that recorded has returned, and the later ones see `on` cleared. */
+    /* Nor are the scraper's snapshots (--scrape-ms). */
+    double cpu = clock_s(CLOCK_PROCESS_CPUTIME_ID) - cpu0 - wcpu - polled - scpu;
+    /* Ticks go on, no longer recorded: taking the statistics takes the table's lock, so every
+     * on_tick that recorded has returned, and the later ones see `on` cleared. */
     __atomic_store_n(&rec.on, 0, __ATOMIC_RELEASE);
-    mv_coll_snap_free(mv_coll_snapshot(c));
+    (void)poll_seconds(c);
     uint64_t ticks = rec.ticks, missed = rec.missed;
 
     /* 200 warm-up ticks and at least the recorded ones: each read or deferred every segment. */
@@ -306,7 +350,7 @@ static int run(bench *b, unsigned workers, uint32_t tick_us, double seconds, int
            "collector_heap_bytes=%llu analytics_bytes_per_metric=%.0f seconds_without_miss=%zu "
            "missed_per_second_median=%llu missed_per_second_max=%llu start_late_max_ms=%.3f "
            "starts_late_half_tick=%llu reads_deferred=%llu reads_deferred_share=%.2e tick_poll=%d "
-           "poll_cores=%.2f\n",
+           "poll_cores=%.2f scrape_ms=%u scrapes=%u scrape_max_ms=%.3f\n",
            workers, b->nsegs, b->nmetrics, wall, (unsigned long long)ticks,
            (unsigned long long)missed, n ? (double)dur[n / 2] / 1e6 : 0.0,
            n ? (double)dur[n * 99 / 100] / 1e6 : 0.0, cpu / wall, cpu_tick * 1e6,
@@ -315,7 +359,8 @@ static int run(bench *b, unsigned workers, uint32_t tick_us, double seconds, int
            (unsigned long long)rss, (unsigned long long)heap, (double)amem / nsamples, clean,
            (unsigned long long)sec_med, (unsigned long long)sec_max, (double)rec.late_max / 1e6,
            (unsigned long long)rec.late_over, (unsigned long long)rec.deferred,
-           reads > 0 ? (double)rec.deferred / reads : 0.0, g_poll, polled / wall);
+           reads > 0 ? (double)rec.deferred / reads : 0.0, g_poll, polled / wall, g_scrape_ms, sc.n,
+           (double)sc.max_ns / 1e6);
     fflush(stdout);
     if (workers <= 2 && analytics)
         g_fig[workers] = (run_fig){.done = 1,
@@ -377,6 +422,8 @@ int main(int argc, char **argv)
             g_per_second = 1;
         } else if (!strcmp(a, "--poll")) {
             g_poll = 1;
+        } else if (!strcmp(a, "--scrape-ms") && v && atoi(v) > 0) {
+            g_scrape_ms = (unsigned)atoi(argv[++i]);
         } else if (!strcmp(a, "--window-align") && v &&
                    (!strcmp(v, "wall") || !strcmp(v, "segment"))) {
             aligned = !strcmp(argv[++i], "wall");
@@ -391,7 +438,8 @@ int main(int argc, char **argv)
         !(seconds > 0) || tick_us < 1000) {
         fprintf(stderr, "usage: tick_bench [--quick] [--seconds S] [--workers 1,2] "
                         "[--segments N] [--metrics M] [--tick-us U] [--no-analytics]\n"
-                        "                  [--window-align segment|wall] [--per-second] [--poll]\n"
+                        "                  [--window-align segment|wall] [--per-second] [--poll] "
+                        "[--scrape-ms N]\n"
                         "  defaults: --seconds 60 (--quick 5) --workers 1,2 --segments 1000 "
                         "--metrics 64 --tick-us 1000 --window-align segment (the collector's);\n"
                         "  metrics 1..128, tick-us >= 1000\n");

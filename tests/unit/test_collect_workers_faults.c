@@ -398,6 +398,12 @@ static void test_tick_poll(void)
     /* 20 ticks of 5 ms: most of 100 ms between them was polled, by two workers */
     printf("\n  ticks=%llu poll_seconds=%.3f\n", (unsigned long long)st->ticks, st->poll_seconds);
     CU_ASSERT(st->poll_seconds > 0.02);
+    /* The statistics alone, taken after: the same counters or later ones. */
+    mv_coll_stats st2;
+    mv_coll_stats_get(c, &st2);
+    CU_ASSERT(st2.ticks >= st->ticks && st2.ticks > 0);
+    CU_ASSERT(st2.poll_seconds >= st->poll_seconds);
+    CU_ASSERT(st2.segments_added == NSEG && st2.segments_added == st->segments_added);
     mv_coll_snap_free(s);
     unsigned pinned, all;
     pinned_workers(&pinned, &all);

@@ -215,8 +215,13 @@ typedef struct mv_coll_stats {
 
 typedef struct mv_coll_snap mv_coll_snap;
 
-/* Takes a consistent copy of every segment's latest published values. */
+/* Takes a copy of the collector's statistics, then of every segment's latest published values
+ * (each segment's copy consistent in itself; the statistics are from just before the
+ * segments' copies). Holds the table's lock only to take the list of segments, so a scrape of
+ * a large table does not hold back the ticks. */
 mv_coll_snap *mv_coll_snapshot(mv_coll *c);
+/* The collector's statistics alone, without a snapshot of the segments. */
+void mv_coll_stats_get(mv_coll *c, mv_coll_stats *out);
 void mv_coll_snap_free(mv_coll_snap *s);
 size_t mv_coll_snap_count(const mv_coll_snap *s);
 const mv_coll_seg_view *mv_coll_snap_seg(const mv_coll_snap *s, size_t i);

@@ -197,6 +197,11 @@ void mv_coll__seg_read(mv_coll *c, seg *s, mv_coll_read *rq, size_t n);
 void mv_coll__seg_put(seg *s);
 /* Drops a reference to a tick list (and, with the last, its references to the segments). */
 void mv_coll__list_put(tick_list *l);
+/* The table's tick list with a reference for the caller (mu held), made again first if the
+ * table changed since the last one; *old gets the list it replaced, for the caller to drop
+ * (mv_coll__list_put) once mu is released. NULL when there is no list and no memory to make
+ * one (a table with segments) — with an empty table, an empty list. */
+tick_list *mv_coll__list_ref(mv_coll *c, tick_list **old);
 /* One worker's share of a tick: prepare, read and finish `n` segments it claimed. */
 void mv_coll__tick_chunk(mv_coll *c, tick_worker *w, seg *const *segs, size_t n);
 

@@ -12,25 +12,33 @@ struct mv_coll_snap {
     mv_coll_stats stats;
 };
 
+/* The table's lock is held only to take the statistics and a reference on the ticks' list of
+ * segments: the copies are made under each segment's own lock, so that a snapshot of a large
+ * table (a scrape) does not hold back the start or the end of a tick, both of which take the
+ * table's lock. */
 mv_coll_snap *mv_coll_snapshot(mv_coll *c)
 {
     mv_coll_snap *sn = calloc(1, sizeof *sn);
     if (!sn)
         return NULL;
+    tick_list *old;
     pthread_mutex_lock(&c->mu);
-    size_t n = c->nsegs;
+    tick_list *list = mv_coll__list_ref(c, &old);
+    sn->stats = c->stats;
+    pthread_mutex_unlock(&c->mu);
+    mv_coll__list_put(old);
+    sn->stats.poll_seconds = (double)__atomic_load_n(&c->poll_ns, __ATOMIC_RELAXED) / 1e9;
+    size_t n = list ? list->n : 0;
     sn->v = calloc(n ? n : 1, sizeof *sn->v);
     sn->cats = calloc(n ? n : 1, sizeof *sn->cats);
-    if (!sn->v || !sn->cats) {
-        pthread_mutex_unlock(&c->mu);
+    if (!list || !sn->v || !sn->cats) {
+        mv_coll__list_put(list);
         mv_coll_snap_free(sn);
         return NULL;
     }
-    sn->stats = c->stats;
-    sn->stats.poll_seconds = (double)__atomic_load_n(&c->poll_ns, __ATOMIC_RELAXED) / 1e9;
     size_t i = 0;
     for (; i < n; i++) {
-        seg *s = c->segs[n - 1 - i]; /* newest first */
+        seg *s = list->v[i]; /* newest first */
         mv_coll_seg_view *v = &sn->v[i];
         pthread_mutex_lock(&s->mu);
         v->id = strdup(s->id);
@@ -79,8 +87,16 @@ mv_coll_snap *mv_coll_snapshot(mv_coll *c)
         pthread_mutex_unlock(&s->mu);
     }
     sn->n = i;
-    pthread_mutex_unlock(&c->mu);
+    mv_coll__list_put(list); /* a segment removed meanwhile is closed with the last reference */
     return sn;
+}
+
+void mv_coll_stats_get(mv_coll *c, mv_coll_stats *out)
+{
+    pthread_mutex_lock(&c->mu);
+    *out = c->stats;
+    pthread_mutex_unlock(&c->mu);
+    out->poll_seconds = (double)__atomic_load_n(&c->poll_ns, __ATOMIC_RELAXED) / 1e9;
 }
 
 void mv_coll_snap_free(mv_coll_snap *sn)

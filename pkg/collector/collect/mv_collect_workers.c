@@ -182,6 +182,22 @@ static tick_list *list_make(mv_coll *c)
     return l;
 }
 
+tick_list *mv_coll__list_ref(mv_coll *c, tick_list **old)
+{
+    *old = NULL;
+    if (c->tlist_stale || !c->tlist) {
+        tick_list *l = list_make(c);
+        if (l) { /* else the ticks go on with the list they have until memory is found */
+            *old = c->tlist;
+            c->tlist = l;
+            c->tlist_stale = 0;
+        }
+    }
+    if (c->tlist)
+        __atomic_add_fetch(&c->tlist->refs, 1, __ATOMIC_RELAXED);
+    return c->tlist;
+}
+
 /* Starts a tick in the free slot `r` (wmu held): a reference on the tick list, made again first
  * if the table's list changed. */
 static void start_run(mv_coll *c, tick_run *r, uint64_t due, uint64_t missed, uint64_t now)
@@ -192,19 +208,9 @@ static void start_run(mv_coll *c, tick_run *r, uint64_t due, uint64_t missed, ui
     r->missed = missed;
     r->torn = r->deferred = 0;
     __atomic_store_n(&r->next, 0, __ATOMIC_RELAXED);
-    tick_list *old = NULL;
+    tick_list *old;
     pthread_mutex_lock(&c->mu);
-    if (c->tlist_stale || !c->tlist) {
-        tick_list *l = list_make(c);
-        if (l) { /* else the ticks go on with the list they have until memory is found */
-            old = c->tlist;
-            c->tlist = l;
-            c->tlist_stale = 0;
-        }
-    }
-    r->list = c->tlist;
-    if (r->list)
-        __atomic_add_fetch(&r->list->refs, 1, __ATOMIC_RELAXED);
+    r->list = mv_coll__list_ref(c, &old);
     pthread_mutex_unlock(&c->mu);
     mv_coll__list_put(old); /* segments removed meanwhile go with the last tick holding it */
     r->segs = r->list ? r->list->v : NULL;
