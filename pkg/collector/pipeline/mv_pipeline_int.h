@@ -158,7 +158,27 @@ struct mv_pipe_seg {
 /* End of the hot fields: what a read touches of the struct. */
 #define PIPE_HOT_END offsetof(struct mv_pipe_seg, cc)
 
+/* A counter's or histogram's cumulative increase (its total) by its location; 0 for a gauge. */
+static inline uint64_t pipe_total_of(const mv_pipe_seg *s, uint32_t loc)
+{
+    uint32_t j = LOC_J(loc);
+    if (LOC_T(loc) == T_CTR)
+        return s->hc[j].prev + s->coff[j];
+    if (LOC_T(loc) == T_HIST)
+        return s->hh[j].prev_count + s->ch[j].off;
+    return 0;
+}
+
 /* mv_pipeline.c */
+/* Analytics bytes a metric of `type` holds besides a gauge's sketch and a histogram's buckets. */
+size_t pipe_fixed_bytes(uint8_t type);
+/* The histogram checksum weights and the detectors' parameters, made once; returns the
+ * parameters, shared by every pipeline. */
+const mv_detect_params *pipe_init(void);
+/* Runs the detector updates and gauge repeats that reads of unchanged values left waiting. */
+unsigned pipe_run_same(mv_pipe_seg *s);
+
+/* mv_pipeline_create.c */
 const mv_seg_metric *pipe_cat_m(const mv_pipe_seg *s, size_t i);
 void pipe_cl_free(mv_pipe_seg *s);
 
