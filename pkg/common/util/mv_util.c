@@ -3,6 +3,10 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +41,20 @@ void mv_thread_name(const char *name)
     char n[16];
     snprintf(n, sizeof n, "%s", name); /* the kernel keeps 15 bytes and the NUL */
     (void)prctl(PR_SET_NAME, (unsigned long)n, 0, 0, 0);
+}
+
+int mv_malloc_keep(size_t bytes)
+{
+#if defined(M_TRIM_THRESHOLD) && defined(M_MMAP_THRESHOLD) && defined(__GLIBC__)
+    int trim = bytes > (size_t)INT_MAX ? INT_MAX : (int)bytes;
+    /* 32 MiB: glibc's largest mmap threshold on 64-bit systems (HEAP_MAX_SIZE / 2). */
+    if (mallopt(M_MMAP_THRESHOLD, 32 << 20) != 1 || mallopt(M_TRIM_THRESHOLD, trim) != 1)
+        return -EINVAL;
+    return 0;
+#else
+    (void)bytes;
+    return -ENOSYS;
+#endif
 }
 
 int mv_set_nonblock(int fd)

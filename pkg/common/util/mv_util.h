@@ -40,6 +40,16 @@ uint64_t mv_wall_ns(void);
  * /proc/PID/task/TID/comm say which of a process's threads is which. */
 void mv_thread_name(const char *name);
 
+/* ---- Memory ------------------------------------------------------------------ */
+
+/* Keeps up to `bytes` of freed heap in the process instead of handing it back to the kernel
+ * at each free (glibc: the trim threshold; the mmap threshold fixed at its largest too, so that
+ * glibc no longer moves either and blocks of up to 32 MiB come from the heap). For a daemon
+ * that allocates and frees the same large working set again and again - the collector's
+ * snapshot per scrape - whose pages would otherwise be faulted in and zeroed every time.
+ * Returns 0, or -ENOSYS where the C library has no such setting. */
+int mv_malloc_keep(size_t bytes);
+
 /* ---- File descriptors -------------------------------------------------------- */
 
 /* Sets O_NONBLOCK on `fd`. Returns 0 or -errno. */
