@@ -47,7 +47,8 @@ void mv_thread_name(const char *name);
  * glibc no longer moves either and blocks of up to 32 MiB come from the heap). For a daemon
  * that allocates and frees the same large working set again and again - the collector's
  * snapshot per scrape - whose pages would otherwise be faulted in and zeroed every time.
- * Returns 0, or -ENOSYS where the C library has no such setting. */
+ * Returns 0, -EINVAL when the C library refuses a value, or -ENOSYS where it has no such
+ * setting. */
 int mv_malloc_keep(size_t bytes);
 
 /* ---- File descriptors -------------------------------------------------------- */
