@@ -409,7 +409,7 @@ int main(int argc, char **argv)
     int analytics = 1, aligned = 0;
     /* The collector's heap setting (microview-collector's main): freed snapshots stay in the
      * heap for the next scrape. */
-    (void)mv_malloc_keep(64u << 20);
+    (void)mv_malloc_keep(MV_COLL_HEAP_KEEP);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--quick")) {

@@ -24,10 +24,7 @@
 #define MAX_STATIC    256
 #define MAX_AGENTS    64
 #define RDMA_PORT     7471 /* the agent's default --rdma-listen port */
-/* Freed heap the collector keeps (mv_malloc_keep); tick_bench --scrape-ms measures what it
- * saves per scrape (docs/benchmarks.md). */
-#define COLLECTOR_HEAP_KEEP (64u << 20)
-#define P                   "microview-collector"
+#define P             "microview-collector"
 
 typedef struct app {
     mv_coll *coll;
@@ -392,9 +389,9 @@ static int run(int argc, char **argv, mv_export_sel *derived)
     }
     mv_log_init("collector", level);
     /* Each scrape copies every segment's published state and frees it again: the freed heap
-     * stays in the process (up to COLLECTOR_HEAP_KEEP) so the next scrape's copies do not
+     * stays in the process (up to MV_COLL_HEAP_KEEP) so the next scrape's copies do not
      * fault their pages in again. */
-    if (mv_malloc_keep(COLLECTOR_HEAP_KEEP) != 0)
+    if (mv_malloc_keep(MV_COLL_HEAP_KEEP) != 0)
         MV_WARN("collector.malloc", "error=%s",
                 mv_log_q("the heap's trim threshold cannot be set"));
     if (co.analytics && mv_pipe_config_check(&co.pipe)) {
