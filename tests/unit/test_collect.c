@@ -492,6 +492,81 @@ static void test_same_reads(void)
     mv_close(seg);
 }
 
+/* Same reads of a segment whose value slots are not evenly spaced (counters, gauges and
+ * histograms of several sizes, so the probe's words are not one stride apart): a move of any
+ * one metric is copied at the next tick and served, and the tick after is a same read. */
+static void test_same_reads_mixed(void)
+{
+    char *p = make_segment("mixed.seg", 65536);
+    char path[256];
+    snprintf(path, sizeof path, "%s", p);
+    mv_segment *seg;
+    CU_ASSERT_FATAL(mv_open(path, &seg) == MV_OK);
+    enum { N = 24 };
+    mv_counter ctr[N];
+    mv_gauge g[N];
+    mv_histogram *h[N];
+    char name[N][32];
+    const double bounds[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024};
+    for (int i = 0; i < N; i++) {
+        int rc;
+        switch (i % 3) {
+        case 0:
+            snprintf(name[i], sizeof name[i], "c%d_total", i);
+            rc = mv_counter_register(seg, name[i], NULL, NULL, NULL, 0, &ctr[i]);
+            break;
+        case 1:
+            snprintf(name[i], sizeof name[i], "g%d", i);
+            rc = mv_gauge_register(seg, name[i], NULL, NULL, NULL, 0, &g[i]);
+            break;
+        default: /* 1 + 7i % 11 buckets: records of several sizes */
+            snprintf(name[i], sizeof name[i], "h%d", i);
+            rc = mv_histogram_register(seg, name[i], NULL, NULL, NULL, 0, bounds,
+                                       1 + (size_t)i * 7 % 11, &h[i]);
+        }
+        CU_ASSERT_FATAL(rc == MV_OK);
+    }
+    mv_coll_opts o;
+    mv_coll *c;
+    mv_coll_opts_default(&o);
+    o.analytics = 1;
+    CU_ASSERT_FATAL(mv_coll_create(&o, &c) == 0);
+    add_path(c, "m", path);
+    for (int i = 0; i < 3; i++)
+        mv_coll_tick(c);
+    for (int round = 1; round <= 2; round++)
+        for (int i = 0; i < N; i++) {
+            mv_coll_snap *sn = mv_coll_snapshot(c);
+            const mv_coll_seg_view *v = mv_coll_snap_seg(sn, 0);
+            uint64_t same = v->reads_same, bytes = v->read_bytes, hot = v->hot_len;
+            mv_coll_snap_free(sn);
+            double want = round * 10.0 + i, val = -1;
+            switch (i % 3) {
+            case 0:
+                mv_counter_add(ctr[i], 10);
+                break;
+            case 1:
+                mv_gauge_set(g[i], want);
+                break;
+            default:
+                mv_histogram_observe(h[i], want);
+            }
+            mv_coll_tick(c); /* copied */
+            mv_coll_tick(c); /* same */
+            sn = mv_coll_snapshot(c);
+            v = mv_coll_snap_seg(sn, 0);
+            CU_ASSERT_EQUAL(v->read_bytes - bytes, hot);
+            CU_ASSERT_EQUAL(v->reads_same - same, 1);
+            mv_coll_snap_free(sn);
+            if (i % 3 == 1)
+                CU_ASSERT(snap_value(c, "m", name[i], &val, NULL) && val == want);
+            if (i % 3 == 0)
+                CU_ASSERT(snap_value(c, "m", name[i], &val, NULL) && val == round * 10.0);
+        }
+    mv_coll_destroy(c);
+    mv_close(seg);
+}
+
 /* Word `k` (shard k's first word) of metric `name` in the segment file at `path`, through a
  * mapping of its own (unmapped with munmap(*map, size)): an update as another thread's shard
  * would see it. */
@@ -614,6 +689,7 @@ int main(void)
         {"revoked segment is dropped", test_revoked_segment_is_dropped},
         {"same reads: no copy, same values", test_same_reads},
         {"sharded metrics: sums, pipeline, probe", test_sharded_segment},
+        {"same reads of uneven value slots", test_same_reads_mixed},
         {"window phases per segment or aligned", test_window_align},
     };
     int failed = MV_TEST_RUN("collect", tests);
