@@ -16,7 +16,9 @@ jobs=${JOBS:-$(nproc)}
 
 passed=0 failed=0 skipped=0
 stage_fail=()
-note() { printf '\n=== %s\n' "$*"; }
+# Each stage's header says when it started, counted from the start of this script (a cold
+# machine's budget is spent mostly by the prebuilt tools and the tests that wait for them).
+note() { printf '\n=== %s (at %dm%02ds)\n' "$*" $((SECONDS / 60)) $((SECONDS % 60)); }
 record_ctest() { # <stage> <logfile> <rc>
   local line p f t
   if grep -q '^No tests were found' "$2" && [ "$3" -eq 0 ]; then
