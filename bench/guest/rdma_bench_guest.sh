@@ -16,15 +16,18 @@ e2e_log "collector read path: $BUILD/bin/rdma_bench $ip $secs $maxq 1000"
 timeout 300 "$BUILD/bin/rdma_bench" "$ip" "$secs" "$maxq" 1000 | tee "$out/mv.txt"
 
 port=18515
-# perf SIZE QPS: ib_read_bw server + client on this VM; prints "BW_MBps MSGRATE_Mpps".
+# perf SIZE QPS: ib_read_bw server + client on this VM; prints "BW_MBps MSGRATE_Mpps", or
+# fails when the client printed no result row (perf_lat likewise; each is tried twice, as
+# perftest gives no report when its clock calibration fails on a busy host).
 perf_bw() {
-  local size=$1 q=$2 f=$out/bw-$1-$2.txt
+  local size=$1 q=$2 f=$out/bw-$1-$2.txt bw rate
   port=$((port + 1))
   timeout 60 ib_read_bw -d "$dev" -s "$size" -q "$q" -D "$secs" -p "$port" >/dev/null 2>&1 &
   e2e_wait_tcp "$port" 20 >/dev/null || return 1
   timeout 60 ib_read_bw -d "$dev" -s "$size" -q "$q" -D "$secs" -p "$port" "$ip" >"$f" 2>&1
   wait
-  echo "$(e2e_perf_field "$f" "$size" 4) $(e2e_perf_field "$f" "$size" 5)"
+  bw=$(e2e_perf_field "$f" "$size" 4) && rate=$(e2e_perf_field "$f" "$size" 5) || return 1
+  echo "$bw $rate"
 }
 perf_lat() {
   local size=$1 f=$out/lat-$1.txt
@@ -42,7 +45,7 @@ for size in 1024 4096 65536; do
   lat=$(perf_lat "$size") || lat=$(perf_lat "$size") || lat='?'
   for q in $(seq 1 "$maxq"); do
     case "$q" in 1 | 2 | 4 | 8 | 16) ;; *) continue ;; esac
-    res=$(perf_bw "$size" "$q") || res=
+    res=$(perf_bw "$size" "$q") || res=$(perf_bw "$size" "$q") || res=
     bw=${res% *} rate=${res#* }
     mv=$(awk -v s="$size" -v q="$q" '$1 == "collector_read" {
       split($2, a, "="); split($3, b, "="); if (a[2] == s && b[2] == q) print $5, $6 }' "$out/mv.txt")
