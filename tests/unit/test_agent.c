@@ -692,6 +692,69 @@ static void test_owner_fds_within_limit(void)
     setrlimit(RLIMIT_NOFILE, &old);
 }
 
+/* A pass over owners of which some are dead, watched by pidfd and (past the descriptor budget
+ * of a low RLIMIT_NOFILE) by pid number: exactly the dead owners' segments go, and the pass
+ * after the others die takes the rest. */
+static void test_reap_some_owners(void)
+{
+    struct rlimit old, low;
+    CU_ASSERT_FATAL(getrlimit(RLIMIT_NOFILE, &old) == 0);
+    low = old;
+    low.rlim_cur = 256; /* pidfds for the first 64 segments, pid numbers for the rest */
+    if (old.rlim_cur < 256 || setrlimit(RLIMIT_NOFILE, &low) != 0) {
+        printf("\n  SKIPPED: mixed reap (cannot set RLIMIT_NOFILE to 256)\n");
+        return;
+    }
+    enum { OWNERS = 6, SEGS = 84 };
+    pid_t owner[OWNERS];
+    for (int k = 0; k < OWNERS; k++) {
+        owner[k] = fork();
+        if (owner[k] == 0) {
+            for (;;)
+                pause();
+        }
+        CU_ASSERT_FATAL(owner[k] > 0);
+    }
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/mixedreap%d", tmpdir, dir_seq++);
+    mv_segstore_opts o = {.dir = dir, .max_size = 1u << 20, .reap_interval_ms = -1};
+    mv_segstore *st;
+    CU_ASSERT_FATAL(mv_segstore_open(&o, &st) == 0);
+    char err[256];
+    int created = 0;
+    for (int i = 0; i < SEGS; i++) /* owners in turn: each has segments on both sides */
+        created += mv_segstore_create(st, 4096, (uint32_t)owner[i % OWNERS], NULL, 0, NULL, err,
+                                      sizeof err) == 0;
+    CU_ASSERT_EQUAL(created, SEGS);
+    CU_ASSERT_EQUAL(mv_segstore_reap(st), 0);
+    const int dead[] = {1, 4};
+    for (size_t d = 0; d < 2; d++) {
+        kill(owner[dead[d]], SIGKILL);
+        waitpid(owner[dead[d]], NULL, 0);
+    }
+    CU_ASSERT_EQUAL(mv_segstore_reap(st), 2 * SEGS / OWNERS);
+    mv_segstore_seg *v;
+    size_t n = 0;
+    CU_ASSERT_EQUAL(mv_segstore_list(st, &v, &n, NULL), 0);
+    CU_ASSERT_EQUAL(n, SEGS - 2 * SEGS / OWNERS);
+    for (size_t i = 0; i < n; i++)
+        CU_ASSERT(v[i].owner_pid != (uint32_t)owner[1] && v[i].owner_pid != (uint32_t)owner[4]);
+    mv_segstore_segs_free(v, n);
+    CU_ASSERT_EQUAL(mv_segstore_reap(st), 0);
+    for (int k = 0; k < OWNERS; k++) {
+        if (k == 1 || k == 4)
+            continue;
+        kill(owner[k], SIGKILL);
+        waitpid(owner[k], NULL, 0);
+    }
+    CU_ASSERT_EQUAL(mv_segstore_reap(st), SEGS - 2 * SEGS / OWNERS);
+    CU_ASSERT_EQUAL(mv_segstore_list(st, &v, &n, NULL), 0);
+    CU_ASSERT_EQUAL(n, 0);
+    mv_segstore_segs_free(v, n);
+    mv_segstore_close(st);
+    setrlimit(RLIMIT_NOFILE, &old);
+}
+
 static void test_restart_keeps_catalog(void)
 {
     agent a;
@@ -822,6 +885,7 @@ int main(int argc, char **argv)
         {"dead owner's segment is reaped", test_reap_dead_owner},
         {"dead owner's segment is reaped when its pid is reused", test_reap_reused_pid},
         {"owners' pidfds leave descriptors for the rest", test_owner_fds_within_limit},
+        {"a pass reaps exactly the dead owners (pidfds and pid numbers)", test_reap_some_owners},
         {"restart keeps the catalog", test_restart_keeps_catalog},
         {"catalog.json validation", test_catalog_parse},
         {"protobuf unpack with a cap", test_proto_unpack_cap},
