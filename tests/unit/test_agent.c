@@ -755,6 +755,91 @@ static void test_reap_some_owners(void)
     setrlimit(RLIMIT_NOFILE, &old);
 }
 
+/* Whether the store lists a segment of owner `pid`. */
+static int store_has_owner(mv_segstore *st, pid_t pid)
+{
+    mv_segstore_seg *v;
+    size_t n = 0;
+    if (mv_segstore_list(st, &v, &n, NULL) != 0)
+        return -1;
+    int found = 0;
+    for (size_t i = 0; i < n; i++)
+        found |= v[i].owner_pid == (uint32_t)pid;
+    mv_segstore_segs_free(v, n);
+    return found;
+}
+
+/* Seconds from killing `owner` (a child) until the store no longer lists its segment, or -1
+ * when it is still listed after `limit` seconds. */
+static double reaped_after(mv_segstore *st, pid_t owner, double limit)
+{
+    kill(owner, SIGKILL);
+    waitpid(owner, NULL, 0);
+    double t0 = now_s();
+    while (now_s() - t0 < limit) {
+        if (store_has_owner(st, owner) == 0)
+            return now_s() - t0;
+        usleep(10000);
+    }
+    return -1;
+}
+
+static pid_t idle_child(void)
+{
+    pid_t p = fork();
+    if (p == 0) {
+        for (;;)
+            pause();
+    }
+    return p;
+}
+
+/* The reaper thread sleeps until an owner exits: with a 20 s interval a dead owner's segment
+ * still goes at once. An owner it cannot get a pidfd for (RLIMIT_NOFILE 64: none at all)
+ * turns it back to a pass every interval, and that segment goes within a few intervals,
+ * long before the next full check (15 intervals). */
+static void test_reap_on_exit(void)
+{
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/exitreap%d", tmpdir, dir_seq++);
+    mv_segstore_opts o = {.dir = dir, .max_size = 1u << 20, .reap_interval_ms = 20000};
+    mv_segstore *st;
+    CU_ASSERT_FATAL(mv_segstore_open(&o, &st) == 0);
+    char err[256];
+    pid_t owner = idle_child();
+    CU_ASSERT_FATAL(owner > 0);
+    CU_ASSERT_FATAL(mv_segstore_create(st, 4096, (uint32_t)owner, NULL, 0, NULL, err, sizeof err) ==
+                    0);
+    usleep(300000); /* the reaper is asleep by now */
+    double t = reaped_after(st, owner, 5.0);
+    printf("\n  pidfd owner reaped after %.3f s (interval 20 s)\n", t);
+    CU_ASSERT(t >= 0 && t < 2.0);
+    mv_segstore_close(st);
+
+    struct rlimit old, low;
+    CU_ASSERT_FATAL(getrlimit(RLIMIT_NOFILE, &old) == 0);
+    low = old;
+    low.rlim_cur = 64; /* a quarter, at least 64, stays for the agent: no pidfd at all */
+    if (old.rlim_cur < 64 || setrlimit(RLIMIT_NOFILE, &low) != 0) {
+        printf("  SKIPPED: reap by pid number (cannot set RLIMIT_NOFILE to 64)\n");
+        return;
+    }
+    snprintf(dir, sizeof dir, "%s/exitreap%d", tmpdir, dir_seq++);
+    o.reap_interval_ms = 200;
+    int opened = mv_segstore_open(&o, &st) == 0;
+    owner = opened ? idle_child() : -1;
+    int created = owner > 0 && mv_segstore_create(st, 4096, (uint32_t)owner, NULL, 0, NULL, err,
+                                                  sizeof err) == 0;
+    setrlimit(RLIMIT_NOFILE, &old);
+    CU_ASSERT_FATAL(opened && owner > 0);
+    CU_ASSERT_FATAL(created);
+    usleep(300000);
+    t = reaped_after(st, owner, 5.0);
+    printf("  pid-number owner reaped after %.3f s (interval 0.2 s, full check 3 s)\n", t);
+    CU_ASSERT(t >= 0 && t < 1.5);
+    mv_segstore_close(st);
+}
+
 static void test_restart_keeps_catalog(void)
 {
     agent a;
@@ -886,6 +971,7 @@ int main(int argc, char **argv)
         {"dead owner's segment is reaped when its pid is reused", test_reap_reused_pid},
         {"owners' pidfds leave descriptors for the rest", test_owner_fds_within_limit},
         {"a pass reaps exactly the dead owners (pidfds and pid numbers)", test_reap_some_owners},
+        {"the reaper wakes when an owner exits, polls for pid-number owners", test_reap_on_exit},
         {"restart keeps the catalog", test_restart_keeps_catalog},
         {"catalog.json validation", test_catalog_parse},
         {"protobuf unpack with a cap", test_proto_unpack_cap},

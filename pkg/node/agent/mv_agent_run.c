@@ -3,12 +3,16 @@
 #include "mv_agent.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/inotify.h>
+#include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "mv_log.h"
 #include "mv_rpc.h"
@@ -49,6 +53,62 @@ static sock_id sock_stat(const char *path)
         id.gid = sb.st_gid;
     }
     return id;
+}
+
+/* The main thread sleeps until a signal or a change in the socket's directory (an entry
+ * created, deleted or renamed, or the directory itself gone), and looks at the socket then
+ * and every SOCK_CHECK_MS in any case (what inotify cannot see: a mount over the directory).
+ * Without inotify or a signalfd it looks every FALLBACK_MS. */
+#define SOCK_CHECK_MS 10000
+#define FALLBACK_MS   1000
+
+typedef struct sock_wait {
+    int sig_fd; /* signalfd of `sigs`, or -1 */
+    int ino_fd; /* inotify on the socket's directory, or -1 */
+} sock_wait;
+
+/* (Re)arms the watch on the directory of `path` (again after a rebuild: the directory may be
+ * a new one). */
+static void sock_wait_watch(sock_wait *w, const char *path)
+{
+    if (w->ino_fd >= 0)
+        close(w->ino_fd);
+    w->ino_fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    int n = !slash ? mv_fmt(dir, sizeof dir, ".")
+                   : mv_fmt(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+    uint32_t mask = IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE_SELF |
+                    IN_MOVE_SELF | IN_ONLYDIR;
+    if (w->ino_fd >= 0 && n >= 0 && inotify_add_watch(w->ino_fd, dir, mask) >= 0)
+        return;
+    MV_DEBUG("agent.socket_watch_unavailable", "dir=%s err=%s", mv_log_q(dir),
+             mv_log_q(strerror(errno)));
+    if (w->ino_fd >= 0)
+        close(w->ino_fd);
+    w->ino_fd = -1;
+}
+
+/* Waits for a signal in `sigs` (returned) or a reason to look at the socket (0). */
+static int sock_wait_next(sock_wait *w, sigset_t *sigs)
+{
+    if (w->sig_fd < 0) {
+        struct timespec ts = {FALLBACK_MS / 1000, 0};
+        int sig = sigtimedwait(sigs, NULL, &ts);
+        return sig > 0 ? sig : 0;
+    }
+    struct pollfd p[2] = {{.fd = w->sig_fd, .events = POLLIN}, {.fd = w->ino_fd, .events = POLLIN}};
+    if (poll(p, 2, w->ino_fd >= 0 ? SOCK_CHECK_MS : FALLBACK_MS) <= 0)
+        return 0;
+    if (p[0].revents & POLLIN) {
+        struct signalfd_siginfo si;
+        if (read(w->sig_fd, &si, sizeof si) == (ssize_t)sizeof si)
+            return (int)si.ssi_signo;
+    }
+    _Alignas(struct inotify_event) char buf[4096];
+    while ((p[1].revents & POLLIN) && read(w->ino_fd, buf, sizeof buf) > 0)
+        ;
+    return 0;
 }
 
 /* A server for `svc` on the unix socket (and TCP `tcp`, if any); the first call registers the
@@ -108,6 +168,7 @@ int mv_agent_run(const mv_agent_run_opts *o, const mv_agent_mode *m)
     signals_block(&sigs);
 
     int rc = 1;
+    sock_wait w = {.sig_fd = -1, .ino_fd = -1};
     const char *tcp = o->tcp_listen && o->tcp_listen[0] ? o->tcp_listen : NULL;
     char unixaddr[4096 + 8];
     if (mv_fmt(unixaddr, sizeof unixaddr, "unix:%s", o->socket_path) < 0) {
@@ -137,11 +198,12 @@ int mv_agent_run(const mv_agent_run_opts *o, const mv_agent_mode *m)
 
     /* Wait for a signal; meanwhile make sure the control-plane socket still exists (an
      * operator's rm, a tmpfs cleaner): collectors and microviewctl need it. */
+    w.sig_fd = signalfd(-1, &sigs, SFD_CLOEXEC);
+    sock_wait_watch(&w, o->socket_path);
     sock_id listening = sock_stat(o->socket_path);
     int sig = 0;
     for (;;) {
-        struct timespec ts = {1, 0};
-        sig = sigtimedwait(&sigs, NULL, &ts);
+        sig = sock_wait_next(&w, &sigs);
         if (sig > 0)
             break;
         sock_id now = sock_stat(o->socket_path);
@@ -156,6 +218,7 @@ int mv_agent_run(const mv_agent_run_opts *o, const mv_agent_mode *m)
             MV_ERROR("agent.socket_recreate_failed", "socket=%s", mv_log_q(o->socket_path));
             goto destroy_server;
         }
+        sock_wait_watch(&w, o->socket_path);
         listening = sock_stat(o->socket_path);
         MV_INFO("agent.socket_recreated", "socket=%s mode=%04o uid=%u gid=%u tcp_port=%d",
                 mv_log_q(o->socket_path), (unsigned)(listening.mode & 07777),
@@ -166,6 +229,10 @@ int mv_agent_run(const mv_agent_run_opts *o, const mv_agent_mode *m)
     if (m->stopping)
         m->stopping(m->arg);
 destroy_server:
+    if (w.sig_fd >= 0)
+        close(w.sig_fd);
+    if (w.ino_fd >= 0)
+        close(w.ino_fd);
     mv_rpc_server_destroy(srv); /* ends every open watch before the service goes */
     if (m->after_server)
         m->after_server(m->arg); /* e.g. revokes every rkey */

@@ -104,8 +104,10 @@ static int load(mv_segstore *st)
         free(path);
         return -ENOMEM;
     }
-    for (size_t i = 0; i < kept; i++)
+    for (size_t i = 0; i < kept; i++) {
         st->owner_fds[i] = segstore_owner_open(st, v[i].owner_pid);
+        segstore_owner_by_pid(st, i, 1);
+    }
     for (size_t i = 0; i < kept; i++)
         segstore_watch_file(st, v[i].path);
     st->revision = rev;
@@ -223,8 +225,7 @@ int mv_segstore_open(const mv_segstore_opts *opts, mv_segstore **out)
     mv_segstore *st = calloc(1, sizeof *st);
     if (!st)
         return -ENOMEM;
-    st->lock_fd = -1;
-    segstore_watch_open(st);
+    st->lock_fd = st->ino_fd = st->ep_fd = st->wake_fd = -1;
     st->dir = strdup(opts && opts->dir ? opts->dir : MV_SEGSTORE_DEFAULT_DIR);
     if (!st->dir) {
         rc = -ENOMEM;
@@ -236,6 +237,7 @@ int mv_segstore_open(const mv_segstore_opts *opts, mv_segstore **out)
     st->max_size = opts && opts->max_size ? opts->max_size : MV_SEGSTORE_DEFAULT_MAX_SIZE;
     st->file_mode = opts && opts->file_mode ? opts->file_mode : DEFAULT_FILEMODE;
     st->reap_ms = opts && opts->reap_interval_ms ? opts->reap_interval_ms : DEFAULT_REAP_MS;
+    segstore_watch_open(st); /* after reap_ms: it times the first full check */
     if (st->max_size < MV_SEGSTORE_MIN_SIZE || st->max_size > MV_SEG_MAX_SIZE) {
         MV_ERROR("segstore.bad_option", "max_size=%" PRIu64 " valid=%s", st->max_size,
                  mv_log_q("4096..1073741824"));
@@ -294,8 +296,7 @@ destroy_sync:
 free_dir:
     free(st->dir);
 free_st:
-    if (st->ino_fd >= 0)
-        close(st->ino_fd);
+    segstore_watch_close(st);
     free(st);
     return rc;
 }
@@ -304,10 +305,7 @@ void mv_segstore_close(mv_segstore *st)
 {
     if (!st)
         return;
-    pthread_mutex_lock(&st->mu);
-    st->stopping = 1;
-    pthread_cond_broadcast(&st->cv);
-    pthread_mutex_unlock(&st->mu);
+    segstore_reaper_stop(st);
     if (st->reaper_running)
         pthread_join(st->reaper, NULL);
     while (st->subs) {
@@ -315,8 +313,7 @@ void mv_segstore_close(mv_segstore *st)
         st->subs = s->next;
         free(s);
     }
-    if (st->ino_fd >= 0)
-        close(st->ino_fd);
+    segstore_watch_close(st);
     segstore_owner_fds_close(st);
     mv_segstore_segs_free(st->segs, st->nsegs);
     pthread_cond_destroy(&st->cv);
@@ -524,7 +521,8 @@ static int create_common(mv_segstore *st, uint64_t size, uint32_t owner_pid,
     }
     st->owner_fds[st->nsegs] = owner_fd;
     owner_fd = -1;
-    st->segs[st->nsegs++] = seg;
+    st->segs[st->nsegs] = seg;
+    segstore_owner_by_pid(st, st->nsegs++, 1);
     segstore_watch_file(st, seg.path);
     st->pages_used += ndevices;
     st->revision++;
@@ -737,6 +735,7 @@ int mv_segstore_seg_dir(const mv_segstore *st, const char *id, char *buf, size_t
 /* Removes entry i. Caller holds st->mu. */
 void segstore_remove_at(mv_segstore *st, size_t i, const char *event, pid_t dead_pid)
 {
+    segstore_owner_by_pid(st, i, 0);
     mv_segstore_seg seg = st->segs[i];
     st->segs[i] = st->segs[--st->nsegs];
     if (st->owner_fds) {

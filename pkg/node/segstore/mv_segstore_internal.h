@@ -4,6 +4,7 @@
 #define MV_SEGSTORE_INTERNAL_H
 
 #include <pthread.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "mv_segstore.h"
@@ -42,7 +43,16 @@ struct mv_segstore {
      * FULL_CHECK_EVERY-th pass in any case. */
     int ino_fd;
     int unwatched;
-    unsigned passes;
+    int64_t next_full_ms; /* CLOCK_MONOTONIC ms of the next size check of every file */
+    /* The reaper sleeps until something happens instead of passing every interval: ep_fd
+     * (epoll) holds every owner pidfd (readable once the owner exits), the inotify
+     * descriptor, and wake_fd (an eventfd: stop, or a reason to poll again). It falls back
+     * to a pass every interval while an owner is known by pid number only (by_pid such
+     * entries: nothing signals their exit), while a file is unwatched, or once the epoll
+     * set could not take a descriptor (ep_broken). */
+    int ep_fd, wake_fd;
+    int ep_broken;
+    size_t by_pid;
     /* reaper */
     pthread_t reaper;
     int reaper_running;
@@ -53,13 +63,21 @@ struct mv_segstore {
 /* mv_segstore.c: removes entry i (file, catalog, watchers told). Caller holds st->mu. */
 void segstore_remove_at(mv_segstore *st, size_t i, const char *event, pid_t dead_pid);
 
-/* mv_segstore_reap.c: the inotify descriptor of the size checks (st->ino_fd, -1 if none);
+/* mv_segstore_reap.c: the inotify descriptor of the size checks (st->ino_fd, -1 if none) and
+ * the reaper's epoll set and wake eventfd (opened; closed);
  * a watch on one segment file (caller holds st->mu or owns st); a file back to its recorded
  * size (0, -ENOENT, -EINVAL: not a regular file, or -errno); the reaper thread's body. */
 void segstore_watch_open(mv_segstore *st);
+void segstore_watch_close(mv_segstore *st);
 void segstore_watch_file(mv_segstore *st, const char *path);
+/* mv_segstore_reap.c: entry i's owner is known by pid number only (caller holds st->mu or
+ * owns st), or no longer (called before the entry goes): keeps st->by_pid and wakes the
+ * reaper, which then passes every interval. */
+void segstore_owner_by_pid(mv_segstore *st, size_t i, int add);
 int segstore_fix_size(const mv_segstore_seg *s);
 void *segstore_reaper_main(void *arg);
+/* Tells the reaper thread to end (it is then joined). */
+void segstore_reaper_stop(mv_segstore *st);
 /* mv_segstore_reap.c: a pidfd of process `pid` (0: none) or -1 (logged once per store when
  * the system refuses one for a reason other than the process being gone, or when it would
  * take one of the descriptors kept for the rest of the agent: the top quarter of
