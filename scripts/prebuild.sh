@@ -25,17 +25,29 @@ step() { # NAME COMMAND...
 have_go() { [ -x /usr/local/go/bin/go ] || command -v go >/dev/null; }
 docker_ok() { command -v docker >/dev/null && docker info >/dev/null 2>&1; }
 
-# In the order the tests need them.
-if have_go; then
+# Two lanes side by side: the Go builds (compiles: CPU) and the base images (mostly downloads
+# and package unpacking), each in the order the tests need them; scripts/test.sh runs the tests
+# that need only the images first. The image lane is niced like the Go compiles, so both yield
+# to the test suite.
+go_lane() {
+  have_go || return 0
   step helm scripts/go-tools.sh helm
   step k8scheck scripts/go-tools.sh k8scheck
   step jsonpatch tests/tools/jsonpatch/build.sh
   step quantity tests/tools/quantity/build.sh
   PATH=/usr/local/go/bin:$PATH step kubernetes e2e/cluster/build.sh
   step prometheus-adapter scripts/go-tools.sh prometheus-adapter
-fi
-if docker_ok && [ "$(id -u)" -eq 0 ]; then
-  step base-images scripts/base-image.sh build runtime cross-arm64
-  [ "${MV_TEST_SKIP_ARM64_IMAGE:-0}" = 1 ] || step base-image-arm64 scripts/base-image.sh --arch arm64 runtime
-fi
+  return "$rc"
+}
+image_lane() {
+  docker_ok && [ "$(id -u)" -eq 0 ] || return 0
+  step base-images nice -n 10 scripts/base-image.sh build runtime cross-arm64
+  [ "${MV_TEST_SKIP_ARM64_IMAGE:-0}" = 1 ] ||
+    step base-image-arm64 nice -n 10 scripts/base-image.sh --arch arm64 runtime
+  return "$rc"
+}
+image_lane &
+images=$!
+go_lane || rc=1
+wait "$images" || rc=1
 exit "$rc"
