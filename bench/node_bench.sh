@@ -65,10 +65,21 @@ ok_count() { curl -sf "http://127.0.0.1:$port/metrics" | sed -n 's/^microview_se
 all_ok() { test "$(ok_count)" = "$segments"; }
 wait_for 120 all_ok || { echo "node_bench.sh: the collector did not read all $segments segments" >&2; exit 1; }
 
+# thread_runtimes PID: "TID NAME NS SLICES" per thread (/proc/PID/task/*/schedstat: time on a
+# CPU and the number of times it ran), to say which of the agent's threads spend its CPU.
+thread_runtimes() {
+  local t
+  for t in /proc/"$1"/task/*; do
+    printf '%s %s %s\n' "${t##*/}" "$(tr ' ' _ <"$t/comm")" "$(cut -d' ' -f1,3 "$t/schedstat")"
+  done 2>/dev/null | sort
+}
+
 sleep "$warmup"
+thread_runtimes "$agent" >"$tmp/threads0"
 a0=$(cpu_ticks "$agent") c0=$(cpu_ticks "$collector") w0=$(now_ms)
 sleep "$seconds"
 a1=$(cpu_ticks "$agent") c1=$(cpu_ticks "$collector") w1=$(now_ms)
+thread_runtimes "$agent" >"$tmp/threads1"
 kill -0 "$agent" 2>/dev/null || { echo "node_bench.sh: the agent died" >&2; exit 1; }
 
 awk -v seg="$segments" -v a="$((a1 - a0))" -v c="$((c1 - c0))" -v hz="$hz" -v ms="$((w1 - w0))" \
@@ -81,3 +92,7 @@ awk -v seg="$segments" -v a="$((a1 - a0))" -v c="$((c1 - c0))" -v hz="$hz" -v ms
   printf "goal=agent_cpu target=<=0.1%%_of_a_core figure=%.3f%% resolution=%.3f%% met=%s\n",
     apct, 100 / hz / s, apct <= 0.1 ? "yes" : "no"
 }'
+# Per thread of the agent that ran in the window (threads that started or ended inside it are
+# left out): milliseconds on a CPU and wakeups per second.
+join "$tmp/threads0" "$tmp/threads1" | awk -v ms="$((w1 - w0))" '
+  $7 > $4 { printf "bench=node_thread name=%s cpu_ms=%.2f wakeups_per_s=%.2f\n", $2, ($6 - $3) / 1e6, ($7 - $4) / (ms / 1000) }'

@@ -339,7 +339,7 @@ END {
 
 echo
 echo "== The agent on its node (node_bench: standalone agent, live owners, collector at 1 ms)"
-grep -E '^bench=node ' "$results" | sed 's/^/  /'
+grep -E '^bench=node(_thread)? ' "$results" | sed 's/^/  /'
 
 echo
 echo "== What the verbs collector's READs cost the host (verbs_host_cpu: two Soft-RoCE VMs)"
