@@ -107,23 +107,35 @@ elif [ -x scripts/fuzz.sh ]; then
   ./scripts/fuzz.sh "${MV_FUZZ_SECONDS:-20}"; record fuzz $?
 fi
 
-# Those that need only the base images first: on a cold machine the images are ready long
-# before the Kubernetes components and prometheus-adapter, which the others wait for.
-images_only='^(image_containers|arm64_unit_qemu)$'
+# In the order the prebuild finishes what they need: the base images first (ready long before
+# the Go builds), then helm and the Kubernetes components (both builds), and last cluster_helm,
+# the one test that needs prometheus-adapter, the last Go build. On a cold machine each group
+# runs while the next tool is still building.
+images_only='^(image_containers|arm64_unit_qemu)$' needs_adapter='^cluster_helm$'
+prebuilt_ctest() { # <stage> <build dir> <log name> <ctest selection args...>
+  local stage=$1 dir=$2 log=$2/$3
+  shift 3
+  if [ "$dir" = build-asan ]; then
+    asan_ctest "$log" -L prebuilt -LE no-sanitize "$@"
+  else
+    ctest --test-dir "$dir" --output-on-failure -j1 -L prebuilt "$@" 2>&1 | tee "$log"
+    ctest_rc=${PIPESTATUS[0]}
+  fi
+  record_ctest "$stage" "$log" "$ctest_rc"
+}
 if [ $build_ok -eq 0 ]; then
   note "tests needing the prebuilt base images (build)"
-  ctest --test-dir build --output-on-failure -j1 -L prebuilt -R "$images_only" 2>&1 |
-    tee build/ctest-prebuilt-images.log
-  record_ctest tests-prebuilt-images "build/ctest-prebuilt-images.log" "${PIPESTATUS[0]}"
-  note "tests needing the prebuilt tools (build)"
-  ctest --test-dir build --output-on-failure -j1 -L prebuilt -E "$images_only" 2>&1 |
-    tee build/ctest-prebuilt.log
-  record_ctest tests-prebuilt "build/ctest-prebuilt.log" "${PIPESTATUS[0]}"
+  prebuilt_ctest tests-prebuilt-images build ctest-prebuilt-images.log -R "$images_only"
+  note "tests needing helm and the Kubernetes components (build)"
+  prebuilt_ctest tests-prebuilt build ctest-prebuilt.log -E "$images_only|$needs_adapter"
 fi
 if [ $asan_ok -eq 0 ]; then
   note "tests needing the prebuilt tools (ASan+UBSan)"
-  asan_ctest build-asan/ctest-prebuilt.log -L prebuilt -LE no-sanitize
-  record_ctest tests-asan-prebuilt "build-asan/ctest-prebuilt.log" "$ctest_rc"
+  prebuilt_ctest tests-asan-prebuilt build-asan ctest-prebuilt.log
+fi
+if [ $build_ok -eq 0 ]; then
+  note "tests needing prometheus-adapter (build)"
+  prebuilt_ctest tests-prebuilt-adapter build ctest-prebuilt-adapter.log -R "$needs_adapter"
 fi
 
 if [ -n "$prebuild_pid" ]; then
