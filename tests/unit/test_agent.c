@@ -1,5 +1,6 @@
 /* Tests for the agent: segment store + Agent service + agent client, in-process
- * over a unix socket in a temporary directory. */
+ * over a unix socket in a temporary directory. The store's own reaper and catalog checks,
+ * without the service, are test_segstore.c. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -9,7 +10,6 @@
 #include <string.h>
 #include <grp.h>
 #include <linux/sched.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -654,192 +654,6 @@ static void test_reap_reused_pid(void)
     agent_stop(&a);
 }
 
-/* Owners' pidfds leave descriptors for the rest of the agent: with a low RLIMIT_NOFILE,
- * more live owners than descriptors still get their segments (the later ones are watched by
- * pid number), and files can still be opened. */
-static void test_owner_fds_within_limit(void)
-{
-    struct rlimit old, low;
-    CU_ASSERT_FATAL(getrlimit(RLIMIT_NOFILE, &old) == 0);
-    low = old;
-    low.rlim_cur = 256;
-    if (old.rlim_cur < 256 || setrlimit(RLIMIT_NOFILE, &low) != 0) {
-        printf("\n  SKIPPED: descriptor budget (cannot set RLIMIT_NOFILE to 256)\n");
-        return;
-    }
-    char dir[600];
-    snprintf(dir, sizeof dir, "%s/fdlimit%d", tmpdir, dir_seq++);
-    mv_segstore_opts o = {.dir = dir, .max_size = 1u << 20, .reap_interval_ms = -1};
-    mv_segstore *st;
-    CU_ASSERT_FATAL(mv_segstore_open(&o, &st) == 0);
-    int created = 0;
-    char err[256];
-    for (int i = 0; i < 320; i++)
-        created +=
-            mv_segstore_create(st, 4096, (uint32_t)getpid(), NULL, 0, NULL, err, sizeof err) == 0;
-    CU_ASSERT_EQUAL(created, 320);
-    int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    CU_ASSERT(fd >= 0 && fd < 256);
-    if (fd >= 0)
-        close(fd);
-    CU_ASSERT_EQUAL(mv_segstore_reap(st), 0); /* every owner (this process) is alive */
-    mv_segstore_seg *v;
-    size_t n = 0;
-    CU_ASSERT_EQUAL(mv_segstore_list(st, &v, &n, NULL), 0);
-    CU_ASSERT_EQUAL(n, 320);
-    mv_segstore_segs_free(v, n);
-    mv_segstore_close(st);
-    setrlimit(RLIMIT_NOFILE, &old);
-}
-
-/* A pass over owners of which some are dead, watched by pidfd and (past the descriptor budget
- * of a low RLIMIT_NOFILE) by pid number: exactly the dead owners' segments go, and the pass
- * after the others die takes the rest. */
-static void test_reap_some_owners(void)
-{
-    struct rlimit old, low;
-    CU_ASSERT_FATAL(getrlimit(RLIMIT_NOFILE, &old) == 0);
-    low = old;
-    low.rlim_cur = 256; /* pidfds for the first 64 segments, pid numbers for the rest */
-    if (old.rlim_cur < 256 || setrlimit(RLIMIT_NOFILE, &low) != 0) {
-        printf("\n  SKIPPED: mixed reap (cannot set RLIMIT_NOFILE to 256)\n");
-        return;
-    }
-    enum { OWNERS = 6, SEGS = 84 };
-    pid_t owner[OWNERS];
-    for (int k = 0; k < OWNERS; k++) {
-        owner[k] = fork();
-        if (owner[k] == 0) {
-            for (;;)
-                pause();
-        }
-        CU_ASSERT_FATAL(owner[k] > 0);
-    }
-    char dir[600];
-    snprintf(dir, sizeof dir, "%s/mixedreap%d", tmpdir, dir_seq++);
-    mv_segstore_opts o = {.dir = dir, .max_size = 1u << 20, .reap_interval_ms = -1};
-    mv_segstore *st;
-    CU_ASSERT_FATAL(mv_segstore_open(&o, &st) == 0);
-    char err[256];
-    int created = 0;
-    for (int i = 0; i < SEGS; i++) /* owners in turn: each has segments on both sides */
-        created += mv_segstore_create(st, 4096, (uint32_t)owner[i % OWNERS], NULL, 0, NULL, err,
-                                      sizeof err) == 0;
-    CU_ASSERT_EQUAL(created, SEGS);
-    CU_ASSERT_EQUAL(mv_segstore_reap(st), 0);
-    const int dead[] = {1, 4};
-    for (size_t d = 0; d < 2; d++) {
-        kill(owner[dead[d]], SIGKILL);
-        waitpid(owner[dead[d]], NULL, 0);
-    }
-    CU_ASSERT_EQUAL(mv_segstore_reap(st), 2 * SEGS / OWNERS);
-    mv_segstore_seg *v;
-    size_t n = 0;
-    CU_ASSERT_EQUAL(mv_segstore_list(st, &v, &n, NULL), 0);
-    CU_ASSERT_EQUAL(n, SEGS - 2 * SEGS / OWNERS);
-    for (size_t i = 0; i < n; i++)
-        CU_ASSERT(v[i].owner_pid != (uint32_t)owner[1] && v[i].owner_pid != (uint32_t)owner[4]);
-    mv_segstore_segs_free(v, n);
-    CU_ASSERT_EQUAL(mv_segstore_reap(st), 0);
-    for (int k = 0; k < OWNERS; k++) {
-        if (k == 1 || k == 4)
-            continue;
-        kill(owner[k], SIGKILL);
-        waitpid(owner[k], NULL, 0);
-    }
-    CU_ASSERT_EQUAL(mv_segstore_reap(st), SEGS - 2 * SEGS / OWNERS);
-    CU_ASSERT_EQUAL(mv_segstore_list(st, &v, &n, NULL), 0);
-    CU_ASSERT_EQUAL(n, 0);
-    mv_segstore_segs_free(v, n);
-    mv_segstore_close(st);
-    setrlimit(RLIMIT_NOFILE, &old);
-}
-
-/* Whether the store lists a segment of owner `pid`. */
-static int store_has_owner(mv_segstore *st, pid_t pid)
-{
-    mv_segstore_seg *v;
-    size_t n = 0;
-    if (mv_segstore_list(st, &v, &n, NULL) != 0)
-        return -1;
-    int found = 0;
-    for (size_t i = 0; i < n; i++)
-        found |= v[i].owner_pid == (uint32_t)pid;
-    mv_segstore_segs_free(v, n);
-    return found;
-}
-
-/* Seconds from killing `owner` (a child) until the store no longer lists its segment, or -1
- * when it is still listed after `limit` seconds. */
-static double reaped_after(mv_segstore *st, pid_t owner, double limit)
-{
-    kill(owner, SIGKILL);
-    waitpid(owner, NULL, 0);
-    double t0 = now_s();
-    while (now_s() - t0 < limit) {
-        if (store_has_owner(st, owner) == 0)
-            return now_s() - t0;
-        usleep(10000);
-    }
-    return -1;
-}
-
-static pid_t idle_child(void)
-{
-    pid_t p = fork();
-    if (p == 0) {
-        for (;;)
-            pause();
-    }
-    return p;
-}
-
-/* The reaper thread sleeps until an owner exits: with a 20 s interval a dead owner's segment
- * still goes at once. An owner it cannot get a pidfd for (RLIMIT_NOFILE 64: none at all)
- * turns it back to a pass every interval, and that segment goes within a few intervals,
- * long before the next full check (15 intervals). */
-static void test_reap_on_exit(void)
-{
-    char dir[600];
-    snprintf(dir, sizeof dir, "%s/exitreap%d", tmpdir, dir_seq++);
-    mv_segstore_opts o = {.dir = dir, .max_size = 1u << 20, .reap_interval_ms = 20000};
-    mv_segstore *st;
-    CU_ASSERT_FATAL(mv_segstore_open(&o, &st) == 0);
-    char err[256];
-    pid_t owner = idle_child();
-    CU_ASSERT_FATAL(owner > 0);
-    CU_ASSERT_FATAL(mv_segstore_create(st, 4096, (uint32_t)owner, NULL, 0, NULL, err, sizeof err) ==
-                    0);
-    usleep(300000); /* the reaper is asleep by now */
-    double t = reaped_after(st, owner, 5.0);
-    printf("\n  pidfd owner reaped after %.3f s (interval 20 s)\n", t);
-    CU_ASSERT(t >= 0 && t < 2.0);
-    mv_segstore_close(st);
-
-    struct rlimit old, low;
-    CU_ASSERT_FATAL(getrlimit(RLIMIT_NOFILE, &old) == 0);
-    low = old;
-    low.rlim_cur = 64; /* a quarter, at least 64, stays for the agent: no pidfd at all */
-    if (old.rlim_cur < 64 || setrlimit(RLIMIT_NOFILE, &low) != 0) {
-        printf("  SKIPPED: reap by pid number (cannot set RLIMIT_NOFILE to 64)\n");
-        return;
-    }
-    snprintf(dir, sizeof dir, "%s/exitreap%d", tmpdir, dir_seq++);
-    o.reap_interval_ms = 200;
-    int opened = mv_segstore_open(&o, &st) == 0;
-    owner = opened ? idle_child() : -1;
-    int created = owner > 0 && mv_segstore_create(st, 4096, (uint32_t)owner, NULL, 0, NULL, err,
-                                                  sizeof err) == 0;
-    setrlimit(RLIMIT_NOFILE, &old);
-    CU_ASSERT_FATAL(opened && owner > 0);
-    CU_ASSERT_FATAL(created);
-    usleep(300000);
-    t = reaped_after(st, owner, 5.0);
-    printf("  pid-number owner reaped after %.3f s (interval 0.2 s, full check 3 s)\n", t);
-    CU_ASSERT(t >= 0 && t < 1.5);
-    mv_segstore_close(st);
-}
-
 static void test_restart_keeps_catalog(void)
 {
     agent a;
@@ -886,49 +700,6 @@ static void test_restart_keeps_catalog(void)
     mv_agentc_segment_clear(&s2);
 }
 
-static void test_catalog_parse(void)
-{
-    mv_segstore_seg *v;
-    size_t n;
-    uint64_t rev;
-    char err[256];
-    static const char good[] =
-        "{\"version\":1,\"revision\":7,\"segments\":[{\"id\":\"seg-0123456789abcdef\","
-        "\"path\":\"/etc/passwd\",\"size_bytes\":8192,\"owner_pid\":0,\"created_unix_ns\":5,"
-        "\"labels\":[{\"name\":\"pod\",\"value\":\"a\"}]}]}\n";
-    CU_ASSERT_EQUAL(
-        mv_segstore_catalog_parse(good, strlen(good), "/d", &v, &n, &rev, err, sizeof err), 0);
-    CU_ASSERT_EQUAL(n, 1);
-    CU_ASSERT_EQUAL(rev, 7);
-    /* The path is derived from the directory, never taken from the file. */
-    CU_ASSERT(n == 1 && strcmp(v[0].path, "/d/seg-0123456789abcdef") == 0);
-    mv_segstore_segs_free(v, n);
-
-    static const char *const bad[] = {
-        "",
-        "[]",
-        "{\"version\":2,\"revision\":1,\"segments\":[]}",
-        "{\"version\":1,\"revision\":-1,\"segments\":[]}",
-        "{\"version\":1,\"revision\":1,\"segments\":[{\"id\":\"../../etc\",\"size_bytes\":4096,"
-        "\"owner_pid\":0,\"created_unix_ns\":0}]}",
-        "{\"version\":1,\"revision\":1,\"segments\":[{\"id\":\"seg-0123456789abcdef\","
-        "\"size_bytes\":4097,\"owner_pid\":0,\"created_unix_ns\":0}]}",
-        "{\"version\":1,\"revision\":1,\"segments\":[{\"id\":\"seg-0123456789abcdef\","
-        "\"size_bytes\":4096,\"owner_pid\":-5,\"created_unix_ns\":0}]}",
-        "{\"version\":1,\"revision\":1,\"segments\":[{\"id\":\"seg-0123456789abcdef\","
-        "\"size_bytes\":4096,\"owner_pid\":0,\"created_unix_ns\":0,\"labels\":[{\"name\":\"1x\","
-        "\"value\":\"v\"}]}]}",
-        "{\"version\":1,\"revision\":1,\"segments\":[]} trailing",
-    };
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        int rc =
-            mv_segstore_catalog_parse(bad[i], strlen(bad[i]), "/d", &v, &n, &rev, err, sizeof err);
-        CU_ASSERT_EQUAL(rc, -EINVAL);
-        if (rc == 0)
-            mv_segstore_segs_free(v, n);
-    }
-}
-
 static void test_proto_unpack_cap(void)
 {
     Microview__V1__ReleaseSegmentRequest r = MICROVIEW__V1__RELEASE_SEGMENT_REQUEST__INIT;
@@ -969,11 +740,7 @@ int main(int argc, char **argv)
         {"watch ends when the agent stops", test_watch_survives_agent_stop},
         {"dead owner's segment is reaped", test_reap_dead_owner},
         {"dead owner's segment is reaped when its pid is reused", test_reap_reused_pid},
-        {"owners' pidfds leave descriptors for the rest", test_owner_fds_within_limit},
-        {"a pass reaps exactly the dead owners (pidfds and pid numbers)", test_reap_some_owners},
-        {"the reaper wakes when an owner exits, polls for pid-number owners", test_reap_on_exit},
         {"restart keeps the catalog", test_restart_keeps_catalog},
-        {"catalog.json validation", test_catalog_parse},
         {"protobuf unpack with a cap", test_proto_unpack_cap},
     };
     int fails = MV_TEST_RUN("agent", tests);
