@@ -68,13 +68,18 @@ cmake --build "$build" -j"$(nproc)" --target mem_bench >/dev/null &&
   run mem_bench "$build/bin/mem_bench" "${quick[@]}"
 run writer_bench "$build/bin/writer_bench" "${quick[@]}"
 run ingest_bench "$build/bin/ingest_bench" "${quick[@]}"
+# The collector's benchmarks run with its heap as the chart runs it: on transparent huge pages
+# where the kernel allows them (collector.mallocHugePages, on by default; tick_bench reports
+# thp=, malloc_hugetlb= and anon_huge_bytes=). MV_BENCH_HUGE=0: 4 KiB pages.
+collector_env=(env)
+[ "${MV_BENCH_HUGE:-1}" = 0 ] || collector_env=(env GLIBC_TUNABLES=glibc.malloc.hugetlb=1)
 cmake --build "$build" -j"$(nproc)" --target pipeline_bench >/dev/null &&
-  run pipeline_bench "$build/bin/pipeline_bench" "${quick[@]}"
+  run pipeline_bench "${collector_env[@]}" "$build/bin/pipeline_bench" "${quick[@]}"
 # 1 and 2 tick workers, 60 s each (--quick: 5 s), idle workers sleeping; then 2 workers polling
 # (--tick-poll, for cores of the collector's own).
 cmake --build "$build" -j"$(nproc)" --target tick_bench >/dev/null &&
-  run tick_bench "$build/bin/tick_bench" "${quick[@]}" &&
-  run tick_bench_poll "$build/bin/tick_bench" --poll --workers 2 "${quick[@]}"
+  run tick_bench "${collector_env[@]}" "$build/bin/tick_bench" "${quick[@]}" &&
+  run tick_bench_poll "${collector_env[@]}" "$build/bin/tick_bench" --poll --workers 2 "${quick[@]}"
 
 # The agent's cost on its node with 1,000 segments and a collector reading them every 1 ms.
 node_args=()

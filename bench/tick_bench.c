@@ -99,7 +99,9 @@ static double clock_s(clockid_t clk)
 }
 
 static int g_per_second; /* --per-second: a line per second of each run */
-static int g_poll;       /* --poll: idle tick workers poll (mv_coll_opts.tick_poll) */
+static char g_thp[16];   /* the kernel's THP mode and glibc's hugetlb tunable, as run */
+static int g_malloc_huge;
+static int g_poll; /* --poll: idle tick workers poll (mv_coll_opts.tick_poll) */
 
 /* Without a snapshot: copying 1,000 segments' values would take the CPU of a tick worker for
  * milliseconds at the run's start and end. */
@@ -145,10 +147,11 @@ static int cmp_u64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* A field of /proc/self/status in bytes (VmRSS, RssAnon...), or 0. */
-static uint64_t status_bytes(const char *key)
+/* A field in kB of /proc/self/status (VmRSS, RssAnon...) or smaps_rollup (AnonHugePages), in
+ * bytes, or 0. */
+static uint64_t proc_bytes(const char *file, const char *key)
 {
-    FILE *f = fopen("/proc/self/status", "r");
+    FILE *f = fopen(file, "r");
     char line[256];
     uint64_t v = 0;
     size_t kl = strlen(key);
@@ -245,7 +248,7 @@ static int run(bench *b, unsigned workers, uint32_t tick_us, double seconds, int
     }
     /* The collector's memory: what the process holds beyond the writer's. */
     malloc_trim(0);
-    uint64_t anon0 = status_bytes("RssAnon"), heap0 = bench_heap_in_use();
+    uint64_t anon0 = proc_bytes("/proc/self/status", "RssAnon"), heap0 = bench_heap_in_use();
     mv_coll_opts_default(&o);
     o.tick_us = tick_us;
     o.analytics = analytics;
@@ -321,7 +324,9 @@ static int run(bench *b, unsigned workers, uint32_t tick_us, double seconds, int
     rc = check_table(c, b->nsegs, ticks + 200);
     /* Memory with the collector still up: its anonymous RSS and heap beyond the writer's,
      * and the analytics state its pipelines account for (mv_pipe_view.mem_bytes). */
-    uint64_t rss = status_bytes("RssAnon") - anon0, heap = bench_heap_in_use() - heap0, amem = 0;
+    uint64_t rss = proc_bytes("/proc/self/status", "RssAnon") - anon0,
+             heap = bench_heap_in_use() - heap0, amem = 0;
+    uint64_t huge = proc_bytes("/proc/self/smaps_rollup", "AnonHugePages");
     mv_coll_snap *sn = mv_coll_snapshot(c);
     for (size_t i = 0; sn && i < mv_coll_snap_count(sn); i++) {
         const mv_coll_seg_view *v = mv_coll_snap_seg(sn, i);
@@ -353,7 +358,8 @@ static int run(bench *b, unsigned workers, uint32_t tick_us, double seconds, int
            "collector_heap_bytes=%llu analytics_bytes_per_metric=%.0f seconds_without_miss=%zu "
            "missed_per_second_median=%llu missed_per_second_max=%llu start_late_max_ms=%.3f "
            "starts_late_half_tick=%llu reads_deferred=%llu reads_deferred_share=%.2e tick_poll=%d "
-           "poll_cores=%.2f scrape_ms=%u scrapes=%u scrape_max_ms=%.3f scrape_cpu_ms=%.3f\n",
+           "poll_cores=%.2f scrape_ms=%u scrapes=%u scrape_max_ms=%.3f scrape_cpu_ms=%.3f thp=%s "
+           "malloc_hugetlb=%d anon_huge_bytes=%llu\n",
            workers, b->nsegs, b->nmetrics, wall, (unsigned long long)ticks,
            (unsigned long long)missed, n ? (double)dur[n / 2] / 1e6 : 0.0,
            n ? (double)dur[n * 99 / 100] / 1e6 : 0.0, cpu / wall, cpu_tick * 1e6,
@@ -363,7 +369,8 @@ static int run(bench *b, unsigned workers, uint32_t tick_us, double seconds, int
            (unsigned long long)sec_med, (unsigned long long)sec_max, (double)rec.late_max / 1e6,
            (unsigned long long)rec.late_over, (unsigned long long)rec.deferred,
            reads > 0 ? (double)rec.deferred / reads : 0.0, g_poll, polled / wall, g_scrape_ms, sc.n,
-           (double)sc.max_ns / 1e6, sc_n ? scpu * 1e3 / (double)sc_n : 0.0);
+           (double)sc.max_ns / 1e6, sc_n ? scpu * 1e3 / (double)sc_n : 0.0, g_thp, g_malloc_huge,
+           (unsigned long long)huge);
     fflush(stdout);
     if (workers <= 2 && analytics)
         g_fig[workers] = (run_fig){.done = 1,
@@ -410,6 +417,9 @@ int main(int argc, char **argv)
     /* The collector's heap setting (microview-collector's main): freed snapshots stay in the
      * heap for the next scrape. */
     (void)mv_malloc_keep(MV_COLL_HEAP_KEEP);
+    /* Whether the heap is on huge pages as the chart runs the collector (its environment
+     * GLIBC_TUNABLES=glibc.malloc.hugetlb=1; bench/run.sh sets it): reported, not changed. */
+    g_malloc_huge = mv_malloc_huge_pages(g_thp, sizeof g_thp);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--quick")) {

@@ -508,15 +508,19 @@ static int run(int argc, char **argv, mv_export_sel *derived)
         if (mv_verbs_create(&vo, a.coll, &a.verbs) != 0)
             goto destroy_disc;
     }
+    /* Whether the analytics' heap is on huge pages (docs/operations.md, "Huge pages"). */
+    char thp[16];
+    int huge = mv_malloc_huge_pages(thp, sizeof thp);
     MV_INFO(
         "collector.started",
         "transport=%s listen=%s:%u tick_ms=%.3f tick_workers=%u tick_poll=%d max_interval_ms=%.3f "
-        "window_ms=%llu window_align=%s analytics=%d agent=%s agents=%zu statics=%zu",
+        "window_ms=%llu window_align=%s analytics=%d agent=%s agents=%zu statics=%zu thp=%s "
+        "malloc_hugetlb=%d",
         transport, host, mv_httpd_port(httpd), co.tick_us / 1000.0, co.tick_workers, co.tick_poll,
         co.max_interval_us ? co.max_interval_us / 1000.0 : co.tick_us / 1000.0,
         (unsigned long long)(co.pipe.window_ns / 1000000ull),
         co.window_aligned ? "wall" : "segment", co.analytics, agent ? mv_log_q(agent) : "none",
-        verbs ? nagents : (size_t)(agent != NULL), nstatic);
+        verbs ? nagents : (size_t)(agent != NULL), nstatic, thp, huge);
     for (;;) {
         struct timespec ts = {0, 500 * 1000000L};
         if (sigtimedwait(&sigs, NULL, a.verbs ? &ts : NULL) >= 0)

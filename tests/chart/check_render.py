@@ -177,6 +177,9 @@ else:
         expect("--no-probe" not in args(col) and "--expo-cache-max-bytes" not in args(col),
                "probe on and the cache's default bound by default")
         expect("--tick-poll" not in args(col), "tick workers sleep between ticks by default")
+        expect({e["name"]: e.get("value") for e in container(col).get("env", [])}
+               .get("GLIBC_TUNABLES") == "glibc.malloc.hugetlb=1",
+               "collector heap on transparent huge pages by default")
         asc = container(ds_agent)["securityContext"]
         expect(asc["capabilities"]["drop"] == ["ALL"] and
                sorted(asc["capabilities"]["add"]) == ["CHOWN", "FOWNER"],
@@ -200,6 +203,7 @@ else:
         expect(flag(col, "--tick-workers") == "2" and "--tick-poll" in args(col),
                "DPU collector: 2 tick workers polling on the DPU's own cores")
         expect(spec["nodeSelector"].get("kubernetes.io/arch") == "arm64", "DPU collector on arm64")
+        expect("env" not in container(col), "collector.mallocHugePages=false: no GLIBC_TUNABLES")
         expect(spec["hostNetwork"] is True, "DPU collector on the host network")
         tok = find("Secret", "-collector-token")
         expect(volumes(col)["collector-token"]["secret"]["secretName"] == tok["metadata"]["name"],

@@ -1,7 +1,9 @@
 /* libFuzzer driver: the parsers of flag and configuration values (mv_parse_u64, mv_parse_size,
- * mv_parse_number, mv_parse_listen) on arbitrary text. The first byte picks the parser ('u',
- * 's', 'l', 'n'; any other byte by its value), the second its bounds (low bits: min, next two: max)
- * or its MV_LISTEN_* flags (low three bits); the rest, cut at the first NUL, is the text. */
+ * mv_parse_number, mv_parse_listen) and of the memory settings the collector reports
+ * (mv_parse_tunable, mv_parse_bracketed) on arbitrary text. The first byte picks the parser
+ * ('u', 's', 'l', 'n', 't', 'b'; any other byte by its value), the second its bounds (low bits:
+ * min, next two: max), its MV_LISTEN_* flags (low three bits) or its output's size (low four
+ * bits); the rest, cut at the first NUL, is the text. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -34,7 +36,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                      : data[0] == 's' ? 1
                      : data[0] == 'l' ? 2
                      : data[0] == 'n' ? 3
-                                      : data[0] % 4;
+                     : data[0] == 't' ? 4
+                     : data[0] == 'b' ? 5
+                                      : data[0] % 6;
     unsigned sel = data[1];
     /* Bounds from the selector: both ends of the range matter. */
     static const uint64_t mins[] = {0, 1, 4096, 1ull << 30};
@@ -61,6 +65,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         if (rc != 0)
             check_refusal(rc, err);
+    } else if (which == 4 || which == 5) {
+        /* The output's size from the selector (0 too); a guard byte past it stays. */
+        size_t cap = sel & 15;
+        char out[17];
+        memset(out, 'x', sizeof out);
+        int rc = which == 4 ? mv_parse_tunable(text, "glibc.malloc.hugetlb", out, cap)
+                            : mv_parse_bracketed(text, out, cap);
+        if (out[cap] != 'x')
+            abort();
+        if (which == 4 && !(rc == 0 || rc == 1 || rc == -ERANGE))
+            abort();
+        if (which == 5 && !(rc == 0 || rc == -EINVAL || rc == -ERANGE))
+            abort();
+        if ((which == 4 ? rc == 1 : rc == 0) && strnlen(out, cap) == cap)
+            abort(); /* a result is always terminated within the output */
+        if (which == 5 && rc == 0 && (out[0] == '\0' || !strchr(text, '[')))
+            abort();
     } else {
         char host[16];
         uint16_t port = 7471;

@@ -374,6 +374,55 @@ static void test_group(void)
     }
 }
 
+/* GLIBC_TUNABLES and the kernel's bracketed settings, as mv_malloc_huge_pages reads them. */
+static void test_memory_settings(void)
+{
+    char v[8] = "x";
+    CU_ASSERT_EQUAL(mv_parse_tunable(NULL, "glibc.malloc.hugetlb", v, sizeof v), 0);
+    CU_ASSERT_STRING_EQUAL(v, "");
+    CU_ASSERT_EQUAL(mv_parse_tunable("", "glibc.malloc.hugetlb", v, sizeof v), 0);
+    CU_ASSERT_EQUAL(mv_parse_tunable("glibc.malloc.hugetlb=1", "glibc.malloc.hugetlb", v, sizeof v),
+                    1);
+    CU_ASSERT_STRING_EQUAL(v, "1");
+    CU_ASSERT_EQUAL(mv_parse_tunable("glibc.malloc.arena_max=2:glibc.malloc.hugetlb=0:"
+                                     "glibc.malloc.hugetlb=2",
+                                     "glibc.malloc.hugetlb", v, sizeof v),
+                    1);
+    CU_ASSERT_STRING_EQUAL(v, "2"); /* the last setting wins */
+    /* A longer name that starts with the one asked for, and a name without a value. */
+    CU_ASSERT_EQUAL(mv_parse_tunable("glibc.malloc.hugetlbx=1:glibc.malloc.hugetlb",
+                                     "glibc.malloc.hugetlb", v, sizeof v),
+                    0);
+    CU_ASSERT_EQUAL(mv_parse_tunable("glibc.malloc.hugetlb=", "glibc.malloc.hugetlb", v, sizeof v),
+                    1);
+    CU_ASSERT_STRING_EQUAL(v, "");
+    CU_ASSERT_EQUAL(
+        mv_parse_tunable("glibc.malloc.hugetlb=12345678", "glibc.malloc.hugetlb", v, sizeof v),
+        -ERANGE);
+    CU_ASSERT_STRING_EQUAL(v, "");
+
+    char w[16] = "x";
+    CU_ASSERT_EQUAL(mv_parse_bracketed("always [madvise] never\n", w, sizeof w), 0);
+    CU_ASSERT_STRING_EQUAL(w, "madvise");
+    CU_ASSERT_EQUAL(mv_parse_bracketed("[always] madvise never", w, sizeof w), 0);
+    CU_ASSERT_STRING_EQUAL(w, "always");
+    CU_ASSERT_EQUAL(mv_parse_bracketed("always defer defer+madvise [madvise] never", w, sizeof w),
+                    0);
+    CU_ASSERT_STRING_EQUAL(w, "madvise");
+    static const char *const bad[] = {
+        "", "always madvise never", "[]", "[mad vise]", "[madvise", "[a\nb]"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        CU_ASSERT_EQUAL(mv_parse_bracketed(bad[i], w, sizeof w), -EINVAL);
+    CU_ASSERT_EQUAL(mv_parse_bracketed("[a_very_long_setting_name]", w, sizeof w), -ERANGE);
+
+    /* This process: the mode is one the kernel names (or unknown), the tunable as set. */
+    char thp[16];
+    int h = mv_malloc_huge_pages(thp, sizeof thp);
+    CU_ASSERT(h >= -1 && h <= 2);
+    CU_ASSERT(strcmp(thp, "always") == 0 || strcmp(thp, "madvise") == 0 ||
+              strcmp(thp, "never") == 0 || strcmp(thp, "unknown") == 0);
+}
+
 int main(void)
 {
     static const mv_test tests[] = {
@@ -383,6 +432,7 @@ int main(void)
         {"listen", test_listen},
         {"mode", test_mode},
         {"group", test_group},
+        {"memory_settings", test_memory_settings},
         {"config_shares_parsers", test_config_shares_parsers},
     };
     return MV_TEST_RUN("util", tests);

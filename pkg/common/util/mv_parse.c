@@ -1,5 +1,6 @@
 /* mv_parse: the parsers of operator input (command-line flags and configuration values):
- * whole numbers, sizes with binary suffixes, listen addresses, file modes and groups. */
+ * whole numbers, sizes with binary suffixes, listen addresses, file modes and groups; and
+ * of the C library's and the kernel's memory settings the collector reports. */
 #include "mv_util.h"
 
 #include <errno.h>
@@ -364,5 +365,49 @@ int mv_flag_group(const char *prog, const char *name, const char *text, uint32_t
         fprintf(stderr, "%s: %s: %s\n", prog, name, err);
         return -1;
     }
+    return 0;
+}
+
+int mv_parse_tunable(const char *tunables, const char *name, char *val, size_t vallen)
+{
+    size_t nl = strlen(name);
+    int found = 0;
+    if (vallen)
+        val[0] = '\0';
+    for (const char *p = tunables; p && *p;) {
+        const char *end = strchr(p, ':');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len > nl && memcmp(p, name, nl) == 0 && p[nl] == '=') {
+            size_t vl = len - nl - 1;
+            if (vl >= vallen) {
+                if (vallen)
+                    val[0] = '\0';
+                found = -ERANGE;
+            } else {
+                memcpy(val, p + nl + 1, vl);
+                val[vl] = '\0';
+                found = 1;
+            }
+        }
+        p = end ? end + 1 : NULL;
+    }
+    return found;
+}
+
+int mv_parse_bracketed(const char *text, char *word, size_t wordlen)
+{
+    const char *open = strchr(text, '[');
+    const char *close = open ? strchr(open + 1, ']') : NULL;
+    if (!close || close == open + 1)
+        return -EINVAL;
+    for (const char *c = open + 1; c < close; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+              *c == '_' || *c == '+'))
+            return -EINVAL;
+    size_t n = (size_t)(close - open - 1);
+    if (n >= wordlen)
+        return -ERANGE;
+    memcpy(word, open + 1, n);
+    word[n] = '\0';
     return 0;
 }

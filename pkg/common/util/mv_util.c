@@ -57,6 +57,23 @@ int mv_malloc_keep(size_t bytes)
 #endif
 }
 
+int mv_malloc_huge_pages(char *thp, size_t thplen)
+{
+    char text[256], word[32];
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "re");
+    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    if (f)
+        fclose(f);
+    text[n] = '\0';
+    snprintf(thp, thplen, "%s",
+             mv_parse_bracketed(text, word, sizeof word) == 0 ? word : "unknown");
+    char val[8];
+    if (mv_parse_tunable(getenv("GLIBC_TUNABLES"), "glibc.malloc.hugetlb", val, sizeof val) == 0)
+        return 0;
+    uint64_t v;
+    return mv_parse_u64(val, 0, 2, &v, NULL, 0) == 0 ? (int)v : -1;
+}
+
 int mv_set_nonblock(int fd)
 {
     int fl = fcntl(fd, F_GETFL);

@@ -51,6 +51,16 @@ void mv_thread_name(const char *name);
  * setting. */
 int mv_malloc_keep(size_t bytes);
 
+/* Whether malloc puts this process's heap on transparent huge pages. glibc does when the
+ * tunable glibc.malloc.hugetlb is 1 (GLIBC_TUNABLES=glibc.malloc.hugetlb=1, read as the process
+ * starts; 2: reserved huge pages) and the kernel's THP mode is "madvise" or "always"; a heap of
+ * many small records walked every millisecond (the collector's analytics) then needs a few
+ * hundred TLB entries instead of tens of thousands. Writes the kernel's mode into `thp`
+ * ("always", "madvise", "never"; "unknown" when /sys/kernel/mm/transparent_hugepage/enabled
+ * cannot be read or parsed) and returns the tunable's value: 0 when unset, -1 when it is not a
+ * whole number. */
+int mv_malloc_huge_pages(char *thp, size_t thplen);
+
 /* ---- File descriptors -------------------------------------------------------- */
 
 /* Sets O_NONBLOCK on `fd`. Returns 0 or -errno. */
@@ -104,6 +114,16 @@ int mv_parse_mode(const char *text, uint32_t *out, char *err, size_t errlen);
 /* A group: a numeric gid (decimal digits: 0 to 4294967294, with or without a group entry,
  * as chown(1) takes it) or the name of a group on this host (getgrnam_r). */
 int mv_parse_group(const char *text, uint32_t *out, char *err, size_t errlen);
+
+/* The value of `name` in a GLIBC_TUNABLES string ("glibc.malloc.hugetlb=1:glibc.malloc.
+ * arena_max=2"; the last setting of a name wins, as in glibc). Returns 1 and copies the value
+ * into `val`, 0 when the name is absent, or -ERANGE when the value does not fit in vallen
+ * (then `val` is empty). */
+int mv_parse_tunable(const char *tunables, const char *name, char *val, size_t vallen);
+/* The selected word of a kernel setting file that lists its choices with the current one in
+ * brackets ("always [madvise] never"). Returns 0 and copies it into `word`, or -EINVAL (no
+ * bracketed word of letters, digits, '_' or '+') / -ERANGE (it does not fit). */
+int mv_parse_bracketed(const char *text, char *word, size_t wordlen);
 
 /* For command lines: parse `text`, the value of `flag`, or print "PROG: FLAG: <why>" on
  * stderr and return -1. */
