@@ -226,6 +226,30 @@ static void *registrar(void *arg)
     return NULL;
 }
 
+/* What the race below saw of h0 and h1 over its ticks. */
+typedef struct race_seen {
+    uint64_t last[2], backwards, inconsistent, absent;
+} race_seen;
+
+/* Ticks once and looks at both histograms; returns how many were published. */
+static int tick_and_look(mv_coll *c, race_seen *rs)
+{
+    int seen = 0;
+    mv_coll_tick(c);
+    for (int i = 0; i < 2; i++) {
+        hist_seen s = look(c, i ? "h1" : "h0");
+        if (!s.present) {
+            rs->absent++;
+            continue;
+        }
+        rs->inconsistent += !s.consistent;
+        rs->backwards += s.count < rs->last[i];
+        rs->last[i] = s.count;
+        seen++;
+    }
+    return seen;
+}
+
 /* The reported race: registrations while histograms are updated, collector ticking flat out
  * and a snapshot after every tick. Published histogram counts never go backwards. */
 static void test_registrations_race_histograms(void)
@@ -245,25 +269,13 @@ static void test_registrations_race_histograms(void)
         CU_ASSERT_FATAL(pthread_create(&obs[i], NULL, observer, &r) == 0);
     CU_ASSERT_FATAL(pthread_create(&reg, NULL, registrar, &r) == 0);
 
-    uint64_t last[2] = {0, 0}, ticks = 0, backwards = 0, inconsistent = 0, absent = 0;
-    uint64_t t0 = mv_test_mono_ms();
+    race_seen rs = {0};
+    uint64_t ticks = 0, t0 = mv_test_mono_ms();
     while (__atomic_load_n(&r.registered, __ATOMIC_RELAXED) < 150 &&
            mv_test_mono_ms() - t0 < 60000) {
-        mv_coll_tick(c);
+        tick_and_look(c, &rs);
         ticks++;
         __atomic_store_n(&r.ticks, ticks, __ATOMIC_RELEASE);
-        for (int i = 0; i < 2; i++) {
-            hist_seen s = look(c, i ? "h1" : "h0");
-            if (!s.present) {
-                absent++;
-                continue;
-            }
-            if (!s.consistent)
-                inconsistent++;
-            if (s.count < last[i])
-                backwards++;
-            last[i] = s.count;
-        }
     }
     pthread_join(reg, NULL);
     __atomic_store_n(&r.stop, 1, __ATOMIC_RELEASE);
@@ -272,25 +284,9 @@ static void test_registrations_race_histograms(void)
     /* While two threads observed flat out, a slow reader (arm64 under qemu on a loaded machine)
      * may have caught one histogram mid-update at every copy, and so omitted it throughout.
      * Quiet now: the next ticks must publish both, consistent, and no lower than before. */
-    uint64_t quiet_ticks = 0;
-    while (quiet_ticks < 50) {
-        mv_coll_tick(c);
-        quiet_ticks++;
-        int seen = 0;
-        for (int i = 0; i < 2; i++) {
-            hist_seen s = look(c, i ? "h1" : "h0");
-            if (!s.present)
-                continue;
-            if (!s.consistent)
-                inconsistent++;
-            if (s.count < last[i])
-                backwards++;
-            last[i] = s.count;
-            seen++;
-        }
-        if (seen == 2)
-            break;
-    }
+    uint64_t absent = rs.absent, quiet_ticks = 0;
+    while (quiet_ticks++ < 50 && tick_and_look(c, &rs) < 2)
+        ;
     mv_coll_snap *s = mv_coll_snapshot(c);
     uint64_t catalog_reads = mv_coll_snap_stats(s)->catalog_reads;
     uint64_t torn = mv_coll_snap_stats(s)->torn_retries;
@@ -298,14 +294,14 @@ static void test_registrations_race_histograms(void)
     printf("\n  ticks=%llu catalog_reads=%llu torn_retries=%llu backwards=%llu inconsistent=%llu "
            "absent=%llu quiet_ticks=%llu final=%llu/%llu\n",
            (unsigned long long)ticks, (unsigned long long)catalog_reads, (unsigned long long)torn,
-           (unsigned long long)backwards, (unsigned long long)inconsistent,
-           (unsigned long long)absent, (unsigned long long)quiet_ticks, (unsigned long long)last[0],
-           (unsigned long long)last[1]);
+           (unsigned long long)rs.backwards, (unsigned long long)rs.inconsistent,
+           (unsigned long long)absent, (unsigned long long)quiet_ticks,
+           (unsigned long long)rs.last[0], (unsigned long long)rs.last[1]);
     CU_ASSERT_EQUAL(r.registered, 150);
     CU_ASSERT(catalog_reads >= 100); /* the registrations did race the ticks */
-    CU_ASSERT_EQUAL(backwards, 0);
-    CU_ASSERT_EQUAL(inconsistent, 0);
-    CU_ASSERT(last[0] > 0 && last[1] > 0);
+    CU_ASSERT_EQUAL(rs.backwards, 0);
+    CU_ASSERT_EQUAL(rs.inconsistent, 0);
+    CU_ASSERT(rs.last[0] > 0 && rs.last[1] > 0);
     mv_coll_destroy(c);
     mv_close(r.seg);
 }
