@@ -508,7 +508,7 @@ static int run(int argc, char **argv, mv_export_sel *derived)
         if (mv_verbs_create(&vo, a.coll, &a.verbs) != 0)
             goto destroy_disc;
     }
-    /* Whether the analytics' heap is on huge pages (docs/operations.md, "Huge pages"). */
+    /* Whether the analytics' heap is on huge pages (docs/install.md, "Huge pages"). */
     char thp[16];
     int huge = mv_malloc_huge_pages(thp, sizeof thp);
     MV_INFO(
