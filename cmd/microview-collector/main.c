@@ -107,6 +107,9 @@ static void usage(FILE *f)
            "                           histogram=p50,p99; /api/v1/value serves them all)\n"
            "  --no-analytics           raw values only: no derived series, no adaptation\n"
            "  --no-detect              no change detection (and no adaptation)\n"
+           "  --detect-ms N            change detection steps at most every N ms: counter\n"
+           "                           rates over the step, gauge values at it, histogram\n"
+           "                           means over it (0..60000, default 10; 0: every read)\n"
            "  --quarantine-after-ms N  quarantine segments invalid this long (default 1000)\n"
            "  --max-body-bytes SIZE    cap on a /metrics body: bytes, or with Ki, Mi, Gi\n"
            "                           (4Ki..4Gi, default 64Mi)\n"
@@ -219,6 +222,7 @@ static int run(int argc, char **argv, mv_export_sel *derived)
                                          {"no-analytics", no_argument, 0, 'n'},
                                          {"derived", required_argument, 0, 'X'},
                                          {"no-detect", no_argument, 0, 'D'},
+                                         {"detect-ms", required_argument, 0, 'd'},
                                          {"no-probe", no_argument, 0, 'O'},
                                          {"help", no_argument, 0, 'h'},
                                          {"rdma-token-file", required_argument, 0, 'R'},
@@ -365,6 +369,11 @@ static int run(int argc, char **argv, mv_export_sel *derived)
         }
         case 'D':
             co.pipe.detect = 0;
+            break;
+        case 'd':
+            if (mv_flag_u64(P, "--detect-ms", optarg, 0, 60000, &v))
+                return 2;
+            co.pipe.detect_period_ns = v * 1000000ull;
             break;
         case 'O':
             co.no_probe = 1;
@@ -514,13 +523,15 @@ static int run(int argc, char **argv, mv_export_sel *derived)
     MV_INFO(
         "collector.started",
         "transport=%s listen=%s:%u tick_ms=%.3f tick_workers=%u tick_poll=%d max_interval_ms=%.3f "
-        "window_ms=%llu window_align=%s analytics=%d agent=%s agents=%zu statics=%zu thp=%s "
-        "malloc_hugetlb=%d",
+        "window_ms=%llu window_align=%s analytics=%d detect=%d detect_ms=%llu agent=%s agents=%zu "
+        "statics=%zu thp=%s malloc_hugetlb=%d",
         transport, host, mv_httpd_port(httpd), co.tick_us / 1000.0, co.tick_workers, co.tick_poll,
         co.max_interval_us ? co.max_interval_us / 1000.0 : co.tick_us / 1000.0,
         (unsigned long long)(co.pipe.window_ns / 1000000ull),
-        co.window_aligned ? "wall" : "segment", co.analytics, agent ? mv_log_q(agent) : "none",
-        verbs ? nagents : (size_t)(agent != NULL), nstatic, thp, huge);
+        co.window_aligned ? "wall" : "segment", co.analytics, co.pipe.detect,
+        (unsigned long long)(co.pipe.detect_period_ns / 1000000ull),
+        agent ? mv_log_q(agent) : "none", verbs ? nagents : (size_t)(agent != NULL), nstatic, thp,
+        huge);
     for (;;) {
         struct timespec ts = {0, 500 * 1000000L};
         if (sigtimedwait(&sigs, NULL, a.verbs ? &ts : NULL) >= 0)

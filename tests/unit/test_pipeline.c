@@ -315,6 +315,75 @@ static void test_changes_on_steps(void)
     fx_close(&f);
 }
 
+/* Reads every 1 ms under a 10 ms detection period at a 3 ms phase: the first read is a
+ * step, then the reads 7, 17, 27, ... ms after it (the first read less the phase, plus the
+ * period less half a read interval); only steps carry CHANGED or MOVING. A counter's rate
+ * stepping from 5 to 50 per ms, a gauge's level moving by 10 sigma and a histogram's mean
+ * observation moving from 1 to 4 are each reported within three steps. Over an hour is refused. */
+static void test_detection_period(void)
+{
+    fixture f;
+    mv_counter c;
+    mv_gauge g;
+    mv_histogram *h;
+    double bounds[4] = {0.5, 2, 8, 32};
+    fx_open(&f, "period.seg", 16384);
+    CU_ASSERT_FATAL(mv_counter_register(f.seg, "reqs_total", NULL, NULL, NULL, 0, &c) == MV_OK);
+    CU_ASSERT_FATAL(mv_gauge_register(f.seg, "load", NULL, NULL, NULL, 0, &g) == MV_OK);
+    CU_ASSERT_FATAL(mv_histogram_register(f.seg, "lat", NULL, NULL, NULL, 0, bounds, 4, &h) ==
+                    MV_OK);
+    fx_catalog(&f);
+    mv_pipe_config cfg;
+    mv_pipe_config_default(&cfg);
+    cfg.window_ns = SEC;
+    cfg.fd = 0;
+    cfg.detect_period_ns = 3601 * SEC;
+    CU_ASSERT(mv_pipe_config_check(&cfg) != NULL);
+    cfg.detect_period_ns = 10 * MS;
+    cfg.phase_ns = 1003 * MS; /* 3 ms of the period */
+    CU_ASSERT(mv_pipe_config_check(&cfg) == NULL);
+    mv_pipe_seg *p = NULL;
+    CU_ASSERT_FATAL(mv_pipe_seg_create(&cfg, f.cat, NULL, &p) == 0);
+    test_rng r = {11};
+    uint64_t t0 = 9000 * SEC;
+    int off_schedule = 0, flags_between = 0, steps = 0;
+    int found[3] = {-1, -1, -1}; /* counter, gauge, histogram: read of the first CHANGED */
+    for (int i = 0; i < 6000; i++) {
+        int phase = i < 2000 ? 0 : i < 3000 ? 1 : i < 4000 ? 2 : 3;
+        mv_counter_add(c, phase >= 1 ? 50 : 5);
+        mv_gauge_set(g, (phase >= 2 ? 110.0 : 100.0) + rng_gauss(&r));
+        mv_histogram_observe(h, phase >= 3 ? 4.0 : 1.0);
+        unsigned fl = mv_pipe_seg_feed(p, f.map, t0 + (uint64_t)i * MS);
+        int step = (fl & MV_PIPE_STEP) != 0;
+        steps += step;
+        off_schedule += step != (i == 0 || i % 10 == 7);
+        flags_between += !step && (fl & (MV_PIPE_CHANGED | MV_PIPE_MOVING));
+        if ((fl & MV_PIPE_CHANGED) && phase >= 1 && found[phase - 1] < 0)
+            found[phase - 1] = i;
+    }
+    /* The window published last closed at read 5000: the change counts as of then. */
+    mv_pipe_view *v = mv_pipe_seg_view(p);
+    CU_ASSERT_FATAL(v != NULL);
+    int c_changes = (int)v->m[0].changes, g_changes = (int)v->m[1].changes;
+    int h_changes = (int)v->m[2].changes;
+    free(v);
+    printf("\n  %d steps; first change at reads %d, %d, %d (counter, gauge, histogram) ", steps,
+           found[0], found[1], found[2]);
+    CU_ASSERT_EQUAL(steps, 601);
+    CU_ASSERT_EQUAL(off_schedule, 0);
+    CU_ASSERT_EQUAL(flags_between, 0);
+    CU_ASSERT(found[0] >= 2000 && found[0] < 2030);
+    CU_ASSERT(found[1] >= 3000 && found[1] < 3030);
+    CU_ASSERT(found[2] >= 4000 && found[2] < 4030);
+    /* Constant rates, a stationary level and one mean before and after their steps: one
+     * change each. */
+    CU_ASSERT_EQUAL(c_changes, 1);
+    CU_ASSERT_EQUAL(g_changes, 1);
+    CU_ASSERT_EQUAL(h_changes, 1);
+    mv_pipe_seg_destroy(p);
+    fx_close(&f);
+}
+
 /* A gauge constant while the detectors warm up that then turns noisy
  * (stationary): one change at the onset, then no more, and the segment backs
  * off to the slowest interval instead of staying at the fast tick. Simulated
@@ -660,6 +729,7 @@ int main(void)
         {"gauge quantiles over 1 ns .. 1000 s", test_gauge_wide_range},
         {"histogram window", test_histogram_window},
         {"changes on steps", test_changes_on_steps},
+        {"detection period", test_detection_period},
         {"constant then noisy: backs off", test_constant_then_noisy_backs_off},
         {"backed-off reads do not alias", test_backed_off_reads_do_not_alias},
         {"anomaly score", test_anomaly_score},

@@ -210,6 +210,98 @@ static void test_feed_same_equals_feed(void)
     fx_close(&f);
 }
 
+/* A detection period that every read reaches (reads 8 to 12 ms apart, a period of 10 ms,
+ * at a phase): every read is a step, and the flags and views are, to the bit, those of
+ * detection at every read, through level changes, a reset, a NaN gauge, reads of unchanged
+ * values and a rebuild of the state for the same catalog. */
+static void test_period_reached_equals_each_read(void)
+{
+    fixture f;
+    mixed m;
+    mv_gauge nan_g;
+    double bounds[8];
+    mv_exponential_buckets(0.001, 2.0, 8, bounds);
+    fx_open(&f, "period.seg", 65536);
+    char name[32];
+    for (int k = 0; k < 4; k++) {
+        snprintf(name, sizeof name, "c%d_total", k);
+        CU_ASSERT_FATAL(mv_counter_register(f.seg, name, NULL, NULL, NULL, 0, &m.c[k]) == MV_OK);
+        snprintf(name, sizeof name, "g%d", k);
+        CU_ASSERT_FATAL(mv_gauge_register(f.seg, name, NULL, NULL, NULL, 0, &m.g[k]) == MV_OK);
+    }
+    for (int k = 0; k < 2; k++) {
+        snprintf(name, sizeof name, "h%d", k);
+        CU_ASSERT_FATAL(
+            mv_histogram_register(f.seg, name, NULL, NULL, NULL, 0, bounds, 8, &m.h[k]) == MV_OK);
+    }
+    CU_ASSERT_FATAL(mv_gauge_register(f.seg, "g_nan", NULL, NULL, NULL, 0, &nan_g) == MV_OK);
+    fx_catalog(&f);
+    mv_pipe_config cfg;
+    mv_pipe_config_default(&cfg);
+    cfg.window_ns = SEC;
+    cfg.close_spread_ns = 30 * MS;
+    cfg.fd_period_ns = 100 * MS;
+    cfg.phase_ns = 7 * MS;
+    mv_pipe_seg *each = NULL, *per = NULL;
+    CU_ASSERT_FATAL(mv_pipe_seg_create(&cfg, f.cat, NULL, &each) == 0);
+    cfg.detect_period_ns = 10 * MS;
+    CU_ASSERT_FATAL(mv_pipe_seg_create(&cfg, f.cat, NULL, &per) == 0);
+    uint64_t t = 30000 * SEC;
+    int mismatches = 0, steps = 0, changed_reads = 0, last_window = 0, rebuilt = 0;
+    for (int i = 0; i < 3000; i++) {
+        int write = i % 4 != 3 && !(i > 2600 && i < 2700);
+        if (write) {
+            mixed_write(&m, i);
+            if (i >= 1500) /* ten times the increments: the rates step up */
+                for (int k = 0; k < 4; k++)
+                    mv_counter_add(m.c[k], 40);
+            if (i >= 2000) /* the gauges' level moves */
+                for (int k = 0; k < 4; k++)
+                    mv_gauge_set(m.g[k], 500.0 + (double)(i % 7));
+        }
+        if (i == 1800)
+            *m.c[2].slot = 1; /* a reset */
+        if (i % 500 == 0)
+            mv_gauge_set(nan_g, i % 1000 ? NAN : 2.0);
+        int changed = write || i == 1800 || i % 500 == 0;
+        unsigned fa, fb;
+        if (changed) {
+            fa = mv_pipe_seg_feed(each, f.map, t);
+            fb = mv_pipe_seg_feed(per, f.map, t);
+        } else {
+            fa = mv_pipe_seg_feed_same(each, f.map, t);
+            fb = mv_pipe_seg_feed_same(per, f.map, t);
+        }
+        if (fa & MV_PIPE_WINDOW)
+            last_window = i;
+        /* The state rebuilt for the same catalog keeps the schedule (once no summary is
+         * pending: a rebuild finishes them at once). */
+        if (!rebuilt && i >= 1200 && i - last_window > 5) {
+            rebuilt = 1;
+            mv_pipe_seg *np = NULL;
+            CU_ASSERT_FATAL(mv_pipe_seg_create(&cfg, f.cat, per, &np) == 0);
+            mv_pipe_seg_destroy(per);
+            per = np;
+        }
+        steps += (fb & MV_PIPE_STEP) != 0;
+        changed_reads += (fa & MV_PIPE_CHANGED) != 0;
+        mv_pipe_view *a = mv_pipe_seg_view(each), *b = mv_pipe_seg_view(per);
+        mismatches += !(fa == fb && views_equal(a, b));
+        free(a);
+        free(b);
+        t += 8 * MS + (uint64_t)((i * 37) % 5) * MS; /* 8 .. 12 ms */
+    }
+    printf("\n  %d reads, %d steps, %d with a change, %d mismatches ", 3000, steps, changed_reads,
+           mismatches);
+    CU_ASSERT_EQUAL(steps, 3000);
+    CU_ASSERT(changed_reads > 0);
+    CU_ASSERT(rebuilt);
+    CU_ASSERT_EQUAL(mismatches, 0);
+    mv_pipe_seg_destroy(each);
+    mv_pipe_seg_destroy(per);
+    fx_close(&f);
+}
+
 int main(void)
 {
     g_dir = mv_test_tmpdir("test-pipeline-equiv");
@@ -218,6 +310,8 @@ int main(void)
     static const mv_test tests[] = {
         {"spread window close equals immediate", test_spread_close_equals_immediate},
         {"feed of unchanged values equals a full feed", test_feed_same_equals_feed},
+        {"a detection period every read reaches: as at every read",
+         test_period_reached_equals_each_read},
     };
     int fails = MV_TEST_RUN("pipeline equivalences", tests);
     if (mv_test_rmrf(g_dir) != 0)

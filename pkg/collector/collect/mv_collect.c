@@ -55,6 +55,9 @@ void mv_coll_opts_default(mv_coll_opts *o)
     o->max_segment_size = 64ull << 20;
     o->analytics = 0;
     mv_pipe_config_default(&o->pipe);
+    /* Detection at most every 10 ms: at a faster tick, steps of 10 ms (see
+     * mv_pipe_config.detect_period_ns); at the default tick, every read. */
+    o->pipe.detect_period_ns = 10000000ull;
     o->max_interval_us = 0;
     o->calm_reads = 8;
     o->torn_stale_ms = 1000;
@@ -524,16 +527,16 @@ static int ensure_pipe(mv_coll *c, seg *s)
         return 0;
     mv_pipe_seg *np = NULL;
     /* Each segment's windows close at its own offset (unless asked to align them) and
-     * spread their summaries over 8 ticks, and its scorer steps at its own phase of
-     * the period, so neither lands on one tick for all segments. The two offsets come
-     * from differently mixed hashes of the id, so they are not tied to each other. */
+     * spread their summaries over 8 ticks, and its scorer and detectors step at its own
+     * phase of their periods, so none of these lands on one tick for all segments. The two offsets
+     * come from differently mixed hashes of the id, so they are not tied to each other. */
     mv_pipe_config pc = c->o.pipe;
     uint64_t h = mv_seg_fnv1a64(s->id, strlen(s->id));
     pc.close_spread_ns = 8ull * c->o.tick_us * 1000ull;
     if (pc.close_spread_ns > pc.window_ns / 2)
         pc.close_spread_ns = pc.window_ns / 2;
-    if (pc.fd_period_ns) /* 0 only with the scorer off */
-        pc.phase_ns = h % pc.fd_period_ns;
+    /* The scorer's steps and the detectors' (phase_ns mod detect_period_ns). */
+    pc.phase_ns = h % (pc.fd_period_ns ? pc.fd_period_ns : 1000000000ull);
     /* Without adaptive sampling nothing reads a read's flags at once: the detector updates
      * of up to 8 unchanged reads run together, on records then in cache. */
     pc.same_batch = s->rate ? 0 : 8;
@@ -567,8 +570,11 @@ static int analyse(mv_coll *c, seg *s, const void *hot, int same, uint64_t now)
     unsigned f =
         same ? mv_pipe_seg_feed_same(s->pipe, hot, now) : mv_pipe_seg_feed(s->pipe, hot, now);
     if (s->rate) {
-        uint64_t iv =
-            mv_detect_rate_observe(s->rate, (f & MV_PIPE_CHANGED) != 0, (f & MV_PIPE_MOVING) != 0);
+        /* Only a detection step's verdict moves the interval: the reads between steps keep
+         * it (undithered). */
+        uint64_t iv = f & MV_PIPE_STEP ? mv_detect_rate_observe(s->rate, (f & MV_PIPE_CHANGED) != 0,
+                                                                (f & MV_PIPE_MOVING) != 0)
+                                       : mv_detect_rate_interval(s->rate);
         s->due_ns = now_ns(CLOCK_MONOTONIC) + iv; /* iv is dithered when backed off */
         iv = mv_detect_rate_interval(s->rate);
         if (iv != s->interval_ns) {

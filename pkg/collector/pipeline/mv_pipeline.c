@@ -49,6 +49,7 @@ void mv_pipe_config_default(mv_pipe_config *cfg)
     cfg->phase_ns = 0;
     cfg->window_phase_ns = 0;
     cfg->same_batch = 0;
+    cfg->detect_period_ns = 0;
 }
 
 const char *mv_pipe_config_check(const mv_pipe_config *cfg)
@@ -59,6 +60,8 @@ const char *mv_pipe_config_check(const mv_pipe_config *cfg)
         return "the window's phase must be less than the window";
     if (cfg->same_batch > 65535)
         return "at most 65535 reads of unchanged values may wait for their updates";
+    if (cfg->detect_period_ns > 3600000000000ull)
+        return "the detection period must be at most one hour";
     if (cfg->short_ns < 1000000ull)
         return "the short rate horizon must be at least 1 ms";
     mv_sketch_config sc = {.alpha = cfg->alpha, .max_buckets = cfg->sketch_buckets};
@@ -200,24 +203,31 @@ MV_DETECT_INLINE unsigned detect(mv_pipe_seg *s, mv_detect_series *d, uint64_t *
     return f & MV_DETECT_MOVING ? MV_PIPE_MOVING : 0;
 }
 
+/* The detectors run at every read (no detection period). */
+static inline int detect_each_read(const mv_pipe_seg *s)
+{
+    return s->cfg.detect && !s->cfg.detect_period_ns;
+}
+
 MV_DETECT_INLINE unsigned feed_counters(mv_pipe_seg *s, const char *vals, int forward, double dt)
 {
     unsigned flags = 0;
-    int det = s->cfg.detect;
+    int det = detect_each_read(s);
     for (size_t j = 0; j < s->nc; j++) {
         hctr *h = &s->hc[j];
         uint64_t v;
         memcpy(&v, vals + h->off, 8);
         if (__builtin_expect(!h->primed, 0)) {
             /* First read: the cumulative increase starts at 0 here. */
-            h->primed = 1;
+            h->primed = 2;
             s->coff[j] = (uint64_t)0 - v;
             s->cc[j].prime_e = s->e;
-            h->prev = v;
+            h->prev = h->det_raw = v;
             continue;
         }
         if (__builtin_expect(!forward, 0)) {
             s->coff[j] += h->prev - v; /* no interval: the total does not move */
+            h->det_raw -= h->prev - v;
             h->prev = v;
             continue;
         }
@@ -227,6 +237,7 @@ MV_DETECT_INLINE unsigned feed_counters(mv_pipe_seg *s, const char *vals, int fo
         } else { /* a reset: the new value is the increase */
             d = v;
             s->coff[j] += h->prev;
+            h->det_raw -= h->prev;
             s->cc[j].resets++;
         }
         h->prev = v;
@@ -243,7 +254,7 @@ MV_DETECT_INLINE unsigned feed_counters(mv_pipe_seg *s, const char *vals, int fo
 MV_DETECT_INLINE unsigned feed_gauges(mv_pipe_seg *s, const char *vals)
 {
     unsigned flags = 0;
-    int det = s->cfg.detect;
+    int det = detect_each_read(s);
     /* Runs to flush into sketches, added in batches (the sketches are cold in cache). */
     mv_sketch_add_req req[GAUGE_BATCH];
     size_t nb = 0;
@@ -349,6 +360,8 @@ static unsigned feed_hists(mv_pipe_seg *s, const char *vals, int same)
                     c->win_sum += ds;
                 }
                 c->win_count += dc;
+                c->det_count += dc;
+                c->det_sum += ds;
                 x = ds / (double)dc;
             }
         } else {
@@ -357,7 +370,7 @@ static unsigned feed_hists(mv_pipe_seg *s, const char *vals, int same)
         h->prev_count = count;
         h->prev_sum = sum;
         h->primed = 1;
-        if (s->cfg.detect && !isnan(x))
+        if (detect_each_read(s) && !isnan(x))
             flags |= detect(s, &h->det, &c->changes, x);
     }
     return flags;
@@ -377,8 +390,8 @@ unsigned pipe_run_same(mv_pipe_seg *s)
         if (h->last == h->last) /* a NaN last value stays out of the window (run 0) */
             h->run += ng;
     }
-    if (!s->cfg.detect)
-        return 0;
+    if (!detect_each_read(s))
+        return 0; /* steps take the values as they are then (detect_step) */
     for (uint32_t k = 0; k < nc; k++)
         for (size_t j = 0; j < s->nc; j++)
             flags |= detect(s, &s->dc[j], &s->cc[j].changes, 0.0);
@@ -386,6 +399,64 @@ unsigned pipe_run_same(mv_pipe_seg *s)
         for (size_t j = 0; j < s->ng; j++)
             flags |= detect(s, &s->hg[j].det, &s->cg[j].changes, s->hg[j].last);
     return flags;
+}
+
+/* A detection step (cfg.detect_period_ns): every detector scores what changed since the
+ * previous step - a counter its rate over the elapsed clock since then (or since its first
+ * read), a gauge its value, a histogram the mean of the observations since then. */
+static unsigned detect_step(mv_pipe_seg *s)
+{
+    unsigned flags = 0;
+    uint64_t e = s->e;
+    for (size_t j = 0; j < s->nc; j++) {
+        hctr *h = &s->hc[j];
+        if (!h->primed)
+            continue;
+        uint64_t from = s->det_e;
+        if (__builtin_expect(h->primed == 2, 0)) { /* first read since the last step */
+            from = s->cc[j].prime_e;
+            h->primed = 1;
+        }
+        if (e > from) {
+            uint64_t d = h->prev - h->det_raw;
+            double x = d ? (double)d / ((double)(e - from) * 1e-9) : 0.0;
+            flags |= detect(s, &s->dc[j], &s->cc[j].changes, x);
+        }
+        h->det_raw = h->prev;
+    }
+    for (size_t j = 0; j < s->ng; j++)
+        flags |= detect(s, &s->hg[j].det, &s->cg[j].changes, s->hg[j].last);
+    for (size_t j = 0; j < s->nh; j++) {
+        chist *c = &s->ch[j];
+        if (c->det_count)
+            flags |= detect(s, &s->hh[j].det, &c->changes, c->det_sum / (double)c->det_count);
+        c->det_count = 0;
+        c->det_sum = 0;
+    }
+    s->det_e = e;
+    return flags;
+}
+
+/* Whether the read at now_ns, gap after the previous one, is a detection step. */
+static int detect_due(mv_pipe_seg *s, uint64_t now_ns, uint64_t gap)
+{
+    uint64_t p = s->cfg.detect_period_ns;
+    if (!s->det_started) {
+        /* The first read is a step; the next ones count from it less this segment's
+         * phase. */
+        uint64_t ph = s->cfg.phase_ns % p;
+        s->det_started = 1;
+        s->det_last_ns = now_ns > ph ? now_ns - ph : 0;
+        return 1;
+    }
+    /* A clock that went back starts the count again. */
+    uint64_t need = p - (gap < p ? gap / 2 : p);
+    int due = now_ns < s->det_last_ns || now_ns - s->det_last_ns >= need;
+    if (due)
+        s->det_last_ns = now_ns;
+    /* For mv_pipe_seg_prefetch: whether the next read, as far after this one, steps. */
+    s->det_soon = now_ns - s->det_last_ns + gap >= need;
+    return due;
 }
 
 MV_DETECT_INLINE unsigned feed(mv_pipe_seg *s, const void *hot, uint64_t now_ns, int same)
@@ -455,6 +526,10 @@ MV_DETECT_INLINE unsigned feed(mv_pipe_seg *s, const void *hot, uint64_t now_ns,
     }
     if (s->nh)
         flags |= feed_hists(s, vals, same);
+    if (detect_each_read(s))
+        flags |= MV_PIPE_STEP;
+    else if (s->cfg.detect && detect_due(s, now_ns, gap))
+        flags |= MV_PIPE_STEP | detect_step(s);
     s->fed = 1;
     pthread_mutex_unlock(&s->mu);
     if (s->fd) {
@@ -496,12 +571,15 @@ void mv_pipe_seg_prefetch(const mv_pipe_seg *s, int what)
      * histograms'. */
     int wait = what == MV_PIPE_PF_SAME && s->fed && s->cfg.same_batch && !s->cl &&
                s->same_g + 1u < s->cfg.same_batch;
-    if (!wait) {
-        prefetch_lines(s->dc, s->nc, sizeof *s->dc);
+    /* With a detection period, the counters' detectors only at a step, which also reads
+     * their hot records. */
+    int each = !s->cfg.detect_period_ns, step = s->cfg.detect && (each || !s->fed || s->det_soon);
+    if (step || !wait)
         prefetch_lines(s->hg, s->ng, sizeof *s->hg);
-    }
+    if (step && (each ? !wait : 1))
+        prefetch_lines(s->dc, s->nc, sizeof *s->dc);
     prefetch_lines(s->hh, s->nh, sizeof *s->hh); /* feed_same reads whether they are primed */
-    if (what != MV_PIPE_PF_SAME || !s->fed)
+    if (what != MV_PIPE_PF_SAME || !s->fed || (step && !each))
         prefetch_lines(s->hc, s->nc, sizeof *s->hc);
 }
 

@@ -46,9 +46,10 @@
  * elapsed over the intervals that ended in the last short_ns before the
  * latest read (at least the latest interval). It follows a step within
  * short_ns plus one read interval, instead of up to two windows.
- * Change detection (EWMA z + CUSUM) runs on every read: counters on the
- * per-read rate, gauges on the value, histograms on the mean observation of
- * the read interval (when there was one). Changes are counted per metric.
+ * Change detection (EWMA z + CUSUM) runs at every read, or at most every
+ * detect_period_ns (a step): counters on the rate since the previous step,
+ * gauges on the value, histograms on the mean observation since the previous
+ * step (when there was one). Changes are counted per metric.
  *
  * Anomaly score: every fd_period_ns the segment's feature vector (counter
  * and histogram-count rates over the period, gauge last values; the first
@@ -63,7 +64,7 @@
  *
  * Memory per metric (see mv_pipe_metric_bytes, the bound): sizeof(mv_pipe_out)
  * (the published summary) + a 64-byte hot record + cold state (counters: 40
- * bytes and 72 of short-rate ring and offset; gauges: 24; histograms: 56 +
+ * bytes and 72 of short-rate ring and offset; gauges: 24; histograms: 72 +
  * 16 * (buckets + 1) of previous and window counts), plus for gauges a sparse
  * sketch once needed (at most mv_sketch_memory_bytes; 336 bytes for one
  * value). The view reports the bytes held as of the latest read (mem_bytes).
@@ -93,7 +94,7 @@ typedef struct mv_pipe_config {
     uint64_t window_ns;      /* export window; default 15 s; at least 1 ms */
     double alpha;            /* sketch relative accuracy; default 0.01 */
     uint32_t sketch_buckets; /* sketch key budget per sign; default 1536 (1 ns .. 1 h at 1%) */
-    int detect;              /* run change detection on every read; default 1 */
+    int detect;              /* run change detection; default 1 */
     int fd;                  /* run the anomaly scorer; default 1 */
     uint64_t fd_period_ns;   /* scorer step; default 1 s */
     uint32_t fd_max_dims;    /* metrics in the scorer's vector; default 64 */
@@ -121,6 +122,15 @@ typedef struct mv_pipe_config {
      * summaries never miss one. 0 (default): each read runs its own; at most 65535. The
      * collector uses 8 when no adaptive sampling reads the flags. */
     uint32_t same_batch;
+    /* Change detection steps at most this often: 0 (default) at every read. Otherwise a read
+     * is a step when the last step is at least this long ago, less half the read interval (a
+     * read interval at or above it: every read), and the detectors score, at each step, a
+     * counter's rate over the time since the previous step, a gauge's value and a
+     * histogram's mean observation since the previous step. Reads between steps only update
+     * the windows. The first read is a step; the next ones count from it less phase_ns (mod
+     * this), so segments read in one tick step in different ticks. At most one hour. The
+     * collector uses 10 ms (--detect-ms). */
+    uint64_t detect_period_ns;
 } mv_pipe_config;
 
 void mv_pipe_config_default(mv_pipe_config *cfg);
@@ -164,6 +174,9 @@ enum {
     MV_PIPE_CHANGED = 1u << 0, /* a metric changed in this read */
     MV_PIPE_MOVING = 1u << 1,  /* a metric moved (unusual) in this read */
     MV_PIPE_WINDOW = 1u << 2,  /* this read closed a window */
+    /* This read was a detection step (detection on: every read without detect_period_ns):
+     * the absence of CHANGED and MOVING is a verdict only on such a read. */
+    MV_PIPE_STEP = 1u << 3,
 };
 
 typedef struct mv_pipe_seg mv_pipe_seg;

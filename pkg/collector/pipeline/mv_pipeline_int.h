@@ -26,8 +26,11 @@
 typedef struct hctr {
     uint64_t prev;   /* raw value at the previous read */
     double rate_max; /* window: highest increase / elapsed over one read interval */
+    /* The total at the previous detection step (cfg.detect_period_ns) less the reset offset:
+     * prev - det_raw is the increase since that step (moved with every change of coff). */
+    uint64_t det_raw;
     uint32_t off;    /* value offset in the value area */
-    uint32_t primed; /* a previous read exists */
+    uint32_t primed; /* a previous read exists; 2: its first read came after the last step */
 } hctr;
 
 typedef struct hgauge {
@@ -46,9 +49,9 @@ typedef struct hhist {
     uint32_t primed;
 } hhist;
 
-_Static_assert(sizeof(mv_detect_series) == 32 && sizeof(hctr) == 24 && sizeof(hgauge) == 56 &&
+_Static_assert(sizeof(mv_detect_series) == 32 && sizeof(hctr) == 32 && sizeof(hgauge) == 56 &&
                    sizeof(hhist) == 56,
-               "hot records are packed: a feed streams through 24 to 56 bytes per metric");
+               "hot records are packed: a feed streams through 32 to 56 bytes per metric");
 
 /* Cold records. */
 typedef struct cctr {
@@ -69,6 +72,10 @@ typedef struct chist {
     uint64_t off; /* reset offset: cumulative count = prev_count + off */
     double win_sum;
     uint64_t win_count;
+    /* Observations since the previous detection step (cfg.detect_period_ns): their count
+     * and sum. */
+    uint64_t det_count;
+    double det_sum;
     uint64_t changes, resets;
     uint32_t idx, nb; /* nb = bucket_count + 1 */
 } chist;
@@ -108,6 +115,12 @@ struct mv_pipe_seg {
     wsnap *cl; /* closing window (cl != NULL while summaries are pending) */
     mv_fd *fd;
     uint64_t fd_step;
+    /* Detection steps (cfg.detect_period_ns): the time the steps count from (the previous
+     * step, or the first read less the phase) and the elapsed clock at the previous step;
+     * det_started: set at the first read. */
+    uint64_t det_last_ns, det_e;
+    int det_started;
+    int det_soon; /* a read one read interval after the last would be a step */
     mv_pipe_config cfg;
     /* Touched when something happens (a change, a reset, a first read, a sketch). */
     cctr *cc;
