@@ -177,6 +177,7 @@ else:
         expect("--no-probe" not in args(col) and "--expo-cache-max-bytes" not in args(col),
                "probe on and the cache's default bound by default")
         expect("--tick-poll" not in args(col), "tick workers sleep between ticks by default")
+        expect(flag(col, "--detect-ms") == "10", "change detection at most every 10 ms by default")
         expect({e["name"]: e.get("value") for e in container(col).get("env", [])}
                .get("GLIBC_TUNABLES") == "glibc.malloc.hugetlb=1",
                "collector heap on transparent huge pages by default")
@@ -202,6 +203,7 @@ else:
         expect(flag(col, "--rdma-src-ip") == "10.0.1.9", "--rdma-src-ip")
         expect(flag(col, "--tick-workers") == "2" and "--tick-poll" in args(col),
                "DPU collector: 2 tick workers polling on the DPU's own cores")
+        expect(flag(col, "--detect-ms") == "5", "collector.detectMs=5: --detect-ms 5")
         expect(spec["nodeSelector"].get("kubernetes.io/arch") == "arm64", "DPU collector on arm64")
         expect("env" not in container(col), "collector.mallocHugePages=false: no GLIBC_TUNABLES")
         expect(spec["hostNetwork"] is True, "DPU collector on the host network")

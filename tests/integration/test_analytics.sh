@@ -25,6 +25,8 @@ id='namespace="shop",pod="web-1",worker="0"'
 
 has() { curl -sf "$url" | grep -q "$1"; }
 check "counter rate series appears after a window" wait_for 10 has "^gen_requests_rate{$id} "
+check "at a 1 ms tick change detection steps every 10 ms by default" \
+  grep -q 'event=collector.started .*tick_ms=1.000 .*detect=1 detect_ms=10 ' "$tmp/collector.log"
 # The first window may have started with the workload: wait for the next one (windows change
 # once per --window-ms) so that the checks below see a complete window.
 window() { grep -F -e "gen_requests_rate{$id} " -e "gen_latency_seconds_window_sum{$id} " "$1"; }

@@ -24,6 +24,8 @@ check "microviewctl top: --interval below 0.1 is refused" \
   refused "--interval: '0.01' is out of range: want a decimal number from 0.1 to 3600" "$bin/microviewctl" top --interval 0.01
 check "collector: --tick-workers out of range is refused" \
   refused "--tick-workers: '65' is out of range: want a whole number from 1 to 64" "$bin/microview-collector" --tick-workers 65
+check "collector: --detect-ms over a minute is refused" \
+  refused "--detect-ms: '60001' is out of range: want a whole number from 0 to 60000" "$bin/microview-collector" --detect-ms 60001
 check "agent: --list is not taken for --listen" \
   refused "unknown option --list (did you mean --listen?)" \
   "$bin/microview-agent" --standalone --dir "$tmp/a" --list 127.0.0.1:0

@@ -360,8 +360,10 @@ static unsigned feed_hists(mv_pipe_seg *s, const char *vals, int same)
                     c->win_sum += ds;
                 }
                 c->win_count += dc;
-                c->det_count += dc;
-                c->det_sum += ds;
+                if (s->cfg.detect_period_ns) { /* for the next detection step */
+                    c->det_count += dc;
+                    c->det_sum += ds;
+                }
                 x = ds / (double)dc;
             }
         } else {
