@@ -102,6 +102,10 @@ static int g_per_second; /* --per-second: a line per second of each run */
 static char g_thp[16];   /* the kernel's THP mode and glibc's hugetlb tunable, as run */
 static int g_malloc_huge;
 static int g_poll; /* --poll: idle tick workers poll (mv_coll_opts.tick_poll) */
+/* --detect-ms N: change detection steps at most every N ms (0: every read); default the
+ * collector's (mv_coll_opts_default: 10 ms). */
+static long g_detect_ms = -1;
+static uint64_t g_detect_shown; /* the period the runs used, in ms */
 
 /* Without a snapshot: copying 1,000 segments' values would take the CPU of a tick worker for
  * milliseconds at the run's start and end. */
@@ -257,6 +261,9 @@ static int run(bench *b, unsigned workers, uint32_t tick_us, double seconds, int
     o.on_tick = on_tick;
     o.on_tick_arg = &rec;
     o.tick_poll = g_poll;
+    if (g_detect_ms >= 0)
+        o.pipe.detect_period_ns = (uint64_t)g_detect_ms * 1000000ull;
+    g_detect_shown = o.pipe.detect_period_ns / 1000000ull;
     if (mv_coll_create(&o, &c) != 0) {
         free(rec.dur);
         free(rec.sec_missed);
@@ -351,26 +358,26 @@ static int run(bench *b, unsigned workers, uint32_t tick_us, double seconds, int
     uint64_t sec_med = whole ? sec_missed[whole / 2] : 0;
     uint64_t sec_max = whole ? sec_missed[whole - 1] : 0;
     double reads = (double)ticks * b->nsegs;
-    printf("bench=tick workers=%u segments=%u metrics=%u seconds=%.1f ticks=%llu missed=%llu "
-           "p50_ms=%.3f p99_ms=%.3f cpu_cores=%.2f cpu_per_tick_us=%.1f "
-           "cpu_ns_per_sample=%.2f samples_per_s_per_core=%.3g max_ms=%.3f writer_cpu_cores=%.2f "
-           "analytics=%d window_align=%s collector_rss_anon_bytes=%llu "
-           "collector_heap_bytes=%llu analytics_bytes_per_metric=%.0f seconds_without_miss=%zu "
-           "missed_per_second_median=%llu missed_per_second_max=%llu start_late_max_ms=%.3f "
-           "starts_late_half_tick=%llu reads_deferred=%llu reads_deferred_share=%.2e tick_poll=%d "
-           "poll_cores=%.2f scrape_ms=%u scrapes=%u scrape_max_ms=%.3f scrape_cpu_ms=%.3f thp=%s "
-           "malloc_hugetlb=%d anon_huge_bytes=%llu\n",
-           workers, b->nsegs, b->nmetrics, wall, (unsigned long long)ticks,
-           (unsigned long long)missed, n ? (double)dur[n / 2] / 1e6 : 0.0,
-           n ? (double)dur[n * 99 / 100] / 1e6 : 0.0, cpu / wall, cpu_tick * 1e6,
-           cpu_tick * 1e9 / nsamples, cpu_tick > 0 ? nsamples / cpu_tick : 0.0,
-           n ? (double)dur[n - 1] / 1e6 : 0.0, wcpu / wall, analytics, aligned ? "wall" : "segment",
-           (unsigned long long)rss, (unsigned long long)heap, (double)amem / nsamples, clean,
-           (unsigned long long)sec_med, (unsigned long long)sec_max, (double)rec.late_max / 1e6,
-           (unsigned long long)rec.late_over, (unsigned long long)rec.deferred,
-           reads > 0 ? (double)rec.deferred / reads : 0.0, g_poll, polled / wall, g_scrape_ms, sc.n,
-           (double)sc.max_ns / 1e6, sc_n ? scpu * 1e3 / (double)sc_n : 0.0, g_thp, g_malloc_huge,
-           (unsigned long long)huge);
+    printf(
+        "bench=tick workers=%u segments=%u metrics=%u seconds=%.1f ticks=%llu missed=%llu "
+        "p50_ms=%.3f p99_ms=%.3f cpu_cores=%.2f cpu_per_tick_us=%.1f "
+        "cpu_ns_per_sample=%.2f samples_per_s_per_core=%.3g max_ms=%.3f writer_cpu_cores=%.2f "
+        "analytics=%d detect_ms=%llu window_align=%s collector_rss_anon_bytes=%llu "
+        "collector_heap_bytes=%llu analytics_bytes_per_metric=%.0f seconds_without_miss=%zu "
+        "missed_per_second_median=%llu missed_per_second_max=%llu start_late_max_ms=%.3f "
+        "starts_late_half_tick=%llu reads_deferred=%llu reads_deferred_share=%.2e tick_poll=%d "
+        "poll_cores=%.2f scrape_ms=%u scrapes=%u scrape_max_ms=%.3f scrape_cpu_ms=%.3f thp=%s "
+        "malloc_hugetlb=%d anon_huge_bytes=%llu\n",
+        workers, b->nsegs, b->nmetrics, wall, (unsigned long long)ticks, (unsigned long long)missed,
+        n ? (double)dur[n / 2] / 1e6 : 0.0, n ? (double)dur[n * 99 / 100] / 1e6 : 0.0, cpu / wall,
+        cpu_tick * 1e6, cpu_tick * 1e9 / nsamples, cpu_tick > 0 ? nsamples / cpu_tick : 0.0,
+        n ? (double)dur[n - 1] / 1e6 : 0.0, wcpu / wall, analytics,
+        (unsigned long long)g_detect_shown, aligned ? "wall" : "segment", (unsigned long long)rss,
+        (unsigned long long)heap, (double)amem / nsamples, clean, (unsigned long long)sec_med,
+        (unsigned long long)sec_max, (double)rec.late_max / 1e6, (unsigned long long)rec.late_over,
+        (unsigned long long)rec.deferred, reads > 0 ? (double)rec.deferred / reads : 0.0, g_poll,
+        polled / wall, g_scrape_ms, sc.n, (double)sc.max_ns / 1e6,
+        sc_n ? scpu * 1e3 / (double)sc_n : 0.0, g_thp, g_malloc_huge, (unsigned long long)huge);
     fflush(stdout);
     if (workers <= 2 && analytics)
         g_fig[workers] = (run_fig){.done = 1,
@@ -438,6 +445,8 @@ int main(int argc, char **argv)
             g_per_second = 1;
         } else if (!strcmp(a, "--poll")) {
             g_poll = 1;
+        } else if (!strcmp(a, "--detect-ms") && v && atol(v) >= 0 && atol(v) <= 60000) {
+            g_detect_ms = atol(argv[++i]);
         } else if (!strcmp(a, "--scrape-ms") && v && atoi(v) > 0) {
             g_scrape_ms = (unsigned)atoi(argv[++i]);
         } else if (!strcmp(a, "--window-align") && v &&
@@ -455,9 +464,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: tick_bench [--quick] [--seconds S] [--workers 1,2] "
                         "[--segments N] [--metrics M] [--tick-us U] [--no-analytics]\n"
                         "                  [--window-align segment|wall] [--per-second] [--poll] "
-                        "[--scrape-ms N]\n"
+                        "[--scrape-ms N] [--detect-ms N]\n"
                         "  defaults: --seconds 60 (--quick 5) --workers 1,2 --segments 1000 "
-                        "--metrics 64 --tick-us 1000 --window-align segment (the collector's);\n"
+                        "--metrics 64 --tick-us 1000 --window-align segment --detect-ms 10 (the "
+                        "collector's);\n"
                         "  metrics 1..128, tick-us >= 1000\n");
         return 2;
     }
