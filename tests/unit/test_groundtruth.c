@@ -77,10 +77,23 @@ static mv_segment *seg_new(const char *name, char *path, size_t plen)
     return s;
 }
 
+/* The collector's detection period (10 ms) unless coll_new_detect says otherwise. */
+static mv_coll *coll_new_detect(uint64_t window_ns, uint32_t max_interval_us, uint64_t fd_period_ns,
+                                uint64_t detect_period_ns);
+
 static mv_coll *coll_new(uint64_t window_ns, uint32_t max_interval_us, uint64_t fd_period_ns)
 {
     mv_coll_opts o;
     mv_coll_opts_default(&o);
+    return coll_new_detect(window_ns, max_interval_us, fd_period_ns, o.pipe.detect_period_ns);
+}
+
+static mv_coll *coll_new_detect(uint64_t window_ns, uint32_t max_interval_us, uint64_t fd_period_ns,
+                                uint64_t detect_period_ns)
+{
+    mv_coll_opts o;
+    mv_coll_opts_default(&o);
+    o.pipe.detect_period_ns = detect_period_ns;
     o.tick_us = 1000;
     o.analytics = 1;
     o.pipe.window_ns = window_ns;
@@ -448,7 +461,10 @@ static void test_changes(void)
     CU_ASSERT_FATAL(mv_gauge_register(seg, "gt_noise", NULL, NULL, NULL, 0, &noise) == MV_OK);
     CU_ASSERT_FATAL(mv_gauge_register(seg, "gt_flat", NULL, NULL, NULL, 0, &flat) == MV_OK);
     const uint64_t W = 3000 * MS;
-    mv_coll *c = coll_new(W, 0, 0);
+    /* Detection at every read (--detect-ms 0): the lockstep ticks below come microseconds
+     * apart, so with the collector's 10 ms steps the number of scored samples would be the
+     * machine's speed, not the reads' (steps: tests/unit/test_pipeline.c). */
+    mv_coll *c = coll_new_detect(W, 0, 0, 0);
     coll_attach(c, "c", path);
     test_rng r = {99};
     mv_gauge_set(flat, 3.0);
@@ -491,8 +507,15 @@ static void test_adaptive(void)
     coll_attach(c, "a", path);
     CU_ASSERT_FATAL(mv_coll_start(c) == 0); /* the collector's own tick thread */
     uint64_t iv = 0, reads = 0, reads0 = 0, deadline = wall_ns() + 20000 * MS;
-    /* Backed off, and past the detectors' warm-up (50 reads). */
-    while ((iv != 64 * MS || reads < 60) && wall_ns() < deadline) {
+    /* Backed off (after 8 calm detection steps at each interval: 48 steps, a step every
+     * 10 ms at the 1 ms tick, at every read from 8 ms on), then 10 more reads at 64 ms: past
+     * the detectors' warm-up (50 steps). */
+    while (iv != 64 * MS && wall_ns() < deadline) {
+        sched_yield();
+        seg_state(c, "a", NULL, &reads, &iv);
+    }
+    uint64_t reads64 = reads;
+    while (iv == 64 * MS && reads < reads64 + 10 && wall_ns() < deadline) {
         sched_yield();
         seg_state(c, "a", NULL, &reads, &iv);
     }

@@ -317,7 +317,8 @@ static void test_changes_on_steps(void)
 
 /* Reads every 1 ms under a 10 ms detection period at a 3 ms phase: the first read is a
  * step, then the reads 7, 17, 27, ... ms after it (the first read less the phase, plus the
- * period less half a read interval); only steps carry CHANGED or MOVING. A counter's rate
+ * period less half a read interval); only steps carry CHANGED or MOVING; a read after
+ * mv_pipe_seg_step_next is a step. A counter's rate
  * stepping from 5 to 50 per ms, a gauge's level moving by 10 sigma and a histogram's mean
  * observation moving from 1 to 4 are each reported within three steps. Over an hour is refused. */
 static void test_detection_period(void)
@@ -361,6 +362,13 @@ static void test_detection_period(void)
         if ((fl & MV_PIPE_CHANGED) && phase >= 1 && found[phase - 1] < 0)
             found[phase - 1] = i;
     }
+    /* A read the collector's probe brought forward: a step whenever the last one was. */
+    uint64_t t = t0 + 6000 * MS;
+    CU_ASSERT_FALSE(mv_pipe_seg_feed(p, f.map, t) & MV_PIPE_STEP); /* read 6000 */
+    mv_pipe_seg_step_next(p);
+    CU_ASSERT(mv_pipe_seg_feed(p, f.map, t + MS) & MV_PIPE_STEP);
+    CU_ASSERT_FALSE(mv_pipe_seg_feed(p, f.map, t + 2 * MS) & MV_PIPE_STEP);
+    mv_pipe_seg_step_next(NULL); /* ignored */
     /* The window published last closed at read 5000: the change counts as of then. */
     mv_pipe_view *v = mv_pipe_seg_view(p);
     CU_ASSERT_FATAL(v != NULL);

@@ -611,10 +611,14 @@ static uint32_t tick_prepare(mv_coll *c, seg *s, uint64_t *same_at)
      * unless the transport's probe sees that it changed: then it is read now,
      * and the read's change brings it back to every tick. */
     if (s->rate && s->state == MV_COLL_OK &&
-        now_ns(CLOCK_MONOTONIC) + (uint64_t)c->o.tick_us * 500ull < s->due_ns &&
-        !mv_coll__probe_changed(c, s)) {
-        mv_coll__count(&s->skipped);
-        return 0;
+        now_ns(CLOCK_MONOTONIC) + (uint64_t)c->o.tick_us * 500ull < s->due_ns) {
+        if (!mv_coll__probe_changed(c, s)) {
+            mv_coll__count(&s->skipped);
+            return 0;
+        }
+        /* Brought forward by a change: its read is a detection step, whenever the last one
+         * was, so that the change can bring the segment back to every tick at once. */
+        mv_pipe_seg_step_next(s->pipe);
     }
     uint64_t now = now_ns(CLOCK_REALTIME);
     if (s->state == MV_COLL_QUARANTINED && now < s->next_recheck_ns)

@@ -448,12 +448,14 @@ static int detect_due(mv_pipe_seg *s, uint64_t now_ns, uint64_t gap)
          * phase. */
         uint64_t ph = s->cfg.phase_ns % p;
         s->det_started = 1;
+        s->det_force = 0;
         s->det_last_ns = now_ns > ph ? now_ns - ph : 0;
         return 1;
     }
     /* A clock that went back starts the count again. */
     uint64_t need = p - (gap < p ? gap / 2 : p);
-    int due = now_ns < s->det_last_ns || now_ns - s->det_last_ns >= need;
+    int due = s->det_force || now_ns < s->det_last_ns || now_ns - s->det_last_ns >= need;
+    s->det_force = 0;
     if (due)
         s->det_last_ns = now_ns;
     /* For mv_pipe_seg_prefetch: whether the next read, as far after this one, steps. */
@@ -542,6 +544,12 @@ MV_DETECT_INLINE unsigned feed(mv_pipe_seg *s, const void *hot, uint64_t now_ns,
         }
     }
     return flags;
+}
+
+void mv_pipe_seg_step_next(mv_pipe_seg *s)
+{
+    if (s)
+        s->det_force = 1;
 }
 
 unsigned mv_pipe_seg_feed(mv_pipe_seg *s, const void *hot, uint64_t now_ns)

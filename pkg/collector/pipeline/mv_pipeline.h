@@ -201,6 +201,11 @@ unsigned mv_pipe_seg_feed(mv_pipe_seg *s, const void *hot, uint64_t now_ns);
  * segment unchanged then touches only the per-metric records). */
 unsigned mv_pipe_seg_feed_same(mv_pipe_seg *s, const void *hot, uint64_t now_ns);
 
+/* Makes the next read a detection step whenever the last one was (cfg.detect_period_ns; a
+ * no-op without one). The collector calls it for a read of a backed-off segment that its probe
+ * brought forward: the change it saw is scored at once. NULL is ignored. */
+void mv_pipe_seg_step_next(mv_pipe_seg *s);
+
 /* What mv_pipe_seg_prefetch asks for. */
 enum {
     MV_PIPE_PF_STATE = 0,   /* the state's own hot lines */

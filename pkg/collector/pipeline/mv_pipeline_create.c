@@ -264,6 +264,7 @@ int mv_pipe_seg_create(const mv_pipe_config *cfg, const mv_seg_catalog *cat, mv_
         s->det_last_ns = prev->det_last_ns;
         s->det_e = prev->det_e;
         s->det_started = prev->det_started;
+        s->det_force = prev->det_force;
     }
     size_t jc = 0, jg = 0, jh = 0;
     for (size_t i = 0; i < s->n; i++) {

@@ -120,7 +120,8 @@ struct mv_pipe_seg {
      * det_started: set at the first read. */
     uint64_t det_last_ns, det_e;
     int det_started;
-    int det_soon; /* a read one read interval after the last would be a step */
+    int det_soon;  /* a read one read interval after the last would be a step */
+    int det_force; /* the next read is a step (mv_pipe_seg_step_next) */
     mv_pipe_config cfg;
     /* Touched when something happens (a change, a reset, a first read, a sketch). */
     cctr *cc;
