@@ -102,6 +102,28 @@ static void test_spread_close_equals_immediate(void)
     fx_close(&fb);
 }
 
+/* A segment `file` with the mixed metrics and a gauge to be set to NaN, its catalog parsed. */
+static void mixed_open(fixture *f, const char *file, mixed *m, mv_gauge *nan_g)
+{
+    double bounds[8];
+    mv_exponential_buckets(0.001, 2.0, 8, bounds);
+    fx_open(f, file, 65536);
+    char name[32];
+    for (int k = 0; k < 4; k++) {
+        snprintf(name, sizeof name, "c%d_total", k);
+        CU_ASSERT_FATAL(mv_counter_register(f->seg, name, NULL, NULL, NULL, 0, &m->c[k]) == MV_OK);
+        snprintf(name, sizeof name, "g%d", k);
+        CU_ASSERT_FATAL(mv_gauge_register(f->seg, name, NULL, NULL, NULL, 0, &m->g[k]) == MV_OK);
+    }
+    for (int k = 0; k < 2; k++) {
+        snprintf(name, sizeof name, "h%d", k);
+        CU_ASSERT_FATAL(
+            mv_histogram_register(f->seg, name, NULL, NULL, NULL, 0, bounds, 8, &m->h[k]) == MV_OK);
+    }
+    CU_ASSERT_FATAL(mv_gauge_register(f->seg, "g_nan", NULL, NULL, NULL, 0, nan_g) == MV_OK);
+    fx_catalog(f);
+}
+
 /* Two views of the same reads, to the bit. */
 static int views_equal(const mv_pipe_view *a, const mv_pipe_view *b)
 {
@@ -121,23 +143,7 @@ static void test_feed_same_equals_feed(void)
     fixture f;
     mixed m;
     mv_gauge nan_g;
-    double bounds[8];
-    mv_exponential_buckets(0.001, 2.0, 8, bounds);
-    fx_open(&f, "same.seg", 65536);
-    char name[32];
-    for (int k = 0; k < 4; k++) {
-        snprintf(name, sizeof name, "c%d_total", k);
-        CU_ASSERT_FATAL(mv_counter_register(f.seg, name, NULL, NULL, NULL, 0, &m.c[k]) == MV_OK);
-        snprintf(name, sizeof name, "g%d", k);
-        CU_ASSERT_FATAL(mv_gauge_register(f.seg, name, NULL, NULL, NULL, 0, &m.g[k]) == MV_OK);
-    }
-    for (int k = 0; k < 2; k++) {
-        snprintf(name, sizeof name, "h%d", k);
-        CU_ASSERT_FATAL(
-            mv_histogram_register(f.seg, name, NULL, NULL, NULL, 0, bounds, 8, &m.h[k]) == MV_OK);
-    }
-    CU_ASSERT_FATAL(mv_gauge_register(f.seg, "g_nan", NULL, NULL, NULL, 0, &nan_g) == MV_OK);
-    fx_catalog(&f);
+    mixed_open(&f, "same.seg", &m, &nan_g);
     mv_pipe_config cfg;
     mv_pipe_config_default(&cfg);
     cfg.window_ns = SEC;
@@ -219,23 +225,7 @@ static void test_period_reached_equals_each_read(void)
     fixture f;
     mixed m;
     mv_gauge nan_g;
-    double bounds[8];
-    mv_exponential_buckets(0.001, 2.0, 8, bounds);
-    fx_open(&f, "period.seg", 65536);
-    char name[32];
-    for (int k = 0; k < 4; k++) {
-        snprintf(name, sizeof name, "c%d_total", k);
-        CU_ASSERT_FATAL(mv_counter_register(f.seg, name, NULL, NULL, NULL, 0, &m.c[k]) == MV_OK);
-        snprintf(name, sizeof name, "g%d", k);
-        CU_ASSERT_FATAL(mv_gauge_register(f.seg, name, NULL, NULL, NULL, 0, &m.g[k]) == MV_OK);
-    }
-    for (int k = 0; k < 2; k++) {
-        snprintf(name, sizeof name, "h%d", k);
-        CU_ASSERT_FATAL(
-            mv_histogram_register(f.seg, name, NULL, NULL, NULL, 0, bounds, 8, &m.h[k]) == MV_OK);
-    }
-    CU_ASSERT_FATAL(mv_gauge_register(f.seg, "g_nan", NULL, NULL, NULL, 0, &nan_g) == MV_OK);
-    fx_catalog(&f);
+    mixed_open(&f, "period.seg", &m, &nan_g);
     mv_pipe_config cfg;
     mv_pipe_config_default(&cfg);
     cfg.window_ns = SEC;
