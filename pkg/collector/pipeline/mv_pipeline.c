@@ -581,15 +581,16 @@ void mv_pipe_seg_prefetch(const mv_pipe_seg *s, int what)
      * histograms'. */
     int wait = what == MV_PIPE_PF_SAME && s->fed && s->cfg.same_batch && !s->cl &&
                s->same_g + 1u < s->cfg.same_batch;
-    /* With a detection period, the counters' detectors only at a step, which also reads
-     * their hot records. */
-    int each = !s->cfg.detect_period_ns, step = s->cfg.detect && (each || !s->fed || s->det_soon);
-    if (step || !wait)
+    /* With a detection period the counters' detectors are touched only at a step (which
+     * also reads the gauges' and counters' hot records), and at a step whatever waits. */
+    int each = !s->cfg.detect_period_ns;
+    int step = !each && s->cfg.detect && (!s->fed || s->det_soon);
+    if (!wait || step)
         prefetch_lines(s->hg, s->ng, sizeof *s->hg);
-    if (step && (each ? !wait : 1))
+    if ((each && !wait) || step)
         prefetch_lines(s->dc, s->nc, sizeof *s->dc);
     prefetch_lines(s->hh, s->nh, sizeof *s->hh); /* feed_same reads whether they are primed */
-    if (what != MV_PIPE_PF_SAME || !s->fed || (step && !each))
+    if (what != MV_PIPE_PF_SAME || !s->fed || step)
         prefetch_lines(s->hc, s->nc, sizeof *s->hc);
 }
 
