@@ -80,6 +80,18 @@ cmake --build "$build" -j"$(nproc)" --target pipeline_bench >/dev/null &&
 cmake --build "$build" -j"$(nproc)" --target tick_bench >/dev/null &&
   run tick_bench "${collector_env[@]}" "$build/bin/tick_bench" "${quick[@]}" &&
   run tick_bench_poll "${collector_env[@]}" "$build/bin/tick_bench" --poll --workers 2 "${quick[@]}"
+# The floor under those figures on this machine: the same collector with one segment of one
+# metric and analytics off (tick_bench --floor), sleeping and polling; and, with nothing of
+# MicroView running, how late the machine wakes a thread that sleeps to each tick (cyclictest).
+cmake --build "$build" -j"$(nproc)" --target tick_bench >/dev/null && {
+  run tick_floor "$build/bin/tick_bench" --floor --workers 2 "${quick[@]}"
+  run tick_floor_poll "$build/bin/tick_bench" --floor --poll --workers 2 "${quick[@]}"
+}
+if command -v cyclictest >/dev/null; then
+  run host_wake "$root/bench/host_wake.sh" "${quick[@]}"
+else
+  note "host_wake SKIPPED: cyclictest is not installed (Debian package rt-tests, scripts/deps.sh test)"
+fi
 
 # The agent's cost on its node with 1,000 segments and a collector reading them every 1 ms.
 node_args=()
@@ -321,7 +333,11 @@ echo "   cpu_ns_per_sample: that CPU per metric read (the per-core cost); collec
 echo "   the collector's anonymous RSS beyond the writer's; analytics_bytes_per_metric: accounted"
 grep -E '^bench=tick ' "$results" | sed 's/^/  /'
 echo "   goals (issue goals 4 and 6):"
-grep -E '^goal=(tick\.[a-z_]+|memory\.collector_rss) ' "$results" | sed 's/^/  /'
+grep -E '^goal=(tick\.[a-z_]+|memory\.collector_rss) ' "$results" | grep -vE '^goal=tick\.(floor|host)' | sed 's/^/  /'
+echo "   the floor: the same collector with 1 segment of 1 metric, analytics off (tick_bench --floor),"
+echo "   and how late the machine wakes a sleeping thread at each tick, nothing of ours running (cyclictest):"
+grep -E '^bench=(tick_floor|host_wake) ' "$results" | sed 's/^/  /'
+grep -E '^goal=tick\.(floor|host)' "$results" | sed 's/^/  /'
 awk '
 function kv(line, key,   n, i, a, f) {
   n = split(line, f, " ")

@@ -105,6 +105,9 @@ static int g_poll; /* --poll: idle tick workers poll (mv_coll_opts.tick_poll) */
 /* --detect-ms N: change detection steps at most every N ms (0: every read); default the
  * collector's (mv_coll_opts_default: 10 ms). */
 static long g_detect_ms = -1;
+/* --floor: the same collector with next to nothing to do (one segment of one metric, analytics
+ * off): the ticks this machine misses whatever the tick's work, reported instead of goals. */
+static int g_floor;
 static uint64_t g_detect_shown; /* the period the runs used, in ms */
 
 /* Without a snapshot: copying 1,000 segments' values would take the CPU of a tick worker for
@@ -359,7 +362,7 @@ static int run(bench *b, unsigned workers, uint32_t tick_us, double seconds, int
     uint64_t sec_max = whole ? sec_missed[whole - 1] : 0;
     double reads = (double)ticks * b->nsegs;
     printf(
-        "bench=tick workers=%u segments=%u metrics=%u seconds=%.1f ticks=%llu missed=%llu "
+        "bench=%s workers=%u segments=%u metrics=%u seconds=%.1f ticks=%llu missed=%llu "
         "p50_ms=%.3f p99_ms=%.3f cpu_cores=%.2f cpu_per_tick_us=%.1f "
         "cpu_ns_per_sample=%.2f samples_per_s_per_core=%.3g max_ms=%.3f writer_cpu_cores=%.2f "
         "analytics=%d detect_ms=%llu window_align=%s collector_rss_anon_bytes=%llu "
@@ -368,7 +371,7 @@ static int run(bench *b, unsigned workers, uint32_t tick_us, double seconds, int
         "starts_late_half_tick=%llu reads_deferred=%llu reads_deferred_share=%.2e tick_poll=%d "
         "poll_cores=%.2f scrape_ms=%u scrapes=%u scrape_max_ms=%.3f scrape_cpu_ms=%.3f thp=%s "
         "malloc_hugetlb=%d anon_huge_bytes=%llu\n",
-        workers, b->nsegs, b->nmetrics, wall, (unsigned long long)ticks, (unsigned long long)missed,
+        g_floor ? "tick_floor" : "tick", workers, b->nsegs, b->nmetrics, wall, (unsigned long long)ticks, (unsigned long long)missed,
         n ? (double)dur[n / 2] / 1e6 : 0.0, n ? (double)dur[n * 99 / 100] / 1e6 : 0.0, cpu / wall,
         cpu_tick * 1e6, cpu_tick * 1e9 / nsamples, cpu_tick > 0 ? nsamples / cpu_tick : 0.0,
         n ? (double)dur[n - 1] / 1e6 : 0.0, wcpu / wall, analytics,
@@ -379,7 +382,7 @@ static int run(bench *b, unsigned workers, uint32_t tick_us, double seconds, int
         polled / wall, g_scrape_ms, sc.n, (double)sc.max_ns / 1e6,
         sc_n ? scpu * 1e3 / (double)sc_n : 0.0, g_thp, g_malloc_huge, (unsigned long long)huge);
     fflush(stdout);
-    if (workers <= 2 && analytics)
+    if (workers <= 2 && (analytics || g_floor))
         g_fig[workers] = (run_fig){.done = 1,
                                    .missed = missed,
                                    .sec_med = sec_med,
@@ -445,6 +448,8 @@ int main(int argc, char **argv)
             g_per_second = 1;
         } else if (!strcmp(a, "--poll")) {
             g_poll = 1;
+        } else if (!strcmp(a, "--floor")) {
+            g_floor = 1;
         } else if (!strcmp(a, "--detect-ms") && v && atol(v) >= 0 && atol(v) <= 60000) {
             g_detect_ms = atol(argv[++i]);
         } else if (!strcmp(a, "--scrape-ms") && v && atoi(v) > 0) {
@@ -464,12 +469,18 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: tick_bench [--quick] [--seconds S] [--workers 1,2] "
                         "[--segments N] [--metrics M] [--tick-us U] [--no-analytics]\n"
                         "                  [--window-align segment|wall] [--per-second] [--poll] "
-                        "[--scrape-ms N] [--detect-ms N]\n"
+                        "[--scrape-ms N] [--detect-ms N] [--floor]\n"
                         "  defaults: --seconds 60 (--quick 5) --workers 1,2 --segments 1000 "
                         "--metrics 64 --tick-us 1000 --window-align segment --detect-ms 10 (the "
                         "collector's);\n"
-                        "  metrics 1..128, tick-us >= 1000\n");
+                        "  metrics 1..128, tick-us >= 1000; --floor: 1 segment of 1 metric, "
+                        "analytics off (overrides --segments, --metrics)\n");
         return 2;
+    }
+    if (g_floor) {
+        nsegs = 1;
+        nmetrics = 1;
+        analytics = 0;
     }
 
     mv_log_init("tick_bench", MV_LOG_WARN);
@@ -498,7 +509,16 @@ int main(int argc, char **argv)
     __atomic_store_n(&b.stop, 1, __ATOMIC_RELEASE);
     pthread_join(b.writer, NULL);
     /* The goal lines bench/run.sh collects (issue goals 4 and 6), analytics on. */
-    for (unsigned w = 1; w <= 2 && rc == 0; w++) {
+    for (unsigned w = 1; w <= 2 && rc == 0 && g_floor; w++) {
+        const run_fig *f = &g_fig[w];
+        if (f->done)
+            printf("goal=tick.floor_missed%s issue_goal=4 workers=%u segments=1 metrics=1 "
+                   "figure=%llu target=report unit=missed_ticks seconds=%.0f "
+                   "seconds_without_miss=%zu start_late_max_ms=%.3f tick_poll=%d met=yes\n",
+                   g_poll ? "_poll" : "", w, (unsigned long long)f->missed, f->seconds,
+                   f->sec_clean, f->late_max_ms, g_poll);
+    }
+    for (unsigned w = 1; w <= 2 && rc == 0 && !g_floor; w++) {
         const run_fig *f = &g_fig[w];
         if (!f->done)
             continue;
@@ -517,7 +537,7 @@ int main(int argc, char **argv)
                    "unit=cpu_us_per_tick ns_per_sample_per_core=%.2f met=yes\n",
                    w, f->cpu_per_tick_us, f->ns_per_sample);
     }
-    for (unsigned w = 2; w >= 1 && rc == 0 && !g_poll; w--) {
+    for (unsigned w = 2; w >= 1 && rc == 0 && !g_poll && !g_floor; w--) {
         if (!g_fig[w].done)
             continue;
         printf("goal=memory.collector_rss issue_goal=6 segments=%u metrics=%u figure=%llu "

@@ -26,6 +26,7 @@ test_pkgs=(
   yamllint
   openssl
   shellcheck
+  rt-tests
   containerd runc containernetworking-plugins iptables
 )
 # The container image tests: debootstrap makes the base images.
