@@ -361,26 +361,27 @@ static int run(bench *b, unsigned workers, uint32_t tick_us, double seconds, int
     uint64_t sec_med = whole ? sec_missed[whole / 2] : 0;
     uint64_t sec_max = whole ? sec_missed[whole - 1] : 0;
     double reads = (double)ticks * b->nsegs;
-    printf(
-        "bench=%s workers=%u segments=%u metrics=%u seconds=%.1f ticks=%llu missed=%llu "
-        "p50_ms=%.3f p99_ms=%.3f cpu_cores=%.2f cpu_per_tick_us=%.1f "
-        "cpu_ns_per_sample=%.2f samples_per_s_per_core=%.3g max_ms=%.3f writer_cpu_cores=%.2f "
-        "analytics=%d detect_ms=%llu window_align=%s collector_rss_anon_bytes=%llu "
-        "collector_heap_bytes=%llu analytics_bytes_per_metric=%.0f seconds_without_miss=%zu "
-        "missed_per_second_median=%llu missed_per_second_max=%llu start_late_max_ms=%.3f "
-        "starts_late_half_tick=%llu reads_deferred=%llu reads_deferred_share=%.2e tick_poll=%d "
-        "poll_cores=%.2f scrape_ms=%u scrapes=%u scrape_max_ms=%.3f scrape_cpu_ms=%.3f thp=%s "
-        "malloc_hugetlb=%d anon_huge_bytes=%llu\n",
-        g_floor ? "tick_floor" : "tick", workers, b->nsegs, b->nmetrics, wall, (unsigned long long)ticks, (unsigned long long)missed,
-        n ? (double)dur[n / 2] / 1e6 : 0.0, n ? (double)dur[n * 99 / 100] / 1e6 : 0.0, cpu / wall,
-        cpu_tick * 1e6, cpu_tick * 1e9 / nsamples, cpu_tick > 0 ? nsamples / cpu_tick : 0.0,
-        n ? (double)dur[n - 1] / 1e6 : 0.0, wcpu / wall, analytics,
-        (unsigned long long)g_detect_shown, aligned ? "wall" : "segment", (unsigned long long)rss,
-        (unsigned long long)heap, (double)amem / nsamples, clean, (unsigned long long)sec_med,
-        (unsigned long long)sec_max, (double)rec.late_max / 1e6, (unsigned long long)rec.late_over,
-        (unsigned long long)rec.deferred, reads > 0 ? (double)rec.deferred / reads : 0.0, g_poll,
-        polled / wall, g_scrape_ms, sc.n, (double)sc.max_ns / 1e6,
-        sc_n ? scpu * 1e3 / (double)sc_n : 0.0, g_thp, g_malloc_huge, (unsigned long long)huge);
+    printf("bench=%s workers=%u segments=%u metrics=%u seconds=%.1f ticks=%llu missed=%llu "
+           "p50_ms=%.3f p99_ms=%.3f cpu_cores=%.2f cpu_per_tick_us=%.1f "
+           "cpu_ns_per_sample=%.2f samples_per_s_per_core=%.3g max_ms=%.3f writer_cpu_cores=%.2f "
+           "analytics=%d detect_ms=%llu window_align=%s collector_rss_anon_bytes=%llu "
+           "collector_heap_bytes=%llu analytics_bytes_per_metric=%.0f seconds_without_miss=%zu "
+           "missed_per_second_median=%llu missed_per_second_max=%llu start_late_max_ms=%.3f "
+           "starts_late_half_tick=%llu reads_deferred=%llu reads_deferred_share=%.2e tick_poll=%d "
+           "poll_cores=%.2f scrape_ms=%u scrapes=%u scrape_max_ms=%.3f scrape_cpu_ms=%.3f thp=%s "
+           "malloc_hugetlb=%d anon_huge_bytes=%llu\n",
+           g_floor ? "tick_floor" : "tick", workers, b->nsegs, b->nmetrics, wall,
+           (unsigned long long)ticks, (unsigned long long)missed,
+           n ? (double)dur[n / 2] / 1e6 : 0.0, n ? (double)dur[n * 99 / 100] / 1e6 : 0.0,
+           cpu / wall, cpu_tick * 1e6, cpu_tick * 1e9 / nsamples,
+           cpu_tick > 0 ? nsamples / cpu_tick : 0.0, n ? (double)dur[n - 1] / 1e6 : 0.0,
+           wcpu / wall, analytics, (unsigned long long)g_detect_shown, aligned ? "wall" : "segment",
+           (unsigned long long)rss, (unsigned long long)heap, (double)amem / nsamples, clean,
+           (unsigned long long)sec_med, (unsigned long long)sec_max, (double)rec.late_max / 1e6,
+           (unsigned long long)rec.late_over, (unsigned long long)rec.deferred,
+           reads > 0 ? (double)rec.deferred / reads : 0.0, g_poll, polled / wall, g_scrape_ms, sc.n,
+           (double)sc.max_ns / 1e6, sc_n ? scpu * 1e3 / (double)sc_n : 0.0, g_thp, g_malloc_huge,
+           (unsigned long long)huge);
     fflush(stdout);
     if (workers <= 2 && (analytics || g_floor))
         g_fig[workers] = (run_fig){.done = 1,
