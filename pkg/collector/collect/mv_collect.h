@@ -203,7 +203,7 @@ typedef struct mv_coll_stats {
     /* Segment reads a tick left to the next because a worker of an earlier tick still
      * held the segment (it was stopped mid-chunk, e.g. its CPU taken by the host). */
     uint64_t reads_deferred;
-    double poll_seconds; /* time idle tick workers spent polling (tick_poll), all added up */
+    double poll_seconds; /* CPU time idle tick workers spent polling (tick_poll), all added up */
     uint64_t tick_buckets[MV_COLL_TICK_BUCKETS + 1]; /* non-cumulative; last = +Inf */
     double tick_seconds_sum;
     uint64_t errors[MV_SEG_REASON_COUNT_]; /* quarantine events by reason */

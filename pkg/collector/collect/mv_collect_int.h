@@ -180,7 +180,7 @@ struct mv_coll {
     uint64_t early_at;        /* under wmu: the last early tick's start */
     pthread_mutex_t sync_mu;  /* one mv_coll_tick at a time */
     uint64_t wseq;            /* atomic, bumped under wmu: what polling workers watch */
-    uint64_t poll_ns;         /* atomic: time tick workers spent polling (tick_poll) */
+    uint64_t poll_ns;         /* atomic: CPU time tick workers spent polling (tick_poll) */
     /* Serialise reads through transports that are not `concurrent` (e.g. one
      * RDMA connection) when there are several workers. */
     pthread_mutex_t read_mu[READ_LOCKS];

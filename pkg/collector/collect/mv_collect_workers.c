@@ -243,19 +243,31 @@ static inline void cpu_relax(void)
 #endif
 }
 
+/* This thread's CPU time (ns). */
+static uint64_t thread_cpu_ns(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+        return 0;
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 /* tick_poll: spins (wmu released meanwhile) until `until`, or until another worker started a
- * tick or something else changed; the time spent counts in mv_coll_stats.poll_seconds. */
+ * tick or something else changed; the CPU time spent counts in mv_coll_stats.poll_seconds
+ * (not the wall time: a vCPU the host took away meanwhile did not poll). */
 static void poll_until(mv_coll *c, uint64_t until)
 {
     uint64_t seq = __atomic_load_n(&c->wseq, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&c->wmu);
-    uint64_t t0 = mono_ns(), t = t0;
+    uint64_t cpu0 = thread_cpu_ns(), t = mono_ns();
     while (t < until && __atomic_load_n(&c->wseq, __ATOMIC_ACQUIRE) == seq) {
         for (int i = 0; i < 32; i++)
             cpu_relax();
         t = mono_ns();
     }
-    __atomic_add_fetch(&c->poll_ns, t - t0, __ATOMIC_RELAXED);
+    uint64_t cpu1 = thread_cpu_ns();
+    if (cpu1 > cpu0)
+        __atomic_add_fetch(&c->poll_ns, cpu1 - cpu0, __ATOMIC_RELAXED);
     pthread_mutex_lock(&c->wmu);
 }
 

@@ -66,8 +66,8 @@ int mv_export__render_self(mv_expo *e, const mv_coll_seg_view *const *views, siz
                          NULL);
     rc |= mv_expo_sample_u64(e, NULL, NULL, 0, NULL, 0, NULL, 0, cs->reads_deferred, MV_EXPO_NO_TS);
     rc |= mv_expo_family(e, "microview_collector_tick_poll_seconds_total", MV_EXPO_COUNTER,
-                         "Time idle tick workers spent polling for the next tick (--tick-poll), "
-                         "all workers added up.",
+                         "CPU time idle tick workers spent polling for the next tick "
+                         "(--tick-poll), all workers added up.",
                          "seconds");
     rc |= mv_expo_sample(e, NULL, NULL, 0, NULL, 0, NULL, 0, cs->poll_seconds, MV_EXPO_NO_TS);
     rc |= mv_expo_family(e, "microview_series_dropped_total", MV_EXPO_COUNTER,
