@@ -8,6 +8,7 @@ Import it from a test script with
     sys.path.insert(0, os.path.join(<repository root>, "tests", "lib"))
     import mvtest
 """
+import os
 import socket
 import subprocess
 import sys
@@ -33,9 +34,20 @@ class Report:
         return ok
 
     def skip(self, desc, why):
+        """A check that cannot run here: printed, counted, and appended to $MV_TEST_SKIP_LOG
+        when set, so scripts/test.sh counts it as skipped, never as passed."""
         self.skipped += 1
-        print("SKIPPED: %s (%s)" % (desc, why))
+        line = "SKIPPED: %s (%s)" % (desc, why)
+        print(line)
         sys.stdout.flush()
+        log = os.environ.get("MV_TEST_SKIP_LOG")
+        if log:
+            try:
+                with open(log, "a") as f:
+                    f.write("%s: %s\n" % (os.path.basename(sys.argv[0]), line))
+            except OSError as e:
+                print("mvtest: cannot append to MV_TEST_SKIP_LOG=%s: %s" % (log, e),
+                      file=sys.stderr)
 
     def summary(self, name):
         """The closing `NAME: N passed, N failed, N skipped` line."""

@@ -639,9 +639,9 @@ static void test_reap_reused_pid(void)
     waitpid(owner, NULL, 0);
     pid_t other = spawn_with_pid(owner);
     if (other < 0) {
-        printf("\n  SKIPPED: pid reuse (a process given pid %d by clone3's set_tid: %s; needs "
-               "root and Linux 5.5)\n",
-               (int)owner, strerror((int)-other));
+        mv_test_skip_case("pid reuse (a process given pid %d by clone3's set_tid: %s; needs "
+                          "root and Linux 5.5)",
+                          (int)owner, strerror((int)-other));
     } else {
         CU_ASSERT_EQUAL(other, owner);
         CU_ASSERT_EQUAL(kill(other, 0), 0); /* the number is in use again */

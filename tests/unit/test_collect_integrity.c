@@ -599,7 +599,7 @@ static void test_collisions_and_duplicates(void)
     CU_ASSERT_EQUAL(st.dropped_invalid, 0);
     int rc = promtool_check(text);
     if (rc == 77)
-        printf("\n  SKIPPED: promtool check (no /usr/bin/promtool)\n");
+        mv_test_skip_case("promtool check (no /usr/bin/promtool)");
     else
         CU_ASSERT_EQUAL(rc, 0);
     if (CU_get_number_of_failures() > 0)

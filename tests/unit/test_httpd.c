@@ -434,7 +434,7 @@ static void test_ipv6_any(void)
     /* "::" must serve IPv4 clients too; skipped where the host has no IPv6. */
     int s = socket(AF_INET6, SOCK_STREAM, 0);
     if (s < 0) {
-        fprintf(stderr, "(no IPv6: skipped) ");
+        mv_test_skip_case("\"::\" serving IPv4 clients (no IPv6 socket: %s)", strerror(errno));
         return;
     }
     close(s);

@@ -35,7 +35,7 @@ static void test_owner_fds_within_limit(void)
     low = old;
     low.rlim_cur = 256;
     if (old.rlim_cur < 256 || setrlimit(RLIMIT_NOFILE, &low) != 0) {
-        printf("\n  SKIPPED: descriptor budget (cannot set RLIMIT_NOFILE to 256)\n");
+        mv_test_skip_case("descriptor budget (cannot set RLIMIT_NOFILE to 256)");
         return;
     }
     char dir[600];
@@ -73,7 +73,7 @@ static void test_reap_some_owners(void)
     low = old;
     low.rlim_cur = 256; /* pidfds for the first 64 segments, pid numbers for the rest */
     if (old.rlim_cur < 256 || setrlimit(RLIMIT_NOFILE, &low) != 0) {
-        printf("\n  SKIPPED: mixed reap (cannot set RLIMIT_NOFILE to 256)\n");
+        mv_test_skip_case("mixed reap (cannot set RLIMIT_NOFILE to 256)");
         return;
     }
     enum { OWNERS = 6, SEGS = 84 };
@@ -192,7 +192,7 @@ static void test_reap_on_exit(void)
     low = old;
     low.rlim_cur = 64; /* a quarter, at least 64, stays for the agent: no pidfd at all */
     if (old.rlim_cur < 64 || setrlimit(RLIMIT_NOFILE, &low) != 0) {
-        printf("  SKIPPED: reap by pid number (cannot set RLIMIT_NOFILE to 64)\n");
+        mv_test_skip_case("reap by pid number (cannot set RLIMIT_NOFILE to 64)");
         return;
     }
     snprintf(dir, sizeof dir, "%s/exitreap%d", tmpdir, dir_seq++);
