@@ -54,9 +54,7 @@ tar -C "$src" --exclude='./build*' --exclude=./.git --exclude=./.cache --exclude
 rc=$?
 took=$((SECONDS - t0))
 echo "timing: quickstart --once in a fresh container ${took}s (exit $rc)"
-if [ "$rc" -ne 0 ]; then
-  tail -n 40 "$tmp/quickstart.log"
-fi
+if [ "$rc" -ne 0 ]; then tail -n 40 "$tmp/quickstart.log"; else tail -n 8 "$tmp/quickstart.log"; fi
 check "quickstart --once exits 0 in a fresh Debian 12 container" test "$rc" -eq 0
 check "quickstart showed live values of the workload" \
   grep -qE '^gen_requests_total\{.*worker="0"' "$tmp/quickstart.log"
