@@ -146,6 +146,15 @@ static void disc_removed(void *arg, const char *id)
     mv_coll_remove(a->coll, id);
 }
 
+/* A relabel (the agent set the segment's labels, e.g. at a container's start): the same
+ * mapping and analytics, new identity labels. */
+static void disc_updated(void *arg, const mv_disc_segment *s)
+{
+    app *a = arg;
+    if (mv_coll_relabel(a->coll, s->id, s->labels, s->nlabels) == -ENOENT)
+        disc_added(arg, s); /* never added (its open failed): try again */
+}
+
 static void disc_synced(void *arg, const char *const *ids, size_t n)
 {
     app *a = arg;
@@ -501,8 +510,11 @@ static int run(int argc, char **argv, mv_export_sel *derived)
     }
     mv_disc *disc = NULL;
     if (agent) {
-        mv_disc_callbacks cb = {
-            .arg = &a, .added = disc_added, .removed = disc_removed, .synced = disc_synced};
+        mv_disc_callbacks cb = {.arg = &a,
+                                .added = disc_added,
+                                .removed = disc_removed,
+                                .updated = disc_updated,
+                                .synced = disc_synced};
         if (mv_disc_start(agent, &cb, &disc) != 0) {
             MV_ERROR("collector.failed", "error=%s", mv_log_q("cannot start agent discovery"));
             goto destroy_httpd;

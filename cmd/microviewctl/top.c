@@ -6,13 +6,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "ctl.h"
 #include "mv_util.h"
 
-#define MAX_BODY (64u << 20)
+#define MAX_BODY  (64u << 20)
+#define IDENT_MAX 8192 /* 16 labels of 127-byte names and 255-byte values fit */
+/* The columns after SEGMENT: " STATE READS/S INTERVAL ANOMALY CHANGES". */
+#define VALUES_WIDTH 51
+#define SEGMENT_MIN  20
 
 /* Fetches URL; returns the parsed JSON or NULL (reason printed). */
 static json_object *fetch(CURL *c, const char *url)
@@ -70,6 +75,36 @@ static void labels_str(json_object *l, char *out, size_t cap, int braces)
         snprintf(out + n, cap - n, "}");
 }
 
+/* A segment's identity, never cut: NAMESPACE/POD/CONTAINER (those present) when it has a pod
+ * label, then its other labels as k=v; without a pod label all its labels; without labels its
+ * id. */
+static void identity(json_object *s, char *out, size_t cap)
+{
+    static const char *const parts[] = {"namespace", "pod", "container"};
+    json_object *l = get(s, "labels");
+    size_t n = 0;
+    out[0] = '\0';
+    int kube = get(l, "pod") != NULL;
+    for (size_t i = 0; kube && i < 3; i++) {
+        json_object *v = get(l, parts[i]);
+        if (v && n < cap)
+            n +=
+                (size_t)snprintf(out + n, cap - n, "%s%s", n ? "/" : "", json_object_get_string(v));
+    }
+    if (l) {
+        json_object_object_foreach(l, k, v)
+        {
+            if (kube && (!strcmp(k, "namespace") || !strcmp(k, "pod") || !strcmp(k, "container")))
+                continue;
+            if (n < cap)
+                n += (size_t)snprintf(out + n, cap - n, "%s%s=%s", n ? " " : "", k,
+                                      json_object_get_string(v));
+        }
+    }
+    if (!out[0])
+        snprintf(out, cap, "%s", json_object_get_string(get(s, "id")));
+}
+
 static void fmt_num(double v, char *out, size_t cap)
 {
     if (isnan(v))
@@ -81,6 +116,7 @@ static void fmt_num(double v, char *out, size_t cap)
 typedef struct row {
     json_object *seg;
     double score;
+    char *ident;
 } row;
 
 static int row_cmp(const void *a, const void *b)
@@ -91,7 +127,10 @@ static int row_cmp(const void *a, const void *b)
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-static void print_frame(FILE *f, const char *base, json_object *root, unsigned limit)
+/* One frame. `cols`: the terminal's width, 0 for none (a pipe): the SEGMENT column is as wide
+ * as the longest identity, and when that does not fit beside the values in `cols`, a longer
+ * identity gets a line of its own with its values on the next line. */
+static void print_frame(FILE *f, const char *base, json_object *root, unsigned limit, size_t cols)
 {
     json_object *segs = get(root, "segments");
     size_t n = segs ? json_object_array_length(segs) : 0;
@@ -100,26 +139,40 @@ static void print_frame(FILE *f, const char *base, json_object *root, unsigned l
     strftime(ts, sizeof ts, "%Y-%m-%d %H:%M:%S", localtime(&now));
     fprintf(f, "microview top  %s  %zu segment(s)  ticks %.0f  %s\n", base, n, num(root, "ticks"),
             ts);
-    fprintf(f, "%-44s %-11s %9s %10s %8s %8s\n", "SEGMENT", "STATE", "READS/S", "INTERVAL",
-            "ANOMALY", "CHANGES");
     row *rows = calloc(n ? n : 1, sizeof *rows);
-    if (!rows)
+    char *idents = malloc(n ? n * IDENT_MAX : 1);
+    if (!rows || !idents) {
+        free(rows);
+        free(idents);
         return;
+    }
+    size_t width = strlen("SEGMENT");
     for (size_t i = 0; i < n; i++) {
         rows[i].seg = json_object_array_get_idx(segs, i);
         rows[i].score = num(rows[i].seg, "anomaly_score");
+        rows[i].ident = idents + i * IDENT_MAX;
+        identity(rows[i].seg, rows[i].ident, IDENT_MAX);
+        size_t len = strlen(rows[i].ident);
+        width = len > width ? len : width;
     }
+    if (cols) {
+        size_t fit = cols > VALUES_WIDTH + SEGMENT_MIN ? cols - VALUES_WIDTH : SEGMENT_MIN;
+        width = width < fit ? width : fit;
+    }
+    fprintf(f, "%-*s %-11s %9s %10s %8s %8s\n", (int)width, "SEGMENT", "STATE", "READS/S",
+            "INTERVAL", "ANOMALY", "CHANGES");
     qsort(rows, n, sizeof *rows, row_cmp);
     for (size_t i = 0; i < n; i++) {
         json_object *s = rows[i].seg;
-        labels_str(get(s, "labels"), lab, sizeof lab, 0);
-        if (!lab[0])
-            snprintf(lab, sizeof lab, "%s", json_object_get_string(get(s, "id")));
         fmt_num(rows[i].score, a, sizeof a);
         fmt_num(num(s, "read_interval_seconds") * 1e3, b, sizeof b);
         fmt_num(num(s, "reads_per_second"), c, sizeof c);
-        fprintf(f, "%-44.44s %-11s %9s %8sms %8s %8.0f\n", lab,
-                json_object_get_string(get(s, "state")), c, b, a, num(s, "changes"));
+        if (strlen(rows[i].ident) > width) /* whole, on a line of its own */
+            fprintf(f, "%s\n%-*s", rows[i].ident, (int)width, "");
+        else
+            fprintf(f, "%-*s", (int)width, rows[i].ident);
+        fprintf(f, " %-11s %9s %8sms %8s %8.0f\n", json_object_get_string(get(s, "state")), c, b, a,
+                num(s, "changes"));
         if (get(s, "last_error"))
             fprintf(f, "  last error: %s: %s\n", json_object_get_string(get(s, "last_error")),
                     json_object_get_string(get(s, "last_error_detail")));
@@ -151,7 +204,22 @@ static void print_frame(FILE *f, const char *base, json_object *root, unsigned l
         if (m > limit)
             fprintf(f, "  ... %zu more\n", m - limit);
     }
+    free(idents);
     free(rows);
+}
+
+/* The terminal's width when stdout is one, else $COLUMNS when set, else 0 (no limit). */
+static size_t term_cols(void)
+{
+    struct winsize ws;
+    if (isatty(STDOUT_FILENO) && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+        return ws.ws_col;
+    const char *e = getenv("COLUMNS");
+    uint64_t v;
+    char err[MV_ERR_MAX];
+    if (e && mv_parse_u64(e, 1, 100000, &v, err, sizeof err) == 0)
+        return (size_t)v;
+    return 0;
 }
 
 int mv_ctl_top(int argc, char **argv, const volatile int *stop)
@@ -212,7 +280,7 @@ int mv_ctl_top(int argc, char **argv, const volatile int *stop)
         if (!once)
             fputs("\033[H\033[2J", stdout);
         if (root)
-            print_frame(stdout, base, root, limit);
+            print_frame(stdout, base, root, limit, term_cols());
         json_object_put(root);
         fflush(stdout);
         if (once)

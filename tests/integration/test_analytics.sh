@@ -90,7 +90,7 @@ check "default windows end at each segment's own offset ($(seg_windows "$base" s
   seg_windows "$base" segment
 "$bin/microviewctl" top --collector "$base" --once >"$tmp/top.txt" 2>&1
 check "microviewctl top --once prints the pods and their values" \
-  bash -c "grep -q 'pod=web-1' $tmp/top.txt && grep -q 'gen_requests_total' $tmp/top.txt && grep -q ANOMALY $tmp/top.txt"
+  bash -c "grep -q '^shop/web-1 ' $tmp/top.txt && grep -q 'gen_requests_total' $tmp/top.txt && grep -q ANOMALY $tmp/top.txt"
 
 # A second collector with the default choice of derived series: few samples per metric.
 port2=$(free_port)

@@ -592,6 +592,58 @@ static uint64_t *shard_word(const char *path, size_t size, const char *name, uin
     return w;
 }
 
+/* A relabel (the agent set the segment's labels) keeps the segment: its reads, its analytics
+ * window; only the identity labels change, in name order. */
+static void test_relabel_keeps_segment(void)
+{
+    mv_segment *seg;
+    mv_counter ctr;
+    char path[256];
+    counter_segment("relabel.seg", 16384, "reqs_total", path, &seg, &ctr);
+    mv_coll_opts o;
+    mv_coll *c;
+    mv_coll_opts_default(&o);
+    o.analytics = 1;
+    CU_ASSERT_FATAL(mv_coll_create(&o, &c) == 0);
+    add_path(c, "r", path);
+    for (int i = 0; i < 3; i++) {
+        mv_counter_inc(ctr);
+        mv_coll_tick(c);
+    }
+    mv_coll_snap *sn = mv_coll_snapshot(c);
+    const mv_coll_seg_view *v = mv_coll_snap_seg(sn, 0);
+    uint64_t reads = v->reads;
+    CU_ASSERT_FATAL(v->pipe != NULL);
+    uint64_t window_start = v->pipe->window_start_ns;
+    mv_coll_snap_free(sn);
+
+    mv_seg_label l[2] = {{"pod", "web-1"}, {"namespace", "team-a"}};
+    CU_ASSERT_EQUAL(mv_coll_relabel(c, "r", l, 2), 0);
+    CU_ASSERT_EQUAL(mv_coll_relabel(c, "missing", l, 2), -ENOENT);
+    mv_counter_inc(ctr);
+    mv_coll_tick(c);
+    sn = mv_coll_snapshot(c);
+    CU_ASSERT_FATAL(mv_coll_snap_count(sn) == 1);
+    v = mv_coll_snap_seg(sn, 0);
+    CU_ASSERT_STRING_EQUAL(v->id, "r");
+    CU_ASSERT_FATAL(v->nlabels == 2);
+    CU_ASSERT_STRING_EQUAL(v->labels[0].key, "namespace");
+    CU_ASSERT_STRING_EQUAL(v->labels[0].value, "team-a");
+    CU_ASSERT_STRING_EQUAL(v->labels[1].key, "pod");
+    CU_ASSERT_STRING_EQUAL(v->labels[1].value, "web-1");
+    CU_ASSERT_EQUAL(v->reads, reads + 1);
+    CU_ASSERT_FATAL(v->pipe != NULL);
+    CU_ASSERT_EQUAL(v->pipe->window_start_ns, window_start);
+    CU_ASSERT_EQUAL(mv_coll_snap_stats(sn)->segments_removed, 0u);
+    CU_ASSERT_EQUAL(mv_coll_snap_stats(sn)->segments_added, 1u);
+    mv_coll_snap_free(sn);
+    double val = 0;
+    CU_ASSERT(snap_value(c, "r", "reqs_total", &val, NULL));
+    CU_ASSERT_EQUAL(val, 4);
+    mv_coll_destroy(c);
+    mv_close(seg);
+}
+
 /* Sharded metrics (spec section 5.2) through the collector: snapshots and the pipeline see the
  * sum of the shards, and a move in a shard other than the first ends the same reads. */
 static void test_sharded_segment(void)
@@ -691,6 +743,7 @@ int main(void)
         {"sharded metrics: sums, pipeline, probe", test_sharded_segment},
         {"same reads of uneven value slots", test_same_reads_mixed},
         {"window phases per segment or aligned", test_window_align},
+        {"relabel keeps the segment, its reads and analytics", test_relabel_keeps_segment},
     };
     int failed = MV_TEST_RUN("collect", tests);
     if (mv_test_rmrf(g_dir) != 0)

@@ -224,9 +224,24 @@ static void test_require_rdma(void)
 
 typedef struct seen {
     pthread_mutex_t mu;
-    int added, removed, synced, readable;
+    int added, removed, synced, readable, updated;
     uint32_t rkey;
+    char upd_labels[256]; /* the last update's labels, "k=v," each */
 } seen;
+
+static void on_updated(void *arg, const mv_disc_segment *s)
+{
+    seen *x = arg;
+    pthread_mutex_lock(&x->mu);
+    x->updated++;
+    x->upd_labels[0] = '\0';
+    for (size_t i = 0; i < s->nlabels; i++) {
+        size_t at = strlen(x->upd_labels);
+        snprintf(x->upd_labels + at, sizeof x->upd_labels - at, "%s=%s,", s->labels[i].key,
+                 s->labels[i].value);
+    }
+    pthread_mutex_unlock(&x->mu);
+}
 
 static void on_removed(void *arg, const char *id)
 {
@@ -395,6 +410,66 @@ static void test_label_change_is_changed(void)
     agent_stop(&a);
 }
 
+/* A consumer that takes updates gets a label change as one update (the wire's REMOVED+ADDED
+ * of one revision put together), with the new labels, and still gets a real removal. */
+static void test_label_change_is_update(void)
+{
+    agent a;
+    agent_start(&a, 0, 0);
+    mv_segstore_seg seg;
+    char err[256];
+    mv_segstore_label l1 = {"pod", "web-0"};
+    CU_ASSERT_FATAL(mv_segstore_create(a.store, 4096, 0, &l1, 1, &seg, err, sizeof err) == 0);
+
+    seen x = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    mv_disc_callbacks cb = {.arg = &x,
+                            .added = on_added,
+                            .removed = on_removed,
+                            .updated = on_updated,
+                            .synced = on_synced};
+    mv_disc *d;
+    CU_ASSERT_FATAL(mv_disc_start(a.unix_target, &cb, &d) == 0);
+    CU_ASSERT(wait_count(&x, &x.synced, 1, 5000));
+
+    mv_segstore_label l2[2] = {{"pod", "web-0"}, {"namespace", "team-a"}};
+    CU_ASSERT_EQUAL(mv_segstore_set_labels(a.store, seg.id, l2, 2, err, sizeof err), 1);
+    CU_ASSERT(wait_count(&x, &x.updated, 1, 5000));
+    /* Past the idle flush (200 ms): nothing held back turns into a removal. */
+    mv_test_sleep_ms(500);
+    pthread_mutex_lock(&x.mu);
+    CU_ASSERT_EQUAL(x.updated, 1);
+    CU_ASSERT_EQUAL(x.added, 1);
+    CU_ASSERT_EQUAL(x.removed, 0);
+    CU_ASSERT_STRING_EQUAL(x.upd_labels, "pod=web-0,namespace=team-a,");
+    pthread_mutex_unlock(&x.mu);
+
+    /* Two changes in a row: two updates. */
+    mv_segstore_label l3[1] = {{"pod", "web-1"}};
+    mv_segstore_label l4[1] = {{"pod", "web-2"}};
+    CU_ASSERT_EQUAL(mv_segstore_set_labels(a.store, seg.id, l3, 1, err, sizeof err), 1);
+    CU_ASSERT_EQUAL(mv_segstore_set_labels(a.store, seg.id, l4, 1, err, sizeof err), 1);
+    CU_ASSERT(wait_count(&x, &x.updated, 3, 5000));
+    pthread_mutex_lock(&x.mu);
+    CU_ASSERT_EQUAL(x.removed, 0);
+    CU_ASSERT_STRING_EQUAL(x.upd_labels, "pod=web-2,");
+    pthread_mutex_unlock(&x.mu);
+
+    /* A release is a removal, delivered without a following event. */
+    uint64_t t0 = mv_test_mono_ms();
+    CU_ASSERT_EQUAL(mv_segstore_release(a.store, seg.id), 0);
+    CU_ASSERT(wait_count(&x, &x.removed, 1, 5000));
+    uint64_t took = mv_test_mono_ms() - t0;
+    printf("  removal delivered after %llu ms\n", (unsigned long long)took);
+    CU_ASSERT(took < 1000);
+    pthread_mutex_lock(&x.mu);
+    CU_ASSERT_EQUAL(x.added, 1);
+    CU_ASSERT_EQUAL(x.updated, 3);
+    pthread_mutex_unlock(&x.mu);
+    mv_disc_destroy(d);
+    mv_segstore_seg_clear(&seg);
+    agent_stop(&a);
+}
+
 int main(void)
 {
     mv_log_init("test", MV_LOG_ERROR);
@@ -410,6 +485,7 @@ int main(void)
          test_rdma_attached_while_serving},
         {"label change: CHANGED for the store, REMOVED+ADDED on the wire",
          test_label_change_is_changed},
+        {"label change: one update for a consumer that takes updates", test_label_change_is_update},
     };
     int fails = MV_TEST_RUN("rdmawire", tests);
     char cmd[300];

@@ -310,8 +310,8 @@ free_resp:
     return rc;
 }
 
-int mv_agentc_watch(mv_agentc *c, void (*cb)(void *arg, int event, const mv_agentc_segment *s),
-                    void *arg, const volatile int *stop)
+static int watch(mv_agentc *c, void (*cb)(void *arg, int event, const mv_agentc_segment *s),
+                 void *arg, const volatile int *stop, int idle)
 {
     Microview__V1__WatchSegmentsRequest req = MICROVIEW__V1__WATCH_SEGMENTS_REQUEST__INIT;
     mv_rpc_buf in, msg;
@@ -332,8 +332,11 @@ int mv_agentc_watch(mv_agentc *c, void (*cb)(void *arg, int event, const mv_agen
             break;
         }
         rc = mv_rpc_cstream_next(cs, WATCH_POLL, &msg, &st);
-        if (rc == -ETIMEDOUT)
+        if (rc == -ETIMEDOUT) {
+            if (idle)
+                cb(arg, MV_AGENTC_IDLE, NULL);
             continue;
+        }
         if (rc == 0) {
             if (stop && *stop)
                 break;
@@ -389,4 +392,16 @@ int mv_agentc_watch(mv_agentc *c, void (*cb)(void *arg, int event, const mv_agen
     }
     mv_rpc_cstream_close(cs);
     return rc;
+}
+
+int mv_agentc_watch(mv_agentc *c, void (*cb)(void *arg, int event, const mv_agentc_segment *s),
+                    void *arg, const volatile int *stop)
+{
+    return watch(c, cb, arg, stop, 0);
+}
+
+int mv_agentc_watch_idle(mv_agentc *c, void (*cb)(void *arg, int event, const mv_agentc_segment *s),
+                         void *arg, const volatile int *stop)
+{
+    return watch(c, cb, arg, stop, 1);
 }

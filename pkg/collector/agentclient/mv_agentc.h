@@ -16,7 +16,7 @@
 
 #define MV_AGENTC_DEFAULT_TARGET "unix:/run/microview/agent.sock"
 
-enum { MV_AGENTC_ADDED = 1, MV_AGENTC_REMOVED = 2, MV_AGENTC_SYNCED = 3 };
+enum { MV_AGENTC_ADDED = 1, MV_AGENTC_REMOVED = 2, MV_AGENTC_SYNCED = 3, MV_AGENTC_IDLE = 4 };
 
 typedef struct mv_agentc mv_agentc;
 
@@ -86,5 +86,9 @@ void mv_agentc_segments_free(mv_agentc_segment *v, size_t n);
  * stream, e.g. -ENOSPC when this watcher fell behind: list again and re-watch). */
 int mv_agentc_watch(mv_agentc *c, void (*cb)(void *arg, int event, const mv_agentc_segment *s),
                     void *arg, const volatile int *stop);
+/* The same, and cb(arg, MV_AGENTC_IDLE, NULL) after every 200 ms without an event, so that
+ * the caller can act on what it held back waiting for the next event. */
+int mv_agentc_watch_idle(mv_agentc *c, void (*cb)(void *arg, int event, const mv_agentc_segment *s),
+                         void *arg, const volatile int *stop);
 
 #endif

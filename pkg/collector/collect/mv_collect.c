@@ -328,6 +328,59 @@ int mv_coll_remove(mv_coll *c, const char *id)
     return remove_if(c, id_is, id) ? 0 : -ENOENT;
 }
 
+static void labels_free(mv_seg_label *l, size_t n)
+{
+    for (size_t i = 0; l && i < n; i++) {
+        free((char *)l[i].key);
+        free((char *)l[i].value);
+    }
+    free(l);
+}
+
+int mv_coll_relabel(mv_coll *c, const char *id, const mv_seg_label *labels, size_t nlabels)
+{
+    mv_seg_label *l = calloc(nlabels ? nlabels : 1, sizeof *l);
+    for (size_t i = 0; l && i < nlabels; i++) {
+        l[i].key = strdup(labels[i].key);
+        l[i].value = strdup(labels[i].value ? labels[i].value : "");
+        if (!l[i].key || !l[i].value) {
+            labels_free(l, i + 1);
+            l = NULL;
+        }
+    }
+    if (!l)
+        return -ENOMEM;
+    for (size_t i = 1; i < nlabels; i++) /* name order, as mv_coll_add keeps them */
+        for (size_t j = i; j > 0 && strcmp(l[j - 1].key, l[j].key) > 0; j--) {
+            mv_seg_label tmp = l[j];
+            l[j] = l[j - 1];
+            l[j - 1] = tmp;
+        }
+    int rc = -ENOENT;
+    size_t nnew = nlabels;
+    pthread_mutex_lock(&c->mu);
+    for (size_t i = 0; i < c->nsegs; i++) {
+        seg *s = c->segs[i];
+        if (strcmp(s->id, id) != 0)
+            continue;
+        pthread_mutex_lock(&s->mu); /* snapshots copy the labels under it */
+        mv_seg_label *old = s->labels;
+        size_t nold = s->nlabels;
+        s->labels = l;
+        s->nlabels = nlabels;
+        pthread_mutex_unlock(&s->mu);
+        l = old;
+        nlabels = nold;
+        rc = 0;
+        break;
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (rc == 0)
+        MV_INFO("segment.relabeled", "id=%s labels=%zu", mv_log_q(id), nnew);
+    labels_free(l, nlabels);
+    return rc;
+}
+
 typedef struct keep_set {
     const char *const *ids;
     size_t n;

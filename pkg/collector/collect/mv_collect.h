@@ -130,6 +130,9 @@ void mv_coll_tick(mv_coll *c);
  * Returns 0, -EEXIST if `id` is present, -ENOMEM. */
 int mv_coll_add(mv_coll *c, const char *id, uint64_t size, const mv_seg_label *labels,
                 size_t nlabels, const mv_coll_transport *t, void *src);
+/* Gives segment `id` new identity labels (copied), keeping everything else: its source, reads
+ * and analytics. Logs segment.relabeled. Returns 0, -ENOENT or -ENOMEM. */
+int mv_coll_relabel(mv_coll *c, const char *id, const mv_seg_label *labels, size_t nlabels);
 /* Removes a segment (e.g. released or its rkey revoked). Returns 0 or -ENOENT. */
 int mv_coll_remove(mv_coll *c, const char *id);
 /* Called (from a tick worker, no table lock held) after the table dropped a

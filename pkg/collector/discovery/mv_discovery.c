@@ -20,7 +20,28 @@ struct mv_disc {
     char **seen;
     size_t nseen, capseen;
     int synced;
+    /* A REMOVED held back for one event: the agent sends a segment whose labels (or RDMA
+     * fields) changed as REMOVED then ADDED with the same revision, which is one update. */
+    char *pend_id, *pend_path;
+    uint64_t pend_size, pend_rev;
 };
+
+static void pend_clear(mv_disc *d)
+{
+    free(d->pend_id);
+    free(d->pend_path);
+    d->pend_id = d->pend_path = NULL;
+}
+
+/* Delivers the held-back REMOVED as a removal. */
+static void pend_flush(mv_disc *d)
+{
+    if (!d->pend_id)
+        return;
+    if (d->cb.removed)
+        d->cb.removed(d->cb.arg, d->pend_id);
+    pend_clear(d);
+}
 
 static void seen_reset(mv_disc *d)
 {
@@ -45,10 +66,43 @@ static void seen_add(mv_disc *d, const char *id)
         d->seen[d->nseen++] = s;
 }
 
+static void to_disc(const mv_agentc_segment *s, mv_seg_label *labels, mv_disc_segment *ds)
+{
+    size_t n = s->nlabels < 64 ? s->nlabels : 64;
+    for (size_t i = 0; i < n; i++) {
+        labels[i].key = s->labels[i].name;
+        labels[i].value = s->labels[i].value;
+    }
+    *ds = (mv_disc_segment){.id = s->id,
+                            .path = s->path,
+                            .size = s->size,
+                            .labels = labels,
+                            .nlabels = n,
+                            .rdma_addr = s->rdma_addr,
+                            .rdma_rkey = s->rdma_rkey,
+                            .rdma_length = s->rdma_length,
+                            .layout_version = s->layout_version,
+                            .rdma_readable = s->rdma_readable};
+}
+
+/* Whether ADDED `s` completes the held-back REMOVED into an update of the same segment: same
+ * id, path, size and catalog revision (a removal and a later addition of the same id never
+ * share a revision: each bumps it). */
+static int completes_update(const mv_disc *d, const mv_agentc_segment *s)
+{
+    return d->pend_id && strcmp(d->pend_id, s->id) == 0 && d->pend_rev == s->revision &&
+           d->pend_size == s->size && strcmp(d->pend_path, s->path ? s->path : "") == 0;
+}
+
 static void on_event(void *arg, int event, const mv_agentc_segment *s)
 {
     mv_disc *d = arg;
+    if (event == MV_AGENTC_IDLE) {
+        pend_flush(d);
+        return;
+    }
     if (event == MV_AGENTC_SYNCED) {
+        pend_flush(d);
         if (!d->synced)
             MV_INFO("agent.synced", "target=%s segments=%zu", mv_log_q(d->target), d->nseen);
         d->synced = 1;
@@ -59,30 +113,36 @@ static void on_event(void *arg, int event, const mv_agentc_segment *s)
     if (!s || !s->id)
         return;
     if (event == MV_AGENTC_REMOVED) {
-        if (d->cb.removed)
-            d->cb.removed(d->cb.arg, s->id);
+        pend_flush(d);
+        if (!d->cb.updated) {
+            if (d->cb.removed)
+                d->cb.removed(d->cb.arg, s->id);
+            return;
+        }
+        d->pend_id = strdup(s->id);
+        d->pend_path = strdup(s->path ? s->path : "");
+        d->pend_size = s->size;
+        d->pend_rev = s->revision;
+        if (!d->pend_id || !d->pend_path) { /* out of memory: deliver it now */
+            pend_clear(d);
+            if (d->cb.removed)
+                d->cb.removed(d->cb.arg, s->id);
+        }
         return;
     }
     if (event != MV_AGENTC_ADDED)
         return;
+    mv_seg_label labels[64];
+    mv_disc_segment ds;
+    to_disc(s, labels, &ds);
+    if (completes_update(d, s)) {
+        pend_clear(d);
+        d->cb.updated(d->cb.arg, &ds);
+        return;
+    }
+    pend_flush(d);
     if (!d->synced)
         seen_add(d, s->id);
-    mv_seg_label labels[64];
-    size_t n = s->nlabels < 64 ? s->nlabels : 64;
-    for (size_t i = 0; i < n; i++) {
-        labels[i].key = s->labels[i].name;
-        labels[i].value = s->labels[i].value;
-    }
-    mv_disc_segment ds = {.id = s->id,
-                          .path = s->path,
-                          .size = s->size,
-                          .labels = labels,
-                          .nlabels = n,
-                          .rdma_addr = s->rdma_addr,
-                          .rdma_rkey = s->rdma_rkey,
-                          .rdma_length = s->rdma_length,
-                          .layout_version = s->layout_version,
-                          .rdma_readable = s->rdma_readable};
     if (d->cb.added)
         d->cb.added(d->cb.arg, &ds);
 }
@@ -113,7 +173,8 @@ static void *disc_main(void *arg)
         }
         if (rc == 0) {
             seen_reset(d);
-            rc = mv_agentc_watch(c, on_event, d, (const volatile int *)&d->stop);
+            rc = mv_agentc_watch_idle(c, on_event, d, (const volatile int *)&d->stop);
+            pend_flush(d); /* the stream ended between a REMOVED and what followed it */
             if (rc == -EACCES)
                 MV_ERROR("agent.refused", "target=%s error=%s", mv_log_q(d->target),
                          mv_log_q(mv_agentc_error(c)));

@@ -26,6 +26,11 @@ typedef struct mv_disc_callbacks {
     void *arg;
     void (*added)(void *arg, const mv_disc_segment *s);
     void (*removed)(void *arg, const char *id);
+    /* Optional. The agent changed a segment it still has (its labels, or its RDMA fields):
+     * same id, path and size. Without it, the change arrives as removed then added. With it,
+     * a removal reaches `removed` up to 200 ms later (the next event or 200 ms without one
+     * tell a removal from the first half of a change). */
+    void (*updated)(void *arg, const mv_disc_segment *s);
     /* After (re)connecting and receiving the full list: ids present now. The
      * consumer drops every other segment it got from this agent. */
     void (*synced)(void *arg, const char *const *ids, size_t n);
