@@ -118,7 +118,7 @@ fi
 # the Go builds), then helm and the Kubernetes components (both builds), and last cluster_helm,
 # the one test that needs prometheus-adapter, the last Go build. On a cold machine each group
 # runs while the next tool is still building.
-images_only='^(image_containers|arm64_unit_qemu)$' needs_adapter='^cluster_helm$'
+images_only='^(image_containers|image_quickstart|arm64_unit_qemu)$' needs_adapter='^cluster_helm$'
 prebuilt_ctest() { # <stage> <build dir> <log name> <ctest selection args...>
   local stage=$1 dir=$2 log=$2/$3
   shift 3
