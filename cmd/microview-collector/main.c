@@ -54,6 +54,11 @@ static void render_http_stats(mv_httpd *h, mv_expo *e)
     mv_expo_sample_u64(e, NULL, &l, 1, NULL, 0, NULL, 0, st.refused_client, MV_EXPO_NO_TS);
     l.value = "total";
     mv_expo_sample_u64(e, NULL, &l, 1, NULL, 0, NULL, 0, st.refused_limit, MV_EXPO_NO_TS);
+    mv_expo_family(e, "microview_http_deadline_closed_total", MV_EXPO_COUNTER,
+                   "HTTP connections closed because no whole request arrived within "
+                   "--http-request-deadline-s.",
+                   NULL);
+    mv_expo_sample_u64(e, NULL, NULL, 0, NULL, 0, NULL, 0, st.deadline_closed, MV_EXPO_NO_TS);
 }
 
 /* /metrics renders the HTTP connection figures and the RDMA read statistics (--transport
