@@ -54,6 +54,11 @@ static void render_http_stats(mv_httpd *h, mv_expo *e)
     mv_expo_sample_u64(e, NULL, &l, 1, NULL, 0, NULL, 0, st.refused_client, MV_EXPO_NO_TS);
     l.value = "total";
     mv_expo_sample_u64(e, NULL, &l, 1, NULL, 0, NULL, 0, st.refused_limit, MV_EXPO_NO_TS);
+    mv_expo_family(e, "microview_http_deadline_closed_total", MV_EXPO_COUNTER,
+                   "HTTP connections closed because no whole request arrived within "
+                   "--http-request-deadline-s.",
+                   NULL);
+    mv_expo_sample_u64(e, NULL, NULL, 0, NULL, 0, NULL, 0, st.deadline_closed, MV_EXPO_NO_TS);
 }
 
 /* /metrics renders the HTTP connection figures and the RDMA read statistics (--transport
@@ -115,9 +120,14 @@ static void usage(FILE *f)
            "                           (4Ki..4Gi, default 64Mi)\n"
            "  --expo-cache-max-bytes SIZE  memory the exposition cache may hold; past it,\n"
            "                           scrapes render uncached (default twice --max-body-bytes)\n"
-           "  --http-max-conns N       concurrent HTTP connections (default 1024)\n"
+           "  --http-max-conns N       concurrent HTTP connections (default 8192; the\n"
+           "                           open-files limit is raised to fit)\n"
            "  --http-max-conns-per-client N  of which from one client address (default 64)\n"
            "  --http-idle-timeout-s N  close idle HTTP connections after N s (default 10)\n"
+           "  --http-request-deadline-s N  close a connection that has not sent a whole\n"
+           "                           request N s after connecting or after its last\n"
+           "                           response, however slowly it sends (0..3600,\n"
+           "                           default 10; 0: idle timeout only)\n"
            "  --log-level LEVEL        debug, info, warn, error (default info)\n");
 }
 
@@ -240,6 +250,7 @@ static int run(int argc, char **argv, mv_export_sel *derived)
                                          {"http-max-conns", required_argument, 0, 'C'},
                                          {"http-max-conns-per-client", required_argument, 0, 'c'},
                                          {"http-idle-timeout-s", required_argument, 0, 'I'},
+                                         {"http-request-deadline-s", required_argument, 0, 1000},
                                          {0, 0, 0, 0}};
     mv_httpd_config hc;
     mv_httpd_config_default(&hc);
@@ -275,6 +286,11 @@ static int run(int argc, char **argv, mv_export_sel *derived)
             if (mv_flag_u64(P, "--http-idle-timeout-s", optarg, 1, 3600, &v))
                 return 2;
             hc.timeout_s = (unsigned)v;
+            break;
+        case 1000:
+            if (mv_flag_u64(P, "--http-request-deadline-s", optarg, 0, 3600, &v))
+                return 2;
+            hc.request_deadline_s = (unsigned)v;
             break;
         case 'P':
             if (mv_flag_u64(P, "--rdma-port", optarg, 1, 65535, &rdma_port))

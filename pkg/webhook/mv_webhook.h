@@ -10,8 +10,8 @@
  * Three layers, usable on their own:
  *   mv_wh_quantity_bytes()  the quantity grammar of k8s.io/apimachinery (ParseQuantity)
  *   mv_wh_review()          one AdmissionReview request body -> response body (no I/O)
- *   mv_wh_server_*          HTTPS (libmicrohttpd + GnuTLS): /mutate, /healthz, /metrics, and
- *                           the key pair reloaded when its files change
+ *   mv_wh_server_*          HTTPS on the shared HTTP layer (mv_httpd): /mutate, /healthz,
+ *                           /metrics, and the key pair reloaded when its files change
  */
 #ifndef MV_WEBHOOK_H
 #define MV_WEBHOOK_H

@@ -10,6 +10,8 @@
 
 #include <json-c/json.h>
 
+#include "mv_util.h"
+
 #define ACCEPTED_FORM                                                                              \
     "a positive Kubernetes quantity of bytes such as 65536, 64Ki, 1Mi, 100k or 1e6"
 #define CONTAINERS_FORM                                                                            \
@@ -138,19 +140,27 @@ static int has_nul(json_object *s)
     return strlen(json_object_get_string(s)) != (size_t)json_object_get_string_len(s);
 }
 
-/* Quotes a value for a message: at most 64 bytes, control characters as '?'. */
+/* Quotes a value for a message: at most 64 bytes cut on a character boundary, control
+ * characters, '"' and bytes that are not valid UTF-8 as '?', so the message stays valid UTF-8. */
 static const char *quoted(const char *s, size_t len, char *buf, size_t cap)
 {
-    size_t n = 0;
+    size_t n = 0, lim = mv_utf8_cut(s, len, 64);
     buf[n++] = '"';
-    for (size_t i = 0; i < len && n + 5 < cap; i++) {
-        if (i == 64) {
-            memcpy(buf + n, "...", 3);
-            n += 3;
-            break;
-        }
+    for (size_t i = 0; i < lim && n + 9 < cap;) {
+        size_t cl = mv_utf8_char_len(s + i, len - i);
         unsigned char c = (unsigned char)s[i];
-        buf[n++] = (c < 0x20 || c == 0x7f || c == '"') ? '?' : (char)c;
+        if (cl > 1) {
+            memcpy(buf + n, s + i, cl);
+            n += cl;
+            i += cl;
+            continue;
+        }
+        buf[n++] = (cl == 0 || c < 0x20 || c == 0x7f || c == '"') ? '?' : (char)c;
+        i++;
+    }
+    if (lim < len) {
+        memcpy(buf + n, "...", 3);
+        n += 3;
     }
     buf[n++] = '"';
     buf[n] = '\0';

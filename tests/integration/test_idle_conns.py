@@ -2,7 +2,7 @@
 """1,000 idle connections while a real Prometheus keeps scraping the collector.
 
 Starts, on loopback and in a temp dir: the standalone agent, one `microviewctl gen` workload, the
-collector with its default HTTP limits (1,024 connections, 64 per client address, 10 s idle
+collector with its default HTTP limits (8,192 connections, 64 per client address, 10 s idle
 timeout) and Debian's Prometheus scraping it every second. Then holds 1,000 idle TCP connections
 to the collector for HOLD_S seconds, re-opening each one the collector closes:
   - 500 from 127.0.0.2 alone (one noisy client: all but 64 must be refused),

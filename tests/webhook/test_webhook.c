@@ -495,6 +495,62 @@ static void test_body_cap(void)
     free(body);
 }
 
+/* 1 if s is valid UTF-8 (RFC 3629), for the messages below. */
+static int valid_utf8(const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p) {
+        size_t n = *p < 0x80             ? 1
+                   : (*p & 0xE0) == 0xC0 ? 2
+                   : (*p & 0xF0) == 0xE0 ? 3
+                   : (*p & 0xF8) == 0xF0 ? 4
+                                         : 0;
+        if (!n || (n == 2 && *p < 0xC2))
+            return 0;
+        for (size_t i = 1; i < n; i++)
+            if ((p[i] & 0xC0) != 0x80)
+                return 0;
+        p += n;
+    }
+    return 1;
+}
+
+/* A denial quotes the value cut at 64 bytes: never inside a character, and bytes that are not
+ * UTF-8 are shown as '?', so the response stays valid UTF-8. */
+static void test_quoted_utf8(void)
+{
+    static const char *const values[] = {
+        "x\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9"
+        "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9"
+        "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9"
+        "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9",
+        "64\xff\xfeKi",
+        "1\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac"
+        "\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac"
+        "\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac"
+        "\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac",
+    };
+    mv_wh_config cfg;
+    mv_wh_config_default(&cfg);
+    for (size_t i = 0; i < sizeof values / sizeof values[0]; i++) {
+        char body[2048];
+        snprintf(body, sizeof body,
+                 "{\"apiVersion\":\"admission.k8s.io/v1\",\"kind\":\"AdmissionReview\","
+                 "\"request\":{\"uid\":\"q\",\"kind\":{\"group\":\"\",\"version\":\"v1\","
+                 "\"kind\":\"Pod\"},\"operation\":\"CREATE\",\"object\":{\"metadata\":{"
+                 "\"annotations\":{\"microview.io/metrics-memory\":\"%s\"}},\"spec\":{"
+                 "\"containers\":[{\"name\":\"app\"}]}}}}",
+                 values[i]);
+        mv_wh_result r;
+        CU_ASSERT_FATAL(mv_wh_review(&cfg, body, strlen(body), &r) == 0);
+        CU_ASSERT(r.kind == MV_WH_DENIED || r.kind == MV_WH_ERROR); /* json-c may refuse bytes */
+        CU_ASSERT_PTR_NOT_NULL(r.message);
+        CU_ASSERT(r.message && valid_utf8(r.message));
+        CU_ASSERT(r.body && valid_utf8(r.body));
+        mv_wh_result_free(&r);
+    }
+}
+
 int main(void)
 {
     CU_initialize_registry();
@@ -505,6 +561,7 @@ int main(void)
     CU_add_test(s, "configuration checks", test_config);
     CU_add_test(s, "listen addresses", test_split_listen);
     CU_add_test(s, "body cap of 1 MiB", test_body_cap);
+    CU_add_test(s, "quoted values stay valid UTF-8", test_quoted_utf8);
     CU_basic_set_mode(CU_BRM_VERBOSE);
     CU_basic_run_tests();
     unsigned fails = CU_get_number_of_failures();

@@ -140,12 +140,24 @@ static const char *req_query(void *ctx, const char *key)
     return mv_httpd_query(ctx, key);
 }
 
-static int first_unknown(void *arg, const char *key, const char *value)
+typedef struct {
+    const char *key; /* the first unknown key, or the first key whose key or value is bad */
+    int bad_utf8;
+} query_check;
+
+/* Stops at the first parameter that is not valid UTF-8 (no series name or label value can
+ * match it, and it must not be echoed as is) or whose key is unknown. */
+static int first_bad(void *arg, const char *key, const char *value)
 {
-    (void)value;
+    query_check *c = arg;
+    if (!mv_utf8_valid(key, strlen(key)) || !mv_utf8_valid(value, strlen(value))) {
+        c->key = key;
+        c->bad_utf8 = 1;
+        return 1;
+    }
     if (mv_api_value_known_key(key))
         return 0;
-    *(const char **)arg = key;
+    c->key = key;
     return 1;
 }
 
@@ -153,14 +165,21 @@ static int h_value(void *arg, const mv_httpd_request *req, mv_httpd_response *re
 {
     mv_api *api = arg;
     mv_api_value_query q;
-    const char *err_json, *unknown = NULL;
-    if (mv_httpd_query_each(req, first_unknown, &unknown)) {
+    const char *err_json;
+    query_check bad = {NULL, 0};
+    if (mv_httpd_query_each(req, first_bad, &bad)) {
         json_object *o = json_object_new_object();
-        char msg[MV_SEG_LABEL_KEY_MAX + 200];
-        mv_fmt(msg, sizeof msg,
-               "unknown parameter %.*s: give metric, agg, label=KEY=VALUE or one of namespace, "
-               "pod, container, quantile, le, service, instance, node, job",
-               MV_SEG_LABEL_KEY_MAX, unknown);
+        /* The key is the client's: cut on a character boundary, invalid bytes as U+FFFD. */
+        char key[3 * MV_SEG_LABEL_KEY_MAX + 1], msg[sizeof key + 200];
+        mv_utf8_sanitize(bad.key, mv_utf8_cut(bad.key, strlen(bad.key), MV_SEG_LABEL_KEY_MAX), key,
+                         sizeof key);
+        if (bad.bad_utf8)
+            mv_fmt(msg, sizeof msg, "parameter %s: key or value is not valid UTF-8", key);
+        else
+            mv_fmt(msg, sizeof msg,
+                   "unknown parameter %s: give metric, agg, label=KEY=VALUE or one of "
+                   "namespace, pod, container, quantile, le, service, instance, node, job",
+                   key);
         json_object_object_add(o, "error", json_object_new_string(msg));
         int rc = respond_json(resp, 400,
                               json_object_to_json_string_ext(

@@ -1,40 +1,69 @@
-/* mv_httpd: libmicrohttpd wrapper with exact-path routes, GET/HEAD only and gzip. */
+/* mv_httpd: libmicrohttpd wrapper with exact-path routes, limits, an absolute request deadline,
+ * TLS (mv_httpd_tls.c) and gzip. */
 #include "mv_httpd.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <pthread.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <zlib.h>
 
+#include <gnutls/abstract.h>
+#include <gnutls/gnutls.h>
+
+#include "mv_httpd_int.h"
 #include "mv_log.h"
 
 #define MAX_HEADERS 16
 #define MAX_ROUTES  32
+#define DISCARD_MAX (16u << 20) /* an oversized chunked body is read (and dropped) up to this */
+#define SWEEP_MS    200         /* how often the deadline sweeper looks */
 
 typedef struct {
     char *path;
+    unsigned methods;
     mv_httpd_handler fn;
     void *arg;
 } route;
+
+/* One open connection, for the request deadline (h->mu). */
+typedef struct conn_track {
+    struct conn_track *prev, *next;
+    int fd;
+    uint64_t deadline_ms; /* monotonic; 0 while a request is being answered */
+} conn_track;
+
+/* One request, from its request line to its completion. */
+typedef struct reqctx {
+    int started;         /* the headers were seen by on_request */
+    int too_many_params; /* the query was dropped unparsed: answer 414 */
+    unsigned nparams;
+    const route *rt;
+    int too_big; /* the body exceeded max_body_bytes: being discarded */
+    size_t discarded;
+    char *body;
+    size_t len, cap;
+} reqctx;
 
 struct mv_httpd {
     mv_httpd_config cfg;
     char addr[INET6_ADDRSTRLEN];
     struct sockaddr_storage sa;
-    int v6;
+    int v6, any6;
     route routes[MAX_ROUTES];
     size_t nroutes;
     struct MHD_Daemon *d;
     uint16_t port;
+    mv_httpd__tls *tls;
     /* Connections per client address (open addressing on the address bytes;
      * a slot with n == 0 is free once its key is cleared), under mu. */
     pthread_mutex_t mu;
@@ -43,15 +72,23 @@ struct mv_httpd {
         unsigned n;
     } * clients;
     size_t nclients_cap;
+    conn_track conns; /* list head of open connections, under mu */
     mv_httpd_stats st;
-    time_t last_refusal_log;
-    uint64_t refusals_at_log;
+    time_t last_refusal_log, last_deadline_log;
+    uint64_t refusals_at_log, deadline_at_log;
+    /* The deadline sweeper. */
+    pthread_t sweeper;
+    int sweeping, stopping;
+    pthread_mutex_t stop_mu;
+    pthread_cond_t stop_cond;
 };
 
 struct mv_httpd_request {
     struct MHD_Connection *conn;
     const char *method;
     const char *path;
+    const char *body;
+    size_t body_len;
 };
 
 struct mv_httpd_response {
@@ -64,6 +101,13 @@ struct mv_httpd_response {
     size_t nhdr;
 };
 
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
 /* ---- Config ------------------------------------------------------------------------- */
 
 void mv_httpd_config_default(mv_httpd_config *cfg)
@@ -72,12 +116,16 @@ void mv_httpd_config_default(mv_httpd_config *cfg)
     cfg->addr = "127.0.0.1";
     cfg->port = 0;
     cfg->threads = 2;
-    cfg->max_conns = 1024;
+    cfg->max_conns = 8192;
     cfg->max_conns_per_client = 64;
-    cfg->max_request_bytes = 16 * 1024;
+    cfg->max_request_bytes = 32 * 1024;
     cfg->timeout_s = 10;
     cfg->gzip_level = 6;
     cfg->gzip_min_bytes = 1024;
+    cfg->request_deadline_s = 10;
+    cfg->max_query_params = 64;
+    cfg->max_body_bytes = 1u << 20;
+    cfg->tls_reload_ms = 1000;
 }
 
 int mv_httpd_create(const mv_httpd_config *cfg, mv_httpd **out)
@@ -91,20 +139,34 @@ int mv_httpd_create(const mv_httpd_config *cfg, mv_httpd **out)
     const char *addr = cfg->addr ? cfg->addr : "127.0.0.1";
     if (cfg->threads < 1 || cfg->threads > 64 || cfg->max_conns < 1 ||
         cfg->max_conns_per_client < 1 || cfg->max_conns_per_client > cfg->max_conns ||
-        cfg->max_request_bytes < 1024 || cfg->gzip_level < 1 || cfg->gzip_level > 9) {
+        cfg->max_request_bytes < 1024 || cfg->gzip_level < 1 || cfg->gzip_level > 9 ||
+        cfg->max_query_params < 1 || cfg->request_deadline_s > 86400 ||
+        !cfg->tls_cert_file != !cfg->tls_key_file) {
         MV_ERROR("httpd.config",
                  "msg=%s threads=%u max_conns=%u max_request_bytes=%zu "
-                 "gzip_level=%d",
+                 "gzip_level=%d max_query_params=%u request_deadline_s=%u",
                  mv_log_q("need threads 1..64, max_conns >= 1, max_request_bytes >= 1024, "
-                          "gzip_level 1..9"),
-                 cfg->threads, cfg->max_conns, cfg->max_request_bytes, cfg->gzip_level);
+                          "gzip_level 1..9, max_query_params >= 1, request_deadline_s <= "
+                          "86400, and both or neither of the TLS certificate and key"),
+                 cfg->threads, cfg->max_conns, cfg->max_request_bytes, cfg->gzip_level,
+                 cfg->max_query_params, cfg->request_deadline_s);
         return -EINVAL;
     }
     mv_httpd *h = calloc(1, sizeof *h);
     if (!h)
         return -ENOMEM;
     pthread_mutex_init(&h->mu, NULL);
+    pthread_mutex_init(&h->stop_mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&h->stop_cond, &ca);
+    pthread_condattr_destroy(&ca);
+    h->conns.next = h->conns.prev = &h->conns;
     h->cfg = *cfg;
+    h->cfg.tls_cert_file = h->cfg.tls_key_file = NULL; /* not kept: read once here */
+    if (!h->cfg.tls_priorities)
+        h->cfg.tls_priorities = MV_HTTPD_TLS_PRIORITIES;
     snprintf(h->addr, sizeof h->addr, "%s", addr);
     h->cfg.addr = h->addr;
     struct sockaddr_in *s4 = (struct sockaddr_in *)&h->sa;
@@ -116,12 +178,21 @@ int mv_httpd_create(const mv_httpd_config *cfg, mv_httpd **out)
         s6->sin6_family = AF_INET6;
         s6->sin6_port = htons(cfg->port);
         h->v6 = 1;
+        h->any6 = IN6_IS_ADDR_UNSPECIFIED(&s6->sin6_addr);
     } else {
         MV_ERROR("httpd.config", "addr=%s msg=%s", mv_log_q(addr),
                  mv_log_q("listen address must be a numeric IPv4 or IPv6 address, e.g. "
                           "127.0.0.1, 0.0.0.0 or ::"));
-        free(h);
+        mv_httpd_destroy(h);
         return -EINVAL;
+    }
+    if (cfg->tls_cert_file) {
+        int rc = mv_httpd__tls_create(cfg->tls_cert_file, cfg->tls_key_file, cfg->tls_reload_ms,
+                                      &h->tls);
+        if (rc) {
+            mv_httpd_destroy(h);
+            return rc;
+        }
     }
     *out = h;
     return 0;
@@ -129,7 +200,14 @@ int mv_httpd_create(const mv_httpd_config *cfg, mv_httpd **out)
 
 int mv_httpd_route(mv_httpd *h, const char *path, mv_httpd_handler fn, void *arg)
 {
-    if (!path || path[0] != '/' || !fn)
+    return mv_httpd_route_methods(h, path, MV_HTTPD_GET, fn, arg);
+}
+
+int mv_httpd_route_methods(mv_httpd *h, const char *path, unsigned methods, mv_httpd_handler fn,
+                           void *arg)
+{
+    if (!path || path[0] != '/' || !fn || !methods ||
+        (methods & ~(unsigned)(MV_HTTPD_GET | MV_HTTPD_POST)))
         return -EINVAL;
     if (h->d)
         return -EBUSY;
@@ -141,7 +219,7 @@ int mv_httpd_route(mv_httpd *h, const char *path, mv_httpd_handler fn, void *arg
     char *p = strdup(path);
     if (!p)
         return -ENOMEM;
-    h->routes[h->nroutes++] = (route){p, fn, arg};
+    h->routes[h->nroutes++] = (route){p, methods, fn, arg};
     return 0;
 }
 
@@ -276,6 +354,12 @@ const char *mv_httpd_header(const mv_httpd_request *req, const char *name)
     return MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, name);
 }
 
+const char *mv_httpd_body(const mv_httpd_request *req, size_t *len)
+{
+    *len = req->body ? req->body_len : 0;
+    return req->body ? req->body : "";
+}
+
 /* ---- Accept-Encoding ---------------------------------------------------------------- */
 
 /* Parses a qvalue; returns -1 if malformed. */
@@ -376,11 +460,31 @@ fail_deflate:
 
 /* ---- Request handling --------------------------------------------------------------- */
 
-static enum MHD_Result queue_text(struct MHD_Connection *c, unsigned status, const char *text,
-                                  const char *allow)
+/* The connection's deadline tracker (NULL if the connection was not tracked). */
+static conn_track *track_of(struct MHD_Connection *c)
 {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+/* The request is complete and being answered: no deadline until its response is sent. */
+static void answering(mv_httpd *h, struct MHD_Connection *c)
+{
+    conn_track *t = track_of(c);
+    if (!t)
+        return;
+    pthread_mutex_lock(&h->mu);
+    t->deadline_ms = 0;
+    pthread_mutex_unlock(&h->mu);
+}
+
+static enum MHD_Result queue_text(mv_httpd *h, struct MHD_Connection *c, unsigned status,
+                                  const char *text, const char *allow)
+{
+    answering(h, c);
     struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), (void *)(uintptr_t)text,
-                                                             MHD_RESPMEM_PERSISTENT);
+                                                             MHD_RESPMEM_MUST_COPY);
     if (!r)
         return MHD_NO;
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; charset=utf-8");
@@ -389,6 +493,17 @@ static enum MHD_Result queue_text(struct MHD_Connection *c, unsigned status, con
     enum MHD_Result ret = MHD_queue_response(c, status, r);
     MHD_destroy_response(r);
     return ret;
+}
+
+/* A 4xx the layer sends itself: counted, logged at debug level. */
+static enum MHD_Result reject(mv_httpd *h, struct MHD_Connection *c, unsigned status,
+                              const char *text, const char *allow)
+{
+    pthread_mutex_lock(&h->mu);
+    h->st.rejected++;
+    pthread_mutex_unlock(&h->mu);
+    MV_DEBUG("httpd.rejected", "status=%u msg=%s", status, mv_log_q(text));
+    return queue_text(h, c, status, text, allow);
 }
 
 static const route *find_route(const mv_httpd *h, const char *path)
@@ -401,6 +516,7 @@ static const route *find_route(const mv_httpd *h, const char *path)
 
 static enum MHD_Result send_response(mv_httpd *h, struct MHD_Connection *c, mv_httpd_response *resp)
 {
+    answering(h, c);
     int vary = 0;
     if (resp->len > h->cfg.gzip_min_bytes && !resp_header(resp, "Content-Encoding")) {
         vary = 1;
@@ -441,38 +557,179 @@ static enum MHD_Result send_response(mv_httpd *h, struct MHD_Connection *c, mv_h
     return ret;
 }
 
+/* Called with the request line, before libmicrohttpd parses the query: counts the parameters
+ * and, past max_query_params, empties the query in place so that parsing them cannot use up
+ * the connection's memory (libmicrohttpd would then fail to send even its 431). The request
+ * is answered 414 by on_request. The line is in libmicrohttpd's own (writable) read buffer and
+ * the query is looked for after or before this call depending on the version; emptying the
+ * bytes after '?' works for both. */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c)
+{
+    mv_httpd *h = cls;
+    (void)c;
+    reqctx *rc = calloc(1, sizeof *rc);
+    if (!rc)
+        return NULL;
+    char *q = strchr(uri, '?');
+    if (q && q[1]) {
+        unsigned n = 1;
+        for (const char *p = q + 1; *p && *p != '#'; p++)
+            n += *p == '&';
+        rc->nparams = n;
+        if (n > h->cfg.max_query_params) {
+            rc->too_many_params = 1;
+            q[1] = '\0';
+        }
+    }
+    return rc;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    mv_httpd *h = cls;
+    (void)toe;
+    reqctx *rc = *con_cls;
+    if (rc) {
+        free(rc->body);
+        free(rc);
+        *con_cls = NULL;
+    }
+    /* The next request on this connection has the whole deadline again. */
+    conn_track *t = track_of(c);
+    if (t && h->cfg.request_deadline_s) {
+        pthread_mutex_lock(&h->mu);
+        t->deadline_ms = mono_ms() + 1000u * (uint64_t)h->cfg.request_deadline_s;
+        pthread_mutex_unlock(&h->mu);
+    }
+}
+
+static void allow_text(unsigned methods, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s%s%s", methods & MV_HTTPD_GET ? "GET, HEAD" : "",
+             (methods & MV_HTTPD_GET) && (methods & MV_HTTPD_POST) ? ", " : "",
+             methods & MV_HTTPD_POST ? "POST" : "");
+}
+
+/* The first call for a request (its headers are in): route, method and size checks. */
+static enum MHD_Result on_headers(mv_httpd *h, struct MHD_Connection *c, reqctx *rc,
+                                  const char *url, const char *method)
+{
+    char text[160];
+    rc->started = 1;
+    if (rc->too_many_params) {
+        snprintf(text, sizeof text, "too many query parameters: %u, at most %u are accepted\n",
+                 rc->nparams, h->cfg.max_query_params);
+        return reject(h, c, MHD_HTTP_URI_TOO_LONG, text, NULL);
+    }
+    const route *rt = find_route(h, url);
+    if (!rt)
+        return reject(h, c, MHD_HTTP_NOT_FOUND, "not found\n", NULL);
+    int get = !strcmp(method, MHD_HTTP_METHOD_GET) || !strcmp(method, MHD_HTTP_METHOD_HEAD);
+    int post = !strcmp(method, MHD_HTTP_METHOD_POST);
+    if (!((get && (rt->methods & MV_HTTPD_GET)) || (post && (rt->methods & MV_HTTPD_POST)))) {
+        char allow[32];
+        allow_text(rt->methods, allow, sizeof allow);
+        snprintf(text, sizeof text, "method not allowed; use %s\n", allow);
+        return reject(h, c, MHD_HTTP_METHOD_NOT_ALLOWED, text, allow);
+    }
+    if (post) {
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+        if (cl) {
+            char *end;
+            errno = 0;
+            unsigned long long n = strtoull(cl, &end, 10);
+            if (errno || end == cl || n > h->cfg.max_body_bytes) {
+                snprintf(text, sizeof text, "request body exceeds %zu bytes\n",
+                         h->cfg.max_body_bytes);
+                return reject(h, c, 413, text, NULL);
+            }
+        }
+    }
+    rc->rt = rt;
+    return MHD_YES;
+}
+
+/* A piece of the body: kept (POST routes, up to max_body_bytes) or dropped. */
+static enum MHD_Result on_body(mv_httpd *h, reqctx *rc, const char *data, size_t n, int post)
+{
+    if (!post)
+        return MHD_YES; /* a body on GET is read and dropped */
+    if (rc->too_big) {
+        /* A chunked body that does not end: stop reading and close the connection. */
+        rc->discarded += n;
+        if (rc->discarded > DISCARD_MAX) {
+            pthread_mutex_lock(&h->mu);
+            h->st.rejected++;
+            pthread_mutex_unlock(&h->mu);
+            MV_WARN("httpd.rejected", "status=413 msg=%s",
+                    mv_log_q("chunked request body over 16 MiB; connection closed"));
+            return MHD_NO;
+        }
+        return MHD_YES;
+    }
+    if (n > h->cfg.max_body_bytes - rc->len) {
+        /* libmicrohttpd answers only once the body is read: discard it, then send 413. */
+        rc->too_big = 1;
+        free(rc->body);
+        rc->body = NULL;
+        rc->len = rc->cap = 0;
+        return MHD_YES;
+    }
+    if (rc->len + n + 1 > rc->cap) {
+        size_t cap = rc->cap ? rc->cap : 16384;
+        while (cap < rc->len + n + 1)
+            cap *= 2;
+        if (cap > h->cfg.max_body_bytes + 1)
+            cap = h->cfg.max_body_bytes + 1;
+        char *nb = realloc(rc->body, cap);
+        if (!nb)
+            return MHD_NO;
+        rc->body = nb;
+        rc->cap = cap;
+    }
+    memcpy(rc->body + rc->len, data, n);
+    rc->len += n;
+    rc->body[rc->len] = '\0';
+    return MHD_YES;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **con_cls)
 {
     (void)version;
-    (void)upload_data;
     mv_httpd *h = cls;
-    static int first_call_marker;
-    int get = !strcmp(method, MHD_HTTP_METHOD_GET), head = !strcmp(method, MHD_HTTP_METHOD_HEAD);
-    if (!get && !head)
-        return queue_text(c, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed\n", "GET, HEAD");
-    if (*con_cls == NULL) {
-        *con_cls = &first_call_marker; /* headers complete; wait for (and drop) any body */
-        return MHD_YES;
-    }
+    reqctx *rc = *con_cls;
+    if (!rc)
+        return MHD_NO; /* out of memory in on_uri */
+    if (!rc->started)
+        return on_headers(h, c, rc, url, method);
+    int post = !strcmp(method, MHD_HTTP_METHOD_POST);
     if (*upload_data_size) {
+        size_t n = *upload_data_size;
         *upload_data_size = 0;
-        return MHD_YES;
+        return on_body(h, rc, upload_data, n, post);
     }
-    const route *rt = find_route(h, url);
-    if (!rt)
-        return queue_text(c, MHD_HTTP_NOT_FOUND, "not found\n", NULL);
-
-    mv_httpd_request req = {c, method, url};
+    if (rc->too_big) {
+        char text[80];
+        snprintf(text, sizeof text, "request body exceeds %zu bytes\n", h->cfg.max_body_bytes);
+        return reject(h, c, 413, text, NULL);
+    }
+    const route *rt = rc->rt;
+    mv_httpd_request req = {c, method, url, post ? rc->body : NULL, post ? rc->len : 0};
     mv_httpd_response resp;
     memset(&resp, 0, sizeof resp);
-    int rc = rt->fn(rt->arg, &req, &resp);
+    int ret_rc = 0;
+    if (h->cfg.authorize)
+        ret_rc = h->cfg.authorize(h->cfg.authorize_arg, &req, &resp);
+    if (ret_rc == 0)
+        ret_rc = rt->fn(rt->arg, &req, &resp);
     enum MHD_Result ret;
-    if (rc < 0) {
+    if (ret_rc < 0) {
         MV_WARN("httpd.handler_failed", "path=%s err=%s", mv_log_q(url),
-                mv_log_q(strerror(rc < 0 ? -rc : rc)));
-        ret = queue_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal error\n", NULL);
+                mv_log_q(strerror(-ret_rc)));
+        ret = queue_text(h, c, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal error\n", NULL);
     } else {
         ret = send_response(h, c, &resp);
     }
@@ -567,23 +824,101 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
                           enum MHD_ConnectionNotificationCode toe)
 {
     mv_httpd *h = cls;
-    (void)socket_context;
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
     unsigned char key[17];
     client_key(ci ? ci->client_addr : NULL, key);
+    conn_track *t = NULL;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *fi =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        t = calloc(1, sizeof *t);
+        if (t) {
+            t->fd = fi ? fi->connect_fd : -1;
+            if (h->cfg.request_deadline_s)
+                t->deadline_ms = mono_ms() + 1000u * (uint64_t)h->cfg.request_deadline_s;
+        }
+        *socket_context = t;
+    }
     pthread_mutex_lock(&h->mu);
     struct client *c = client_slot(h, key);
     if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
         h->st.accepted++;
         h->st.active++; /* its client's slot was taken in on_accept */
+        if (t) {
+            t->next = &h->conns;
+            t->prev = h->conns.prev;
+            h->conns.prev->next = t;
+            h->conns.prev = t;
+        }
     } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
         if (h->st.active)
             h->st.active--;
         if (c && c->n)
             c->n--;
+        /* Unlinked before libmicrohttpd closes the descriptor: the sweeper never shuts down a
+         * descriptor number that was reused. */
+        t = *socket_context;
+        if (t) {
+            t->prev->next = t->next;
+            t->next->prev = t->prev;
+            free(t);
+            *socket_context = NULL;
+        }
     }
     pthread_mutex_unlock(&h->mu);
+}
+
+/* Closes connections past their request deadline (h->mu held): shutting the socket down makes
+ * libmicrohttpd see the end of the stream and close the connection in its own thread. */
+static void sweep(mv_httpd *h, uint64_t now)
+{
+    unsigned closed = 0;
+    for (conn_track *t = h->conns.next; t != &h->conns; t = t->next) {
+        if (!t->deadline_ms || now < t->deadline_ms || t->fd < 0)
+            continue;
+        shutdown(t->fd, SHUT_RDWR);
+        t->deadline_ms = 0; /* once */
+        closed++;
+    }
+    if (!closed)
+        return;
+    h->st.deadline_closed += closed;
+    time_t wall = time(NULL);
+    if (wall - h->last_deadline_log >= 10) {
+        MV_WARN("httpd.deadline_closed", "closed_since_last_log=%llu request_deadline_s=%u msg=%s",
+                (unsigned long long)(h->st.deadline_closed - h->deadline_at_log),
+                h->cfg.request_deadline_s,
+                mv_log_q("connections that did not send a complete request in time were "
+                         "closed"));
+        h->last_deadline_log = wall;
+        h->deadline_at_log = h->st.deadline_closed;
+    }
+}
+
+static void *sweeper_main(void *arg)
+{
+    mv_httpd *h = arg;
+    pthread_mutex_lock(&h->stop_mu);
+    while (!h->stopping) {
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_nsec += SWEEP_MS * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&h->stop_cond, &h->stop_mu, &until);
+        if (h->stopping)
+            break;
+        pthread_mutex_unlock(&h->stop_mu);
+        pthread_mutex_lock(&h->mu);
+        sweep(h, mono_ms());
+        pthread_mutex_unlock(&h->mu);
+        pthread_mutex_lock(&h->stop_mu);
+    }
+    pthread_mutex_unlock(&h->stop_mu);
+    return NULL;
 }
 
 void mv_httpd_get_stats(mv_httpd *h, mv_httpd_stats *out)
@@ -591,6 +926,14 @@ void mv_httpd_get_stats(mv_httpd *h, mv_httpd_stats *out)
     pthread_mutex_lock(&h->mu);
     *out = h->st;
     pthread_mutex_unlock(&h->mu);
+    if (h->tls)
+        mv_httpd__tls_stats(h->tls, &out->tls_reload_ok, &out->tls_reload_failed,
+                            &out->tls_not_after);
+}
+
+int mv_httpd_tls_check_reload(mv_httpd *h)
+{
+    return h->tls ? mv_httpd__tls_check_reload(h->tls) : 0;
 }
 
 static void mhd_log(void *cls, const char *fmt, va_list ap)
@@ -606,6 +949,13 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
         h->st.refused_limit++;
         note_refusal(h, "connection_limit", "any");
         pthread_mutex_unlock(&h->mu);
+        return;
+    }
+    /* Oversized requests are answered 414/431 and counted nowhere else: a client can send
+     * them at will, so they are not worth a warning each. */
+    if (strncmp(buf, "Not enough memory in pool", 25) == 0 ||
+        strncmp(buf, "Error processing request", 24) == 0) {
+        MV_DEBUG("httpd.mhd", "msg=%s", mv_log_q(buf));
         return;
     }
     MV_WARN("httpd.mhd", "msg=%s", mv_log_q(buf));
@@ -634,6 +984,26 @@ static void fit_fd_limit(mv_httpd *h)
     }
 }
 
+static struct MHD_Daemon *start_daemon(mv_httpd *h, unsigned flags)
+{
+#define COMMON_OPTIONS                                                                             \
+    MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h, MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,        \
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_URI_LOG_CALLBACK, on_uri, h,      \
+        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&h->sa, MHD_OPTION_THREAD_POOL_SIZE,              \
+        h->cfg.threads, MHD_OPTION_CONNECTION_LIMIT, h->cfg.max_conns,                             \
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, h->cfg.max_request_bytes,                              \
+        MHD_OPTION_CONNECTION_TIMEOUT, h->cfg.timeout_s
+    if (h->tls)
+        return MHD_start_daemon(
+            flags | MHD_USE_TLS, h->cfg.port, on_accept, h, on_request, h, COMMON_OPTIONS,
+            MHD_OPTION_HTTPS_CERT_CALLBACK,
+            (gnutls_certificate_retrieve_function2 *)mv_httpd__tls_cert_callback(),
+            MHD_OPTION_HTTPS_PRIORITIES, h->cfg.tls_priorities, MHD_OPTION_END);
+    return MHD_start_daemon(flags, h->cfg.port, on_accept, h, on_request, h, COMMON_OPTIONS,
+                            MHD_OPTION_END);
+#undef COMMON_OPTIONS
+}
+
 int mv_httpd_start(mv_httpd *h)
 {
     if (h->d)
@@ -648,12 +1018,17 @@ int mv_httpd_start(mv_httpd *h)
     if (!h->clients)
         return -ENOMEM;
     errno = 0;
-    h->d = MHD_start_daemon(
-        flags, h->cfg.port, on_accept, h, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h,
-        MHD_OPTION_NOTIFY_CONNECTION, on_connection, h, MHD_OPTION_SOCK_ADDR,
-        (struct sockaddr *)&h->sa, MHD_OPTION_THREAD_POOL_SIZE, h->cfg.threads,
-        MHD_OPTION_CONNECTION_LIMIT, h->cfg.max_conns, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-        h->cfg.max_request_bytes, MHD_OPTION_CONNECTION_TIMEOUT, h->cfg.timeout_s, MHD_OPTION_END);
+    h->d = start_daemon(h, flags);
+    if (!h->d && h->any6) {
+        /* "::" on a host without IPv6: every IPv4 address instead. */
+        struct sockaddr_in *s4 = (struct sockaddr_in *)&h->sa;
+        memset(&h->sa, 0, sizeof h->sa);
+        s4->sin_family = AF_INET;
+        s4->sin_port = htons(h->cfg.port);
+        s4->sin_addr.s_addr = htonl(INADDR_ANY);
+        errno = 0;
+        h->d = start_daemon(h, flags & ~(unsigned)MHD_USE_DUAL_STACK);
+    }
     if (!h->d) {
         int err = errno == EADDRINUSE || errno == EACCES ? errno : EIO;
         MV_ERROR("httpd.start_failed", "addr=%s port=%u err=%s msg=%s", mv_log_q(h->addr),
@@ -664,10 +1039,23 @@ int mv_httpd_start(mv_httpd *h)
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
     h->port = info ? info->port : h->cfg.port;
+    if (h->cfg.request_deadline_s) {
+        if (pthread_create(&h->sweeper, NULL, sweeper_main, h) == 0)
+            h->sweeping = 1;
+        else
+            MV_WARN("httpd.deadline_off", "msg=%s",
+                    mv_log_q("cannot start the deadline thread: slow clients are closed only "
+                             "by the idle timeout"));
+    }
+    if (h->tls)
+        mv_httpd__tls_watch(h->tls);
     MV_INFO("httpd.listening",
-            "addr=%s port=%u threads=%u max_conns=%u max_conns_per_client=%u idle_timeout_s=%u",
-            mv_log_q(h->addr), (unsigned)h->port, h->cfg.threads, h->cfg.max_conns,
-            h->cfg.max_conns_per_client, h->cfg.timeout_s);
+            "addr=%s port=%u tls=%s threads=%u max_conns=%u max_conns_per_client=%u "
+            "request_deadline_s=%u idle_timeout_s=%u max_request_bytes=%zu "
+            "max_query_params=%u",
+            mv_log_q(h->addr), (unsigned)h->port, h->tls ? "on" : "off", h->cfg.threads,
+            h->cfg.max_conns, h->cfg.max_conns_per_client, h->cfg.request_deadline_s,
+            h->cfg.timeout_s, h->cfg.max_request_bytes, h->cfg.max_query_params);
     return 0;
 }
 
@@ -680,11 +1068,26 @@ void mv_httpd_destroy(mv_httpd *h)
 {
     if (!h)
         return;
+    if (h->sweeping) {
+        pthread_mutex_lock(&h->stop_mu);
+        h->stopping = 1;
+        pthread_cond_signal(&h->stop_cond);
+        pthread_mutex_unlock(&h->stop_mu);
+        pthread_join(h->sweeper, NULL);
+    }
     if (h->d)
         MHD_stop_daemon(h->d);
+    mv_httpd__tls_destroy(h->tls);
     for (size_t i = 0; i < h->nroutes; i++)
         free(h->routes[i].path);
+    while (h->conns.next && h->conns.next != &h->conns) {
+        conn_track *t = h->conns.next;
+        h->conns.next = t->next;
+        free(t);
+    }
     free(h->clients);
     pthread_mutex_destroy(&h->mu);
+    pthread_mutex_destroy(&h->stop_mu);
+    pthread_cond_destroy(&h->stop_cond);
     free(h);
 }

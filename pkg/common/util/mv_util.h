@@ -166,6 +166,26 @@ void mv_buf_free(mv_buf *b);
  * CURLOPT_WRITEDATA; it returns 0 (which aborts the transfer) on overflow. */
 size_t mv_buf_curl_write(char *p, size_t size, size_t n, void *userdata);
 
+/* ---- UTF-8 ------------------------------------------------------------------- */
+
+/* Client bytes echoed into a response (JSON, text, logs) go through these first, so that
+ * every body is valid UTF-8 (RFC 3629: no overlong forms, surrogates or code points above
+ * U+10FFFF). */
+
+/* The length (1..4) of the valid character at s[0..len), or 0 when s starts with an invalid
+ * or truncated sequence (or len is 0). */
+size_t mv_utf8_char_len(const char *s, size_t len);
+/* 1 if s[0..len) is valid UTF-8, else 0. */
+int mv_utf8_valid(const char *s, size_t len);
+/* The longest prefix length <= max of s[0..len) that does not end inside a valid multi-byte
+ * character (an invalid byte counts as one unit). */
+size_t mv_utf8_cut(const char *s, size_t len, size_t max);
+/* Copies s[0..len) into out (NUL-terminated, outlen > 0), replacing each invalid byte by
+ * U+FFFD and stopping before a character that would not fit. Returns the bytes written. */
+size_t mv_utf8_sanitize(const char *in, size_t len, char *out, size_t outlen);
+/* mv_utf8_sanitize into a new malloc'd string (free it), or NULL when out of memory. */
+char *mv_utf8_dup(const char *in, size_t len);
+
 #ifdef __cplusplus
 }
 #endif
