@@ -551,8 +551,8 @@ def rdma_cfg(env, require):
     with open(tok, "w") as f:
         f.write("collector-tok-1\n")
     tcp = free_port()
-    env.cfg.update({"listen": "127.0.0.1:%d" % tcp, "rdma_listen": "127.0.0.1:%d" % free_port(),
-                    "collector_token_file": tok, "require_rdma": "true" if require else "false",
+    env.cfg.update({"listen": "127.0.0.1:%d" % tcp, "insecure_listen": "true",
+                    "rdma_listen": "127.0.0.1:%d" % free_port(), "collector_token_file": tok, "require_rdma": "true" if require else "false",
                     "rdma_retry_ms": "200"})
     return tcp
 

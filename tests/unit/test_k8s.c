@@ -96,7 +96,8 @@ static void test_config_rdma(void)
     const char *y = "rdma_listen: 10.0.0.5\n"
                     "collector_token_file: /etc/microview/token\n"
                     "require_rdma: true\n"
-                    "listen: 0.0.0.0:7000\n";
+                    "listen: 0.0.0.0:7000\n"
+                    "insecure_listen: true\n";
     CU_ASSERT_EQUAL(mv_config_parse(&c, y, strlen(y), err, sizeof err), 0);
     CU_ASSERT_EQUAL(c.require_rdma, 1);
     CU_ASSERT_EQUAL(mv_config_finish(&c, err, sizeof err), 0);
