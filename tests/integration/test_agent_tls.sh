@@ -45,12 +45,13 @@ ctl() { "$bin/microviewctl" "$@" 2>"$tmp/ctl.err"; }
 tls=(--agent-ca "$pki/ca.pem" --agent-server-name agent.test)
 
 # ---- Plaintext needs an explicit choice.
-"$bin/microview-agent" --standalone --dir "$tmp/p" --listen 127.0.0.1:0 2>"$tmp/p.err"
+timeout 5 "$bin/microview-agent" --standalone --dir "$tmp/p" --listen 127.0.0.1:0 2>"$tmp/p.err"
 rc=$?
 check "--listen without TLS or --insecure-listen is refused (exit 2)" test "$rc" = 2
 check "  the refusal names --tls-cert and --insecure-listen" \
   grep -q -- '--tls-cert.*--insecure-listen' "$tmp/p.err"
-"$bin/microview-agent" --standalone --dir "$tmp/p" --listen 127.0.0.1:0 --tls-cert "$pki/agent.pem" \
+timeout 5 "$bin/microview-agent" --standalone --dir "$tmp/p" --listen 127.0.0.1:0 \
+  --tls-cert "$pki/agent.pem" \
   2>"$tmp/p.err"
 check "--tls-cert without --tls-key is refused" grep -q -- '--tls-key' "$tmp/p.err"
 
