@@ -54,6 +54,9 @@ timeout 5 "$bin/microview-agent" --standalone --dir "$tmp/p" --listen 127.0.0.1:
   --tls-cert "$pki/agent.pem" \
   2>"$tmp/p.err"
 check "--tls-cert without --tls-key is refused" grep -q -- '--tls-key' "$tmp/p.err"
+timeout 5 "$bin/microview-agent" --standalone --dir "$tmp/p" --listen 127.0.0.1:0 \
+  --insecure-listen --token-file "$tmp/read.tok" --admin-token-file "$tmp/read.tok" 2>"$tmp/p.err"
+check "the same file as read and admin token is refused" grep -q 'same token' "$tmp/p.err"
 
 # ---- Agent A: TLS, read and admin tokens, client certificates not asked.
 start_agent a --tls-cert "$pki/agent.pem" --tls-key "$pki/agent.key" \
