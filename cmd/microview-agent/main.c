@@ -38,9 +38,10 @@ static void usage(FILE *f)
         "                           root's. A caller on the socket may create segments (they\n"
         "                           are handed to it) and release only those whose file it\n"
         "                           owns (root: any); TCP callers (--listen) are not\n"
-        "                           identified: --token-file is their only check\n"
+        "                           identified: their token's scope is their only check\n"
         "  --listen HOST:PORT       also listen on TCP (default: off); IPv6 as [ADDR]:PORT,\n"
-        "                           PORT 0 = any free port\n"
+        "                           PORT 0 = any free port. Needs TLS (--tls-cert/--tls-key)\n"
+        "                           or --insecure-listen\n"
         "  --max-segment-size SIZE  largest segment handed out: bytes, or with Ki, Mi, Gi\n"
         "                           (default %u)\n"
         "  --reap-interval-ms MS    least time between reaper passes (a dead owner's\n"
@@ -50,9 +51,21 @@ static void usage(FILE *f)
         "RDMA (remote collectors):\n"
         "  --rdma-listen IP[:PORT]  register segments for RDMA READ; rdma_cm listener on\n"
         "                           IP (an address of the RDMA netdev), PORT (default %u)\n"
-        "  --token-file PATH        shared secret: collectors present it on the rdma_cm\n"
-        "                           connect and on every TCP control-plane call\n"
-        "  --require-rdma           fail segment creation (and start-up) without RDMA\n",
+        "  --token-file PATH        read token: collectors present it on the rdma_cm\n"
+        "                           connect and on TCP control-plane calls; it allows\n"
+        "                           ListSegments and WatchSegments only\n"
+        "  --require-rdma           fail segment creation (and start-up) without RDMA\n"
+        "TCP control plane security (--listen):\n"
+        "  --tls-cert PATH          the agent's TLS certificate chain (PEM)\n"
+        "  --tls-key PATH           its private key (PEM)\n"
+        "  --tls-client-ca PATH     ask clients for a certificate signed by this CA (PEM)\n"
+        "  --tls-require-client-cert  refuse clients without one (needs --tls-client-ca)\n"
+        "  --admin-token-file PATH  admin token: also allows CreateSegment and ReleaseSegment\n"
+        "                           over TCP (without it, TCP callers cannot change segments\n"
+        "                           once --token-file is set)\n"
+        "  --insecure-listen        serve --listen in plaintext HTTP/2: tokens cross the\n"
+        "                           network in clear. Without any token, anyone who reaches\n"
+        "                           the port may create and release segments\n",
         MV_SEGSTORE_DEFAULT_DIR, MV_SEGSTORE_DEFAULT_MAX_SIZE, MV_CONFIG_RDMA_PORT);
 }
 
@@ -65,6 +78,8 @@ typedef struct rdma_flags {
     char ip[64];
     uint16_t port;
     char token[MV_RDMA_TOKEN_MAX + 1];
+    const char *admin_token_file; /* --admin-token-file */
+    char admin_token[MV_RDMA_TOKEN_MAX + 1];
 } rdma_flags;
 
 /* Validates the RDMA flags and loads the token. Returns 0 or -1 (message printed). */
@@ -80,14 +95,24 @@ static int rdma_flags_check(rdma_flags *r, const char *tcp_listen)
                         "(collectors must present the shared token)\n");
         return -1;
     }
-    if (tcp_listen && !r->token_file)
+    if (tcp_listen && !r->token_file && !r->admin_token_file)
         fprintf(stderr,
-                "microview-agent: warning: --listen without --token-file: anyone who "
-                "reaches %s can create and release segments\n",
+                "microview-agent: warning: --listen without --token-file or "
+                "--admin-token-file: anyone who reaches %s can create and release segments\n",
                 tcp_listen);
+    if (r->admin_token_file && mv_rdma_token_load(r->admin_token_file, r->admin_token,
+                                                  sizeof r->admin_token, err, sizeof err) < 0) {
+        fprintf(stderr, "microview-agent: --admin-token-file: %s\n", err);
+        return -1;
+    }
     if (r->token_file &&
         mv_rdma_token_load(r->token_file, r->token, sizeof r->token, err, sizeof err) < 0) {
         fprintf(stderr, "microview-agent: --token-file: %s\n", err);
+        return -1;
+    }
+    if (r->token[0] && strcmp(r->token, r->admin_token) == 0) {
+        fprintf(stderr, "microview-agent: --token-file and --admin-token-file hold the same "
+                        "token: the read token would allow everything\n");
         return -1;
     }
     r->port = MV_CONFIG_RDMA_PORT;
@@ -99,12 +124,44 @@ static int rdma_flags_check(rdma_flags *r, const char *tcp_listen)
     return 0;
 }
 
+/* ---- TCP control plane security flags ------------------------------------------------ */
+
+/* Returns 0 or -1 (message printed). */
+static int tcp_security_check(const mv_rpc_tls_server_opts *t, int insecure, const char *listen)
+{
+    const char *e = NULL;
+    if (!t->cert_file != !t->key_file)
+        e = "--tls-cert and --tls-key go together";
+    else if (t->require_client_cert && !t->client_ca_file)
+        e = "--tls-require-client-cert needs --tls-client-ca";
+    else if (t->client_ca_file && !t->cert_file)
+        e = "--tls-client-ca needs --tls-cert and --tls-key";
+    else if (t->cert_file && !listen)
+        e = "--tls-cert needs --listen";
+    else if (t->cert_file && insecure)
+        e = "--insecure-listen and --tls-cert contradict each other";
+    else if (listen && !t->cert_file && !insecure)
+        e = "--listen needs TLS (--tls-cert and --tls-key) or, to serve plaintext HTTP/2 "
+            "where tokens cross the network in clear, --insecure-listen";
+    if (e) {
+        fprintf(stderr, "microview-agent: %s\n", e);
+        return -1;
+    }
+    if (listen && insecure)
+        fprintf(stderr,
+                "microview-agent: WARNING: --insecure-listen: the control plane on %s "
+                "is plaintext; tokens and segment metadata cross the network in clear\n",
+                listen);
+    return 0;
+}
+
 /* ---- Standalone mode hooks ---------------------------------------------------------- */
 
 typedef struct sa_mode {
     rdma_flags rf;
     const char *dir, *sock, *tcp_listen;
     const char *sock_mode, *sock_group; /* as given, NULL: not given */
+    int tls;                            /* --tls-cert given */
     mv_segstore *store;
     mv_rdmax *rdmax;
 } sa_mode;
@@ -142,11 +199,15 @@ static int sa_started(void *arg, int tcp_port)
         memset(&sb, 0, sizeof sb);
     MV_INFO("agent.started",
             "mode=standalone dir=%s socket=%s socket_mode=%04o socket_mode_from=%s "
-            "socket_gid=%u socket_group=%s listen=%s tcp_port=%d pid=%d",
+            "socket_gid=%u socket_group=%s listen=%s tcp_port=%d tls=%s pid=%d",
             mv_log_q(sa->dir), mv_log_q(sa->sock), (unsigned)(sb.st_mode & 07777),
             sa->sock_mode ? "flag" : "umask", (unsigned)sb.st_gid,
             mv_log_q(sa->sock_group ? sa->sock_group : "agent"),
-            mv_log_q(sa->tcp_listen ? sa->tcp_listen : "off"), tcp_port, (int)getpid());
+            mv_log_q(sa->tcp_listen ? sa->tcp_listen : "off"), tcp_port,
+            !sa->tcp_listen ? "off"
+            : sa->tls       ? "on"
+                            : "off_insecure_listen",
+            (int)getpid());
     return 0;
 }
 
@@ -165,7 +226,12 @@ static void k8s_usage(FILE *f)
             "Every configuration key is also a flag (dashes or underscores), e.g.\n"
             "  --resource-name microview.io/metrics --page-size 4Ki --pool-size 16Mi\n"
             "The agent's socket (agent_socket) is for root only in this mode: --socket-mode\n"
-            "and --socket-group are --standalone flags.\n"
+            "and --socket-group are --standalone flags; segment_group GROUP gives the socket\n"
+            "(0660) and the segment files (0660) that group, for a non-root collector.\n"
+            "listen (TCP) needs tls_cert_file + tls_key_file (tls_client_ca_file,\n"
+            "tls_require_client_cert) or insecure_listen: true. collector_token_file is the\n"
+            "read token (List/Watch, rdma_cm); admin_token_file may also release over TCP;\n"
+            "creates over TCP are refused in this mode.\n"
             "Keys:");
     for (const char *const *k = mv_config_keys(); *k; k++)
         fprintf(f, " %s", *k);
@@ -296,7 +362,14 @@ int main(int argc, char **argv)
         O_TOKEN_FILE,
         O_REQUIRE_RDMA,
         O_SOCKET_MODE,
-        O_SOCKET_GROUP
+        O_SOCKET_GROUP,
+        /* TCP control plane security */
+        O_TLS_CERT,
+        O_TLS_KEY,
+        O_TLS_CLIENT_CA,
+        O_TLS_REQUIRE_CLIENT,
+        O_ADMIN_TOKEN_FILE,
+        O_INSECURE_LISTEN
     };
     static const struct option longopts[] = {
         {"standalone", no_argument, NULL, O_STANDALONE},
@@ -312,6 +385,13 @@ int main(int argc, char **argv)
         {"rdma-listen", required_argument, NULL, O_RDMA_LISTEN},
         {"token-file", required_argument, NULL, O_TOKEN_FILE},
         {"require-rdma", no_argument, NULL, O_REQUIRE_RDMA},
+        /* TCP control plane security */
+        {"tls-cert", required_argument, NULL, O_TLS_CERT},
+        {"tls-key", required_argument, NULL, O_TLS_KEY},
+        {"tls-client-ca", required_argument, NULL, O_TLS_CLIENT_CA},
+        {"tls-require-client-cert", no_argument, NULL, O_TLS_REQUIRE_CLIENT},
+        {"admin-token-file", required_argument, NULL, O_ADMIN_TOKEN_FILE},
+        {"insecure-listen", no_argument, NULL, O_INSECURE_LISTEN},
         {NULL, 0, NULL, 0},
     };
     const char *dir = MV_SEGSTORE_DEFAULT_DIR, *sock = NULL, *tcp_listen = NULL;
@@ -320,6 +400,8 @@ int main(int argc, char **argv)
     rdma_flags rf = {0};
     mv_rpc_unix_perms perms = {.mode = -1, .gid = -1};
     const char *sock_mode = NULL, *sock_group = NULL;
+    mv_rpc_tls_server_opts tls = {0};
+    int insecure_listen = 0;
     int opt;
     if (mv_opts_exact("microview-agent", argc, argv, longopts) < 0)
         return 2;
@@ -376,6 +458,25 @@ int main(int argc, char **argv)
         case O_REQUIRE_RDMA:
             rf.require = 1;
             break;
+        /* TCP control plane security */
+        case O_TLS_CERT:
+            tls.cert_file = optarg;
+            break;
+        case O_TLS_KEY:
+            tls.key_file = optarg;
+            break;
+        case O_TLS_CLIENT_CA:
+            tls.client_ca_file = optarg;
+            break;
+        case O_TLS_REQUIRE_CLIENT:
+            tls.require_client_cert = 1;
+            break;
+        case O_ADMIN_TOKEN_FILE:
+            rf.admin_token_file = optarg;
+            break;
+        case O_INSECURE_LISTEN:
+            insecure_listen = 1;
+            break;
         case O_HELP:
         case 'h':
             usage(stdout);
@@ -398,7 +499,8 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (rdma_flags_check(&rf, tcp_listen) < 0)
+    if (rdma_flags_check(&rf, tcp_listen) < 0 ||
+        tcp_security_check(&tls, insecure_listen, tcp_listen) < 0)
         return 2;
     mv_log_init("agent", level);
 
@@ -415,14 +517,18 @@ int main(int argc, char **argv)
                   .sock = sock,
                   .tcp_listen = tcp_listen,
                   .sock_mode = sock_mode,
-                  .sock_group = sock_group};
+                  .sock_group = sock_group,
+                  .tls = tls.cert_file != NULL};
     mv_agent_run_opts ro = {
         .mode = "standalone",
         .store = {.dir = dir, .max_size = max_size, .reap_interval_ms = (int)reap_ms},
         .socket_path = sock,
         .socket_perms = sock_mode || sock_group ? &perms : NULL,
         .tcp_listen = tcp_listen,
-        .token = sa.rf.token};
+        .tls = tls,
+        .insecure_tcp = insecure_listen,
+        .token = sa.rf.token,
+        .admin_token = sa.rf.admin_token};
     mv_agent_mode mode = {.arg = &sa,
                           .setup = sa_setup,
                           .before_listen = sa_before_listen,

@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "mv_agentc.h"
 #include "mv_api.h"
 #include "mv_collect.h"
 #include "mv_discovery.h"
@@ -82,6 +83,12 @@ static void usage(FILE *f)
            "  --rdma-token-file PATH   verbs: the agents' shared token (their --token-file)\n"
            "  --rdma-port N            verbs: the agents' rdma_cm port (default 7471)\n"
            "  --rdma-src-ip IP         verbs: local address for RDMA (default: routed)\n"
+           "  --agent-ca PATH          TLS to agents on TCP (their --tls-cert): the CA that\n"
+           "                           signed their certificates (PEM); without it, plaintext\n"
+           "  --agent-cert PATH        client certificate for agents with --tls-client-ca\n"
+           "  --agent-key PATH         its private key\n"
+           "  --agent-server-name NAME name the agents' certificates carry (default: the\n"
+           "                           host of --agent)\n"
            "  --no-agent               do not follow an agent (use --segment only)\n"
            "  --segment PATH[,k=v...]  also read this segment file, with identity labels\n"
            "  --listen [HOST]:PORT     HTTP address for /metrics (default 0.0.0.0:9469); a\n"
@@ -251,7 +258,13 @@ static int run(int argc, char **argv, mv_export_sel *derived)
                                          {"http-max-conns-per-client", required_argument, 0, 'c'},
                                          {"http-idle-timeout-s", required_argument, 0, 'I'},
                                          {"http-request-deadline-s", required_argument, 0, 1000},
+                                         /* TLS to agents' TCP listeners */
+                                         {"agent-ca", required_argument, 0, 1001},
+                                         {"agent-cert", required_argument, 0, 1002},
+                                         {"agent-key", required_argument, 0, 1003},
+                                         {"agent-server-name", required_argument, 0, 1004},
                                          {0, 0, 0, 0}};
+    mv_agentc_tls agent_tls = {0};
     mv_httpd_config hc;
     mv_httpd_config_default(&hc);
     if (mv_opts_exact("microview-collector", argc, argv, opts) < 0)
@@ -409,6 +422,19 @@ static int run(int argc, char **argv, mv_export_sel *derived)
                 return 2;
             }
             break;
+        /* TLS to agents' TCP listeners */
+        case 1001:
+            agent_tls.ca_file = optarg;
+            break;
+        case 1002:
+            agent_tls.cert_file = optarg;
+            break;
+        case 1003:
+            agent_tls.key_file = optarg;
+            break;
+        case 1004:
+            agent_tls.server_name = optarg;
+            break;
         case 'h':
             usage(stdout);
             return 0;
@@ -431,6 +457,14 @@ static int run(int argc, char **argv, mv_export_sel *derived)
     if (co.analytics && mv_pipe_config_check(&co.pipe)) {
         fprintf(stderr, "microview-collector: %s\n", mv_pipe_config_check(&co.pipe));
         return 2;
+    }
+    /* TLS to agents' TCP listeners */
+    if (agent_tls.ca_file || agent_tls.cert_file || agent_tls.key_file || agent_tls.server_name) {
+        char err[MV_ERR_MAX];
+        if (mv_agentc_set_tls(&agent_tls, err, sizeof err) < 0) {
+            fprintf(stderr, "microview-collector: --agent-ca/--agent-cert/--agent-key: %s\n", err);
+            return 2;
+        }
     }
     if (max_interval_set && co.max_interval_us < co.tick_us) {
         fprintf(stderr, "microview-collector: --max-interval-ms must be >= --tick-ms\n");

@@ -15,6 +15,39 @@
 #include "mv_util.h"
 #include "mv_rdma.h"
 
+/* TLS to an agent's TCP listener: --agent-ca, --agent-cert, --agent-key, --agent-server-name
+ * (the collector's flags), taken by list, create and release. */
+#define TLS_OPTS                                                                                   \
+    {"agent-ca", required_argument, 0, 1001}, {"agent-cert", required_argument, 0, 1002},          \
+        {"agent-key", required_argument, 0, 1003},                                                 \
+    {                                                                                              \
+        "agent-server-name", required_argument, 0, 1004                                            \
+    }
+#define TLS_USAGE "[--agent-ca F [--agent-cert F --agent-key F] [--agent-server-name N]]"
+
+static mv_agentc_tls g_tls;
+
+/* Takes one of TLS_OPTS: 1 when `opt` was one. */
+static int tls_opt(int opt)
+{
+    switch (opt) {
+    case 1001:
+        g_tls.ca_file = optarg;
+        return 1;
+    case 1002:
+        g_tls.cert_file = optarg;
+        return 1;
+    case 1003:
+        g_tls.key_file = optarg;
+        return 1;
+    case 1004:
+        g_tls.server_name = optarg;
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 /* Opens a client for `target`; with `token_file`, every call presents its token
  * (what an agent's TCP control plane asks for). Returns NULL with the reason in `err`. */
 static mv_agentc *open_agent(const char *target, const char *token_file, char *err, size_t errlen)
@@ -23,6 +56,11 @@ static mv_agentc *open_agent(const char *target, const char *token_file, char *e
     char tok[MV_RDMA_TOKEN_MAX + 1], why[MV_ERR_MAX];
     if (token_file && mv_rdma_token_load(token_file, tok, sizeof tok, why, sizeof why) < 0) {
         mv_err_set(err, errlen, "--token-file: %s", why);
+        return NULL;
+    }
+    if ((g_tls.ca_file || g_tls.cert_file || g_tls.key_file || g_tls.server_name) &&
+        mv_agentc_set_tls(&g_tls, why, sizeof why) < 0) {
+        mv_err_set(err, errlen, "--agent-ca/--agent-cert/--agent-key: %s", why);
         return NULL;
     }
     if (mv_agentc_open(target, &c) != 0 || (token_file && mv_agentc_set_token(c, tok) != 0)) {
@@ -129,6 +167,7 @@ static const char *parse_agent_opt(int argc, char **argv, int *json, const char 
     static const struct option opts[] = {{"agent", required_argument, 0, 'a'},
                                          {"json", no_argument, 0, 'j'},
                                          {"token-file", required_argument, 0, 't'},
+                                         TLS_OPTS,
                                          {0, 0, 0, 0}};
     *ok = 1;
     *token_file = NULL;
@@ -143,7 +182,7 @@ static const char *parse_agent_opt(int argc, char **argv, int *json, const char 
             *token_file = optarg;
         else if (opt == 'j' && json)
             *json = 1;
-        else
+        else if (!tls_opt(opt))
             *ok = 0;
     }
     return target;
@@ -155,7 +194,9 @@ int mv_ctl_list(int argc, char **argv)
     const char *token_file;
     const char *target = parse_agent_opt(argc, argv, &json, &token_file, &ok);
     if (!ok || optind != argc) {
-        fprintf(stderr, "usage: microviewctl list [--agent TARGET] [--token-file F] [--json]\n");
+        fprintf(stderr,
+                "usage: microviewctl list [--agent TARGET] [--token-file F] [--json] " TLS_USAGE
+                "\n");
         return 2;
     }
     mv_agentc *c = connect_agent(target, token_file);
@@ -196,11 +237,15 @@ int mv_ctl_create(int argc, char **argv)
     mv_agentc_owner own = {-1, -1};
     size_t nlabels = 0;
     int opt;
-    static const struct option opts[] = {
-        {"agent", required_argument, 0, 'a'},     {"size", required_argument, 0, 's'},
-        {"label", required_argument, 0, 'l'},     {"token-file", required_argument, 0, 't'},
-        {"owner-pid", required_argument, 0, 'o'}, {"owner-uid", required_argument, 0, 'U'},
-        {"owner-gid", required_argument, 0, 'G'}, {0, 0, 0, 0}};
+    static const struct option opts[] = {{"agent", required_argument, 0, 'a'},
+                                         {"size", required_argument, 0, 's'},
+                                         {"label", required_argument, 0, 'l'},
+                                         {"token-file", required_argument, 0, 't'},
+                                         {"owner-pid", required_argument, 0, 'o'},
+                                         {"owner-uid", required_argument, 0, 'U'},
+                                         {"owner-gid", required_argument, 0, 'G'},
+                                         TLS_OPTS,
+                                         {0, 0, 0, 0}};
     if (mv_opts_exact("microviewctl", argc, argv, opts) < 0)
         return 2;
     while ((opt = getopt_long(argc, argv, "a:s:l:t:o:U:G:", opts, NULL)) != -1) {
@@ -242,9 +287,11 @@ int mv_ctl_create(int argc, char **argv)
             nlabels++;
             break;
         default:
+            if (tls_opt(opt))
+                break;
             fprintf(stderr, "usage: microviewctl create [--agent T] [--token-file F] [--size SIZE] "
                             "[--label K=V] [--owner-pid PID] [--owner-uid UID] "
-                            "[--owner-gid GID]\n");
+                            "[--owner-gid GID] " TLS_USAGE "\n");
             return 2;
         }
     }
@@ -274,8 +321,8 @@ int mv_ctl_release(int argc, char **argv)
     const char *token_file;
     const char *target = parse_agent_opt(argc, argv, NULL, &token_file, &ok);
     if (!ok || optind != argc - 1) {
-        fprintf(stderr,
-                "usage: microviewctl release [--agent TARGET] [--token-file F] <segment-id>\n");
+        fprintf(stderr, "usage: microviewctl release [--agent TARGET] [--token-file F] " TLS_USAGE
+                        " <segment-id>\n");
         return 2;
     }
     mv_agentc *c = connect_agent(target, token_file);

@@ -551,8 +551,8 @@ def rdma_cfg(env, require):
     with open(tok, "w") as f:
         f.write("collector-tok-1\n")
     tcp = free_port()
-    env.cfg.update({"listen": "127.0.0.1:%d" % tcp, "rdma_listen": "127.0.0.1:%d" % free_port(),
-                    "collector_token_file": tok, "require_rdma": "true" if require else "false",
+    env.cfg.update({"listen": "127.0.0.1:%d" % tcp, "insecure_listen": "true",
+                    "rdma_listen": "127.0.0.1:%d" % free_port(), "collector_token_file": tok, "require_rdma": "true" if require else "false",
                     "rdma_retry_ms": "200"})
     return tcp
 
@@ -715,6 +715,104 @@ def sc_nonroot(env):
     check("ownership logged", env.log_has("segment.owner_set"))
 
 
+def make_pki(d):
+    """A test CA and the agent's certificate for agent.test (openssl); returns (ca, cert, key)."""
+    def run(*args):
+        subprocess.run(["openssl"] + list(args), check=True, capture_output=True)
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", d + "/ca.key", "-out",
+        d + "/ca.pem", "-days", "2", "-subj", "/CN=test-ca")
+    run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", d + "/agent.key", "-out",
+        d + "/agent.csr", "-subj", "/CN=agent.test")
+    with open(d + "/agent.ext", "w") as f:
+        f.write("subjectAltName=DNS:agent.test\n")
+    run("x509", "-req", "-in", d + "/agent.csr", "-CA", d + "/ca.pem", "-CAkey", d + "/ca.key",
+        "-CAcreateserial", "-out", d + "/agent.pem", "-days", "2", "-extfile", d + "/agent.ext")
+    return d + "/ca.pem", d + "/agent.pem", d + "/agent.key"
+
+
+def sc_ctlplane(env):
+    """The TCP control plane in Kubernetes mode: TLS from the config keys, the read token
+    lists but cannot release, creates over TCP are refused whatever the token; segment_group
+    gives the segment files and the socket a group a non-root collector reads them with."""
+    if os.geteuid() != 0:
+        raise Skip("needs root to act as other users (setpriv) and to chown")
+    if not shutil.which("setpriv") or not shutil.which("openssl"):
+        raise Skip("setpriv (util-linux) or openssl not installed")
+    ca, cert, key = make_pki(env.tmp)
+    read_tok, admin_tok = os.path.join(env.tmp, "read.tok"), os.path.join(env.tmp, "admin.tok")
+    with open(read_tok, "w") as f:
+        f.write("read-tok-k8s\n")
+    with open(admin_tok, "w") as f:
+        f.write("admin-tok-k8s\n")
+    tcp = free_port()
+    group = 4321
+    env.cfg.update({"listen": "127.0.0.1:%d" % tcp, "tls_cert_file": cert, "tls_key_file": key,
+                    "collector_token_file": read_tok, "admin_token_file": admin_tok,
+                    "segment_group": str(group)})
+    env.start_agent()
+    env.ready()
+    started = [l for l in env.log().splitlines() if "event=agent.started" in l]
+    check("agent.started logs tls=on and the segment group",
+          started and " tls=on " in started[0] and " segment_gid=%d " % group in started[0],
+          started)
+    st = os.stat(env.agent_sock)
+    check("segment_group: the socket is root:%d mode 0660" % group,
+          (st.st_uid, st.st_gid, st.st_mode & 0o777) == (0, group, 0o660),
+          (st.st_uid, st.st_gid, oct(st.st_mode & 0o777)))
+    for d in (env.tmp, env.state):
+        os.chmod(d, 0o755)
+    put_pod_spec(env, "team-a", "run-as", {"runAsUser": 1000, "runAsGroup": 1000})
+    a = env.kubelet.allocate("team-a", "run-as", "app", 1)
+    path = os.path.join(seg_dir_of(a), os.path.basename(envs_of(a)["MICROVIEW_SEGMENT"]))
+
+    def owned():
+        s = os.stat(path)
+        return (s.st_uid, s.st_gid, s.st_mode & 0o777) == (1000, group, 0o660)
+
+    got = wait_until(owned, 5)
+    s = os.stat(path)
+    check("segment_group: the writer's file is 1000:%d mode 0660" % group, got,
+          (s.st_uid, s.st_gid, oct(s.st_mode & 0o777)))
+
+    def as_user(groups, *cmd):
+        g = ["--groups", ",".join(map(str, groups))] if groups else ["--clear-groups"]
+        return subprocess.run(["setpriv", "--reuid", "5555", "--regid", "5555"] + g +
+                              ["--inh-caps=-all", "--bounding-set=-all", "--"] + list(cmd),
+                              capture_output=True, text=True, timeout=20)
+    ctl = os.path.join(env.bin, "microviewctl")
+    r = as_user([group], "dd", "if=" + path, "of=/dev/null", "bs=4096", "count=1")
+    check("a non-root collector uid in the group reads the segment", r.returncode == 0, r.stderr)
+    r = as_user([group], ctl, "list", "--agent", "unix:" + env.agent_sock)
+    check("a non-root collector uid in the group lists over the socket",
+          r.returncode == 0 and "1 segments" in r.stdout, r.stdout + r.stderr)
+    r = as_user([], "dd", "if=" + path, "of=/dev/null", "bs=4096", "count=1")
+    check("the same uid without the group cannot read the segment", r.returncode != 0)
+    r = as_user([], ctl, "list", "--agent", "unix:" + env.agent_sock)
+    check("the same uid without the group cannot connect to the socket", r.returncode != 0)
+
+    tls = ["--agent", "127.0.0.1:%d" % tcp, "--agent-ca", ca, "--agent-server-name", "agent.test"]
+    r = subprocess.run([ctl, "list"] + tls + ["--token-file", read_tok], capture_output=True,
+                       text=True, timeout=20)
+    check("TLS + read token: list OK", r.returncode == 0 and "1 segments" in r.stdout,
+          r.stdout + r.stderr)
+    r = subprocess.run([ctl, "list", "--agent", "127.0.0.1:%d" % tcp, "--token-file", read_tok],
+                       capture_output=True, text=True, timeout=20)
+    check("plaintext against the TLS listener: refused", r.returncode != 0, r.stdout)
+    for tok in (read_tok, admin_tok):
+        r = subprocess.run([ctl, "create"] + tls + ["--token-file", tok, "--size", "4096"],
+                           capture_output=True, text=True, timeout=20)
+        check("TCP create refused with the %s token, naming the page pool" %
+              os.path.basename(tok).split(".")[0],
+              r.returncode != 0 and "CreateSegment over TCP is refused" in r.stderr and
+              "page pool" in r.stderr, r.stderr)
+    sid = by_pod(env.catalog(), "team-a", "run-as", "app")["id"]
+    r = subprocess.run([ctl, "release"] + tls + ["--token-file", read_tok, sid],
+                       capture_output=True, text=True, timeout=20)
+    check("read token: release refused naming the admin scope",
+          r.returncode != 0 and "needs the admin scope" in r.stderr, r.stderr)
+    check("the segment is still there", by_pod(env.catalog(), "team-a", "run-as", "app"))
+
+
 SCENARIOS = {
     "register": sc_register,
     "allocate": sc_allocate,
@@ -729,6 +827,7 @@ SCENARIOS = {
     "rdma_optional": sc_rdma_optional,
     "pool_max": sc_pool_max,
     "nonroot": sc_nonroot,
+    "ctlplane": sc_ctlplane,
 }
 
 

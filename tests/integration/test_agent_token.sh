@@ -5,7 +5,7 @@ set -uo pipefail
 . "$(dirname "$0")/lib.sh"
 
 echo "  tok-3b9e1  " >"$tmp/token"
-"$bin/microview-agent" --standalone --dir "$tmp/segs" --listen 127.0.0.1:0 \
+"$bin/microview-agent" --standalone --dir "$tmp/segs" --listen 127.0.0.1:0 --insecure-listen \
   --token-file "$tmp/token" 2>"$tmp/agent.log" & pids+=($!)
 wait_for 5 grep -q 'tcp_port=[1-9]' "$tmp/agent.log"
 port=$(sed -n 's/.*tcp_port=\([0-9]*\).*/\1/p' "$tmp/agent.log" | head -n 1)

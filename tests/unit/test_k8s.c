@@ -96,7 +96,8 @@ static void test_config_rdma(void)
     const char *y = "rdma_listen: 10.0.0.5\n"
                     "collector_token_file: /etc/microview/token\n"
                     "require_rdma: true\n"
-                    "listen: 0.0.0.0:7000\n";
+                    "listen: 0.0.0.0:7000\n"
+                    "insecure_listen: true\n";
     CU_ASSERT_EQUAL(mv_config_parse(&c, y, strlen(y), err, sizeof err), 0);
     CU_ASSERT_EQUAL(c.require_rdma, 1);
     CU_ASSERT_EQUAL(mv_config_finish(&c, err, sizeof err), 0);
@@ -140,6 +141,44 @@ static void test_config_rdma(void)
     mv_config_set(&c, "rdma_listen", "10.0.0.5", err, sizeof err);
     CU_ASSERT_EQUAL(mv_config_finish(&c, err, sizeof err), -EINVAL);
     CU_ASSERT(strstr(err, "collector_token_file") != NULL);
+
+    /* The TCP control plane's TLS keys, plaintext by choice only, and segment_group. */
+    static const struct {
+        const char *k1, *v1, *k2, *v2, *why;
+    } tcp[] = {
+        {"listen", "127.0.0.1:7000", NULL, NULL, "insecure_listen"},
+        {"tls_cert_file", "/c", "listen", "127.0.0.1:7000", "tls_key_file"},
+        {"tls_require_client_cert", "true", "insecure_listen", "true", "tls_client_ca_file"},
+        {"tls_cert_file", "/c", "tls_key_file", "/k", "needs listen"},
+        {"admin_token_file", "/a", NULL, NULL, "admin_token_file needs listen"},
+        {"segment_group", "4294967295", NULL, NULL, "segment_group"},
+        {"segment_group", "no-such-group-mv", NULL, NULL, "no group named no-such-group-mv"},
+    };
+    for (size_t i = 0; i < sizeof tcp / sizeof tcp[0]; i++) {
+        mv_config_defaults(&c);
+        CU_ASSERT_EQUAL(mv_config_set(&c, tcp[i].k1, tcp[i].v1, err, sizeof err), 0);
+        if (tcp[i].k2)
+            CU_ASSERT_EQUAL(mv_config_set(&c, tcp[i].k2, tcp[i].v2, err, sizeof err), 0);
+        err[0] = 0;
+        CU_ASSERT_EQUAL(mv_config_finish(&c, err, sizeof err), -EINVAL);
+        if (!strstr(err, tcp[i].why))
+            fprintf(stderr, "%s=%s: %s\n", tcp[i].k1, tcp[i].v1, err);
+        CU_ASSERT(strstr(err, tcp[i].why) != NULL);
+    }
+    mv_config_defaults(&c);
+    CU_ASSERT_EQUAL(c.segment_gid, -1);
+    mv_config_set(&c, "listen", "127.0.0.1:7000", err, sizeof err);
+    mv_config_set(&c, "tls-cert-file", "/c", err, sizeof err);
+    mv_config_set(&c, "tls-key-file", "/k", err, sizeof err);
+    mv_config_set(&c, "tls-client-ca-file", "/ca", err, sizeof err);
+    mv_config_set(&c, "tls-require-client-cert", "true", err, sizeof err);
+    mv_config_set(&c, "segment-group", "4321", err, sizeof err);
+    CU_ASSERT_EQUAL(mv_config_finish(&c, err, sizeof err), 0);
+    CU_ASSERT_EQUAL(c.segment_gid, 4321);
+    CU_ASSERT_EQUAL(c.tls_require_client_cert, 1);
+    mv_config_set(&c, "segment_group", "root", err, sizeof err);
+    CU_ASSERT_EQUAL(mv_config_finish(&c, err, sizeof err), 0);
+    CU_ASSERT_EQUAL(c.segment_gid, 0);
 }
 
 static void test_pod_parse(void)

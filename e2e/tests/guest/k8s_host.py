@@ -69,7 +69,8 @@ def catalog_tcp(env, token_file, port):
 
 def scenario(env, token_file, ctl_port, rdma_port):
     check = T.check
-    env.cfg.update({"listen": "%s:%d" % (IP, ctl_port), "rdma_listen": "%s:%d" % (IP, rdma_port),
+    env.cfg.update({"listen": "%s:%d" % (IP, ctl_port), "insecure_listen": "true",
+                    "rdma_listen": "%s:%d" % (IP, rdma_port),
                     "collector_token_file": token_file, "require_rdma": "true",
                     "rdma_retry_ms": "300"})
     # 1. No RDMA device yet.

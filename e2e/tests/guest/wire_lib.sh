@@ -18,7 +18,8 @@ wire_token() { echo "e2e-shared-token-7c1f" >"$WIRE_DIR/token"; echo "$WIRE_DIR/
 # WIRE_REAP_MS says otherwise (a benchmark measuring the agent as deployed: 2000).
 wire_agent() {
   "$B/microview-agent" --standalone --dir "$WIRE_DIR/segs" --reap-interval-ms "${WIRE_REAP_MS:-200}" \
-    --listen "$E2E_SELF_IP:$WIRE_CTL_PORT" --rdma-listen "$E2E_SELF_IP:$WIRE_RDMA_PORT" \
+    --listen "$E2E_SELF_IP:$WIRE_CTL_PORT" --insecure-listen \
+    --rdma-listen "$E2E_SELF_IP:$WIRE_RDMA_PORT" \
     --token-file "$(wire_token)" 2>>"$WIRE_DIR/agent.log" &
   WIRE_AGENT_PID=$!
   e2e_wait_tcp "$WIRE_CTL_PORT" 30

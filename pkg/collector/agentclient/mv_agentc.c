@@ -2,6 +2,7 @@
 #include "mv_agentc.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +27,56 @@ struct mv_agentc {
     int timeout_ms;
     char err[MV_ERR_MAX];
 };
+
+/* The process's TLS settings for TCP targets (mv_agentc_set_tls). */
+static pthread_mutex_t g_tls_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    int on;
+    char ca[4096], cert[4096], key[4096], name[256];
+} g_tls;
+
+int mv_agentc_set_tls(const mv_agentc_tls *t, char *err, size_t errlen)
+{
+    struct {
+        const char *flag, *path;
+    } files[] = {{"CA", t ? t->ca_file : NULL},
+                 {"certificate", t ? t->cert_file : NULL},
+                 {"key", t ? t->key_file : NULL}};
+    if (!t || !t->ca_file) {
+        mv_err_set(err, errlen, "TLS needs the CA that signed the agent's certificate");
+        return -EINVAL;
+    }
+    if (!t->cert_file != !t->key_file) {
+        mv_err_set(err, errlen, "a client certificate needs its key, and a key its certificate");
+        return -EINVAL;
+    }
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        FILE *f = files[i].path ? fopen(files[i].path, "re") : NULL;
+        if (files[i].path && !f) {
+            int e = errno;
+            mv_err_set(err, errlen, "%s %s: %s", files[i].flag, files[i].path, strerror(e));
+            return -e;
+        }
+        if (f)
+            fclose(f);
+        if (files[i].path && strlen(files[i].path) >= sizeof g_tls.ca) {
+            mv_err_set(err, errlen, "%s %s: path too long", files[i].flag, files[i].path);
+            return -ENAMETOOLONG;
+        }
+    }
+    if (t->server_name && strlen(t->server_name) >= sizeof g_tls.name) {
+        mv_err_set(err, errlen, "server name too long");
+        return -ENAMETOOLONG;
+    }
+    pthread_mutex_lock(&g_tls_mu);
+    g_tls.on = 1;
+    snprintf(g_tls.ca, sizeof g_tls.ca, "%s", t->ca_file);
+    snprintf(g_tls.cert, sizeof g_tls.cert, "%s", t->cert_file ? t->cert_file : "");
+    snprintf(g_tls.key, sizeof g_tls.key, "%s", t->key_file ? t->key_file : "");
+    snprintf(g_tls.name, sizeof g_tls.name, "%s", t->server_name ? t->server_name : "");
+    pthread_mutex_unlock(&g_tls_mu);
+    return 0;
+}
 
 static void set_err(mv_agentc *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void set_err(mv_agentc *c, const char *fmt, ...)
@@ -55,7 +106,21 @@ int mv_agentc_open(const char *target, mv_agentc **out)
         goto free_c;
     snprintf(c->target, n, "%s%s", target[0] == '/' ? "unix:" : "", target);
     c->timeout_ms = 5000;
-    int rc = mv_rpc_channel_open(c->target, REPLY_MAX, &c->ch);
+    int rc;
+    pthread_mutex_lock(&g_tls_mu);
+    if (g_tls.on && strncmp(c->target, "unix:", 5) != 0) {
+        mv_rpc_tls_client_opts o = {.ca_file = g_tls.ca,
+                                    .cert_file = g_tls.cert[0] ? g_tls.cert : NULL,
+                                    .key_file = g_tls.key[0] ? g_tls.key : NULL,
+                                    .server_name = g_tls.name[0] ? g_tls.name : NULL};
+        char err[MV_ERR_MAX];
+        rc = mv_rpc_channel_open_tls(c->target, REPLY_MAX, &o, &c->ch, err, sizeof err);
+        if (rc < 0)
+            fprintf(stderr, "agent client: TLS to %s: %s\n", c->target, err);
+    } else {
+        rc = mv_rpc_channel_open(c->target, REPLY_MAX, &c->ch);
+    }
+    pthread_mutex_unlock(&g_tls_mu);
     if (rc < 0) {
         free(c->target);
         free(c);
@@ -87,8 +152,15 @@ static int status_err(mv_agentc *c, const char *what, const mv_rpc_status *st)
 {
     switch (st->code) {
     case MV_RPC_UNAVAILABLE:
-        set_err(c, "agent not reachable at %s: is microview-agent running? (%s)", c->target,
-                st->message);
+        if (strncmp(c->target, "unix:", 5) != 0)
+            set_err(c,
+                    "agent not reachable at %s: is microview-agent running, and do TLS "
+                    "(--agent-ca, --agent-cert/--agent-key) and plaintext match its listener? "
+                    "(%s)",
+                    c->target, st->message);
+        else
+            set_err(c, "agent not reachable at %s: is microview-agent running? (%s)", c->target,
+                    st->message);
         return -ECONNREFUSED;
     case MV_RPC_INVALID_ARGUMENT:
     case MV_RPC_OUT_OF_RANGE:

@@ -45,6 +45,20 @@ typedef struct mv_agentc_segment {
 int mv_agentc_open(const char *target, mv_agentc **out);
 void mv_agentc_close(mv_agentc *c); /* NULL-safe */
 
+/* TLS to agents' TCP listeners (their --tls-cert), for the whole process: every handle opened
+ * afterwards on a "host:port" target uses it (unix sockets stay plaintext). Files are read
+ * at each open (a rotated certificate is picked up on reconnect). */
+typedef struct mv_agentc_tls {
+    const char *ca_file;     /* the CA that signed the agent's certificate (required) */
+    const char *cert_file;   /* client certificate (an agent with --tls-client-ca), or NULL */
+    const char *key_file;    /* its key */
+    const char *server_name; /* name the agent's certificate must carry; NULL: the host */
+} mv_agentc_tls;
+
+/* Checks the files are readable and keeps the settings. 0 or a negative errno with the
+ * reason in `err`. */
+int mv_agentc_set_tls(const mv_agentc_tls *tls, char *err, size_t errlen);
+
 /* Human-readable reason of the last failure on this handle ("" if none). */
 const char *mv_agentc_error(const mv_agentc *c);
 

@@ -3,6 +3,7 @@
 #include "mv_util.h"
 
 #include <errno.h>
+#include <grp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,6 +67,13 @@ static const key KEYS[] = {
     S(collector_token_file),
     B(require_rdma),
     U(rdma_retry_ms, 3600000),
+    S(tls_cert_file),
+    S(tls_key_file),
+    S(tls_client_ca_file),
+    B(tls_require_client_cert),
+    S(admin_token_file),
+    B(insecure_listen),
+    S(segment_group),
 };
 #define NKEYS (sizeof KEYS / sizeof KEYS[0])
 
@@ -86,6 +94,7 @@ static void put(char *dst, size_t cap, const char *s)
 void mv_config_defaults(mv_config *c)
 {
     memset(c, 0, sizeof *c);
+    c->segment_gid = -1;
     put(c->resource_name, sizeof c->resource_name, "microview.io/metrics");
     c->page_size = 4096;
     c->pool_size = 16u << 20;
@@ -306,6 +315,57 @@ int mv_config_load_file(mv_config *c, const char *path, char *err, size_t errlen
     return rc;
 }
 
+/* The TCP control plane's TLS and token keys together. */
+static int config_tcp_security(const mv_config *c, char *err, size_t errlen)
+{
+    const char *e = NULL;
+    if (!c->tls_cert_file[0] != !c->tls_key_file[0])
+        e = "tls_cert_file and tls_key_file go together";
+    else if (c->tls_require_client_cert && !c->tls_client_ca_file[0])
+        e = "tls_require_client_cert needs tls_client_ca_file";
+    else if (c->tls_client_ca_file[0] && !c->tls_cert_file[0])
+        e = "tls_client_ca_file needs tls_cert_file and tls_key_file";
+    else if (c->tls_cert_file[0] && !c->listen[0])
+        e = "tls_cert_file needs listen";
+    else if (c->tls_cert_file[0] && c->insecure_listen)
+        e = "insecure_listen and tls_cert_file contradict each other";
+    else if (c->listen[0] && !c->tls_cert_file[0] && !c->insecure_listen)
+        e = "listen needs TLS (tls_cert_file and tls_key_file) or, to serve plaintext HTTP/2 "
+            "where tokens cross the network in clear, insecure_listen: true";
+    else if (c->admin_token_file[0] && !c->listen[0])
+        e = "admin_token_file needs listen";
+    if (e) {
+        mv_err_set(err, errlen, "%s", e);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* segment_group: a group name or a numeric gid. */
+static int config_group(mv_config *c, char *err, size_t errlen)
+{
+    c->segment_gid = -1;
+    if (!c->segment_group[0])
+        return 0;
+    uint64_t v;
+    char why[128];
+    if (c->segment_group[0] >= '0' && c->segment_group[0] <= '9') {
+        if (mv_parse_u64(c->segment_group, 0, UINT32_MAX - 1, &v, why, sizeof why) < 0) {
+            mv_err_set(err, errlen, "segment_group: %s", why);
+            return -EINVAL;
+        }
+        c->segment_gid = (int64_t)v;
+        return 0;
+    }
+    struct group *g = getgrnam(c->segment_group);
+    if (!g) {
+        mv_err_set(err, errlen, "segment_group: no group named %s", c->segment_group);
+        return -EINVAL;
+    }
+    c->segment_gid = g->gr_gid;
+    return 0;
+}
+
 /* A listen address of the configuration, read as the flags read theirs. */
 static int config_listen(const char *text, unsigned flags, const char *name, char *host,
                          size_t hostlen, uint16_t *port, char *err, size_t errlen)
@@ -381,6 +441,8 @@ int mv_config_finish(mv_config *c, char *err, size_t errlen)
     uint16_t port;
     if (c->listen[0] && config_listen(c->listen, MV_LISTEN_PORT_ZERO, "listen", host, sizeof host,
                                       &port, err, errlen) < 0)
+        return -EINVAL;
+    if (config_tcp_security(c, err, errlen) < 0 || config_group(c, err, errlen) < 0)
         return -EINVAL;
     if (!c->agent_socket[0]) {
         int n = snprintf(c->agent_socket, sizeof c->agent_socket, "%s/agent.sock", c->state_dir);

@@ -46,9 +46,19 @@ typedef struct mv_config {
     char collector_token_file[MV_CONFIG_STR_MAX]; /* the shared secret collectors present */
     int require_rdma;       /* devices Unhealthy and Allocate refused while RDMA is down */
     uint64_t rdma_retry_ms; /* how often an RDMA target that failed is tried again */
+    /* TCP control plane security (listen): */
+    char tls_cert_file[MV_CONFIG_STR_MAX];      /* "" = no TLS */
+    char tls_key_file[MV_CONFIG_STR_MAX];       /* with tls_cert_file */
+    char tls_client_ca_file[MV_CONFIG_STR_MAX]; /* ask clients for a certificate it signed */
+    int tls_require_client_cert;                /* refuse clients without one */
+    char admin_token_file[MV_CONFIG_STR_MAX];   /* token allowing ReleaseSegment over TCP */
+    int insecure_listen;                        /* plaintext listen chosen explicitly */
+    /* Non-root collector: the group segment files and the agent socket get (name or gid). */
+    char segment_group[256];
     /* Derived by mv_config_finish from rdma_listen: */
     char rdma_ip[64];
     uint16_t rdma_port;
+    int64_t segment_gid; /* from segment_group, -1 = none */
 } mv_config;
 
 #define MV_CONFIG_RDMA_PORT 7471 /* rdma_cm port when rdma_listen names none */

@@ -134,12 +134,36 @@ int mv_rpc_server_add_unary(mv_rpc_server *s, const char *path, mv_rpc_unary_fn 
 int mv_rpc_server_add_stream(mv_rpc_server *s, const char *path, mv_rpc_stream_fn fn,
                              mv_rpc_close_fn on_close, void *arg);
 
-/* Requires `token` (copied) from every caller that is not on a unix socket:
- * such calls must carry the metadata "authorization: Bearer <token>", or they
- * end with UNAUTHENTICATED before any handler runs. Unix-socket callers are
- * trusted (the socket's file permissions decide who reaches it). Before start.
- * Returns 0, -EINVAL or -ENOMEM. */
+/* Token scopes of TCP callers. A unix-socket caller always has MV_RPC_SCOPE_ADMIN (the
+ * socket's file permissions decide who reaches it; the handlers have its peer credentials). */
+enum {
+    MV_RPC_SCOPE_READ = 1,  /* presented the read token */
+    MV_RPC_SCOPE_ADMIN = 2, /* presented the admin token, or no token is configured */
+};
+
+/* Requires a token from every caller that is not on a unix socket once either is set: such
+ * calls must carry the metadata "authorization: Bearer <token>", or they end with
+ * UNAUTHENTICATED before any handler runs. `token` (copied) grants MV_RPC_SCOPE_ADMIN,
+ * mv_rpc_server_set_read_token's MV_RPC_SCOPE_READ; what a scope allows is the handlers'
+ * decision (mv_rpc_call_scope). Without either, TCP callers get MV_RPC_SCOPE_ADMIN. Before
+ * start. Returns 0, -EINVAL (empty, or the same as the other token) or -ENOMEM. */
 int mv_rpc_server_set_token(mv_rpc_server *s, const char *token);
+int mv_rpc_server_set_read_token(mv_rpc_server *s, const char *token);
+
+/* TLS on a TCP listener, with gRPC core's own credentials (PEM files, read at the listen). */
+typedef struct mv_rpc_tls_server_opts {
+    const char *cert_file;      /* the server's certificate chain */
+    const char *key_file;       /* its private key */
+    const char *client_ca_file; /* NULL: no client certificates asked; else the CA that
+                                 * must have signed one a client presents */
+    int require_client_cert;    /* with client_ca_file: a client without a valid one is refused
+                                 * in the handshake */
+} mv_rpc_tls_server_opts;
+
+/* Listens on TCP "host:port" with TLS as mv_rpc_server_listen does in plaintext. Returns the
+ * port bound, or a negative errno with the reason in `err` (and logged). */
+int mv_rpc_server_listen_tls(mv_rpc_server *s, const char *addr, const mv_rpc_tls_server_opts *tls,
+                             char *err, size_t errlen);
 
 /* Starts serving on a dedicated thread. Returns 0 or a negative errno. */
 int mv_rpc_server_start(mv_rpc_server *s);
@@ -161,6 +185,11 @@ typedef struct mv_rpc_peer {
  * came over a unix socket this server listens on. Returns 0 with *out filled, or -ENOENT: a
  * TCP caller, or none could be recorded (the call is then as anonymous as a TCP one). */
 int mv_rpc_call_peer(const mv_rpc_call *call, mv_rpc_peer *out);
+
+/* The scope the token check granted `call` (MV_RPC_SCOPE_*), and whether it came over TCP
+ * rather than one of this server's unix sockets (1) or not (0). */
+int mv_rpc_call_scope(const mv_rpc_call *call);
+int mv_rpc_call_remote(const mv_rpc_call *call);
 
 /* Unary replies. Each returns 0 or a negative errno; the call is freed after. */
 int mv_rpc_reply(mv_rpc_call *call, const void *buf, size_t len);
@@ -191,6 +220,22 @@ typedef struct mv_rpc_cstream mv_rpc_cstream;
  * `max_recv_bytes` 0 = 4 MiB. Returns 0 or a negative errno. */
 int mv_rpc_channel_open(const char *target, size_t max_recv_bytes, mv_rpc_channel **out);
 void mv_rpc_channel_close(mv_rpc_channel *ch); /* NULL-safe; no calls may be open */
+
+/* TLS for a channel, with gRPC core's own credentials (PEM files, read at the open). */
+typedef struct mv_rpc_tls_client_opts {
+    const char *ca_file;     /* the CA that signed the server's certificate (required) */
+    const char *cert_file;   /* a client certificate, or NULL (both or neither with key) */
+    const char *key_file;    /* its private key */
+    const char *server_name; /* the name the server's certificate must carry, NULL: the host
+                              * of the target */
+} mv_rpc_tls_client_opts;
+
+/* As mv_rpc_channel_open over TLS ("host:port" targets only). A server whose certificate the
+ * CA did not sign, or that speaks plaintext, fails every call with UNAVAILABLE. Returns 0, or
+ * a negative errno with the reason in `err`. */
+int mv_rpc_channel_open_tls(const char *target, size_t max_recv_bytes,
+                            const mv_rpc_tls_client_opts *tls, mv_rpc_channel **out, char *err,
+                            size_t errlen);
 
 /* Sends "authorization: Bearer <token>" (copied) with every later call on the
  * channel. Not while calls are open. Returns 0, -EINVAL or -ENOMEM. */

@@ -38,31 +38,68 @@ struct mv_rpc_cstream {
     const char *error_string;
 };
 
-int mv_rpc_channel_open(const char *target, size_t max_recv_bytes, mv_rpc_channel **out)
+/* Opens a channel with `creds` (released here); `name` overrides the TLS target name. */
+static int channel_open(const char *target, size_t max_recv_bytes, grpc_channel_credentials *creds,
+                        const char *name, mv_rpc_channel **out)
 {
-    *out = NULL;
-    if (!target || !*target)
-        return -EINVAL;
     mv_rpc_channel *c = calloc(1, sizeof *c);
-    if (!c)
+    if (!c) {
+        grpc_channel_credentials_release(creds);
         return -ENOMEM;
-    rpc_grpc_init();
-    grpc_arg a[1];
+    }
+    grpc_arg a[2];
     grpc_channel_args args;
     if (!max_recv_bytes)
         max_recv_bytes = DEFAULT_MAX_RECV;
     if (max_recv_bytes > INT32_MAX)
         max_recv_bytes = INT32_MAX;
-    grpc_channel_credentials *creds = grpc_insecure_credentials_create();
-    c->ch = grpc_channel_create(target, creds, rpc_size_args(a, &args, max_recv_bytes));
+    rpc_size_args(a, &args, max_recv_bytes);
+    if (name && *name) {
+        a[1].type = GRPC_ARG_STRING;
+        a[1].key = (char *)GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;
+        a[1].value.string = (char *)name;
+        args.num_args = 2;
+    }
+    c->ch = grpc_channel_create(target, creds, &args);
     grpc_channel_credentials_release(creds);
     if (!c->ch) {
         free(c);
-        grpc_shutdown();
         return -EINVAL;
     }
     *out = c;
     return 0;
+}
+
+int mv_rpc_channel_open(const char *target, size_t max_recv_bytes, mv_rpc_channel **out)
+{
+    *out = NULL;
+    if (!target || !*target)
+        return -EINVAL;
+    rpc_grpc_init();
+    int rc = channel_open(target, max_recv_bytes, grpc_insecure_credentials_create(), NULL, out);
+    if (rc < 0)
+        grpc_shutdown();
+    return rc;
+}
+
+int mv_rpc_channel_open_tls(const char *target, size_t max_recv_bytes,
+                            const mv_rpc_tls_client_opts *tls, mv_rpc_channel **out, char *err,
+                            size_t errlen)
+{
+    *out = NULL;
+    if (!target || !*target || strncmp(target, "unix:", 5) == 0) {
+        snprintf(err, errlen, "TLS is for TCP targets (HOST:PORT)");
+        return -EINVAL;
+    }
+    rpc_grpc_init();
+    grpc_channel_credentials *creds = rpc_tls_channel_creds(tls, err, errlen);
+    int rc = creds ? channel_open(target, max_recv_bytes, creds, tls->server_name, out) : -EINVAL;
+    if (rc < 0) {
+        if (creds)
+            snprintf(err, errlen, "cannot open a channel to %s", target);
+        grpc_shutdown();
+    }
+    return rc;
 }
 
 void mv_rpc_channel_close(mv_rpc_channel *ch)

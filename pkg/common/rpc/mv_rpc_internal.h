@@ -89,6 +89,8 @@ struct mv_rpc_call {
     int cancelled;
     atomic_int replied;
     int has_peer; /* peer holds the caller's credentials (a unix-socket call) */
+    int remote;   /* not on one of this server's unix sockets */
+    int scope;    /* MV_RPC_SCOPE_* granted by the token check */
     mv_rpc_peer peer;
     struct mv_rpc_call *prev, *next; /* srv->calls: not yet replied */
 };
@@ -135,7 +137,8 @@ struct mv_rpc_server {
     pthread_mutex_t calls_mu;
     struct mv_rpc_call *calls;
     tag shutdown_tag;
-    char *token; /* when set, non-unix-socket callers must present it */
+    char *token;      /* admin token: when set, TCP callers must present a token */
+    char *read_token; /* read token: when set, TCP callers must present a token */
     /* Unix sockets served by this library (mv_rpc_unix.c). */
     struct rpc_unix_listener *unix_listeners;
     struct mv_rpc_peers *peers; /* credentials of the connections accepted on them */
@@ -161,6 +164,14 @@ int rpc_unix_start(mv_rpc_server *s);
 /* Stops accepting, closes the listeners and unlinks their socket files (before the gRPC
  * server shuts down). Idempotent. */
 void rpc_unix_stop(mv_rpc_server *s);
+
+/* ---- TLS credentials from PEM files (mv_rpc_tls.c) -------------------------------- */
+
+/* NULL with the reason in `err` (a file unreadable or not PEM, a missing half). */
+grpc_server_credentials *rpc_tls_server_creds(const mv_rpc_tls_server_opts *o, char *err,
+                                              size_t errlen);
+grpc_channel_credentials *rpc_tls_channel_creds(const mv_rpc_tls_client_opts *o, char *err,
+                                                size_t errlen);
 
 /* grpc_init() with gRPC core's logging routed into logfmt (first call installs it). */
 void rpc_grpc_init(void);

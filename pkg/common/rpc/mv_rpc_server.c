@@ -229,20 +229,25 @@ static int call_peer_lookup(const mv_rpc_server *s, grpc_call *call, mv_rpc_peer
     return rc == 0;
 }
 
-/* Whether a new call may proceed: callers over a unix socket are trusted (file
- * permissions decide who reaches it); others need "authorization: Bearer <token>". */
-static int call_authorized(const mv_rpc_server *s, grpc_call *call, const grpc_metadata_array *md,
-                           int unix_peer)
+/* The scope a new call gets (MV_RPC_SCOPE_*), or 0 when it may not proceed: callers over a
+ * unix socket are trusted (file permissions decide who reaches it); when a token is set,
+ * others need "authorization: Bearer <token>" with one of them. */
+static int call_scope(const mv_rpc_server *s, grpc_call *call, const grpc_metadata_array *md,
+                      int unix_peer, int *remote)
 {
-    if (!s->token || unix_peer)
-        return 1;
+    *remote = 0;
+    if (unix_peer)
+        return MV_RPC_SCOPE_ADMIN;
     char *peer = grpc_call_get_peer(call);
     int local = peer && strncmp(peer, "unix:", 5) == 0; /* gRPC's own unix listener */
     gpr_free(peer);
     if (local)
-        return 1;
+        return MV_RPC_SCOPE_ADMIN;
+    *remote = 1;
+    if (!s->token && !s->read_token)
+        return MV_RPC_SCOPE_ADMIN;
     static const char prefix[] = "Bearer ";
-    size_t plen = sizeof prefix - 1, tlen = strlen(s->token);
+    size_t plen = sizeof prefix - 1;
     for (size_t i = 0; i < md->count; i++) {
         const grpc_metadata *m = &md->metadata[i];
         size_t klen = GRPC_SLICE_LENGTH(m->key), vlen = GRPC_SLICE_LENGTH(m->value);
@@ -252,9 +257,23 @@ static int call_authorized(const mv_rpc_server *s, grpc_call *call, const grpc_m
             continue;
         if (vlen < plen || memcmp(v, prefix, plen) != 0)
             return 0;
-        return bytes_equal(v + plen, vlen - plen, s->token, tlen);
+        /* Both compared, so timing does not tell which token matched. */
+        int admin = s->token && bytes_equal(v + plen, vlen - plen, s->token, strlen(s->token));
+        int read = s->read_token &&
+                   bytes_equal(v + plen, vlen - plen, s->read_token, strlen(s->read_token));
+        return admin ? MV_RPC_SCOPE_ADMIN : read ? MV_RPC_SCOPE_READ : 0;
     }
     return 0;
+}
+
+int mv_rpc_call_scope(const mv_rpc_call *call)
+{
+    return call ? call->scope : 0;
+}
+
+int mv_rpc_call_remote(const mv_rpc_call *call)
+{
+    return call ? call->remote : 1;
 }
 
 static void on_new_call(mv_rpc_server *s, slot *sl, int ok)
@@ -271,7 +290,9 @@ static void on_new_call(mv_rpc_server *s, slot *sl, int ok)
     rpc_method *m = sl->m;
     mv_rpc_peer caller;
     int has_peer = call_peer_lookup(s, sl->call, &caller);
-    int authorized = call_authorized(s, sl->call, &sl->md, has_peer);
+    int remote;
+    int scope = call_scope(s, sl->call, &sl->md, has_peer, &remote);
+    int authorized = scope != 0;
     if (!authorized) {
         char *peer = grpc_call_get_peer(sl->call);
         MV_WARN("rpc.unauthenticated", "method=%s peer=%s", mv_log_q(m->path),
@@ -294,6 +315,8 @@ static void on_new_call(mv_rpc_server *s, slot *sl, int ok)
             c->call = sl->call;
             c->md = sl->md;
             c->has_peer = has_peer;
+            c->remote = remote;
+            c->scope = scope;
             if (has_peer)
                 c->peer = caller;
             pthread_mutex_lock(&s->calls_mu);
@@ -306,7 +329,7 @@ static void on_new_call(mv_rpc_server *s, slot *sl, int ok)
             if (!authorized)
                 mv_rpc_reply_error(c, MV_RPC_UNAUTHENTICATED,
                                    "missing or wrong token: send authorization: Bearer <token> "
-                                   "(the agent's --token-file)");
+                                   "(the agent's --token-file or --admin-token-file)");
             else if (sl->payload && rpc_bb_read(sl->payload, &req) < 0)
                 mv_rpc_reply_error(c, MV_RPC_INTERNAL, "cannot read request");
             else
@@ -526,18 +549,29 @@ void mv_rpc_server_destroy(mv_rpc_server *s)
     pthread_mutex_destroy(&s->calls_mu);
     mv_rpc_peers_destroy(s->peers);
     free(s->token);
+    free(s->read_token);
     free(s);
     grpc_shutdown();
 }
 
-int mv_rpc_server_set_token(mv_rpc_server *s, const char *token)
+static int set_token(mv_rpc_server *s, char **dst, const char *other, const char *token)
 {
-    if (s->started || !token || !*token)
+    if (s->started || !token || !*token || (other && strcmp(other, token) == 0))
         return -EINVAL;
     char *t = strdup(token);
     if (!t)
         return -ENOMEM;
-    free(s->token);
-    s->token = t;
+    free(*dst);
+    *dst = t;
     return 0;
+}
+
+int mv_rpc_server_set_token(mv_rpc_server *s, const char *token)
+{
+    return set_token(s, &s->token, s->read_token, token);
+}
+
+int mv_rpc_server_set_read_token(mv_rpc_server *s, const char *token)
+{
+    return set_token(s, &s->read_token, s->token, token);
 }

@@ -43,9 +43,15 @@ typedef struct mv_agent_run_opts {
      * a deleted socket is recreated); NULL: 0777 less the umask, the agent's group. */
     const mv_rpc_unix_perms *socket_perms;
     const char *tcp_listen; /* HOST:PORT, or NULL/"" for none */
-    /* Shared token required on TCP calls; NULL/"" for none. Read after `setup`
-     * ran, so setup may fill the buffer it points to. */
+    /* TLS on tcp_listen (cert_file NULL: none). Without it the TCP listener is plaintext,
+     * which is refused unless insecure_tcp is set. */
+    mv_rpc_tls_server_opts tls;
+    int insecure_tcp;
+    /* Tokens required on TCP calls; NULL/"" for none. `token` is the read token (ListSegments,
+     * WatchSegments), `admin_token` the admin one (also CreateSegment, ReleaseSegment). Read
+     * after `setup` ran, so setup may fill the buffers they point to. */
     const char *token;
+    const char *admin_token;
 } mv_agent_run_opts;
 
 /* What a mode adds to the routine. Every hook may be NULL. A hook returning < 0

@@ -35,7 +35,9 @@ struct mv_agent_k8s {
      * the last reason it could not. Both under mu; the exporter is never replaced. */
     mv_rdmax *rdmax;
     char rdma_err[MV_ERR_MAX];
-    char token[MV_RDMA_TOKEN_MAX + 1]; /* collector_token_file's content */
+    char token[MV_RDMA_TOKEN_MAX + 1];       /* collector_token_file's content */
+    char admin_token[MV_RDMA_TOKEN_MAX + 1]; /* admin_token_file's content */
+    mv_rpc_unix_perms sock_perms;            /* segment_group: 0660 and that group */
     /* segments whose identity is incomplete (PodResources or API server failed) */
     char pending[PENDING_MAX][MV_SEGSTORE_ID_LEN + 1];
     size_t npending;
@@ -145,11 +147,20 @@ static int resolve_identity(mv_agent_k8s *a, const mv_segstore_seg *seg, const c
             /* The writer may run as non-root (restricted Pod Security): hand it the file. */
             int64_t uid, gid;
             mv_kube_pod_owner(&pod, e->container, &uid, &gid);
-            /* A known user owns the file; its group stays root so that a host-mode collector
-             * (uid 0 without capabilities) reads it through the group bits. Only without a
-             * user does the spec's group (runAsGroup or fsGroup) get the file. */
+            /* A known user owns the file; its group is segment_group (a non-root collector's
+             * group), else root, so that a host-mode collector (uid 0 without capabilities)
+             * reads it through the group bits. Only without a user does the spec's group
+             * (runAsGroup or fsGroup) get the file: the writer needs it more. */
             if (uid >= 0)
-                gid = 0;
+                gid = a->cfg.segment_gid >= 0 ? a->cfg.segment_gid : 0;
+            else if (gid >= 0 && a->cfg.segment_gid >= 0)
+                MV_WARN(
+                    "segment.group_not_applied",
+                    "id=%s pod=%s container=%s gid=%lld "
+                    "reason=%s",
+                    seg->id, mv_log_q(e->pod), mv_log_q(e->container), (long long)gid,
+                    mv_log_q("the writer has a group but no user (set "
+                             "runAsUser): the file's group is the writer's, not segment_group"));
             if (mv_segstore_set_owner(a->store, seg->id, uid, gid, err, sizeof err) < 0)
                 MV_WARN("segment.owner_failed", "id=%s pod=%s container=%s err=%s", seg->id,
                         mv_log_q(e->pod), mv_log_q(e->container), mv_log_q(err));
@@ -292,6 +303,14 @@ int mv_agent_k8s_allocate(mv_agent_k8s *a, const char *const *ids, size_t n, mv_
                 "pages=%zu pool_used=%" PRIu64 " pool_total=%" PRIu64 " err=%s", n, used, total,
                 mv_log_q(err));
         return rc;
+    }
+    /* segment_group: root:GROUP 0660 until PreStartContainer hands the file to its writer. */
+    if (a->cfg.segment_gid >= 0 &&
+        mv_segstore_set_owner(a->store, seg.id, -1, a->cfg.segment_gid, err, errlen) < 0) {
+        MV_WARN("dp.allocate_failed", "id=%s pages=%zu err=%s", seg.id, n, mv_log_q(err));
+        mv_segstore_release(a->store, seg.id);
+        mv_segstore_seg_clear(&seg);
+        return -EIO;
     }
     if (a->cfg.require_rdma) {
         /* The exporter registered it on ADDED; refuse a segment no collector could read. */
@@ -574,10 +593,23 @@ int mv_agent_k8s_attach(mv_agent_k8s *a, mv_segstore *store)
         mv_agent_k8s_detach(a);
         return -EINVAL;
     }
-    if (c->listen[0] && !a->token[0])
-        MV_WARN("agent.insecure_listen", "listen=%s risk=%s", mv_log_q(c->listen),
-                mv_log_q("no collector_token_file: anyone who reaches this address can list, "
-                         "create and release segments"));
+    if (c->admin_token_file[0] && mv_rdma_token_load(c->admin_token_file, a->admin_token,
+                                                     sizeof a->admin_token, err, sizeof err) < 0) {
+        MV_ERROR("agent.config_invalid", "key=admin_token_file err=%s", mv_log_q(err));
+        mv_agent_k8s_detach(a);
+        return -EINVAL;
+    }
+    if (a->token[0] && strcmp(a->token, a->admin_token) == 0) {
+        MV_ERROR("agent.config_invalid", "key=admin_token_file err=%s",
+                 mv_log_q("collector_token_file and admin_token_file hold the same token: the "
+                          "read token would allow everything"));
+        mv_agent_k8s_detach(a);
+        return -EINVAL;
+    }
+    if (c->listen[0] && !a->token[0] && !a->admin_token[0])
+        MV_WARN("agent.open_listen", "listen=%s risk=%s", mv_log_q(c->listen),
+                mv_log_q("no collector_token_file: anyone who reaches this address can list "
+                         "and release segments"));
     return 0;
 }
 
@@ -601,6 +633,9 @@ static int hook_before_listen(void *arg, mv_agentsvc *svc)
 {
     mv_agent_k8s *a = arg;
     a->svc = svc;
+    mv_agentsvc_refuse_tcp_create(svc, "in Kubernetes mode segments come from the device "
+                                       "plugin's page pool (a pod's resource request); a TCP "
+                                       "create would bypass it");
     /* First try at the RDMA target before serving; the background thread retries. */
     if (a->cfg.rdma_listen[0])
         rdma_try(a);
@@ -645,12 +680,19 @@ static int hook_started(void *arg, int tcp_port)
     MV_INFO("agent.started",
             "mode=kubernetes resource=%s pages=%" PRIu64 " page_size=%" PRIu64
             " plugin_dir=%s state_dir=%s agent_socket=%s pod_resources=%s api_server=%s "
-            "node=%s listen=%s tcp_port=%d rdma=%s pid=%d",
+            "node=%s listen=%s tcp_port=%d tls=%s client_cert=%s segment_gid=%lld rdma=%s pid=%d",
             mv_log_q(c->resource_name), pages, c->page_size, mv_log_q(c->device_plugin_dir),
             mv_log_q(c->state_dir), mv_log_q(c->agent_socket), mv_log_q(c->pod_resources_socket),
             mv_log_q(c->api_server[0] ? c->api_server : "none"),
             mv_log_q(c->node_name[0] ? c->node_name : "unknown"),
             mv_log_q(c->listen[0] ? c->listen : "off"), tcp_port,
+            !c->listen[0]         ? "off"
+            : c->tls_cert_file[0] ? "on"
+                                  : "off_insecure_listen",
+            !c->tls_client_ca_file[0]    ? "off"
+            : c->tls_require_client_cert ? "required"
+                                         : "optional",
+            (long long)c->segment_gid,
             !c->rdma_listen[0] ? "off"
             : rdma_up          ? "ready"
             : c->require_rdma  ? "required_unavailable"
@@ -684,14 +726,23 @@ static void hook_after_server(void *arg)
 void mv_agent_k8s_mode(mv_agent_k8s *a, mv_agent_run_opts *o, mv_agent_mode *m)
 {
     const mv_config *c = &a->cfg;
-    *o = (mv_agent_run_opts){.mode = "kubernetes",
-                             .store = {.dir = c->state_dir,
-                                       .max_size = c->max_segment_size,
-                                       .pool_pages = c->pool_size / c->page_size,
-                                       .page_size = c->page_size},
-                             .socket_path = c->agent_socket,
-                             .tcp_listen = c->listen,
-                             .token = a->token};
+    *o = (mv_agent_run_opts){
+        .mode = "kubernetes",
+        .store = {.dir = c->state_dir,
+                  .max_size = c->max_segment_size,
+                  .pool_pages = c->pool_size / c->page_size,
+                  .page_size = c->page_size},
+        .socket_path = c->agent_socket,
+        .socket_perms = c->segment_gid >= 0 ? &a->sock_perms : NULL,
+        .tcp_listen = c->listen,
+        .tls = {.cert_file = c->tls_cert_file[0] ? c->tls_cert_file : NULL,
+                .key_file = c->tls_key_file[0] ? c->tls_key_file : NULL,
+                .client_ca_file = c->tls_client_ca_file[0] ? c->tls_client_ca_file : NULL,
+                .require_client_cert = c->tls_require_client_cert},
+        .insecure_tcp = c->insecure_listen,
+        .token = a->token,
+        .admin_token = a->admin_token};
+    a->sock_perms = (mv_rpc_unix_perms){.mode = 0660, .gid = c->segment_gid};
     *m = (mv_agent_mode){.arg = a,
                          .setup = hook_setup,
                          .before_listen = hook_before_listen,

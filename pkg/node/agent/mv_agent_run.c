@@ -121,7 +121,8 @@ static int serve(const mv_agent_run_opts *o, mv_segstore *store, mv_agentsvc **s
     if (mv_rpc_server_create(NULL, &srv) < 0)
         return -1;
     int rc = *svc ? mv_agentsvc_attach(srv, *svc) : mv_agentsvc_register(srv, store, svc);
-    if (rc < 0 || (o->token && o->token[0] && mv_rpc_server_set_token(srv, o->token) < 0)) {
+    if (rc < 0 || (o->token && o->token[0] && mv_rpc_server_set_read_token(srv, o->token) < 0) ||
+        (o->admin_token && o->admin_token[0] && mv_rpc_server_set_token(srv, o->admin_token) < 0)) {
         mv_rpc_server_destroy(srv);
         return -1;
     }
@@ -133,10 +134,16 @@ static int serve(const mv_agent_run_opts *o, mv_segstore *store, mv_agentsvc **s
 static int serve_start(const mv_agent_run_opts *o, mv_rpc_server *srv, const char *tcp,
                        int *tcp_port)
 {
-    if (mv_rpc_server_listen_unix(srv, o->socket_path, o->socket_perms) < 0 ||
-        (tcp && (*tcp_port = mv_rpc_server_listen(srv, tcp)) < 0) || mv_rpc_server_start(srv) < 0)
+    if (mv_rpc_server_listen_unix(srv, o->socket_path, o->socket_perms) < 0)
         return -1;
-    return 0;
+    if (tcp && o->tls.cert_file) {
+        char err[MV_ERR_MAX];
+        if ((*tcp_port = mv_rpc_server_listen_tls(srv, tcp, &o->tls, err, sizeof err)) < 0)
+            return -1;
+    } else if (tcp && (*tcp_port = mv_rpc_server_listen(srv, tcp)) < 0) {
+        return -1;
+    }
+    return mv_rpc_server_start(srv) < 0 ? -1 : 0;
 }
 
 /* The socket was deleted (or replaced): serve on a new one. Open watches end and their
@@ -176,6 +183,16 @@ int mv_agent_run(const mv_agent_run_opts *o, const mv_agent_mode *m)
                  mv_log_q("the socket path is too long"));
         return 1;
     }
+    if (tcp && !o->tls.cert_file && !o->insecure_tcp) {
+        MV_ERROR("agent.config_invalid", "listen=%s err=%s", mv_log_q(tcp),
+                 mv_log_q("the TCP control plane needs TLS (a certificate and key) or an "
+                          "explicit choice of plaintext (insecure listen)"));
+        return 1;
+    }
+    if (tcp && !o->tls.cert_file)
+        MV_WARN("agent.insecure_listen", "listen=%s risk=%s", mv_log_q(tcp),
+                mv_log_q("plaintext TCP: tokens and segment metadata cross the network in "
+                         "clear; anyone on the path can read and replay the token"));
     mv_segstore *store;
     if (mv_segstore_open(&o->store, &store) < 0)
         return 1;

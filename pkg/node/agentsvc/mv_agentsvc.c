@@ -19,6 +19,8 @@ struct mv_agentsvc {
     mv_agentsvc_rdma_fn rdma_fn; /* NULL: no RDMA exporter */
     void *rdma_arg;
     int rdma_require;
+    int tcp_create_refused; /* mv_agentsvc_refuse_tcp_create */
+    char tcp_create_why[200];
 };
 
 typedef struct rdma_hook {
@@ -168,9 +170,41 @@ static int owner_decide(mv_rpc_call *call, const Microview__V1__CreateSegmentReq
     return 0;
 }
 
+/* The token scope rule of the calls that change segments (see the header). Returns 0 when
+ * `call` may go on, -1 after replying PERMISSION_DENIED. */
+static int scope_check(mv_agentsvc *svc, mv_rpc_call *call, const char *method)
+{
+    if (!mv_rpc_call_remote(call))
+        return 0;
+    char msg[320];
+    if (svc->tcp_create_refused && strcmp(method, "CreateSegment") == 0) {
+        snprintf(msg, sizeof msg, "CreateSegment over TCP is refused: %s", svc->tcp_create_why);
+    } else if (mv_rpc_call_scope(call) != MV_RPC_SCOPE_ADMIN) {
+        snprintf(msg, sizeof msg,
+                 "%s needs the admin scope: this caller presented the read token (--token-file: "
+                 "ListSegments and WatchSegments only); present the admin token "
+                 "(--admin-token-file) instead",
+                 method);
+    } else {
+        return 0;
+    }
+    MV_WARN("rpc.permission_denied", "method=%s scope=%s err=%s", method,
+            mv_rpc_call_scope(call) == MV_RPC_SCOPE_ADMIN ? "admin" : "read", mv_log_q(msg));
+    mv_rpc_reply_error(call, MV_RPC_PERMISSION_DENIED, msg);
+    return -1;
+}
+
+void mv_agentsvc_refuse_tcp_create(mv_agentsvc *svc, const char *why)
+{
+    svc->tcp_create_refused = 1;
+    snprintf(svc->tcp_create_why, sizeof svc->tcp_create_why, "%s", why ? why : "");
+}
+
 static void on_create(void *arg, mv_rpc_call *call, const uint8_t *req, size_t len)
 {
     mv_agentsvc *svc = arg;
+    if (scope_check(svc, call, "CreateSegment") < 0)
+        return;
     Microview__V1__CreateSegmentRequest *r = (Microview__V1__CreateSegmentRequest *)mv_rpc_unpack(
         &microview__v1__create_segment_request__descriptor, req, len, REQ_MAX);
     if (!r) {
@@ -258,7 +292,7 @@ free_req:
  *  - a caller cannot forge it: only root (CAP_CHOWN) changes a file's owner, and the segment
  *    directory is root's, mode 0755, so a user cannot put another file in its place.
  * A file that cannot be examined (deleted under the agent) has no known owner: root only.
- * TCP callers are not identified: the token check at the server is their rule. */
+ * TCP callers are not identified: their token's scope is their rule (scope_check). */
 int mv_agentsvc_may_release(const mv_rpc_peer *caller, const char *id, int64_t file_uid,
                             int file_errno, char *msg, size_t msglen)
 {
@@ -283,6 +317,8 @@ int mv_agentsvc_may_release(const mv_rpc_peer *caller, const char *id, int64_t f
 static void on_release(void *arg, mv_rpc_call *call, const uint8_t *req, size_t len)
 {
     mv_agentsvc *svc = arg;
+    if (scope_check(svc, call, "ReleaseSegment") < 0)
+        return;
     Microview__V1__ReleaseSegmentRequest *r = (Microview__V1__ReleaseSegmentRequest *)mv_rpc_unpack(
         &microview__v1__release_segment_request__descriptor, req, len, REQ_MAX);
     if (!r) {

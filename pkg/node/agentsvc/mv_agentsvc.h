@@ -29,8 +29,11 @@
  * the caller's peer credentials (mv_agentsvc_may_release): a unix-socket caller running as
  * root, or as the uid that owns the segment's file, may release it; anyone else gets
  * PERMISSION_DENIED naming the segment and the rule (logged segment.release_refused). A TCP
- * caller cannot be identified and keeps the TCP rule: whoever passes the token check (set with
- * --token-file; none without it) may release any segment. ListSegments and WatchSegments show
+ * caller cannot be identified: its token's scope is its rule (mv_rpc_call_scope). The read
+ * token (--token-file) allows ListSegments and WatchSegments only; CreateSegment and
+ * ReleaseSegment need the admin scope (--admin-token-file, or a listener without any token)
+ * and otherwise fail with PERMISSION_DENIED naming the scope (logged rpc.permission_denied).
+ * An admin may release any segment. ListSegments and WatchSegments show
  * every segment to every caller: ids, paths, sizes, owner pids and labels are not secrets here
  * (the directory is world-listable, the collector publishes the labels on /metrics); what a
  * segment holds is guarded by its file's mode. */
@@ -78,6 +81,11 @@ typedef int (*mv_agentsvc_rdma_fn)(void *arg, const mv_segstore_seg *seg, int ma
  * the store announces the segments again (mv_segstore_announce_all). `fn` and
  * `arg` must stay valid until mv_agentsvc_destroy. */
 void mv_agentsvc_set_rdma(mv_agentsvc *svc, mv_agentsvc_rdma_fn fn, void *arg, int require);
+
+/* Refuses every CreateSegment that comes over TCP from now on (PERMISSION_DENIED with `why`),
+ * whatever the token: the Kubernetes mode's segments come from the device plugin's page pool.
+ * Before serving. */
+void mv_agentsvc_refuse_tcp_create(mv_agentsvc *svc, const char *why);
 
 /* Frees the service. NULL-safe. */
 void mv_agentsvc_destroy(mv_agentsvc *svc);
