@@ -72,13 +72,19 @@ void mv_segstore_close(mv_segstore *st);
 
 /* Creates a segment of `size` bytes rounded up to 4 KiB (must be within
  * [4 KiB, max_size]) with the given labels (validated: label names as in
- * Prometheus, values UTF-8, at most MV_SEGSTORE_LABELS_MAX). The file is
+ * Prometheus, values UTF-8 without control bytes, at most MV_SEGSTORE_LABELS_MAX). The file is
  * zero-filled and formatted with mv_seg_format. `out` may be NULL. On error
  * returns -EINVAL (bad argument), -EFBIG (too big), -ENOSPC, -EIO... and writes a
  * human-readable reason into `err` (may be NULL). */
 int mv_segstore_create(mv_segstore *st, uint64_t size, uint32_t owner_pid,
                        const mv_segstore_label *labels, size_t nlabels, mv_segstore_seg *out,
                        char *err, size_t errlen);
+
+/* Checks label `idx` as it arrived, with its lengths (before it becomes C strings, where a NUL
+ * would cut it): a control byte (below 0x20, or 0x7f; NUL included) in the name or the value is
+ * refused. Returns 0, or -EINVAL with a reason naming the label, the byte and its offset. */
+int mv_segstore_check_label_bytes(size_t idx, const char *name, size_t nlen, const char *value,
+                                  size_t vlen, char *err, size_t errlen);
 
 /* Creates a segment backed by `ndevices` pool pages named by `devices` (its size
  * is ndevices * page_size). It lives in its own directory, dir/<id>/segment, so

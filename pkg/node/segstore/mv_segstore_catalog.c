@@ -129,6 +129,35 @@ char *segstore_seg_path(const char *dir, const char *id, int in_dir)
     return p;
 }
 
+long segstore_control_byte(const char *s, size_t len)
+{
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x20 || c == 0x7f)
+            return (long)i;
+    }
+    return -1;
+}
+
+int mv_segstore_check_label_bytes(size_t idx, const char *name, size_t nlen, const char *value,
+                                  size_t vlen, char *err, size_t errlen)
+{
+    long at = segstore_control_byte(name, nlen);
+    const char *what = "name", *s = name;
+    if (at < 0) {
+        at = segstore_control_byte(value, vlen);
+        what = "value";
+        s = value;
+    }
+    if (at < 0)
+        return 0;
+    mv_err_set(err, errlen,
+               "label %zu: %s has control byte 0x%02x at offset %ld: control bytes (below 0x20, "
+               "and 0x7f) are refused in label names and values",
+               idx, what, (unsigned)(unsigned char)s[at], at);
+    return -EINVAL;
+}
+
 int segstore_check_labels(const mv_segstore_label *labels, size_t n, char *err, size_t errlen)
 {
     if (n > MV_SEGSTORE_LABELS_MAX) {
@@ -148,6 +177,14 @@ int segstore_check_labels(const mv_segstore_label *labels, size_t n, char *err, 
         if (!v || vl > MV_SEGSTORE_LABEL_VALUE_MAX || !mv_seg_valid_utf8(v, vl)) {
             mv_err_set(err, errlen, "label %.64s: value must be UTF-8 of at most %d bytes", k,
                        MV_SEGSTORE_LABEL_VALUE_MAX);
+            return -EINVAL;
+        }
+        long at = segstore_control_byte(v, vl);
+        if (at >= 0) {
+            mv_err_set(err, errlen,
+                       "label %.64s: value has control byte 0x%02x at offset %ld: control "
+                       "bytes (below 0x20, and 0x7f) are refused in label values",
+                       k, (unsigned)(unsigned char)v[at], at);
             return -EINVAL;
         }
         for (size_t j = 0; j < i; j++)

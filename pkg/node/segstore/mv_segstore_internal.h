@@ -99,7 +99,11 @@ char *segstore_seg_path(const char *dir, const char *id, int in_dir);
 int segstore_valid_id(const char *id, size_t len);
 /* Device IDs: 1..MV_SEGSTORE_DEVICE_ID_MAX bytes of [A-Za-z0-9._-]. */
 int segstore_valid_device(const char *d, size_t len);
-/* Label names and values as Prometheus takes them, no duplicates. 0 or -EINVAL + err. */
+/* The offset of the first control byte (below 0x20, or 0x7f; NUL included) in s[0..len), or
+ * -1 when there is none. */
+long segstore_control_byte(const char *s, size_t len);
+/* Label names and values as Prometheus takes them, no duplicates; no control byte in a value
+ * (a name allows only [a-zA-Z0-9_] anyway). 0 or -EINVAL + err. */
 int segstore_check_labels(const mv_segstore_label *labels, size_t n, char *err, size_t errlen);
 
 /* Parses catalog.json text of a store in `dir` (see mv_segstore_catalog_parse). */
