@@ -87,6 +87,7 @@ static int code_for(int err)
     case -ENOENT:
         return MV_RPC_NOT_FOUND;
     case -ENOSPC:
+    case -EDQUOT:
     case -ENOMEM:
         return MV_RPC_RESOURCE_EXHAUSTED;
     default:
@@ -303,8 +304,10 @@ static void on_create(void *arg, mv_rpc_call *call, const uint8_t *req, size_t l
     }
     mv_segstore_seg seg;
     char err[MV_ERR_MAX];
-    int rc = mv_segstore_create(svc->store, r->size_bytes, r->owner_pid, labels, r->n_labels, &seg,
-                                err, sizeof err);
+    /* Quotas are charged to the caller's uid (root and TCP callers: none). */
+    int rc = mv_segstore_create_for(svc->store, own.has_caller ? (int64_t)own.caller.uid : -1,
+                                    r->size_bytes, r->owner_pid, labels, r->n_labels, &seg, err,
+                                    sizeof err);
     if (rc < 0) {
         MV_WARN("segment.create_failed", "size=%llu owner_pid=%u err=%s",
                 (unsigned long long)r->size_bytes, r->owner_pid, mv_log_q(err));
