@@ -688,7 +688,9 @@ void mv_agent_k8s_mode(mv_agent_k8s *a, mv_agent_run_opts *o, mv_agent_mode *m)
                              .store = {.dir = c->state_dir,
                                        .max_size = c->max_segment_size,
                                        .pool_pages = c->pool_size / c->page_size,
-                                       .page_size = c->page_size},
+                                       .page_size = c->page_size,
+                                       .min_free_bytes = c->min_free_bytes,
+                                       .min_free_percent = (unsigned)c->min_free_percent},
                              .socket_path = c->agent_socket,
                              .tcp_listen = c->listen,
                              .token = a->token};

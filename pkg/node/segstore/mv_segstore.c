@@ -354,6 +354,10 @@ int mv_segstore_open(const mv_segstore_opts *opts, mv_segstore **out)
         goto unlock;
     }
     log_strays(st);
+    MV_INFO("segstore.limits",
+            "max_segments_per_uid=%" PRIu64 " max_bytes_per_uid=%" PRIu64 " min_free_bytes=%" PRIu64
+            " min_free_percent=%u",
+            st->max_segs_per_uid, st->max_bytes_per_uid, st->min_free_bytes, st->min_free_percent);
     if (st->reap_ms > 0) {
         int e = pthread_create(&st->reaper, NULL, segstore_reaper_main, st);
         if (e) {

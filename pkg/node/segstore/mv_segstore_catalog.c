@@ -561,7 +561,8 @@ int segstore_catalog_save(const char *dir, uint64_t revision, const mv_segstore_
     }
     size_t len;
     /* One line, no indentation: a snapshot is written at every compaction. */
-    const char *text = json_object_to_json_string_length(root, JSON_C_TO_STRING_PLAIN, &len);
+    const char *text = json_object_to_json_string_length(
+        root, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, &len);
     char *tmp = segstore_path_join(dir, CATALOG_TMP), *dst = segstore_path_join(dir, CATALOG_NAME);
     if (!text || !tmp || !dst)
         goto free_paths;

@@ -109,7 +109,8 @@ void segstore_journal_close(mv_segstore *st)
 static int journal_append(mv_segstore *st, json_object *rec, char *err, size_t errlen)
 {
     size_t len;
-    const char *text = json_object_to_json_string_length(rec, JSON_C_TO_STRING_PLAIN, &len);
+    const char *text = json_object_to_json_string_length(
+        rec, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, &len);
     if (!text) {
         mv_err_set(err, errlen, "out of memory");
         return -ENOMEM;
