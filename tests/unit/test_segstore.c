@@ -4,6 +4,7 @@
  * is test_agent.c. */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -365,6 +366,46 @@ static void test_journal_durable(void)
     mv_segstore_close(st);
 }
 
+/* The journal is folded into the snapshot after as many records as the last snapshot had
+ * entries, at least 1,024: after 1,030 creates on an empty store the journal holds 6 records
+ * and catalog.json the first 1,024 segments. */
+static void test_journal_compaction(void)
+{
+    char dir[600], path[700];
+    snprintf(dir, sizeof dir, "%s/compact%d", tmpdir, dir_seq++);
+    mv_segstore_opts o = {.dir = dir, .max_size = 1u << 20, .reap_interval_ms = -1};
+    mv_segstore *st;
+    CU_ASSERT_FATAL(mv_segstore_open(&o, &st) == 0);
+    char err[256];
+    int ok = 0;
+    for (int i = 0; i < 1030; i++)
+        ok += mv_segstore_create(st, 4096, 0, NULL, 0, NULL, err, sizeof err) == 0;
+    CU_ASSERT_EQUAL(ok, 1030);
+    uint64_t jb, sb;
+    mv_segstore_catalog_written(st, &jb, &sb);
+    printf("\n  1030 creates: %" PRIu64 " journal bytes, %" PRIu64 " snapshot bytes written\n", jb,
+           sb);
+    size_t jlen, slen;
+    snprintf(path, sizeof path, "%s/catalog.journal", dir);
+    char *jr = slurp(path, &jlen);
+    snprintf(path, sizeof path, "%s/catalog.json", dir);
+    char *snap = slurp(path, &slen);
+    CU_ASSERT_FATAL(jr && snap);
+    size_t records = 0;
+    for (char *p = jr; (p = memmem(p, jlen - (size_t)(p - jr), "MVJ1", 4)); p += 4)
+        records++;
+    CU_ASSERT_EQUAL(records, 6);
+    mv_segstore_seg *v;
+    size_t n, q;
+    uint64_t rev;
+    CU_ASSERT_EQUAL(mv_segstore_catalog_load_mem(snap, slen, NULL, 0, dir, &v, &n, &rev, &q), 0);
+    CU_ASSERT_EQUAL(n, 1024);
+    mv_segstore_segs_free(v, n);
+    free(jr);
+    free(snap);
+    mv_segstore_close(st);
+}
+
 /* A catalog.json with an entry that cannot be loaded (a label value over the limit) is served
  * without it: the agent starts, the good entry is there, the original bytes are kept aside. */
 static void test_catalog_quarantine(void)
@@ -494,6 +535,7 @@ int main(void)
         {"catalog.json validation", test_catalog_parse},
         {"every create is in the journal when it returns; torn and damaged records",
          test_journal_durable},
+        {"the journal is folded into the snapshot after enough records", test_journal_compaction},
         {"a catalog entry that cannot be loaded is set aside, the rest served",
          test_catalog_quarantine},
         {"a create whose entry cannot be made durable fails and leaves no file",

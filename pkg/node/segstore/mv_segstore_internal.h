@@ -60,7 +60,7 @@ struct mv_segstore {
      * bytes written to the journal and to snapshots since open (for benchmarks). */
     int jr_fd;
     uint64_t jr_len;
-    size_t jr_records, compact_at;
+    size_t jr_records, compact_at, snap_segs; /* snap_segs: entries in the last snapshot */
     uint64_t jr_bytes_written, snap_bytes_written;
     /* Quotas: per uid of a segment's file (0: unlimited), and the space kept free. */
     uint64_t max_segs_per_uid, max_bytes_per_uid, min_free_bytes;
@@ -104,8 +104,8 @@ void segstore_owner_fds_close(mv_segstore *st);
 #define JOURNAL_NAME "catalog.journal"
 /* A journal record's payload (one segment entry) at most; a longer one is damage. */
 #define JR_RECORD_MAX (32u << 20)
-/* The journal is folded into a new snapshot once it holds as many records as the catalog has
- * segments (at least this many): the snapshot's O(n) write is spread over n changes. */
+/* The journal is folded into a new snapshot once it holds as many records as the last snapshot
+ * has entries (at least this many): each snapshot's O(n) write is paid for by as many changes. */
 #define JR_COMPACT_MIN 1024
 
 /* mv_segstore_journal.c: the journal (catalog.journal) beside the snapshot (catalog.json).

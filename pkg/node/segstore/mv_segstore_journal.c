@@ -222,14 +222,15 @@ int segstore_compact(mv_segstore *st)
     }
     st->jr_records = 0;
     st->compact_at = 0;
+    st->snap_segs = st->nsegs;
     MV_DEBUG("catalog.compacted", "count=%zu revision=%" PRIu64, st->nsegs, st->revision);
     return 0;
 }
 
 void segstore_journal_maybe_compact(mv_segstore *st)
 {
-    size_t at =
-        st->compact_at ? st->compact_at : (st->nsegs > JR_COMPACT_MIN ? st->nsegs : JR_COMPACT_MIN);
+    size_t at = st->compact_at ? st->compact_at
+                               : (st->snap_segs > JR_COMPACT_MIN ? st->snap_segs : JR_COMPACT_MIN);
     if (st->jr_records >= at)
         segstore_compact(st);
 }
