@@ -59,7 +59,7 @@ done
 echo "uid 1000: $ok1000 of 7 creates accepted"
 check "uid 1000 gets exactly 5 segments" test "$ok1000" = 5
 check "  the refusal names the usage, the limit and the flag" \
-  grep -q 'quota exceeded: uid 1000 already owns 5 segments, the limit per uid is 5 (--max-segments-per-uid)' \
+  grep -q 'agent out of resources: quota exceeded: uid 1000 already owns 5 segments, the limit per uid is 5 (--max-segments-per-uid)' \
   "$tmp/q1000.err"
 ok1001=0
 t0=$(now_ms)
