@@ -1,5 +1,6 @@
 /* mv_segstore: the agent's segment manager: segment files in a directory, the
- * persisted catalog (catalog.json), watchers, and reaping of dead owners.
+ * persisted catalog (catalog.json, a snapshot, and catalog.journal, the changes since: see
+ * docs/architecture.md), per-uid quotas, watchers, and reaping of dead owners.
  *
  * Thread-safe. Watcher callbacks run with the store's lock held: they must be
  * quick and must not call back into the store.
@@ -74,7 +75,8 @@ typedef struct mv_segstore_opts {
 /* Opens the store: creates the directory (0755) if needed, locks it (flock on
  * DIR/.lock, held until mv_segstore_close: a second store on the same directory,
  * in this or another process, gets -EBUSY with the holder's pid in the log),
- * reloads catalog.json (dropping entries whose file is gone), and starts the
+ * reloads the catalog (catalog.json and catalog.journal; entries that cannot be loaded are
+ * logged and set aside, entries whose file is gone dropped; then a fresh snapshot), and starts the
  * reaper. Returns 0 or a negative errno (the reason is logged). */
 int mv_segstore_open(const mv_segstore_opts *opts, mv_segstore **out);
 
