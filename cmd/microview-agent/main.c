@@ -18,6 +18,11 @@
 #include "mv_segstore.h"
 #include "mv_util.h"
 
+/* Quota defaults: a uid fills at most this much; the reserve keeps the rest of the disk. */
+#define QUOTA_SEGMENTS_DEFAULT   1024u
+#define QUOTA_BYTES_DEFAULT      (4ull << 30)
+#define QUOTA_BYTES_DEFAULT_TEXT "4Gi"
+
 static void usage(FILE *f)
 {
     fprintf(
@@ -48,6 +53,12 @@ static void usage(FILE *f)
         "                           segments go at once, a burst of exits in groups); the\n"
         "                           period for owners without a pidfd (default 2000)\n"
         "  --log-level LEVEL        debug, info, warn or error (default info)\n"
+        "Quotas (callers on the unix socket other than root, per uid; 0 = no limit):\n"
+        "  --max-segments-per-uid N segments one uid's files may hold (default %u)\n"
+        "  --max-bytes-per-uid SIZE bytes of segments one uid may hold (default %s)\n"
+        "  --min-free-bytes SIZE    space every create leaves free on --dir's filesystem\n"
+        "                           (default 0); the larger of this and:\n"
+        "  --min-free-percent P     the same, percent of the filesystem's size (default %u)\n"
         "RDMA (remote collectors):\n"
         "  --rdma-listen IP[:PORT]  register segments for RDMA READ; rdma_cm listener on\n"
         "                           IP (an address of the RDMA netdev), PORT (default %u)\n"
@@ -66,7 +77,58 @@ static void usage(FILE *f)
         "  --insecure-listen        serve --listen in plaintext HTTP/2: tokens cross the\n"
         "                           network in clear. Without any token, anyone who reaches\n"
         "                           the port may create and release segments\n",
-        MV_SEGSTORE_DEFAULT_DIR, MV_SEGSTORE_DEFAULT_MAX_SIZE, MV_CONFIG_RDMA_PORT);
+        MV_SEGSTORE_DEFAULT_DIR, MV_SEGSTORE_DEFAULT_MAX_SIZE, QUOTA_SEGMENTS_DEFAULT,
+        QUOTA_BYTES_DEFAULT_TEXT, MV_CONFIG_MIN_FREE_PERCENT, MV_CONFIG_RDMA_PORT);
+}
+
+/* ---- Quota flags ------------------------------------------------------------------ */
+
+enum { O_QUOTA_SEGS = 200, O_QUOTA_BYTES, O_MIN_FREE_BYTES, O_MIN_FREE_PERCENT };
+#define QUOTA_LONGOPTS                                                                             \
+    {"max-segments-per-uid", required_argument, NULL, O_QUOTA_SEGS},                               \
+        {"max-bytes-per-uid", required_argument, NULL, O_QUOTA_BYTES},                             \
+        {"min-free-bytes", required_argument, NULL, O_MIN_FREE_BYTES},                             \
+    {                                                                                              \
+        "min-free-percent", required_argument, NULL, O_MIN_FREE_PERCENT                            \
+    }
+
+static void quota_defaults(mv_segstore_opts *o)
+{
+    o->max_segments_per_uid = QUOTA_SEGMENTS_DEFAULT;
+    o->max_bytes_per_uid = QUOTA_BYTES_DEFAULT;
+    o->min_free_bytes = 0;
+    o->min_free_percent = MV_CONFIG_MIN_FREE_PERCENT;
+}
+
+/* A quota flag into `o`: 1 when `opt` is one (0 = not a quota flag), -1 on a bad value
+ * (message printed). */
+static int quota_flag(int opt, const char *arg, mv_segstore_opts *o)
+{
+    uint64_t v;
+    switch (opt) {
+    case O_QUOTA_SEGS:
+        if (mv_flag_u64("microview-agent", "--max-segments-per-uid", arg, 0,
+                        MV_SEGSTORE_SEGMENTS_MAX, &o->max_segments_per_uid) < 0)
+            return -1;
+        return 1;
+    case O_QUOTA_BYTES:
+        if (mv_flag_size("microview-agent", "--max-bytes-per-uid", arg, 0, UINT64_MAX,
+                         &o->max_bytes_per_uid) < 0)
+            return -1;
+        return 1;
+    case O_MIN_FREE_BYTES:
+        if (mv_flag_size("microview-agent", "--min-free-bytes", arg, 0, UINT64_MAX,
+                         &o->min_free_bytes) < 0)
+            return -1;
+        return 1;
+    case O_MIN_FREE_PERCENT:
+        if (mv_flag_u64("microview-agent", "--min-free-percent", arg, 0, 99, &v) < 0)
+            return -1;
+        o->min_free_percent = (unsigned)v;
+        return 1;
+    default:
+        return 0;
+    }
 }
 
 /* ---- RDMA flags ---------------------------------------------------------------- */
@@ -392,8 +454,11 @@ int main(int argc, char **argv)
         {"tls-require-client-cert", no_argument, NULL, O_TLS_REQUIRE_CLIENT},
         {"admin-token-file", required_argument, NULL, O_ADMIN_TOKEN_FILE},
         {"insecure-listen", no_argument, NULL, O_INSECURE_LISTEN},
+        QUOTA_LONGOPTS,
         {NULL, 0, NULL, 0},
     };
+    mv_segstore_opts quota;
+    quota_defaults(&quota);
     const char *dir = MV_SEGSTORE_DEFAULT_DIR, *sock = NULL, *tcp_listen = NULL;
     uint64_t max_size = 0, reap_ms = 0;
     mv_log_level level = MV_LOG_INFO;
@@ -406,6 +471,11 @@ int main(int argc, char **argv)
     if (mv_opts_exact("microview-agent", argc, argv, longopts) < 0)
         return 2;
     while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        int q = quota_flag(opt, optarg, &quota);
+        if (q < 0)
+            return 2;
+        if (q > 0)
+            continue;
         switch (opt) {
         case O_STANDALONE: /* the mode was chosen above */
             break;
@@ -519,16 +589,21 @@ int main(int argc, char **argv)
                   .sock_mode = sock_mode,
                   .sock_group = sock_group,
                   .tls = tls.cert_file != NULL};
-    mv_agent_run_opts ro = {
-        .mode = "standalone",
-        .store = {.dir = dir, .max_size = max_size, .reap_interval_ms = (int)reap_ms},
-        .socket_path = sock,
-        .socket_perms = sock_mode || sock_group ? &perms : NULL,
-        .tcp_listen = tcp_listen,
-        .tls = tls,
-        .insecure_tcp = insecure_listen,
-        .token = sa.rf.token,
-        .admin_token = sa.rf.admin_token};
+    mv_agent_run_opts ro = {.mode = "standalone",
+                            .store = {.dir = dir,
+                                      .max_size = max_size,
+                                      .reap_interval_ms = (int)reap_ms,
+                                      .max_segments_per_uid = quota.max_segments_per_uid,
+                                      .max_bytes_per_uid = quota.max_bytes_per_uid,
+                                      .min_free_bytes = quota.min_free_bytes,
+                                      .min_free_percent = quota.min_free_percent},
+                            .socket_path = sock,
+                            .socket_perms = sock_mode || sock_group ? &perms : NULL,
+                            .tcp_listen = tcp_listen,
+                            .tls = tls,
+                            .insecure_tcp = insecure_listen,
+                            .token = sa.rf.token,
+                            .admin_token = sa.rf.admin_token};
     mv_agent_mode mode = {.arg = &sa,
                           .setup = sa_setup,
                           .before_listen = sa_before_listen,

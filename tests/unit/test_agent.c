@@ -182,6 +182,63 @@ static void test_bad_requests(void)
     agent_stop(&a);
 }
 
+/* A control byte in a label name or value is refused with INVALID_ARGUMENT naming the byte,
+ * never cut at a NUL or passed on; nothing is created. The requests are written as bytes:
+ * protobuf-c would stop a C string at its NUL. */
+static void test_label_control_bytes(void)
+{
+    agent a;
+    agent_start(&a, NULL, -1);
+    mv_rpc_channel *ch;
+    CU_ASSERT_FATAL(mv_rpc_channel_open(a.target, 0, &ch) == 0);
+    /* size_bytes=4096, labels=[{name, value}] */
+    static const uint8_t nul_name[] = {0x08, 0x80, 0x20, 0x1a, 8, 0x0a, 3,
+                                       'a',  0,    'b',  0x12, 1, 'x'};
+    static const uint8_t nul_value[] = {0x08, 0x80, 0x20, 0x1a, 8, 0x0a, 1,
+                                        'a',  0x12, 3,    'x',  0, 'y'};
+    static const uint8_t nl_value[] = {0x08, 0x80, 0x20, 0x1a, 8,    0x0a, 1,
+                                       'a',  0x12, 3,    'x',  '\n', 'y'};
+    static const uint8_t del_value[] = {0x08, 0x80, 0x20, 0x1a, 7,   0x0a,
+                                        1,    'a',  0x12, 2,    'x', 0x7f};
+    static const uint8_t ok[] = {0x08, 0x80, 0x20, 0x1a, 8, 0x0a, 1, 'a', 0x12, 3, 'x', ' ', 'y'};
+    const struct {
+        const uint8_t *b;
+        size_t n;
+        const char *want;
+    } cases[] = {
+        {nul_name, sizeof nul_name, "label 0: name has control byte 0x00 at offset 1"},
+        {nul_value, sizeof nul_value, "label 0: value has control byte 0x00 at offset 1"},
+        {nl_value, sizeof nl_value, "label 0: value has control byte 0x0a at offset 1"},
+        {del_value, sizeof del_value, "label 0: value has control byte 0x7f at offset 1"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        mv_rpc_buf resp = {0};
+        mv_rpc_status st;
+        int code = mv_rpc_unary(ch, MV_AGENTSVC_CREATE, cases[i].b, cases[i].n, 5000, &resp, &st);
+        CU_ASSERT_EQUAL(code, MV_RPC_INVALID_ARGUMENT);
+        CU_ASSERT_PTR_NOT_NULL(strstr(st.message, cases[i].want));
+        if (!strstr(st.message, cases[i].want))
+            printf("\n  case %zu: %s\n", i, st.message);
+        mv_rpc_buf_free(&resp);
+    }
+    mv_agentc_segment *v;
+    size_t n = 99;
+    CU_ASSERT_EQUAL(mv_agentc_list(a.cli, &v, &n, NULL), 0);
+    CU_ASSERT_EQUAL(n, 0);
+    mv_agentc_segments_free(v, n);
+    /* A value with a space and no control byte is taken as sent. */
+    mv_rpc_buf resp = {0};
+    mv_rpc_status st;
+    CU_ASSERT_EQUAL(mv_rpc_unary(ch, MV_AGENTSVC_CREATE, ok, sizeof ok, 5000, &resp, &st), 0);
+    Microview__V1__Segment *s = microview__v1__segment__unpack(NULL, resp.len, resp.data);
+    CU_ASSERT_FATAL(s != NULL);
+    CU_ASSERT(s->n_labels == 1 && strcmp(s->labels[0]->value, "x y") == 0);
+    microview__v1__segment__free_unpacked(s, NULL);
+    mv_rpc_buf_free(&resp);
+    mv_rpc_channel_close(ch);
+    agent_stop(&a);
+}
+
 /* Who a created segment file belongs to: the caller on the unix socket (root keeps root),
  * an owner named by a root caller or the caller's own ids, and no named owner from a caller
  * the agent cannot identify (TCP). The uid-1000 caller is tests/integration/test_agent_owner.sh. */
@@ -731,6 +788,7 @@ int main(int argc, char **argv)
     static const mv_test tests[] = {
         {"create, list, release", test_create_list_release},
         {"bad requests get clear errors", test_bad_requests},
+        {"control bytes in labels refused, not cut", test_label_control_bytes},
         {"segment owner: the caller, a named owner, refusals", test_segment_owner},
         {"release rule: root or the file's owner", test_release_rule},
         {"release over the socket: owner, root, others refused, after a restart too",

@@ -44,6 +44,13 @@ static void test_config_defaults_and_yaml(void)
     CU_ASSERT_STRING_EQUAL(c.agent_socket, "/tmp/x/agent.sock");
     /* an empty document changes nothing */
     CU_ASSERT_EQUAL(mv_config_parse(&c, "", 0, err, sizeof err), 0);
+    /* the disk reserve: 5% by default, 0..99 */
+    CU_ASSERT_EQUAL(c.min_free_percent, 5);
+    CU_ASSERT_EQUAL(mv_config_set(&c, "min-free-bytes", "64Mi", err, sizeof err), 0);
+    CU_ASSERT_EQUAL(c.min_free_bytes, 64u << 20);
+    CU_ASSERT_EQUAL(mv_config_set(&c, "min_free_percent", "100", err, sizeof err), -EINVAL);
+    CU_ASSERT_EQUAL(mv_config_set(&c, "min_free_percent", "0", err, sizeof err), 0);
+    CU_ASSERT_EQUAL(c.min_free_percent, 0);
 }
 
 static void test_config_errors(void)

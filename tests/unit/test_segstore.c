@@ -4,11 +4,13 @@
  * is test_agent.c. */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -254,6 +256,279 @@ static void test_catalog_parse(void)
     }
 }
 
+/* A whole file into a malloc'd buffer (NUL-terminated); NULL if it cannot be read. */
+static char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char *buf = NULL;
+    size_t cap = 0, n = 0;
+    for (;;) {
+        if (n + 4096 + 1 > cap) {
+            cap = (n + 4096 + 1) * 2;
+            char *nb = realloc(buf, cap);
+            if (!nb)
+                break;
+            buf = nb;
+        }
+        size_t r = fread(buf + n, 1, cap - n - 1, f);
+        n += r;
+        if (r == 0)
+            break;
+    }
+    fclose(f);
+    if (buf)
+        buf[n] = 0;
+    *len = n;
+    return buf;
+}
+
+static size_t count_files(const char *dir, const char *prefix)
+{
+    char cmd[800];
+    snprintf(cmd, sizeof cmd, "ls -1 '%s' | grep -c '^%s' || true", dir, prefix);
+    FILE *p = popen(cmd, "r");
+    size_t n = 0;
+    if (p) {
+        if (fscanf(p, "%zu", &n) != 1)
+            n = 0;
+        pclose(p);
+    }
+    return n;
+}
+
+/* Every create is in catalog.journal (not in a rewritten catalog.json) as soon as it returns:
+ * the bytes on disk while the store is still open rebuild the whole catalog. A torn last
+ * record is dropped; a damaged one and what follows are set aside, the rest is served. */
+static void test_journal_durable(void)
+{
+    char dir[600], path[700];
+    snprintf(dir, sizeof dir, "%s/journal%d", tmpdir, dir_seq++);
+    mv_segstore_opts o = {.dir = dir, .max_size = 1u << 20, .reap_interval_ms = -1};
+    mv_segstore *st;
+    CU_ASSERT_FATAL(mv_segstore_open(&o, &st) == 0);
+    char err[256];
+    mv_segstore_label l = {"service", "journal"};
+    char ids[3][32];
+    for (int i = 0; i < 3; i++) {
+        mv_segstore_seg seg;
+        CU_ASSERT_FATAL(mv_segstore_create(st, 4096, 0, &l, 1, &seg, err, sizeof err) == 0);
+        snprintf(ids[i], sizeof ids[i], "%s", seg.id);
+        mv_segstore_seg_clear(&seg);
+    }
+    CU_ASSERT_EQUAL(mv_segstore_release(st, ids[1]), 0);
+    size_t slen, jlen;
+    snprintf(path, sizeof path, "%s/catalog.json", dir);
+    char *snap = slurp(path, &slen);
+    snprintf(path, sizeof path, "%s/catalog.journal", dir);
+    char *jr = slurp(path, &jlen);
+    CU_ASSERT_FATAL(snap != NULL && jr != NULL);
+    CU_ASSERT(jlen > 0);
+    /* The snapshot written at open has none of them. */
+    CU_ASSERT_PTR_NULL(strstr(snap, ids[0]));
+    mv_segstore_seg *v;
+    size_t n, q;
+    uint64_t rev;
+    CU_ASSERT_EQUAL(
+        mv_segstore_catalog_load_mem(snap, slen, (const uint8_t *)jr, jlen, dir, &v, &n, &rev, &q),
+        0);
+    CU_ASSERT_EQUAL(n, 2);
+    CU_ASSERT_EQUAL(q, 0);
+    CU_ASSERT_EQUAL(rev, 4);
+    CU_ASSERT(n == 2 && strcmp(v[0].id, ids[0]) == 0 && strcmp(v[1].id, ids[2]) == 0);
+    CU_ASSERT(n == 2 && v[0].nlabels == 1 && strcmp(v[0].labels[0].value, "journal") == 0);
+    mv_segstore_segs_free(v, n);
+    /* A torn tail (the last record cut short) is dropped: the earlier ones stand. */
+    CU_ASSERT_EQUAL(mv_segstore_catalog_load_mem(snap, slen, (const uint8_t *)jr, jlen - 5, dir, &v,
+                                                 &n, &rev, &q),
+                    0);
+    CU_ASSERT_EQUAL(n, 3); /* the release record was cut: seg 1 is back */
+    CU_ASSERT_EQUAL(q, 0);
+    mv_segstore_segs_free(v, n);
+    /* A damaged first record: it and the rest are set aside, the snapshot is served. */
+    jr[20] ^= 0x55;
+    CU_ASSERT_EQUAL(
+        mv_segstore_catalog_load_mem(snap, slen, (const uint8_t *)jr, jlen, dir, &v, &n, &rev, &q),
+        0);
+    CU_ASSERT_EQUAL(n, 0);
+    CU_ASSERT_EQUAL(q, 1);
+    mv_segstore_segs_free(v, n);
+    free(snap);
+    free(jr);
+    /* A clean close folds the journal into the snapshot; a reopen serves the same. */
+    mv_segstore_close(st);
+    CU_ASSERT_FATAL(mv_segstore_open(&o, &st) == 0);
+    CU_ASSERT_EQUAL(mv_segstore_list(st, &v, &n, &rev), 0);
+    CU_ASSERT_EQUAL(n, 2);
+    CU_ASSERT_EQUAL(rev, 4);
+    mv_segstore_segs_free(v, n);
+    mv_segstore_close(st);
+}
+
+/* The journal is folded into the snapshot after as many records as the last snapshot had
+ * entries, at least 1,024: after 1,030 creates on an empty store the journal holds 6 records
+ * and catalog.json the first 1,024 segments. */
+static void test_journal_compaction(void)
+{
+    /* On tmpfs where there is one: 1,030 fdatasyncs on a busy disk take seconds. */
+    char dir[600], path[700], shm[] = "/dev/shm/mv-segstore-compact-XXXXXX";
+    int on_shm = mkdtemp(shm) != NULL;
+    if (on_shm)
+        snprintf(dir, sizeof dir, "%s/store", shm);
+    else
+        snprintf(dir, sizeof dir, "%s/compact%d", tmpdir, dir_seq++);
+    mv_segstore_opts o = {.dir = dir, .max_size = 1u << 20, .reap_interval_ms = -1};
+    mv_segstore *st;
+    CU_ASSERT_FATAL(mv_segstore_open(&o, &st) == 0);
+    char err[256];
+    int ok = 0;
+    for (int i = 0; i < 1030; i++)
+        ok += mv_segstore_create(st, 4096, 0, NULL, 0, NULL, err, sizeof err) == 0;
+    CU_ASSERT_EQUAL(ok, 1030);
+    uint64_t jb, sb;
+    mv_segstore_catalog_written(st, &jb, &sb);
+    printf("\n  1030 creates: %" PRIu64 " journal bytes, %" PRIu64 " snapshot bytes written\n", jb,
+           sb);
+    size_t jlen, slen;
+    snprintf(path, sizeof path, "%s/catalog.journal", dir);
+    char *jr = slurp(path, &jlen);
+    snprintf(path, sizeof path, "%s/catalog.json", dir);
+    char *snap = slurp(path, &slen);
+    CU_ASSERT_FATAL(jr && snap);
+    size_t records = 0;
+    for (char *p = jr; (p = memmem(p, jlen - (size_t)(p - jr), "MVJ1", 4)); p += 4)
+        records++;
+    CU_ASSERT_EQUAL(records, 6);
+    mv_segstore_seg *v;
+    size_t n, q;
+    uint64_t rev;
+    CU_ASSERT_EQUAL(mv_segstore_catalog_load_mem(snap, slen, NULL, 0, dir, &v, &n, &rev, &q), 0);
+    CU_ASSERT_EQUAL(n, 1024);
+    mv_segstore_segs_free(v, n);
+    free(jr);
+    free(snap);
+    mv_segstore_close(st);
+    if (on_shm)
+        mv_test_rmrf(shm);
+}
+
+/* A catalog.json with an entry that cannot be loaded (a label value over the limit) is served
+ * without it: the agent starts, the good entry is there, the original bytes are kept aside. */
+static void test_catalog_quarantine(void)
+{
+    char dir[600], path[700];
+    snprintf(dir, sizeof dir, "%s/quarantine%d", tmpdir, dir_seq++);
+    mv_segstore_opts o = {.dir = dir, .max_size = 1u << 20, .reap_interval_ms = -1};
+    mv_segstore *st;
+    CU_ASSERT_FATAL(mv_segstore_open(&o, &st) == 0);
+    char err[256];
+    mv_segstore_seg seg;
+    CU_ASSERT_FATAL(mv_segstore_create(st, 4096, 0, NULL, 0, &seg, err, sizeof err) == 0);
+    mv_segstore_close(st);
+    char big[400];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = 0;
+    snprintf(path, sizeof path, "%s/catalog.json", dir);
+    FILE *f = fopen(path, "w");
+    CU_ASSERT_FATAL(f != NULL);
+    fprintf(f,
+            "{\"version\":1,\"revision\":9,\"segments\":["
+            "{\"id\":\"seg-00000000000000aa\",\"size_bytes\":4096,\"owner_pid\":0,"
+            "\"created_unix_ns\":1,\"labels\":[{\"name\":\"a\",\"value\":\"%s\"}]},"
+            "{\"id\":\"%s\",\"size_bytes\":4096,\"owner_pid\":0,\"created_unix_ns\":1}]}\n",
+            big, seg.id);
+    fclose(f);
+    CU_ASSERT_FATAL(mv_segstore_open(&o, &st) == 0);
+    mv_segstore_seg *v;
+    size_t n;
+    uint64_t rev;
+    CU_ASSERT_EQUAL(mv_segstore_list(st, &v, &n, &rev), 0);
+    CU_ASSERT(n == 1 && strcmp(v[0].id, seg.id) == 0);
+    mv_segstore_segs_free(v, n);
+    CU_ASSERT_EQUAL(count_files(dir, "catalog.json.bad-"), 1);
+    mv_segstore_close(st);
+    mv_segstore_seg_clear(&seg);
+}
+
+/* A create whose journal record cannot be written fails with the reason, leaves no file and
+ * no entry: RLIMIT_FSIZE stops the journal from growing by one more record. */
+static void test_create_fails_when_not_durable(void)
+{
+    char dir[600], path[700];
+    snprintf(dir, sizeof dir, "%s/nodurable%d", tmpdir, dir_seq++);
+    mv_segstore_opts o = {.dir = dir, .max_size = 1u << 20, .reap_interval_ms = -1};
+    mv_segstore *st;
+    CU_ASSERT_FATAL(mv_segstore_open(&o, &st) == 0);
+    char err[256];
+    mv_segstore_label l = {"service", "durable"};
+    for (int i = 0; i < 40; i++)
+        CU_ASSERT_FATAL(mv_segstore_create(st, 4096, 0, &l, 1, NULL, err, sizeof err) == 0);
+    snprintf(path, sizeof path, "%s/catalog.journal", dir);
+    struct stat sb;
+    CU_ASSERT_FATAL(stat(path, &sb) == 0 && sb.st_size > 4096);
+    size_t files = count_files(dir, "seg-");
+    struct rlimit old, lim;
+    CU_ASSERT_FATAL(getrlimit(RLIMIT_FSIZE, &old) == 0);
+    lim = old;
+    lim.rlim_cur = (rlim_t)sb.st_size + 20;
+    signal(SIGXFSZ, SIG_IGN);
+    CU_ASSERT_FATAL(setrlimit(RLIMIT_FSIZE, &lim) == 0);
+    int rc = mv_segstore_create(st, 4096, 0, &l, 1, NULL, err, sizeof err);
+    setrlimit(RLIMIT_FSIZE, &old);
+    CU_ASSERT_EQUAL(rc, -EFBIG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "catalog journal"));
+    CU_ASSERT_EQUAL(count_files(dir, "seg-"), files);
+    mv_segstore_seg *v;
+    size_t n;
+    CU_ASSERT_EQUAL(mv_segstore_list(st, &v, &n, NULL), 0);
+    CU_ASSERT_EQUAL(n, 40);
+    mv_segstore_segs_free(v, n);
+    CU_ASSERT(stat(path, &sb) == 0 && (uint64_t)sb.st_size == (uint64_t)lim.rlim_cur - 20);
+    mv_segstore_close(st);
+}
+
+/* Per-uid quotas count the segments of each uid; root is not held to them; the reserve holds
+ * for everyone. */
+static void test_quotas(void)
+{
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/quota%d", tmpdir, dir_seq++);
+    mv_segstore_opts o = {.dir = dir,
+                          .max_size = 1u << 20,
+                          .reap_interval_ms = -1,
+                          .max_segments_per_uid = 3,
+                          .max_bytes_per_uid = 5 * 4096};
+    mv_segstore *st;
+    CU_ASSERT_FATAL(mv_segstore_open(&o, &st) == 0);
+    char err[320];
+    for (int i = 0; i < 3; i++)
+        CU_ASSERT(mv_segstore_create_for(st, 1000, 4096, 0, NULL, 0, NULL, err, sizeof err) == 0);
+    CU_ASSERT_EQUAL(mv_segstore_create_for(st, 1000, 4096, 0, NULL, 0, NULL, err, sizeof err),
+                    -EDQUOT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "uid 1000 already owns 3 segments"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "--max-segments-per-uid"));
+    CU_ASSERT_EQUAL(mv_segstore_create_for(st, 1001, 3 * 4096, 0, NULL, 0, NULL, err, sizeof err),
+                    0);
+    CU_ASSERT_EQUAL(mv_segstore_create_for(st, 1001, 3 * 4096, 0, NULL, 0, NULL, err, sizeof err),
+                    -EDQUOT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "--max-bytes-per-uid"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "owns 12288 bytes"));
+    for (int i = 0; i < 5; i++)
+        CU_ASSERT(mv_segstore_create_for(st, 0, 4096, 0, NULL, 0, NULL, err, sizeof err) == 0);
+    uint64_t c, b;
+    mv_segstore_usage(st, 1000, &c, &b);
+    CU_ASSERT(c == 3 && b == 3 * 4096);
+    mv_segstore_close(st);
+    /* A reserve of 99% of the filesystem refuses every create, naming the flags. */
+    o.min_free_percent = 99;
+    CU_ASSERT_FATAL(mv_segstore_open(&o, &st) == 0);
+    CU_ASSERT_EQUAL(mv_segstore_create_for(st, 0, 4096, 0, NULL, 0, NULL, err, sizeof err),
+                    -ENOSPC);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "--min-free-percent 99"));
+    mv_segstore_close(st);
+}
+
 int main(void)
 {
     mv_log_init("test", MV_LOG_WARN);
@@ -265,6 +540,14 @@ int main(void)
         {"a pass reaps exactly the dead owners (pidfds and pid numbers)", test_reap_some_owners},
         {"the reaper wakes when an owner exits, polls for pid-number owners", test_reap_on_exit},
         {"catalog.json validation", test_catalog_parse},
+        {"every create is in the journal when it returns; torn and damaged records",
+         test_journal_durable},
+        {"the journal is folded into the snapshot after enough records", test_journal_compaction},
+        {"a catalog entry that cannot be loaded is set aside, the rest served",
+         test_catalog_quarantine},
+        {"a create whose entry cannot be made durable fails and leaves no file",
+         test_create_fails_when_not_durable},
+        {"per-uid quotas and the disk reserve", test_quotas},
     };
     int fails = MV_TEST_RUN("segstore", tests);
     if (!fails)

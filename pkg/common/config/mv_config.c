@@ -74,6 +74,8 @@ static const key KEYS[] = {
     S(admin_token_file),
     B(insecure_listen),
     S(segment_group),
+    Z(min_free_bytes, 1024 * GiB),
+    U(min_free_percent, 99),
 };
 #define NKEYS (sizeof KEYS / sizeof KEYS[0])
 
@@ -114,6 +116,7 @@ void mv_config_defaults(mv_config *c)
     c->api_timeout_ms = 5000;
     put(c->log_level, sizeof c->log_level, "info");
     c->rdma_retry_ms = 5000;
+    c->min_free_percent = MV_CONFIG_MIN_FREE_PERCENT;
 }
 
 int mv_config_set(mv_config *c, const char *name, const char *value, char *err, size_t errlen)

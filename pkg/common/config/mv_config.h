@@ -55,13 +55,18 @@ typedef struct mv_config {
     int insecure_listen;                        /* plaintext listen chosen explicitly */
     /* Non-root collector: the group segment files and the agent socket get (name or gid). */
     char segment_group[256];
+    /* Space a new segment leaves free on state_dir's filesystem: the larger of the two
+     * (0 and 0: no reserve). */
+    uint64_t min_free_bytes;   /* 0 */
+    uint64_t min_free_percent; /* MV_CONFIG_MIN_FREE_PERCENT, 0..99 */
     /* Derived by mv_config_finish from rdma_listen: */
     char rdma_ip[64];
     uint16_t rdma_port;
     int64_t segment_gid; /* from segment_group, -1 = none */
 } mv_config;
 
-#define MV_CONFIG_RDMA_PORT 7471 /* rdma_cm port when rdma_listen names none */
+#define MV_CONFIG_RDMA_PORT        7471 /* rdma_cm port when rdma_listen names none */
+#define MV_CONFIG_MIN_FREE_PERCENT 5    /* default free-space reserve, percent of the filesystem */
 
 /* Fills the defaults (the node paths a DaemonSet mounts). */
 void mv_config_defaults(mv_config *c);

@@ -48,6 +48,12 @@ typedef struct mv_agentsvc mv_agentsvc;
 int mv_agentsvc_may_release(const mv_rpc_peer *caller, const char *id, int64_t file_uid,
                             int file_errno, char *msg, size_t msglen);
 
+/* Checks the labels of a CreateSegmentRequest as sent (`req`, `len`: its protobuf bytes), before
+ * they become C strings: a control byte (below 0x20, or 0x7f; NUL included) in a label name or
+ * value is refused, not cut or passed on. Returns 0, or -EINVAL with the reason (the label's
+ * index, name or value, the byte and its offset) in `err`. */
+int mv_agentsvc_check_raw_labels(const uint8_t *req, size_t len, char *err, size_t errlen);
+
 /* Serves an existing service on another (not yet started) server as well, e.g. one made to
  * replace a server whose unix socket was deleted. Returns 0 or a negative errno. */
 int mv_agentsvc_attach(mv_rpc_server *srv, mv_agentsvc *svc);

@@ -16,6 +16,7 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -25,12 +26,6 @@
 
 #define DEFAULT_FILEMODE 0660
 
-/* Persists the catalog. Caller holds st->mu. */
-static int catalog_save(mv_segstore *st)
-{
-    return segstore_catalog_save(st->dir, st->revision, st->segs, st->nsegs);
-}
-
 /* ---- Store ---------------------------------------------------------------------------- */
 
 static void notify(mv_segstore *st, int ev, const mv_segstore_seg *seg)
@@ -39,38 +34,93 @@ static void notify(mv_segstore *st, int ev, const mv_segstore_seg *seg)
         s->fn(s->arg, ev, seg, st->revision);
 }
 
-static int load(mv_segstore *st)
+/* Keeps a copy of catalog bytes that could not all be loaded beside the catalog, as
+ * <name>.bad-<unix ns>, before the next snapshot replaces them. */
+static void set_aside(mv_segstore *st, const char *name, const void *buf, size_t len,
+                      const char *reason)
 {
-    char *path = segstore_path_join(st->dir, CATALOG_NAME);
+    char path[4096];
+    if (mv_fmt(path, sizeof path, "%s/%s.bad-%" PRIu64, st->dir, name, mv_wall_ns()) < 0)
+        return;
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    int rc = fd < 0 ? -errno : segstore_write_all(fd, buf, len);
+    if (rc == 0 && fsync(fd) < 0)
+        rc = -errno;
+    if (fd >= 0)
+        close(fd);
+    if (rc < 0)
+        unlink(path);
+    MV_WARN("catalog.quarantined", "file=%s kept=%s bytes=%zu reason=%s", mv_log_q(name),
+            mv_log_q(rc == 0 ? path : strerror(-rc)), len, mv_log_q(reason));
+}
+
+/* Reads one catalog file; a missing file is empty. A file too large to read, or not a regular
+ * file, is renamed aside (logged) and read as missing. */
+static int read_catalog_file(mv_segstore *st, const char *name, char **text, size_t *len)
+{
+    *text = NULL;
+    *len = 0;
+    char *path = segstore_path_join(st->dir, name);
     if (!path)
         return -ENOMEM;
-    char *text = NULL;
-    size_t len = 0;
-    int rc = segstore_read_file(path, &text, &len);
-    if (rc == -ENOENT) {
-        MV_INFO("catalog.loaded", "count=0 path=%s note=%s", mv_log_q(path),
-                mv_log_q("no catalog yet"));
-        free(path);
-        return 0;
+    int rc = segstore_read_file(path, text, len);
+    if (rc == -EFBIG) {
+        char aside[4096];
+        mv_fmt(aside, sizeof aside, "%s.bad-%" PRIu64, path, mv_wall_ns());
+        int mv = rename(path, aside) == 0 ? 0 : -errno;
+        MV_ERROR("catalog.quarantined", "file=%s kept=%s reason=%s", mv_log_q(name),
+                 mv_log_q(mv == 0 ? aside : strerror(-mv)),
+                 mv_log_q("larger than 1 GiB or not a regular file"));
+        rc = mv == 0 ? -ENOENT : rc;
     }
-    if (rc < 0) {
+    if (rc == -ENOENT)
+        rc = 0;
+    else if (rc < 0)
         MV_ERROR("catalog.load_failed", "path=%s err=%s", mv_log_q(path), mv_log_q(strerror(-rc)));
-        free(path);
+    free(path);
+    return rc;
+}
+
+/* Loads the snapshot and replays the journal. Never refuses to start over content: entries
+ * and records that cannot be loaded are logged and their file's bytes kept aside; a torn last
+ * journal record (a crash mid-append) is dropped. */
+static int load(mv_segstore *st)
+{
+    char *snap, *jr;
+    size_t snaplen, jlen;
+    int rc = read_catalog_file(st, CATALOG_NAME, &snap, &snaplen);
+    if (rc < 0)
         return rc;
-    }
-    char err[MV_ERR_MAX];
-    mv_segstore_seg *v;
-    size_t n;
-    uint64_t rev;
-    /* Entries above today's max_size were valid when created: accept up to the format's limit. */
-    rc = segstore_catalog_parse(text, len, st->dir, MV_SEG_MAX_SIZE, &v, &n, &rev, err, sizeof err);
-    free(text);
+    rc = read_catalog_file(st, JOURNAL_NAME, &jr, &jlen);
     if (rc < 0) {
-        MV_ERROR("catalog.invalid", "path=%s err=%s action=%s", mv_log_q(path), mv_log_q(err),
-                 mv_log_q("fix or remove the file, then restart"));
-        free(path);
+        free(snap);
         return rc;
     }
+    segstore_loaded l;
+    rc = segstore_catalog_build(snap, snaplen, (const uint8_t *)jr, jlen, st->dir, 1, &l);
+    if (rc < 0) {
+        MV_ERROR("catalog.load_failed", "dir=%s err=%s", mv_log_q(st->dir),
+                 mv_log_q(strerror(-rc)));
+        free(snap);
+        free(jr);
+        return rc;
+    }
+    if (l.snap_bad)
+        set_aside(st, CATALOG_NAME, snap, snaplen, l.snap_reason);
+    else if (l.bad_entries)
+        set_aside(st, CATALOG_NAME, snap, snaplen, "entries that cannot be loaded (logged)");
+    if (l.jr_broken || l.bad_records)
+        set_aside(st, JOURNAL_NAME, jr, jlen,
+                  l.jr_broken ? "a damaged record: the records after it were not read"
+                              : "records that cannot be loaded (logged)");
+    else if (l.jr_torn)
+        MV_WARN("catalog.journal_torn", "dropped_bytes=%zu note=%s", jlen - l.jr_valid,
+                mv_log_q("the last record was cut short (a crash while it was written); it "
+                         "was never acknowledged"));
+    free(snap);
+    free(jr);
+    mv_segstore_seg *v = l.segs;
+    size_t n = l.n;
     size_t kept = 0;
     for (size_t i = 0; i < n; i++) {
         int frc = segstore_fix_size(&v[i]);
@@ -88,6 +138,8 @@ static int load(mv_segstore *st)
             mv_segstore_seg_clear(&v[i]);
             continue;
         }
+        struct stat sb;
+        v[i].uid = lstat(v[i].path, &sb) == 0 ? (int64_t)sb.st_uid : -1;
         if (kept != i)
             v[kept] = v[i];
         kept++;
@@ -99,9 +151,8 @@ static int load(mv_segstore *st)
      * has the pid now (the owner, unless it died while the agent was down and the pid was
      * reused). */
     if (segstore_owner_fds_fit(st, st->cap) < 0) {
-        MV_ERROR("catalog.load_failed", "path=%s err=%s", mv_log_q(path),
+        MV_ERROR("catalog.load_failed", "dir=%s err=%s", mv_log_q(st->dir),
                  mv_log_q("out of memory"));
-        free(path);
         return -ENOMEM;
     }
     for (size_t i = 0; i < kept; i++) {
@@ -110,41 +161,69 @@ static int load(mv_segstore *st)
     }
     for (size_t i = 0; i < kept; i++)
         segstore_watch_file(st, v[i].path);
-    st->revision = rev;
+    st->revision = l.revision;
     for (size_t i = 0; i < kept; i++)
         st->pages_used += v[i].ndevices;
     if (st->pages_used > st->pool_pages && st->pool_pages)
         MV_WARN("pool.overcommitted", "used=%" PRIu64 " pool=%" PRIu64 " action=%s", st->pages_used,
                 st->pool_pages,
                 mv_log_q("existing segments kept; new allocations wait for pages to be freed"));
-    MV_INFO("catalog.loaded", "count=%zu dropped=%zu revision=%" PRIu64 " path=%s", kept, n - kept,
-            rev, mv_log_q(path));
-    free(path);
-    if (kept != n) {
+    MV_INFO("catalog.loaded",
+            "count=%zu dropped=%zu quarantined=%zu journal_records=%zu revision=%" PRIu64 " dir=%s",
+            kept, n - kept,
+            l.bad_entries + l.bad_records + (size_t)l.snap_bad + (size_t)l.jr_broken, l.jr_records,
+            l.revision, mv_log_q(st->dir));
+    if (kept != n)
         st->revision++;
-        catalog_save(st);
+    /* A fresh snapshot, and an empty journal from here on. When the snapshot cannot be
+     * written (a full disk), the journal goes on from its last whole record. */
+    rc = segstore_journal_open(st);
+    if (rc < 0)
+        return rc;
+    if (segstore_compact(st) < 0 && st->jr_len != l.jr_valid) {
+        if (ftruncate(st->jr_fd, (off_t)l.jr_valid) < 0 || fsync(st->jr_fd) < 0) {
+            rc = -errno;
+            MV_ERROR("catalog.journal_cut_failed", "dir=%s err=%s", mv_log_q(st->dir),
+                     mv_log_q(strerror(-rc)));
+            return rc;
+        }
+        st->jr_len = l.jr_valid;
     }
     return 0;
 }
 
+static int cmp_id(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Files in the directory that no entry names (ids sorted once: a start with 10,000 segments
+ * looks each name up in O(log n), not O(n)). */
 static void log_strays(mv_segstore *st)
 {
     DIR *d = opendir(st->dir);
     if (!d)
         return;
+    const char **ids = malloc((st->nsegs ? st->nsegs : 1) * sizeof *ids);
+    for (size_t i = 0; ids && i < st->nsegs; i++)
+        ids[i] = st->segs[i].id;
+    if (ids)
+        qsort(ids, st->nsegs, sizeof *ids, cmp_id);
     struct dirent *de;
     while ((de = readdir(d))) {
         const char *nm = de->d_name;
-        if (nm[0] == '.' || strcmp(nm, CATALOG_NAME) == 0 || strcmp(nm, CATALOG_TMP) == 0 ||
-            strcmp(nm, "agent.sock") == 0)
+        if (nm[0] == '.' || strncmp(nm, "catalog.", 8) == 0 || strcmp(nm, "agent.sock") == 0)
             continue;
         int known = 0;
-        for (size_t i = 0; i < st->nsegs && !known; i++)
+        if (ids)
+            known = bsearch(&nm, ids, st->nsegs, sizeof *ids, cmp_id) != NULL;
+        for (size_t i = 0; !ids && i < st->nsegs && !known; i++)
             known = strcmp(st->segs[i].id, nm) == 0;
         if (!known)
             MV_WARN("segment.stray_file", "dir=%s name=%s action=%s", mv_log_q(st->dir),
                     mv_log_q(nm), mv_log_q("left alone: not in the catalog"));
     }
+    free(ids);
     closedir(d);
 }
 
@@ -225,7 +304,7 @@ int mv_segstore_open(const mv_segstore_opts *opts, mv_segstore **out)
     mv_segstore *st = calloc(1, sizeof *st);
     if (!st)
         return -ENOMEM;
-    st->lock_fd = st->ino_fd = st->ep_fd = st->wake_fd = -1;
+    st->lock_fd = st->ino_fd = st->ep_fd = st->wake_fd = st->jr_fd = -1;
     st->dir = strdup(opts && opts->dir ? opts->dir : MV_SEGSTORE_DEFAULT_DIR);
     if (!st->dir) {
         rc = -ENOMEM;
@@ -245,6 +324,18 @@ int mv_segstore_open(const mv_segstore_opts *opts, mv_segstore **out)
         goto free_dir;
     }
     st->max_size -= st->max_size % MV_SEGSTORE_PAGE;
+    if (opts) {
+        st->max_segs_per_uid = opts->max_segments_per_uid;
+        st->max_bytes_per_uid = opts->max_bytes_per_uid;
+        st->min_free_bytes = opts->min_free_bytes;
+        st->min_free_percent = opts->min_free_percent;
+    }
+    if (st->min_free_percent > 99) {
+        MV_ERROR("segstore.bad_option", "min_free_percent=%u valid=%s", st->min_free_percent,
+                 mv_log_q("0..99"));
+        rc = -EINVAL;
+        goto free_dir;
+    }
     st->pool_pages = opts ? opts->pool_pages : 0;
     st->page_size = opts && opts->page_size ? opts->page_size : MV_SEGSTORE_PAGE;
     if (st->page_size % MV_SEGSTORE_PAGE || st->page_size > st->max_size ||
@@ -272,9 +363,16 @@ int mv_segstore_open(const mv_segstore_opts *opts, mv_segstore **out)
     if (rc < 0)
         goto destroy_sync;
     rc = load(st);
-    if (rc < 0)
+    if (rc < 0) {
+        segstore_owner_fds_close(st);
+        mv_segstore_segs_free(st->segs, st->nsegs);
         goto unlock;
+    }
     log_strays(st);
+    MV_INFO("segstore.limits",
+            "max_segments_per_uid=%" PRIu64 " max_bytes_per_uid=%" PRIu64 " min_free_bytes=%" PRIu64
+            " min_free_percent=%u",
+            st->max_segs_per_uid, st->max_bytes_per_uid, st->min_free_bytes, st->min_free_percent);
     if (st->reap_ms > 0) {
         int e = pthread_create(&st->reaper, NULL, segstore_reaper_main, st);
         if (e) {
@@ -289,6 +387,7 @@ free_segs:
     segstore_owner_fds_close(st);
     mv_segstore_segs_free(st->segs, st->nsegs);
 unlock:
+    segstore_journal_close(st);
     close(st->lock_fd);
 destroy_sync:
     pthread_cond_destroy(&st->cv);
@@ -314,6 +413,9 @@ void mv_segstore_close(mv_segstore *st)
         free(s);
     }
     segstore_watch_close(st);
+    if (st->jr_records)
+        segstore_compact(st); /* the next start reads one snapshot */
+    segstore_journal_close(st);
     segstore_owner_fds_close(st);
     mv_segstore_segs_free(st->segs, st->nsegs);
     pthread_cond_destroy(&st->cv);
@@ -413,7 +515,85 @@ static long find_device_locked(mv_segstore *st, const char *device)
     return -1;
 }
 
-static int create_common(mv_segstore *st, uint64_t size, uint32_t owner_pid,
+/* Caller holds st->mu. Segments and bytes whose files `uid` owns. */
+static void usage_locked(mv_segstore *st, int64_t uid, uint64_t *count, uint64_t *bytes)
+{
+    uint64_t c = 0, b = 0;
+    for (size_t i = 0; i < st->nsegs; i++)
+        if (st->segs[i].uid == uid) {
+            c++;
+            b += st->segs[i].size;
+        }
+    *count = c;
+    *bytes = b;
+}
+
+void mv_segstore_usage(mv_segstore *st, int64_t uid, uint64_t *count, uint64_t *bytes)
+{
+    pthread_mutex_lock(&st->mu);
+    usage_locked(st, uid, count, bytes);
+    pthread_mutex_unlock(&st->mu);
+}
+
+void mv_segstore_catalog_written(mv_segstore *st, uint64_t *journal, uint64_t *snapshots)
+{
+    pthread_mutex_lock(&st->mu);
+    *journal = st->jr_bytes_written;
+    *snapshots = st->snap_bytes_written;
+    pthread_mutex_unlock(&st->mu);
+}
+
+/* Caller holds st->mu. The per-uid quotas for a create of `size` bytes by `uid` (root and
+ * unidentified callers are not held to them): 0, or -EDQUOT with the reason. */
+static int quota_check_locked(mv_segstore *st, int64_t uid, uint64_t size, char *err, size_t errlen)
+{
+    if (uid <= 0 || (!st->max_segs_per_uid && !st->max_bytes_per_uid))
+        return 0;
+    uint64_t count, bytes;
+    usage_locked(st, uid, &count, &bytes);
+    if (st->max_segs_per_uid && count + 1 > st->max_segs_per_uid) {
+        mv_err_set(err, errlen,
+                   "quota exceeded: uid %lld already owns %" PRIu64 " segments, the limit per "
+                   "uid is %" PRIu64 " (--max-segments-per-uid); release segments or raise it",
+                   (long long)uid, count, st->max_segs_per_uid);
+        return -EDQUOT;
+    }
+    if (st->max_bytes_per_uid && bytes + size > st->max_bytes_per_uid) {
+        mv_err_set(err, errlen,
+                   "quota exceeded: uid %lld owns %" PRIu64
+                   " bytes of segments and asks for %" PRIu64 " more, the limit per uid is %" PRIu64
+                   " bytes (--max-bytes-per-uid); release segments or raise it",
+                   (long long)uid, bytes, size, st->max_bytes_per_uid);
+        return -EDQUOT;
+    }
+    return 0;
+}
+
+/* The free-space reserve: 0, or -ENOSPC with the reason (a failed statvfs lets the create go
+ * on: the create itself then meets the real limit). */
+static int reserve_check(mv_segstore *st, uint64_t size, char *err, size_t errlen)
+{
+    if (!st->min_free_bytes && !st->min_free_percent)
+        return 0;
+    struct statvfs vf;
+    if (statvfs(st->dir, &vf) < 0)
+        return 0;
+    uint64_t bs = vf.f_frsize ? vf.f_frsize : vf.f_bsize;
+    uint64_t total = (uint64_t)vf.f_blocks * bs, avail = (uint64_t)vf.f_bavail * bs;
+    uint64_t reserve = total / 100 * st->min_free_percent;
+    if (st->min_free_bytes > reserve)
+        reserve = st->min_free_bytes;
+    if (avail >= reserve && avail - reserve >= size)
+        return 0;
+    mv_err_set(err, errlen,
+               "disk reserve: %s has %" PRIu64 " bytes free of %" PRIu64 "; a segment of %" PRIu64
+               " bytes would leave less than the %" PRIu64
+               " bytes kept free (--min-free-bytes %" PRIu64 ", --min-free-percent %u)",
+               st->dir, avail, total, size, reserve, st->min_free_bytes, st->min_free_percent);
+    return -ENOSPC;
+}
+
+static int create_common(mv_segstore *st, int64_t uid, uint64_t size, uint32_t owner_pid,
                          const char *const *devices, size_t ndevices,
                          const mv_segstore_label *labels, size_t nlabels, mv_segstore_seg *out,
                          char *err, size_t errlen)
@@ -448,6 +628,18 @@ static int create_common(mv_segstore *st, uint64_t size, uint32_t owner_pid,
     if (rc < 0) {
         mv_err_set(err, errlen, "out of memory");
         return rc;
+    }
+    seg.uid = uid >= 0 ? uid : 0; /* a file the agent cannot hand over stays root's */
+    /* Checked before the file exists, and again under the lock below. */
+    pthread_mutex_lock(&st->mu);
+    rc = quota_check_locked(st, uid, size, err, errlen);
+    pthread_mutex_unlock(&st->mu);
+    if (rc == 0)
+        rc = reserve_check(st, size, err, errlen);
+    if (rc < 0) {
+        MV_WARN("segment.quota_refused", "uid=%lld size=%" PRIu64 " err=%s", (long long)uid, size,
+                mv_log_q(err));
+        goto clear_seg;
     }
     if (ndevices) {
         /* Checked before the file exists, and again under the lock below. */
@@ -498,6 +690,9 @@ static int create_common(mv_segstore *st, uint64_t size, uint32_t owner_pid,
         mv_err_set(err, errlen, "the agent already manages %d segments", MV_SEGSTORE_SEGMENTS_MAX);
         goto unlock;
     }
+    rc = quota_check_locked(st, uid, seg.size, err, errlen);
+    if (rc < 0)
+        goto unlock;
     if (st->nsegs == st->cap || !st->segs) {
         size_t ncap = st->cap ? st->cap * 2 : 16;
         mv_segstore_seg *nv = realloc(st->segs, ncap * sizeof *nv);
@@ -519,6 +714,13 @@ static int create_common(mv_segstore *st, uint64_t size, uint32_t owner_pid,
         mv_err_set(err, errlen, "out of memory");
         goto unlock;
     }
+    /* Acknowledged only once its catalog entry is durable. */
+    rc = segstore_journal_put(st, &seg, st->revision + 1, err, errlen);
+    if (rc < 0) {
+        if (out)
+            mv_segstore_seg_clear(out);
+        goto unlock;
+    }
     st->owner_fds[st->nsegs] = owner_fd;
     owner_fd = -1;
     st->segs[st->nsegs] = seg;
@@ -526,7 +728,7 @@ static int create_common(mv_segstore *st, uint64_t size, uint32_t owner_pid,
     segstore_watch_file(st, seg.path);
     st->pages_used += ndevices;
     st->revision++;
-    catalog_save(st);
+    segstore_journal_maybe_compact(st);
     notify(st, MV_SEGSTORE_ADDED, &st->segs[st->nsegs - 1]);
     MV_INFO("segment.created",
             "id=%s path=%s size=%" PRIu64 " owner_pid=%" PRIu32 " labels=%zu devices=%zu "
@@ -554,7 +756,14 @@ int mv_segstore_create(mv_segstore *st, uint64_t size, uint32_t owner_pid,
                        const mv_segstore_label *labels, size_t nlabels, mv_segstore_seg *out,
                        char *err, size_t errlen)
 {
-    return create_common(st, size, owner_pid, NULL, 0, labels, nlabels, out, err, errlen);
+    return create_common(st, -1, size, owner_pid, NULL, 0, labels, nlabels, out, err, errlen);
+}
+
+int mv_segstore_create_for(mv_segstore *st, int64_t uid, uint64_t size, uint32_t owner_pid,
+                           const mv_segstore_label *labels, size_t nlabels, mv_segstore_seg *out,
+                           char *err, size_t errlen)
+{
+    return create_common(st, uid, size, owner_pid, NULL, 0, labels, nlabels, out, err, errlen);
 }
 
 int mv_segstore_create_dev(mv_segstore *st, const char *const *devices, size_t ndevices,
@@ -588,7 +797,7 @@ int mv_segstore_create_dev(mv_segstore *st, const char *const *devices, size_t n
                    ndevices, st->page_size, st->max_size);
         return -EFBIG;
     }
-    return create_common(st, (uint64_t)ndevices * st->page_size, 0, devices, ndevices, labels,
+    return create_common(st, -1, (uint64_t)ndevices * st->page_size, 0, devices, ndevices, labels,
                          nlabels, out, err, errlen);
 }
 
@@ -633,6 +842,13 @@ int mv_segstore_set_owner(mv_segstore *st, const char *id, int64_t uid, int64_t 
     if (rc < 0) {
         mv_err_set(err, errlen, "chown/chmod %s: %s", path, strerror(-rc));
         return rc;
+    }
+    if (uid >= 0) {
+        pthread_mutex_lock(&st->mu);
+        for (size_t i = 0; i < st->nsegs; i++)
+            if (strcmp(st->segs[i].id, id) == 0)
+                st->segs[i].uid = uid;
+        pthread_mutex_unlock(&st->mu);
     }
     MV_INFO("segment.owner_set", "id=%s uid=%lld gid=%lld mode=%04o", id, (long long)uid,
             (long long)gid, (unsigned)mode);
@@ -691,8 +907,16 @@ int mv_segstore_set_labels(mv_segstore *st, const char *id, const mv_segstore_la
         s->nlabels = nl.nlabels;
         nl.labels = old;
         nl.nlabels = nold;
+        rc = segstore_journal_put(st, s, st->revision + 1, err, errlen);
+        if (rc < 0) { /* not durable: the labels stay as they were */
+            nl.labels = s->labels;
+            nl.nlabels = s->nlabels;
+            s->labels = old;
+            s->nlabels = nold;
+            break;
+        }
         st->revision++;
-        catalog_save(st);
+        segstore_journal_maybe_compact(st);
         notify(st, MV_SEGSTORE_CHANGED, s);
         MV_INFO("segment.labels_set", "id=%s labels=%zu revision=%" PRIu64, s->id, s->nlabels,
                 st->revision);
@@ -756,7 +980,11 @@ void segstore_remove_at(mv_segstore *st, size_t i, const char *event, pid_t dead
             MV_WARN("segment.rmdir_failed", "id=%s dir=%s err=%s", seg.id, mv_log_q(dbuf),
                     mv_log_q(strerror(errno)));
     }
-    catalog_save(st);
+    /* The file is gone already: should the record not be written, the next start drops the
+     * entry as a segment whose file is missing. */
+    char jerr[MV_ERR_MAX];
+    if (segstore_journal_del(st, seg.id, st->revision, jerr, sizeof jerr) == 0)
+        segstore_journal_maybe_compact(st);
     notify(st, MV_SEGSTORE_REMOVED, &seg);
     if (dead_pid)
         MV_INFO(event, "id=%s owner_pid=%d revision=%" PRIu64, seg.id, (int)dead_pid, st->revision);

@@ -1,5 +1,6 @@
 /* mv_segstore: the agent's segment manager: segment files in a directory, the
- * persisted catalog (catalog.json), watchers, and reaping of dead owners.
+ * persisted catalog (catalog.json, a snapshot, and catalog.journal, the changes since: see
+ * docs/architecture.md), per-uid quotas, watchers, and reaping of dead owners.
  *
  * Thread-safe. Watcher callbacks run with the store's lock held: they must be
  * quick and must not call back into the store.
@@ -25,10 +26,10 @@
 #define MV_SEGSTORE_LABEL_NAME_MAX   127
 #define MV_SEGSTORE_LABEL_VALUE_MAX  255
 #define MV_SEGSTORE_SEGMENTS_MAX     65536
-#define MV_SEGSTORE_CATALOG_MAX      (16u << 20) /* bytes of catalog.json accepted */
-#define MV_SEGSTORE_DEVICE_ID_MAX    63          /* bytes of a device ID (kubelet limit) */
-#define MV_SEGSTORE_DEVICES_MAX      262144      /* device IDs backing one segment */
-#define MV_SEGSTORE_SEG_FILE         "segment"   /* file name in per-segment directories */
+#define MV_SEGSTORE_CATALOG_MAX      (1u << 30) /* bytes of catalog.json read; larger: set aside */
+#define MV_SEGSTORE_DEVICE_ID_MAX    63         /* bytes of a device ID (kubelet limit) */
+#define MV_SEGSTORE_DEVICES_MAX      262144     /* device IDs backing one segment */
+#define MV_SEGSTORE_SEG_FILE         "segment"  /* file name in per-segment directories */
 
 typedef struct mv_segstore mv_segstore;
 
@@ -47,6 +48,9 @@ typedef struct mv_segstore_seg {
     mv_segstore_label *labels;
     size_t ndevices; /* device IDs backing the segment (Kubernetes mode); 0 otherwise */
     char **devices;
+    /* The uid its file belongs to, as the agent set it or (after a restart) found it; what the
+     * per-uid quotas count. Not in catalog.json: the file's owner is the record. */
+    int64_t uid;
 } mv_segstore_seg;
 
 typedef struct mv_segstore_opts {
@@ -58,12 +62,21 @@ typedef struct mv_segstore_opts {
      * (page_size a multiple of 4 KiB; 0 = 4 KiB). 0 pages = no pool accounting. */
     uint64_t pool_pages;
     uint64_t page_size;
+    /* Quotas of mv_segstore_create_for's non-root callers, counted per uid of the segments'
+     * files (0 = unlimited): segments, and bytes of them. */
+    uint64_t max_segments_per_uid;
+    uint64_t max_bytes_per_uid;
+    /* Space every create leaves free on the directory's filesystem (statvfs before the
+     * create): the larger of min_free_bytes and min_free_percent of its size (0 = none). */
+    uint64_t min_free_bytes;
+    unsigned min_free_percent; /* 0..99 */
 } mv_segstore_opts;
 
 /* Opens the store: creates the directory (0755) if needed, locks it (flock on
  * DIR/.lock, held until mv_segstore_close: a second store on the same directory,
  * in this or another process, gets -EBUSY with the holder's pid in the log),
- * reloads catalog.json (dropping entries whose file is gone), and starts the
+ * reloads the catalog (catalog.json and catalog.journal; entries that cannot be loaded are
+ * logged and set aside, entries whose file is gone dropped; then a fresh snapshot), and starts the
  * reaper. Returns 0 or a negative errno (the reason is logged). */
 int mv_segstore_open(const mv_segstore_opts *opts, mv_segstore **out);
 
@@ -72,13 +85,36 @@ void mv_segstore_close(mv_segstore *st);
 
 /* Creates a segment of `size` bytes rounded up to 4 KiB (must be within
  * [4 KiB, max_size]) with the given labels (validated: label names as in
- * Prometheus, values UTF-8, at most MV_SEGSTORE_LABELS_MAX). The file is
+ * Prometheus, values UTF-8 without control bytes, at most MV_SEGSTORE_LABELS_MAX). The file is
  * zero-filled and formatted with mv_seg_format. `out` may be NULL. On error
  * returns -EINVAL (bad argument), -EFBIG (too big), -ENOSPC, -EIO... and writes a
  * human-readable reason into `err` (may be NULL). */
 int mv_segstore_create(mv_segstore *st, uint64_t size, uint32_t owner_pid,
                        const mv_segstore_label *labels, size_t nlabels, mv_segstore_seg *out,
                        char *err, size_t errlen);
+
+/* mv_segstore_create on behalf of a caller running as `uid` (-1: not known, e.g. TCP; 0: root),
+ * whose segment's file will be handed to that uid: a caller other than root or unknown is held
+ * to max_segments_per_uid and max_bytes_per_uid, counted over the segments whose files its
+ * uid owns: over either, nothing is created and -EDQUOT comes back, `err` naming the limit,
+ * the usage and the flag. The free-space reserve (min_free_*) holds for every create:
+ * -ENOSPC naming it. A create returns only once its catalog entry is durable (journal
+ * record fdatasync'd); when that fails the file is removed and the error returned. */
+int mv_segstore_create_for(mv_segstore *st, int64_t uid, uint64_t size, uint32_t owner_pid,
+                           const mv_segstore_label *labels, size_t nlabels, mv_segstore_seg *out,
+                           char *err, size_t errlen);
+
+/* Segments and bytes whose files `uid` owns (as mv_segstore_seg.uid counts them). */
+void mv_segstore_usage(mv_segstore *st, int64_t uid, uint64_t *count, uint64_t *bytes);
+
+/* Bytes written to the catalog since open: journal records and snapshots (benchmarks). */
+void mv_segstore_catalog_written(mv_segstore *st, uint64_t *journal, uint64_t *snapshots);
+
+/* Checks label `idx` as it arrived, with its lengths (before it becomes C strings, where a NUL
+ * would cut it): a control byte (below 0x20, or 0x7f; NUL included) in the name or the value is
+ * refused. Returns 0, or -EINVAL with a reason naming the label, the byte and its offset. */
+int mv_segstore_check_label_bytes(size_t idx, const char *name, size_t nlen, const char *value,
+                                  size_t vlen, char *err, size_t errlen);
 
 /* Creates a segment backed by `ndevices` pool pages named by `devices` (its size
  * is ndevices * page_size). It lives in its own directory, dir/<id>/segment, so
@@ -175,5 +211,13 @@ size_t mv_segstore_announce_all(mv_segstore *st);
  * `err`. Exposed for tests and fuzzing. */
 int mv_segstore_catalog_parse(const char *text, size_t len, const char *dir, mv_segstore_seg **out,
                               size_t *n, uint64_t *revision, char *err, size_t errlen);
+
+/* Rebuilds a catalog from catalog.json text (`snap`, NULL: none) and catalog.journal bytes, as
+ * the store does at open: entries and records that cannot be loaded are skipped and counted
+ * in *quarantined, never failing the rest. Returns 0 and a malloc'd array (free with
+ * mv_segstore_segs_free), or -ENOMEM. Exposed for tests and fuzzing. */
+int mv_segstore_catalog_load_mem(const char *snap, size_t snaplen, const uint8_t *journal,
+                                 size_t jlen, const char *dir, mv_segstore_seg **out, size_t *n,
+                                 uint64_t *revision, size_t *quarantined);
 
 #endif

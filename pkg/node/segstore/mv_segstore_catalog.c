@@ -62,6 +62,7 @@ int mv_segstore_seg_copy(mv_segstore_seg *dst, const mv_segstore_seg *src)
     dst->size = src->size;
     dst->owner_pid = src->owner_pid;
     dst->created_ns = src->created_ns;
+    dst->uid = src->uid;
     dst->path = strdup(src->path ? src->path : "");
     if (!dst->path)
         goto fail;
@@ -129,6 +130,35 @@ char *segstore_seg_path(const char *dir, const char *id, int in_dir)
     return p;
 }
 
+long segstore_control_byte(const char *s, size_t len)
+{
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x20 || c == 0x7f)
+            return (long)i;
+    }
+    return -1;
+}
+
+int mv_segstore_check_label_bytes(size_t idx, const char *name, size_t nlen, const char *value,
+                                  size_t vlen, char *err, size_t errlen)
+{
+    long at = segstore_control_byte(name, nlen);
+    const char *what = "name", *s = name;
+    if (at < 0) {
+        at = segstore_control_byte(value, vlen);
+        what = "value";
+        s = value;
+    }
+    if (at < 0)
+        return 0;
+    mv_err_set(err, errlen,
+               "label %zu: %s has control byte 0x%02x at offset %ld: control bytes (below 0x20, "
+               "and 0x7f) are refused in label names and values",
+               idx, what, (unsigned)(unsigned char)s[at], at);
+    return -EINVAL;
+}
+
 int segstore_check_labels(const mv_segstore_label *labels, size_t n, char *err, size_t errlen)
 {
     if (n > MV_SEGSTORE_LABELS_MAX) {
@@ -148,6 +178,14 @@ int segstore_check_labels(const mv_segstore_label *labels, size_t n, char *err, 
         if (!v || vl > MV_SEGSTORE_LABEL_VALUE_MAX || !mv_seg_valid_utf8(v, vl)) {
             mv_err_set(err, errlen, "label %.64s: value must be UTF-8 of at most %d bytes", k,
                        MV_SEGSTORE_LABEL_VALUE_MAX);
+            return -EINVAL;
+        }
+        long at = segstore_control_byte(v, vl);
+        if (at >= 0) {
+            mv_err_set(err, errlen,
+                       "label %.64s: value has control byte 0x%02x at offset %ld: control "
+                       "bytes (below 0x20, and 0x7f) are refused in label values",
+                       k, (unsigned)(unsigned char)v[at], at);
             return -EINVAL;
         }
         for (size_t j = 0; j < i; j++)
@@ -306,12 +344,51 @@ int segstore_catalog_parse(const char *text, size_t len, const char *dir, uint64
                            mv_segstore_seg **out, size_t *n, uint64_t *revision, char *err,
                            size_t errlen)
 {
+    return segstore_catalog_parse_ex(text, len, dir, max_size, NULL, NULL, out, n, revision, err,
+                                     errlen);
+}
+
+int segstore_entry_from_json(struct json_object *e, const char *dir, uint64_t max_size,
+                             mv_segstore_seg *seg, char *err, size_t errlen)
+{
+    return parse_entry(e, dir, max_size, seg, err, errlen);
+}
+
+int segstore_entry_parse(const char *text, size_t len, const char *dir, uint64_t max_size,
+                         mv_segstore_seg *seg, char *err, size_t errlen)
+{
+    memset(seg, 0, sizeof *seg);
+    if (len > INT32_MAX) {
+        mv_err_set(err, errlen, "entry of %zu bytes is too large", len);
+        return -EINVAL;
+    }
+    json_tokener *tok = json_tokener_new_ex(JSON_DEPTH_MAX);
+    if (!tok)
+        return -ENOMEM;
+    json_tokener_set_flags(tok, JSON_TOKENER_STRICT | JSON_TOKENER_VALIDATE_UTF8);
+    json_object *root = json_tokener_parse_ex(tok, text, (int)len);
+    int rc = -EINVAL;
+    if (!root || json_tokener_get_error(tok) != json_tokener_success ||
+        json_tokener_get_parse_end(tok) != len)
+        mv_err_set(err, errlen, "not one JSON object");
+    else
+        rc = parse_entry(root, dir, max_size, seg, err, errlen);
+    json_object_put(root);
+    json_tokener_free(tok);
+    return rc;
+}
+
+int segstore_catalog_parse_ex(const char *text, size_t len, const char *dir, uint64_t max_size,
+                              segstore_bad_fn bad, void *bad_arg, mv_segstore_seg **out, size_t *n,
+                              uint64_t *revision, char *err, size_t errlen)
+{
     int rc = -EINVAL;
     *out = NULL;
     *n = 0;
     *revision = 0;
     if (len > MV_SEGSTORE_CATALOG_MAX || len > INT32_MAX) {
-        mv_err_set(err, errlen, "catalog is larger than %u bytes", MV_SEGSTORE_CATALOG_MAX);
+        mv_err_set(err, errlen, "catalog is larger than %u bytes",
+                   (unsigned)MV_SEGSTORE_CATALOG_MAX);
         return -EINVAL;
     }
     json_tokener *tok = json_tokener_new_ex(JSON_DEPTH_MAX);
@@ -362,12 +439,17 @@ int segstore_catalog_parse(const char *text, size_t len, const char *dir, uint64
         char eerr[200];
         rc = parse_entry(json_object_array_get_idx(arr, i), dir, max_size, &v[got], eerr,
                          sizeof eerr);
+        if (rc == -EINVAL && bad) {
+            bad(bad_arg, i, eerr);
+            continue;
+        }
         if (rc < 0) {
             mv_err_set(err, errlen, "segment %zu: %s", i, eerr);
             mv_segstore_segs_free(v, got);
             goto put_root;
         }
-        for (size_t j = 0; j < got; j++)
+        /* Duplicates: with a quarantine, the set of ids is checked by the caller. */
+        for (size_t j = 0; !bad && j < got; j++)
             if (strcmp(v[j].id, v[got].id) == 0) {
                 mv_err_set(err, errlen, "segment %s appears twice", v[got].id);
                 mv_segstore_segs_free(v, got + 1);
@@ -393,12 +475,76 @@ int mv_segstore_catalog_parse(const char *text, size_t len, const char *dir, mv_
                                   out, n, revision, err, errlen);
 }
 
+json_object *segstore_entry_json(const mv_segstore_seg *s)
+{
+    json_object *e = json_object_new_object();
+    json_object *labels = json_object_new_array();
+    if (!e || !labels) {
+        json_object_put(e);
+        json_object_put(labels);
+        return NULL;
+    }
+    json_object_object_add(e, "id", json_object_new_string(s->id));
+    json_object_object_add(e, "path", json_object_new_string(s->path ? s->path : ""));
+    json_object_object_add(e, "size_bytes", json_object_new_int64((int64_t)s->size));
+    json_object_object_add(e, "owner_pid", json_object_new_int64(s->owner_pid));
+    json_object_object_add(e, "created_unix_ns", json_object_new_int64((int64_t)s->created_ns));
+    json_object_object_add(e, "labels", labels);
+    if (s->ndevices) {
+        json_object *devs = json_object_new_array_ext((int)s->ndevices);
+        if (!devs)
+            goto fail;
+        json_object_object_add(e, "devices", devs);
+        for (size_t j = 0; j < s->ndevices; j++)
+            if (json_object_array_add(devs, json_object_new_string(s->devices[j])) < 0)
+                goto fail;
+    }
+    for (size_t j = 0; j < s->nlabels; j++) {
+        json_object *l = json_object_new_object();
+        if (!l || json_object_array_add(labels, l) < 0) {
+            json_object_put(l);
+            goto fail;
+        }
+        json_object_object_add(l, "name", json_object_new_string(s->labels[j].name));
+        json_object_object_add(l, "value", json_object_new_string(s->labels[j].value));
+    }
+    return e;
+fail:
+    json_object_put(e);
+    return NULL;
+}
+
+int segstore_write_all(int fd, const void *buf, size_t len)
+{
+    const char *p = buf;
+    size_t off = 0;
+    while (off < len) {
+        ssize_t w = write(fd, p + off, len - off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return w < 0 ? -errno : -EIO;
+        off += (size_t)w;
+    }
+    return 0;
+}
+
+int segstore_fsync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    int rc = fsync(fd) < 0 ? -errno : 0;
+    close(fd);
+    return rc;
+}
+
 int segstore_catalog_save(const char *dir, uint64_t revision, const mv_segstore_seg *segs,
                           size_t nsegs)
 {
     int rc = -ENOMEM;
     json_object *root = json_object_new_object();
-    json_object *arr = json_object_new_array();
+    json_object *arr = json_object_new_array_ext(nsegs ? (int)nsegs : 1);
     if (!root || !arr) {
         json_object_put(arr);
         goto put_root;
@@ -407,40 +553,16 @@ int segstore_catalog_save(const char *dir, uint64_t revision, const mv_segstore_
     json_object_object_add(root, "revision", json_object_new_int64((int64_t)revision));
     json_object_object_add(root, "segments", arr);
     for (size_t i = 0; i < nsegs; i++) {
-        const mv_segstore_seg *s = &segs[i];
-        json_object *e = json_object_new_object();
-        json_object *labels = json_object_new_array();
-        if (!e || !labels) {
+        json_object *e = segstore_entry_json(&segs[i]);
+        if (!e || json_object_array_add(arr, e) < 0) {
             json_object_put(e);
-            json_object_put(labels);
             goto put_root;
-        }
-        json_object_array_add(arr, e);
-        json_object_object_add(e, "id", json_object_new_string(s->id));
-        json_object_object_add(e, "path", json_object_new_string(s->path));
-        json_object_object_add(e, "size_bytes", json_object_new_int64((int64_t)s->size));
-        json_object_object_add(e, "owner_pid", json_object_new_int64(s->owner_pid));
-        json_object_object_add(e, "created_unix_ns", json_object_new_int64((int64_t)s->created_ns));
-        json_object_object_add(e, "labels", labels);
-        if (s->ndevices) {
-            json_object *devs = json_object_new_array_ext((int)s->ndevices);
-            if (!devs)
-                goto put_root;
-            json_object_object_add(e, "devices", devs);
-            for (size_t j = 0; j < s->ndevices; j++)
-                json_object_array_add(devs, json_object_new_string(s->devices[j]));
-        }
-        for (size_t j = 0; j < s->nlabels; j++) {
-            json_object *l = json_object_new_object();
-            if (!l)
-                goto put_root;
-            json_object_array_add(labels, l);
-            json_object_object_add(l, "name", json_object_new_string(s->labels[j].name));
-            json_object_object_add(l, "value", json_object_new_string(s->labels[j].value));
         }
     }
     size_t len;
-    const char *text = json_object_to_json_string_length(root, JSON_C_TO_STRING_PRETTY, &len);
+    /* One line, no indentation: a snapshot is written at every compaction. */
+    const char *text = json_object_to_json_string_length(
+        root, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, &len);
     char *tmp = segstore_path_join(dir, CATALOG_TMP), *dst = segstore_path_join(dir, CATALOG_NAME);
     if (!text || !tmp || !dst)
         goto free_paths;
@@ -449,39 +571,26 @@ int segstore_catalog_save(const char *dir, uint64_t revision, const mv_segstore_
         rc = -errno;
         goto log_err;
     }
-    size_t off = 0;
-    while (off < len) {
-        ssize_t w = write(fd, text + off, len - off);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            rc = w < 0 ? -errno : -EIO;
-            close(fd);
-            unlink(tmp);
-            goto log_err;
-        }
-        off += (size_t)w;
-    }
-    if (fsync(fd) < 0) {
+    rc = segstore_write_all(fd, text, len);
+    if (rc == 0)
+        rc = segstore_write_all(fd, "\n", 1);
+    if (rc == 0 && fsync(fd) < 0)
         rc = -errno;
-        close(fd);
+    if (close(fd) < 0 && rc == 0)
+        rc = -errno;
+    if (rc == 0 && rename(tmp, dst) < 0)
+        rc = -errno;
+    if (rc < 0) {
         unlink(tmp);
         goto log_err;
     }
-    if (close(fd) < 0) {
-        rc = -errno;
-        unlink(tmp);
-        goto log_err;
-    }
-    if (rename(tmp, dst) < 0) {
-        rc = -errno;
-        unlink(tmp);
-        goto log_err;
-    }
-    rc = 0;
-    goto free_paths;
+    /* The rename itself is durable only once the directory is. */
+    rc = segstore_fsync_dir(dir);
+    if (rc == 0)
+        goto free_paths;
 log_err:
-    MV_ERROR("catalog.save_failed", "path=%s err=%s", mv_log_q(dst), mv_log_q(strerror(-rc)));
+    MV_ERROR("catalog.save_failed", "path=%s err=%s", mv_log_q(dst ? dst : dir),
+             mv_log_q(strerror(-rc)));
 free_paths:
     free(tmp);
     free(dst);

@@ -9,6 +9,8 @@
 
 #include "mv_segstore.h"
 
+struct json_object;
+
 #define DEFAULT_REAP_MS 2000
 
 struct mv_segstore_sub {
@@ -53,6 +55,16 @@ struct mv_segstore {
     int ep_fd, wake_fd;
     int ep_broken;
     size_t by_pid;
+    /* The catalog on disk: the journal's descriptor (-1: none), its length and records since
+     * the last snapshot, the record count of the next compaction (0: the default rule), and
+     * bytes written to the journal and to snapshots since open (for benchmarks). */
+    int jr_fd;
+    uint64_t jr_len;
+    size_t jr_records, compact_at, snap_segs; /* snap_segs: entries in the last snapshot */
+    uint64_t jr_bytes_written, snap_bytes_written;
+    /* Quotas: per uid of a segment's file (0: unlimited), and the space kept free. */
+    uint64_t max_segs_per_uid, max_bytes_per_uid, min_free_bytes;
+    unsigned min_free_percent;
     /* reaper */
     pthread_t reaper;
     int reaper_running;
@@ -89,6 +101,50 @@ void segstore_owner_fds_close(mv_segstore *st);
 
 #define CATALOG_NAME "catalog.json"
 #define CATALOG_TMP  "catalog.json.tmp"
+#define JOURNAL_NAME "catalog.journal"
+/* A journal record's payload (one segment entry) at most; a longer one is damage. */
+#define JR_RECORD_MAX (32u << 20)
+/* The journal is folded into a new snapshot once it holds as many records as the last snapshot
+ * has entries (at least this many): each snapshot's O(n) write is paid for by as many changes. */
+#define JR_COMPACT_MIN 1024
+
+/* mv_segstore_journal.c: the journal (catalog.journal) beside the snapshot (catalog.json).
+ * open: st->jr_fd, st->jr_len (0 or -errno, logged); put/del: one record appended and
+ * fdatasync'd before returning (0, or -errno with the reason in err; the journal is cut back
+ * to where it was); compact: a new snapshot of st's catalog, then the journal emptied (0 or
+ * -errno, logged; the journal stays correct on failure); maybe_compact: compacts when the
+ * journal is long enough. All with st->mu held or st owned. */
+int segstore_journal_open(mv_segstore *st);
+void segstore_journal_close(mv_segstore *st);
+int segstore_journal_put(mv_segstore *st, const mv_segstore_seg *s, uint64_t revision, char *err,
+                         size_t errlen);
+int segstore_journal_del(mv_segstore *st, const char *id, uint64_t revision, char *err,
+                         size_t errlen);
+int segstore_compact(mv_segstore *st);
+void segstore_journal_maybe_compact(mv_segstore *st);
+uint32_t segstore_crc32(const void *buf, size_t len);
+
+/* What segstore_catalog_build made of a snapshot and a journal. */
+typedef struct segstore_loaded {
+    mv_segstore_seg *segs; /* malloc'd; mv_segstore_segs_free(segs, n) */
+    size_t n;
+    uint64_t revision;
+    int have_snapshot; /* the snapshot was read (entries may still have been set aside) */
+    int snap_bad;      /* the snapshot as a whole could not be read: snap_reason */
+    char snap_reason[256];
+    size_t bad_entries; /* snapshot entries set aside (logged when `log`) */
+    size_t bad_records; /* journal records set aside (logged when `log`) */
+    size_t jr_records;  /* journal records read */
+    size_t jr_valid;    /* bytes of the journal up to its first broken or torn record */
+    int jr_torn;        /* the journal ends in a record cut short (a crash mid-append) */
+    int jr_broken;      /* a record is damaged before the end: the rest was not read */
+} segstore_loaded;
+
+/* Rebuilds the catalog from snapshot text (NULL: none) and journal bytes. Never fails over
+ * content: what cannot be loaded is counted (and logged when `log`) and the rest is
+ * returned. 0, or -ENOMEM. */
+int segstore_catalog_build(const char *snap, size_t snaplen, const uint8_t *jr, size_t jlen,
+                           const char *dir, int log, segstore_loaded *out);
 
 /* "<dir>/<name>", malloc'd; NULL without memory. */
 char *segstore_path_join(const char *dir, const char *name);
@@ -99,14 +155,39 @@ char *segstore_seg_path(const char *dir, const char *id, int in_dir);
 int segstore_valid_id(const char *id, size_t len);
 /* Device IDs: 1..MV_SEGSTORE_DEVICE_ID_MAX bytes of [A-Za-z0-9._-]. */
 int segstore_valid_device(const char *d, size_t len);
-/* Label names and values as Prometheus takes them, no duplicates. 0 or -EINVAL + err. */
+/* The offset of the first control byte (below 0x20, or 0x7f; NUL included) in s[0..len), or
+ * -1 when there is none. */
+long segstore_control_byte(const char *s, size_t len);
+/* Label names and values as Prometheus takes them, no duplicates; no control byte in a value
+ * (a name allows only [a-zA-Z0-9_] anyway). 0 or -EINVAL + err. */
 int segstore_check_labels(const mv_segstore_label *labels, size_t n, char *err, size_t errlen);
 
+/* Told of an entry that cannot be loaded (index in the file, reason); the rest is served. */
+typedef void (*segstore_bad_fn)(void *arg, size_t idx, const char *reason);
+/* As segstore_catalog_parse, with entries that fail validation (or, for `bad` non-NULL, are
+ * duplicates: the caller checks those) handed to `bad` and skipped instead of failing the
+ * whole file. */
+int segstore_catalog_parse_ex(const char *text, size_t len, const char *dir, uint64_t max_size,
+                              segstore_bad_fn bad, void *bad_arg, mv_segstore_seg **out, size_t *n,
+                              uint64_t *revision, char *err, size_t errlen);
+/* One catalog entry (a JSON object as in catalog.json's "segments") into *seg. 0, -EINVAL or
+ * -ENOMEM, reason in err. */
+int segstore_entry_parse(const char *text, size_t len, const char *dir, uint64_t max_size,
+                         mv_segstore_seg *seg, char *err, size_t errlen);
+/* The same from a parsed json-c object. */
+int segstore_entry_from_json(struct json_object *e, const char *dir, uint64_t max_size,
+                             mv_segstore_seg *seg, char *err, size_t errlen);
+/* The catalog.json entry of `s` (a json-c object: put it), or NULL without memory. */
+struct json_object *segstore_entry_json(const mv_segstore_seg *s);
+/* write(2) until done: 0 or -errno. fsync of a directory: 0 or -errno. */
+int segstore_write_all(int fd, const void *buf, size_t len);
+int segstore_fsync_dir(const char *dir);
 /* Parses catalog.json text of a store in `dir` (see mv_segstore_catalog_parse). */
 int segstore_catalog_parse(const char *text, size_t len, const char *dir, uint64_t max_size,
                            mv_segstore_seg **out, size_t *n, uint64_t *revision, char *err,
                            size_t errlen);
-/* Writes <dir>/catalog.json atomically (tmp + fsync + rename). 0 or -errno (logged). */
+/* Writes <dir>/catalog.json atomically (tmp + fsync + rename + fsync of the directory).
+ * 0 or -errno (logged). */
 int segstore_catalog_save(const char *dir, uint64_t revision, const mv_segstore_seg *segs,
                           size_t nsegs);
 /* Reads a regular file of at most MV_SEGSTORE_CATALOG_MAX bytes into a
