@@ -25,14 +25,11 @@ timeout 2 "$bin/microviewctl" gen --segment "$path" --rate 500 --counters 1 --ga
   --histograms 0 2>"$tmp/gen.log"
 [ "$?" -eq 124 ] || die "gen did not run: $(cat "$tmp/gen.log")"
 
-# collector NAME: starts a collector following the agent; sets port_NAME.
+# collector NAME PORT: starts a collector following the agent, serving on PORT.
 collector() {
-  local p
-  p=$(free_port)
-  "$bin/microview-collector" --agent "$sock" --listen "127.0.0.1:$p" --tick-ms 5 \
+  "$bin/microview-collector" --agent "$sock" --listen "127.0.0.1:$2" --tick-ms 5 \
     --quarantine-after-ms 200 --log-level debug 2>"$tmp/collector-$1.log" &
   pids+=("$!")
-  eval "port_$1=$p"
 }
 # state PORT: prints the segment's state in that collector's /debug/segments ("absent" if none).
 state() {
@@ -65,7 +62,8 @@ with open(path, "r+b") as f:
 PY
 }
 
-collector run
+port_run=$(free_port)
+collector run "$port_run"
 check "the running collector serves the segment" wait_for 10 is_state "$port_run" ok
 check "and its counter" wait_for 5 counter "$port_run"
 echo "  before: $(counter "$port_run")"
@@ -76,7 +74,8 @@ check "same bytes written back: the running collector validates the segment agai
   wait_for 5 grep -q "event=segment.revalidate id=\"\\{0,1\\}$id" "$tmp/collector-run.log"
 sleep 0.5 # a verdict that would change does so within the quarantine delay (200 ms)
 check "same bytes written back: the running collector still serves it (ok)" is_state "$port_run" ok
-collector fresh1
+port_fresh1=$(free_port)
+collector fresh1 "$port_fresh1"
 check "same bytes written back: a fresh collector serves it too (ok)" \
   wait_for 10 is_state "$port_fresh1" ok
 
@@ -91,7 +90,8 @@ else
   echo "    $(counter "$port_run")"
 fi
 check "and no longer serves its counter" bash -c "! curl -sf http://127.0.0.1:$port_run/metrics | grep -q '^gen_requests_total{service=\"replaced\"'"
-collector fresh2
+port_fresh2=$(free_port)
+collector fresh2 "$port_fresh2"
 check "header only written back: a fresh collector quarantines the same bytes" \
   wait_for 10 is_state "$port_fresh2" quarantined
 echo "  verdicts: running=$(state "$port_run") fresh=$(state "$port_fresh2")"
