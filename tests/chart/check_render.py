@@ -262,6 +262,7 @@ else:
                and "runAsNonRoot" not in spec["securityContext"],
                "DPU collector: uid 0 with IPC_LOCK alone (pinned staging buffer)")
         pols = network_policies()
+        expect(sorted(pols) == ["agent", "collector", "webhook"], f"NetworkPolicies {sorted(pols)}")
         expect(peers_of(pols["agent"]) == [([{"ipBlock": {"cidr": "10.0.1.0/24"}}], [7000])],
                f"agent: the control plane's port from networkPolicy.agent.from only "
                f"({peers_of(pols['agent'])})")
@@ -323,7 +324,8 @@ else:
                "no token Secret created when one exists")
         col = collector_checks()
         host_collector_nonroot(col, conf)
-        expect(peers_of(network_policies()["agent"]) == [],
+        pols = network_policies()
+        expect("agent" in pols and peers_of(pols["agent"]) == [],
                "agent.remote off: the agent's NetworkPolicy admits nothing")
         expect(flag(col, "--transport") == "shm", "host collector next to an RDMA agent")
         webhook_checks("auto")
