@@ -553,9 +553,11 @@ static int run(int argc, char **argv, mv_export_sel *derived)
         goto destroy_coll;
     }
     a.httpd = httpd; /* before it serves: /metrics shows its connection figures */
-    if ((rc = mv_api_route(api, httpd)) != 0 || (rc = mv_httpd_start(httpd)) != 0) {
-        MV_ERROR("http.failed", "listen=%s error=%s", mv_log_q(listen), mv_log_q(strerror(-rc)));
-        rc = 1;
+    int err = mv_api_route(api, httpd);
+    if (err == 0)
+        err = mv_httpd_start(httpd);
+    if (err != 0) {
+        MV_ERROR("http.failed", "listen=%s error=%s", mv_log_q(listen), mv_log_q(strerror(-err)));
         goto destroy_httpd;
     }
     mv_disc *disc = NULL;
@@ -577,7 +579,7 @@ static int run(int argc, char **argv, mv_export_sel *derived)
                             .rdma_port = (uint16_t)rdma_port,
                             .src_ip = rdma_src_ip};
         if (mv_verbs_create(&vo, a.coll, &a.verbs) != 0)
-            goto destroy_disc;
+            goto destroy_disc; /* logged collector.failed; exits 1 */
     }
     /* Whether the analytics' heap is on huge pages (docs/install.md, "Huge pages"). */
     char thp[16];
@@ -602,7 +604,7 @@ static int run(int argc, char **argv, mv_export_sel *derived)
             mv_verbs_poll(a.verbs);
     }
     MV_INFO("collector.stopping", "%s", "");
-    rc = 0;
+    rc = 0; /* the only way to exit 0: a SIGINT or SIGTERM after a complete start */
 destroy_disc:
     mv_verbs_stop(a.verbs);
     mv_disc_destroy(disc);

@@ -149,6 +149,47 @@ def collector_checks():
     return ds
 
 
+def host_collector_nonroot(col, conf, gid=9469):
+    """The host-mode collector runs non-root, in the agent's segment group, without capabilities."""
+    psc = col["spec"]["template"]["spec"]["securityContext"]
+    sc = container(col)["securityContext"]
+    expect(psc.get("runAsNonRoot") is True and sc.get("runAsNonRoot") is True,
+           "host collector: runAsNonRoot (pod and container)")
+    expect(isinstance(psc.get("runAsUser"), int) and psc["runAsUser"] > 0
+           and psc.get("runAsGroup", 0) > 0, f"host collector: non-zero uid and gid ({psc})")
+    expect("runAsUser" not in sc or sc["runAsUser"] > 0, "container does not put uid 0 back")
+    expect(psc.get("supplementalGroups") == [gid] and conf.get("segment_group") == gid,
+           f"collector's supplementary group = the agent's segment_group ({gid})")
+    expect(sc["capabilities"]["drop"] == ["ALL"] and "add" not in sc["capabilities"],
+           "host collector holds no capability")
+    expect(sc.get("allowPrivilegeEscalation") is False and sc.get("readOnlyRootFilesystem") is True,
+           "host collector: no privilege escalation, read-only root")
+
+
+def peers_of(pol):
+    """The (from, ports) of each ingress rule."""
+    return [(r.get("from"), [p["port"] for p in r.get("ports", [])])
+            for r in pol["spec"].get("ingress", [])]
+
+
+def network_policies(agent_port=None):
+    """Every component pod is selected by a NetworkPolicy restricting ingress."""
+    by = {}
+    for o in objs:
+        if o["kind"] == "NetworkPolicy":
+            by[o["metadata"]["labels"]["app.kubernetes.io/component"]] = o
+    for comp, obj in by.items():
+        expect(obj["spec"]["policyTypes"] == ["Ingress"], f"{comp} NetworkPolicy: Ingress")
+        ds = [o for o in objs if o["kind"] in ("DaemonSet", "Deployment")
+              and o["metadata"]["labels"]["app.kubernetes.io/component"] == comp]
+        expect(len(ds) == 1, f"{comp} NetworkPolicy selects a workload")
+        sel = obj["spec"]["podSelector"]["matchLabels"]
+        labels = ds[0]["spec"]["template"]["metadata"]["labels"]
+        expect(all(labels.get(k) == v for k, v in sel.items()) and
+               "app.kubernetes.io/component" in sel, f"{comp} NetworkPolicy selects its pods only")
+    return by
+
+
 SCENARIO, path = sys.argv[1], sys.argv[2]
 objs = [d for d in yaml.safe_load_all(open(path)) if d]
 
@@ -185,9 +226,18 @@ else:
         expect(asc["capabilities"]["drop"] == ["ALL"] and
                sorted(asc["capabilities"]["add"]) == ["CHOWN", "FOWNER"],
                "agent: CHOWN and FOWNER only (hands segments to non-root containers)")
-        sc = container(col)["securityContext"]
-        expect(sc["capabilities"]["drop"] == ["ALL"] and "add" not in sc["capabilities"],
-               "host collector holds no capability")
+        host_collector_nonroot(col, conf)
+        pols = network_policies()
+        expect(sorted(pols) == ["agent", "collector", "webhook"], f"NetworkPolicies {sorted(pols)}")
+        cfrom = peers_of(pols["collector"])
+        want = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+                 "podSelector": {"matchLabels": {"app.kubernetes.io/name": n}}}
+                for n in ("prometheus", "prometheus-adapter")]
+        expect(cfrom == [(want, [9469])],
+               f"collector: port 9469 from Prometheus and prometheus-adapter in monitoring ({cfrom})")
+        expect(peers_of(pols["webhook"]) == [(None, [8443])],
+               "webhook: its port only, from anywhere (the API server is not a pod)")
+        expect(peers_of(pols["agent"]) == [], "agent: no ingress (it serves no TCP port)")
         expect(container(ds_agent)["securityContext"].get("privileged") is not True,
                "agent not privileged by default")
         expect("rdma_listen" not in conf and "listen" not in conf, "no remote listeners by default")
@@ -207,6 +257,17 @@ else:
         expect(spec["nodeSelector"].get("kubernetes.io/arch") == "arm64", "DPU collector on arm64")
         expect("env" not in container(col), "collector.mallocHugePages=false: no GLIBC_TUNABLES")
         expect(spec["hostNetwork"] is True, "DPU collector on the host network")
+        csc = container(col)["securityContext"]
+        expect(csc["capabilities"] == {"drop": ["ALL"], "add": ["IPC_LOCK"]}
+               and "runAsNonRoot" not in spec["securityContext"],
+               "DPU collector: uid 0 with IPC_LOCK alone (pinned staging buffer)")
+        pols = network_policies()
+        expect(sorted(pols) == ["agent", "collector", "webhook"], f"NetworkPolicies {sorted(pols)}")
+        expect(peers_of(pols["agent"]) == [([{"ipBlock": {"cidr": "10.0.1.0/24"}}], [7000])],
+               f"agent: the control plane's port from networkPolicy.agent.from only "
+               f"({peers_of(pols['agent'])})")
+        expect(peers_of(pols["webhook"]) == [([{"ipBlock": {"cidr": "192.0.2.10/32"}}], [8443])],
+               "webhook: its port from the control plane's addresses (networkPolicy.webhook.from)")
         tok = find("Secret", "-collector-token")
         expect(volumes(col)["collector-token"]["secret"]["secretName"] == tok["metadata"]["name"],
                "collector mounts the token Secret")
@@ -237,6 +298,11 @@ else:
         expect("monitoring" in w["namespaceSelector"]["matchExpressions"][0]["values"],
                "extra excluded namespace")
         col = collector_checks()
+        host_collector_nonroot(col, conf, gid=5000)
+        expect(col["spec"]["template"]["spec"]["securityContext"]["runAsUser"] == 1001,
+               "collector.runAsUser from values")
+        expect(not [o for o in objs if o["kind"] == "NetworkPolicy"],
+               "networkPolicy.enabled false: no NetworkPolicy")
         expect("--no-probe" in args(col), "collector.probe false: --no-probe")
         expect(flag(col, "--expo-cache-max-bytes") == "64Mi", "--expo-cache-max-bytes from values")
         pm = find("PodMonitor")
@@ -257,6 +323,10 @@ else:
         expect(not [o for o in objs if o["kind"] == "Secret" and "token" in o["metadata"]["name"]],
                "no token Secret created when one exists")
         col = collector_checks()
+        host_collector_nonroot(col, conf)
+        pols = network_policies()
+        expect("agent" in pols and peers_of(pols["agent"]) == [],
+               "agent.remote off: the agent's NetworkPolicy admits nothing")
         expect(flag(col, "--transport") == "shm", "host collector next to an RDMA agent")
         webhook_checks("auto")
     else:

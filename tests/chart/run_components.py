@@ -106,6 +106,14 @@ def run():
         cfg = cfg.replace(f'"{conf["pod_resources_socket"]}"', f'"{tmp}/pod-resources.sock"')
         if "collector_token_file" in conf:
             cfg = cfg.replace(f'"{conf["collector_token_file"]}"', f'"{token}"')
+        # segment_group (global.segmentGroup) goes to agents that know the key; an agent built
+        # before it runs without it, and the collector then reads as this user does.
+        keys = subprocess.run([binary(ctr["command"][0]), "--help"], capture_output=True,
+                              text=True, timeout=20).stdout
+        if "segment_group" in conf and " segment_group" not in keys:
+            cfg = "\n".join(ln for ln in cfg.split("\n")
+                            if not ln.strip().startswith("segment_group:"))
+            done.append("agent without segment_group: key left out")
         open(f"{tmp}/agent.yaml", "w").write(cfg)
         args = list(ctr["args"])
         for i, a in enumerate(args):

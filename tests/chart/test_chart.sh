@@ -13,7 +13,9 @@
 #    into pages at the chart's page size;
 #  - the schema refuses unknown keys and mistyped values; the validation template refuses
 #    contradictions (each with the message it must print);
-#  - NOTES.txt renders the port-forward and query commands;
+#  - NOTES.txt renders the port-forward and query commands and the Pod Security label command;
+#  - NetworkPolicies and the non-root collector in the renders (check_render.py); the Pod
+#    Security level in deploy/manifests/00-namespace.yaml and docs/install.md;
 #  - k8scheck itself refuses the broken objects in tests/chart/bad/;
 #  - names stay within 63 characters for a long release name;
 #  - yamllint on the values, scenarios and manifests; deploy/manifests equals the default
@@ -140,6 +142,12 @@ expect_fail "schema: value outside the enum" "collector.mode" \
   "$HELM" template microview "$CHART" --set collector.mode=dpuu
 expect_fail "schema: malformed size" "global.pageSize" \
   "$HELM" template microview "$CHART" --set global.pageSize=4KB
+expect_fail "schema: a root collector (collector.runAsUser 0)" "collector.runAsUser|runAsUser" \
+  "$HELM" template microview "$CHART" --set collector.runAsUser=0
+expect_fail "schema: segment group 0 (root's group)" "global.segmentGroup|segmentGroup" \
+  "$HELM" template microview "$CHART" --set global.segmentGroup=0
+expect_fail "schema: unknown key in a NetworkPolicy peer" "additional properties 'podSelecter' not allowed" \
+  "$HELM" template microview "$CHART" --set 'networkPolicy.collector.from[0].podSelecter.matchLabels.a=b'
 
 # ---- validation template: contradictions -----------------------------------------------------
 expect_fail "validate: dpu mode without agents" "collector.mode dpu needs collector.dpu.agents" \
@@ -192,8 +200,9 @@ if "$HELM" template microview "$TMP/notes-chart" -n microview --show-only templa
   >"$TMP/notes.yaml" 2>"$TMP/err" &&
   grep -q 'kubectl -n microview port-forward svc/microview-collector 9469:9469' "$TMP/notes.yaml" &&
   grep -q 'curl -s http://127.0.0.1:9469/metrics' "$TMP/notes.yaml" &&
-  grep -q 'honor_labels: true' "$TMP/notes.yaml"; then
-  ok "NOTES.txt: port-forward, query and honor_labels instructions"
+  grep -q 'honor_labels: true' "$TMP/notes.yaml" &&
+  grep -q 'kubectl label namespace microview pod-security.kubernetes.io/enforce=privileged --overwrite' "$TMP/notes.yaml"; then
+  ok "NOTES.txt: port-forward, query, honor_labels and Pod Security (enforce=privileged) instructions"
 else
   ko "NOTES.txt"
   cat "$TMP/err" "$TMP/notes.yaml"
@@ -219,6 +228,14 @@ if python3 "$HERE/check_render.py" static-pod "$ROOT/deploy/manifests/dpu-static
 else
   ko "DPU static pod"
   cat "$TMP/out"
+fi
+
+# ---- Pod Security: the plain manifests' namespace and the install guide carry the level --------
+if grep -q '^    pod-security.kubernetes.io/enforce: privileged$' "$ROOT/deploy/manifests/00-namespace.yaml" &&
+  grep -q 'kubectl label namespace microview pod-security.kubernetes.io/enforce=privileged' "$ROOT/docs/install.md"; then
+  ok "Pod Security: 00-namespace.yaml and docs/install.md carry enforce=privileged"
+else
+  ko "Pod Security: enforce=privileged missing from deploy/manifests/00-namespace.yaml or docs/install.md"
 fi
 
 # ---- prometheus-adapter rules: one source of truth ---------------------------------------------

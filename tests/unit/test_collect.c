@@ -196,6 +196,112 @@ static void test_truncated_file_is_an_error_not_a_crash(void)
     mv_coll_destroy(c);
 }
 
+static mv_coll *new_coll_stat(uint32_t stat_ms)
+{
+    mv_coll_opts o;
+    mv_coll *c;
+    mv_coll_opts_default(&o);
+    o.quarantine_after_ms = 0;
+    o.recheck_ms = 0;
+    o.stat_ms = stat_ms;
+    CU_ASSERT_FATAL(mv_coll_create(&o, &c) == 0);
+    return c;
+}
+
+/* Ticks after the stat interval (1 ms) has passed. */
+static void tick_later(mv_coll *c)
+{
+    usleep(2000);
+    mv_coll_tick(c);
+}
+
+/* Truncated and re-extended between two reads, the header written back: the pages behind it
+ * are zero. The collector validates the segment again and quarantines it, as a fresh one
+ * does; the same bytes written back whole are served again. */
+static void test_replaced_bytes_validated_again(void)
+{
+    char path[256];
+    mv_segment *seg;
+    mv_counter ctr;
+    counter_segment("r.seg", 16384, "r_total", path, &seg, &ctr);
+    mv_counter_add(ctr, 5);
+    mv_close(seg);
+    static char saved[16384];
+    int fd = open(path, O_RDWR);
+    CU_ASSERT_FATAL(fd >= 0);
+    CU_ASSERT_FATAL(pread(fd, saved, sizeof saved, 0) == (ssize_t)sizeof saved);
+    mv_coll *c = new_coll_stat(1);
+    add_path(c, "r", path);
+    mv_coll_tick(c);
+    double v = 0;
+    mv_coll_state st = MV_COLL_PENDING;
+    CU_ASSERT(snap_value(c, "r", "r_total", &v, &st));
+    CU_ASSERT_EQUAL(st, MV_COLL_OK);
+
+    CU_ASSERT_FATAL(ftruncate(fd, 0) == 0 && ftruncate(fd, sizeof saved) == 0);
+    CU_ASSERT_FATAL(pwrite(fd, saved, MV_SEG_HEADER_SIZE, 0) == MV_SEG_HEADER_SIZE);
+    tick_later(c);
+    tick_later(c);
+    st = MV_COLL_OK;
+    CU_ASSERT(!snap_value(c, "r", "r_total", &v, &st));
+    CU_ASSERT_EQUAL(st, MV_COLL_QUARANTINED);
+
+    /* The same bytes a fresh collector quarantines. */
+    mv_coll *fresh = new_coll_stat(1);
+    add_path(fresh, "r", path);
+    mv_coll_tick(fresh);
+    mv_coll_tick(fresh);
+    st = MV_COLL_OK;
+    snap_value(fresh, "r", "r_total", &v, &st);
+    CU_ASSERT_EQUAL(st, MV_COLL_QUARANTINED);
+    mv_coll_destroy(fresh);
+
+    /* Everything written back: served again, with its value. */
+    CU_ASSERT_FATAL(pwrite(fd, saved, sizeof saved, 0) == (ssize_t)sizeof saved);
+    tick_later(c);
+    CU_ASSERT(snap_value(c, "r", "r_total", &v, &st));
+    CU_ASSERT_EQUAL(st, MV_COLL_OK);
+    CU_ASSERT_EQUAL(v, 5);
+    close(fd);
+    mv_coll_destroy(c);
+}
+
+/* A file of another size than the mapping's is failed (a collector opening it now would refuse
+ * it), even where the mapping still reads valid bytes, until it has its size again. */
+static void test_resized_file_fails_until_restored(void)
+{
+    char path[256];
+    mv_segment *seg;
+    mv_counter ctr;
+    counter_segment("s.seg", 16384, "s_total", path, &seg, &ctr);
+    mv_counter_add(ctr, 9);
+    mv_close(seg);
+    mv_coll *c = new_coll_stat(1);
+    add_path(c, "s", path);
+    mv_coll_tick(c);
+    double v = 0;
+    mv_coll_state st = MV_COLL_PENDING;
+    CU_ASSERT(snap_value(c, "s", "s_total", &v, &st));
+    CU_ASSERT_EQUAL(st, MV_COLL_OK);
+
+    CU_ASSERT_FATAL(truncate(path, 20480) == 0);
+    tick_later(c);
+    tick_later(c);
+    st = MV_COLL_OK;
+    CU_ASSERT(!snap_value(c, "s", "s_total", &v, &st));
+    CU_ASSERT_EQUAL(st, MV_COLL_QUARANTINED);
+    mv_coll_snap *s = mv_coll_snapshot(c);
+    CU_ASSERT_EQUAL(mv_coll_snap_seg(s, 0)->reason, MV_SEG_E_TRUNCATED);
+    mv_coll_snap_free(s);
+
+    CU_ASSERT_FATAL(truncate(path, 16384) == 0);
+    tick_later(c);
+    CU_ASSERT(snap_value(c, "s", "s_total", &v, &st));
+    CU_ASSERT_EQUAL(st, MV_COLL_OK);
+    CU_ASSERT_EQUAL(v, 9);
+    mv_coll_destroy(c);
+}
+
 static void test_retain_and_duplicates(void)
 {
     char paths[3][256];
@@ -735,6 +841,8 @@ int main(void)
         {"tick and catalog reload", test_tick_and_reload},
         {"quarantine and recovery", test_quarantine_and_recover},
         {"truncated file (SIGBUS guard)", test_truncated_file_is_an_error_not_a_crash},
+        {"bytes replaced under the map: validated again", test_replaced_bytes_validated_again},
+        {"resized file: failed until restored", test_resized_file_fails_until_restored},
         {"retain, duplicates, pending", test_retain_and_duplicates},
         {"background tick thread", test_background_thread},
         {"long tick: new segments read early", test_long_tick_early_read},

@@ -62,6 +62,7 @@ void mv_coll_opts_default(mv_coll_opts *o)
     o->calm_reads = 8;
     o->torn_stale_ms = 1000;
     o->tick_workers = 1;
+    o->stat_ms = 1000;
 }
 
 int mv_coll_create(const mv_coll_opts *o, mv_coll **out)
@@ -88,6 +89,8 @@ int mv_coll_create(const mv_coll_opts *o, mv_coll **out)
         c->o.calm_reads = 8;
     if (!c->o.tick_workers)
         c->o.tick_workers = 1;
+    if (!c->o.stat_ms)
+        c->o.stat_ms = 1000;
     if (c->o.tick_workers > MV_COLL_MAX_TICK_WORKERS) {
         MV_ERROR("collector.config", "error=%s tick_workers=%u max=%d",
                  mv_log_q("too many tick workers"), c->o.tick_workers, MV_COLL_MAX_TICK_WORKERS);
@@ -191,6 +194,10 @@ int mv_coll_add(mv_coll *c, const char *id, uint64_t size, const mv_seg_label *l
     s->id = strdup(id);
     s->labels = calloc(nlabels ? nlabels : 1, sizeof *s->labels);
     s->interval_ns = (uint64_t)c->o.tick_us * 1000ull;
+    /* The transport->changed checks of many segments spread over stat_ms, not one tick;
+     * the first catalog read checks anyway. */
+    s->stat_due_ns = now_ns(CLOCK_MONOTONIC) +
+                     mv_seg_fnv1a64(id, strlen(id)) % ((uint64_t)c->o.stat_ms * 1000000ull);
     if (c->o.max_interval_us) {
         mv_detect_rate_config rc;
         mv_detect_rate_config_default(&rc);
@@ -653,17 +660,53 @@ static void publish_same(mv_coll *c, seg *s, uint64_t now)
     pthread_mutex_unlock(&s->mu);
 }
 
+/* Asks the transport whether the segment's backing object changed under the reader
+ * (transport->changed) and schedules the next check. 1: it did; the catalog is dropped, so
+ * the read that follows validates the whole segment (header and catalog) as a fresh collector
+ * would. A negative errno: it cannot be served as mapped (failed, not read). 0: unchanged,
+ * or the transport cannot tell. */
+static int backing_changed(mv_coll *c, seg *s, uint64_t mono)
+{
+    if (!s->t->changed)
+        return 0;
+    s->stat_due_ns = mono + (uint64_t)c->o.stat_ms * 1000000ull;
+    char detail[sizeof s->detail];
+    detail[0] = '\0';
+    int ch = s->t->changed(s->t->ctx, s->src, detail, sizeof detail);
+    if (ch == 0)
+        return 0;
+    mv_coll__cat_put(s->cat);
+    s->cat = NULL;
+    s->same_serial = 0;
+    if (ch > 0) {
+        MV_DEBUG("segment.revalidate", "id=%s detail=%s", mv_log_q(s->id), mv_log_q(detail));
+        return 1;
+    }
+    set_failure(c, s, MV_SEG_E_TRUNCATED, detail, now_ns(CLOCK_REALTIME));
+    return ch;
+}
+
 /* Phase 1 of a tick for one segment: decides whether it is read now, loads
  * its catalog when needed, and sizes its buffer. Returns the hot length to
  * read, or 0 to skip it this tick. With `same_at` (NULL: it is read), a due segment
- * that the probe finds unchanged is not copied: 0, and *same_at is the probe's time. */
-static uint32_t tick_prepare(mv_coll *c, seg *s, uint64_t *same_at)
+ * that the probe finds unchanged is not copied: 0, and *same_at is the probe's time.
+ * `mono`: the CLOCK_MONOTONIC time of the chunk (when transport->changed is due). */
+static uint32_t tick_prepare(mv_coll *c, seg *s, uint64_t *same_at, uint64_t mono)
 {
+    /* Bytes replaced under the reader (a truncated and re-extended file): validated again
+     * whole, now, whether or not the segment was due. */
+    int replaced = 0;
+    if (mono >= s->stat_due_ns && s->state != MV_COLL_QUARANTINED) {
+        int ch = backing_changed(c, s, mono);
+        if (ch < 0)
+            return 0;
+        replaced = ch;
+    }
     /* Adaptive sampling: a segment not yet due is skipped (half a tick of
      * slack, so a due time a few microseconds ahead does not cost a tick),
      * unless the transport's probe sees that it changed: then it is read now,
      * and the read's change brings it back to every tick. */
-    if (s->rate && s->state == MV_COLL_OK &&
+    if (!replaced && s->rate && s->state == MV_COLL_OK &&
         now_ns(CLOCK_MONOTONIC) + (uint64_t)c->o.tick_us * 500ull < s->due_ns) {
         if (!mv_coll__probe_changed(c, s)) {
             mv_coll__count(&s->skipped);
@@ -678,10 +721,14 @@ static uint32_t tick_prepare(mv_coll *c, seg *s, uint64_t *same_at)
         return 0;
     if (s->state == MV_COLL_QUARANTINED)
         s->next_recheck_ns = now + (uint64_t)c->o.recheck_ms * 1000000ull;
-    if (same_at && s->state == MV_COLL_OK && mv_coll__probe_same(c, s)) {
+    if (same_at && !replaced && s->state == MV_COLL_OK && mv_coll__probe_same(c, s)) {
         *same_at = now;
         return 0;
     }
+    /* Every catalog read is preceded by a check (a quarantined segment's recheck too), so a
+     * file of another size is never validated through the old mapping. */
+    if (!s->cat && !replaced && backing_changed(c, s, mono) < 0)
+        return 0;
     if (!s->cat && load_catalog(c, s, now) != 0)
         return 0;
     uint32_t len = mv_seg_catalog_hot_size(s->cat->cat);
@@ -709,13 +756,18 @@ static void tick_finish(mv_coll *c, seg *s, int status, uint32_t len, uint64_t *
 
     for (int pass = 0; pass < 2; pass++) {
         if (pass == 1) {
-            if ((len = tick_prepare(c, s, NULL)) == 0)
+            if ((len = tick_prepare(c, s, NULL, now_ns(CLOCK_MONOTONIC))) == 0)
                 return;
             mv_coll_read rq = {.src = s->src, .off = 0, .len = len, .dst = s->work};
             mv_coll__seg_read(c, s, &rq, 1);
             status = rq.status;
         }
         if (status) {
+            /* The bytes may not be those the catalog was parsed from when reads work again
+             * (a file truncated and re-extended zeroes its pages): the next read validates
+             * the whole segment. */
+            mv_coll__cat_put(s->cat);
+            s->cat = NULL;
             snprintf(err.detail, sizeof err.detail, "read failed: %s", strerror(-status));
             set_failure(c, s, MV_SEG_E_TRUNCATED, err.detail, now);
             return;
@@ -832,7 +884,7 @@ void mv_coll__tick_chunk(mv_coll *c, tick_worker *w, seg *const *segs, size_t n)
         if (i + 1 < n && may_be_same(c, segs[i + 1], mono))
             mv_pipe_seg_prefetch(segs[i + 1]->pipe, MV_PIPE_PF_SAME);
         uint64_t same_at = 0;
-        uint32_t len = tick_prepare(c, segs[i], &same_at);
+        uint32_t len = tick_prepare(c, segs[i], &same_at, mono);
         if (same_at)
             publish_same(c, segs[i], same_at);
         else if (len)

@@ -98,6 +98,13 @@ typedef struct mv_coll_opts {
      * Guaranteed pod's under the static CPU manager): a sleeping core of a virtual machine
      * can wake milliseconds late, which no tick worker can make up. Default 0. */
     int tick_poll;
+    /* Segments whose transport can tell that their backing object changed under the reader
+     * (transport->changed; shm: a file's size, inode or change time) are checked this often,
+     * and before every catalog read: a change validates the whole segment again (header and
+     * catalog), a size other than the mapped one fails it, so a truncated and re-extended file
+     * gets the verdict a fresh collector would give it. Default (and 0) 1000; at most one
+     * stat per segment per second is about 1 us of CPU. */
+    uint32_t stat_ms;
 } mv_coll_opts;
 
 #define MV_COLL_MAX_TICK_WORKERS 64

@@ -62,6 +62,7 @@ typedef struct seg {
     uint64_t probes,
         probe_reads;          /* probes of a backed-off segment; those that read (mv_coll__count) */
     uint64_t next_recheck_ns; /* tick thread: a quarantined segment's next try */
+    uint64_t stat_due_ns;     /* CLOCK_MONOTONIC: the next transport->changed check */
 
     /* Read when a copy is made (a changed segment) or something happens. */
     void *work; /* hot copy being validated, with room for its folded shards (mv_seg_fold) */

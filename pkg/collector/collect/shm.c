@@ -16,6 +16,11 @@
 typedef struct shm_src {
     const unsigned char *base;
     uint64_t size;
+    /* What shm_changed compares: the file as it was mapped (or last seen changed). */
+    char *path;
+    dev_t dev;
+    ino_t ino;
+    struct timespec ctim, mtim;
 } shm_src;
 
 /* A pod can truncate its segment file; touching the vanished pages raises
@@ -117,7 +122,51 @@ static void shm_src_close(void *ctx, void *src)
     if (!s)
         return;
     munmap((void *)s->base, s->size);
+    free(s->path);
     free(s);
+}
+
+static int ts_eq(struct timespec a, struct timespec b)
+{
+    return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec;
+}
+
+/* One stat of the path (no descriptor is kept per segment): a size other than the mapping's
+ * cannot be served (reads past the end fault, and a collector opening the file now would
+ * refuse it); another inode, change or modification time means the bytes may have been
+ * replaced without a read noticing (a truncation and a re-extension between two reads zero
+ * the pages), so the whole segment is validated again. mmap stores move neither time on
+ * tmpfs (the state directory's usual home); on a disk file system they can, which costs a
+ * catalog read per check of a written segment. */
+static int shm_changed(void *ctx, void *src, char *detail, size_t len)
+{
+    shm_src *s = src;
+    struct stat st;
+    (void)ctx;
+    if (!s || !s->path)
+        return 0;
+    if (fstatat(AT_FDCWD, s->path, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+        if (errno == ENOENT)
+            return 0; /* removed: the catalog's removal drops it; the mapping stays valid */
+        snprintf(detail, len, "stat %s: %s", s->path, strerror(errno));
+        return 1;
+    }
+    if ((uint64_t)st.st_size != s->size) {
+        snprintf(detail, len, "%s is %lld bytes, mapped at %llu", s->path, (long long)st.st_size,
+                 (unsigned long long)s->size);
+        return -EFBIG;
+    }
+    if (st.st_dev == s->dev && st.st_ino == s->ino && ts_eq(st.st_ctim, s->ctim) &&
+        ts_eq(st.st_mtim, s->mtim))
+        return 0;
+    snprintf(detail, len, "%s changed (%s)", s->path,
+             st.st_ino != s->ino || st.st_dev != s->dev ? "another inode"
+                                                        : "truncated or rewritten");
+    s->dev = st.st_dev;
+    s->ino = st.st_ino;
+    s->ctim = st.st_ctim;
+    s->mtim = st.st_mtim;
+    return 1;
 }
 
 static const mv_coll_transport shm_transport = {
@@ -128,6 +177,7 @@ static const mv_coll_transport shm_transport = {
     .src_close = shm_src_close,
     .probe = shm_probe,
     .local = 1,
+    .changed = shm_changed,
 };
 
 const mv_coll_transport *mv_coll_shm_transport(void)
@@ -175,10 +225,21 @@ int mv_coll_shm_open(const char *path, uint64_t size, void **src, uint64_t *size
         goto close_fd;
     }
     s->size = (uint64_t)st.st_size;
+    s->dev = st.st_dev;
+    s->ino = st.st_ino;
+    s->ctim = st.st_ctim;
+    s->mtim = st.st_mtim;
+    if (!(s->path = strdup(path))) {
+        rc = -ENOMEM;
+        snprintf(errbuf, errlen, "out of memory");
+        free(s);
+        goto close_fd;
+    }
     s->base = mmap(NULL, s->size, PROT_READ, MAP_SHARED, fd, 0);
     if (s->base == MAP_FAILED) {
         rc = -errno;
         snprintf(errbuf, errlen, "mmap %s: %s", path, strerror(errno));
+        free(s->path);
         free(s);
         goto close_fd;
     }

@@ -52,6 +52,14 @@ typedef struct mv_coll_transport {
      * so that each copy is still in cache when it is validated and analysed. Zero (RDMA): a
      * worker's whole share of a tick goes to one call, so that the reads overlap. */
     int local;
+    /* Optional (NULL: not offered). Whether the object behind `src` changed under the reader in
+     * a way its reads cannot see (shm: the file's size, inode or change time moved, e.g. a
+     * truncation and a re-extension between two reads): 0 no; 1 yes, so the collector
+     * validates the whole segment again (header and catalog) before it serves it; a negative
+     * errno when the source can no longer be served as it was opened (its size differs from
+     * the mapping's), with the reason in detail. Cheap enough to call about once a second per
+     * segment. */
+    int (*changed)(void *ctx, void *src, char *detail, size_t len);
 } mv_coll_transport;
 
 #ifdef __cplusplus
