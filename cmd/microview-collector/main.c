@@ -26,6 +26,9 @@
 #define MAX_AGENTS    64
 #define RDMA_PORT     7471 /* the agent's default --rdma-listen port */
 #define P             "microview-collector"
+/* HTTP threads with --auth kubernetes: a review blocks the thread that asks it. */
+#define AUTH_HTTP_THREADS 8
+#define AUTH_MAX_INFLIGHT 4
 
 typedef struct app {
     mv_coll *coll;
@@ -140,8 +143,10 @@ static void usage(FILE *f)
            "                           " MV_AUTHZ_IN_CLUSTER_DIR "/ca.crt if present)\n"
            "  --auth-timeout-ms N      kubernetes: limit of one API call (100..30000, default\n"
            "                           2000); a request waits at most twice this\n"
-           "  --auth-max-inflight N    kubernetes: reviews waiting at once (1..1024, default\n"
-           "                           16); more are answered 503 at once\n"
+           "  --auth-max-inflight N    kubernetes: reviews waiting at once (1..7, default 4);\n"
+           "                           more are answered 503 at once. A review holds one of\n"
+           "                           the HTTP threads (8 with --auth kubernetes), so the\n"
+           "                           rest keep serving cached decisions and /healthz\n"
            "  --tick-ms N              fast read interval: the tick, in ms (1..60000, default 10)\n"
            "  --tick-workers N         threads sharing each tick's segments (1..64, default 1;\n"
            "                           one per core the collector may use at a 1 ms tick)\n"
@@ -343,7 +348,7 @@ static int run(int argc, char **argv, mv_export_sel *derived)
             zo.timeout_ms = (int)v;
             break;
         case 'i':
-            if (mv_flag_u64(P, "--auth-max-inflight", optarg, 1, 1024, &v))
+            if (mv_flag_u64(P, "--auth-max-inflight", optarg, 1, AUTH_HTTP_THREADS - 1, &v))
                 return 2;
             zo.max_inflight = (unsigned)v;
             break;
@@ -567,6 +572,12 @@ static int run(int argc, char **argv, mv_export_sel *derived)
     if (mv_coll_start(a.coll) != 0) {
         MV_ERROR("collector.failed", "error=%s", mv_log_q("cannot start the tick thread"));
         goto destroy_coll;
+    }
+    if (auth == MV_AUTHZ_KUBERNETES) {
+        if (hc.threads < AUTH_HTTP_THREADS)
+            hc.threads = AUTH_HTTP_THREADS;
+        if (!zo.max_inflight)
+            zo.max_inflight = AUTH_MAX_INFLIGHT;
     }
     if (auth == MV_AUTHZ_KUBERNETES && mv_authz_create(&zo, &a.authz) != 0) {
         MV_ERROR("collector.failed", "error=%s", mv_log_q("--auth kubernetes: see authz.* above"));

@@ -151,7 +151,6 @@ static int post(mv_authz *a, const char *api, const char *body, mv_buf *b, long 
         curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
         curl_easy_setopt(c, CURLOPT_ERRORBUFFER, ebuf);
         curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-        curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "");
         if (a->ca_file)
             curl_easy_setopt(c, CURLOPT_CAINFO, a->ca_file);
         CURLcode cr = curl_easy_perform(c);
