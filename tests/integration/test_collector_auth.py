@@ -44,6 +44,7 @@ class Stand:
         self.token_reviews = self.access_reviews = 0
         self.bad_own_token = 0
         self.slow_starts = []  # when each hanging TokenReview arrived
+        self.own_token = OWN_TOKEN  # the collector's token the stand-in accepts
         self.last_sar = None
 
 
@@ -68,7 +69,7 @@ def make_handler(st):
         def do_POST(self):
             n = int(self.headers.get("Content-Length", "0"))
             req = json.loads(self.rfile.read(n) or b"{}")
-            if self.headers.get("Authorization") != "Bearer " + OWN_TOKEN:
+            if self.headers.get("Authorization") != "Bearer " + st.own_token:
                 with st.lock:
                     st.bad_own_token += 1
                 return self.reply(401, {"kind": "Status", "code": 401})
@@ -322,6 +323,18 @@ def main():
               % (n, open_, cached, uncached))
         r.check("cached check adds < 10 ms over an open route", cached - open_ < 10.0,
                 (cached, open_))
+
+        # The collector's own token rotates: the old one gets a 401, the file is re-read at once.
+        with st.lock:
+            st.own_token = "rotated-own-token"
+            bad_before = st.bad_own_token
+        with open(tokfile, "w") as f:
+            f.write("rotated-own-token\n")
+        s, _, _ = get("/metrics", token="good-after-rotation")
+        with st.lock:
+            bad = st.bad_own_token - bad_before
+        r.check("own token rotated: re-read after one 401, request served", s == 200 and bad == 1,
+                (s, bad))
 
         # API server gone: what was cached keeps its answer until it expires, the rest 503.
         api.shutdown()

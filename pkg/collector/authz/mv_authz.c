@@ -58,12 +58,16 @@ const char *mv_authz_mode_name(mv_authz_mode m)
 
 /* ---- The collector's own token -------------------------------------------------------- */
 
-/* Re-reads the token file when it is older than OWN_TOKEN_REREAD_S or `force`. Caller holds
- * a->mu. Projected service-account tokens rotate, hence the re-reads. */
+/* Re-reads the token file when it is older than OWN_TOKEN_REREAD_S, or sooner when `force` (a
+ * 401 from the API server). Caller holds a->mu. Projected service-account tokens rotate, hence
+ * the re-reads. */
 static void own_token_reload(mv_authz *a, int force)
 {
     uint64_t now = mv_mono_ns();
-    if (!force && a->token && now - a->token_read_ns < OWN_TOKEN_REREAD_S * 1000000000ull)
+    /* At most once a second after a 401, every 5 s while there is no token: not on every
+     * request (each failed read logs a warning). */
+    uint64_t every = (force ? 1 : a->token ? OWN_TOKEN_REREAD_S : 5) * 1000000000ull;
+    if (a->token_read_ns && now - a->token_read_ns < every)
         return;
     a->token_read_ns = now;
     FILE *f = fopen(a->token_file, "re");
