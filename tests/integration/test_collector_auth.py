@@ -21,6 +21,7 @@ import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -156,6 +157,18 @@ def main():
         print("SKIPPED: %s not built" % coll_bin)
         return 77
     r = Report()
+    # Flags: a bad mode is refused (2); kubernetes without any API server does not start (1);
+    # the usage text names the loopback default.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
+    p = subprocess.run([coll_bin, "--auth", "off"], capture_output=True, text=True, timeout=10)
+    r.check("--auth off refused with exit 2 naming the modes",
+            p.returncode == 2 and "not none or kubernetes" in p.stderr, (p.returncode, p.stderr))
+    p = subprocess.run([coll_bin, "--no-agent", "--listen", "127.0.0.1:0", "--auth",
+                        "kubernetes"], capture_output=True, text=True, timeout=10, env=env)
+    r.check("--auth kubernetes without an API server: exit 1, names --kube-api-server",
+            p.returncode == 1 and "--kube-api-server" in p.stderr, (p.returncode, p.stderr[-300:]))
+    p = subprocess.run([coll_bin, "--help"], capture_output=True, text=True, timeout=10)
+    r.check("usage: --listen default 127.0.0.1:9469", "default 127.0.0.1:9469" in p.stdout)
     tmp = tempfile.mkdtemp(prefix="mv-auth-")
     procs = Procs(tmp)
     st = Stand()
