@@ -115,12 +115,12 @@ static void test_token_review(void)
     big[n] = 0;
     memcpy(big, "{\"kind\":\"TokenReview\",\"status\":{}}", 34);
     CU_ASSERT_EQUAL(tr(big, &u), -EINVAL);
-    char *p = big;
-    p += sprintf(p, "{\"kind\":\"TokenReview\",\"status\":{\"authenticated\":true,\"user\":{"
-                    "\"username\":\"a\",\"groups\":[");
+    size_t off = (size_t)snprintf(big, n + 1,
+                                  "{\"kind\":\"TokenReview\",\"status\":{\"authenticated\":true,"
+                                  "\"user\":{\"username\":\"a\",\"groups\":[");
     for (int i = 0; i <= MV_AUTHZ_GROUPS_MAX; i++)
-        p += sprintf(p, "%s\"g\"", i ? "," : "");
-    sprintf(p, "]}}}");
+        off += (size_t)snprintf(big + off, n + 1 - off, "%s\"g\"", i ? "," : "");
+    snprintf(big + off, n + 1 - off, "]}}}");
     CU_ASSERT_EQUAL(tr(big, &u), -EINVAL);
     free(big);
 }
