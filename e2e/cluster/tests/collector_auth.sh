@@ -82,8 +82,11 @@ check "unbound ServiceAccount: /debug/segments 403" is 403 /debug/segments "$NOS
 check "the collector's own token is no reader: 403" is 403 /metrics "$(cat "$D/collector.token")"
 check "/healthz open without a token" is 200 /healthz
 body=$(curl -s --max-time 10 -H "Authorization: Bearer $NOSY" "$URL/metrics")
-names_both() { [[ $body == *system:serviceaccount:tenant-a:nosy* && $body == */metrics* ]]; }
-check "403 body names the user and the path ($body)" names_both
+names_path() { [[ $body == *"not allowed to get /metrics"* ]]; }
+check "403 body names the path ($body)" names_path
+check "the collector logged the refused identity" grep -q \
+  'event=authz.forbidden path=/metrics user=system:serviceaccount:tenant-a:nosy' \
+  "$LOGS/microview-collector.log"
 
 # Latency: a cached decision, and a new token each time (TokenReview + SubjectAccessReview).
 lat() { # TOKEN -> seconds of one request

@@ -255,7 +255,7 @@ static unsigned review(mv_authz *a, const char *token, const char *path, char *r
         out = 403;
         MV_INFO("authz.forbidden", "path=%s user=%s reason=%s", mv_log_q(path),
                 mv_log_q(u.username), mv_log_q(why));
-        mv_fmt(reason, rlen, "%.*s may not get %.*s", 120, u.username, 64, path);
+        mv_fmt(reason, rlen, "not allowed to get %.*s", 64, path); /* as when cached */
     }
     mv_authz_user_clear(&u);
     return out;
