@@ -11,6 +11,7 @@
 
 #include "mv_agentc.h"
 #include "mv_api.h"
+#include "mv_authz.h"
 #include "mv_collect.h"
 #include "mv_discovery.h"
 #include "mv_expo.h"
@@ -26,6 +27,9 @@
 #define MAX_AGENTS    64
 #define RDMA_PORT     7471 /* the agent's default --rdma-listen port */
 #define P             "microview-collector"
+/* HTTP threads with --auth kubernetes: a review blocks the thread that asks it. */
+#define AUTH_HTTP_THREADS 8
+#define AUTH_MAX_INFLIGHT 4
 
 typedef struct app {
     mv_coll *coll;
@@ -33,6 +37,7 @@ typedef struct app {
     size_t cache_cap;       /* 0: twice body_cap */
     mv_verbs *verbs;        /* --transport verbs only */
     mv_httpd *httpd;        /* set before it serves */
+    mv_authz *authz;        /* --auth kubernetes only */
     mv_export_sel *derived; /* which derived series /metrics carries */
 } app;
 
@@ -62,6 +67,40 @@ static void render_http_stats(mv_httpd *h, mv_expo *e)
     mv_expo_sample_u64(e, NULL, NULL, 0, NULL, 0, NULL, 0, st.deadline_closed, MV_EXPO_NO_TS);
 }
 
+/* The access checks' figures (--auth kubernetes). */
+static void render_authz_stats(mv_authz *z, mv_expo *e)
+{
+    mv_authz_stats st;
+    mv_authz_get_stats(z, &st);
+    mv_expo_family(e, "microview_http_auth_decisions_total", MV_EXPO_COUNTER,
+                   "Access checks of HTTP requests, by answer (--auth kubernetes).", NULL);
+    const struct {
+        const char *v;
+        uint64_t n;
+    } d[] = {{"allowed", st.allowed},
+             {"unauthenticated", st.unauthenticated},
+             {"forbidden", st.forbidden},
+             {"unavailable", st.unavailable}};
+    for (size_t i = 0; i < sizeof d / sizeof d[0]; i++) {
+        mv_expo_label l = {"decision", d[i].v};
+        mv_expo_sample_u64(e, NULL, &l, 1, NULL, 0, NULL, 0, d[i].n, MV_EXPO_NO_TS);
+    }
+    mv_expo_family(e, "microview_http_auth_cache_total", MV_EXPO_COUNTER,
+                   "Access checks answered from the decision cache (hit) or by the API server "
+                   "(miss).",
+                   NULL);
+    mv_expo_label l = {"result", "hit"};
+    mv_expo_sample_u64(e, NULL, &l, 1, NULL, 0, NULL, 0, st.cache_hits, MV_EXPO_NO_TS);
+    l.value = "miss";
+    mv_expo_sample_u64(e, NULL, &l, 1, NULL, 0, NULL, 0, st.cache_misses, MV_EXPO_NO_TS);
+    mv_expo_family(e, "microview_http_auth_reviews_total", MV_EXPO_COUNTER,
+                   "TokenReviews and SubjectAccessReviews sent to the API server.", NULL);
+    l = (mv_expo_label){"kind", "TokenReview"};
+    mv_expo_sample_u64(e, NULL, &l, 1, NULL, 0, NULL, 0, st.token_reviews, MV_EXPO_NO_TS);
+    l.value = "SubjectAccessReview";
+    mv_expo_sample_u64(e, NULL, &l, 1, NULL, 0, NULL, 0, st.access_reviews, MV_EXPO_NO_TS);
+}
+
 /* /metrics renders the HTTP connection figures and the RDMA read statistics (--transport
  * verbs) before the collector's own families. */
 static int render_extra(void *arg, mv_expo *e, const mv_coll_snap *snap)
@@ -69,7 +108,15 @@ static int render_extra(void *arg, mv_expo *e, const mv_coll_snap *snap)
     app *a = arg;
     if (a->httpd)
         render_http_stats(a->httpd, e);
+    if (a->authz)
+        render_authz_stats(a->authz, e);
     return a->verbs ? mv_verbs_render(a->verbs, e, snap) : 0;
+}
+
+/* 1 if the listen host is a loopback address (127.0.0.0/8 or ::1). */
+static int listen_loopback(const char *host)
+{
+    return !strncmp(host, "127.", 4) || !strcmp(host, "::1") || !strcmp(host, "localhost");
 }
 
 static void usage(FILE *f)
@@ -91,8 +138,27 @@ static void usage(FILE *f)
            "                           host of --agent)\n"
            "  --no-agent               do not follow an agent (use --segment only)\n"
            "  --segment PATH[,k=v...]  also read this segment file, with identity labels\n"
-           "  --listen [HOST]:PORT     HTTP address for /metrics (default 0.0.0.0:9469); a\n"
-           "                           numeric HOST, IPv6 as [ADDR]:PORT, none = 0.0.0.0\n"
+           "  --listen [HOST]:PORT     HTTP address for /metrics (default 127.0.0.1:9469:\n"
+           "                           this host only); a numeric HOST, IPv6 as [ADDR]:PORT,\n"
+           "                           none = 0.0.0.0. Other addresses serve every tenant's\n"
+           "                           metrics to whoever reaches them: use --auth kubernetes\n"
+           "  --auth none|kubernetes   who may read /metrics, /api/v1/value, /debug/*\n"
+           "                           (default none: whoever reaches --listen); kubernetes:\n"
+           "                           a bearer token the API server accepts (TokenReview)\n"
+           "                           whose identity may get the path (SubjectAccessReview\n"
+           "                           on the non-resource URL); /healthz and / stay open\n"
+           "  --kube-api-server URL    kubernetes: the API server (default in a pod: https://\n"
+           "                           $KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT)\n"
+           "  --kube-token-file PATH   kubernetes: the collector's own token, re-read every\n"
+           "                           60 s (default " MV_AUTHZ_IN_CLUSTER_DIR "/token)\n"
+           "  --kube-ca-file PATH      kubernetes: CA of the API server (default\n"
+           "                           " MV_AUTHZ_IN_CLUSTER_DIR "/ca.crt if present)\n"
+           "  --auth-timeout-ms N      kubernetes: limit of one API call (100..30000, default\n"
+           "                           2000); a request waits at most twice this\n"
+           "  --auth-max-inflight N    kubernetes: reviews waiting at once (1..7, default 4);\n"
+           "                           more are answered 503 at once. A review holds one of\n"
+           "                           the HTTP threads (8 with --auth kubernetes), so the\n"
+           "                           rest keep serving cached decisions and /healthz\n"
            "  --tick-ms N              fast read interval: the tick, in ms (1..60000, default 10)\n"
            "  --tick-workers N         threads sharing each tick's segments (1..64, default 1;\n"
            "                           one per core the collector may use at a 1 ms tick)\n"
@@ -211,7 +277,7 @@ static int add_static(app *a, char *spec)
  * are parsed, so that a bad one is refused before anything starts. */
 static int run(int argc, char **argv, mv_export_sel *derived)
 {
-    const char *agent = DEFAULT_AGENT, *listen = "0.0.0.0:9469", *transport = "shm";
+    const char *agent = DEFAULT_AGENT, *listen = "127.0.0.1:9469", *transport = "shm";
     const char *agents[MAX_AGENTS], *rdma_token_file = NULL, *rdma_src_ip = NULL;
     size_t nagents = 0;
     uint64_t rdma_port = RDMA_PORT;
@@ -263,10 +329,18 @@ static int run(int argc, char **argv, mv_export_sel *derived)
                                          {"agent-cert", required_argument, 0, 1002},
                                          {"agent-key", required_argument, 0, 1003},
                                          {"agent-server-name", required_argument, 0, 1004},
+                                         {"auth", required_argument, 0, 'z'},
+                                         {"kube-api-server", required_argument, 0, 'k'},
+                                         {"kube-token-file", required_argument, 0, 'j'},
+                                         {"kube-ca-file", required_argument, 0, 'J'},
+                                         {"auth-timeout-ms", required_argument, 0, 'o'},
+                                         {"auth-max-inflight", required_argument, 0, 'i'},
                                          {0, 0, 0, 0}};
     mv_agentc_tls agent_tls = {0};
     mv_httpd_config hc;
     mv_httpd_config_default(&hc);
+    mv_authz_mode auth = MV_AUTHZ_NONE;
+    mv_authz_opts zo = {0};
     if (mv_opts_exact("microview-collector", argc, argv, opts) < 0)
         return 2;
     while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -284,6 +358,32 @@ static int run(int argc, char **argv, mv_export_sel *derived)
             break;
         case 'R':
             rdma_token_file = optarg;
+            break;
+        case 'z':
+            if (mv_authz_mode_parse(optarg, &auth) < 0) {
+                fprintf(stderr, "microview-collector: --auth: '%s' is not none or kubernetes\n",
+                        optarg);
+                return 2;
+            }
+            break;
+        case 'k':
+            zo.api_server = optarg;
+            break;
+        case 'j':
+            zo.token_file = optarg;
+            break;
+        case 'J':
+            zo.ca_file = optarg;
+            break;
+        case 'o':
+            if (mv_flag_u64(P, "--auth-timeout-ms", optarg, 100, 30000, &v))
+                return 2;
+            zo.timeout_ms = (int)v;
+            break;
+        case 'i':
+            if (mv_flag_u64(P, "--auth-max-inflight", optarg, 1, AUTH_HTTP_THREADS - 1, &v))
+                return 2;
+            zo.max_inflight = (unsigned)v;
             break;
         case 'C':
             if (mv_flag_u64(P, "--http-max-conns", optarg, 1, 1000000, &v))
@@ -532,7 +632,18 @@ static int run(int argc, char **argv, mv_export_sel *derived)
         MV_ERROR("collector.failed", "error=%s", mv_log_q("cannot start the tick thread"));
         goto destroy_coll;
     }
+    if (auth == MV_AUTHZ_KUBERNETES) {
+        if (hc.threads < AUTH_HTTP_THREADS)
+            hc.threads = AUTH_HTTP_THREADS;
+        if (!zo.max_inflight)
+            zo.max_inflight = AUTH_MAX_INFLIGHT;
+    }
+    if (auth == MV_AUTHZ_KUBERNETES && mv_authz_create(&zo, &a.authz) != 0) {
+        MV_ERROR("collector.failed", "error=%s", mv_log_q("--auth kubernetes: see authz.* above"));
+        goto destroy_coll;
+    }
     mv_api_opts ao = {.coll = a.coll,
+                      .authz = a.authz,
                       .body_cap = a.body_cap,
                       .cache_cap = a.cache_cap,
                       .render_extra = render_extra,
@@ -588,14 +699,20 @@ static int run(int argc, char **argv, mv_export_sel *derived)
         "collector.started",
         "transport=%s listen=%s:%u tick_ms=%.3f tick_workers=%u tick_poll=%d max_interval_ms=%.3f "
         "window_ms=%llu window_align=%s analytics=%d detect=%d detect_ms=%llu agent=%s agents=%zu "
-        "statics=%zu thp=%s malloc_hugetlb=%d",
+        "statics=%zu thp=%s malloc_hugetlb=%d auth=%s api_server=%s",
         transport, host, mv_httpd_port(httpd), co.tick_us / 1000.0, co.tick_workers, co.tick_poll,
         co.max_interval_us ? co.max_interval_us / 1000.0 : co.tick_us / 1000.0,
         (unsigned long long)(co.pipe.window_ns / 1000000ull),
         co.window_aligned ? "wall" : "segment", co.analytics, co.pipe.detect,
         (unsigned long long)(co.pipe.detect_period_ns / 1000000ull),
         agent ? mv_log_q(agent) : "none", verbs ? nagents : (size_t)(agent != NULL), nstatic, thp,
-        huge);
+        huge, mv_authz_mode_name(auth), a.authz ? mv_log_q(mv_authz_api_server(a.authz)) : "none");
+    if (!a.authz && !listen_loopback(host))
+        MV_WARN("collector.unauthenticated", "listen=%s:%u risk=%s hint=%s", host,
+                mv_httpd_port(httpd),
+                mv_log_q("anyone who reaches this address reads every tenant's metrics, labels "
+                         "and /debug/segments"),
+                mv_log_q("--auth kubernetes, or --listen 127.0.0.1:PORT"));
     for (;;) {
         struct timespec ts = {0, 500 * 1000000L};
         if (sigtimedwait(&sigs, NULL, a.verbs ? &ts : NULL) >= 0)
@@ -614,6 +731,7 @@ destroy_coll:
     mv_coll_destroy(a.coll);
     mv_verbs_destroy(a.verbs); /* after the table: its sources used the connections */
     mv_api_destroy(api);
+    mv_authz_destroy(a.authz); /* after the server: its handlers used it */
     return rc;
 }
 

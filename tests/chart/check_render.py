@@ -146,6 +146,9 @@ def collector_checks():
     ds = find("DaemonSet", "-collector")
     svc = find("Service", "-collector")
     expect(svc["spec"]["ports"][0]["port"] == 9469, "collector Service on 9469")
+    ctr = container(ds)
+    for probe in ("readinessProbe", "livenessProbe"):
+        expect(ctr[probe]["httpGet"]["path"] == "/healthz", f"{probe} on /healthz (open)")
     return ds
 
 
@@ -190,6 +193,44 @@ def network_policies(agent_port=None):
     return by
 
 
+def collector_auth_checks(ds, readers):
+    """collector.auth.mode kubernetes: flags, the token mounted, the two ClusterRoles and their
+    bindings (the collector: create token and access reviews; readers: get on the paths)."""
+    spec = ds["spec"]["template"]["spec"]
+    expect(flag(ds, "--auth") == "kubernetes", "--auth kubernetes by default")
+    expect(flag(ds, "--listen") == "0.0.0.0:9469", "--listen beyond loopback with auth on")
+    expect(spec["automountServiceAccountToken"] is True, "collector token mounted for reviews")
+    sa = spec["serviceAccountName"]
+    roles = {o["metadata"]["name"]: o for o in objs if o["kind"] == "ClusterRole"}
+    binds = {o["metadata"]["name"]: o for o in objs if o["kind"] == "ClusterRoleBinding"}
+    role = roles.get(sa)
+    expect(role is not None and sorted((r["apiGroups"][0], r["resources"][0], tuple(r["verbs"]))
+                                       for r in role["rules"])
+           == [("authentication.k8s.io", "tokenreviews", ("create",)),
+               ("authorization.k8s.io", "subjectaccessreviews", ("create",))],
+           "collector ClusterRole: create tokenreviews and subjectaccessreviews, nothing else")
+    b = binds.get(sa)
+    expect(b is not None and b["roleRef"]["name"] == sa
+           and b["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": "microview"}],
+           "collector ClusterRole bound to the collector's ServiceAccount")
+    reader = [n for n in roles if n.endswith("-metrics-reader")]
+    expect(len(reader) == 1 and roles[reader[0]]["rules"]
+           == [{"nonResourceURLs": ["/metrics", "/api/v1/value", "/debug/*"], "verbs": ["get"]}],
+           "reader ClusterRole: get on /metrics, /api/v1/value, /debug/*")
+    rb = binds.get(reader[0])
+    expect((rb["subjects"] if rb else []) == readers, f"reader binding subjects {readers}")
+
+
+def collector_no_auth_checks(ds):
+    spec = ds["spec"]["template"]["spec"]
+    expect(flag(ds, "--auth") == "none", "--auth none as chosen")
+    expect(spec["automountServiceAccountToken"] is False, "no token without auth")
+    expect(not [o for o in objs if o["kind"].startswith("ClusterRole")
+                and "collector" in o["metadata"]["name"] + o["metadata"]["labels"].get(
+                    "app.kubernetes.io/component", "")],
+           "no collector RBAC with auth none")
+
+
 SCENARIO, path = sys.argv[1], sys.argv[2]
 objs = [d for d in yaml.safe_load_all(open(path)) if d]
 
@@ -218,6 +259,8 @@ else:
         expect("--no-probe" not in args(col) and "--expo-cache-max-bytes" not in args(col),
                "probe on and the cache's default bound by default")
         expect("--tick-poll" not in args(col), "tick workers sleep between ticks by default")
+        collector_auth_checks(col, [{"kind": "ServiceAccount", "name": "prometheus-k8s",
+                                     "namespace": "monitoring"}])
         expect(flag(col, "--detect-ms") == "10", "change detection at most every 10 ms by default")
         expect({e["name"]: e.get("value") for e in container(col).get("env", [])}
                .get("GLIBC_TUNABLES") == "glibc.malloc.hugetlb=1",
@@ -283,6 +326,9 @@ else:
         sm = find("ServiceMonitor")
         expect(sm["spec"]["endpoints"][0]["honorLabels"] is True, "ServiceMonitor honorLabels")
         expect(sm["metadata"]["labels"]["release"] == "prometheus", "ServiceMonitor extra label")
+        expect(sm["spec"]["endpoints"][0].get("bearerTokenFile")
+               == "/var/run/secrets/kubernetes.io/serviceaccount/token",
+               "ServiceMonitor sends Prometheus' own token")
         webhook_checks("auto")
     elif SCENARIO == "cert-manager":
         mwc, w, secret_name = webhook_checks("cert-manager")
@@ -307,6 +353,14 @@ else:
         expect(flag(col, "--expo-cache-max-bytes") == "64Mi", "--expo-cache-max-bytes from values")
         pm = find("PodMonitor")
         expect(pm["spec"]["podMetricsEndpoints"][0]["honorLabels"] is True, "PodMonitor honorLabels")
+        expect(pm["spec"]["podMetricsEndpoints"][0].get("authorization")
+               == {"type": "Bearer", "credentials": {"name": "prometheus-reader-token",
+                                                     "key": "token"}},
+               "PodMonitor sends the reader token from collector.auth.scrapeSecret")
+        collector_auth_checks(col, [{"kind": "ServiceAccount", "name": "prometheus",
+                                     "namespace": "monitoring"},
+                                    {"kind": "Group", "name": "keda-readers",
+                                     "apiGroup": "rbac.authorization.k8s.io"}])
         ad = find("ConfigMap", "-adapter-config")
         expect(ad["metadata"]["namespace"] == "monitoring", "adapter rules in monitoring")
         rules = yaml.safe_load(ad["data"]["config.yaml"])["rules"]
@@ -328,6 +382,7 @@ else:
         expect("agent" in pols and peers_of(pols["agent"]) == [],
                "agent.remote off: the agent's NetworkPolicy admits nothing")
         expect(flag(col, "--transport") == "shm", "host collector next to an RDMA agent")
+        collector_no_auth_checks(col)
         webhook_checks("auto")
     else:
         expect(False, "unknown scenario")

@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 
 import yaml
@@ -167,6 +168,10 @@ def run():
             else:
                 out += [a] + ([v] if v is not None else [])
             i += 2 if v is not None else 1
+        if out[out.index("--auth") + 1] == "kubernetes" and "--kube-api-server" not in out:
+            # In a pod: KUBERNETES_SERVICE_HOST and the mounted token; here a closed port (the
+            # probe path is open, no review is asked) and the test token.
+            out += ["--kube-api-server", "https://127.0.0.1:9", "--kube-token-file", token]
         if dpu and not agent_tcp:
             out += ["--agent", "127.0.0.1:9"]  # no agent in this render: a closed port
         coll = start("collector", [binary(ctr["command"][0])] + out, env)
@@ -177,7 +182,16 @@ def run():
                 return r.status == 200
 
         poll("collector", coll, healthy, f"200 on {path}")
-        done.append(f"collector {'dpu' if dpu else 'host'} ({len(out)} args, {path} ok)")
+        auth = out[out.index("--auth") + 1]
+        if auth == "kubernetes":
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2)
+                fail("collector", "--auth kubernetes served /metrics without a token")
+            except urllib.error.HTTPError as e:
+                if e.code != 401:
+                    fail("collector", f"/metrics without a token: {e.code}, want 401")
+        done.append(f"collector {'dpu' if dpu else 'host'} ({len(out)} args, {path} ok, "
+                    f"auth {auth}{', /metrics 401 without a token' if auth == 'kubernetes' else ''})")
 
     # ---- webhook
     dep, sec = find("Deployment", "-webhook"), find("Secret", "-webhook-tls")

@@ -170,6 +170,13 @@ expect_fail "validate: ServiceMonitor and PodMonitor" "both enabled" \
   --set collector.podMonitor.enabled=true
 expect_fail "validate: secret TLS without a Secret" "webhook.tls.mode secret needs" \
   "$HELM" template microview "$CHART" --set webhook.tls.mode=secret
+expect_fail "validate: PodMonitor with auth but no token Secret" \
+  "collector.podMonitor with collector.auth.mode kubernetes needs collector.auth.scrapeSecret.name" \
+  "$HELM" template microview "$CHART" --set collector.podMonitor.enabled=true
+expect_fail "schema: collector.auth.mode outside the enum" "collector.auth.mode" \
+  "$HELM" template microview "$CHART" --set collector.auth.mode=off
+expect_fail "schema: collector.auth.maxInflight over the HTTP threads" "collector.auth.maxInflight" \
+  "$HELM" template microview "$CHART" --set collector.auth.maxInflight=8
 
 # ---- k8scheck refuses what the API server would ----------------------------------------------
 for f in "$HERE"/bad/*.yaml; do
@@ -199,12 +206,24 @@ printf 'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\ndata:\n  note
 if "$HELM" template microview "$TMP/notes-chart" -n microview --show-only templates/notes-render.yaml \
   >"$TMP/notes.yaml" 2>"$TMP/err" &&
   grep -q 'kubectl -n microview port-forward svc/microview-collector 9469:9469' "$TMP/notes.yaml" &&
-  grep -q 'curl -s http://127.0.0.1:9469/metrics' "$TMP/notes.yaml" &&
+  grep -q 'curl -s -H "Authorization: Bearer $TOKEN" http://127.0.0.1:9469/metrics' "$TMP/notes.yaml" &&
+  grep -q 'credentials_file: /var/run/secrets/kubernetes.io/serviceaccount/token' "$TMP/notes.yaml" &&
+  grep -q 'bound now: ServiceAccount monitoring/prometheus-k8s' "$TMP/notes.yaml" &&
+  ! grep -q 'WARNING' "$TMP/notes.yaml" &&
   grep -q 'honor_labels: true' "$TMP/notes.yaml" &&
   grep -q 'kubectl label namespace microview pod-security.kubernetes.io/enforce=privileged --overwrite' "$TMP/notes.yaml"; then
-  ok "NOTES.txt: port-forward, query, honor_labels and Pod Security (enforce=privileged) instructions"
+  ok "NOTES.txt: port-forward, query with a reader's token, the scrape token, honor_labels and Pod Security (enforce=privileged)"
 else
   ko "NOTES.txt"
+  cat "$TMP/err" "$TMP/notes.yaml"
+fi
+if "$HELM" template microview "$TMP/notes-chart" -n microview --show-only templates/notes-render.yaml \
+  --set collector.auth.mode=none >"$TMP/notes.yaml" 2>"$TMP/err" &&
+  grep -q 'curl -s http://127.0.0.1:9469/metrics' "$TMP/notes.yaml" &&
+  grep -q 'WARNING: collector.auth.mode is none' "$TMP/notes.yaml"; then
+  ok "NOTES.txt with collector.auth.mode none: plain query and the warning"
+else
+  ko "NOTES.txt with collector.auth.mode none"
   cat "$TMP/err" "$TMP/notes.yaml"
 fi
 
@@ -232,7 +251,7 @@ fi
 
 # ---- Pod Security: the plain manifests' namespace and the install guide carry the level --------
 if grep -q '^    pod-security.kubernetes.io/enforce: privileged$' "$ROOT/deploy/manifests/00-namespace.yaml" &&
-  grep -q 'kubectl label namespace microview pod-security.kubernetes.io/enforce=privileged' "$ROOT/docs/install.md"; then
+  grep -q 'kubectl label namespace $NS pod-security.kubernetes.io/enforce=privileged' "$ROOT/docs/install.md"; then
   ok "Pod Security: 00-namespace.yaml and docs/install.md carry enforce=privileged"
 else
   ko "Pod Security: enforce=privileged missing from deploy/manifests/00-namespace.yaml or docs/install.md"

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mv_authz.h"
 #include "mv_collect.h"
 #include "mv_export.h"
 #include "mv_expo.h"
@@ -14,8 +15,18 @@
 #include "mv_log.h"
 #include "mv_util.h"
 
+#define GUARDED_MAX 8
+
+/* A route behind the access check: the handler it guards. */
+typedef struct guarded {
+    mv_api *api;
+    mv_httpd_handler fn;
+} guarded;
+
 struct mv_api {
     mv_api_opts o;
+    guarded guarded[GUARDED_MAX];
+    size_t nguarded;
     pthread_mutex_t render_mu;    /* one /metrics render at a time: guards what follows */
     mv_export_stats export_stats; /* under render_mu */
     /* Between scrapes: the rendered names and labels (see mv_export_cache), and the body
@@ -225,18 +236,46 @@ static int h_index(void *arg, const mv_httpd_request *req, mv_httpd_response *re
                         "  /healthz          liveness\n");
 }
 
+/* Runs the access check, then the guarded handler when it allows. */
+static int h_guard(void *arg, const mv_httpd_request *req, mv_httpd_response *resp)
+{
+    const guarded *g = arg;
+    mv_authz_decision d;
+    mv_authz_check(g->api->o.authz, mv_httpd_header(req, "Authorization"), mv_httpd_path(req), &d);
+    if (d.status == 200)
+        return g->fn(g->api, req, resp);
+    char body[MV_AUTHZ_REASON_MAX + 16];
+    mv_fmt(body, sizeof body, "%s\n", d.reason);
+    int rc = 0;
+    if (d.status == 401)
+        rc = mv_httpd_add_header(resp, "WWW-Authenticate", "Bearer realm=\"microview-collector\"");
+    else if (d.status == 503)
+        rc = mv_httpd_add_header(resp, "Retry-After", "1");
+    return rc ? rc : respond_text(resp, d.status, body);
+}
+
 int mv_api_route(mv_api *api, mv_httpd *h)
 {
     static const struct {
         const char *path;
         mv_httpd_handler fn;
+        int open; /* served without the access check */
     } routes[] = {
-        {"/metrics", h_metrics}, {"/debug/segments", h_segments},
-        {"/healthz", h_health},  {"/api/v1/value", h_value},
-        {"/", h_index},
+        {"/metrics", h_metrics, 0}, {"/debug/segments", h_segments, 0},
+        {"/healthz", h_health, 1},  {"/api/v1/value", h_value, 0},
+        {"/", h_index, 1},
     };
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
-        int rc = mv_httpd_route(h, routes[i].path, routes[i].fn, api);
+        int rc;
+        if (api->o.authz && !routes[i].open) {
+            if (api->nguarded == GUARDED_MAX)
+                return -ENOSPC;
+            guarded *g = &api->guarded[api->nguarded++];
+            *g = (guarded){api, routes[i].fn};
+            rc = mv_httpd_route(h, routes[i].path, h_guard, g);
+        } else {
+            rc = mv_httpd_route(h, routes[i].path, routes[i].fn, api);
+        }
         if (rc)
             return rc;
     }

@@ -26,6 +26,7 @@ typedef struct mv_coll_snap mv_coll_snap;
 typedef struct mv_expo mv_expo;
 typedef struct mv_httpd mv_httpd;
 typedef struct mv_export_sel mv_export_sel;
+typedef struct mv_authz mv_authz;
 
 typedef struct mv_api mv_api;
 
@@ -42,6 +43,9 @@ typedef struct mv_api_opts {
     /* Which derived series /metrics carries (borrowed; NULL = the default choice);
      * /api/v1/value serves them all. */
     const mv_export_sel *derived;
+    /* Who may read (borrowed; NULL = everyone): every route but /healthz and the index page
+     * asks it first and answers its 401 (with WWW-Authenticate: Bearer), 403 or 503. */
+    mv_authz *authz;
 } mv_api_opts;
 
 /* Returns 0 or -ENOMEM. Free with mv_api_destroy. */
