@@ -2,9 +2,8 @@
 # Checks the relative links of the project's Markdown (README.md, CONTRIBUTING.md, docs/*.md,
 # bench/results/*.md, or the files given): each target file exists, and each #anchor names a
 # heading of the target (GitHub's rule: lower case, punctuation dropped, spaces to hyphens,
-# -1, -2, ... for repeats). While docs/security.md is still assembled from its parts, a link
-# into it is checked against the headings of docs/security-*.md. Prints one line per broken
-# link and exits 1 if there is any. Not run by scripts/test.sh or CI yet.
+# -1, -2, ... for repeats). Prints one line per broken link and exits 1 if there is any.
+# scripts/test.sh runs it with the other style checks.
 set -euo pipefail
 cd "$(dirname "$0")/.." || exit 1
 command -v python3 >/dev/null || { echo "SKIPPED: python3 not installed"; exit 77; }
@@ -12,7 +11,7 @@ if [ $# -eq 0 ]; then
   set -- README.md CONTRIBUTING.md docs/*.md bench/results/*.md
 fi
 exec python3 - "$@" <<'EOF'
-import glob, os, re, sys
+import os, re, sys
 
 LINK = re.compile(r'(?<!!)\[[^\]]*\]\(([^)\s]+)(?:\s+"[^"]*")?\)')
 FENCE = re.compile(r'^\s*(```|~~~)')
@@ -50,11 +49,7 @@ def anchors(path):
 
 
 def targets(path):
-    if os.path.exists(path):
-        return [path]
-    if os.path.normpath(path) == os.path.join('docs', 'security.md'):
-        return sorted(glob.glob('docs/security-*.md'))
-    return []
+    return [path] if os.path.exists(path) else []
 
 
 bad = 0

@@ -72,6 +72,9 @@ note "shellcheck"
 note "banned functions"
 ./scripts/check-banned.sh; record banned-functions $?
 
+note "documentation links"
+./scripts/check-links.sh; record doc-links $?
+
 note "build (-Werror)"
 cmake -S . -B build -DMV_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null &&
   cmake --build build -j"$jobs"
