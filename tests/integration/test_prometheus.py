@@ -176,8 +176,10 @@ def gjson_get(doc, path):
 
 
 def load_yaml(name):
+    """The first document of deploy/autoscaling/NAME (the files may add helper objects after
+    it, e.g. a TriggerAuthentication)."""
     with open(os.path.join(AUTOSCALING, name)) as f:
-        return yaml.safe_load(f)
+        return next(d for d in yaml.safe_load_all(f) if d)
 
 
 def main():
