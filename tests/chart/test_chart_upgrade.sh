@@ -30,7 +30,7 @@ trap cleanup EXIT
 
 set_args=(--set agent.enabled=false --set webhook.failurePolicy=Ignore --set webhook.replicas=1
   --set collector.mode=dpu --set 'collector.dpu.agents={192.0.2.1:7000}'
-  --set collector.dpu.nodeSelector.microview\\.io/role=none)
+  --set collector.dpu.nodeSelector.microview\\.io/role=none --set collector.dpu.tls.caSecretName=mvupgrade-agent-ca)
 
 # secrets FILE: prints ca.crt, tls.crt, tls.key, caBundle and the token of a rendered release.
 secrets() {
