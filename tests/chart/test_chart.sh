@@ -232,7 +232,7 @@ fi
 
 # ---- Pod Security: the plain manifests' namespace and the install guide carry the level --------
 if grep -q '^    pod-security.kubernetes.io/enforce: privileged$' "$ROOT/deploy/manifests/00-namespace.yaml" &&
-  grep -q 'kubectl label namespace microview pod-security.kubernetes.io/enforce=privileged' "$ROOT/docs/install.md"; then
+  grep -Eq 'kubectl label namespace (microview|\$NS) pod-security.kubernetes.io/enforce=privileged' "$ROOT/docs/install.md"; then
   ok "Pod Security: 00-namespace.yaml and docs/install.md carry enforce=privileged"
 else
   ko "Pod Security: enforce=privileged missing from deploy/manifests/00-namespace.yaml or docs/install.md"
