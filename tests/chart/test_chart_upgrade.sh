@@ -6,7 +6,7 @@
 # Needs a cluster: MV_KUBECONFIG=path/to/kubeconfig (skips with 77 without it). Installs a
 # release "mvupgrade" into namespace "mv-chart-upgrade" with the agent off (no device plugin
 # is touched), the webhook on with failurePolicy Ignore and a DPU-mode collector whose node
-# selector matches no node, then upgrades it and uninstalls it.
+# selector matches no node (so its CA Secret need not exist), then upgrades it and uninstalls it.
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
