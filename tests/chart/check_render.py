@@ -2,7 +2,7 @@
 """check_render.py: asserts the fields that make each chart scenario work.
 
 Usage: check_render.py SCENARIO RENDERED.yaml
-SCENARIO is default, dpu, cert-manager, rdma-required (the ci/*-values.yaml files),
+SCENARIO is default, dpu, dpu-mtls, cert-manager, rdma-required (the ci/*-values.yaml files),
 long-names (any release, names only) or static-pod (the DPU static-pod manifest).
 Exits 1 naming the first failed expectation; prints "N checks" on success.
 """
@@ -231,6 +231,50 @@ def collector_no_auth_checks(ds):
            "no collector RBAC with auth none")
 
 
+def tls_checks(ds_agent, conf, col, ca_secret, client):
+    """TLS of the agents' TCP listener and of the DPU collector's connections to it."""
+    d = "/etc/microview/agent-tls"
+    expect(conf["tls_cert_file"] == f"{d}/tls.crt" and conf["tls_key_file"] == f"{d}/tls.key",
+           "agent: tls_cert_file and tls_key_file in the mounted Secret")
+    expect("insecure_listen" not in conf, "agent: no insecure_listen with TLS")
+    if client:
+        expect(conf.get("tls_client_ca_file") == f"{d}/ca.crt"
+               and conf.get("tls_require_client_cert") is True,
+               "agent.remote.tls.requireClientCert: tls_client_ca_file (ca.crt) and "
+               "tls_require_client_cert")
+    else:
+        expect("tls_client_ca_file" not in conf and "tls_require_client_cert" not in conf,
+               "no client certificates asked for by default")
+    want = [{"key": "tls.crt", "path": "tls.crt"}, {"key": "tls.key", "path": "tls.key"}]
+    if client:
+        want.append({"key": "ca.crt", "path": "ca.crt"})
+    v = volumes(ds_agent)["agent-tls"]["secret"]
+    expect(v == {"secretName": "microview-agent-tls", "defaultMode": 0o400, "items": want},
+           f"agent mounts agent.remote.tls.secretName read-only, mode 0400 ({v})")
+    m = mounts(ds_agent)["agent-tls"]
+    expect(m["mountPath"] == d and m["readOnly"] is True, "agent's TLS mount read-only")
+    expect(flag(col, "--agent-ca") == "/etc/microview/agent-ca/ca.crt", "collector --agent-ca")
+    v = volumes(col)["agent-ca"]["secret"]
+    expect(v == {"secretName": ca_secret, "defaultMode": 0o400,
+                 "items": [{"key": "ca.crt", "path": "ca.crt"}]},
+           f"collector mounts ca.crt alone of {ca_secret}, mode 0400 ({v})")
+    m = mounts(col)["agent-ca"]
+    expect(m["mountPath"] == "/etc/microview/agent-ca" and m["readOnly"] is True,
+           "collector's CA mount read-only")
+    if client:
+        expect(flag(col, "--agent-cert") == "/etc/microview/agent-client/tls.crt"
+               and flag(col, "--agent-key") == "/etc/microview/agent-client/tls.key",
+               "collector.dpu.tls.clientSecretName: --agent-cert and --agent-key")
+        v = volumes(col)["agent-client-tls"]["secret"]
+        expect(v["secretName"] == "microview-dpu-client" and v["defaultMode"] == 0o400,
+               f"collector mounts its client pair, mode 0400 ({v})")
+        expect(mounts(col)["agent-client-tls"]["readOnly"] is True, "client pair read-only")
+    else:
+        expect("--agent-cert" not in args(col) and "--agent-server-name" not in args(col)
+               and "agent-client-tls" not in volumes(col),
+               "no client certificate or server name by default")
+
+
 SCENARIO, path = sys.argv[1], sys.argv[2]
 objs = [d for d in yaml.safe_load_all(open(path)) if d]
 
@@ -323,6 +367,7 @@ else:
         expect("IPC_LOCK" in container(ds_agent)["securityContext"]["capabilities"]["add"],
                "agent IPC_LOCK with RDMA")
         expect("dev-infiniband" in mounts(ds_agent), "agent mounts /dev/infiniband")
+        tls_checks(ds_agent, conf, col, "microview-agent-tls", client=False)
         sm = find("ServiceMonitor")
         expect(sm["spec"]["endpoints"][0]["honorLabels"] is True, "ServiceMonitor honorLabels")
         expect(sm["metadata"]["labels"]["release"] == "prometheus", "ServiceMonitor extra label")
@@ -330,6 +375,11 @@ else:
                == "/var/run/secrets/kubernetes.io/serviceaccount/token",
                "ServiceMonitor sends Prometheus' own token")
         webhook_checks("auto")
+    elif SCENARIO == "dpu-mtls":
+        col = collector_checks()
+        tls_checks(ds_agent, conf, col, "microview-agent-ca", client=True)
+        expect(flag(col, "--agent-server-name") == "microview-agent",
+               "collector.dpu.tls.serverName: --agent-server-name")
     elif SCENARIO == "cert-manager":
         mwc, w, secret_name = webhook_checks("cert-manager")
         cert = find("Certificate", "-webhook")

@@ -5,11 +5,13 @@ Usage: run_components.py BUILD_DIR RENDERED.yaml
  - agent: runs BUILD_DIR/bin/microview-agent with exactly the DaemonSet's command, arguments
    and ConfigMap ($(NODE_IP) -> 127.0.0.1, a free port for TCP listeners), only the host paths
    moved into a temporary directory (device-plugin dir, state dir, pod-resources socket, token
-   file); waits (bounded) for event=agent.started, then runs the DaemonSet's readiness probe
-   command with BUILD_DIR's microviewctl;
+   file, the listener's TLS files: a throwaway CA and pairs made with openssl for 127.0.0.1);
+   waits (bounded) for event=agent.started, checks its tls= field against the render, then
+   runs the DaemonSet's readiness probe command with BUILD_DIR's microviewctl;
  - collector: runs the collector DaemonSet's command and arguments against that agent (host
-   mode: its unix socket; DPU mode: its TCP listener with the token), listening on a free
-   loopback port, and polls its readiness probe path;
+   mode: its unix socket; DPU mode: its TCP listener with the token and the render's TLS flags
+   pointing at the throwaway CA and client pair), listening on a free loopback port, polls its
+   readiness probe path and, in DPU mode, waits for event=agent.synced from that agent;
  - webhook (when BUILD_DIR has microview-webhook): runs the Deployment's command and arguments
    with the render's own generated certificate and key, and polls /healthz over HTTPS,
    checking the server certificate against the render's caBundle and service DNS name, then
@@ -85,6 +87,42 @@ def poll(name, proc, check, what, seconds=20):
     fail(name, f"no {what} within {seconds} s")
 
 
+_pki = []
+
+
+def pki():
+    """A throwaway CA, a server pair for 127.0.0.1 (and the render's --agent-server-name) and a
+    client pair, made with openssl once; returns their directory."""
+    if _pki:
+        return _pki[0]
+    d = f"{tmp}/pki"
+    os.makedirs(d)
+    names = [a for o in objs if o["kind"] == "DaemonSet"
+             for c in o["spec"]["template"]["spec"]["containers"]
+             for i, a in enumerate(c.get("args", [])) if i and c["args"][i - 1] == "--agent-server-name"]
+    san = ",".join(["IP:127.0.0.1"] + [f"DNS:{n}" for n in names])
+
+    def ossl(*argv):
+        r = subprocess.run(["openssl", *argv], capture_output=True, text=True, timeout=60)
+        if r.returncode:
+            fail("openssl", f"openssl {' '.join(argv)}: {r.stderr}")
+
+    ossl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+         "-days", "1", "-subj", "/CN=chart-test-ca", "-keyout", f"{d}/ca.key", "-out", f"{d}/ca.crt",
+         "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign")
+    for who, ext in (("server", f"subjectAltName={san}\nextendedKeyUsage=serverAuth"),
+                     ("client", "extendedKeyUsage=clientAuth")):
+        ossl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+             "-subj", f"/CN=chart-test-{who}", "-keyout", f"{d}/{who}.key", "-out", f"{d}/{who}.csr")
+        open(f"{d}/{who}.ext", "w").write(ext + "\n")
+        ossl("x509", "-req", "-in", f"{d}/{who}.csr", "-CA", f"{d}/ca.crt", "-CAkey", f"{d}/ca.key",
+             "-CAcreateserial", "-days", "1", "-extfile", f"{d}/{who}.ext", "-out", f"{d}/{who}.crt")
+    for f in os.listdir(d):
+        os.chmod(f"{d}/{f}", 0o400)
+    _pki.append(d)
+    return d
+
+
 def run():
     done = []
     env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
@@ -107,14 +145,11 @@ def run():
         cfg = cfg.replace(f'"{conf["pod_resources_socket"]}"', f'"{tmp}/pod-resources.sock"')
         if "collector_token_file" in conf:
             cfg = cfg.replace(f'"{conf["collector_token_file"]}"', f'"{token}"')
-        # segment_group (global.segmentGroup) goes to agents that know the key; an agent built
-        # before it runs without it, and the collector then reads as this user does.
-        keys = subprocess.run([binary(ctr["command"][0]), "--help"], capture_output=True,
-                              text=True, timeout=20).stdout
-        if "segment_group" in conf and " segment_group" not in keys:
-            cfg = "\n".join(ln for ln in cfg.split("\n")
-                            if not ln.strip().startswith("segment_group:"))
-            done.append("agent without segment_group: key left out")
+        # The listener's TLS files (agent.remote.tls.secretName, mounted): the throwaway pair.
+        for key, name in (("tls_cert_file", "server.crt"), ("tls_key_file", "server.key"),
+                          ("tls_client_ca_file", "ca.crt")):
+            if key in conf:
+                cfg = cfg.replace(f'"{conf[key]}"', f'"{pki()}/{name}"')
         open(f"{tmp}/agent.yaml", "w").write(cfg)
         args = list(ctr["args"])
         for i, a in enumerate(args):
@@ -133,6 +168,13 @@ def run():
                     and os.path.exists(f"{state}/agent.sock"))
 
         poll("agent", agent, started, "event=agent.started and its socket")
+        if agent_tcp:
+            line = [ln for ln in open(f"{tmp}/agent.log") if "event=agent.started" in ln][0]
+            want = "tls=off_insecure_listen" if conf.get("insecure_listen") else "tls=on"
+            if want not in line.split():
+                fail("agent", f"TCP listener without {want}: {line}")
+            done.append(f"agent listener {want}"
+                        + (" with client certificates" if conf.get("tls_require_client_cert") else ""))
         probe = [p.replace(conf["state_dir"], state) for p in ctr["readinessProbe"]["exec"]["command"]]
         probe[0] = binary(probe[0])
         r = subprocess.run(probe, capture_output=True, text=True, timeout=20)
@@ -161,6 +203,9 @@ def run():
                     out += [a, agent_tcp]  # every listed host becomes the local agent, once
             elif a == "--rdma-token-file":
                 out += [a, token]
+            elif a in ("--agent-ca", "--agent-cert", "--agent-key"):
+                out += [a, f"{pki()}/" + {"--agent-ca": "ca.crt", "--agent-cert": "client.crt",
+                                          "--agent-key": "client.key"}[a]]
             elif a == "--rdma-src-ip":
                 out += [a, "127.0.0.1"]
             elif a == "--listen":
@@ -182,7 +227,17 @@ def run():
                 return r.status == 200
 
         poll("collector", coll, healthy, f"200 on {path}")
-        auth = out[out.index("--auth") + 1]
+        what = f"{path} ok"
+        if dpu and agent_tcp:
+            # The DPU collector follows the agent's catalog over its TCP listener: with the
+            # render's TLS flags and the token it must get through the handshake and sync.
+            def synced():
+                return f"event=agent.synced target={agent_tcp}" in open(f"{tmp}/collector.log").read()
+
+            poll("collector", coll, synced, f"event=agent.synced from the agent at {agent_tcp}")
+            tls = [f for f in ("--agent-ca", "--agent-cert", "--agent-server-name") if f in out]
+            what += f", synced with the agent over {'TLS (' + ' '.join(tls) + ')' if tls else 'plaintext'}"
+        auth = out[out.index("--auth") + 1] if "--auth" in out else "none"
         if auth == "kubernetes":
             try:
                 urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2)
@@ -190,8 +245,8 @@ def run():
             except urllib.error.HTTPError as e:
                 if e.code != 401:
                     fail("collector", f"/metrics without a token: {e.code}, want 401")
-        done.append(f"collector {'dpu' if dpu else 'host'} ({len(out)} args, {path} ok, "
-                    f"auth {auth}{', /metrics 401 without a token' if auth == 'kubernetes' else ''})")
+            what += ", /metrics 401 without a token"
+        done.append(f"collector {'dpu' if dpu else 'host'} ({len(out)} args, {what}, auth {auth})")
 
     # ---- webhook
     dep, sec = find("Deployment", "-webhook"), find("Secret", "-webhook-tls")

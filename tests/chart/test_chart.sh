@@ -13,7 +13,11 @@
 #    into pages at the chart's page size;
 #  - the schema refuses unknown keys and mistyped values; the validation template refuses
 #    contradictions (each with the message it must print);
-#  - NOTES.txt renders the port-forward and query commands and the Pod Security label command;
+#  - NOTES.txt renders the port-forward and query commands and the Pod Security label command,
+#    and warns when plaintext is chosen for the agents' control plane;
+#  - the agents' TCP control plane: TLS keys and mounts (check_render.py), the real agent and
+#    DPU collector over TLS with throwaway certificates (run_components.py), and plaintext run
+#    only when chosen on both ends (agent.remote.insecure, collector.dpu.tls.insecure);
 #  - NetworkPolicies and the non-root collector in the renders (check_render.py); the Pod
 #    Security level in deploy/manifests/00-namespace.yaml and docs/install.md;
 #  - k8scheck itself refuses the broken objects in tests/chart/bad/;
@@ -177,6 +181,65 @@ expect_fail "schema: collector.auth.mode outside the enum" "collector.auth.mode"
   "$HELM" template microview "$CHART" --set collector.auth.mode=off
 expect_fail "schema: collector.auth.maxInflight over the HTTP threads" "collector.auth.maxInflight" \
   "$HELM" template microview "$CHART" --set collector.auth.maxInflight=8
+# The agents' TCP control plane: TLS or an explicit plaintext choice, on both ends.
+dpu_tls=(-f "$CHART/ci/dpu-values.yaml")
+expect_fail "validate: agent.remote without TLS or insecure" \
+  "agent.remote.enabled needs agent.remote.tls.secretName .* or agent.remote.insecure: true" \
+  "$HELM" template microview "$CHART" --set agent.hostNetwork=true --set agent.remote.enabled=true
+expect_fail "validate: agent.remote TLS and insecure both" \
+  "agent.remote.tls.secretName and agent.remote.insecure both set" \
+  "$HELM" template microview "$CHART" "${dpu_tls[@]}" --set agent.remote.insecure=true
+expect_fail "validate: requireClientCert without the agents' Secret" \
+  "agent.remote.tls.requireClientCert needs agent.remote.tls.secretName" \
+  "$HELM" template microview "$CHART" "${dpu_tls[@]}" --set agent.remote.tls.secretName= \
+  --set agent.remote.insecure=true --set agent.remote.tls.requireClientCert=true \
+  --set collector.dpu.tls.insecure=true
+expect_fail "validate: requireClientCert without the DPU collector's client pair" \
+  "agent.remote.tls.requireClientCert with collector.mode dpu needs collector.dpu.tls.clientSecretName" \
+  "$HELM" template microview "$CHART" "${dpu_tls[@]}" --set agent.remote.tls.requireClientCert=true
+expect_fail "validate: DPU collector without the agents' CA" \
+  "collector.mode dpu needs the agents' CA: collector.dpu.tls.caSecretName .* or collector.dpu.tls.insecure: true" \
+  "$HELM" template microview "$CHART" --set agent.enabled=false --set collector.mode=dpu \
+  --set 'collector.dpu.agents={10.0.0.5:7000}'
+expect_fail "validate: DPU collector plaintext to TLS agents" \
+  "collector.dpu.tls.insecure but this release's agents serve TLS \\(agent.remote.tls.secretName\\)" \
+  "$HELM" template microview "$CHART" "${dpu_tls[@]}" --set collector.dpu.tls.insecure=true
+expect_fail "validate: DPU collector plaintext with a CA" \
+  "collector.dpu.tls.insecure with collector.dpu.tls.caSecretName/clientSecretName/serverName" \
+  "$HELM" template microview "$CHART" --set agent.enabled=false --set collector.mode=dpu \
+  --set 'collector.dpu.agents={10.0.0.5:7000}' --set collector.dpu.tls.insecure=true \
+  --set collector.dpu.tls.caSecretName=ca
+expect_fail "schema: agent.remote.tls.requireClientCert not a boolean" "requireClientCert" \
+  "$HELM" template microview "$CHART" --set-string agent.remote.tls.requireClientCert=yes
+
+# Plaintext chosen on both ends: the agent starts with insecure_listen, the DPU collector syncs
+# with it without TLS flags.
+insecure=(--set agent.remote.tls.secretName= --set agent.remote.insecure=true --set collector.dpu.tls.insecure=true)
+if "$HELM" template microview "$CHART" --namespace microview "${dpu_tls[@]}" "${insecure[@]}" >"$TMP/insecure.yaml" 2>"$TMP/err" &&
+  python3 - "$TMP/insecure.yaml" <<'PY'; then
+import sys, yaml
+objs = [o for o in yaml.safe_load_all(open(sys.argv[1])) if o]
+conf = yaml.safe_load([o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-agent")][0]["data"]["agent.yaml"])
+col = [o for o in objs if o["kind"] == "DaemonSet" and o["metadata"]["name"].endswith("-collector")][0]
+spec = col["spec"]["template"]["spec"]
+a = spec["containers"][0]["args"]
+names = {v["name"] for v in spec["volumes"]}
+sys.exit(0 if conf.get("insecure_listen") is True and "tls_cert_file" not in conf
+         and not {"--agent-ca", "--agent-cert"} & set(a) and "agent-ca" not in names else 1)
+PY
+  ok "insecure on both ends: insecure_listen: true, no TLS flags or mounts on the DPU collector"
+else
+  ko "insecure on both ends"
+  cat "$TMP/err"
+fi
+if [ -n "$BUILD" ]; then
+  if python3 "$HERE/run_components.py" "$BUILD" "$TMP/insecure.yaml" >"$TMP/out" 2>&1; then
+    ok "real binaries with plaintext chosen on both ends: $(tail -1 "$TMP/out")"
+  else
+    ko "real binaries with plaintext chosen on both ends"
+    cat "$TMP/out"
+  fi
+fi
 
 # ---- k8scheck refuses what the API server would ----------------------------------------------
 for f in "$HERE"/bad/*.yaml; do
@@ -224,6 +287,17 @@ if "$HELM" template microview "$TMP/notes-chart" -n microview --show-only templa
   ok "NOTES.txt with collector.auth.mode none: plain query and the warning"
 else
   ko "NOTES.txt with collector.auth.mode none"
+  cat "$TMP/err" "$TMP/notes.yaml"
+fi
+if "$HELM" template microview "$TMP/notes-chart" -n microview --show-only templates/notes-render.yaml \
+  "${dpu_tls[@]}" "${insecure[@]}" >"$TMP/notes.yaml" 2>"$TMP/err" &&
+  grep -q 'WARNING: agent.remote.insecure is true' "$TMP/notes.yaml" &&
+  grep -q 'WARNING: collector.dpu.tls.insecure is true' "$TMP/notes.yaml" &&
+  ! "$HELM" template microview "$TMP/notes-chart" -n microview --show-only templates/notes-render.yaml \
+    "${dpu_tls[@]}" 2>&1 | grep -q 'WARNING: .*insecure'; then
+  ok "NOTES.txt: warns about agent.remote.insecure and collector.dpu.tls.insecure, only when chosen"
+else
+  ko "NOTES.txt: insecure warnings"
   cat "$TMP/err" "$TMP/notes.yaml"
 fi
 

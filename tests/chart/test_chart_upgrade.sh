@@ -6,7 +6,7 @@
 # Needs a cluster: MV_KUBECONFIG=path/to/kubeconfig (skips with 77 without it). Installs a
 # release "mvupgrade" into namespace "mv-chart-upgrade" with the agent off (no device plugin
 # is touched), the webhook on with failurePolicy Ignore and a DPU-mode collector whose node
-# selector matches no node, then upgrades it and uninstalls it.
+# selector matches no node (so its CA Secret need not exist), then upgrades it and uninstalls it.
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -30,7 +30,7 @@ trap cleanup EXIT
 
 set_args=(--set agent.enabled=false --set webhook.failurePolicy=Ignore --set webhook.replicas=1
   --set collector.mode=dpu --set 'collector.dpu.agents={192.0.2.1:7000}'
-  --set collector.dpu.nodeSelector.microview\\.io/role=none)
+  --set collector.dpu.nodeSelector.microview\\.io/role=none --set collector.dpu.tls.caSecretName=mvupgrade-agent-ca)
 
 # secrets FILE: prints ca.crt, tls.crt, tls.key, caBundle and the token of a rendered release.
 secrets() {
