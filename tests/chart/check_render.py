@@ -286,6 +286,10 @@ if SCENARIO == "static-pod":
     expect(a[a.index("--transport") + 1] == "verbs", "verbs transport")
     expect(re.fullmatch(r"[0-9.]+:[0-9]+", a[a.index("--agent") + 1]), "--agent IP:PORT")
     expect(a[a.index("--rdma-token-file") + 1].startswith("/etc/microview/token/"), "token file")
+    ca = a[a.index("--agent-ca") + 1] if "--agent-ca" in a else ""
+    mounted = [m["mountPath"] for m in c.get("volumeMounts", []) if m.get("readOnly")]
+    expect(ca.startswith("/etc/microview/agent-ca/") and "/etc/microview/agent-ca" in mounted,
+           "--agent-ca from a read-only host directory (the agents serve TLS)")
     expect(c["imagePullPolicy"] == "IfNotPresent", "IfNotPresent")
 elif SCENARIO == "long-names":
     for o in objs:
