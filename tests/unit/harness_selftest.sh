@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The unit harness isolates cases: test_harness's first cases crash and hang, later ones fail an
-# assertion, skip a part and pass. Expects exit 1, each failure named as its case's, the passing
+# assertion, skip a part, trip ASan and leak (sanitized build only) and pass. Expects exit 1, each failure named as its case's, the passing
 # case run, the skipped part counted and logged, and the timeout honoured.
 # Usage: harness_selftest.sh <path to test_harness>
 set -uo pipefail
@@ -18,7 +18,9 @@ check() { # check <description> <pattern>: the output matches the extended regex
 }
 
 start=$(date +%s)
-MV_TEST_TIMEOUT=2 MV_TEST_SKIP_LOG=$work/skip.log "$bin" >"$work/out" 2>&1
+# As in scripts/test.sh's sanitizer stage: a sanitizer report aborts (a crash the harness names).
+ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}abort_on_error=1 MV_TEST_TIMEOUT=2 \
+  MV_TEST_SKIP_LOG=$work/skip.log "$bin" >"$work/out" 2>&1
 rc=$?
 secs=$(($(date +%s) - start))
 cat "$work/out"
@@ -39,12 +41,24 @@ else
 fi
 check "the skipped part is reported" \
   'SKIPPED: harness/skips a part: harness-selftest: this part needs nothing'
-check "the summary counts the cases" \
-  'harness: 5 case\(s\): 2 passed, 3 failed \(1 crashed, 1 timed out\), 0 skipped'
+if grep -q 'harness-selftest: asan=1' "$work/out"; then
+  # Sanitized build: the overflow read and the leak fail their cases too.
+  check "an ASan report fails its case" 'Test: ASan report \.\.\.FAILED'
+  check "ASan names the overflow" 'AddressSanitizer: heap-buffer-overflow'
+  check "a leak at exit fails its case" \
+    'Test: leaks at exit \.\.\.FAILED|the case passed, then its process exited with status'
+  check "LeakSanitizer names the leak" 'LeakSanitizer: detected memory leaks'
+  check "the summary counts the cases" \
+    'harness: 7 case\(s\): 2 passed, 5 failed \([1-3] crashed, 1 timed out\), 0 skipped'
+  check "CUnit's run summary" 'tests +7 +7 +2 +5 +0'
+else
+  check "the summary counts the cases" \
+    'harness: 7 case\(s\): 4 passed, 3 failed \(1 crashed, 1 timed out\), 0 skipped'
+  check "CUnit's run summary" 'tests +7 +7 +4 +3 +0'
+fi
 check "the summary counts the skipped part" 'harness: 1 part\(s\) of cases SKIPPED'
 check "the summary names the failed cases" \
   'FAILED: "segfaults" \(crashed\), "hangs" \(timed out\), "assert fails"'
-check "CUnit's run summary" 'tests +5 +5 +2 +3 +0'
 if grep -q 'SKIPPED: harness/skips a part' "$work/skip.log" 2>/dev/null; then
   echo "ok: the skipped part is appended to MV_TEST_SKIP_LOG"
 else

@@ -297,7 +297,7 @@ static case_outcome spawn_case(const mv_test *t, size_t idx, char **args, size_t
         o.skipped = 1;
     } else if (!reported) {
         printf("\n  Test: %s ...FAILED\n    the case's process exited with status %d before "
-               "reporting (exit() in the case?)\n",
+               "reporting (exit() in the case, or a sanitizer report: see above)\n",
                t->name, status == -1 ? -1 : WEXITSTATUS(status));
         o.failed = 1;
     } else if (WEXITSTATUS(status) != 0 && !r->failed) {
