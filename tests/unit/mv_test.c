@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -232,9 +233,14 @@ static case_outcome spawn_case(const mv_test *t, size_t idx, char **args, size_t
     argv[a] = NULL;
 
     uint64_t start = mv_test_mono_ms();
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid == 0) {
         close(p[0]);
+        /* The case dies with the harness (killed by ctest's timeout, say) instead of running on
+         * unwatched. */
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
+            _exit(126);
         if (has_emu)
             execvpe(argv[0], argv, env);
         else
