@@ -115,8 +115,8 @@ static unsigned env_unsigned(const char *name, unsigned dflt)
     return (unsigned)x;
 }
 
-/* This program's arguments (argv[1..]) as a NULL-terminated array to free() with its strings
- * in one block, from /proc/self/cmdline; NULL when it cannot be read. */
+/* This program's arguments (argv[0], argv[1], ...) from /proc/self/cmdline, as a NULL-terminated
+ * array to free() with its strings in one block; NULL when they cannot be read. */
 static char **own_args(size_t *count)
 {
     int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
