@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The unit harness isolates cases: test_harness's first cases crash and hang, later ones fail an
-# assertion, skip a part, trip ASan and leak (sanitized build only) and pass. Expects exit 1, each failure named as its case's, the passing
+# assertion, skip a part, skip, trip ASan and leak (sanitized build only) and pass. Expects exit 1, each failure named as its case's, the passing
 # case run, the skipped part counted and logged, and the timeout honoured.
 # Usage: harness_selftest.sh <path to test_harness>
 set -uo pipefail
@@ -49,16 +49,18 @@ if grep -q 'harness-selftest: asan=1' "$work/out"; then
     'Test: leaks at exit \.\.\.FAILED|the case passed, then its process exited with status'
   check "LeakSanitizer names the leak" 'LeakSanitizer: detected memory leaks'
   check "the summary counts the cases" \
-    'harness: 7 case\(s\): 2 passed, 5 failed \([1-3] crashed, 1 timed out\), 0 skipped'
-  check "CUnit's run summary" 'tests +7 +7 +2 +5 +0'
+    'harness: 8 case\(s\): 2 passed, 5 failed \([1-3] crashed, 1 timed out\), 1 skipped'
+  check "CUnit's run summary" 'tests +8 +7 +2 +5 +1'
 else
   check "the summary counts the cases" \
-    'harness: 7 case\(s\): 4 passed, 3 failed \(1 crashed, 1 timed out\), 0 skipped'
-  check "CUnit's run summary" 'tests +7 +7 +4 +3 +0'
+    'harness: 8 case\(s\): 4 passed, 3 failed \(1 crashed, 1 timed out\), 1 skipped'
+  check "CUnit's run summary" 'tests +8 +7 +4 +3 +1'
 fi
 check "the summary counts the skipped part" 'harness: 1 part\(s\) of cases SKIPPED'
 check "the summary names the failed cases" \
   'FAILED: "segfaults" \(crashed\), "hangs" \(timed out\), "assert fails"'
+check "a case calling mv_test_skip is skipped alone" \
+  'SKIPPED: harness-selftest: this case needs nothing and skips on purpose'
 if grep -q 'SKIPPED: harness/skips a part' "$work/skip.log" 2>/dev/null; then
   echo "ok: the skipped part is appended to MV_TEST_SKIP_LOG"
 else

@@ -1,7 +1,7 @@
 /* test_harness: the harness's own check (run by harness_selftest.sh, never alone by ctest). Its
- * cases crash, hang, fail an assertion, skip a part, trip AddressSanitizer and leak (both only in
- * a sanitized build) and pass, in that order: one process per case must report each failure as
- * that case's and still run the cases after it. */
+ * cases crash, hang, fail an assertion, skip a part, skip, trip AddressSanitizer and leak (both
+ * only in a sanitized build) and pass, in that order: one process per case must report each failure
+ * as that case's and still run the cases after it. */
 #include "mv_test.h"
 
 #include <signal.h>
@@ -59,6 +59,11 @@ static void test_skip_part(void)
     mv_test_skip_case("harness-selftest: this part needs nothing and is skipped on purpose");
 }
 
+static void test_skip_whole(void)
+{
+    mv_test_skip("harness-selftest: this case needs nothing and skips on purpose");
+}
+
 /* Under AddressSanitizer: a heap overflow read, which ASan reports and ends the process with. */
 static void test_asan_report(void)
 {
@@ -92,13 +97,10 @@ static void test_passes(void)
 int main(void)
 {
     static const mv_test tests[] = {
-        {"segfaults", test_segfault},
-        {"hangs", test_hang},
-        {"assert fails", test_assert_fails},
-        {"skips a part", test_skip_part},
-        {"ASan report", test_asan_report},
-        {"leaks at exit", test_leak_at_exit},
-        {"passes", test_passes},
+        {"segfaults", test_segfault},         {"hangs", test_hang},
+        {"assert fails", test_assert_fails},  {"skips a part", test_skip_part},
+        {"skips itself", test_skip_whole},    {"ASan report", test_asan_report},
+        {"leaks at exit", test_leak_at_exit}, {"passes", test_passes},
     };
     return MV_TEST_RUN_FIXTURE("harness", suite_init, suite_clean, tests);
 }
