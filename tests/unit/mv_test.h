@@ -1,5 +1,5 @@
-/* mv_test: the unit tests' shared harness: one CUnit main, scratch directories, bounded polling
- * instead of fixed sleeps, and the ctest skip convention. */
+/* mv_test: the unit tests' shared harness: one CUnit main running each case in its own process,
+ * scratch directories, bounded polling instead of fixed sleeps, and the ctest skip convention. */
 #ifndef MV_TEST_H
 #define MV_TEST_H
 
@@ -13,9 +13,16 @@ typedef struct mv_test {
     void (*fn)(void);
 } mv_test;
 
-/* Runs `tests` as one verbose CUnit suite named `suite`. Returns the process
- * exit code: 0 when every assertion held, 1 otherwise, 2 when CUnit could not
- * start. */
+/* Runs `tests` as one CUnit suite named `suite`, each case in its own process: the program is
+ * started again (same arguments, MV_TEST_CASE=<index> in its environment) and that process runs
+ * main() up to here and then the one case, with the suite's init/clean around it. A case that
+ * crashes, exits, or runs longer than $MV_TEST_TIMEOUT seconds (default 120; it is killed) fails
+ * alone, named with its signal, and the cases after it still run; so does a case whose process
+ * exits nonzero after it passed (a leak or sanitizer report at exit). Ends with CUnit's run
+ * summary and a line counting passed, failed, crashed, timed-out and skipped cases.
+ * MV_TEST_NOFORK=1 runs every case in this process instead (for a debugger); MV_TEST_CASE=<i>
+ * runs case i alone in this process. Returns the process exit code: 0 when every case passed,
+ * 1 otherwise, 77 when every case called mv_test_skip(), 2 when CUnit could not start. */
 int mv_test_run(const char *suite, const mv_test *tests, size_t n);
 #define MV_TEST_RUN(suite, tests) mv_test_run(suite, tests, sizeof(tests) / sizeof((tests)[0]))
 /* The same with CUnit suite set-up and tear-down functions (0 = success). */
@@ -42,7 +49,8 @@ uint64_t mv_test_mono_ms(void);
  * measures it (rates, intervals), never as synchronisation. */
 void mv_test_sleep_ms(unsigned ms);
 
-/* Prints "SKIPPED: <reason>" and exits 77, which ctest reports as skipped. */
+/* Prints "SKIPPED: <reason>" and exits 77, which ctest reports as skipped. Called from a case,
+ * that case counts as skipped and the others still run. */
 void mv_test_skip(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 
 /* Reports that a part of the running case cannot run on this machine: prints
