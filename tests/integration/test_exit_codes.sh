@@ -75,8 +75,9 @@ mkdir -p "$tmp/file"
 : >"$tmp/file/x"
 status nonzero "agent: a state directory that cannot be made" \
   "$bin/microview-agent" --standalone --dir "$tmp/file/x/segs"
+# Plaintext chosen, so that the taken port is what stops the start (not the missing TLS).
 status nonzero "agent: --listen on a port already taken" \
-  "$bin/microview-agent" --standalone --dir "$tmp/a1" --listen "127.0.0.1:$busy"
+  "$bin/microview-agent" --standalone --dir "$tmp/a1" --listen "127.0.0.1:$busy" --insecure-listen
 status nonzero "agent (Kubernetes mode): a configuration file that cannot be read" \
   "$bin/microview-agent" --config "$tmp/none.yaml"
 stops_clean "agent: SIGTERM after a complete start" "test -S '$tmp/a2/agent.sock'" \
