@@ -10,13 +10,11 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include <curl/curl.h>
-
+#include "mv_kubec.h"
 #include "mv_log.h"
 #include "mv_util.h"
 
 #define WAYS               4
-#define OWN_TOKEN_MAX      (64u << 10)
 #define OWN_TOKEN_REREAD_S 60
 
 typedef struct slot {
@@ -26,7 +24,8 @@ typedef struct slot {
 } slot;
 
 struct mv_authz {
-    char *url, *token_file, *ca_file;
+    char *url;
+    mv_kubec_cred *cred; /* the collector's own token and the API server's CA */
     int timeout_ms;
     unsigned max_inflight;
     uint64_t ttl_allow_ns, ttl_deny_ns;
@@ -35,8 +34,6 @@ struct mv_authz {
     pthread_mutex_t mu; /* guards everything below */
     slot *slots;
     size_t nsets;
-    char *token; /* the collector's own */
-    uint64_t token_read_ns;
     mv_authz_stats st;
 };
 
@@ -56,69 +53,6 @@ const char *mv_authz_mode_name(mv_authz_mode m)
     return m == MV_AUTHZ_KUBERNETES ? "kubernetes" : "none";
 }
 
-/* ---- The collector's own token -------------------------------------------------------- */
-
-/* Re-reads the token file when it is older than OWN_TOKEN_REREAD_S, or sooner when `force` (a
- * 401 from the API server). Caller holds a->mu. Projected service-account tokens rotate, hence
- * the re-reads. */
-static void own_token_reload(mv_authz *a, int force)
-{
-    uint64_t now = mv_mono_ns();
-    /* At most once a second after a 401, every 5 s while there is no token: not on every
-     * request (each failed read logs a warning). */
-    uint64_t every = (force ? 1 : a->token ? OWN_TOKEN_REREAD_S : 5) * 1000000000ull;
-    if (a->token_read_ns && now - a->token_read_ns < every)
-        return;
-    a->token_read_ns = now;
-    FILE *f = fopen(a->token_file, "re");
-    char *buf = f ? malloc(OWN_TOKEN_MAX + 1) : NULL;
-    size_t n = buf ? fread(buf, 1, OWN_TOKEN_MAX + 1, f) : 0;
-    int e = errno;
-    if (f)
-        fclose(f);
-    const char *why = !f                  ? strerror(e)
-                      : !buf              ? "out of memory"
-                      : n > OWN_TOKEN_MAX ? "larger than 64 KiB"
-                                          : NULL;
-    while (!why && n && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
-        n--;
-    if (!why) {
-        buf[n] = 0;
-        if (!n || strpbrk(buf, "\r\n") || strlen(buf) != n)
-            why = "empty, or has line breaks or NUL bytes";
-    }
-    if (why) {
-        MV_WARN("authz.token_unreadable", "path=%s err=%s effect=%s", mv_log_q(a->token_file),
-                mv_log_q(why), mv_log_q("reviews are sent with the token read before, if any"));
-        free(buf);
-        return;
-    }
-    if (!a->token || strcmp(a->token, buf)) {
-        MV_INFO("authz.token_loaded", "path=%s bytes=%zu", mv_log_q(a->token_file), n);
-        if (a->token)
-            explicit_bzero(a->token, strlen(a->token));
-        free(a->token);
-        a->token = buf;
-    } else {
-        explicit_bzero(buf, n);
-        free(buf);
-    }
-}
-
-static char *own_auth_header(mv_authz *a, int force)
-{
-    pthread_mutex_lock(&a->mu);
-    own_token_reload(a, force);
-    char *h = NULL;
-    if (a->token) {
-        size_t n = strlen(a->token) + 32;
-        if ((h = malloc(n)))
-            snprintf(h, n, "Authorization: Bearer %s", a->token);
-    }
-    pthread_mutex_unlock(&a->mu);
-    return h;
-}
-
 /* ---- API calls ------------------------------------------------------------------------- */
 
 /* POSTs `body` to url path `api`; returns 0 with the HTTP status and answer in b, or -EIO
@@ -131,53 +65,7 @@ static int post(mv_authz *a, const char *api, const char *body, mv_buf *b, long 
     if (!url)
         return -ENOMEM;
     snprintf(url, ul, "%s%s", a->url, api);
-    int rc = -EIO;
-    for (int attempt = 0; attempt < 2; attempt++) {
-        CURL *c = curl_easy_init();
-        if (!c) {
-            rc = -ENOMEM;
-            break;
-        }
-        struct curl_slist *h = curl_slist_append(NULL, "Accept: application/json");
-        h = curl_slist_append(h, "Content-Type: application/json");
-        char *auth = own_auth_header(a, attempt > 0);
-        if (auth)
-            h = curl_slist_append(h, auth);
-        char ebuf[CURL_ERROR_SIZE] = "";
-        mv_buf_free(b);
-        curl_easy_setopt(c, CURLOPT_URL, url);
-        curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
-        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-        curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, mv_buf_curl_write);
-        curl_easy_setopt(c, CURLOPT_WRITEDATA, b);
-        curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)a->timeout_ms);
-        curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)a->timeout_ms);
-        curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-        curl_easy_setopt(c, CURLOPT_ERRORBUFFER, ebuf);
-        curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-        if (a->ca_file)
-            curl_easy_setopt(c, CURLOPT_CAINFO, a->ca_file);
-        CURLcode cr = curl_easy_perform(c);
-        *status = 0;
-        if (cr == CURLE_OK) {
-            curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, status);
-            rc = 0;
-        } else {
-            mv_err_set(err, errlen, "POST %s: %s", api,
-                       b->error == -E2BIG ? "answer too large"
-                                          : (ebuf[0] ? ebuf : curl_easy_strerror(cr)));
-            rc = -EIO;
-        }
-        if (auth) {
-            explicit_bzero(auth, strlen(auth));
-            free(auth);
-        }
-        curl_slist_free_all(h);
-        curl_easy_cleanup(c);
-        if (rc == 0 && *status == 401 && attempt == 0)
-            continue;
-        break;
-    }
+    int rc = mv_kubec_request(a->cred, url, api, body, a->timeout_ms, b, status, err, errlen);
     free(url);
     if (rc == 0 && *status != 200 && *status != 201) {
         mv_err_set(err, errlen, "POST %s: HTTP %ld%s", api, *status,
@@ -420,11 +308,6 @@ void mv_authz_get_stats(mv_authz *a, mv_authz_stats *out)
 
 /* ---- Lifecycle ------------------------------------------------------------------------------ */
 
-static void curl_init_once(void)
-{
-    curl_global_init(CURL_GLOBAL_DEFAULT);
-}
-
 const char *mv_authz_api_server(const mv_authz *a)
 {
     return a->url;
@@ -450,8 +333,6 @@ int mv_authz_create(const mv_authz_opts *o, mv_authz **out)
                           "KUBERNETES_SERVICE_HOST (in a pod)"));
         return -EINVAL;
     }
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, curl_init_once);
     mv_authz *a = calloc(1, sizeof *a);
     if (!a)
         return -ENOMEM;
@@ -460,9 +341,18 @@ int mv_authz_create(const mv_authz_opts *o, mv_authz **out)
     const char *cf = o->ca_file;
     if (!cf && access(MV_AUTHZ_IN_CLUSTER_DIR "/ca.crt", R_OK) == 0)
         cf = MV_AUTHZ_IN_CLUSTER_DIR "/ca.crt";
+    /* Re-read at most once a second after a 401, every 5 s while there is no token: not on
+     * every request (each failed read logs a warning). Projected tokens rotate. */
+    mv_kubec_cred_opts co = {.token_file = tf,
+                             .ca_file = cf,
+                             .log_area = "authz",
+                             .effect = "reviews are sent with the token read before, if any",
+                             .reread_s = OWN_TOKEN_REREAD_S,
+                             .retry_s = 5,
+                             .forced_min_s = 1,
+                             .refuse_empty = 1};
     a->url = strdup(url);
-    a->token_file = strdup(tf);
-    a->ca_file = cf ? strdup(cf) : NULL;
+    int crc = mv_kubec_cred_create(&co, &a->cred);
     a->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 2000;
     a->max_inflight = o->max_inflight ? o->max_inflight : 16;
     unsigned entries = o->cache_entries ? o->cache_entries : 4096;
@@ -470,16 +360,14 @@ int mv_authz_create(const mv_authz_opts *o, mv_authz **out)
     a->slots = calloc(a->nsets * WAYS, sizeof *a->slots);
     a->ttl_allow_ns = (uint64_t)(o->ttl_allow_s ? o->ttl_allow_s : 60) * 1000000000ull;
     a->ttl_deny_ns = (uint64_t)(o->ttl_deny_s ? o->ttl_deny_s : 10) * 1000000000ull;
-    if (!a->url || !a->token_file || (cf && !a->ca_file) || !a->slots) {
+    if (!a->url || crc < 0 || !a->slots) {
         mv_authz_destroy(a);
         return -ENOMEM;
     }
     size_t ul = strlen(a->url);
     while (ul > 8 && a->url[ul - 1] == '/')
         a->url[--ul] = 0;
-    pthread_mutex_lock(&a->mu);
-    own_token_reload(a, 1);
-    pthread_mutex_unlock(&a->mu);
+    mv_kubec_cred_load(a->cred);
     *out = a;
     return 0;
 }
@@ -488,12 +376,8 @@ void mv_authz_destroy(mv_authz *a)
 {
     if (!a)
         return;
-    if (a->token)
-        explicit_bzero(a->token, strlen(a->token));
-    free(a->token);
+    mv_kubec_cred_destroy(a->cred);
     free(a->url);
-    free(a->token_file);
-    free(a->ca_file);
     free(a->slots);
     pthread_mutex_destroy(&a->mu);
     free(a);

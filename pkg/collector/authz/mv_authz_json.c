@@ -7,6 +7,7 @@
 #include <json-c/json.h>
 
 #include "mv_authz.h"
+#include "mv_kubec.h"
 #include "mv_util.h"
 
 #define JSON_DEPTH 32
@@ -28,25 +29,15 @@ static int parse_root(const char *json, size_t len, const char *kind, json_objec
                       json_object **status, char *err, size_t errlen)
 {
     *root = *status = NULL;
-    if (len > MV_AUTHZ_BODY_MAX) {
+    json_object *r;
+    int rc = mv_kubec_json_parse(json, len, MV_AUTHZ_BODY_MAX, JSON_DEPTH, &r);
+    if (rc == -E2BIG) {
         mv_err_set(err, errlen, "answer larger than %u bytes", MV_AUTHZ_BODY_MAX);
         return -EINVAL;
     }
-    json_tokener *tok = json_tokener_new_ex(JSON_DEPTH);
-    if (!tok)
-        return -ENOMEM;
-    json_tokener_set_flags(tok, JSON_TOKENER_STRICT | JSON_TOKENER_VALIDATE_UTF8);
-    json_object *r = json_tokener_parse_ex(tok, json, (int)len);
-    int ok = r && json_tokener_get_error(tok) == json_tokener_success;
-    /* Trailing bytes after the document are refused too. */
-    if (ok && (size_t)json_tokener_get_parse_end(tok) < len) {
-        for (size_t i = json_tokener_get_parse_end(tok); i < len; i++)
-            if (json[i] != ' ' && json[i] != '\n' && json[i] != '\r' && json[i] != '\t')
-                ok = 0;
-    }
-    json_tokener_free(tok);
-    if (!ok) {
-        json_object_put(r);
+    if (rc == -ENOMEM)
+        return rc;
+    if (rc < 0) {
         mv_err_set(err, errlen, "answer is not valid JSON");
         return -EINVAL;
     }

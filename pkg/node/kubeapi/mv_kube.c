@@ -2,33 +2,25 @@
 #include "mv_kube.h"
 
 #include <errno.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include <curl/curl.h>
 #include <json-c/json.h>
 
+#include "mv_kubec.h"
 #include "mv_log.h"
 #include "mv_util.h"
 #include "mv_segment.h"
 
-#define TOKEN_MAX   (64u << 10)
 #define JSON_DEPTH  64
 #define NAME_MAX_K8 253
 
 struct mv_kube {
     char *url;
-    char *token_file;
-    char *ca_file;
-    int reread_s;
     int timeout_ms;
-    pthread_mutex_t mu;
-    char *token;
-    time_t token_read; /* monotonic seconds; 0 = never */
+    mv_kubec_cred *cred;
 };
 
 /* ---- Small value helpers ------------------------------------------------------- */
@@ -215,20 +207,19 @@ static int parse_security(json_object *spec, mv_kube_pod *out, char *err, size_t
 
 int mv_kube_parse_pod(const char *json, size_t len, mv_kube_pod *out, char *err, size_t errlen)
 {
-    int rc = -EINVAL;
     memset(out, 0, sizeof *out);
-    if (len > MV_KUBE_BODY_MAX) {
+    json_object *root;
+    int rc = mv_kubec_json_parse(json, len, MV_KUBE_BODY_MAX, JSON_DEPTH, &root);
+    if (rc == -E2BIG) {
         mv_err_set(err, errlen, "pod JSON larger than %u bytes", MV_KUBE_BODY_MAX);
         return -EINVAL;
     }
-    json_tokener *tok = json_tokener_new_ex(JSON_DEPTH);
-    if (!tok)
-        return -ENOMEM;
-    json_tokener_set_flags(tok, JSON_TOKENER_STRICT | JSON_TOKENER_VALIDATE_UTF8);
-    json_object *root = json_tokener_parse_ex(tok, json, (int)len);
-    if (!root || json_tokener_get_error(tok) != json_tokener_success) {
+    if (rc == -ENOMEM)
+        return rc;
+    rc = -EINVAL;
+    if (!root) {
         mv_err_set(err, errlen, "pod is not valid JSON");
-        goto put_root;
+        return rc;
     }
     json_object *kind, *meta = NULL, *spec = NULL;
     if (!json_object_is_type(root, json_type_object) ||
@@ -274,7 +265,6 @@ clear:
     mv_kube_pod_clear(out);
 put_root:
     json_object_put(root);
-    json_tokener_free(tok);
     return rc;
 }
 
@@ -358,64 +348,6 @@ int mv_kube_parse_labels(const char *s, mv_kube_kv **out, size_t *n,
 
 /* ---- HTTP -------------------------------------------------------------------------- */
 
-static time_t mono_s(void)
-{
-    return (time_t)(mv_mono_ns() / 1000000000u) + 1; /* never 0 */
-}
-
-/* Reads the token file into k->token. Caller holds k->mu. */
-static void token_reload(mv_kube *k)
-{
-    k->token_read = mono_s();
-    FILE *f = fopen(k->token_file, "re");
-    if (!f) {
-        MV_WARN("kube.token_unreadable", "path=%s err=%s", mv_log_q(k->token_file),
-                mv_log_q(strerror(errno)));
-        return;
-    }
-    char *buf = malloc(TOKEN_MAX + 1);
-    size_t n = buf ? fread(buf, 1, TOKEN_MAX + 1, f) : 0;
-    fclose(f);
-    if (!buf || n > TOKEN_MAX) {
-        MV_WARN("kube.token_unreadable", "path=%s err=%s", mv_log_q(k->token_file),
-                mv_log_q("larger than 64 KiB"));
-        free(buf);
-        return;
-    }
-    while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
-        n--;
-    buf[n] = 0;
-    if (strpbrk(buf, "\r\n")) {
-        MV_WARN("kube.token_unreadable", "path=%s err=%s", mv_log_q(k->token_file),
-                mv_log_q("token has line breaks"));
-        free(buf);
-        return;
-    }
-    if (!k->token || strcmp(k->token, buf) != 0)
-        MV_INFO("kube.token_loaded", "path=%s bytes=%zu", mv_log_q(k->token_file), n);
-    free(k->token);
-    k->token = buf;
-}
-
-/* Returns a malloc'd "Authorization: Bearer ..." header line, or NULL. */
-static char *auth_header(mv_kube *k, int force)
-{
-    if (!k->token_file)
-        return NULL;
-    pthread_mutex_lock(&k->mu);
-    if (force || !k->token_read || mono_s() - k->token_read >= k->reread_s)
-        token_reload(k);
-    char *h = NULL;
-    if (k->token) {
-        size_t n = strlen(k->token) + 32;
-        h = malloc(n);
-        if (h)
-            snprintf(h, n, "Authorization: Bearer %s", k->token);
-    }
-    pthread_mutex_unlock(&k->mu);
-    return h;
-}
-
 /* DNS-1123 names: what namespaces and pod names may be. */
 static int valid_k8s_name(const char *s)
 {
@@ -427,50 +359,6 @@ static int valid_k8s_name(const char *s)
               s[i] == '.'))
             return 0;
     return 1;
-}
-
-static int http_get(mv_kube *k, const char *url, int force_token, mv_buf *b, long *status,
-                    char *err, size_t errlen)
-{
-    int rc = -EIO;
-    CURL *c = curl_easy_init();
-    if (!c) {
-        mv_err_set(err, errlen, "curl_easy_init failed");
-        return -ENOMEM;
-    }
-    struct curl_slist *hdrs = curl_slist_append(NULL, "Accept: application/json");
-    char *auth = auth_header(k, force_token);
-    if (auth)
-        hdrs = curl_slist_append(hdrs, auth);
-    char ebuf[CURL_ERROR_SIZE] = "";
-    curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, mv_buf_curl_write);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, b);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)k->timeout_ms);
-    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)k->timeout_ms);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, ebuf);
-    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-    if (k->ca_file)
-        curl_easy_setopt(c, CURLOPT_CAINFO, k->ca_file);
-    CURLcode cr = curl_easy_perform(c);
-    if (cr != CURLE_OK) {
-        mv_err_set(err, errlen, "GET %s: %s", url,
-                   b->error == -E2BIG ? "answer too large"
-                                      : (ebuf[0] ? ebuf : curl_easy_strerror(cr)));
-        goto cleanup;
-    }
-    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, status);
-    rc = 0;
-cleanup:
-    if (auth) {
-        memset(auth, 0, strlen(auth));
-        free(auth);
-    }
-    curl_slist_free_all(hdrs);
-    curl_easy_cleanup(c);
-    return rc;
 }
 
 int mv_kube_get_pod(mv_kube *k, const char *ns, const char *name, mv_kube_pod *out, char *err,
@@ -486,43 +374,29 @@ int mv_kube_get_pod(mv_kube *k, const char *ns, const char *name, mv_kube_pod *o
     if (!url)
         return -ENOMEM;
     snprintf(url, ul, "%s/api/v1/namespaces/%s/pods/%s", k->url, ns, name);
-    int rc;
     long status = 0;
-    for (int attempt = 0; attempt < 2; attempt++) {
-        mv_buf b = {.cap = MV_KUBE_BODY_MAX};
-        status = 0;
-        rc = http_get(k, url, attempt > 0, &b, &status, err, errlen);
-        if (rc == 0 && status == 401 && attempt == 0 && k->token_file) {
-            free(b.data);
-            continue; /* the token may have rotated: re-read it and try once more */
-        }
-        if (rc == 0) {
-            if (status == 200) {
-                rc = mv_kube_parse_pod(b.data ? b.data : "", b.len, out, err, errlen);
-                if (rc < 0)
-                    rc = -EIO;
-            } else if (status == 404) {
-                mv_err_set(err, errlen, "pod %s/%s not found", ns, name);
-                rc = -ENOENT;
-            } else if (status == 401 || status == 403) {
-                mv_err_set(err, errlen, "GET %s: HTTP %ld (check the token and RBAC: pods get)",
-                           url, status);
-                rc = -EACCES;
-            } else {
-                mv_err_set(err, errlen, "GET %s: HTTP %ld", url, status);
+    mv_buf b = {.cap = MV_KUBE_BODY_MAX};
+    int rc = mv_kubec_request(k->cred, url, url, NULL, k->timeout_ms, &b, &status, err, errlen);
+    if (rc == 0) {
+        if (status == 200) {
+            rc = mv_kube_parse_pod(b.data ? b.data : "", b.len, out, err, errlen);
+            if (rc < 0)
                 rc = -EIO;
-            }
+        } else if (status == 404) {
+            mv_err_set(err, errlen, "pod %s/%s not found", ns, name);
+            rc = -ENOENT;
+        } else if (status == 401 || status == 403) {
+            mv_err_set(err, errlen, "GET %s: HTTP %ld (check the token and RBAC: pods get)", url,
+                       status);
+            rc = -EACCES;
+        } else {
+            mv_err_set(err, errlen, "GET %s: HTTP %ld", url, status);
+            rc = -EIO;
         }
-        free(b.data);
-        break;
     }
+    mv_buf_free(&b);
     free(url);
     return rc;
-}
-
-static void curl_init_once(void)
-{
-    curl_global_init(CURL_GLOBAL_DEFAULT);
 }
 
 int mv_kube_create(const mv_kube_opts *o, mv_kube **out)
@@ -533,18 +407,18 @@ int mv_kube_create(const mv_kube_opts *o, mv_kube **out)
                  mv_log_q("need http:// or https://"));
         return -EINVAL;
     }
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, curl_init_once);
     mv_kube *k = calloc(1, sizeof *k);
     if (!k)
         return -ENOMEM;
-    pthread_mutex_init(&k->mu, NULL);
+    int reread_s = o->token_reread_s > 0 ? o->token_reread_s : 60;
+    mv_kubec_cred_opts co = {.token_file = o->token_file,
+                             .ca_file = o->ca_file,
+                             .log_area = "kube",
+                             .reread_s = reread_s,
+                             .retry_s = reread_s};
     k->url = strdup(o->url);
-    k->token_file = o->token_file ? strdup(o->token_file) : NULL;
-    k->ca_file = o->ca_file ? strdup(o->ca_file) : NULL;
-    k->reread_s = o->token_reread_s > 0 ? o->token_reread_s : 60;
     k->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 5000;
-    if (!k->url || (o->token_file && !k->token_file) || (o->ca_file && !k->ca_file)) {
+    if (!k->url || mv_kubec_cred_create(&co, &k->cred) < 0) {
         mv_kube_destroy(k);
         return -ENOMEM;
     }
@@ -559,13 +433,7 @@ void mv_kube_destroy(mv_kube *k)
 {
     if (!k)
         return;
-    if (k->token) {
-        memset(k->token, 0, strlen(k->token));
-        free(k->token);
-    }
+    mv_kubec_cred_destroy(k->cred);
     free(k->url);
-    free(k->token_file);
-    free(k->ca_file);
-    pthread_mutex_destroy(&k->mu);
     free(k);
 }
