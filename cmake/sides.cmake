@@ -4,7 +4,7 @@
 # packages) have no side and may be used by anyone.
 #
 #   format     segment format and libmicroview: libc (+libm) only
-#   common     log, util, rpc, config, httpd, rdma basics: used by every side
+#   common     log, util, rpc, config, httpd, kubeclient, rdma basics: used by every side
 #   analytics  sketch, detect, fd: libc + libm only
 #   node       the agent: segment store, agent service, kubelet device plugin, RDMA target
 #   collector  transports, collect, pipeline, exposition, agent client
