@@ -86,7 +86,7 @@ size_t pipe_fixed_bytes(uint8_t type)
 {
     size_t b = sizeof(uint32_t) + sizeof(mv_pipe_out);
     if (type == MV_SEG_COUNTER)
-        return b + sizeof(mv_detect_series) + sizeof(hctr) + sizeof(cctr) +
+        return b + sizeof(mv_detect_series) + sizeof(hctr) + sizeof(cctr) + sizeof(cdet) +
                (SHORT_SLOTS + 1) * sizeof(uint64_t);
     if (type == MV_SEG_GAUGE)
         return b + sizeof(hgauge) + sizeof(cgauge);
@@ -193,14 +193,22 @@ static mv_sketch *gauge_sketch(mv_pipe_seg *s, size_t j)
     return s->hg[j].sk;
 }
 
-MV_DETECT_INLINE unsigned detect(mv_pipe_seg *s, mv_detect_series *d, uint64_t *changes, double x)
+/* One detector update; MV_PIPE_WARMUP while the detector learns its first baseline. */
+MV_DETECT_INLINE unsigned detect_floor(mv_pipe_seg *s, mv_detect_series *d, uint64_t *changes,
+                                       double x, double min_sigma)
 {
-    unsigned f = mv_detect_series_update(s->dp, d, x);
+    unsigned f = mv_detect_series_update_floor(s->dp, d, x, min_sigma);
     if (__builtin_expect(f & MV_DETECT_CHANGED, 0)) {
         (*changes)++;
         return MV_PIPE_CHANGED | MV_PIPE_MOVING;
     }
-    return f & MV_DETECT_MOVING ? MV_PIPE_MOVING : 0;
+    return (f & MV_DETECT_MOVING ? MV_PIPE_MOVING : 0) |
+           (f & MV_DETECT_WARMUP ? MV_PIPE_WARMUP : 0);
+}
+
+MV_DETECT_INLINE unsigned detect(mv_pipe_seg *s, mv_detect_series *d, uint64_t *changes, double x)
+{
+    return detect_floor(s, d, changes, x, 0.0);
 }
 
 /* The detectors run at every read (no detection period). */
@@ -222,6 +230,7 @@ MV_DETECT_INLINE unsigned feed_counters(mv_pipe_seg *s, const char *vals, int fo
             h->primed = 2;
             s->coff[j] = (uint64_t)0 - v;
             s->cc[j].prime_e = s->e;
+            s->cd[j].det_e = s->e;
             h->prev = h->det_raw = v;
             continue;
         }
@@ -404,27 +413,54 @@ unsigned pipe_run_same(mv_pipe_seg *s)
 }
 
 /* A detection step (cfg.detect_period_ns): every detector scores what changed since the
- * previous step - a counter its rate over the elapsed clock since then (or since its first
- * read), a gauge its value, a histogram the mean of the observations since then. */
-static unsigned detect_step(mv_pipe_seg *s)
+ * previous step - a counter its rate over the span since its last sample (see cdet: at a step
+ * where it rose, or where it has not risen for 4 of its usual gaps between rises), a gauge its
+ * value, a histogram the mean of the observations since the previous step (when there was
+ * one). `gap`: this read's interval, the resolution of a rise's time. MV_PIPE_WARMUP comes
+ * from a detector that learns its first baseline at the pace of the steps (gauges, and
+ * counters that rose at the previous step too): holding the fast tick then speeds it up. A
+ * counter that rises once a second learns at that pace whatever the tick. */
+static unsigned detect_step(mv_pipe_seg *s, uint64_t gap)
 {
     unsigned flags = 0;
     uint64_t e = s->e;
+    double g = (double)gap * 1e-9;
     for (size_t j = 0; j < s->nc; j++) {
         hctr *h = &s->hc[j];
         if (!h->primed)
             continue;
-        uint64_t from = s->det_e;
-        if (__builtin_expect(h->primed == 2, 0)) { /* first read since the last step */
-            from = s->cc[j].prime_e;
-            h->primed = 1;
+        h->primed = 1;
+        cdet *c = &s->cd[j];
+        uint64_t span = e - c->det_e, d = h->prev - h->det_raw;
+        if (d && span) {
+            double sp = (double)span * 1e-9, x = (double)d / sp;
+            /* What the same steady rate can differ by over this span: one increment, or
+             * the read interval the last rise fell in (a rise is placed within one read). */
+            double res = (double)d * g / sp;
+            res = (res < 1.0 ? res : 1.0) / sp;
+            unsigned f = detect_floor(s, &s->dc[j], &s->cc[j].changes, x, res);
+            if (c->det_e != s->det_e)
+                f &= ~(unsigned)MV_PIPE_WARMUP; /* sparse: not at the steps' pace */
+            flags |= f;
+            uint64_t us = span / 1000u;
+            uint32_t u = us < UINT32_MAX ? (uint32_t)us : UINT32_MAX;
+            if (!c->gap_us || !c->rose)
+                c->gap_us = c->gap_us ? c->gap_us : (u ? u : 1);
+            else
+                c->gap_us = (uint32_t)(((uint64_t)c->gap_us * 3u + u) / 4u);
+            c->rose = 1;
+            c->det_e = e;
+            h->det_raw = h->prev;
+        } else if (c->gap_us) {
+            uint64_t idle = 4000ull * c->gap_us;
+            if (idle < s->cfg.detect_period_ns)
+                idle = s->cfg.detect_period_ns;
+            if (span >= idle) { /* stopped, or slowed to a quarter: a rate of 0 */
+                flags |= detect(s, &s->dc[j], &s->cc[j].changes, 0.0) & ~(unsigned)MV_PIPE_WARMUP;
+                c->rose = 0;
+                c->det_e = e;
+            }
         }
-        if (e > from) {
-            uint64_t d = h->prev - h->det_raw;
-            double x = d ? (double)d / ((double)(e - from) * 1e-9) : 0.0;
-            flags |= detect(s, &s->dc[j], &s->cc[j].changes, x);
-        }
-        h->det_raw = h->prev;
     }
     for (size_t j = 0; j < s->ng; j++)
         flags |= detect(s, &s->hg[j].det, &s->cg[j].changes, s->hg[j].last);
@@ -533,7 +569,7 @@ MV_DETECT_INLINE unsigned feed(mv_pipe_seg *s, const void *hot, uint64_t now_ns,
     if (detect_each_read(s))
         flags |= MV_PIPE_STEP;
     else if (s->cfg.detect && detect_due(s, now_ns, gap))
-        flags |= MV_PIPE_STEP | detect_step(s);
+        flags |= MV_PIPE_STEP | detect_step(s, gap);
     s->fed = 1;
     pthread_mutex_unlock(&s->mu);
     if (s->fd) {
@@ -589,6 +625,8 @@ void mv_pipe_seg_prefetch(const mv_pipe_seg *s, int what)
         prefetch_lines(s->hg, s->ng, sizeof *s->hg);
     if ((each && !wait) || step)
         prefetch_lines(s->dc, s->nc, sizeof *s->dc);
+    if (step)
+        prefetch_lines(s->cd, s->nc, sizeof *s->cd);
     prefetch_lines(s->hh, s->nh, sizeof *s->hh); /* feed_same reads whether they are primed */
     if (what != MV_PIPE_PF_SAME || !s->fed || step)
         prefetch_lines(s->hc, s->nc, sizeof *s->hc);

@@ -26,8 +26,8 @@
 typedef struct hctr {
     uint64_t prev;   /* raw value at the previous read */
     double rate_max; /* window: highest increase / elapsed over one read interval */
-    /* The total at the previous detection step (cfg.detect_period_ns) less the reset offset:
-     * prev - det_raw is the increase since that step (moved with every change of coff). */
+    /* The raw total at its last detection sample (cfg.detect_period_ns; cdet): prev - det_raw
+     * is the increase since then (moved with every change of coff). */
     uint64_t det_raw;
     uint32_t off;    /* value offset in the value area */
     uint32_t primed; /* a previous read exists; 2: its first read came after the last step */
@@ -80,6 +80,18 @@ typedef struct chist {
     uint32_t idx, nb; /* nb = bucket_count + 1 */
 } chist;
 
+/* A counter's detection samples (cfg.detect_period_ns), touched at detection steps only. A
+ * counter is scored on its rate over the span since its last sample, at a step where it has
+ * risen (so a sparse counter, one increment a second at a 10 ms step, scores one increment
+ * over the second it took, not a burst against mostly-zero steps), or at a step where it has
+ * not risen for 4 of its usual gaps between rises (a rate of 0: it stopped). */
+typedef struct cdet {
+    uint64_t det_e;  /* elapsed clock at its last sample (or at its first read) */
+    uint32_t gap_us; /* EWMA (weight 1/4) of the span between samples that saw it rise, us;
+                        0: none yet (it is not scored before it first rises) */
+    uint32_t rose;   /* its last sample saw it rise (the span was a gap between rises) */
+} cdet;
+
 /* What the closing window needs of a metric that the next reads overwrite. */
 typedef struct wsnap {
     uint64_t u; /* counter: total at the close; gauge: run; histogram: primed */
@@ -125,6 +137,7 @@ struct mv_pipe_seg {
     mv_pipe_config cfg;
     /* Touched when something happens (a change, a reset, a first read, a sketch). */
     cctr *cc;
+    cdet *cd;       /* counters' detection samples (touched at steps) */
     uint64_t *coff; /* counters' reset offsets: total = prev + coff */
     cgauge *cg;
     chist *ch;
