@@ -267,18 +267,18 @@ MV_DETECT_INLINE unsigned feed_gauges(mv_pipe_seg *s, const char *vals)
     /* Runs to flush into sketches, added in batches (the sketches are cold in cache). */
     mv_sketch_add_req req[GAUGE_BATCH];
     size_t nb = 0;
+    uint32_t g0 = s->greads++; /* this read counts a repeat of every gauge's `last` */
     for (size_t j = 0; j < s->ng; j++) {
         hgauge *h = &s->hg[j];
         double x;
         memcpy(&x, vals + h->off, 8);
-        if (__builtin_expect(x == h->last, 1)) {
-            h->run++; /* a repeat: one more of `last`, no sketch touched */
-        } else {
-            if (h->run) {
+        if (__builtin_expect(x != h->last, 0)) {
+            uint32_t run = h->last == h->last ? g0 - h->run0 : 0; /* before this read */
+            if (run) {
                 /* The window now holds two distinct values: the run goes to the sketch. */
                 mv_sketch *sk = h->sk && !s->cl ? h->sk : gauge_sketch(s, j);
                 if (sk) {
-                    req[nb++] = (mv_sketch_add_req){.sk = sk, .value = h->last, .count = h->run};
+                    req[nb++] = (mv_sketch_add_req){.sk = sk, .value = h->last, .count = run};
                     if (nb == GAUGE_BATCH) {
                         s->sk_mem += mv_sketch_add_many(req, nb);
                         nb = 0;
@@ -286,7 +286,7 @@ MV_DETECT_INLINE unsigned feed_gauges(mv_pipe_seg *s, const char *vals)
                 }
             }
             h->last = x;
-            h->run = isfinite(x) ? 1 : 0; /* NaN/Inf are left out of the window */
+            h->run0 = isfinite(x) ? g0 : g0 + 1; /* run 1; NaN/Inf are left out (run 0) */
         }
         if (det)
             flags |= detect(s, &h->det, &s->cg[j].changes, x);
@@ -396,11 +396,7 @@ unsigned pipe_run_same(mv_pipe_seg *s)
     unsigned flags = 0;
     uint32_t nc = s->same_c, ng = s->same_g;
     s->same_c = s->same_g = 0;
-    for (size_t j = 0; j < s->ng; j++) {
-        hgauge *h = &s->hg[j];
-        if (h->last == h->last) /* a NaN last value stays out of the window (run 0) */
-            h->run += ng;
-    }
+    s->greads += ng; /* a repeat of every gauge's last value per read (see gauge_run) */
     if (!detect_each_read(s))
         return 0; /* steps take the values as they are then (detect_step) */
     for (uint32_t k = 0; k < nc; k++)
@@ -614,14 +610,15 @@ void mv_pipe_seg_prefetch(const mv_pipe_seg *s, int what)
         return;
     }
     /* A feed_same that will likely wait (cfg.same_batch) touches no record but the
-     * histograms'. */
+     * histograms'; one that does not wait touches the gauges' and counters' detectors only
+     * when they run at every read (the gauges' repeats are folded: see hgauge.run0). */
     int wait = what == MV_PIPE_PF_SAME && s->fed && s->cfg.same_batch && !s->cl &&
                s->same_g + 1u < s->cfg.same_batch;
     /* With a detection period the counters' detectors are touched only at a step (which
      * also reads the gauges' and counters' hot records), and at a step whatever waits. */
     int each = !s->cfg.detect_period_ns;
     int step = !each && s->cfg.detect && (!s->fed || s->det_soon);
-    if (!wait || step)
+    if (what != MV_PIPE_PF_SAME || !s->fed || step || (each && s->cfg.detect && !wait))
         prefetch_lines(s->hg, s->ng, sizeof *s->hg);
     if ((each && !wait) || step)
         prefetch_lines(s->dc, s->nc, sizeof *s->dc);

@@ -249,6 +249,7 @@ int mv_pipe_seg_create(const mv_pipe_config *cfg, const mv_seg_catalog *cat, mv_
         s->cur_w = prev->cur_w;
         s->win_e = prev->win_e;
         s->win_reads = prev->win_reads;
+        s->greads = prev->greads; /* the gauges' folded runs count from it */
         s->win_gap_max = prev->win_gap_max;
         memcpy(s->slot_id, prev->slot_id, sizeof s->slot_id);
         memcpy(s->slot_e, prev->slot_e, sizeof s->slot_e);

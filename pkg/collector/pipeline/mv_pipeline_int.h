@@ -38,7 +38,11 @@ typedef struct hgauge {
     double last;   /* last sample read (NaN/Inf included) */
     mv_sketch *sk; /* NULL: no window yet needed one */
     uint32_t off;
-    uint32_t run; /* reads of `last` in this window not yet in the sketch */
+    /* Reads of `last` in this window not yet in the sketch, folded: gauge_run(s, h) =
+     * s->greads - run0 while `last` is not NaN (0 when it is), so a read that finds the
+     * value unchanged - and a read of an unchanged segment, all its gauges at once - touches
+     * no gauge record: it only counts in s->greads. */
+    uint32_t run0;
 } hgauge;
 
 typedef struct hhist {
@@ -113,6 +117,7 @@ struct mv_pipe_seg {
     /* feed_same reads waiting for their detector updates (cfg.same_batch): all of them
      * for gauges, the forward ones for counters. */
     uint32_t same_g, same_c;
+    uint32_t greads;      /* reads whose gauge values are in the window (see hgauge.run0) */
     mv_detect_series *dc; /* counters' detectors */
     hctr *hc;
     hgauge *hg;
@@ -184,6 +189,12 @@ struct mv_pipe_seg {
 
 /* End of the hot fields: what a read touches of the struct. */
 #define PIPE_HOT_END offsetof(struct mv_pipe_seg, cc)
+
+/* Gauge h's reads of its last value in this window not yet in its sketch. */
+static inline uint32_t gauge_run(const mv_pipe_seg *s, const hgauge *h)
+{
+    return h->last == h->last ? s->greads - h->run0 : 0; /* a NaN stays out of the window */
+}
 
 /* A counter's or histogram's cumulative increase (its total) by its location; 0 for a gauge. */
 static inline uint64_t pipe_total_of(const mv_pipe_seg *s, uint32_t loc)
