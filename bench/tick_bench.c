@@ -125,6 +125,10 @@ static int g_floor;
 static uint64_t g_detect_shown;  /* the period the runs used, in ms */
 static double g_change_pct = 10; /* --change-pct: metrics changing per tick, % */
 static int g_curve;              /* --curve: the scale curve */
+/* --warm-s S: the collector runs its schedule this long before the measured run (the curve:
+ * 16 s, a whole window, so that every gauge's sketch has its pages and the run measures the
+ * steady state rather than the first window's page faults). */
+static double g_warm_s = -1;
 
 /* CPU time (ns, schedstat) of every thread of the process but the ones listed: the tick
  * workers' when the others are the main thread, the writer and the scraper. */
@@ -351,7 +355,9 @@ static int run(bench *b, unsigned workers, uint32_t tick_us, double seconds, int
     }
     if (g_scrape_ms)
         pthread_getcpuclockid(sc.th, &sclk);
-    uint64_t t0 = bench_now_ns() + 2 * period, end = t0 + (uint64_t)(seconds * 1e9);
+    double warm = g_warm_s >= 0 ? g_warm_s : g_curve ? 16.0 : 0.0;
+    uint64_t t0 = bench_now_ns() + 2 * period + (uint64_t)(warm * 1e9),
+             end = t0 + (uint64_t)(seconds * 1e9);
     struct timespec ts = {(time_t)(t0 / 1000000000ull), (long)(t0 % 1000000000ull)};
     rec.t0 = t0;
     rec.end = end;
@@ -517,6 +523,8 @@ int main(int argc, char **argv)
             g_floor = 1;
         } else if (!strcmp(a, "--curve")) {
             g_curve = 1;
+        } else if (!strcmp(a, "--warm-s") && v && atof(v) >= 0 && atof(v) <= 600) {
+            g_warm_s = atof(argv[++i]);
         } else if (!strcmp(a, "--change-pct") && v && atof(v) >= 0 && atof(v) <= 100) {
             g_change_pct = atof(argv[++i]);
         } else if (!strcmp(a, "--detect-ms") && v && atol(v) >= 0 && atol(v) <= 60000) {
@@ -540,14 +548,15 @@ int main(int argc, char **argv)
                 "[--segments N] [--metrics M] [--tick-us U] [--no-analytics]\n"
                 "                  [--window-align segment|wall] [--per-second] [--poll] "
                 "[--scrape-ms N] [--detect-ms N] [--floor]\n"
-                "                  [--change-pct P] [--curve]\n"
+                "                  [--change-pct P] [--curve] [--warm-s S]\n"
                 "  defaults: --seconds 60 (--quick 5) --workers 1,2 --segments 1000 "
                 "--metrics 64 --tick-us 1000 --window-align segment --detect-ms 10 (the "
                 "collector's);\n"
                 "  metrics 1..128, tick-us >= 1000; --floor: 1 segment of 1 metric, "
                 "analytics off (overrides --segments, --metrics);\n"
                 "  --change-pct P: P %% of the metrics change each ms (default 10); --curve: "
-                "2 workers, 100/1000/4000 segments x 0/10/100 %%, --seconds each (default "
+                "2 workers, 100/1000/4000 segments x 0/10/100 %%, after --warm-s (16) --seconds "
+                "each (default "
                 "10, --quick 2)\n");
         return 2;
     }
@@ -563,6 +572,8 @@ int main(int argc, char **argv)
         nworkers = 1;
         workers[0] = 2;
         seconds = seconds == 60 ? 10 : seconds == 5 ? 2 : seconds;
+        if (seconds == 2 && g_warm_s < 0)
+            g_warm_s = 3; /* --quick: a smoke run, the first window's growth included */
     }
 
     mv_log_init("tick_bench", MV_LOG_WARN);
