@@ -99,6 +99,14 @@ static void usage(FILE *f)
            "                           request N s after connecting or after its last\n"
            "                           response, however slowly it sends (0..3600,\n"
            "                           default 10; 0: idle timeout only)\n"
+           "  --ui-max-streams N       live view streams (/ui, /api/v1/stream) in all\n"
+           "                           (0..100000, default 64; 0: no live view)\n"
+           "  --ui-max-streams-per-client N  of which from one client address (default 8)\n"
+           "  --ui-max-series N        distinct series watched at once (default 256)\n"
+           "  --ui-ring-len N          reads kept per watched series (16..1048576,\n"
+           "                           default 8192: the history is N ticks)\n"
+           "  --ui-max-ring-bytes SIZE memory of all rings (default 64Mi)\n"
+           "  --ui-max-lifetime-s N    a stream ends after N s (1..86400, default 3600)\n"
            "  --log-level LEVEL        debug, info, warn, error (default info)\n");
 }
 
@@ -164,12 +172,20 @@ static int run(int argc, char **argv, mv_export_sel *derived)
                                          {"kube-ca-file", required_argument, 0, 'J'},
                                          {"auth-timeout-ms", required_argument, 0, 'o'},
                                          {"auth-max-inflight", required_argument, 0, 'i'},
+                                         {"ui-max-streams", required_argument, 0, 1010},
+                                         {"ui-max-streams-per-client", required_argument, 0, 1011},
+                                         {"ui-max-series", required_argument, 0, 1012},
+                                         {"ui-ring-len", required_argument, 0, 1013},
+                                         {"ui-max-ring-bytes", required_argument, 0, 1014},
+                                         {"ui-max-lifetime-s", required_argument, 0, 1015},
                                          {0, 0, 0, 0}};
     mv_agentc_tls agent_tls = {0};
     mv_httpd_config hc;
     mv_httpd_config_default(&hc);
     mv_authz_mode auth = MV_AUTHZ_NONE;
     mv_authz_opts zo = {0};
+    mv_live_opts lo;
+    mv_live_opts_default(&lo);
     if (mv_opts_exact("microview-collector", argc, argv, opts) < 0)
         return 2;
     while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -365,6 +381,36 @@ static int run(int argc, char **argv, mv_export_sel *derived)
         case 1004:
             agent_tls.server_name = optarg;
             break;
+        case 1010:
+            if (mv_flag_u64(P, "--ui-max-streams", optarg, 0, 100000, &v))
+                return 2;
+            lo.max_streams = (unsigned)v;
+            break;
+        case 1011:
+            if (mv_flag_u64(P, "--ui-max-streams-per-client", optarg, 1, 100000, &v))
+                return 2;
+            lo.max_streams_per_client = (unsigned)v;
+            break;
+        case 1012:
+            if (mv_flag_u64(P, "--ui-max-series", optarg, 1, 100000, &v))
+                return 2;
+            lo.max_series = (unsigned)v;
+            break;
+        case 1013:
+            if (mv_flag_u64(P, "--ui-ring-len", optarg, 16, 1048576, &v))
+                return 2;
+            lo.ring_len = (uint32_t)v;
+            break;
+        case 1014:
+            if (mv_flag_size(P, "--ui-max-ring-bytes", optarg, 4096, 1ull << 40, &v))
+                return 2;
+            lo.max_ring_bytes = v;
+            break;
+        case 1015:
+            if (mv_flag_u64(P, "--ui-max-lifetime-s", optarg, 1, 86400, &v))
+                return 2;
+            lo.max_lifetime_s = (unsigned)v;
+            break;
         case 'h':
             usage(stdout);
             return 0;
@@ -451,7 +497,8 @@ static int run(int argc, char **argv, mv_export_sel *derived)
                            .authz = zo,
                            .body_cap = body_cap,
                            .cache_cap = cache_cap,
-                           .derived = derived};
+                           .derived = derived,
+                           .live = lo};
     return mv_collector_run(&o);
 }
 
