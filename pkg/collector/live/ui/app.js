@@ -124,7 +124,14 @@
     S.series = {};
     S.states = [];
     S.width = Math.max(16, Math.min(4096, Math.round($('charts').clientWidth || 800)));
+    if (catalog && S.windowMs > catalog.history_ms) S.windowMs = Math.max(1000, catalog.history_ms);
     S.viewMs = Math.min(S.viewMs, S.windowMs);
+    if (!Array.from($('window').options).some((o) => o.value === String(S.windowMs))) {
+      const o = document.createElement('option');
+      o.value = String(S.windowMs);
+      o.textContent = (S.windowMs / 1000) + ' s';
+      $('window').appendChild(o);
+    }
     $('window').value = String(S.windowMs);
     const q = new URLSearchParams();
     q.set('seg', S.seg);
@@ -271,6 +278,22 @@
     S.drawn = drawn;
     S.frames++;
   }
+
+  // What was drawn, also as text in the page (#mvstate), so that a browser without a script
+  // console (chromium --dump-dom) can be asked for it.
+  function exportState() {
+    const d = S.drawn;
+    const out = {
+      connected: S.connected, seg: S.seg, bw: S.bw, windowMs: S.windowMs, events: S.events,
+      frames: S.frames, drops: S.drops, ends: S.ends, error: S.error, promql: S.promql,
+      pods: S.pods, states: d ? d.states : [], markers: d ? d.markers : [],
+      t0: d ? d.t0 : 0, t1: d ? d.t1 : 0,
+      series: d ? d.series.map((s) => ({ i: s.i, name: s.name, type: s.type, lo: s.lo, hi: s.hi,
+        points: s.points.map((p) => [p.t, p.min, p.max, p.f]) })) : [],
+    };
+    $('mvstate').textContent = JSON.stringify(out);
+  }
+  setInterval(exportState, 250);
 
   function drawSeries(s, t0, t1, kmin, drawn) {
     const cv = s.canvas, W = cv.width, H = cv.height, g = cv.getContext('2d');
