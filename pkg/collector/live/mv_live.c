@@ -9,7 +9,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "mv_collect.h"
 #include "mv_expo.h"
@@ -18,12 +21,15 @@
 #include "mv_segment.h"
 #include "mv_util.h"
 
-#define OUT_BUDGET (64u * 1024)  /* bytes of events one read of a stream prepares */
-#define STALE_NS   2000000000ull /* no read for this long: the segment is stale */
-#define STATE_MS   1000u
-#define NQ         3 /* p50, p90, p99 */
-#define F_CHANGED  1u
-#define F_RESET    2u
+#define OUT_BUDGET    (64u * 1024)  /* bytes of events one read of a stream prepares */
+#define STALE_NS      2000000000ull /* no read for this long: the segment is stale */
+#define PUMP_NICE     10            /* the pump thread's nice value */
+#define EVENT_STREAMS 16            /* streams served an event every pump round */
+#define STATE_MS      1000u
+#define NQ            3 /* p50, p90, p99 */
+#define F_CHANGED     1u
+#define F_RESET       2u
+#define DRAIN_CHUNK   256 /* samples copied out of a ring per lock */
 
 static const double qs[NQ] = {0.5, 0.9, 0.99};
 
@@ -79,8 +85,10 @@ typedef struct stream {
     uint64_t last_out_ms; /* atomic */
     uint64_t state_seq;   /* atomic */
     uint64_t end_ms;
-    int closed; /* atomic: the HTTP layer is done with it */
-    int ended;  /* the end event is queued */
+    int closed;          /* atomic: the HTTP layer is done with it */
+    pthread_mutex_t omu; /* out, len, off, ended: the pump writes, the HTTP layer reads */
+    uint64_t prep_ms;    /* pump: when it last prepared events */
+    int ended;           /* the end event is queued */
     int started;
 } stream;
 
@@ -100,6 +108,7 @@ struct mv_live {
     pthread_cond_t pcond;
     int stop;                     /* under pmu; read atomically by streams */
     uint64_t hook_ns, hook_calls; /* atomic */
+    uint64_t ring_ms;             /* what a ring holds at the tick: ring_len ticks */
 };
 
 static uint64_t wall_ns(void)
@@ -361,60 +370,83 @@ static void fmax_into(float *a, float v)
 static int drain(stream *st, size_t i, uint64_t now, uint64_t *lost, int *first_series)
 {
     series *s = st->s[i];
-    *lost = 0;
-    pthread_mutex_lock(&s->mu);
-    uint64_t head = s->head, cur = st->cur[i];
-    int hist = s->type == MV_SEG_HISTOGRAM;
-    if (head - cur > s->cap) {
-        if (st->started)
-            *lost = head - cur - s->cap;
-        cur = head - s->cap;
-    }
-    if (!st->started) /* the first send covers the window only */
-        while (cur < head && s->ring[cur % s->cap].t + st->window_ns < now)
-            cur++;
-    if (cur == head) {
-        pthread_mutex_unlock(&s->mu);
-        __atomic_store_n(&st->cur[i], cur, __ATOMIC_RELAXED);
-        return 0;
-    }
-    out_fmt(st, "%s{\"i\":%u,\"b\":[", *first_series ? "" : ",", s->idx);
-    *first_series = 0;
-    int first = 1, have = 0;
+    sample chunk[DRAIN_CHUNK];
+    uint64_t cur = st->cur[i];
+    int hist = s->type == MV_SEG_HISTOGRAM, wrote = 0, first = 1, have = 0, full = 0;
     bucket b = {0};
-    for (; cur < head; cur++) {
-        const sample *x = &s->ring[cur % s->cap];
-        uint64_t k = x->t / st->bw_ns;
-        if (have && k != b.k) {
-            bucket_emit(st, &b, hist, &first);
-            have = 0;
-            if (st->len >= OUT_BUDGET)
-                break; /* the rest at the next read */
+    *lost = 0;
+    while (!full) {
+        /* A chunk of the ring is copied under the series' lock, so the read hook never
+         * waits for the formatting below. */
+        pthread_mutex_lock(&s->mu);
+        uint64_t head = s->head;
+        if (head - cur > s->cap) {
+            if (st->started)
+                *lost += head - cur - s->cap;
+            cur = head - s->cap;
         }
-        if (!have) {
-            b.k = k;
-            b.lo = b.hi = x->v;
-            for (int q = 0; q < NQ; q++)
-                b.qlo[q] = b.qhi[q] = x->q[q];
-            b.flags = 0;
-            have = 1;
+        if (!st->started) { /* the first send covers the window only: the first sample in it */
+            uint64_t lo = cur, hi = head;
+            while (lo < hi) {
+                uint64_t mid = lo + (hi - lo) / 2;
+                if (s->ring[mid % s->cap].t + st->window_ns < now)
+                    lo = mid + 1;
+                else
+                    hi = mid;
+            }
+            cur = lo;
         }
-        if (x->v < b.lo)
-            b.lo = x->v;
-        if (x->v > b.hi)
-            b.hi = x->v;
-        for (int q = 0; q < NQ; q++) {
-            fmin_into(&b.qlo[q], x->q[q]);
-            fmax_into(&b.qhi[q], x->q[q]);
+        size_t n = head - cur < DRAIN_CHUNK ? (size_t)(head - cur) : DRAIN_CHUNK;
+        for (size_t j = 0; j < n; j++)
+            chunk[j] = s->ring[(cur + j) % s->cap];
+        pthread_mutex_unlock(&s->mu);
+        if (n == 0)
+            break;
+        if (!wrote) {
+            out_fmt(st, "%s{\"i\":%u,\"b\":[", *first_series ? "" : ",", s->idx);
+            *first_series = 0;
+            wrote = 1;
         }
-        b.flags |= x->flags & F_CHANGED;
+        size_t j = 0;
+        for (; j < n; j++) {
+            const sample *x = &chunk[j];
+            uint64_t k = x->t / st->bw_ns;
+            if (have && k != b.k) {
+                bucket_emit(st, &b, hist, &first);
+                have = 0;
+                if (st->len >= OUT_BUDGET) {
+                    full = 1; /* the rest at the next read */
+                    break;
+                }
+            }
+            if (!have) {
+                b.k = k;
+                b.lo = b.hi = x->v;
+                for (int q = 0; q < NQ; q++)
+                    b.qlo[q] = b.qhi[q] = x->q[q];
+                b.flags = 0;
+                have = 1;
+            }
+            if (x->v < b.lo)
+                b.lo = x->v;
+            if (x->v > b.hi)
+                b.hi = x->v;
+            for (int q = 0; q < NQ; q++) {
+                fmin_into(&b.qlo[q], x->q[q]);
+                fmax_into(&b.qhi[q], x->q[q]);
+            }
+            b.flags |= x->flags & F_CHANGED;
+        }
+        cur += j;
+        if (n < DRAIN_CHUNK)
+            break;
     }
-    pthread_mutex_unlock(&s->mu);
     if (have)
         bucket_emit(st, &b, hist, &first);
-    out_put(st, "]}", 2);
+    if (wrote)
+        out_put(st, "]}", 2);
     __atomic_store_n(&st->cur[i], cur, __ATOMIC_RELAXED);
-    return 1;
+    return wrote;
 }
 
 /* Prepares the next events of a stream into its buffer. */
@@ -440,7 +472,7 @@ static void prepare(stream *st)
     out_fmt(st, "event: data\ndata: {\"bw\":%llu,\"s\":[", (unsigned long long)st->bw_ns);
     size_t mark = st->len;
     int first_series = 1, any = 0;
-    uint64_t lost[MV_LIVE_SERIES_MAX] = {0};
+    uint64_t lost[MV_LIVE_SERIES_MAX] = {0}, slow = 0;
     for (size_t j = 0; j < st->n && st->len < OUT_BUDGET; j++) {
         size_t i = (st->rr + j) % st->n;
         any |= drain(st, i, now, &lost[i], &first_series);
@@ -458,12 +490,14 @@ static void prepare(stream *st)
         count(l, &l->st.lost_reads, lost[i]);
         out_fmt(st, "event: drop\ndata: {\"i\":%u,\"lost\":%llu,\"reason\":\"slow_reader\"}\n\n",
                 st->s[i]->idx, (unsigned long long)lost[i]);
-        if (lost[i] >= st->s[i]->cap && !st->ended) {
-            count(l, &l->st.ended_slow, 1);
-            MV_INFO("ui.stream_dropped", "client=%s reason=slow_reader lost=%llu",
-                    mv_log_q(st->client), (unsigned long long)lost[i]);
-            end_event(st, "slow_reader");
-        }
+        if (lost[i] >= st->s[i]->cap)
+            slow = lost[i];
+    }
+    if (slow) { /* a whole ring lost at once: this client cannot keep up */
+        count(l, &l->st.ended_slow, 1);
+        MV_INFO("ui.stream_dropped", "client=%s reason=slow_reader lost=%llu", mv_log_q(st->client),
+                (unsigned long long)slow);
+        end_event(st, "slow_reader");
     }
     if (st->ended)
         return;
@@ -490,21 +524,23 @@ static void prepare(stream *st)
         out_put(st, ": hb\n\n", 6);
 }
 
+/* The HTTP layer's read: what the pump prepared, nothing else (so a fast client does not
+ * make the server format an event per read of the segment). */
 static long stream_read(void *arg, char *buf, size_t max)
 {
     stream *st = arg;
+    pthread_mutex_lock(&st->omu);
     if (st->off == st->len) {
-        if (st->ended)
-            return -1;
-        prepare(st);
-        if (st->len == 0)
-            return 0;
+        int ended = st->ended;
+        pthread_mutex_unlock(&st->omu);
+        return ended ? -1 : 0;
     }
     size_t n = st->len - st->off;
     if (n > max)
         n = max;
     memcpy(buf, st->out + st->off, n);
     st->off += n;
+    pthread_mutex_unlock(&st->omu);
     __atomic_store_n(&st->last_out_ms, mv_mono_ms(), __ATOMIC_RELAXED);
     return (long)n;
 }
@@ -552,6 +588,7 @@ static void unsubscribe(mv_live *l, stream *st)
 
 static void stream_free(stream *st)
 {
+    pthread_mutex_destroy(&st->omu);
     mv_httpd_stream_release(st->hs);
     free(st->hello);
     free(st->out);
@@ -628,9 +665,19 @@ static void update_states(mv_live *l)
 
 static int wants(mv_live *l, stream *st, uint64_t now_ms, int stopping)
 {
-    if (stopping || now_ms + 1000 >= st->end_ms)
+    if (stopping || now_ms + 1000 >= st->end_ms || st->hello)
         return 1;
-    for (size_t i = 0; i < st->n; i++)
+    /* Data at most once per pixel's time and per pump round; with more than EVENT_STREAMS
+     * streams, the rounds between two events of one stream grow with their number, so the
+     * events of all streams together stay about EVENT_STREAMS per round (the CPU they take
+     * is bounded; each stream's latency grows instead). */
+    uint64_t every = (uint64_t)l->o.pump_ms * ((l->nstreams + EVENT_STREAMS - 1) / EVENT_STREAMS);
+    if (every < st->bw_ns / 1000000u)
+        every = st->bw_ns / 1000000u;
+    if (every > l->ring_ms / 2) /* never so rare that a ring overflows between two events */
+        every = l->ring_ms / 2 > l->o.pump_ms ? l->ring_ms / 2 : l->o.pump_ms;
+    int data_due = now_ms - st->prep_ms >= every;
+    for (size_t i = 0; data_due && i < st->n; i++)
         if (__atomic_load_n(&st->s[i]->head, __ATOMIC_ACQUIRE) !=
             __atomic_load_n(&st->cur[i], __ATOMIC_RELAXED))
             return 1;
@@ -646,6 +693,9 @@ static void *pump_main(void *arg)
 {
     mv_live *l = arg;
     mv_thread_name("mv-live-pump");
+    /* Formatting events is best effort: the tick must not wait for it. */
+    if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), PUMP_NICE) != 0)
+        MV_DEBUG("ui.pump_nice", "err=%s", mv_log_q(strerror(errno)));
     uint64_t last_state = 0;
     pthread_mutex_lock(&l->pmu);
     for (;;) {
@@ -661,7 +711,20 @@ static void *pump_main(void *arg)
                 continue;
             }
             mv_httpd_stream *hs = __atomic_load_n(&st->hs, __ATOMIC_ACQUIRE);
-            if (hs && wants(l, st, now_ms, stopping))
+            if (!hs)
+                continue;
+            /* The next events are prepared here, on this low-priority thread, once the
+             * client took the previous ones: a stream that is not read falls behind in
+             * its rings (and learns it), it does not queue output. */
+            pthread_mutex_lock(&st->omu);
+            int send = 0;
+            if (st->off == st->len && !st->ended && wants(l, st, now_ms, stopping)) {
+                prepare(st);
+                st->prep_ms = now_ms;
+                send = st->len > 0;
+            }
+            pthread_mutex_unlock(&st->omu);
+            if (send)
                 mv_httpd_stream_wake(hs);
         }
         n = l->nstreams;
@@ -703,6 +766,7 @@ int mv_live_create(const mv_live_opts *o, mv_live **out)
     if (!l)
         return -ENOMEM;
     l->o = *o;
+    l->ring_ms = (uint64_t)o->ring_len * o->tick_us / 1000u;
     pthread_rwlock_init(&l->rw, NULL);
     pthread_mutex_init(&l->state_mu, NULL);
     pthread_mutex_init(&l->smu, NULL);
@@ -911,6 +975,7 @@ int mv_live_handle_stream(mv_live *l, const mv_httpd_request *req, mv_httpd_resp
         free(hello);
         return -ENOMEM;
     }
+    pthread_mutex_init(&st->omu, NULL);
     st->l = l;
     st->hello = hello;
     st->bw_ns = bw;

@@ -23,10 +23,11 @@
 #include "mv_httpd_int.h"
 #include "mv_log.h"
 
-#define MAX_HEADERS 16
-#define MAX_ROUTES  32
-#define DISCARD_MAX (16u << 20) /* an oversized chunked body is read (and dropped) up to this */
-#define SWEEP_MS    200         /* how often the deadline sweeper looks */
+#define MAX_HEADERS   16
+#define MAX_ROUTES    32
+#define DISCARD_MAX   (16u << 20) /* an oversized chunked body is read (and dropped) up to this */
+#define SWEEP_MS      200         /* how often the deadline sweeper looks */
+#define STREAM_SNDBUF (64 * 1024) /* socket send buffer of a streamed response */
 
 typedef struct {
     char *path;
@@ -671,8 +672,15 @@ static enum MHD_Result send_stream(mv_httpd *h, struct MHD_Connection *c, mv_htt
     st->linked = 1;
     h->st.streams_open++;
     conn_track *t = track_of(c);
-    if (t) /* the bounded exemption: the lifetime and 10 s for a client that stopped reading */
+    if (t) { /* the bounded exemption: the lifetime and 10 s for a client that stopped reading */
         t->deadline_ms = st->end_ms + 10000u;
+        /* What the kernel may hold for a stream whose client reads slowly: bounded, so a
+         * slow client falls behind (and its producer sees it) instead of the kernel
+         * buffering megabytes for it. */
+        int sndbuf = STREAM_SNDBUF;
+        if (t->fd >= 0)
+            setsockopt(t->fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
+    }
     pthread_mutex_unlock(&h->mu);
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
                             resp->ctype ? resp->ctype : "text/event-stream");

@@ -182,7 +182,8 @@ int mv_httpd_add_header(mv_httpd_response *resp, const char *name, const char *v
  * layer ends it after max_lifetime_s, and the sweeper shuts its socket down 10 s later if it
  * is still open then (a client that stopped reading). libmicrohttpd's idle timeout
  * (timeout_s) closes a stream whose client reads nothing for that long, so a producer must
- * send something (a heartbeat) more often than that. */
+ * send something (a heartbeat) more often than that. A stream's socket send buffer is set
+ * to 64 KiB, so the kernel holds little for a client that reads slowly. */
 typedef struct mv_httpd_stream mv_httpd_stream;
 
 /* Fills up to `max` bytes of the body: returns the count (> 0), 0 when there is nothing to
