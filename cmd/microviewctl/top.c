@@ -229,7 +229,16 @@ int mv_ctl_top(int argc, char **argv, const volatile int *stop)
     double interval = 1.0;
     unsigned limit = 8;
     uint64_t v;
+    const char *watch = NULL, *metrics = "0", *token_file = NULL;
+    uint64_t width = 0, window_ms = 5000;
+    double seconds = 0;
     static const struct option opts[] = {{"collector", required_argument, 0, 'c'},
+                                         {"watch", required_argument, 0, 'W'},
+                                         {"metrics", required_argument, 0, 'm'},
+                                         {"width", required_argument, 0, 'w'},
+                                         {"window-ms", required_argument, 0, 'M'},
+                                         {"token-file", required_argument, 0, 't'},
+                                         {"seconds", required_argument, 0, 's'},
                                          {"once", no_argument, 0, 'o'},
                                          {"interval", required_argument, 0, 'i'},
                                          {"limit", required_argument, 0, 'l'},
@@ -254,12 +263,67 @@ int mv_ctl_top(int argc, char **argv, const volatile int *stop)
                 return 2;
             limit = (unsigned)v;
             break;
+        case 'W':
+            watch = optarg;
+            break;
+        case 'm':
+            if (!optarg[0] || strspn(optarg, "0123456789,") != strlen(optarg) ||
+                strlen(optarg) > 200) {
+                fprintf(stderr, "microviewctl top: --metrics takes catalog indexes such as "
+                                "0,1,2\n");
+                return 2;
+            }
+            metrics = optarg;
+            break;
+        case 'w':
+            if (mv_flag_u64("microviewctl top", "--width", optarg, 16, 512, &width) < 0)
+                return 2;
+            break;
+        case 'M':
+            if (mv_flag_u64("microviewctl top", "--window-ms", optarg, 1000, 86400000, &window_ms) <
+                0)
+                return 2;
+            break;
+        case 't':
+            token_file = optarg;
+            break;
+        case 's':
+            if (mv_flag_number("microviewctl top", "--seconds", optarg, 0.1, 86400, &seconds))
+                return 2;
+            break;
         default:
             fprintf(opt == 'h' ? stdout : stderr,
                     "usage: microviewctl top [--collector URL] [--once] [--interval S] "
-                    "[--limit N]\n");
+                    "[--limit N]\n"
+                    "       microviewctl top --watch SEGMENT_ID [--metrics I,J,...] [--width N]\n"
+                    "                        [--window-ms MS] [--token-file F] [--seconds S]\n"
+                    "  --watch: the live view's stream at read resolution as sparklines\n"
+                    "  (segment ids and metric indexes: /api/v1/live/segments)\n");
             return opt == 'h' ? 0 : 2;
         }
+    }
+    if (watch) {
+        char token[4096] = "";
+        if (token_file) {
+            FILE *tf = fopen(token_file, "r");
+            if (!tf || !fgets(token, sizeof token, tf)) {
+                fprintf(stderr, "microviewctl top: --token-file %s: cannot read it\n", token_file);
+                if (tf)
+                    fclose(tf);
+                return 2;
+            }
+            fclose(tf);
+            token[strcspn(token, "\r\n")] = '\0';
+        }
+        size_t cols = term_cols();
+        if (!width)
+            width = cols > 80 ? (cols - 62 > 512 ? 512 : cols - 62) : 60;
+        curl_global_init(CURL_GLOBAL_DEFAULT);
+        int wrc = mv_ctl_top_watch(base, watch, metrics, (unsigned)width, (unsigned)window_ms,
+                                   token_file ? token : NULL, once ? 2.5 : seconds,
+                                   isatty(STDOUT_FILENO), stop);
+        curl_global_cleanup();
+        return wrc;
     }
     char url[1024];
     snprintf(url, sizeof url, "%s/debug/segments?series=1", base);

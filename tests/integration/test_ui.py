@@ -12,7 +12,7 @@ markers at the bursts; the pod list names the pod, the state band shows "ok", on
 metric. A screenshot is kept (BUILD/artifacts/ui_live.png). With --auth kubernetes (a
 stand-in API server): the page loads, asks for a token when the stream answers 401, refuses a
 forbidden token (403), and streams with an allowed one; the stream endpoint answers 401 with
-WWW-Authenticate without a token.
+WWW-Authenticate without a token. microviewctl top --watch draws the bursts as sparklines.
 
 Usage: test_ui.py BUILD_DIR [SCREENSHOT_COPY]   (exit 0 passed, 1 a failure, 77 cannot run)
 """
@@ -190,6 +190,15 @@ def main():
             shutil.copyfile(shot, copy)
         br.close()
         br = None
+        # microviewctl top --watch: the same stream as sparklines in a terminal.
+        ctl = os.path.join(build, "bin", "microviewctl")
+        t = subprocess.run([ctl, "top", "--collector", base, "--watch", segid, "--metrics", "1",
+                            "--width", "60", "--window-ms", "3000", "--seconds", "4.5"],
+                           capture_output=True, text=True, timeout=30)
+        lines = [ln for ln in t.stdout.splitlines() if ln.startswith("burst_inflight")]
+        r.check("microviewctl top --watch draws the bursts as full bars",
+                t.returncode == 0 and lines and "\u2588" in lines[-1] and "(max 100)" in lines[-1],
+                (t.returncode, t.stdout[-400:], t.stderr[-300:]))
         procs.stop()
         p.wait()
 
