@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 import mvtest  # noqa: E402
 from mvtest import Procs, Report, free_port, wait_until  # noqa: E402
 
-RING = 256
+RING = 512
 MAX_STREAMS = 200
 
 
