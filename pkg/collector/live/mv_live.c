@@ -128,7 +128,7 @@ void mv_live_opts_default(mv_live_opts *o)
     o->max_series = 256;
     o->max_ring_bytes = 64ull << 20;
     o->heartbeat_ms = 2000;
-    o->pump_ms = 20;
+    o->pump_ms = 25;
     o->max_lifetime_s = 3600;
 }
 

@@ -63,7 +63,7 @@ typedef struct mv_live_opts {
     unsigned max_series;             /* distinct series in all; default 256 */
     uint64_t max_ring_bytes;         /* default 64 MiB */
     unsigned heartbeat_ms;           /* default 2000 */
-    unsigned pump_ms;                /* default 20 */
+    unsigned pump_ms;                /* default 25 */
     unsigned max_lifetime_s;         /* default 3600 */
 } mv_live_opts;
 
