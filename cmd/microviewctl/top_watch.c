@@ -178,7 +178,7 @@ static size_t on_body(char *p, size_t size, size_t nmemb, void *arg)
     }
     w->len -= (size_t)(start - w->buf);
     memmove(w->buf, start, w->len + 1);
-    uint64_t now = mv_mono_ms();
+    uint64_t now = mv_util_mono_ms();
     if (w->n && now - w->last_draw_ms >= REDRAW_MS) {
         draw(w);
         w->last_draw_ms = now;
@@ -192,7 +192,7 @@ static int on_progress(void *arg, curl_off_t a, curl_off_t b, curl_off_t c, curl
 {
     watch *w = arg;
     (void)a, (void)b, (void)c, (void)d;
-    return (w->stop && *w->stop) || (w->end_ms && mv_mono_ms() >= w->end_ms);
+    return (w->stop && *w->stop) || (w->end_ms && mv_util_mono_ms() >= w->end_ms);
 }
 
 int mv_ctl_top_watch(const char *base, const char *seg, const char *metrics, unsigned width,
@@ -203,7 +203,7 @@ int mv_ctl_top_watch(const char *base, const char *seg, const char *metrics, uns
     if (w.width > SPARK_MAX)
         w.width = SPARK_MAX;
     if (seconds > 0)
-        w.end_ms = mv_mono_ms() + (uint64_t)(seconds * 1000);
+        w.end_ms = mv_util_mono_ms() + (uint64_t)(seconds * 1000);
     CURL *c = curl_easy_init();
     if (!c) {
         fprintf(stderr, "microviewctl top: cannot create an HTTP client\n");

@@ -453,7 +453,7 @@ static int drain(stream *st, size_t i, uint64_t now, uint64_t *lost, int *first_
 static void prepare(stream *st)
 {
     mv_live *l = st->l;
-    uint64_t now = wall_ns(), now_ms = mv_mono_ms();
+    uint64_t now = wall_ns(), now_ms = mv_util_mono_ms();
     st->len = st->off = 0;
     if (st->hello) {
         out_put(st, st->hello, strlen(st->hello));
@@ -541,7 +541,7 @@ static long stream_read(void *arg, char *buf, size_t max)
     memcpy(buf, st->out + st->off, n);
     st->off += n;
     pthread_mutex_unlock(&st->omu);
-    __atomic_store_n(&st->last_out_ms, mv_mono_ms(), __ATOMIC_RELAXED);
+    __atomic_store_n(&st->last_out_ms, mv_util_mono_ms(), __ATOMIC_RELAXED);
     return (long)n;
 }
 
@@ -692,7 +692,7 @@ static int wants(mv_live *l, stream *st, uint64_t now_ms, int stopping)
 static void *pump_main(void *arg)
 {
     mv_live *l = arg;
-    mv_thread_name("mv-live-pump");
+    mv_util_thread_name("mv-live-pump");
     /* Formatting events is best effort: the tick must not wait for it. */
     if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), PUMP_NICE) != 0)
         MV_DEBUG("ui.pump_nice", "err=%s", mv_log_q(strerror(errno)));
@@ -701,7 +701,7 @@ static void *pump_main(void *arg)
     for (;;) {
         int stopping = l->stop;
         pthread_mutex_unlock(&l->pmu);
-        uint64_t now_ms = mv_mono_ms();
+        uint64_t now_ms = mv_util_mono_ms();
         int closed = 0;
         size_t n;
         pthread_rwlock_rdlock(&l->rw);
@@ -856,37 +856,37 @@ static const char *type_name(uint8_t t)
 }
 
 /* Appends `"labels":{...}` of a metric or segment. */
-static int put_labels(mv_buf *b, const mv_seg_label *lb, size_t n)
+static int put_labels(mv_util_buf *b, const mv_seg_label *lb, size_t n)
 {
-    mv_buf_append(b, "\"labels\":{", 10);
+    mv_util_buf_append(b, "\"labels\":{", 10);
     for (size_t i = 0; i < n; i++) {
         char k[600], v[2400];
         if (mv_live_json_str(lb[i].key, k, sizeof k) >= sizeof k ||
             mv_live_json_str(lb[i].value, v, sizeof v) >= sizeof v)
             continue;
         if (i)
-            mv_buf_append(b, ",", 1);
-        mv_buf_append(b, k, strlen(k));
-        mv_buf_append(b, ":", 1);
-        mv_buf_append(b, v, strlen(v));
+            mv_util_buf_append(b, ",", 1);
+        mv_util_buf_append(b, k, strlen(k));
+        mv_util_buf_append(b, ":", 1);
+        mv_util_buf_append(b, v, strlen(v));
     }
-    return mv_buf_append(b, "}", 1);
+    return mv_util_buf_append(b, "}", 1);
 }
 
-static int put_str(mv_buf *b, const char *s)
+static int put_str(mv_util_buf *b, const char *s)
 {
     size_t need = mv_live_json_str(s, NULL, 0);
     char *t = malloc(need + 1);
     if (!t)
         return -ENOMEM;
     mv_live_json_str(s, t, need + 1);
-    int rc = mv_buf_append(b, t, need);
+    int rc = mv_util_buf_append(b, t, need);
     free(t);
     return rc;
 }
 
-static int put_fmt(mv_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int put_fmt(mv_buf *b, const char *fmt, ...)
+static int put_fmt(mv_util_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int put_fmt(mv_util_buf *b, const char *fmt, ...)
 {
     char buf[256];
     va_list ap;
@@ -895,7 +895,7 @@ static int put_fmt(mv_buf *b, const char *fmt, ...)
     va_end(ap);
     if (n < 0 || (size_t)n >= sizeof buf)
         return -EINVAL;
-    return mv_buf_append(b, buf, (size_t)n);
+    return mv_util_buf_append(b, buf, (size_t)n);
 }
 
 /* The hello event: the series' identities from the segment's catalog. Returns NULL and a
@@ -913,7 +913,7 @@ static char *make_hello(mv_live *l, const mv_live_query *q, uint64_t bw_ns, char
     for (size_t j = 0; j < mv_coll_snap_count(snap) && !v; j++)
         if (!strcmp(mv_coll_snap_seg(snap, j)->id, q->seg))
             v = mv_coll_snap_seg(snap, j);
-    mv_buf b = {.cap = 1u << 20};
+    mv_util_buf b = {.cap = 1u << 20};
     if (!v || !v->cat) {
         snprintf(err, errlen, v ? "segment %.200s has no valid catalog yet" : "no segment %.200s",
                  q->seg);
@@ -938,7 +938,7 @@ static char *make_hello(mv_live *l, const mv_live_query *q, uint64_t bw_ns, char
         put_str(&b, m->name);
         put_fmt(&b, ",\"type\":\"%s\",", type_name(m->type));
         put_labels(&b, m->labels, m->label_count);
-        mv_buf_append(&b, "}", 1);
+        mv_util_buf_append(&b, "}", 1);
     }
     if (put_fmt(&b, "]}\n\n") != 0 || b.error) {
         snprintf(err, errlen, "out of memory");
@@ -948,7 +948,7 @@ static char *make_hello(mv_live *l, const mv_live_query *q, uint64_t bw_ns, char
     return b.data;
 fail:
     mv_coll_snap_free(snap);
-    mv_buf_free(&b);
+    mv_util_buf_free(&b);
     return NULL;
 }
 
@@ -980,8 +980,8 @@ int mv_live_handle_stream(mv_live *l, const mv_httpd_request *req, mv_httpd_resp
     st->hello = hello;
     st->bw_ns = bw;
     st->window_ns = q.window_ms * 1000000ull;
-    st->end_ms = mv_mono_ms() + 1000ull * l->o.max_lifetime_s;
-    st->last_out_ms = mv_mono_ms();
+    st->end_ms = mv_util_mono_ms() + 1000ull * l->o.max_lifetime_s;
+    st->last_out_ms = mv_util_mono_ms();
     mv_httpd_client_addr(req, st->client, sizeof st->client);
 
     /* Limits, then the subscription, under the write lock. */
@@ -1108,7 +1108,7 @@ int mv_live_handle_segments(mv_live *l, const mv_httpd_request *req, mv_httpd_re
     mv_coll_snap *snap = mv_coll_snapshot(l->o.coll);
     if (!snap)
         return reply_error(l, resp, 503, "no_memory", "out of memory");
-    mv_buf b = {.cap = 64u << 20};
+    mv_util_buf b = {.cap = 64u << 20};
     uint64_t now = wall_ns();
     put_fmt(&b, "{\"tick_ms\":%.3f,\"history_ms\":%llu,\"max_series_per_stream\":%d,\"segments\":[",
             l->o.tick_us / 1000.0, (unsigned long long)history_ms(l), MV_LIVE_SERIES_MAX);
@@ -1131,14 +1131,14 @@ int mv_live_handle_segments(mv_live *l, const mv_httpd_request *req, mv_httpd_re
             put_str(&b, m->name);
             put_fmt(&b, ",\"type\":\"%s\",", type_name(m->type));
             put_labels(&b, m->labels, m->label_count);
-            mv_buf_append(&b, "}", 1);
+            mv_util_buf_append(&b, "}", 1);
         }
-        mv_buf_append(&b, "]}", 2);
+        mv_util_buf_append(&b, "]}", 2);
     }
-    mv_buf_append(&b, "]}\n", 3);
+    mv_util_buf_append(&b, "]}\n", 3);
     mv_coll_snap_free(snap);
     if (b.error) {
-        mv_buf_free(&b);
+        mv_util_buf_free(&b);
         return reply_error(l, resp, 503, "no_memory", "the catalog does not fit");
     }
     mv_httpd_set_status(resp, 200);
