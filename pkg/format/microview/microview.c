@@ -797,6 +797,8 @@ __attribute__((noinline, cold)) static void gauge_add_sharded(uint64_t *slot, do
 
 void mv_gauge_add(mv_gauge g, double delta)
 {
+    if (delta != delta)
+        delta = __builtin_nan(""); /* the one quiet NaN (spec section 9.5) */
     if (__builtin_expect(((uintptr_t)g.slot & 7u) != 0, 0)) {
         gauge_add_sharded(g.slot, delta);
         return;
@@ -868,6 +870,8 @@ void mv__gauge_set_sharded(mv_gauge g, double v)
     const uint64_t *first;
     unsigned n = handle_shards(g.slot, &first);
     uint64_t *w = (uint64_t *)(uintptr_t)first, bits;
+    if (v != v)
+        v = __builtin_nan("");       /* the one quiet NaN (spec section 9.5) */
     for (unsigned i = 1; i < n; i++) /* a load first: a shard already zero keeps its line */
         if (__atomic_load_n(&w[i * 8u], __ATOMIC_RELAXED) != 0)
             __atomic_store_n(&w[i * 8u], 0, __ATOMIC_RELAXED);
@@ -882,7 +886,9 @@ void mv__gauge_set_sharded(mv_gauge g, double v)
 void mv_histogram_observe(mv_histogram *h, double v)
 {
     if (h == NULL || h->w == NULL)
-        return; /* NaN counts: no comparison holds, so it lands in the +Inf bucket */
+        return;
+    if (v != v) /* NaN counts, in the +Inf bucket (no comparison holds), as the one quiet NaN */
+        v = __builtin_nan("");
     const double *b = h->bounds;
     uint32_t lo = 0, hi = h->n;
     while (lo < hi) {

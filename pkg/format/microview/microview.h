@@ -232,6 +232,8 @@ static inline void mv_gauge_set(mv_gauge g, double v)
         mv__gauge_set_sharded(g, v);
         return;
     }
+    if (__builtin_expect(v != v, 0)) /* any NaN is stored as the one quiet NaN (spec 9.5) */
+        v = __builtin_nan("");
     memcpy(&bits, &v, sizeof bits);
     __atomic_store_n(g.slot, bits, __ATOMIC_RELAXED);
 }
