@@ -1,5 +1,5 @@
-/* microviewctl top --watch SEGMENT: the live view's stream (/api/v1/stream) as terminal
- * sparklines, one line per metric, each character one bucket's maximum. */
+/* mv_ctl_top_watch: microviewctl top --watch SEGMENT: the live view's stream (/api/v1/stream) as
+ * terminal sparklines, one line per metric, each character one bucket's maximum. */
 #include <curl/curl.h>
 #include <json-c/json.h>
 #include <math.h>
@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "ctl.h"
+#include "mv_ctl.h"
 #include "mv_util.h"
 
 #define SPARK_MAX  512 /* columns */
