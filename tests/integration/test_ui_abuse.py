@@ -10,8 +10,9 @@ per-client cap 429 with reason streams_per_client (other addresses still served)
 readers get data and no drop; every stalled reader gets a drop event and an end event with
 reason slow_reader; the clients that never read are closed by the idle timeout; the rings
 stay at their bound (microview_ui_ring_bytes = series x ring length x 32 bytes) and the
-collector's RSS grows by less than 64 MiB; the share of missed ticks during the abuse is
-within 5 points of the share before it; when every client is gone, no stream or ring is left.
+collector's RSS grows by less than 64 MiB; when every client is gone, no stream or ring is
+left; the share of missed ticks during the abuse is within 5 points of the larger share of the
+quiet periods before and after it (the machine's own noise).
 Prints the figures.
 
 Usage: test_ui_abuse.py BUILD_DIR   (exit 0 passed, 1 a failure, 77 cannot run)
@@ -265,12 +266,24 @@ def main():
               "of a core before, %.0f%% under abuse"
               % (base_ticks, base_missed, 100 * fb, ticks, missed, 100 * fa, hook * 1e3,
                  hook * 1e6 / max(ticks, 1), rss0, rss1, 100 * cpu_base, 100 * cpu_abuse))
-        r.check("missed ticks under abuse within 5 points of before", fa <= fb + 0.05, (fb, fa))
         for x in clients + over + [over_client]:
             x.close()
         clean = wait_until(lambda: stats()["microview_ui_streams"] == 0 and
                            stats()["microview_ui_ring_bytes"] == 0, timeout=10)
         r.check("all clients gone: no stream and no ring left", clean, stats())
+        # The machine's own noise (other work on its cores) moves missed ticks by itself: the
+        # share is measured again once the clients are gone, and the abuse is compared with
+        # the worse of the two quiet periods.
+        e = stats()
+        time.sleep(5)
+        f = stats()
+        after_ticks = f["microview_collector_ticks_total"] - e["microview_collector_ticks_total"]
+        after_missed = (f["microview_collector_ticks_missed_total"]
+                        - e["microview_collector_ticks_missed_total"])
+        fq = after_missed / max(after_ticks, 1)
+        print("figures: ticks after %d missed %d (%.2f%%)" % (after_ticks, after_missed, 100 * fq))
+        r.check("missed ticks under abuse within 5 points of the quiet periods around it",
+                fa <= max(fb, fq) + 0.05, (fb, fa, fq))
         r.check("collector still serves /metrics", mvtest.http_get(base + "/metrics")[0] == 200)
     finally:
         for x in clients:
