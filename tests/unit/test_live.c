@@ -281,6 +281,21 @@ static void test_lifetime(void)
     CU_ASSERT_EQUAL(st.ended_lifetime, 1);
 }
 
+static void test_destroy_parked(void)
+{
+    /* A stream left open and parked (nothing to send between heartbeats): the fixture's
+     * teardown destroys the server with it, which must resume and end it, not hang. */
+    int fd = open_stream("seg=seg-1&m=0");
+    static char buf[65536];
+    size_t len = 0;
+    buf[0] = '\0';
+    CU_ASSERT(read_until(fd, buf, sizeof buf, &len, "event: hello", 3000));
+    mv_test_sleep_ms(100);
+    mv_httpd_stats hs;
+    mv_httpd_get_stats(g_httpd, &hs);
+    CU_ASSERT_EQUAL(hs.streams_open, 1);
+}
+
 int main(void)
 {
     mv_log_init("test_live", MV_LOG_ERROR);
@@ -290,6 +305,7 @@ int main(void)
         {"stream: a one-read spike survives min/max downsampling; ring freed", test_spike_kept},
         {"stream: 429 over the cap, 400 and 404 with reasons", test_caps_and_errors},
         {"stream: ends at its lifetime with an end event", test_lifetime},
+        {"server destroyed with a parked stream", test_destroy_parked},
     };
     return MV_TEST_RUN_FIXTURE("live", fixture_open, fixture_close, tests);
 }
