@@ -12,6 +12,17 @@
 #define O_HELP_MD  1 /* getopt values: 1 = --help-markdown, 'h' = --help, 256 + row index */
 #define O_ROW_BASE 256
 
+/* "PROG: SRC[ VALUE]: why", then the spec's hint. */
+static void refuse(const mv_opts_spec *spec, const char *src, const char *val, const char *why)
+{
+    if (spec->value_in_errors)
+        fprintf(stderr, "%s: %s %s: %s\n", spec->prog, src, val ? val : "", why);
+    else
+        fprintf(stderr, "%s: %s: %s\n", spec->prog, src, why);
+    if (spec->hint)
+        fprintf(stderr, "%s\n", spec->hint);
+}
+
 int mv_opts_status(int rc)
 {
     if (rc == MV_OPTS_HELP)
@@ -35,6 +46,8 @@ static int apply(const mv_opts_spec *spec, const mv_opts_opt *o, const char *src
     int idx = 0;
     if (o->max > 1 && *count >= o->max) {
         fprintf(stderr, "%s: at most %u %s\n", spec->prog, o->max, src);
+        if (spec->hint)
+            fprintf(stderr, "%s\n", spec->hint);
         return MV_OPTS_BAD;
     }
     switch (o->kind) {
@@ -81,7 +94,7 @@ static int apply(const mv_opts_spec *spec, const mv_opts_opt *o, const char *src
         break;
     }
     if (rc < 0) {
-        fprintf(stderr, "%s: %s: %s\n", spec->prog, src, err);
+        refuse(spec, src, val, err);
         return MV_OPTS_BAD;
     }
     (*count)++;
@@ -93,7 +106,7 @@ static int apply(const mv_opts_spec *spec, const mv_opts_opt *o, const char *src
         }
         if (rc < 0) {
             if (err[0])
-                fprintf(stderr, "%s: %s: %s\n", spec->prog, src, err);
+                refuse(spec, src, val, err);
             return MV_OPTS_BAD;
         }
         return 0;

@@ -81,6 +81,8 @@ typedef struct {
     const char *intro;    /* a paragraph after the usage line, or NULL */
     const char *outro;    /* a paragraph after the flags, or NULL */
     mv_opts_opt *opts;    /* the table, ended by a row of zeros */
+    int value_in_errors;  /* 1: refusals read "PROG: --flag VALUE: why" (the webhook's form) */
+    const char *hint;     /* a line printed after every refusal, or NULL */
 } mv_opts_spec;
 
 #define MV_OPTS_HELP 1 /* --help / --help-markdown printed on stdout: exit status 0 */
