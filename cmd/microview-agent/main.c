@@ -351,7 +351,8 @@ static int sa_main(int argc, char **argv)
     socket_flags sf = {.perms = {.mode = -1, .gid = -1}};
     mv_rpc_tls_server_opts tls = {0};
     int insecure_listen = 0, standalone = 0;
-    /* One row per flag, in --help's order. A new flag: a row here, then its value wired below;
+    /* One row per flag, in --help's order; `key` names the Kubernetes mode's configuration key
+     * for the same setting. A new flag: a row here, then its value wired below;
      * `scripts/flag-docs.py --write build` updates the docs' table. */
     mv_opts_opt opts[] = {
         {.name = "standalone",
@@ -392,6 +393,7 @@ static int sa_main(int argc, char **argv)
                  "whose file it owns (root: any); TCP callers (--listen) are not identified: "
                  "their token's scope is their only check"},
         {.name = "listen",
+         .key = "listen",
          .kind = MV_OPTS_LISTEN,
          .meta = "HOST:PORT",
          .dest = &tcp_listen,
@@ -400,6 +402,7 @@ static int sa_main(int argc, char **argv)
          .help = "also listen on TCP; IPv6 as [ADDR]:PORT, PORT 0 = any free port. Needs TLS "
                  "(--tls-cert/--tls-key) or --insecure-listen"},
         {.name = "max-segment-size",
+         .key = "max_segment_size",
          .kind = MV_OPTS_SIZE,
          .meta = "SIZE",
          .lo = MV_SEGSTORE_MIN_SIZE,
@@ -416,6 +419,7 @@ static int sa_main(int argc, char **argv)
          .help = "least time between reaper passes (a dead owner's segments go at once, a burst "
                  "of exits in groups); the period for owners without a pidfd"},
         {.name = "log-level",
+         .key = "log_level",
          .kind = MV_OPTS_STRING,
          .meta = "LEVEL",
          .fn = log_level_flag,
@@ -439,6 +443,7 @@ static int sa_main(int argc, char **argv)
          .dest = &quota_bytes,
          .help = "bytes of segments one uid may hold"},
         {.name = "min-free-bytes",
+         .key = "min_free_bytes",
          .kind = MV_OPTS_SIZE,
          .meta = "SIZE",
          .lo = 0,
@@ -447,6 +452,7 @@ static int sa_main(int argc, char **argv)
          .help = "space every create leaves free on --dir's filesystem; the larger of this and "
                  "--min-free-percent"},
         {.name = "min-free-percent",
+         .key = "min_free_percent",
          .kind = MV_OPTS_U64,
          .meta = "P",
          .lo = 0,
@@ -455,48 +461,57 @@ static int sa_main(int argc, char **argv)
          .help = "the same, percent of the filesystem's size"},
         {.kind = MV_OPTS_SECTION, .help = "RDMA (remote collectors):"},
         {.name = "rdma-listen",
+         .key = "rdma_listen",
          .kind = MV_OPTS_STRING,
          .meta = "IP[:PORT]",
          .dest = &rf.listen,
          .help = "register segments for RDMA READ; rdma_cm listener on IP (an address of the "
                  "RDMA netdev), PORT (default " MV_STR(MV_CONFIG_RDMA_PORT) ")"},
         {.name = "token-file",
+         .key = "collector_token_file",
          .kind = MV_OPTS_STRING,
          .meta = "PATH",
          .dest = &rf.token_file,
          .help = "read token: collectors present it on the rdma_cm connect and on TCP "
                  "control-plane calls; it allows ListSegments and WatchSegments only"},
         {.name = "require-rdma",
+         .key = "require_rdma",
          .kind = MV_OPTS_FLAG,
          .dest = &rf.require,
          .help = "fail segment creation (and start-up) without RDMA"},
         {.kind = MV_OPTS_SECTION, .help = "TCP control plane security (--listen):"},
         {.name = "tls-cert",
+         .key = "tls_cert_file",
          .kind = MV_OPTS_STRING,
          .meta = "PATH",
          .dest = &tls.cert_file,
          .help = "the agent's TLS certificate chain (PEM)"},
         {.name = "tls-key",
+         .key = "tls_key_file",
          .kind = MV_OPTS_STRING,
          .meta = "PATH",
          .dest = &tls.key_file,
          .help = "its private key (PEM)"},
         {.name = "tls-client-ca",
+         .key = "tls_client_ca_file",
          .kind = MV_OPTS_STRING,
          .meta = "PATH",
          .dest = &tls.client_ca_file,
          .help = "ask clients for a certificate signed by this CA (PEM)"},
         {.name = "tls-require-client-cert",
+         .key = "tls_require_client_cert",
          .kind = MV_OPTS_FLAG,
          .dest = &tls.require_client_cert,
          .help = "refuse clients without one (needs --tls-client-ca)"},
         {.name = "admin-token-file",
+         .key = "admin_token_file",
          .kind = MV_OPTS_STRING,
          .meta = "PATH",
          .dest = &rf.admin_token_file,
          .help = "admin token: also allows CreateSegment and ReleaseSegment over TCP (without "
                  "it, TCP callers cannot change segments once --token-file is set)"},
         {.name = "insecure-listen",
+         .key = "insecure_listen",
          .kind = MV_OPTS_FLAG,
          .dest = &insecure_listen,
          .help = "serve --listen in plaintext HTTP/2: tokens cross the network in clear. Without "
