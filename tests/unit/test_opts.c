@@ -65,7 +65,11 @@ static mv_opts_opt g_table[] = {
      .lo = MV_LISTEN_ANY_HOST | MV_LISTEN_PORT_ZERO,
      .dest = &g_listen,
      .help = "HTTP address"},
-    {.name = "tick-poll", .kind = MV_OPTS_FLAG, .dest = &g_poll, .help = "poll | spin"},
+    {.name = "tick-poll",
+     .short_name = 'p',
+     .kind = MV_OPTS_FLAG,
+     .dest = &g_poll,
+     .help = "poll | spin"},
     {.name = "window-align",
      .kind = MV_OPTS_ENUM,
      .meta = "MODE",
@@ -73,6 +77,7 @@ static mv_opts_opt g_table[] = {
      .dest = &g_align,
      .help = "where windows start"},
     {.name = "agent",
+     .short_name = 'a',
      .kind = MV_OPTS_STRING,
      .meta = "TARGET",
      .max = 3,
@@ -217,6 +222,20 @@ static void test_exact_names(void)
     CU_ASSERT_EQUAL(first, 2);
 }
 
+static void test_short_names(void)
+{
+    char msg[4096];
+    reset();
+    CU_ASSERT_EQUAL(parse(msg, sizeof msg, NULL, "-a", "x", "-p", "-ay", "-a", "--help", NULL), 0);
+    CU_ASSERT_EQUAL(g_agents.n, 3);
+    CU_ASSERT_STRING_EQUAL(g_agents.items[1], "y");
+    CU_ASSERT_STRING_EQUAL(g_agents.items[2], "--help"); /* a value, not --help */
+    CU_ASSERT_EQUAL(g_poll, 1);
+    CU_ASSERT_EQUAL(parse(msg, sizeof msg, NULL, "-x", NULL), MV_OPTS_BAD);
+    CU_ASSERT_PTR_NOT_NULL(strstr(msg, "prog: option needs a value or is unknown: -x\n"));
+    CU_ASSERT_EQUAL(parse(msg, sizeof msg, NULL, "-a", NULL), MV_OPTS_BAD);
+}
+
 static void test_callback(void)
 {
     char msg[4096];
@@ -319,7 +338,8 @@ static void test_markdown(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(m, "| `--max-body-bytes SIZE` | `64Mi` | `max_body_bytes` | "
                                      "`MV_TEST_OPTS_BODY` | cap on"));
     CU_ASSERT_PTR_NOT_NULL(strstr(m, "poll \\| spin |\n")); /* a pipe is escaped */
-    CU_ASSERT_PTR_NOT_NULL(strstr(m, "an agent (repeatable) |\n"));
+    CU_ASSERT_PTR_NOT_NULL(
+        strstr(m, "| `-a, --agent TARGET` |  |  |  | an agent (repeatable) |\n"));
     free(m);
 }
 
@@ -330,6 +350,7 @@ int main(void)
         {"ranges: refused with the range, nothing stored", test_ranges},
         {"repeatable: values in order, at most max", test_repeatable},
         {"exact names: a prefix is refused with a guess", test_exact_names},
+        {"one-letter aliases: -a VALUE, -aVALUE, -p", test_short_names},
         {"callbacks: values, their refusals, out of memory", test_callback},
         {"environment: read first, flags win", test_env},
         {"usage: wrapped within 80 columns, defaults shown", test_usage},

@@ -159,6 +159,14 @@ static int wants_help(const mv_opts_spec *spec, int argc, char **argv)
             return 'h';
         if (strcmp(a, "--help-markdown") == 0)
             return O_HELP_MD;
+        if (a[0] == '-' && a[1] && a[1] != '-' && !a[2]) { /* "-a": its value follows */
+            for (const mv_opts_opt *o = spec->opts; o->kind != MV_OPTS_END; o++)
+                if (o->short_name == a[1] && o->kind != MV_OPTS_FLAG) {
+                    i++;
+                    break;
+                }
+            continue;
+        }
         if (strncmp(a, "--", 2) != 0 || strchr(a, '='))
             continue;
         for (const mv_opts_opt *o = spec->opts; o->kind != MV_OPTS_END; o++)
@@ -204,6 +212,18 @@ int mv_opts_parse(const mv_opts_spec *spec, int argc, char **argv, int *first_ar
     }
     lo[k++] = (struct option){"help", no_argument, NULL, 'h'};
     lo[k++] = (struct option){"help-markdown", no_argument, NULL, O_HELP_MD};
+    /* "h" and each row's one-letter alias, with ':' when it takes a value. */
+    char shorts[2 * 64 + 2] = "h";
+    size_t ns = 1;
+    for (size_t i = 0; i < n; i++) {
+        const mv_opts_opt *o = &spec->opts[i];
+        if (!o->short_name || ns + 3 > sizeof shorts)
+            continue;
+        shorts[ns++] = o->short_name;
+        if (o->kind != MV_OPTS_FLAG)
+            shorts[ns++] = ':';
+    }
+    shorts[ns] = '\0';
 
     /* The environment first, so that a flag given on the command line wins. */
     for (size_t i = 0; i < n && rc == 0; i++) {
@@ -224,7 +244,10 @@ int mv_opts_parse(const mv_opts_spec *spec, int argc, char **argv, int *first_ar
     opterr = 0;
     optind = 0; /* 0: glibc starts afresh, so that a process may parse more than once */
     int opt;
-    while (rc == 0 && (opt = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+    while (rc == 0 && (opt = getopt_long(argc, argv, shorts, lo, NULL)) != -1) {
+        for (size_t i = 0; opt != 'h' && opt != '?' && opt < O_ROW_BASE && i < n; i++)
+            if (spec->opts[i].short_name && spec->opts[i].short_name == opt)
+                opt = O_ROW_BASE + (int)i; /* -a: as --agent */
         if (opt >= O_ROW_BASE && opt < O_ROW_BASE + (int)n) {
             const mv_opts_opt *o = &spec->opts[opt - O_ROW_BASE];
             char src[128];

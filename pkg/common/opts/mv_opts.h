@@ -60,6 +60,7 @@ typedef struct {
 
 typedef struct {
     const char *name;         /* the long option without dashes, "tick-ms" */
+    char short_name;          /* a one-letter alias ('a' for -a), or 0 (most flags have none) */
     mv_opts_kind kind;        /* what the value is and where it goes */
     const char *meta;         /* the value's metavariable in --help, "N", "SIZE"; NULL for FLAG */
     const char *help;         /* one paragraph, wrapped by the module; SECTION: the heading */

@@ -94,10 +94,13 @@ static void wrap(FILE *f, const char *text, size_t col, size_t indent)
     fputc('\n', f);
 }
 
-/* "--name META" into buf. */
+/* "--name META", "-n, --name META" with a one-letter alias, into buf. */
 static void flag_text(const mv_opts_opt *o, char *buf, size_t len)
 {
-    snprintf(buf, len, "--%s%s%s", o->name, o->meta ? " " : "", o->meta ? o->meta : "");
+    char alias[8] = "";
+    if (o->short_name)
+        snprintf(alias, sizeof alias, "-%c, ", o->short_name);
+    snprintf(buf, len, "%s--%s%s%s", alias, o->name, o->meta ? " " : "", o->meta ? o->meta : "");
 }
 
 void mv_opts_usage(const mv_opts_spec *spec, FILE *f)
