@@ -6,6 +6,15 @@
 #include <stdint.h>
 
 #define MV_CTL_DEFAULT_AGENT "unix:/run/microview/agent.sock"
+#define MV_CTL_MAX_LABELS    16
+
+/* --label KEY=VALUE of create and gen: pairs of strings, argv's own cut at '='. */
+typedef struct {
+    const char *kv[2 * MV_CTL_MAX_LABELS];
+    size_t n;
+} mv_ctl_labels;
+/* An mv_opts callback: takes one --label into an mv_ctl_labels (`arg`). */
+int mv_ctl_label_flag(void *arg, const char *value, char *err, size_t errlen);
 
 typedef struct mv_ctl_lease {
     char *id;
