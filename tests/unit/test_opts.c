@@ -280,12 +280,12 @@ static void test_usage(void)
     reset();
     char *u = capture(mv_opts_usage);
     CU_ASSERT_PTR_NOT_NULL(strstr(u, "usage: prog [options]\nReading:\n"));
-    CU_ASSERT_PTR_NOT_NULL(strstr(
-        u, "  --tick-ms N               fast read interval: the tick, in ms (default 10)\n"));
-    CU_ASSERT_PTR_NOT_NULL(strstr(u, "(default 64Mi)"));
-    CU_ASSERT_PTR_NOT_NULL(strstr(u, "(default 0.01)"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(u, "  --tick-ms N               fast read interval: the tick, in "
+                                     "ms (1..60000;\n                            default 10)\n"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(u, "default 64Mi)"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(u, "(0.0001..0.5; default 0.01)"));
     CU_ASSERT_PTR_NOT_NULL(strstr(u, "(default segment)"));
-    CU_ASSERT_PTR_NOT_NULL(strstr(u, "an agent (repeatable)"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(u, "an agent (repeatable, at most 3)"));
     CU_ASSERT_PTR_NOT_NULL(strstr(u, "  --name NAME               a name\n")); /* def "": none */
     /* Every line within 80 columns; the long help spans lines indented to the help column. */
     unsigned lines = 0, long_help = 0;
@@ -303,7 +303,7 @@ static void test_usage(void)
     /* The default shown is the one the binary holds at the start. */
     g_ticks = 25;
     u = capture(mv_opts_usage);
-    CU_ASSERT_PTR_NOT_NULL(strstr(u, "(default 25)"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(u, "default 25)"));
     free(u);
 }
 
@@ -334,12 +334,12 @@ static void test_markdown(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(m, "**Reading:**\n\n| Flag | Default | Config key | "
                                      "Environment | Description |\n|---|---|---|---|---|\n"));
     CU_ASSERT_PTR_NOT_NULL(strstr(m, "| `--tick-ms N` | `10` |  |  | fast read interval: the "
-                                     "tick, in ms |\n"));
+                                     "tick, in ms (1..60000) |\n"));
     CU_ASSERT_PTR_NOT_NULL(strstr(m, "| `--max-body-bytes SIZE` | `64Mi` | `max_body_bytes` | "
                                      "`MV_TEST_OPTS_BODY` | cap on"));
     CU_ASSERT_PTR_NOT_NULL(strstr(m, "poll \\| spin |\n")); /* a pipe is escaped */
     CU_ASSERT_PTR_NOT_NULL(
-        strstr(m, "| `-a, --agent TARGET` |  |  |  | an agent (repeatable) |\n"));
+        strstr(m, "| `-a, --agent TARGET` |  |  |  | an agent (repeatable, at most 3) |\n"));
     free(m);
 }
 

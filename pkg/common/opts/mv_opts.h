@@ -16,9 +16,11 @@
  *     {.name = "tick-ms", .kind = MV_OPTS_U64, .meta = "N", .lo = 1, .hi = 60000,
  *      .dest = &tick_ms, .help = "fast read interval: the tick, in ms"},
  *
- * The default shown is taken from what `dest` holds when mv_opts_parse() starts (so it is the
- * default the binary really uses), unless `def` says it in words. Two files, in a stack:
- * mv_opts_text.c (usage text and Markdown) and mv_opts.c (the parse, above it). */
+ * --help and the Markdown append what the row declares: its range ("1..60000"), its default,
+ * "repeatable, at most N"; help texts need not repeat them. The default shown is taken from what
+ * `dest` holds when mv_opts_parse() starts (so it is the default the binary really uses), unless
+ * `def` says it in words. Two files, in a stack: mv_opts_text.c (usage text and Markdown) and
+ * mv_opts.c (the parse, above it). */
 #ifndef MV_OPTS_H
 #define MV_OPTS_H
 

@@ -67,6 +67,48 @@ const char *mv_opts_default_text(const mv_opts_opt *o, char *buf, size_t len)
     return buf;
 }
 
+/* The accepted range of a number or size ("1..60000", "at least 4Ki"), "" when any value of
+ * its kind is taken. */
+static const char *range_text(const mv_opts_opt *o, char *buf, size_t len)
+{
+    char lo[32], hi[32];
+    buf[0] = '\0';
+    if (o->kind == MV_OPTS_U64) {
+        snprintf(lo, sizeof lo, "%" PRIu64, o->lo);
+        snprintf(hi, sizeof hi, "%" PRIu64, o->hi);
+    } else if (o->kind == MV_OPTS_SIZE) {
+        size_text(o->lo, lo, sizeof lo);
+        size_text(o->hi, hi, sizeof hi);
+    } else if (o->kind == MV_OPTS_NUMBER) {
+        snprintf(buf, len, "%g..%g", o->dlo, o->dhi);
+        return buf;
+    } else {
+        return buf;
+    }
+    if (o->hi != UINT64_MAX)
+        snprintf(buf, len, "%s..%s", lo, hi);
+    else if (o->lo > 0)
+        snprintf(buf, len, "at least %s", lo);
+    return buf;
+}
+
+/* What follows a row's help in parentheses: its range, its default (with_default), whether it
+ * repeats; "" when nothing. */
+static void notes(const mv_opts_opt *o, int with_default, char *buf, size_t len)
+{
+    char range[80], def[160], rep[48] = "";
+    range_text(o, range, sizeof range);
+    if (with_default)
+        mv_opts_default_text(o, def, sizeof def);
+    else
+        def[0] = '\0';
+    if (o->max > 1)
+        snprintf(rep, sizeof rep, "repeatable, at most %u", o->max);
+    snprintf(buf, len, "%s%s%s%s%s%s%s%s", range[0] || def[0] || rep[0] ? " (" : "", range,
+             range[0] && (def[0] || rep[0]) ? "; " : "", def[0] ? "default " : "", def,
+             def[0] && rep[0] ? "; " : "", rep, range[0] || def[0] || rep[0] ? ")" : "");
+}
+
 /* Writes `text` (words separated by spaces; newlines are spaces) from column `col` (the cursor
  * is there) to WIDTH, later lines indented to `indent`. */
 static void wrap(FILE *f, const char *text, size_t col, size_t indent)
@@ -113,12 +155,10 @@ void mv_opts_usage(const mv_opts_spec *spec, FILE *f)
             wrap(f, o->help, 0, 0);
             continue;
         }
-        char flag[128], def[128], help[2048];
+        char flag[128], note[320], help[2048];
         flag_text(o, flag, sizeof flag);
-        mv_opts_default_text(o, def, sizeof def);
-        snprintf(help, sizeof help, "%s%s%s%s%s", o->help ? o->help : "",
-                 def[0] ? " (default " : "", def, def[0] ? ")" : "",
-                 o->max > 1 ? " (repeatable)" : "");
+        notes(o, 1, note, sizeof note);
+        snprintf(help, sizeof help, "%s%s", o->help ? o->help : "", note);
         fprintf(f, "  %s", flag);
         size_t at = 2 + strlen(flag);
         if (at + 2 > HELP_COL) {
@@ -191,10 +231,11 @@ void mv_opts_markdown(const mv_opts_spec *spec, FILE *f)
             cell(f, o->env);
             fputs(o->env ? "` |" : " |", f);
         }
+        char note[320];
+        notes(o, 0, note, sizeof note);
         fputc(' ', f);
         cell(f, o->help);
-        if (o->max > 1)
-            fputs(" (repeatable)", f);
+        cell(f, note);
         fputs(" |\n", f);
     }
 }
