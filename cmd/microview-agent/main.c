@@ -2,7 +2,6 @@
  * configuration keys of the Kubernetes mode, the checks between flags; the agent runs in
  * mv_agent_run (pkg/node/agent). */
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
@@ -216,27 +215,27 @@ static void sa_after_server(void *arg)
     sa->rdmax = NULL;
 }
 
-static void k8s_usage(FILE *f)
+/* Kubernetes mode: every configuration key is a flag too (--page-size or --page_size); the
+ * values are set on the configuration after the file, in the order given. */
+typedef struct {
+    const char **key, **val;
+    size_t n;
+} k8s_overrides;
+
+typedef struct {
+    const char *key;
+    k8s_overrides *ov;
+} k8s_key_row;
+
+static int k8s_key_flag(void *arg, const char *value, char *err, size_t errlen)
 {
-    fprintf(f,
-            "usage: microview-agent [--config FILE] [--KEY VALUE]...   (Kubernetes mode)\n"
-            "       microview-agent --standalone [options]            (see --standalone --help)\n"
-            "Every configuration key is also a flag (dashes or underscores), e.g.\n"
-            "  --resource-name microview.io/metrics --page-size 4Ki --pool-size 16Mi\n"
-            "The agent's socket (agent_socket) is for root only in this mode: --socket-mode\n"
-            "and --socket-group are --standalone flags; segment_group GROUP gives the socket\n"
-            "(0660) and the segment files (0660) that group, for a non-root collector.\n"
-            "listen (TCP) needs tls_cert_file + tls_key_file (tls_client_ca_file,\n"
-            "tls_require_client_cert) or insecure_listen: true. collector_token_file is the\n"
-            "read token (List/Watch, rdma_cm); admin_token_file may also release over TCP;\n"
-            "creates over TCP are refused in this mode.\n"
-            "Keys:");
-    for (const char *const *k = mv_config_keys(); *k; k++)
-        fprintf(f, " %s", *k);
-    fprintf(f, "\n");
+    (void)err, (void)errlen;
+    k8s_key_row *r = arg;
+    r->ov->key[r->ov->n] = r->key;
+    r->ov->val[r->ov->n++] = value;
+    return 0;
 }
 
-/* Kubernetes mode: every configuration key is a flag too. */
 static int k8s_main(int argc, char **argv)
 {
     static const char *const standalone_only[] = {"--socket-mode", "--socket-group"};
@@ -246,8 +245,8 @@ static int k8s_main(int argc, char **argv)
             if (strncmp(argv[i], standalone_only[k], n) == 0 &&
                 (argv[i][n] == '\0' || argv[i][n] == '=')) {
                 fprintf(stderr,
-                        "microview-agent: %s is a --standalone flag: the Kubernetes mode's "
-                        "socket is for root only (the kubelet's, the host collector's)\n",
+                        P ": %s is a --standalone flag: the Kubernetes mode's socket is for root "
+                          "only (the kubelet's, the host collector's)\n",
                         standalone_only[k]);
                 return 2;
             }
@@ -256,86 +255,111 @@ static int k8s_main(int argc, char **argv)
     size_t nkeys = 0;
     while (keys[nkeys])
         nkeys++;
-    struct option *lo = calloc(nkeys * 2 + 3, sizeof *lo);
-    char(*names)[64] = calloc(nkeys, sizeof *names);
-    const char **ovk = calloc((size_t)argc + 1, sizeof *ovk),
-               **ovv = calloc((size_t)argc + 1, sizeof *ovv);
-    int rc = 2;
-    size_t nov = 0;
-    const char *cfg_file = NULL;
+    /* The table: --config, then two rows a key (the dashed spelling shown, the key's own
+     * hidden), built from mv_config's list so that a new key is a flag at once. */
+    mv_opts_opt *opts = calloc(2 * nkeys + 2, sizeof *opts);
+    char(*names)[64] = calloc(nkeys, sizeof *names), (*helps)[96] = calloc(nkeys, sizeof *helps);
+    k8s_key_row *rows = calloc(nkeys, sizeof *rows);
+    k8s_overrides ov = {.key = calloc((size_t)argc + 1, sizeof(char *)),
+                        .val = calloc((size_t)argc + 1, sizeof(char *))};
     mv_config *cfg = calloc(1, sizeof *cfg);
-    if (!lo || !names || !ovk || !ovv || !cfg) {
-        fprintf(stderr, "microview-agent: out of memory\n");
-        goto free_opts;
+    const char *cfg_file = NULL;
+    int rc = 2;
+    if (!opts || !names || !helps || !rows || !ov.key || !ov.val || !cfg) {
+        fprintf(stderr, P ": out of memory\n");
+        goto out;
     }
     size_t no = 0;
+    opts[no++] = (mv_opts_opt){.name = "config",
+                               .kind = MV_OPTS_STRING,
+                               .meta = "FILE",
+                               .dest = &cfg_file,
+                               .help = "the YAML configuration file; flags win"};
     for (size_t i = 0; i < nkeys; i++) {
-        lo[no++] = (struct option){keys[i], required_argument, NULL, 1000 + (int)i};
         snprintf(names[i], sizeof names[i], "%s", keys[i]);
         for (char *c = names[i]; *c; c++)
             if (*c == '_')
                 *c = '-';
-        lo[no++] = (struct option){names[i], required_argument, NULL, 1000 + (int)i};
+        snprintf(helps[i], sizeof helps[i], "sets the configuration key %s", keys[i]);
+        rows[i] = (k8s_key_row){.key = keys[i], .ov = &ov};
+        opts[no++] = (mv_opts_opt){.name = names[i],
+                                   .key = keys[i],
+                                   .kind = MV_OPTS_STRING,
+                                   .meta = "VALUE",
+                                   .fn = k8s_key_flag,
+                                   .arg = &rows[i],
+                                   .help = helps[i]};
+        if (strcmp(names[i], keys[i]) != 0)
+            opts[no++] = (mv_opts_opt){.name = keys[i],
+                                       .kind = MV_OPTS_STRING,
+                                       .meta = "VALUE",
+                                       .fn = k8s_key_flag,
+                                       .arg = &rows[i],
+                                       .hidden = 1};
     }
-    lo[no++] = (struct option){"config", required_argument, NULL, 'c'};
-    lo[no++] = (struct option){"help", no_argument, NULL, 'h'};
-    int opt;
-    if (mv_util_opts_exact("microview-agent", argc, argv, lo) < 0)
-        return 2;
-    while ((opt = getopt_long(argc, argv, "c:h", lo, NULL)) != -1) {
-        if (opt == 'c') {
-            cfg_file = optarg;
-        } else if (opt == 'h') {
-            k8s_usage(stdout);
-            rc = 0;
-            goto free_opts;
-        } else if (opt >= 1000 && opt < 1000 + (int)nkeys) {
-            ovk[nov] = keys[opt - 1000];
-            ovv[nov++] = optarg;
-        } else {
-            k8s_usage(stderr);
-            goto free_opts;
-        }
+    const mv_opts_spec spec = {
+        .prog = P,
+        .synopsis = "[--config FILE] [--KEY VALUE]...   (Kubernetes mode)",
+        .intro = "The standalone mode: microview-agent --standalone --help. Every configuration "
+                 "key is also a flag (dashes or underscores), e.g. "
+                 "--resource-name microview.io/metrics --page-size 4Ki --pool-size 16Mi. The "
+                 "agent's socket (agent_socket) is for root only in this mode: --socket-mode and "
+                 "--socket-group are --standalone flags; segment_group GROUP gives the socket "
+                 "(0660) and the segment files (0660) that group, for a non-root collector. "
+                 "listen (TCP) needs tls_cert_file + tls_key_file (tls_client_ca_file, "
+                 "tls_require_client_cert) or insecure_listen: true. collector_token_file is the "
+                 "read token (List/Watch, rdma_cm); admin_token_file may also release over TCP; "
+                 "creates over TCP are refused in this mode. The keys, their values and "
+                 "defaults: docs/kubernetes.md.",
+        .opts = opts};
+    int first;
+    rc = mv_opts_parse(&spec, argc, argv, &first);
+    if (rc) {
+        rc = mv_opts_status(rc);
+        goto out;
     }
-    if (optind < argc) {
-        fprintf(stderr, "microview-agent: unexpected argument %s\n", argv[optind]);
-        goto free_opts;
+    rc = 2;
+    if (first < argc) {
+        fprintf(stderr, P ": unexpected argument %s\n", argv[first]);
+        goto out;
     }
     char err[MV_ERR_MAX];
     mv_config_defaults(cfg);
     if (cfg_file && mv_config_load_file(cfg, cfg_file, err, sizeof err) < 0) {
-        fprintf(stderr, "microview-agent: config: %s\n", err);
-        goto free_opts;
+        fprintf(stderr, P ": config: %s\n", err);
+        goto out;
     }
-    for (size_t i = 0; i < nov; i++)
-        if (mv_config_set(cfg, ovk[i], ovv[i], err, sizeof err) < 0) {
-            fprintf(stderr, "microview-agent: --%s: %s\n", ovk[i], err);
-            goto free_opts;
+    for (size_t i = 0; i < ov.n; i++)
+        if (mv_config_set(cfg, ov.key[i], ov.val[i], err, sizeof err) < 0) {
+            fprintf(stderr, P ": --%s: %s\n", ov.key[i], err);
+            goto out;
         }
     mv_log_level level;
+    err[0] = '\0';
     if (mv_config_finish(cfg, err, sizeof err) < 0 ||
         mv_log_parse_level(cfg->log_level, &level) < 0) {
-        fprintf(stderr, "microview-agent: config: %s\n",
-                err[0] ? err : "log_level: debug, info, warn or error");
-        goto free_opts;
+        fprintf(stderr, P ": config: %s\n", err[0] ? err : "log_level: debug, info, warn or error");
+        goto out;
     }
     mv_log_init("agent", level);
     mv_agent_k8s *a;
     if (mv_agent_k8s_create(cfg, &a) < 0) {
-        fprintf(stderr, "microview-agent: out of memory\n");
-        goto free_opts;
+        fprintf(stderr, P ": out of memory\n");
+        goto out;
     }
     mv_agent_run_opts ro;
     mv_agent_mode mode;
     mv_agent_k8s_mode(a, &ro, &mode);
     rc = mv_agent_run(&ro, &mode);
     mv_agent_k8s_destroy(a);
-free_opts:
+out:
     free(cfg);
-    free(ovv);
-    free(ovk);
+    free(ov.val);
+    free(ov.key);
+    free(rows);
+    free(helps);
     free(names);
-    free(lo);
+    free(opts);
     return rc;
 }
 

@@ -89,6 +89,13 @@ static mv_opts_opt g_table[] = {
      .dest = &g_name,
      .def = "",
      .help = "a name"},
+    {.name = "tick_ms",
+     .kind = MV_OPTS_U64,
+     .meta = "N",
+     .lo = 1,
+     .hi = 60000,
+     .dest = &g_ticks,
+     .hidden = 1},
     {.name = "call",
      .kind = MV_OPTS_STRING,
      .meta = "X",
@@ -138,6 +145,18 @@ static int parse(char *msg, size_t msglen, int *first, ...)
     msg[got] = '\0';
     fclose(tmp);
     return rc;
+}
+
+/* Runs `fn(spec, f)` into a string. */
+static char *capture(void (*fn)(const mv_opts_spec *, FILE *))
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    CU_ASSERT_FATAL(f != NULL);
+    fn(&g_spec, f);
+    fclose(f);
+    return buf;
 }
 
 static void test_values(void)
@@ -236,6 +255,19 @@ static void test_short_names(void)
     CU_ASSERT_EQUAL(parse(msg, sizeof msg, NULL, "-a", NULL), MV_OPTS_BAD);
 }
 
+static void test_hidden(void)
+{
+    char msg[4096];
+    reset();
+    CU_ASSERT_EQUAL(parse(msg, sizeof msg, NULL, "--tick_ms", "7", NULL), 0);
+    CU_ASSERT_EQUAL(g_ticks, 7);
+    char *u = capture(mv_opts_usage), *m = capture(mv_opts_markdown);
+    CU_ASSERT_PTR_NULL(strstr(u, "tick_ms"));
+    CU_ASSERT_PTR_NULL(strstr(m, "tick_ms"));
+    free(u);
+    free(m);
+}
+
 static void test_callback(void)
 {
     char msg[4096];
@@ -261,18 +293,6 @@ static void test_env(void)
     CU_ASSERT_EQUAL(parse(msg, sizeof msg, NULL, NULL), MV_OPTS_BAD);
     CU_ASSERT_PTR_NOT_NULL(strstr(msg, "prog: MV_TEST_OPTS_BODY: '4k' is not a size"));
     unsetenv("MV_TEST_OPTS_BODY");
-}
-
-/* Runs `fn(spec, f)` into a string. */
-static char *capture(void (*fn)(const mv_opts_spec *, FILE *))
-{
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    CU_ASSERT_FATAL(f != NULL);
-    fn(&g_spec, f);
-    fclose(f);
-    return buf;
 }
 
 static void test_usage(void)
@@ -351,6 +371,7 @@ int main(void)
         {"repeatable: values in order, at most max", test_repeatable},
         {"exact names: a prefix is refused with a guess", test_exact_names},
         {"one-letter aliases: -a VALUE, -aVALUE, -p", test_short_names},
+        {"hidden rows: parsed, not shown", test_hidden},
         {"callbacks: values, their refusals, out of memory", test_callback},
         {"environment: read first, flags win", test_env},
         {"usage: wrapped within 80 columns, defaults shown", test_usage},

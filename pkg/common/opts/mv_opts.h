@@ -76,6 +76,7 @@ typedef struct {
     unsigned max;             /* STRING: > 1 makes it repeatable into an mv_opts_list */
     mv_opts_fn fn;            /* when set, called with each value instead of storing it */
     void *arg;                /* its first argument */
+    int hidden;               /* 1: parsed but not shown (another spelling of a shown row) */
 } mv_opts_opt;
 
 typedef struct {

@@ -155,6 +155,8 @@ void mv_opts_usage(const mv_opts_spec *spec, FILE *f)
             wrap(f, o->help, 0, 0);
             continue;
         }
+        if (o->hidden)
+            continue;
         char flag[128], note[320], help[2048];
         flag_text(o, flag, sizeof flag);
         notes(o, 1, note, sizeof note);
@@ -198,6 +200,8 @@ void mv_opts_markdown(const mv_opts_spec *spec, FILE *f)
         envs |= o->env != NULL;
     }
     for (const mv_opts_opt *o = spec->opts; o->kind != MV_OPTS_END; o++) {
+        if (o->hidden)
+            continue;
         if (o->kind == MV_OPTS_SECTION) {
             fprintf(f, "%s**", open ? "\n" : "");
             cell(f, o->help);
