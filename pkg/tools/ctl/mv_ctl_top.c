@@ -1,4 +1,5 @@
-/* microviewctl top: live per-pod values, read rates and anomaly scores from a collector. */
+/* mv_ctl_top: `microviewctl top`: live per-pod values, read rates and anomaly scores from a
+ * collector (HTTP, JSON). Calls no other file of the module. */
 #include <curl/curl.h>
 #include <json-c/json.h>
 #include <math.h>
@@ -9,7 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ctl.h"
+#include "mv_ctl.h"
 #include "mv_opts.h"
 #include "mv_util.h"
 

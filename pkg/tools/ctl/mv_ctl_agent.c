@@ -1,4 +1,5 @@
-/* microviewctl commands that talk to the agent: list, create, release, gen's lease. */
+/* mv_ctl_agent: the microviewctl commands that talk to the agent: list, create, release, and
+ * gen's segment lease. The bottom layer of the module (calls no other file of it). */
 #include <errno.h>
 #include <inttypes.h>
 #include <json-c/json.h>
@@ -7,7 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ctl.h"
+#include "mv_ctl.h"
+#include "mv_ctl_int.h"
 #include "mv_agentc.h"
 #include "mv_inspect.h"
 #include "mv_log.h"
@@ -235,10 +237,10 @@ int mv_ctl_list(int argc, char **argv)
     return 0;
 }
 
-int mv_ctl_label_flag(void *arg, const char *value, char *err, size_t errlen)
+int mv_ctl__label_flag(void *arg, const char *value, char *err, size_t errlen)
 {
     (void)err, (void)errlen;
-    mv_ctl_labels *l = arg;
+    mv_ctl__labels *l = arg;
     char *eq = strchr(value, '=');
     if (!eq || eq == value || l->n == MV_CTL_MAX_LABELS) {
         fprintf(stderr, "microviewctl: --label takes KEY=VALUE (at most 16)\n");
@@ -255,7 +257,7 @@ int mv_ctl_create(int argc, char **argv)
 {
     const char *target = MV_CTL_DEFAULT_AGENT, *token_file = NULL;
     uint64_t size = 65536, owner = 0, uid = UINT64_MAX, gid = UINT64_MAX;
-    mv_ctl_labels lf = {.n = 0};
+    mv_ctl__labels lf = {.n = 0};
     mv_opts_opt opts[] = {
         {.name = "agent",
          .short_name = 'a',
@@ -282,7 +284,7 @@ int mv_ctl_create(int argc, char **argv)
          .short_name = 'l',
          .kind = MV_OPTS_STRING,
          .meta = "KEY=VALUE",
-         .fn = mv_ctl_label_flag,
+         .fn = mv_ctl__label_flag,
          .arg = &lf,
          .help = "an identity label asked of the agent (repeatable, at most 16)"},
         {.name = "owner-pid",
