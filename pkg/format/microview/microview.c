@@ -394,6 +394,26 @@ static int map_reason(mv_seg_reason r)
     }
 }
 
+/* The segment size to suggest when it is full: twice the present one, in KiB (whole pages). */
+static size_t grow_kib(const mv_segment *s)
+{
+    return (2 * s->size + 4095) / 4096 * 4;
+}
+
+void mv_segment_usage(const mv_segment *s, size_t *used, size_t *capacity)
+{
+    size_t u = 0, c = 0;
+    if (s) {
+        u = (size_t)__atomic_load_n(&s->h->catalog_used, __ATOMIC_RELAXED) +
+            __atomic_load_n(&s->h->values_used, __ATOMIC_RELAXED);
+        c = (size_t)s->h->catalog_size + s->h->values_size;
+    }
+    if (used)
+        *used = u;
+    if (capacity)
+        *capacity = c;
+}
+
 /* Appends (or finds) the record for `d`, sharded as mv_set_shards said; *slot gets the value
  * words (the first shard's) and *shards the record's shard count (1: not sharded). */
 static int do_register(mv_segment *s, mv_seg_metric_desc *d, uint64_t **slot, unsigned *shards)
@@ -455,13 +475,18 @@ static int do_register(mv_segment *s, mv_seg_metric_desc *d, uint64_t **slot, un
                         : mv_seg_place_slot(h->values_used, h->values_size, coff, h->catalog_size,
                                             rsize, vsize);
     if ((uint64_t)voff + vsize > h->values_size) {
-        rc = fail(MV_ERR_FULL, "%s: value area full (%u of %u bytes used, %s needs %u)", s->path,
-                  h->values_used, h->values_size, d->name, vsize);
+        rc = fail(MV_ERR_FULL,
+                  "%s: value area full (%u of %u bytes used, %s needs %u); ask for a segment "
+                  "of %zu KiB or more (microview.io/metrics: %zu pages)",
+                  s->path, h->values_used, h->values_size, d->name, vsize, grow_kib(s),
+                  grow_kib(s) / 4);
         goto free_cat;
     }
     if ((uint64_t)coff + rsize > h->catalog_size || h->metric_count >= MV_SEG_METRICS_MAX) {
-        rc = fail(MV_ERR_FULL, "%s: catalog area full (%u of %u bytes used, %s needs %u)", s->path,
-                  coff, h->catalog_size, d->name, rsize);
+        rc = fail(MV_ERR_FULL,
+                  "%s: catalog area full (%u of %u bytes used, %s needs %u); ask for a segment "
+                  "of %zu KiB or more (microview.io/metrics: %zu pages)",
+                  s->path, coff, h->catalog_size, d->name, rsize, grow_kib(s), grow_kib(s) / 4);
         goto free_cat;
     }
     __atomic_store_n(&h->generation, gen + 1, __ATOMIC_RELEASE);
@@ -520,6 +545,12 @@ int mv_counter_register(mv_segment *s, const char *name, const char *help, const
                         const mv_label *labels, size_t nlabels, mv_counter *out)
 {
     return register_scalar(s, MV_SEG_COUNTER, name, help, unit, labels, nlabels, &out->slot);
+}
+
+int mv_fcounter_register(mv_segment *s, const char *name, const char *help, const char *unit,
+                         const mv_label *labels, size_t nlabels, mv_fcounter *out)
+{
+    return register_scalar(s, MV_SEG_COUNTER_F, name, help, unit, labels, nlabels, &out->slot);
 }
 
 int mv_gauge_register(mv_segment *s, const char *name, const char *help, const char *unit,
@@ -680,6 +711,13 @@ void mv_gauge_add(mv_gauge g, double delta)
     add_f64(g.slot, delta);
 }
 
+void mv__fcounter_add_frac(mv_fcounter c, double v)
+{
+    if (!(v >= 0) || isinf(v))
+        return;
+    add_f64(mv__word(c.slot) + 1, v);
+}
+
 /* A handle's first shard (its word, when it is not sharded); returns the shard count. */
 static unsigned handle_shards(uint64_t *slot, const uint64_t **first)
 {
@@ -714,6 +752,18 @@ double mv_gauge_value(mv_gauge g)
     return v;
 }
 
+double mv_fcounter_value(mv_fcounter c)
+{
+    const uint64_t *w;
+    uint64_t whole = 0;
+    double frac = 0;
+    for (unsigned i = 0, n = handle_shards(c.slot, &w); i < n; i++) {
+        whole += __atomic_load_n(&w[i * 8u], __ATOMIC_RELAXED);
+        frac += f64_bits(__atomic_load_n(&w[i * 8u + 1], __ATOMIC_RELAXED));
+    }
+    return (double)whole + frac;
+}
+
 /* A sharded gauge's set: shards 1.. to 0, then shard 0 to `v`. Every set stores into shard 0,
  * so of two sets at once the last store wins, as with one word. An add racing with a set on
  * another shard either lands before its zeroing (and is overwritten, as by a set after it) or
@@ -735,10 +785,8 @@ void mv__gauge_set_sharded(mv_gauge g, double v)
  * checksum word, so in any quiescent state checksum == sum(word[i] *
  * weight(i)). A reader's copy that mixes words from before and after an
  * update fails that equation; see docs/segment-format.md. */
-void mv_histogram_observe(mv_histogram *h, double v)
+static inline void observe(mv_histogram *h, double v)
 {
-    if (h == NULL || h->w == NULL || isnan(v))
-        return;
     const double *b = h->bounds;
     uint32_t lo = 0, hi = h->n;
     while (lo < hi) {
@@ -776,4 +824,46 @@ void mv_histogram_observe(mv_histogram *h, double v)
     }
     __atomic_fetch_add(&w[h->check_index], h->bucket_wt[lo] + (nw - old) * h->sum_wt,
                        __ATOMIC_RELEASE);
+}
+
+void mv_histogram_observe(mv_histogram *h, double v)
+{
+    if (h == NULL || h->w == NULL || isnan(v))
+        return;
+    observe(h, v);
+}
+
+/* NaN is counted: it is above no bound, so it lands in the +Inf bucket, and the sum turns NaN. */
+void mv_histogram_observe_all(mv_histogram *h, double v)
+{
+    if (h == NULL || h->w == NULL)
+        return;
+    observe(h, v);
+}
+
+size_t mv_histogram_read(const mv_histogram *h, uint64_t *count, double *sum, uint64_t *buckets,
+                         const double **bounds)
+{
+    uint64_t c = 0;
+    double sm = 0;
+    if (bounds)
+        *bounds = h && h->w ? h->bounds : NULL;
+    if (h == NULL || h->w == NULL) {
+        *count = 0;
+        *sum = 0;
+        return 0;
+    }
+    for (uint32_t i = 0; i <= h->n; i++)
+        buckets[i] = 0;
+    for (uint32_t k = 0; k <= h->shard_mask; k++) {
+        const uint64_t *w = h->w + (size_t)k * h->shard_words;
+        c += __atomic_load_n(&w[0], __ATOMIC_RELAXED);
+        double d = f64_bits(__atomic_load_n(&w[1], __ATOMIC_RELAXED));
+        sm = k ? sm + d : d;
+        for (uint32_t i = 0; i <= h->n; i++)
+            buckets[i] += __atomic_load_n(&w[2 + i], __ATOMIC_RELAXED);
+    }
+    *count = c;
+    *sum = sm;
+    return h->n;
 }

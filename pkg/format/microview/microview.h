@@ -78,6 +78,10 @@ typedef struct mv_counter {
 typedef struct mv_gauge {
     uint64_t *slot;
 } mv_gauge;
+/* A fractional counter (segment type 4): an integral word and a binary64 accumulator. */
+typedef struct mv_fcounter {
+    uint64_t *slot;
+} mv_fcounter;
 
 /* Opens the segment named by $MICROVIEW_SEGMENT. Free with mv_close. */
 MV_API int mv_open_from_env(mv_segment **out);
@@ -111,6 +115,13 @@ MV_API int mv_counter_register(mv_segment *s, const char *name, const char *help
                                const mv_label *labels, size_t nlabels, mv_counter *out);
 MV_API int mv_gauge_register(mv_segment *s, const char *name, const char *help, const char *unit,
                              const mv_label *labels, size_t nlabels, mv_gauge *out);
+/* A counter that also takes fractional amounts (segment type 4, docs/segment-format.md):
+ * whole amounts are one atomic add to its integral word, others a compare-and-swap on its
+ * binary64 accumulator; readers show the sum. Readers older than type 4 refuse the segment,
+ * so the native mv_counter_* (type 1) stays the default; this is what the client_golang and
+ * prometheus_client compatible layers register. */
+MV_API int mv_fcounter_register(mv_segment *s, const char *name, const char *help, const char *unit,
+                                const mv_label *labels, size_t nlabels, mv_fcounter *out);
 /* `bounds` are the finite upper bounds (le) of the buckets, strictly
  * increasing; a +Inf bucket is implied. The handle is owned by `s`. */
 MV_API int mv_histogram_register(mv_segment *s, const char *name, const char *help,
@@ -126,6 +137,10 @@ MV_API const char *mv_errdetail(void);
 
 /* Segment facts, for tools. */
 MV_API size_t mv_segment_size(const mv_segment *s);
+/* How full the segment is: bytes of its catalog and value areas in use, and their capacity.
+ * A registration that does not fit fails with MV_ERR_FULL and mv_errdetail() names the
+ * segment size to ask for. */
+MV_API void mv_segment_usage(const mv_segment *s, size_t *used, size_t *capacity);
 MV_API const char *mv_segment_path(const mv_segment *s);
 
 /* ---- Updates ------------------------------------------------------------ */
@@ -187,14 +202,42 @@ static inline void mv_gauge_set(mv_gauge g, double v)
 /* Adds to a gauge with a compare-and-swap loop; safe from many threads. */
 MV_API void mv_gauge_add(mv_gauge g, double delta);
 
+/* Adds a non-negative finite amount to a fractional counter (other amounts are ignored):
+ * a whole amount below 2^64 is one atomic add to the integral word, any other one is added
+ * to the accumulator with a compare-and-swap loop. Safe from many threads. */
+MV_API void mv__fcounter_add_frac(mv_fcounter c, double v);
+static inline void mv_fcounter_add(mv_fcounter c, double v)
+{
+    if (v >= 0 && v < 18446744073709551616.0 && v == (double)(uint64_t)v)
+        __atomic_fetch_add(mv__word(c.slot), (uint64_t)v, __ATOMIC_RELAXED);
+    else
+        mv__fcounter_add_frac(c, v);
+}
+
+static inline void mv_fcounter_inc(mv_fcounter c)
+{
+    __atomic_fetch_add(mv__word(c.slot), 1, __ATOMIC_RELAXED);
+}
+
 /* Read back what this process wrote, as a reader sums it: the value of a counter or a gauge
  * (a sharded one's shards added up, each loaded atomically). */
 MV_API uint64_t mv_counter_value(mv_counter c);
 MV_API double mv_gauge_value(mv_gauge g);
+MV_API double mv_fcounter_value(mv_fcounter c);
 
 /* Records one observation. NaN is ignored. Safe from many threads; the
  * segment format lets a reader detect and skip a copy caught mid-update. */
 MV_API void mv_histogram_observe(mv_histogram *h, double v);
+
+/* Records one observation as client_golang and prometheus_client do: NaN too (count + 1, the
+ * sum becomes NaN, the observation lands in the +Inf bucket). */
+MV_API void mv_histogram_observe_all(mv_histogram *h, double v);
+
+/* Reads a histogram back as a reader sums it: `count`, `sum` and `nbounds + 1`
+ * non-cumulative bucket counts into `buckets` (the last is the +Inf bucket). Returns the
+ * number of finite bounds and points `*bounds` at them (NULL is accepted). */
+MV_API size_t mv_histogram_read(const mv_histogram *h, uint64_t *count, double *sum,
+                                uint64_t *buckets, const double **bounds);
 
 #ifdef __cplusplus
 }

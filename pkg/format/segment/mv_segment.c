@@ -265,7 +265,9 @@ uint32_t mv_seg_record_size(const mv_seg_metric_desc *d)
 
 uint32_t mv_seg_shard_size(uint8_t type, uint16_t bucket_count)
 {
-    return type == MV_SEG_HISTOGRAM ? 8u * MV_SEG_HIST_WORDS(bucket_count) : 8u;
+    if (type == MV_SEG_HISTOGRAM)
+        return 8u * MV_SEG_HIST_WORDS(bucket_count);
+    return type == MV_SEG_COUNTER_F ? 16u : 8u;
 }
 
 uint32_t mv_seg_shard_stride(uint8_t type, uint16_t bucket_count)
@@ -302,7 +304,8 @@ mv_seg_reason mv_seg_desc_check(const mv_seg_metric_desc *d, mv_seg_error *err)
                             "metric name %.64s is not [a-zA-Z_:][a-zA-Z0-9_:]* of at most %d bytes "
                             "(and may not start with __)",
                             d->name, MV_SEG_NAME_MAX);
-    if (d->type != MV_SEG_COUNTER && d->type != MV_SEG_GAUGE && d->type != MV_SEG_HISTOGRAM)
+    if (d->type != MV_SEG_COUNTER && d->type != MV_SEG_GAUGE && d->type != MV_SEG_HISTOGRAM &&
+        d->type != MV_SEG_COUNTER_F)
         return mv_seg__fail(err, MV_SEG_E_TYPE, "metric %s: unknown type %u", d->name, d->type);
     size_t hl = slen(d->help), ul = slen(d->unit);
     if (hl > MV_SEG_HELP_MAX || (hl && !mv_seg_valid_utf8(d->help, hl)))
@@ -582,7 +585,8 @@ static mv_seg_reason parse_record(mv_seg_catalog *c, size_t idx, const char *rec
             err, MV_SEG_E_RECORD,
             "record %zu: shard_count %u (sharded: a power of two from 2 to %d, else 0)", idx,
             hd.shard_count, MV_SEG_SHARDS_MAX);
-    if (hd.type != MV_SEG_COUNTER && hd.type != MV_SEG_GAUGE && hd.type != MV_SEG_HISTOGRAM)
+    if (hd.type != MV_SEG_COUNTER && hd.type != MV_SEG_GAUGE && hd.type != MV_SEG_HISTOGRAM &&
+        hd.type != MV_SEG_COUNTER_F)
         return mv_seg__fail(err, MV_SEG_E_TYPE, "record %zu: unknown type %u", idx, hd.type);
     if (hd.label_count > MV_SEG_LABELS_MAX)
         return mv_seg__fail(err, MV_SEG_E_COUNT, "record %zu: %u labels (at most %d)", idx,

@@ -49,6 +49,7 @@ enum {
     MV_SEG_COUNTER = 1,   /* one u64 word, monotonically increasing */
     MV_SEG_GAUGE = 2,     /* one IEEE-754 binary64 word */
     MV_SEG_HISTOGRAM = 3, /* count, sum, buckets, checksum: see mv_seg_hist_* */
+    MV_SEG_COUNTER_F = 4, /* fractional counter: u64 integral part, f64 accumulator */
 };
 
 /* The header, at offset 0 of every segment. Little-endian, naturally aligned.
@@ -322,6 +323,8 @@ typedef struct mv_seg_hist_view {
  * of its shards (spec section 5.2); a histogram's as torn when any shard is. */
 uint64_t mv_seg_read_counter(const void *hot, const mv_seg_metric *m);
 double mv_seg_read_gauge(const void *hot, const mv_seg_metric *m);
+/* A fractional counter (type 4): word 0 + word 1 of every shard. */
+double mv_seg_read_counter_f(const void *hot, const mv_seg_metric *m);
 /* MV_SEG_OK, or MV_SEG_E_TORN when the copy caught an update half-way. */
 mv_seg_reason mv_seg_read_histogram(const void *hot, const mv_seg_metric *m, mv_seg_hist_view *out);
 
