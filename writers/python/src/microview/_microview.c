@@ -33,10 +33,17 @@ typedef struct {
 
 typedef struct {
     PyObject_HEAD PyObject *segment;
+    mv_fcounter c;
+} FCounterObject;
+
+typedef struct {
+    PyObject_HEAD PyObject *segment;
     mv_histogram *h;
+    int count_nan; /* "histogram_all": NaN is counted as client_golang and prometheus_client do */
 } HistogramObject;
 
-static PyTypeObject SegmentType, CounterType, GaugeType, HistogramType;
+static PyTypeObject SegmentType, CounterType, FCounterType, GaugeType, HistogramType;
+static PyObject *exemplar_check; /* set_exemplar_check(fn): validates an exemplar= argument */
 
 static const char *code_name(int rc)
 {
@@ -138,7 +145,7 @@ static PyObject *new_handle(PyTypeObject *type, SegmentObject *seg)
     PyObject *o = type->tp_alloc(type, 0);
     if (o) {
         Py_INCREF(seg);
-        ((CounterObject *)o)->segment = (PyObject *)seg; /* same layout in all three */
+        ((CounterObject *)o)->segment = (PyObject *)seg; /* the first field of every handle */
     }
     return o;
 }
@@ -199,6 +206,20 @@ static PyObject *register_impl(SegmentObject *self, const char *kind, const char
             ((CounterObject *)o)->c = c;
         return o;
     }
+    if (strcmp(kind, "counter_f") == 0) {
+        if (!(t = handle_type(cls, &FCounterType)))
+            return NULL;
+        mv_fcounter c;
+        Py_BEGIN_ALLOW_THREADS;
+        rc = mv_fcounter_register(self->seg, name, help, unit, lv, nl, &c);
+        Py_END_ALLOW_THREADS;
+        if (rc != MV_OK)
+            return raise_mv(rc);
+        PyObject *o = new_handle(t, self);
+        if (o)
+            ((FCounterObject *)o)->c = c;
+        return o;
+    }
     if (strcmp(kind, "gauge") == 0) {
         if (!(t = handle_type(cls, &GaugeType)))
             return NULL;
@@ -213,7 +234,8 @@ static PyObject *register_impl(SegmentObject *self, const char *kind, const char
             ((GaugeObject *)o)->g = g;
         return o;
     }
-    if (strcmp(kind, "histogram") == 0) {
+    int all = strcmp(kind, "histogram_all") == 0;
+    if (all || strcmp(kind, "histogram") == 0) {
         if (!(t = handle_type(cls, &HistogramType)))
             return NULL;
         mv_histogram *h;
@@ -223,8 +245,10 @@ static PyObject *register_impl(SegmentObject *self, const char *kind, const char
         if (rc != MV_OK)
             return raise_mv(rc);
         PyObject *o = new_handle(t, self);
-        if (o)
+        if (o) {
             ((HistogramObject *)o)->h = h;
+            ((HistogramObject *)o)->count_nan = all;
+        }
         return o;
     }
     PyErr_Format(PyExc_ValueError, "unknown metric kind %s", kind);
@@ -276,10 +300,20 @@ static PyObject *Segment_get_size(SegmentObject *self, void *c)
     return PyLong_FromSize_t(mv_segment_size(self->seg));
 }
 
+static PyObject *Segment_usage(SegmentObject *self, PyObject *unused)
+{
+    size_t used, cap;
+    mv_segment_usage(self->seg, &used, &cap);
+    return Py_BuildValue("(nn)", (Py_ssize_t)used, (Py_ssize_t)cap);
+}
+
 static PyMethodDef Segment_methods[] = {{"register", (PyCFunction)Segment_register, METH_VARARGS,
                                          "register(kind, name, help, unit, labels, bounds=None, "
                                          "cls=None): registers (or finds) a series and "
                                          "returns its handle; raises Error on failure."},
+                                        {"usage", (PyCFunction)Segment_usage, METH_NOARGS,
+                                         "usage() -> (used, capacity): bytes of the catalog "
+                                         "and value areas in use, and their size."},
                                         {"heartbeat", (PyCFunction)Segment_heartbeat, METH_NOARGS,
                                          "Stores the current time as the writer heartbeat."},
                                         {"set_shards", (PyCFunction)Segment_set_shards, METH_O,
@@ -302,6 +336,42 @@ static void Handle_dealloc(CounterObject *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+/* The one argument of an update method, positional or by keyword (`name`), and an optional
+ * exemplar= (validated by the package's hook, then dropped: the segment cannot carry it).
+ * *val stays NULL when the argument is absent. Keywords are the slow path. */
+static int one_arg(PyObject *const *args, Py_ssize_t n, PyObject *kwnames, const char *name,
+                   int exemplar_ok, PyObject **val)
+{
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    PyObject *ex = NULL;
+    *val = n > 0 ? args[0] : NULL;
+    if (n > (exemplar_ok ? 2 : 1))
+        goto usage;
+    if (n == 2)
+        ex = args[1];
+    for (Py_ssize_t i = 0; i < nkw; i++) {
+        PyObject *k = PyTuple_GET_ITEM(kwnames, i);
+        if (PyUnicode_CompareWithASCIIString(k, name) == 0 && !*val)
+            *val = args[n + i];
+        else if (exemplar_ok && PyUnicode_CompareWithASCIIString(k, "exemplar") == 0 && !ex)
+            ex = args[n + i];
+        else
+            goto usage;
+    }
+    if (ex && ex != Py_None && exemplar_check) {
+        PyObject *r = PyObject_CallOneArg(exemplar_check, ex);
+        if (!r)
+            return -1;
+        Py_DECREF(r);
+    }
+    return 0;
+usage:
+    PyErr_Format(PyExc_TypeError, "takes (%s%s)", name, exemplar_ok ? ", exemplar=None" : "");
+    return -1;
+}
+
+static const char neg_msg[] = "Counters can only be incremented by non-negative amounts.";
+
 /* Adds a fractional amount: the fraction is kept in the handle (compare-and-swap, so
  * concurrent callers lose nothing) and whole units are carried into the segment. */
 static void counter_add_fraction(CounterObject *self, double d)
@@ -321,22 +391,23 @@ static void counter_add_fraction(CounterObject *self, double d)
         mv_counter_add(self->c, (uint64_t)whole);
 }
 
-static PyObject *Counter_inc(CounterObject *self, PyObject *const *args, Py_ssize_t n)
+static PyObject *Counter_inc(CounterObject *self, PyObject *const *args, Py_ssize_t n,
+                             PyObject *kwnames)
 {
-    if (n > 1) {
-        PyErr_SetString(PyExc_TypeError, "inc(amount=1)");
-        return NULL;
-    }
-    if (n == 0) {
+    PyObject *o;
+    if (kwnames || n > 1) {
+        if (one_arg(args, n, kwnames, "amount", 1, &o))
+            return NULL;
+    } else
+        o = n ? args[0] : NULL;
+    if (!o) {
         mv_counter_inc(self->c);
         Py_RETURN_NONE;
     }
-    PyObject *o = args[0];
-    if (PyLong_Check(o)) {
+    if (PyLong_Check(o)) { /* any u64 (the counter wraps, as in the spec) */
         unsigned long long v = PyLong_AsUnsignedLongLong(o);
         if (v == (unsigned long long)-1 && PyErr_Occurred()) {
-            PyErr_SetString(PyExc_ValueError,
-                            "Counters can only be incremented by non-negative amounts.");
+            PyErr_SetString(PyExc_ValueError, neg_msg);
             return NULL;
         }
         mv_counter_add(self->c, v);
@@ -346,8 +417,7 @@ static PyObject *Counter_inc(CounterObject *self, PyObject *const *args, Py_ssiz
     if (d == -1.0 && PyErr_Occurred())
         return NULL;
     if (!(d >= 0) || isinf(d)) {
-        PyErr_SetString(PyExc_ValueError,
-                        "Counters can only be incremented by non-negative finite amounts.");
+        PyErr_SetString(PyExc_ValueError, neg_msg);
         return NULL;
     }
     if (d == floor(d) && d < 18446744073709551616.0)
@@ -368,46 +438,113 @@ static PyObject *Counter_get(CounterObject *self, PyObject *unused)
     return PyFloat_FromDouble((double)v + f);
 }
 
+/* A fractional counter (type 4): whole amounts are one atomic add, others a CAS on the
+ * accumulator word. NaN, infinities and negative amounts are refused. */
+static PyObject *FCounter_inc(FCounterObject *self, PyObject *const *args, Py_ssize_t n,
+                              PyObject *kwnames)
+{
+    PyObject *o;
+    if (kwnames || n > 1) {
+        if (one_arg(args, n, kwnames, "amount", 1, &o))
+            return NULL;
+    } else
+        o = n ? args[0] : NULL;
+    if (!o) {
+        mv_fcounter_inc(self->c);
+        Py_RETURN_NONE;
+    }
+    double d;
+    if (PyFloat_CheckExact(o))
+        d = PyFloat_AS_DOUBLE(o);
+    else if (PyLong_CheckExact(o)) {
+        int overflow;
+        long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+        if (!overflow && v >= 0) {
+            __atomic_fetch_add(mv__word(self->c.slot), (uint64_t)v, __ATOMIC_RELAXED);
+            Py_RETURN_NONE;
+        }
+        if (v == -1 && PyErr_Occurred())
+            return NULL;
+        d = PyLong_AsDouble(o);
+        if (d == -1.0 && PyErr_Occurred())
+            return NULL;
+    } else {
+        d = PyFloat_AsDouble(o);
+        if (d == -1.0 && PyErr_Occurred())
+            return NULL;
+    }
+    if (!(d >= 0) || isinf(d)) {
+        PyErr_SetString(PyExc_ValueError, isnan(d) || isinf(d)
+                                              ? "Counters can only be incremented by "
+                                                "non-negative finite amounts (not NaN)."
+                                              : neg_msg);
+        return NULL;
+    }
+    mv_fcounter_add(self->c, d);
+    Py_RETURN_NONE;
+}
+
+static PyObject *FCounter_get(FCounterObject *self, PyObject *unused)
+{
+    return PyFloat_FromDouble(mv_fcounter_value(self->c));
+}
+
 static int get_double(PyObject *o, double *out)
 {
+    if (PyFloat_CheckExact(o)) {
+        *out = PyFloat_AS_DOUBLE(o);
+        return 0;
+    }
     *out = PyFloat_AsDouble(o);
     return (*out == -1.0 && PyErr_Occurred()) ? -1 : 0;
 }
 
-static PyObject *Gauge_set(GaugeObject *self, PyObject *const *args, Py_ssize_t n)
+static PyObject *Gauge_set(GaugeObject *self, PyObject *const *args, Py_ssize_t n,
+                           PyObject *kwnames)
 {
     double v;
-    if (n != 1) {
-        PyErr_SetString(PyExc_TypeError, "set(value)");
-        return NULL;
-    }
-    if (get_double(args[0], &v))
+    PyObject *o;
+    if (kwnames || n != 1) {
+        if (one_arg(args, n, kwnames, "value", 0, &o))
+            return NULL;
+        if (!o) {
+            PyErr_SetString(PyExc_TypeError, "set(value)");
+            return NULL;
+        }
+    } else
+        o = args[0];
+    if (get_double(o, &v))
         return NULL;
     mv_gauge_set(self->g, v);
     Py_RETURN_NONE;
 }
 
-static PyObject *gauge_add(GaugeObject *self, PyObject *const *args, Py_ssize_t n, double sign)
+static PyObject *gauge_add(GaugeObject *self, PyObject *const *args, Py_ssize_t n,
+                           PyObject *kwnames, double sign)
 {
     double v = 1;
-    if (n > 1) {
-        PyErr_SetString(PyExc_TypeError, "inc(amount=1) / dec(amount=1)");
-        return NULL;
-    }
-    if (n == 1 && get_double(args[0], &v))
+    PyObject *o;
+    if (kwnames || n > 1) {
+        if (one_arg(args, n, kwnames, "amount", 0, &o))
+            return NULL;
+    } else
+        o = n ? args[0] : NULL;
+    if (o && get_double(o, &v))
         return NULL;
     mv_gauge_add(self->g, sign * v);
     Py_RETURN_NONE;
 }
 
-static PyObject *Gauge_inc(GaugeObject *self, PyObject *const *args, Py_ssize_t n)
+static PyObject *Gauge_inc(GaugeObject *self, PyObject *const *args, Py_ssize_t n,
+                           PyObject *kwnames)
 {
-    return gauge_add(self, args, n, 1.0);
+    return gauge_add(self, args, n, kwnames, 1.0);
 }
 
-static PyObject *Gauge_dec(GaugeObject *self, PyObject *const *args, Py_ssize_t n)
+static PyObject *Gauge_dec(GaugeObject *self, PyObject *const *args, Py_ssize_t n,
+                           PyObject *kwnames)
 {
-    return gauge_add(self, args, n, -1.0);
+    return gauge_add(self, args, n, kwnames, -1.0);
 }
 
 static PyObject *Gauge_get(GaugeObject *self, PyObject *unused)
@@ -415,52 +552,116 @@ static PyObject *Gauge_get(GaugeObject *self, PyObject *unused)
     return PyFloat_FromDouble(mv_gauge_value(self->g));
 }
 
-static PyObject *Histogram_observe(HistogramObject *self, PyObject *const *args, Py_ssize_t n)
+static PyObject *Histogram_observe(HistogramObject *self, PyObject *const *args, Py_ssize_t n,
+                                   PyObject *kwnames)
 {
     double v;
-    if (n != 1) {
-        PyErr_SetString(PyExc_TypeError, "observe(value)");
+    PyObject *o;
+    if (kwnames || n != 1) {
+        if (one_arg(args, n, kwnames, "amount", 1, &o))
+            return NULL;
+        if (!o) {
+            PyErr_SetString(PyExc_TypeError, "observe(amount)");
+            return NULL;
+        }
+    } else
+        o = args[0];
+    if (get_double(o, &v))
         return NULL;
-    }
-    if (get_double(args[0], &v))
-        return NULL;
-    mv_histogram_observe(self->h, v);
+    if (self->count_nan)
+        mv_histogram_observe_all(self->h, v);
+    else
+        mv_histogram_observe(self->h, v);
     Py_RETURN_NONE;
 }
 
+/* read() -> (count, sum, buckets, bounds): non-cumulative bucket counts (the last is +Inf)
+ * and the finite bounds, as a reader sums the shards. */
+static PyObject *Histogram_read(HistogramObject *self, PyObject *unused)
+{
+    uint64_t count, b[MAX_BUCKETS + 1];
+    double sum;
+    const double *bounds;
+    size_t nb = mv_histogram_read(self->h, &count, &sum, b, &bounds);
+    PyObject *bt = PyTuple_New((Py_ssize_t)nb + 1), *bd = PyTuple_New((Py_ssize_t)nb);
+    if (!bt || !bd)
+        goto fail;
+    for (size_t i = 0; i <= nb; i++) {
+        PyObject *x = PyLong_FromUnsignedLongLong(nb ? b[i] : 0);
+        if (!x)
+            goto fail;
+        PyTuple_SET_ITEM(bt, (Py_ssize_t)i, x);
+    }
+    for (size_t i = 0; i < nb; i++) {
+        PyObject *x = PyFloat_FromDouble(bounds[i]);
+        if (!x)
+            goto fail;
+        PyTuple_SET_ITEM(bd, (Py_ssize_t)i, x);
+    }
+    return Py_BuildValue("(KdNN)", (unsigned long long)count, sum, bt, bd);
+fail:
+    Py_XDECREF(bt);
+    Py_XDECREF(bd);
+    return NULL;
+}
+
+static PyObject *set_exemplar_check(PyObject *m, PyObject *fn)
+{
+    Py_XDECREF(exemplar_check);
+    exemplar_check = fn == Py_None ? NULL : fn;
+    Py_XINCREF(exemplar_check);
+    Py_RETURN_NONE;
+}
+
+#define KW_METHOD(f) (PyCFunction)(void (*)(void))(f), METH_FASTCALL | METH_KEYWORDS
+
 static PyMethodDef Counter_methods[] = {
-    {"inc", (PyCFunction)(void (*)(void))Counter_inc, METH_FASTCALL,
-     "inc(amount=1): adds a non-negative amount (one atomic add; fractions are carried "
-     "in the handle and reach the segment as whole units)."},
+    {"inc", KW_METHOD(Counter_inc),
+     "inc(amount=1, exemplar=None): adds a non-negative amount (one atomic add; fractions are "
+     "carried in the handle and reach the segment as whole units)."},
     {"get", (PyCFunction)Counter_get, METH_NOARGS,
      "Reads the counter: an int, or a float while a fraction is pending."},
     {NULL}};
 
+static PyMethodDef FCounter_methods[] = {
+    {"inc", KW_METHOD(FCounter_inc),
+     "inc(amount=1, exemplar=None): adds a non-negative finite amount (a whole amount is one "
+     "atomic add, a fractional one a compare-and-swap on the accumulator)."},
+    {"get", (PyCFunction)FCounter_get, METH_NOARGS, "Reads the counter (a float)."},
+    {NULL}};
+
 static PyMethodDef Gauge_methods[] = {
-    {"set", (PyCFunction)(void (*)(void))Gauge_set, METH_FASTCALL, "set(value): one store."},
-    {"inc", (PyCFunction)(void (*)(void))Gauge_inc, METH_FASTCALL, "inc(amount=1)"},
-    {"dec", (PyCFunction)(void (*)(void))Gauge_dec, METH_FASTCALL, "dec(amount=1)"},
+    {"set", KW_METHOD(Gauge_set), "set(value): one store."},
+    {"inc", KW_METHOD(Gauge_inc), "inc(amount=1)"},
+    {"dec", KW_METHOD(Gauge_dec), "dec(amount=1)"},
     {"get", (PyCFunction)Gauge_get, METH_NOARGS, "Reads the gauge."},
     {NULL}};
 
 static PyMethodDef Histogram_methods[] = {
-    {"observe", (PyCFunction)(void (*)(void))Histogram_observe, METH_FASTCALL,
-     "observe(value): records one observation (NaN is ignored)."},
+    {"observe", KW_METHOD(Histogram_observe),
+     "observe(amount, exemplar=None): records one observation (NaN is ignored by the native "
+     "kind \"histogram\" and counted by \"histogram_all\")."},
+    {"read", (PyCFunction)Histogram_read, METH_NOARGS,
+     "read() -> (count, sum, buckets, bounds) as a reader sums them."},
     {NULL}};
 
-#define HANDLE_TYPE(T, pyname, methods, doc)                                                       \
+#define HANDLE_TYPE(T, pyname, size, methods, doc)                                                 \
     static PyTypeObject T = {                                                                      \
         PyVarObject_HEAD_INIT(NULL, 0).tp_name = "microview._microview." pyname,                   \
-        .tp_basicsize = sizeof(CounterObject),                                                     \
+        .tp_basicsize = sizeof(size),                                                              \
         .tp_dealloc = (destructor)Handle_dealloc,                                                  \
         .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,                                      \
         .tp_doc = doc,                                                                             \
         .tp_methods = methods,                                                                     \
     }
 
-HANDLE_TYPE(CounterType, "CounterHandle", Counter_methods, "A registered counter series.");
-HANDLE_TYPE(GaugeType, "GaugeHandle", Gauge_methods, "A registered gauge series.");
-HANDLE_TYPE(HistogramType, "HistogramHandle", Histogram_methods, "A registered histogram series.");
+HANDLE_TYPE(CounterType, "CounterHandle", CounterObject, Counter_methods,
+            "A registered counter series (type 1).");
+HANDLE_TYPE(FCounterType, "FCounterHandle", FCounterObject, FCounter_methods,
+            "A registered fractional counter series (type 4).");
+HANDLE_TYPE(GaugeType, "GaugeHandle", GaugeObject, Gauge_methods, "A registered gauge series.");
+HANDLE_TYPE(HistogramType, "HistogramHandle", HistogramObject, Histogram_methods,
+            "A registered histogram series.");
 
 static PyTypeObject SegmentType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "microview._microview.Segment",
@@ -475,18 +676,25 @@ static PyTypeObject SegmentType = {
     .tp_new = PyType_GenericNew,
 };
 
+static PyMethodDef module_methods[] = {
+    {"set_exemplar_check", set_exemplar_check, METH_O,
+     "set_exemplar_check(fn): fn(exemplar) validates an exemplar= argument (raising "
+     "ValueError); the segment does not store exemplars."},
+    {NULL}};
+
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "microview._microview",
     .m_doc = "Binding of libmicroview; use the microview package instead.",
     .m_size = -1,
+    .m_methods = module_methods,
 };
 
 PyMODINIT_FUNC PyInit__microview(void);
 
 PyMODINIT_FUNC PyInit__microview(void)
 {
-    PyTypeObject *types[] = {&SegmentType, &CounterType, &GaugeType, &HistogramType};
+    PyTypeObject *types[] = {&SegmentType, &CounterType, &FCounterType, &GaugeType, &HistogramType};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         if (PyType_Ready(types[i]) < 0)
             return NULL;
