@@ -45,6 +45,22 @@ uint64_t mv_seg_read_counter(const void *hot, const mv_seg_metric *m)
     return sum;
 }
 
+double mv_seg_read_counter_f(const void *hot, const mv_seg_metric *m)
+{
+    if (m->type != MV_SEG_COUNTER_F)
+        return (double)mv_seg_read_counter(hot, m);
+    const uint64_t *w = slot(hot, m);
+    uint64_t whole = 0;
+    double frac = 0, d;
+    for (uint32_t k = 0; k < m->shards; k++) {
+        const uint64_t *sw = w + k * (m->shard_stride / 8);
+        whole += sw[0];
+        memcpy(&d, &sw[1], 8);
+        frac += d;
+    }
+    return (double)whole + frac;
+}
+
 double mv_seg_read_gauge(const void *hot, const mv_seg_metric *m)
 {
     const uint64_t *w = slot(hot, m);
@@ -55,20 +71,6 @@ double mv_seg_read_gauge(const void *hot, const mv_seg_metric *m)
         sum += d;
     }
     return sum;
-}
-
-double mv_seg_read_counter_f(const void *hot, const mv_seg_metric *m)
-{
-    const uint64_t *w = slot(hot, m);
-    uint64_t whole = 0;
-    double frac = 0, d;
-    for (uint32_t k = 0; k < (m->shards < 2 ? 1u : m->shards); k++) {
-        const uint64_t *s = m->shards < 2 ? w : &w[k * (m->shard_stride / 8)];
-        whole += s[0];
-        memcpy(&d, &s[1], 8);
-        frac += d;
-    }
-    return (double)whole + frac;
 }
 
 /* Whether one histogram's words (count, sum, buckets, checksum) are consistent. */
@@ -129,7 +131,7 @@ size_t mv_seg_fold(const mv_seg_catalog *c, void *buf)
             *to = mv_seg_read_counter(buf, m);
             continue;
         }
-        if (m->type == MV_SEG_COUNTER_F) { /* the shards' integral words, then their sums */
+        if (m->type == MV_SEG_COUNTER_F) { /* both words summed, so it reads as one slot */
             const uint64_t *w = slot(buf, m);
             uint64_t whole = 0;
             double frac = 0, d;
