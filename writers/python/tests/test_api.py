@@ -111,7 +111,9 @@ class Api(unittest.TestCase):
         with self.assertRaises(ValueError):
             c.labels("1").inc(-1)
         with self.assertRaises(ValueError):
-            c.labels("1").inc(float("inf"))
+            c.labels("1").inc(float("nan"))
+        c.labels("1").inc(float("inf"))  # stored, as prometheus_client stores it (spec 9.5)
+        self.assertEqual(c.labels("1").get(), float("inf"))
         with self.assertRaises(NotImplementedError):
             c.remove("1")
 

@@ -911,7 +911,7 @@ class Histogram(MetricWrapperBase):
     prometheus_client (sorted upper bounds, +Inf appended); at most 160 finite bounds.
     observe(NaN) counts: count + 1, the sum becomes NaN, the +Inf bucket + 1."""
     _type = "histogram"
-    _kind = "histogram_all"
+    _kind = "histogram"
     _reserved_labelnames = ["le"]
     _child_cls = HistogramChild
     _child_methods = ("observe",)
@@ -961,7 +961,7 @@ class Summary(MetricWrapperBase):
     and _sum. In the segment it is a histogram with SUMMARY_BUCKETS (or buckets=...), from
     which the MicroView collector derives quantiles (NAME_window{quantile=...})."""
     _type = "summary"
-    _kind = "histogram_all"
+    _kind = "histogram"
     _reserved_labelnames = ["quantile", "le"]
     _child_cls = HistogramChild
     _child_methods = ("observe",)

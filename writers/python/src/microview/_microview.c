@@ -33,13 +33,12 @@ typedef struct {
 
 typedef struct {
     PyObject_HEAD PyObject *segment;
-    mv_fcounter c;
+    mv_counter_f c;
 } FCounterObject;
 
 typedef struct {
     PyObject_HEAD PyObject *segment;
     mv_histogram *h;
-    int count_nan; /* "histogram_all": NaN is counted as client_golang and prometheus_client do */
 } HistogramObject;
 
 static PyTypeObject SegmentType, CounterType, FCounterType, GaugeType, HistogramType;
@@ -209,9 +208,9 @@ static PyObject *register_impl(SegmentObject *self, const char *kind, const char
     if (strcmp(kind, "counter_f") == 0) {
         if (!(t = handle_type(cls, &FCounterType)))
             return NULL;
-        mv_fcounter c;
+        mv_counter_f c;
         Py_BEGIN_ALLOW_THREADS;
-        rc = mv_fcounter_register(self->seg, name, help, unit, lv, nl, &c);
+        rc = mv_counter_f_register(self->seg, name, help, unit, lv, nl, &c);
         Py_END_ALLOW_THREADS;
         if (rc != MV_OK)
             return raise_mv(rc);
@@ -234,8 +233,7 @@ static PyObject *register_impl(SegmentObject *self, const char *kind, const char
             ((GaugeObject *)o)->g = g;
         return o;
     }
-    int all = strcmp(kind, "histogram_all") == 0;
-    if (all || strcmp(kind, "histogram") == 0) {
+    if (strcmp(kind, "histogram") == 0) {
         if (!(t = handle_type(cls, &HistogramType)))
             return NULL;
         mv_histogram *h;
@@ -245,10 +243,8 @@ static PyObject *register_impl(SegmentObject *self, const char *kind, const char
         if (rc != MV_OK)
             return raise_mv(rc);
         PyObject *o = new_handle(t, self);
-        if (o) {
+        if (o)
             ((HistogramObject *)o)->h = h;
-            ((HistogramObject *)o)->count_nan = all;
-        }
         return o;
     }
     PyErr_Format(PyExc_ValueError, "unknown metric kind %s", kind);
@@ -300,11 +296,41 @@ static PyObject *Segment_get_size(SegmentObject *self, void *c)
     return PyLong_FromSize_t(mv_segment_size(self->seg));
 }
 
+/* segment.delete(name, labels) -> bool (docs/segment-format.md section 6.6). */
+static PyObject *Segment_delete(SegmentObject *self, PyObject *args)
+{
+    const char *name;
+    PyObject *labels;
+    mv_label lv[MAX_LABELS + 1];
+    size_t nl = 0;
+    int rc;
+    if (!PyArg_ParseTuple(args, "sO:delete", &name, &labels))
+        return NULL;
+    PyObject *lt = PySequence_Tuple(labels);
+    if (!lt)
+        return NULL;
+    if (get_labels(lt, lv, &nl)) {
+        Py_DECREF(lt);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS;
+    rc = mv_delete(self->seg, name, lv, nl);
+    Py_END_ALLOW_THREADS;
+    Py_DECREF(lt);
+    if (rc < 0)
+        return raise_mv(rc);
+    return PyBool_FromLong(rc);
+}
+
 static PyObject *Segment_usage(SegmentObject *self, PyObject *unused)
 {
-    size_t used, cap;
-    mv_segment_usage(self->seg, &used, &cap);
-    return Py_BuildValue("(nn)", (Py_ssize_t)used, (Py_ssize_t)cap);
+    mv_usage u;
+    if (mv_segment_usage(self->seg, &u) != MV_OK)
+        return raise_mv(MV_ERR_INVALID);
+    return Py_BuildValue(
+        "{s:K,s:I,s:I,s:I,s:I,s:I,s:d}", "segment_size", (unsigned long long)u.segment_size,
+        "values_used", u.values_used, "values_size", u.values_size, "catalog_used", u.catalog_used,
+        "catalog_size", u.catalog_size, "records", u.records, "fullness", u.fullness);
 }
 
 static PyMethodDef Segment_methods[] = {{"register", (PyCFunction)Segment_register, METH_VARARGS,
@@ -312,8 +338,13 @@ static PyMethodDef Segment_methods[] = {{"register", (PyCFunction)Segment_regist
                                          "cls=None): registers (or finds) a series and "
                                          "returns its handle; raises Error on failure."},
                                         {"usage", (PyCFunction)Segment_usage, METH_NOARGS,
-                                         "usage() -> (used, capacity): bytes of the catalog "
-                                         "and value areas in use, and their size."},
+                                         "usage() -> dict: segment_size, values_used, "
+                                         "values_size, catalog_used, catalog_size, records, "
+                                         "fullness (the larger used/size ratio, 0..1)."},
+                                        {"delete", (PyCFunction)Segment_delete, METH_VARARGS,
+                                         "delete(name, labels): appends the tombstone of the "
+                                         "live series with this name and labels (in "
+                                         "registration order); True if one was deleted."},
                                         {"heartbeat", (PyCFunction)Segment_heartbeat, METH_NOARGS,
                                          "Stores the current time as the writer heartbeat."},
                                         {"set_shards", (PyCFunction)Segment_set_shards, METH_O,
@@ -450,7 +481,7 @@ static PyObject *FCounter_inc(FCounterObject *self, PyObject *const *args, Py_ss
     } else
         o = n ? args[0] : NULL;
     if (!o) {
-        mv_fcounter_inc(self->c);
+        mv_counter_f_inc(self->c);
         Py_RETURN_NONE;
     }
     double d;
@@ -460,7 +491,7 @@ static PyObject *FCounter_inc(FCounterObject *self, PyObject *const *args, Py_ss
         int overflow;
         long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
         if (!overflow && v >= 0) {
-            __atomic_fetch_add(mv__word(self->c.slot), (uint64_t)v, __ATOMIC_RELAXED);
+            __atomic_fetch_add(mv__word(self->c.slot), (uint64_t)v, __ATOMIC_RELAXED); /* 5.3 */
             Py_RETURN_NONE;
         }
         if (v == -1 && PyErr_Occurred())
@@ -473,20 +504,18 @@ static PyObject *FCounter_inc(FCounterObject *self, PyObject *const *args, Py_ss
         if (d == -1.0 && PyErr_Occurred())
             return NULL;
     }
-    if (!(d >= 0) || isinf(d)) {
-        PyErr_SetString(PyExc_ValueError, isnan(d) || isinf(d)
-                                              ? "Counters can only be incremented by "
-                                                "non-negative finite amounts (not NaN)."
-                                              : neg_msg);
+    if (mv_counter_f_add(self->c, d) != MV_OK) { /* NaN or negative: nothing stored */
+        PyErr_SetString(PyExc_ValueError, d != d ? "Counters can only be incremented by "
+                                                   "non-negative amounts (not NaN)."
+                                                 : neg_msg);
         return NULL;
     }
-    mv_fcounter_add(self->c, d);
     Py_RETURN_NONE;
 }
 
 static PyObject *FCounter_get(FCounterObject *self, PyObject *unused)
 {
-    return PyFloat_FromDouble(mv_fcounter_value(self->c));
+    return PyFloat_FromDouble(mv_counter_f_value(self->c));
 }
 
 static int get_double(PyObject *o, double *out)
@@ -568,10 +597,7 @@ static PyObject *Histogram_observe(HistogramObject *self, PyObject *const *args,
         o = args[0];
     if (get_double(o, &v))
         return NULL;
-    if (self->count_nan)
-        mv_histogram_observe_all(self->h, v);
-    else
-        mv_histogram_observe(self->h, v);
+    mv_histogram_observe(self->h, v);
     Py_RETURN_NONE;
 }
 
@@ -639,8 +665,8 @@ static PyMethodDef Gauge_methods[] = {
 
 static PyMethodDef Histogram_methods[] = {
     {"observe", KW_METHOD(Histogram_observe),
-     "observe(amount, exemplar=None): records one observation (NaN is ignored by the native "
-     "kind \"histogram\" and counted by \"histogram_all\")."},
+     "observe(amount, exemplar=None): records one observation (NaN counts: +Inf bucket, the "
+     "sum turns NaN)."},
     {"read", (PyCFunction)Histogram_read, METH_NOARGS,
      "read() -> (count, sum, buckets, bounds) as a reader sums them."},
     {NULL}};
