@@ -114,8 +114,8 @@ class Api(unittest.TestCase):
             c.labels("1").inc(float("nan"))
         c.labels("1").inc(float("inf"))  # stored, as prometheus_client stores it (spec 9.5)
         self.assertEqual(c.labels("1").get(), float("inf"))
-        with self.assertRaises(NotImplementedError):
-            c.remove("1")
+        with self.assertRaises(KeyError):
+            c.remove("never-created")
 
     def test_fractional_counter_increments_are_exact(self):
         """Counters are type 4: whole amounts in word 0, fractions in the f64 word 1."""

@@ -33,6 +33,21 @@ def read_words(path, name, labels=()):
     return None
 
 
+def types_of(path, name):
+    """The record types of every record named `name`, in catalog order."""
+    with open(path, "rb") as f:
+        b = f.read()
+    coff = struct.unpack_from("<I", b, 32)[0]
+    pos, out = coff, []
+    for _ in range(struct.unpack_from("<I", b, 56)[0]):
+        size, typ = struct.unpack_from("<IB", b, pos)
+        n = struct.unpack_from("<H", b, pos + 24)[0]
+        if b[pos + 26:pos + 26 + n].decode() == name:
+            out.append(typ)
+        pos += size
+    return out
+
+
 def f64(bits):
     return struct.unpack("<d", struct.pack("<Q", bits))[0]
 
@@ -113,6 +128,33 @@ class Compat(unittest.TestCase):
             Counter("nolab", "h", registry=self.reg).labels("x")
         self.assertIs(c.labels("1"), c.labels(1))
         self.assertIs(c.labels(a="1"), c.labels("1"))
+
+    def test_remove_and_clear_delete_series(self):
+        c = Counter("del", "h", ["k"], registry=self.reg)
+        c.labels("a").inc(5)
+        c.labels("b").inc(1)
+        old = c.labels("a")
+        c.remove("a")
+        self.assertIsNone(self.reg.get_sample_value("del_total", {"k": "a"}))
+        self.assertEqual(self.reg.get_sample_value("del_total", {"k": "b"}), 1)
+        self.assertEqual(types_of(self.path, "del_total"), [4, 4, 5])  # a tombstone
+        old.inc()  # a removed child's handle stays usable; nobody sees it
+        c.labels("a").inc()  # created anew from zero: a counter reset
+        self.assertEqual(self.reg.get_sample_value("del_total", {"k": "a"}), 1)
+        with self.assertRaises(KeyError):
+            c.remove("zz")
+        with self.assertRaises(ValueError):
+            c.remove()
+        c.clear()
+        self.assertIsNone(self.reg.get_sample_value("del_total", {"k": "b"}))
+        self.assertEqual(types_of(self.path, "del_total"), [4, 4, 5, 4, 5, 5])
+        i = Info("ver", "h", registry=self.reg)
+        i.info({"v": "1"})
+        i.info({"v": "2"})
+        self.assertEqual(types_of(self.path, "ver_info"), [2, 2, 5, 2, 5])
+        g = Gauge("gone", "h", registry=self.reg)
+        self.reg.unregister(g)
+        self.assertEqual(types_of(self.path, "gone"), [2, 5])
 
     def test_nan(self):
         h = Histogram("nanh", "h", buckets=(1, 2), registry=self.reg)

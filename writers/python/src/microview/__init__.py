@@ -226,10 +226,11 @@ def _default_segment():
     return _private_segment()
 
 
-def segment_usage(segment: Optional[Segment] = None) -> Tuple[int, int]:
-    """(used, capacity): bytes of the segment's catalog and value areas in use and their
-    size (the pod's segment unless `segment` is given). A registration that does not fit
-    warns with the segment size to ask for (microview.io/metrics pages)."""
+def segment_usage(segment: Optional[Segment] = None) -> Dict[str, Any]:
+    """How full the segment is (the pod's unless `segment` is given): a dict with
+    segment_size, values_used, values_size, catalog_used, catalog_size, records and fullness
+    (the larger used/size ratio, 0..1). A registration that does not fit warns with the
+    segment size to ask for (the pod annotation), and its series stay in process memory."""
     return (segment if segment is not None else _default_segment()).usage()
 
 
@@ -245,6 +246,14 @@ def _register(segment, kind, name, help_, unit, labels, bounds, cls):
         _warn_once(("reg", e.args[1]), "microview: %s; %s and later failures like it are "
                    "kept in process memory only" % (e.args[2], name))
         return _private_segment().register(kind, name, help_, unit, labels, bounds, cls)
+
+
+def _delete_series(segment, name, labels):
+    try:
+        if not segment.delete(name, labels) and _fallback is not None:
+            _fallback.delete(name, labels)  # its registration had fallen back
+    except Error as e:
+        _warn_once(("del", e.args[1]), "microview: deleting %s: %s" % (name, e.args[2]))
 
 
 # ---- Registries ---------------------------------------------------------------------------
@@ -313,6 +322,9 @@ class CollectorRegistry:
             for name in self._collector_to_names[collector]:
                 del self._names_to_collectors[name]
             del self._collector_to_names[collector]
+        gone = getattr(collector, "_unregistered", None)
+        if gone is not None:
+            gone()
 
     def _get_names(self, collector):
         desc_func = getattr(collector, "describe", None)
@@ -642,8 +654,8 @@ class EnumChild:
 
 
 class InfoChild:
-    """One Info series: a gauge NAME_info{labels..., info keys...} = 1. A new info() stores 0
-    into the previous series (the segment keeps it) and 1 into the new one."""
+    """One Info series: a gauge NAME_info{labels..., info keys...} = 1. A new info() stores 1
+    into the new series and deletes the previous one from the segment."""
     __slots__ = ("_metric", "_labelvalues", "_handle", "_value", "_lock")
     labels = _ChildMixin.labels
 
@@ -666,7 +678,8 @@ class InfoChild:
                 return
             handle = self._metric._make_info(self._labelvalues, val)
             handle.set(1)
-            self._handle.set(0)
+            _delete_series(self._metric._segment,
+                           *self._metric._info_series(self._labelvalues, self._value))
             self._handle, self._value = handle, val
 
 
@@ -797,17 +810,41 @@ class MetricWrapperBase:
         return child
 
     def remove(self, *labelvalues: Any) -> None:
-        """Not available yet: series deletion is not in the segment format (see
-        docs/writers.md). Raises ValueError for wrong arguments as prometheus_client does."""
+        """Removes one child: its series is deleted from the segment (a tombstone, spec
+        section 6.6), so the collector stops showing it; labels(...) with the same values
+        later creates it anew from zero (a counter reset)."""
         if not self._labelnames:
             raise ValueError("No label names were set when constructing %s" % self)
         if len(labelvalues) != len(self._labelnames):
             raise ValueError("Incorrect label count (expected %d, got %s)"
                              % (len(self._labelnames), labelvalues))
-        raise NotImplementedError("microview: series cannot be removed from a segment yet")
+        labelvalues = tuple(str(v) for v in labelvalues)
+        with self._lock:
+            child = self._metrics.pop(labelvalues)  # KeyError, as in prometheus_client
+        self._delete(labelvalues, child)
 
     def clear(self) -> None:
-        raise NotImplementedError("microview: series cannot be removed from a segment yet")
+        """Removes every child (see remove)."""
+        with self._lock:
+            children, self._metrics = self._metrics, {}
+        for labelvalues, child in children.items():
+            self._delete(labelvalues, child)
+
+    def _series(self, labelvalues, child):
+        """The (name, labels) of the segment series behind one child."""
+        return [(self._name, tuple(zip(self._labelnames, labelvalues)))]
+
+    def _delete(self, labelvalues, child):
+        for name, labels in self._series(labelvalues, child):
+            _delete_series(self._segment, name, labels)
+
+    def _unregistered(self):
+        """The registry dropped this metric: its series leave the segment, as they leave
+        prometheus_client's exposition."""
+        if self._solo is not None:
+            self._delete((), self._solo)
+        else:
+            self.clear()
 
     def describe(self) -> Iterable[Metric]:
         return [Metric(self._name, self._documentation, self._type, self._unit)]
@@ -854,6 +891,9 @@ class Counter(MetricWrapperBase):
 
     def _make(self, labelvalues, extra=(), name=None, kind=None):
         return super()._make(labelvalues, extra, self._name + "_total", kind)
+
+    def _series(self, labelvalues, child):
+        return [(self._name + "_total", tuple(zip(self._labelnames, labelvalues)))]
 
     def _child_samples(self, child):
         return (("_total", {}, child.get()),)
@@ -990,8 +1030,8 @@ class Summary(MetricWrapperBase):
 
 class Info(MetricWrapperBase):
     """prometheus_client.Info: info({key: value}) -> NAME_info{key=value} 1, a gauge in the
-    segment. Before info() is called NAME_info{} is 1, as in prometheus_client; a later
-    info() with other values stores 0 into the previous series, which the segment keeps."""
+    segment. Before info() is called NAME_info{} is 1, as in prometheus_client; info() with
+    other values deletes the previous series."""
     _type = "info"
     _kind = "gauge"
     _child_cls = GaugeChild
@@ -1012,6 +1052,14 @@ class Info(MetricWrapperBase):
     def _child_samples(self, child):
         with child._lock:
             return (("_info", dict(child._value), child._handle.get()),)
+
+    def _info_series(self, labelvalues, val):
+        return (self._name + "_info", tuple(zip(self._labelnames, labelvalues)) + tuple(
+            (str(k), str(v)) for k, v in val.items()))
+
+    def _series(self, labelvalues, child):
+        with child._lock:
+            return [self._info_series(labelvalues, child._value)]
 
 
 class Enum(MetricWrapperBase):
@@ -1044,6 +1092,10 @@ class Enum(MetricWrapperBase):
 
     def _child_samples(self, child):
         return [("", {self._name: s}, g.get()) for s, g in zip(self._states, child._gauges)]
+
+    def _series(self, labelvalues, child):
+        base = tuple(zip(self._labelnames, labelvalues))
+        return [(self._name, base + ((self._name, s),)) for s in self._states]
 
 
 # ---- Buckets -------------------------------------------------------------------------------
