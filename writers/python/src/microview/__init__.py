@@ -724,7 +724,6 @@ class MetricWrapperBase:
     _kind = ""
     _reserved_labelnames: Sequence[str] = ()
     _child_cls: Any = None
-    _child_methods: Sequence[str] = ()
 
     def __init__(self, name: str, documentation: str, labelnames: Iterable[str] = (),
                  namespace: str = "", subsystem: str = "", unit: str = "",
@@ -758,10 +757,18 @@ class MetricWrapperBase:
         if registry is not None:
             registry.register(self)  # names first: a duplicate raises before any series exists
         self._solo = None  # the one series of a metric without labels
-        if not self._labelnames:
-            child = self._solo = self._new_child(())
-            for m in self._child_methods:  # the C methods, bound: one call per update
-                setattr(self, m, getattr(child, m))
+        if isinstance(self, _HANDLES):
+            # Counter, Gauge, Histogram and Summary are C handles themselves: without labels
+            # the metric is attached to its series (an update is one C method call); with
+            # labels it stays detached (updates raise prometheus_client's ValueError) and its
+            # C labels() finds existing children in self._metrics.
+            if not self._labelnames:
+                self._attach(self._new_child(()))
+                self._solo = self
+            else:
+                self._family(self._metrics, self._labelnames)
+        elif not self._labelnames:
+            self._solo = self._new_child(())
 
     def _check(self):
         pass
@@ -781,8 +788,9 @@ class MetricWrapperBase:
     def _raise_not_observable(self, *args, **kwargs):
         raise ValueError("%s metric is missing label values" % str(self._type))
 
-    def labels(self, *labelvalues: Any, **labelkwargs: Any) -> Any:
-        """Returns the child series for these label values (created on first use)."""
+    def _labels_slow(self, *labelvalues: Any, **labelkwargs: Any) -> Any:
+        """labels(): the child series for these label values (created on first use). The C
+        handles' labels() returns existing children itself and calls this for the rest."""
         if not labelkwargs:
             try:
                 child = self._metrics.get(labelvalues)  # the values as strings: found at once
@@ -826,7 +834,8 @@ class MetricWrapperBase:
     def clear(self) -> None:
         """Removes every child (see remove)."""
         with self._lock:
-            children, self._metrics = self._metrics, {}
+            children = dict(self._metrics)
+            self._metrics.clear()  # the same dict: the C labels() looks children up in it
         for labelvalues, child in children.items():
             self._delete(labelvalues, child)
 
@@ -862,6 +871,8 @@ class MetricWrapperBase:
                 metric.add_sample(self._name + suffix, lb, value)
         return [metric]
 
+    labels = _labels_slow
+
     def _child_samples(self, child):
         raise NotImplementedError
 
@@ -873,14 +884,16 @@ class MetricWrapperBase:
         return "%s.%s(%s)" % (t.__module__, t.__name__, self._name)
 
 
-class Counter(MetricWrapperBase):
+_HANDLES = (_microview.FCounterHandle, _microview.GaugeHandle, _microview.HistogramHandle)
+
+
+class Counter(_microview.FCounterHandle, MetricWrapperBase):
     """prometheus_client.Counter. The series is NAME_total, stored as a fractional counter
     (segment type 4): inc(amount=1) takes a non-negative finite amount, exactly."""
     _type = "counter"
     _kind = "counter_f"
     _child_cls = CounterChild
-    _child_methods = ("inc",)
-    inc = MetricWrapperBase._raise_not_observable
+    labels = _microview.FCounterHandle.labels
 
     def count_exceptions(self, exception: Union[Type[BaseException], Tuple[Type[BaseException],
                                                                            ...]] = Exception
@@ -899,16 +912,15 @@ class Counter(MetricWrapperBase):
         return (("_total", {}, child.get()),)
 
 
-class Gauge(MetricWrapperBase):
+class Gauge(_microview.GaugeHandle, MetricWrapperBase):
     """prometheus_client.Gauge: set, inc, dec, set_to_current_time, track_inprogress, time,
     set_function. NaN is stored as NaN."""
     _type = "gauge"
     _kind = "gauge"
     _child_cls = GaugeChild
-    _child_methods = ("set", "inc", "dec")
+    labels = _microview.GaugeHandle.labels
     _MULTIPROC_MODES = frozenset(("all", "liveall", "min", "livemin", "max", "livemax", "sum",
                                   "livesum"))
-    set = inc = dec = MetricWrapperBase._raise_not_observable
 
     def __init__(self, name: str, documentation: str, labelnames: Iterable[str] = (),
                  namespace: str = "", subsystem: str = "", unit: str = "",
@@ -938,15 +950,15 @@ class Gauge(MetricWrapperBase):
     def set_function(self, f: Callable[[], float]) -> None:
         """The gauge's value is f(), evaluated into the segment every FUNCTION_INTERVAL
         seconds and on every collect(); set/inc/dec become no-ops, as in prometheus_client."""
-        child = self._observable()
+        self._observable()
         self.set = self.inc = self.dec = _noop
-        child.set_function(f)
+        _add_function(self, f)
 
     def _child_samples(self, child):
         return (("", {}, child.get()),)
 
 
-class Histogram(MetricWrapperBase):
+class Histogram(_microview.HistogramHandle, MetricWrapperBase):
     """prometheus_client.Histogram: observe(amount), time(). `buckets` as in
     prometheus_client (sorted upper bounds, +Inf appended); at most 160 finite bounds.
     observe(NaN) counts: count + 1, the sum becomes NaN, the +Inf bucket + 1."""
@@ -954,9 +966,8 @@ class Histogram(MetricWrapperBase):
     _kind = "histogram"
     _reserved_labelnames = ["le"]
     _child_cls = HistogramChild
-    _child_methods = ("observe",)
+    labels = _microview.HistogramHandle.labels
     DEFAULT_BUCKETS = DEFAULT_BUCKETS
-    observe = MetricWrapperBase._raise_not_observable
 
     def __init__(self, name: str, documentation: str, labelnames: Iterable[str] = (),
                  namespace: str = "", subsystem: str = "", unit: str = "",
@@ -996,7 +1007,7 @@ class Histogram(MetricWrapperBase):
         return out
 
 
-class Summary(MetricWrapperBase):
+class Summary(_microview.HistogramHandle, MetricWrapperBase):
     """prometheus_client.Summary: observe(amount), time(); get_sample_value answers _count
     and _sum. In the segment it is a histogram with SUMMARY_BUCKETS (or buckets=...), from
     which the MicroView collector derives quantiles (NAME_window{quantile=...})."""
@@ -1004,8 +1015,7 @@ class Summary(MetricWrapperBase):
     _kind = "histogram"
     _reserved_labelnames = ["quantile", "le"]
     _child_cls = HistogramChild
-    _child_methods = ("observe",)
-    observe = MetricWrapperBase._raise_not_observable
+    labels = _microview.HistogramHandle.labels
 
     def __init__(self, name: str, documentation: str, labelnames: Iterable[str] = (),
                  namespace: str = "", subsystem: str = "", unit: str = "",
@@ -1036,6 +1046,7 @@ class Info(MetricWrapperBase):
     _kind = "gauge"
     _child_cls = GaugeChild
     info = MetricWrapperBase._raise_not_observable
+    labels = MetricWrapperBase._labels_slow
 
     def _new_child(self, labelvalues):
         return InfoChild(self, labelvalues)
@@ -1069,6 +1080,7 @@ class Enum(MetricWrapperBase):
     _kind = "gauge"
     _child_cls = GaugeChild
     state = MetricWrapperBase._raise_not_observable
+    labels = MetricWrapperBase._labels_slow
 
     def __init__(self, name: str, documentation: str, labelnames: Sequence[str] = (),
                  namespace: str = "", subsystem: str = "", unit: str = "",

@@ -20,24 +20,36 @@ typedef struct {
     PyObject_HEAD mv_segment *seg;
 } SegmentObject;
 
+/* What every handle starts with: its Segment (NULL while not attached: a labelled parent
+ * metric, whose updates raise prometheus_client's ValueError), and, for a parent metric, the
+ * children dict (label value tuple -> child) and label names behind the fast labels(). */
+#define HANDLE_HEAD                                                                                \
+    PyObject_HEAD PyObject *segment;                                                               \
+    PyObject *children;                                                                            \
+    PyObject *labelnames
+
 typedef struct {
-    PyObject_HEAD PyObject *segment;
+    HANDLE_HEAD;
+} HandleObject;
+
+typedef struct {
+    HANDLE_HEAD;
     mv_counter c;
     uint64_t frac; /* double bits: fractional increments not yet carried into the segment */
 } CounterObject;
 
 typedef struct {
-    PyObject_HEAD PyObject *segment;
+    HANDLE_HEAD;
     mv_gauge g;
 } GaugeObject;
 
 typedef struct {
-    PyObject_HEAD PyObject *segment;
+    HANDLE_HEAD;
     mv_counter_f c;
 } FCounterObject;
 
 typedef struct {
-    PyObject_HEAD PyObject *segment;
+    HANDLE_HEAD;
     mv_histogram *h;
 } HistogramObject;
 
@@ -144,7 +156,7 @@ static PyObject *new_handle(PyTypeObject *type, SegmentObject *seg)
     PyObject *o = type->tp_alloc(type, 0);
     if (o) {
         Py_INCREF(seg);
-        ((CounterObject *)o)->segment = (PyObject *)seg; /* the first field of every handle */
+        ((HandleObject *)o)->segment = (PyObject *)seg; /* the first field of every handle */
     }
     return o;
 }
@@ -361,10 +373,122 @@ static PyGetSetDef Segment_getset[] = {
 
 /* ---- Handles ------------------------------------------------------------------ */
 
-static void Handle_dealloc(CounterObject *self)
+static void Handle_dealloc(HandleObject *self)
 {
     Py_XDECREF(self->segment);
+    Py_XDECREF(self->children);
+    Py_XDECREF(self->labelnames);
     Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* An update on a handle that is not attached to a series: a labelled parent metric. */
+static PyObject *not_observable(PyObject *self)
+{
+    PyObject *t = PyObject_GetAttrString(self, "_type");
+    if (t) {
+        PyErr_Format(PyExc_ValueError, "%S metric is missing label values", t);
+        Py_DECREF(t);
+    }
+    return NULL;
+}
+
+/* handle._attach(other): makes this handle update other's series (same handle type). */
+static PyObject *Handle_attach(HandleObject *self, PyObject *other)
+{
+    PyTypeObject *base = Py_TYPE(self);
+    while (base->tp_base && base->tp_base != &PyBaseObject_Type)
+        base = base->tp_base;
+    if (!PyObject_TypeCheck(other, base)) {
+        PyErr_Format(PyExc_TypeError, "_attach needs a %s", base->tp_name);
+        return NULL;
+    }
+    Py_ssize_t head = (Py_ssize_t)sizeof(HandleObject);
+    memcpy((char *)self + head, (char *)other + head, (size_t)(base->tp_basicsize - head));
+    Py_XINCREF(((HandleObject *)other)->segment);
+    Py_XSETREF(self->segment, ((HandleObject *)other)->segment);
+    Py_RETURN_NONE;
+}
+
+/* handle._family(children, labelnames): the dict and names labels() looks children up in. */
+static PyObject *Handle_family(HandleObject *self, PyObject *args)
+{
+    PyObject *children, *names;
+    if (!PyArg_ParseTuple(args, "O!O!:_family", &PyDict_Type, &children, &PyTuple_Type, &names))
+        return NULL;
+    Py_INCREF(children);
+    Py_XSETREF(self->children, children);
+    Py_INCREF(names);
+    Py_XSETREF(self->labelnames, names);
+    Py_RETURN_NONE;
+}
+
+/* labels(*values, **kw): the child for these label values. The fast path finds an existing
+ * child in C (values given as str, positionally or by name); everything else (a new child,
+ * conversions, every error) is the package's _labels_slow, which has prometheus_client's
+ * rules. */
+static PyObject *Handle_labels(HandleObject *self, PyObject *const *args, size_t nargsf,
+                               PyObject *kwnames)
+{
+    Py_ssize_t n = PyVectorcall_NARGS(nargsf), nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    PyObject *key = NULL, *child;
+    if (self->children && self->labelnames) {
+        Py_ssize_t nl = PyTuple_GET_SIZE(self->labelnames);
+        if (nkw == 0 && n == nl) {
+            key = PyTuple_New(n);
+            if (!key)
+                return NULL;
+            for (Py_ssize_t i = 0; i < n; i++) {
+                Py_INCREF(args[i]);
+                PyTuple_SET_ITEM(key, i, args[i]);
+            }
+        } else if (n == 0 && nkw == nl && nl > 0) {
+            key = PyTuple_New(nl);
+            if (!key)
+                return NULL;
+            for (Py_ssize_t i = 0; i < nl && key; i++) {
+                PyObject *name = PyTuple_GET_ITEM(self->labelnames, i), *v = NULL;
+                for (Py_ssize_t j = 0; j < nkw && !v; j++) {
+                    PyObject *k = PyTuple_GET_ITEM(kwnames, j);
+                    if (k == name || PyUnicode_Compare(k, name) == 0)
+                        v = args[j];
+                }
+                if (PyErr_Occurred())
+                    PyErr_Clear();
+                if (!v || !PyUnicode_CheckExact(v))
+                    Py_CLEAR(key); /* not the names, or not str: the slow path decides */
+                else {
+                    Py_INCREF(v);
+                    PyTuple_SET_ITEM(key, i, v);
+                }
+            }
+        }
+    }
+    if (key) {
+        child = PyDict_GetItemWithError(self->children, key);
+        Py_DECREF(key);
+        if (child) {
+            Py_INCREF(child);
+            return child;
+        }
+        PyErr_Clear(); /* unhashable values: str() of them in the slow path */
+    }
+    PyObject *name = PyUnicode_FromString("_labels_slow");
+    if (!name)
+        return NULL;
+    /* self, then the arguments: PY_VECTORCALL_ARGUMENTS_OFFSET is not promised here. */
+    PyObject *stack[1 + 2 * MAX_LABELS + 2];
+    Py_ssize_t total = n + nkw;
+    if (total > 2 * MAX_LABELS + 1) {
+        Py_DECREF(name);
+        PyErr_SetString(PyExc_ValueError, "Incorrect label count");
+        return NULL;
+    }
+    stack[0] = (PyObject *)self;
+    for (Py_ssize_t i = 0; i < total; i++)
+        stack[1 + i] = args[i];
+    PyObject *r = PyObject_VectorcallMethod(name, stack, (size_t)(n + 1), kwnames);
+    Py_DECREF(name);
+    return r;
 }
 
 /* The one argument of an update method, positional or by keyword (`name`), and an optional
@@ -425,6 +549,8 @@ static void counter_add_fraction(CounterObject *self, double d)
 static PyObject *Counter_inc(CounterObject *self, PyObject *const *args, Py_ssize_t n,
                              PyObject *kwnames)
 {
+    if (__builtin_expect(!self->c.slot, 0))
+        return not_observable((PyObject *)self);
     PyObject *o;
     if (kwnames || n > 1) {
         if (one_arg(args, n, kwnames, "amount", 1, &o))
@@ -460,6 +586,8 @@ static PyObject *Counter_inc(CounterObject *self, PyObject *const *args, Py_ssiz
 
 static PyObject *Counter_get(CounterObject *self, PyObject *unused)
 {
+    if (!self->c.slot)
+        return not_observable((PyObject *)self);
     uint64_t v = mv_counter_value(self->c);
     uint64_t bits = __atomic_load_n(&self->frac, __ATOMIC_RELAXED);
     double f;
@@ -474,6 +602,8 @@ static PyObject *Counter_get(CounterObject *self, PyObject *unused)
 static PyObject *FCounter_inc(FCounterObject *self, PyObject *const *args, Py_ssize_t n,
                               PyObject *kwnames)
 {
+    if (__builtin_expect(!self->c.slot, 0))
+        return not_observable((PyObject *)self);
     PyObject *o;
     if (kwnames || n > 1) {
         if (one_arg(args, n, kwnames, "amount", 1, &o))
@@ -515,6 +645,8 @@ static PyObject *FCounter_inc(FCounterObject *self, PyObject *const *args, Py_ss
 
 static PyObject *FCounter_get(FCounterObject *self, PyObject *unused)
 {
+    if (!self->c.slot)
+        return not_observable((PyObject *)self);
     return PyFloat_FromDouble(mv_counter_f_value(self->c));
 }
 
@@ -524,13 +656,18 @@ static int get_double(PyObject *o, double *out)
         *out = PyFloat_AS_DOUBLE(o);
         return 0;
     }
-    *out = PyFloat_AsDouble(o);
+    if (PyLong_CheckExact(o)) /* no float object made on the way */
+        *out = PyLong_AsDouble(o);
+    else
+        *out = PyFloat_AsDouble(o);
     return (*out == -1.0 && PyErr_Occurred()) ? -1 : 0;
 }
 
 static PyObject *Gauge_set(GaugeObject *self, PyObject *const *args, Py_ssize_t n,
                            PyObject *kwnames)
 {
+    if (__builtin_expect(!self->g.slot, 0))
+        return not_observable((PyObject *)self);
     double v;
     PyObject *o;
     if (kwnames || n != 1) {
@@ -551,6 +688,8 @@ static PyObject *Gauge_set(GaugeObject *self, PyObject *const *args, Py_ssize_t 
 static PyObject *gauge_add(GaugeObject *self, PyObject *const *args, Py_ssize_t n,
                            PyObject *kwnames, double sign)
 {
+    if (__builtin_expect(!self->g.slot, 0))
+        return not_observable((PyObject *)self);
     double v = 1;
     PyObject *o;
     if (kwnames || n > 1) {
@@ -578,12 +717,16 @@ static PyObject *Gauge_dec(GaugeObject *self, PyObject *const *args, Py_ssize_t 
 
 static PyObject *Gauge_get(GaugeObject *self, PyObject *unused)
 {
+    if (!self->g.slot)
+        return not_observable((PyObject *)self);
     return PyFloat_FromDouble(mv_gauge_value(self->g));
 }
 
 static PyObject *Histogram_observe(HistogramObject *self, PyObject *const *args, Py_ssize_t n,
                                    PyObject *kwnames)
 {
+    if (__builtin_expect(!self->h, 0))
+        return not_observable((PyObject *)self);
     double v;
     PyObject *o;
     if (kwnames || n != 1) {
@@ -647,6 +790,11 @@ static PyMethodDef Counter_methods[] = {
      "carried in the handle and reach the segment as whole units)."},
     {"get", (PyCFunction)Counter_get, METH_NOARGS,
      "Reads the counter: an int, or a float while a fraction is pending."},
+    {"labels", (PyCFunction)(void (*)(void))Handle_labels, METH_FASTCALL | METH_KEYWORDS,
+     "labels(*values, **names): the child series for these label values."},
+    {"_attach", (PyCFunction)Handle_attach, METH_O, "_attach(handle): update its series."},
+    {"_family", (PyCFunction)Handle_family, METH_VARARGS,
+     "_family(children, labelnames): what labels() looks up."},
     {NULL}};
 
 static PyMethodDef FCounter_methods[] = {
@@ -654,6 +802,11 @@ static PyMethodDef FCounter_methods[] = {
      "inc(amount=1, exemplar=None): adds a non-negative finite amount (a whole amount is one "
      "atomic add, a fractional one a compare-and-swap on the accumulator)."},
     {"get", (PyCFunction)FCounter_get, METH_NOARGS, "Reads the counter (a float)."},
+    {"labels", (PyCFunction)(void (*)(void))Handle_labels, METH_FASTCALL | METH_KEYWORDS,
+     "labels(*values, **names): the child series for these label values."},
+    {"_attach", (PyCFunction)Handle_attach, METH_O, "_attach(handle): update its series."},
+    {"_family", (PyCFunction)Handle_family, METH_VARARGS,
+     "_family(children, labelnames): what labels() looks up."},
     {NULL}};
 
 static PyMethodDef Gauge_methods[] = {
@@ -661,6 +814,11 @@ static PyMethodDef Gauge_methods[] = {
     {"inc", KW_METHOD(Gauge_inc), "inc(amount=1)"},
     {"dec", KW_METHOD(Gauge_dec), "dec(amount=1)"},
     {"get", (PyCFunction)Gauge_get, METH_NOARGS, "Reads the gauge."},
+    {"labels", (PyCFunction)(void (*)(void))Handle_labels, METH_FASTCALL | METH_KEYWORDS,
+     "labels(*values, **names): the child series for these label values."},
+    {"_attach", (PyCFunction)Handle_attach, METH_O, "_attach(handle): update its series."},
+    {"_family", (PyCFunction)Handle_family, METH_VARARGS,
+     "_family(children, labelnames): what labels() looks up."},
     {NULL}};
 
 static PyMethodDef Histogram_methods[] = {
@@ -669,6 +827,11 @@ static PyMethodDef Histogram_methods[] = {
      "sum turns NaN)."},
     {"read", (PyCFunction)Histogram_read, METH_NOARGS,
      "read() -> (count, sum, buckets, bounds) as a reader sums them."},
+    {"labels", (PyCFunction)(void (*)(void))Handle_labels, METH_FASTCALL | METH_KEYWORDS,
+     "labels(*values, **names): the child series for these label values."},
+    {"_attach", (PyCFunction)Handle_attach, METH_O, "_attach(handle): update its series."},
+    {"_family", (PyCFunction)Handle_family, METH_VARARGS,
+     "_family(children, labelnames): what labels() looks up."},
     {NULL}};
 
 #define HANDLE_TYPE(T, pyname, size, methods, doc)                                                 \
@@ -679,6 +842,7 @@ static PyMethodDef Histogram_methods[] = {
         .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,                                      \
         .tp_doc = doc,                                                                             \
         .tp_methods = methods,                                                                     \
+        .tp_new = PyType_GenericNew,                                                               \
     }
 
 HANDLE_TYPE(CounterType, "CounterHandle", CounterObject, Counter_methods,
