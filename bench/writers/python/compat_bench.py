@@ -50,26 +50,34 @@ def make_loop(body):
 
 def measure(run, metrics, n, runs):
     """ns/op of each implementation: runs interleaved (so both see the same machine load),
-    the fastest run of each (the one least disturbed by other processes)."""
-    for m in metrics.values():
+    the fastest run of each (the one least disturbed by other processes). Each
+    implementation's runs last about as long as the other's (its iteration count is scaled
+    to about `n` iterations of the faster one), so neither is more exposed to preemption."""
+    per = {}
+    for impl, m in metrics.items():
         run(m, VALUES, max(1, n // 10))  # warm up (and create the labelled child)
+        t0 = time.perf_counter_ns()
+        run(m, VALUES, max(1, n // 10))
+        per[impl] = max(1.0, (time.perf_counter_ns() - t0) / max(1, n // 10))
+    fastest = min(per.values())
+    iters = {impl: max(1000, int(n * fastest / per[impl])) for impl in metrics}
     best = {impl: float("inf") for impl in metrics}
     for _ in range(runs):
         for impl, m in metrics.items():
             t0 = time.perf_counter_ns()
-            run(m, VALUES, n)
-            best[impl] = min(best[impl], (time.perf_counter_ns() - t0) / n)
+            run(m, VALUES, iters[impl])
+            best[impl] = min(best[impl], (time.perf_counter_ns() - t0) / iters[impl])
     return best
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--iters", type=int, default=300000)
-    ap.add_argument("--runs", type=int, default=7)
-    ap.add_argument("--quick", action="store_true", help="100k iterations, 3 runs")
+    ap.add_argument("--iters", type=int, default=30000)
+    ap.add_argument("--runs", type=int, default=25)
+    ap.add_argument("--quick", action="store_true", help="20k iterations, 9 runs")
     a = ap.parse_args()
     if a.quick:
-        a.iters, a.runs = 100000, 3
+        a.iters, a.runs = 20000, 9
     tmp = tempfile.mkdtemp(prefix="mvbench-compat-")
     path = os.path.join(tmp, "segment")
     with open(path, "wb") as f:
