@@ -229,6 +229,19 @@ class Compat(unittest.TestCase):
         self.assertGreater(u["fullness"], 0.9)
         self.assertGreater(u["records"], u0["records"])
 
+    def test_exposition_is_delegated_to_prometheus_client(self):
+        try:
+            import prometheus_client  # noqa: F401
+        except ImportError:
+            self.skipTest("SKIPPED: prometheus_client (python3-prometheus-client) not installed")
+        c = Counter("exp", "Help.", ["k"], registry=self.reg)
+        c.labels("v").inc(0.5)
+        text = microview.generate_latest(self.reg).decode()
+        self.assertIn("# TYPE exp_total counter\n", text)
+        self.assertIn('exp_total{k="v"} 0.5\n', text)
+        REGISTRY.unregister(microview.PROCESS_COLLECTOR)  # the usual "no default collectors"
+        REGISTRY.register(microview.PROCESS_COLLECTOR)
+
     def test_registry_none_and_private_registries_are_independent(self):
         a, b = CollectorRegistry(), CollectorRegistry()
         Counter("same", "h", registry=a).inc()

@@ -49,6 +49,9 @@ __all__ = [
     "exponential_buckets", "linear_buckets", "INF", "DEFAULT_BUCKETS", "SUMMARY_BUCKETS",
     "generate_latest", "start_http_server", "start_wsgi_server", "make_wsgi_app",
     "push_to_gateway", "pushadd_to_gateway", "delete_from_gateway", "CONTENT_TYPE_LATEST",
+    "write_to_textfile", "make_asgi_app", "instance_ip_grouping_key", "MetricsHandler",
+    "PROCESS_COLLECTOR", "PLATFORM_COLLECTOR", "GC_COLLECTOR", "ProcessCollector",
+    "PlatformCollector", "GCCollector", "Timestamp",
 ]
 
 INF = float("inf")
@@ -1169,3 +1172,69 @@ def pushadd_to_gateway(gateway: str, job: str, registry: Any, **kwargs: Any) -> 
 
 def delete_from_gateway(gateway: str, job: str, **kwargs: Any) -> None:
     _prometheus_client_exposition().delete_from_gateway(gateway, job, **kwargs)
+
+
+def write_to_textfile(path: str, registry: Any) -> None:
+    """prometheus_client.write_to_textfile on a microview registry (needs prometheus_client)."""
+    _prometheus_client_exposition().write_to_textfile(path, registry)
+
+
+def make_asgi_app(registry: Any = REGISTRY, **kwargs: Any) -> Any:
+    try:
+        from prometheus_client import asgi
+    except ImportError:
+        _prometheus_client_exposition()
+        raise
+    return asgi.make_asgi_app(registry, **kwargs)
+
+
+def instance_ip_grouping_key() -> Dict[str, Any]:
+    return _prometheus_client_exposition().instance_ip_grouping_key()
+
+
+def __getattr__(name: str) -> Any:
+    if name == "MetricsHandler":  # an http.server handler class: prometheus_client's
+        return _prometheus_client_exposition().MetricsHandler
+    raise AttributeError("module 'microview' has no attribute %r" % name)
+
+
+# ---- The default collectors: placeholders ------------------------------------------------
+
+class _DefaultCollector:
+    """prometheus_client registers process, platform and GC collectors on REGISTRY. Their
+    series are not written to the segment (the MicroView collector and the node's own
+    exporters measure processes from outside); these stand-ins keep code that unregisters
+    them (REGISTRY.unregister(PROCESS_COLLECTOR)) working."""
+
+    def __init__(self, name: str, registry: Optional[CollectorRegistry] = None, **_: Any) -> None:
+        self._name = name
+        if registry is not None:
+            registry.register(self)
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        return []
+
+    def __repr__(self):
+        return "microview.%s (no series: see docs/writers.md)" % self._name
+
+
+def ProcessCollector(namespace: str = "", pid: Any = None, proc: str = "/proc",  # noqa: N802
+                     registry: Optional[CollectorRegistry] = REGISTRY) -> Any:
+    return _DefaultCollector("ProcessCollector", registry)
+
+
+def PlatformCollector(registry: Optional[CollectorRegistry] = REGISTRY,  # noqa: N802
+                      platform: Any = None) -> Any:
+    return _DefaultCollector("PlatformCollector", registry)
+
+
+def GCCollector(registry: Optional[CollectorRegistry] = REGISTRY) -> Any:  # noqa: N802
+    return _DefaultCollector("GCCollector", registry)
+
+
+PROCESS_COLLECTOR = ProcessCollector()
+PLATFORM_COLLECTOR = PlatformCollector()
+GC_COLLECTOR = GCCollector()
