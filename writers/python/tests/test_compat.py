@@ -48,6 +48,10 @@ def types_of(path, name):
     return out
 
 
+def REGISTRY_OF(reg, name):  # noqa: N802
+    return reg._names_to_collectors[name]
+
+
 def f64(bits):
     return struct.unpack("<d", struct.pack("<Q", bits))[0]
 
@@ -75,6 +79,11 @@ class Compat(unittest.TestCase):
                 Gauge(name, "h", registry=self.reg)
         self.reg.unregister(h)
         Gauge("h_count", "h", registry=self.reg)
+        Gauge("kind", "h", registry=self.reg)
+        self.reg.unregister(REGISTRY_OF(self.reg, "kind"))
+        with self.assertRaises(ValueError):  # one name, one type per segment, even deleted
+            Histogram("kind", "h", registry=self.reg)
+        self.assertNotIn("kind", self.reg._names_to_collectors)  # a refused metric is not kept
         with self.assertRaises(KeyError):
             self.reg.unregister(h)
         self.assertIsInstance(REGISTRY, CollectorRegistry)

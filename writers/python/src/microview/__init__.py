@@ -760,18 +760,25 @@ class MetricWrapperBase:
         if registry is not None:
             registry.register(self)  # names first: a duplicate raises before any series exists
         self._solo = None  # the one series of a metric without labels
-        if isinstance(self, _HANDLES):
-            # Counter, Gauge, Histogram and Summary are C handles themselves: without labels
-            # the metric is attached to its series (an update is one C method call); with
-            # labels it stays detached (updates raise prometheus_client's ValueError) and its
-            # C labels() finds existing children in self._metrics.
-            if not self._labelnames:
-                self._attach(self._new_child(()))
-                self._solo = self
-            else:
-                self._family(self._metrics, self._labelnames)
-        elif not self._labelnames:
-            self._solo = self._new_child(())
+        try:
+            if isinstance(self, _HANDLES):
+                # Counter, Gauge, Histogram and Summary are C handles themselves: without
+                # labels the metric is attached to its series (an update is one C method
+                # call); with labels it stays detached (updates raise prometheus_client's
+                # ValueError) and its C labels() finds existing children in self._metrics.
+                if not self._labelnames:
+                    self._attach(self._new_child(()))
+                    self._solo = self
+                else:
+                    self._family(self._metrics, self._labelnames)
+            elif not self._labelnames:
+                self._solo = self._new_child(())
+        except BaseException:
+            if registry is not None:  # the segment refused it (a type conflict): not registered
+                with registry._lock:
+                    for name in registry._collector_to_names.pop(self, ()):
+                        registry._names_to_collectors.pop(name, None)
+            raise
 
     def _check(self):
         pass
