@@ -227,8 +227,8 @@ int mv_wh_server_create(const mv_wh_server_config *cfg, mv_wh_server **out)
     s->cfg.listen = s->listen;
 
     char why[MV_ERR_MAX];
-    if (mv_parse_listen(cfg->listen, MV_LISTEN_ANY_HOST | MV_LISTEN_PORT_ZERO, s->host,
-                        sizeof s->host, &s->port, why, sizeof why) != 0) {
+    if (mv_util_parse_listen(cfg->listen, MV_LISTEN_ANY_HOST | MV_LISTEN_PORT_ZERO, s->host,
+                             sizeof s->host, &s->port, why, sizeof why) != 0) {
         MV_ERROR("webhook.config", "listen=%s msg=%s", mv_log_q(cfg->listen), mv_log_q(why));
         mv_wh_server_destroy(s);
         return -EINVAL;

@@ -15,6 +15,6 @@ static inline int expo_is_digit(unsigned char c)
 }
 
 /* The same for a signed value (at least 21 bytes). */
-size_t expo_fmt_i64(int64_t v, char *out);
+size_t mv_expo__fmt_i64(int64_t v, char *out);
 
 #endif
