@@ -70,6 +70,14 @@ def measure(run, metrics, n, runs):
     return best
 
 
+def peer_version():
+    try:
+        from importlib import metadata
+        return metadata.version("prometheus_client")
+    except Exception:  # noqa: BLE001 (only printed)
+        return "?"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--iters", type=int, default=30000)
@@ -86,7 +94,7 @@ def main():
     os.unlink(path)
     os.rmdir(tmp)
     print("# prometheus_client %s vs microview python=%s iters=%d runs=%d" % (
-        getattr(prometheus_client, "__version__", "?"), sys.version.split()[0], a.iters, a.runs),
+        peer_version(), sys.version.split()[0], a.iters, a.runs),
         flush=True)
     below, floor = [], 0.0
     for k, (row, (kind, kw, body)) in enumerate(ROWS.items()):
