@@ -34,10 +34,9 @@ import re
 import tempfile
 import threading
 import time
-import types
 import warnings
 from collections import namedtuple
-from typing import (Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple,
+from typing import (Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple,
                     Type, TypeVar, Union)
 
 from . import _microview
