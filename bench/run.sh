@@ -156,6 +156,10 @@ if cmake --build "$build" --target microview_static >/dev/null; then
        "$py" -m pip install -q --no-build-isolation --no-deps --no-index --target "$tmp/pywriter/site" \
        "$tmp/pywriter/src" >/dev/null 2>&1; then
     run py_writers env PYTHONPATH="$tmp/pywriter/site" "$py" "$root/bench/writers/python/writer_bench.py" "${quick[@]}"
+    # The prometheus_client drop-in against prometheus_client, in one process (goal: >= 10x).
+    if "$py" -c 'import prometheus_client' 2>/dev/null; then
+      run py_compat env PYTHONPATH="$tmp/pywriter/site" "$py" "$root/bench/writers/python/compat_bench.py" "${quick[@]}"
+    fi
   else
     note "building writers/python failed (needs python3-dev, python3-setuptools, python3-pip)"; failed=1
   fi
@@ -365,6 +369,10 @@ grep -E '^bench=node(_thread)? ' "$results" | sed 's/^/  /'
 echo
 echo "== What the verbs collector's READs cost the host (verbs_host_cpu: two Soft-RoCE VMs)"
 grep -E '^bench=verbs_host_cpu ' "$results" | sed 's/^/  /'
+
+echo
+echo "== microview (Python) against prometheus_client, one process (compat_bench; goal >= 10x)"
+grep -E '^impl=(compare|floor) ' "$results" | sed 's/^/  /'
 
 echo
 echo "== Goals (each from a row above, this run)"
