@@ -32,6 +32,7 @@ const (
 	typeCounter  = 1
 	typeGauge    = 2
 	typeHist     = 3
+	typeCounterF = 4 // counter_f: u64 integral part + binary64 fractional accumulator
 	fnvOffset    = 0xcbf29ce484222325
 	fnvPrime     = 0x100000001b3
 	goldenGamma  = 0x9E3779B97F4A7C15
@@ -237,8 +238,11 @@ func validShards(n int) bool { return n >= 2 && n <= shardsMax && n&(n-1) == 0 }
 func shardStride(size uint32) uint32 { return (size + 63) &^ 63 }
 
 func (d *desc) valueSize() int {
-	if d.typ == typeHist {
+	switch d.typ {
+	case typeHist:
 		return 8 * (len(d.bounds) + 4)
+	case typeCounterF:
+		return 16
 	}
 	return 8
 }
@@ -423,7 +427,7 @@ func parseRecord(rec []byte, idx int, valuesUsed uint32, valueEnd *uint32) (reco
 		return r, 0, reject("bad_record", "record %d: shard_count %d (sharded: a power of two from 2 to %d, else 0)", idx, shards, shardsMax)
 	}
 	r.typ = rec[4]
-	if r.typ != typeCounter && r.typ != typeGauge && r.typ != typeHist {
+	if r.typ != typeCounter && r.typ != typeGauge && r.typ != typeHist && r.typ != typeCounterF {
 		return r, 0, reject("bad_type", "record %d: unknown type %d", idx, r.typ)
 	}
 	nl := int(le.Uint16(rec[6:]))
@@ -435,8 +439,11 @@ func parseRecord(rec []byte, idx int, valuesUsed uint32, valueEnd *uint32) (reco
 		return r, 0, reject("bad_count", "record %d: bucket_count %d invalid for type %d", idx, nb, r.typ)
 	}
 	want := uint32(8)
-	if r.typ == typeHist {
+	switch r.typ {
+	case typeHist:
 		want = uint32(8 * (nb + 4))
+	case typeCounterF:
+		want = 16
 	}
 	r.shards = 1
 	if shards > 1 {

@@ -352,10 +352,10 @@ func (s *Segment) appendLocked(d *desc) (int, int, error) {
 		voff = placeSlot(c.valuesUsed, c.valuesSize, c.catalogUsed, c.catalogSize, rsize, vsize)
 	}
 	if voff+vsize > int(c.valuesSize) {
-		return 0, 1, fail(ErrFull, fmt.Sprintf("%s: value area full (%d of %d bytes used, %s needs %d)", s.path, c.valuesUsed, c.valuesSize, d.name, vsize))
+		return 0, 1, fail(ErrFull, fmt.Sprintf("%s: value area full (%d of %d bytes used, %s needs %d); %s", s.path, c.valuesUsed, c.valuesSize, d.name, vsize, askFor(len(mem), 4*(voff+vsize)+headerSize)))
 	}
 	if coff+rsize > int(c.catalogSize) || c.count >= metricsMax {
-		return 0, 1, fail(ErrFull, fmt.Sprintf("%s: catalog area full (%d of %d bytes used, %s needs %d)", s.path, coff, c.catalogSize, d.name, rsize))
+		return 0, 1, fail(ErrFull, fmt.Sprintf("%s: catalog area full (%d of %d bytes used, %s needs %d); %s", s.path, coff, c.catalogSize, d.name, rsize, askFor(len(mem), (coff+rsize)*4/3+headerSize)))
 	}
 	atomic.StoreUint64(genw, gen+1) // sequentially consistent: also the full fence of step 6
 	slot := int(c.valuesOffset) + voff
@@ -371,6 +371,18 @@ func (s *Segment) appendLocked(d *desc) (int, int, error) {
 	return slot, 1, nil
 }
 
+// askFor names the segment size to request when a registration does not fit: at least
+// twice the current size and enough for the default layout to hold need bytes, in the
+// 4 KiB pages of the agent's resource.
+func askFor(size, need int) string {
+	want := 2 * size
+	if need > want {
+		want = need
+	}
+	pages := (want + 4095) / 4096
+	return fmt.Sprintf("ask for a segment of at least %d bytes (Kubernetes: resources microview.io/metrics: %d, pages of 4 KiB; standalone: a larger segment)", pages*4096, pages)
+}
+
 var scratch [8]uint64 // target of scalar handles whose registration failed
 
 // NewCounter registers (or finds) a counter series.
@@ -380,6 +392,42 @@ func (s *Segment) NewCounter(o Opts) (Counter, error) {
 		return Counter{w: &scratch[0]}, err
 	}
 	return Counter{w: word64(s.mem, off), shards: n}, nil
+}
+
+// NewCounterF registers (or finds) a fractional counter series (record type 4), the type a
+// counter needs when Add takes non-integral amounts. Readers that predate type 4 refuse a
+// segment holding one (section 5).
+func (s *Segment) NewCounterF(o Opts) (CounterF, error) {
+	off, n, err := s.register(&desc{typ: typeCounterF, name: o.Name, help: o.Help, unit: o.Unit, labels: o.Labels})
+	if err != nil {
+		return CounterF{w: &scratch[2]}, err
+	}
+	return CounterF{w: word64(s.mem, off), shards: n}, nil
+}
+
+// NewLocalCounterF returns a fractional counter in process memory, read by nobody else.
+func NewLocalCounterF() CounterF { return CounterF{w: &make([]uint64, 2)[0], shards: 1} }
+
+// NewLocalGauge returns a gauge in process memory, read by nobody else.
+func NewLocalGauge() Gauge { return Gauge{w: new(uint64), shards: 1} }
+
+// NewLocalHistogram returns a histogram in process memory, read by nobody else.
+func NewLocalHistogram(bounds []float64) *Histogram {
+	b := append([]float64(nil), bounds...)
+	return newHistogram(make([]uint64, len(b)+4), b, 1)
+}
+
+// Fullness reports how many bytes of the segment's catalog and value areas are used, and
+// their total size (header excluded).
+func (s *Segment) Fullness() (used, size int) {
+	if s == nil || len(s.mem) == 0 {
+		return 0, 0
+	}
+	vu := atomic.LoadUint32(word32(s.mem, offValUsed))
+	cu := atomic.LoadUint32(word32(s.mem, offCatUsed))
+	vs := le.Uint32(s.mem[offValSize:])
+	cs := le.Uint32(s.mem[offCatSize:])
+	return int(vu) + int(cu), int(vs) + int(cs)
 }
 
 // NewGauge registers (or finds) a gauge series.

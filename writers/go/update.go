@@ -101,7 +101,16 @@ func (h *Histogram) Observe(v float64) {
 	if v != v {
 		return
 	}
+	h.ObserveAll(v)
+}
+
+// ObserveAll is Observe except for NaN, which it counts as client_golang and
+// prometheus_client do: count + 1, the +Inf bucket + 1, and the sum becomes NaN.
+func (h *Histogram) ObserveAll(v float64) {
 	lo, hi := 0, len(h.bounds)
+	if v != v {
+		lo = hi
+	}
 	for lo < hi {
 		mid := int(uint(lo+hi) >> 1)
 		if v <= h.bounds[mid] {
@@ -145,3 +154,41 @@ func (h *Histogram) Snapshot() (count uint64, sum float64, buckets []uint64) {
 
 // Bounds returns a copy of the histogram's finite upper bounds.
 func (h *Histogram) Bounds() []float64 { return append([]float64(nil), h.bounds...) }
+
+// CounterF is a handle to one fractional counter (record type 4, section 5): word 0 counts
+// whole units, word 1 accumulates the non-integral amounts as IEEE-754 bits; the value is
+// their sum. Both only grow.
+type CounterF struct {
+	w      *uint64
+	shards int
+}
+
+// Inc adds 1: one atomic add on the integral word.
+func (c CounterF) Inc() { atomic.AddUint64(c.w, 1) }
+
+// Add adds v, which must be finite and non-negative (others are ignored: the caller
+// refuses them). Whole amounts below 2^63 are one atomic add on the integral word; other
+// amounts go to the fractional accumulator with a compare-and-swap loop.
+func (c CounterF) Add(v float64) {
+	if iv := uint64(v); v >= 0 && v < 1<<63 && float64(iv) == v {
+		atomic.AddUint64(c.w, iv)
+		return
+	}
+	if !(v >= 0) || math.IsInf(v, 1) {
+		return
+	}
+	f := (*uint64)(unsafe.Add(unsafe.Pointer(c.w), 8))
+	for {
+		old := atomic.LoadUint64(f)
+		if atomic.CompareAndSwapUint64(f, old, math.Float64bits(math.Float64frombits(old)+v)) {
+			return
+		}
+	}
+}
+
+// Value reads the counter: the integral and fractional words of every shard, summed.
+func (c CounterF) Value() float64 {
+	whole := shardSum(c.w, c.shards, addU64)
+	frac := shardSum((*uint64)(unsafe.Add(unsafe.Pointer(c.w), 8)), c.shards, addF64)
+	return float64(whole) + math.Float64frombits(frac)
+}
