@@ -1,20 +1,26 @@
-// Package prometheus is a drop-in replacement for the metric constructors of
-// github.com/prometheus/client_golang/prometheus whose metrics live in a MicroView segment.
+// Package prometheus is a drop-in replacement for github.com/prometheus/client_golang/prometheus
+// whose metrics live in a MicroView segment.
 //
-// Change the import path (keeping the package name prometheus) and code such as
+// Change the import paths (github.com/prometheus/client_golang/prometheus/... becomes
+// microview.io/writers/go/prometheus/...) and the code compiles and runs unchanged:
 //
-//	var reqs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "http_requests_total"}, []string{"route"})
+//	reg := prometheus.NewRegistry()
+//	reqs := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "http_requests_total"}, []string{"route"})
+//	reg.MustRegister(reqs)
 //	reqs.WithLabelValues("/checkout").Inc()
 //
-// compiles and runs unchanged: Counter, Gauge, Histogram, Observer, the *Opts types, Labels
-// and the bucket helpers are client_golang's own types (aliases); the constructors return
-// MicroView-backed metrics that implement client_golang's interfaces, so every update is one
-// or a few atomic operations on the segment that $MICROVIEW_SEGMENT names, and the MicroView
-// collector reads them. There is nothing to serve: drop the promhttp handler.
+// The registries, vectors, descriptors, errors and interfaces are client_golang's own
+// (type aliases, or client_golang's Registry embedded), so registration follows
+// client_golang's rules and Gather, promhttp and testutil work as before. What changes is
+// where the values of Counter, Gauge, Histogram and Summary live: a metric is kept in
+// process memory until it is registered, and from its registration on its value is a slot
+// of the segment that $MICROVIEW_SEGMENT names, updated with one or a few atomic operations
+// and read by the MicroView collector. Collectors that are not MicroView metrics (custom
+// Collectors, const metrics, *Func metrics, the Go and process collectors) are served only
+// in process, by promhttp on the registry they are registered with.
 //
-// What does not carry over (see docs/writers.md): Summaries, *Func metrics, custom
-// Collectors, native histograms, exemplars, Delete/Reset of series (segments are
-// append-only), and Gather from a registry other than for these metrics' own Write.
+// docs/writers.md lists every client_golang API item: supported, differs (how) or missing
+// (why).
 package prometheus
 
 import (
@@ -35,32 +41,99 @@ import (
 	microview "microview.io/writers/go"
 )
 
-// client_golang's own types and helpers, so user code keeps compiling.
+// client_golang's own types, so user code keeps compiling and the values fit wherever
+// client_golang's types are expected.
 type (
 	Opts                   = cg.Opts
 	CounterOpts            = cg.CounterOpts
 	GaugeOpts              = cg.GaugeOpts
 	HistogramOpts          = cg.HistogramOpts
+	SummaryOpts            = cg.SummaryOpts
+	UntypedOpts            = cg.UntypedOpts
+	ProcessCollectorOpts   = cg.ProcessCollectorOpts
 	Labels                 = cg.Labels
 	Counter                = cg.Counter
+	CounterFunc            = cg.CounterFunc
 	Gauge                  = cg.Gauge
+	GaugeFunc              = cg.GaugeFunc
+	UntypedFunc            = cg.UntypedFunc
 	Histogram              = cg.Histogram
+	Summary                = cg.Summary
 	Observer               = cg.Observer
 	ObserverFunc           = cg.ObserverFunc
+	ObserverVec            = cg.ObserverVec
+	ExemplarAdder          = cg.ExemplarAdder
+	ExemplarObserver       = cg.ExemplarObserver
+	Exemplar               = cg.Exemplar
+	CounterVec             = cg.CounterVec
+	GaugeVec               = cg.GaugeVec
+	HistogramVec           = cg.HistogramVec
+	SummaryVec             = cg.SummaryVec
+	MetricVec              = cg.MetricVec
 	Collector              = cg.Collector
 	Metric                 = cg.Metric
 	Desc                   = cg.Desc
+	ValueType              = cg.ValueType
 	Registerer             = cg.Registerer
-	Timer                  = cg.Timer
+	Gatherer               = cg.Gatherer
+	GathererFunc           = cg.GathererFunc
+	Gatherers              = cg.Gatherers
+	TransactionalGatherer  = cg.TransactionalGatherer
+	MultiTRegistry         = cg.MultiTRegistry
+	MultiError             = cg.MultiError
 	AlreadyRegisteredError = cg.AlreadyRegisteredError
+	Timer                  = cg.Timer
+)
+
+// client_golang's constants, variables and helpers.
+const (
+	CounterValue                     = cg.CounterValue
+	GaugeValue                       = cg.GaugeValue
+	UntypedValue                     = cg.UntypedValue
+	DefMaxAge                        = cg.DefMaxAge
+	DefAgeBuckets                    = cg.DefAgeBuckets
+	DefBufCap                        = cg.DefBufCap
+	ExemplarMaxRunes                 = cg.ExemplarMaxRunes
+	DefNativeHistogramZeroThreshold  = cg.DefNativeHistogramZeroThreshold
+	NativeHistogramZeroThresholdZero = cg.NativeHistogramZeroThresholdZero
 )
 
 var (
-	DefBuckets         = cg.DefBuckets
-	LinearBuckets      = cg.LinearBuckets
-	ExponentialBuckets = cg.ExponentialBuckets
-	BuildFQName        = cg.BuildFQName
-	NewTimer           = cg.NewTimer
+	DefBuckets                 = cg.DefBuckets
+	CounterMetricTypePtr       = cg.CounterMetricTypePtr
+	GaugeMetricTypePtr         = cg.GaugeMetricTypePtr
+	UntypedMetricTypePtr       = cg.UntypedMetricTypePtr
+	LinearBuckets              = cg.LinearBuckets
+	ExponentialBuckets         = cg.ExponentialBuckets
+	ExponentialBucketsRange    = cg.ExponentialBucketsRange
+	BuildFQName                = cg.BuildFQName
+	NewTimer                   = cg.NewTimer
+	NewDesc                    = cg.NewDesc
+	NewInvalidDesc             = cg.NewInvalidDesc
+	NewInvalidMetric           = cg.NewInvalidMetric
+	NewConstMetric             = cg.NewConstMetric
+	MustNewConstMetric         = cg.MustNewConstMetric
+	NewConstHistogram          = cg.NewConstHistogram
+	MustNewConstHistogram      = cg.MustNewConstHistogram
+	NewConstSummary            = cg.NewConstSummary
+	MustNewConstSummary        = cg.MustNewConstSummary
+	NewMetricWithTimestamp     = cg.NewMetricWithTimestamp
+	NewMetricWithExemplars     = cg.NewMetricWithExemplars
+	MustNewMetricWithExemplars = cg.MustNewMetricWithExemplars
+	MakeLabelPairs             = cg.MakeLabelPairs
+	DescribeByCollect          = cg.DescribeByCollect
+	NewMetricVec               = cg.NewMetricVec
+	NewCounterFunc             = cg.NewCounterFunc
+	NewGaugeFunc               = cg.NewGaugeFunc
+	NewUntypedFunc             = cg.NewUntypedFunc
+	NewExpvarCollector         = cg.NewExpvarCollector
+	NewBuildInfoCollector      = cg.NewBuildInfoCollector
+	NewGoCollector             = cg.NewGoCollector
+	NewProcessCollector        = cg.NewProcessCollector
+	NewPidFileFn               = cg.NewPidFileFn
+	NewMultiTRegistry          = cg.NewMultiTRegistry
+	ToTransactionalGatherer    = cg.ToTransactionalGatherer
+	WriteToTextfile            = cg.WriteToTextfile
 )
 
 // ---- The segment ------------------------------------------------------------------
@@ -69,12 +142,11 @@ var (
 	segOnce  sync.Once
 	segMu    sync.Mutex
 	seg      *microview.Segment
-	private  *microview.Segment
 	warnOnce sync.Map
 )
 
-// SetSegment makes s the segment for metrics created afterwards (default: the one named by
-// $MICROVIEW_SEGMENT, opened on first use).
+// SetSegment makes s the segment for metrics registered afterwards (default: the one named
+// by $MICROVIEW_SEGMENT, opened on first registration).
 func SetSegment(s *microview.Segment) {
 	segOnce.Do(func() {})
 	segMu.Lock()
@@ -82,31 +154,21 @@ func SetSegment(s *microview.Segment) {
 	segMu.Unlock()
 }
 
+// SegmentFullness reports the bytes of the segment's catalog and value areas in use and
+// their size (0, 0 without a segment). The ratio is also in the segment itself, as the
+// gauge microview_writer_segment_used_ratio, updated at every registration.
+func SegmentFullness() (used, size int) {
+	s := currentSegment()
+	if s == nil {
+		return 0, 0
+	}
+	return s.Fullness()
+}
+
 func warn(key, msg string) {
 	if _, done := warnOnce.LoadOrStore(key, true); !done {
 		fmt.Fprintf(os.Stderr, "level=warn event=microview.fallback msg=%q\n", msg)
 	}
-}
-
-// privateSegment is a 1 MiB segment in an unlinked temp file: metrics keep working and
-// nobody reads them. Used when the real segment cannot be opened or is full.
-func privateSegment() *microview.Segment {
-	segMu.Lock()
-	defer segMu.Unlock()
-	if private == nil {
-		f, err := os.CreateTemp("", "microview-private-")
-		if err == nil {
-			defer os.Remove(f.Name())
-			defer f.Close()
-			if err = f.Truncate(1 << 20); err == nil {
-				private, err = microview.Open(f.Name())
-			}
-		}
-		if err != nil {
-			panic("microview: cannot create process-private metric memory: " + err.Error())
-		}
-	}
-	return private
 }
 
 func currentSegment() *microview.Segment {
@@ -121,182 +183,303 @@ func currentSegment() *microview.Segment {
 		segMu.Unlock()
 	})
 	segMu.Lock()
-	s := seg
-	segMu.Unlock()
-	if s == nil {
-		return privateSegment()
-	}
-	return s
+	defer segMu.Unlock()
+	return seg
 }
 
-// register runs reg on the current segment; argument errors panic (as client_golang's
-// MustRegister does), running out of room or a busy lock falls back to private memory.
-func register(name string, reg func(*microview.Segment) error) {
-	s := currentSegment()
-	err := reg(s)
-	if err == nil {
-		return
-	}
-	if errors.Is(err, microview.ErrName) || errors.Is(err, microview.ErrInvalid) || errors.Is(err, microview.ErrConflict) {
-		panic(err)
-	}
-	warn("reg:"+err.Error(), err.Error()+"; "+name+" is kept in process memory only")
-	if err := reg(privateSegment()); err != nil {
-		panic(err)
-	}
+// owners maps a segment series (name and labels) to the metric of this process that
+// writes it; a second metric taking the same series over (a vector child re-created after
+// Delete, the same metric built again in a fresh Registry) resets it.
+var owners sync.Map
+
+// ---- What every MicroView metric shares ---------------------------------------------
+
+// core is a metric's identity: its Desc, its own labels and its binding to the segment.
+type core struct {
+	desc  *Desc
+	fq    string
+	help  string
+	ls    []microview.Label // constant and variable labels, sorted by name
+	pairs []*dto.LabelPair  // the same, for Write
+	mu    sync.Mutex
+	key   string // segment series once bound, "" before
 }
 
-// series labels: constant labels sorted by name, then the variable labels in order.
-func seriesLabels(constLabels Labels, names, values []string) []microview.Label {
-	keys := make([]string, 0, len(constLabels))
-	for k := range constLabels {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	out := make([]microview.Label, 0, len(keys)+len(names))
-	for _, k := range keys {
-		out = append(out, microview.Label{Key: k, Value: constLabels[k]})
+func (c *core) init(desc *Desc, fq, help string, constLabels Labels, names, values []string) {
+	ls := make([]microview.Label, 0, len(constLabels)+len(names))
+	for k, v := range constLabels {
+		ls = append(ls, microview.Label{Key: k, Value: v})
 	}
 	for i, n := range names {
-		out = append(out, microview.Label{Key: n, Value: values[i]})
+		ls = append(ls, microview.Label{Key: n, Value: values[i]})
 	}
-	return out
-}
-
-func toPromLabels(ls []microview.Label) Labels {
-	m := make(Labels, len(ls))
+	sort.Slice(ls, func(i, j int) bool { return ls[i].Key < ls[j].Key })
+	c.desc, c.fq, c.help, c.ls = desc, fq, help, ls
 	for _, l := range ls {
-		m[l.Key] = l.Value
+		c.pairs = append(c.pairs, &dto.LabelPair{Name: proto.String(l.Key), Value: proto.String(l.Value)})
 	}
-	return m
 }
 
-// base carries what Metric and Collector need.
-type base struct {
-	desc   *Desc
-	labels []*dto.LabelPair
+func (c *core) Desc() *Desc { return c.desc }
+
+// binding is how the registerers between a metric and its Registry rename it
+// (WrapRegistererWithPrefix, WrapRegistererWith).
+type binding struct {
+	prefix string
+	labels Labels
 }
 
-func newBase(fq, help string, ls []microview.Label) base {
-	b := base{desc: cg.NewDesc(fq, help, nil, toPromLabels(ls))}
+func (b binding) then(outer binding) binding {
+	ls := Labels{}
+	for k, v := range b.labels {
+		ls[k] = v
+	}
+	for k, v := range outer.labels {
+		ls[k] = v
+	}
+	return binding{prefix: outer.prefix + b.prefix, labels: ls}
+}
+
+// series is the name and labels of c in the segment under b.
+func (c *core) series(b binding) (string, []microview.Label) {
+	ls := append([]microview.Label(nil), c.ls...)
+	for k, v := range b.labels {
+		ls = append(ls, microview.Label{Key: k, Value: v})
+	}
+	sort.Slice(ls, func(i, j int) bool { return ls[i].Key < ls[j].Key })
+	return b.prefix + c.fq, ls
+}
+
+func seriesKey(name string, ls []microview.Label) string {
+	var sb strings.Builder
+	sb.WriteString(name)
 	for _, l := range ls {
-		b.labels = append(b.labels, &dto.LabelPair{Name: proto.String(l.Key), Value: proto.String(l.Value)})
+		sb.WriteString("\xff" + l.Key + "\xfe" + l.Value)
 	}
-	sort.Slice(b.labels, func(i, j int) bool { return b.labels[i].GetName() < b.labels[j].GetName() })
-	return b
+	return sb.String()
 }
 
-func (b *base) Desc() *Desc { return b.desc }
+// segmentMetric is a MicroView metric: bind moves its value into the segment.
+type segmentMetric interface {
+	Metric
+	bind(b binding) error
+}
 
-// ---- Counter ----------------------------------------------------------------------
+// bindWith registers the series in the segment through reg (which returns the new handle's
+// installer), unless already bound. Argument errors (invalid names, type conflicts) are
+// returned; a missing or full segment keeps the metric in process memory with a warning.
+func (c *core) bindWith(self segmentMetric, b binding, reg func(s *microview.Segment, name string, ls []microview.Label) (install func(takeover bool), err error)) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.key != "" {
+		return nil
+	}
+	s := currentSegment()
+	if s == nil {
+		return nil
+	}
+	name, ls := c.series(b)
+	install, err := reg(s, name, ls)
+	if err != nil {
+		if errors.Is(err, microview.ErrName) || errors.Is(err, microview.ErrInvalid) || errors.Is(err, microview.ErrConflict) {
+			return err
+		}
+		warn("reg:"+err.Error(), err.Error()+"; "+name+" is kept in process memory only")
+		return nil
+	}
+	key := seriesKey(name, ls)
+	prev, loaded := owners.Swap(key, self)
+	install(loaded && prev != self)
+	c.key = key
+	updateFullness(s)
+	return nil
+}
+
+var (
+	fullnessOnce  sync.Once
+	fullnessGauge microview.Gauge
+)
+
+// updateFullness stores the share of the segment in use in
+// microview_writer_segment_used_ratio (a series of the segment itself).
+func updateFullness(s *microview.Segment) {
+	fullnessOnce.Do(func() {
+		g, err := s.NewGauge(microview.Opts{Name: "microview_writer_segment_used_ratio",
+			Help: "Share of the segment's catalog and value areas in use (Go writer)."})
+		if err != nil {
+			g = microview.NewLocalGauge()
+		}
+		fullnessGauge = g
+	})
+	if used, size := s.Fullness(); size > 0 {
+		fullnessGauge.Set(float64(used) / float64(size))
+	}
+}
+
+func (c *core) release(self segmentMetric) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.key != "" {
+		owners.CompareAndDelete(c.key, self)
+	}
+}
+
+// ---- Counter (segment type 4, counter_f) ---------------------------------------------
 
 type counter struct {
-	base
-	c    microview.Counter
-	frac uint64 // float64 bits: fractional increments not yet carried into the segment
+	core
+	h atomic.Pointer[microview.CounterF]
 }
 
-// NewCounter creates a MicroView-backed Counter. Add takes any non-negative value; the
-// segment counts whole units, and fractions are carried in process until they add up.
-func NewCounter(opts CounterOpts) Counter {
-	return newCounter(cg.Opts(opts), nil, nil)
-}
-
-func newCounter(o Opts, names, values []string) *counter {
-	fq := BuildFQName(o.Namespace, o.Subsystem, o.Name)
-	ls := seriesLabels(o.ConstLabels, names, values)
-	m := &counter{base: newBase(fq, o.Help, ls)}
-	register(fq, func(s *microview.Segment) (err error) {
-		m.c, err = s.NewCounter(microview.Opts{Name: fq, Help: o.Help, Labels: ls})
-		return
-	})
+func (o *vecOpts) newCounter(values []string) *counter {
+	m := &counter{}
+	m.init(o.desc, o.fq, o.help, o.constLabels, o.names, values)
+	h := microview.NewLocalCounterF()
+	m.h.Store(&h)
 	return m
 }
 
-func (m *counter) Inc() { m.c.Inc() }
+// NewCounter creates a Counter; it lives in the segment once registered. Add takes any
+// finite non-negative amount, exactly (record type 4).
+func NewCounter(opts CounterOpts) Counter {
+	o := newVecOpts(Opts(opts), nil)
+	return o.newCounter(nil)
+}
+
+func (m *counter) bind(b binding) error {
+	return m.bindWith(m, b, func(s *microview.Segment, name string, ls []microview.Label) (func(bool), error) {
+		h, err := s.NewCounterF(microview.Opts{Name: name, Help: m.help, Labels: ls})
+		if err != nil {
+			return nil, err
+		}
+		return func(takeover bool) {
+			if takeover {
+				h.Reset()
+			}
+			old := m.h.Swap(&h)
+			h.Add(old.Value())
+		}, nil
+	})
+}
+
+func (m *counter) Inc() { m.h.Load().Inc() }
 
 func (m *counter) Add(v float64) {
 	if v < 0 {
 		panic(errors.New("counter cannot decrease in value"))
 	}
-	if iv := uint64(v); float64(iv) == v { // whole amounts: one atomic add
-		m.c.Add(iv)
-		return
+	if v != v || math.IsInf(v, 1) {
+		panic(fmt.Errorf("microview: a counter adds finite amounts (got %v)", v))
 	}
-	if math.IsNaN(v) || math.IsInf(v, 0) {
-		panic(errors.New("microview: a counter can only add finite amounts (segment counters are integers)"))
-	}
-	for {
-		old := atomic.LoadUint64(&m.frac)
-		f := math.Float64frombits(old) + v
-		whole := math.Floor(f)
-		if atomic.CompareAndSwapUint64(&m.frac, old, math.Float64bits(f-whole)) {
-			if whole > 0 {
-				m.c.Add(uint64(whole))
-			}
-			return
-		}
-	}
+	m.h.Load().Add(v)
+}
+
+func (m *counter) AddWithExemplar(v float64, e Labels) {
+	checkExemplar(e)
+	m.Add(v)
 }
 
 func (m *counter) Write(out *dto.Metric) error {
-	out.Label = m.labels
-	v := float64(m.c.Value()) + math.Float64frombits(atomic.LoadUint64(&m.frac))
-	out.Counter = &dto.Counter{Value: proto.Float64(v)}
+	out.Label = m.pairs
+	out.Counter = &dto.Counter{Value: proto.Float64(m.h.Load().Value())}
 	return nil
 }
 
 func (m *counter) Describe(ch chan<- *Desc) { ch <- m.desc }
 func (m *counter) Collect(ch chan<- Metric) { ch <- m }
 
+// checkExemplar applies client_golang's exemplar rules (the exemplar itself is not kept:
+// the segment format has no place for it).
+func checkExemplar(e Labels) {
+	runes := 0
+	for k, v := range e {
+		if !validLabelName(k) {
+			panic(fmt.Errorf("exemplar label name %q is invalid", k))
+		}
+		runes += len([]rune(k)) + len([]rune(v))
+	}
+	if runes > ExemplarMaxRunes {
+		panic(fmt.Errorf("exemplar labels have %d runes, exceeding the limit of %d", runes, ExemplarMaxRunes))
+	}
+}
+
+func validLabelName(s string) bool {
+	if s == "" || strings.HasPrefix(s, "__") {
+		return false
+	}
+	for i, c := range s {
+		if !(c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || i > 0 && c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
 // ---- Gauge ------------------------------------------------------------------------
 
 type gauge struct {
-	base
-	g microview.Gauge
+	core
+	h atomic.Pointer[microview.Gauge]
 }
 
-// NewGauge creates a MicroView-backed Gauge.
-func NewGauge(opts GaugeOpts) Gauge { return newGauge(cg.Opts(opts), nil, nil) }
-
-func newGauge(o Opts, names, values []string) *gauge {
-	fq := BuildFQName(o.Namespace, o.Subsystem, o.Name)
-	ls := seriesLabels(o.ConstLabels, names, values)
-	m := &gauge{base: newBase(fq, o.Help, ls)}
-	register(fq, func(s *microview.Segment) (err error) {
-		m.g, err = s.NewGauge(microview.Opts{Name: fq, Help: o.Help, Labels: ls})
-		return
-	})
+func (o *vecOpts) newGauge(values []string) *gauge {
+	m := &gauge{}
+	m.init(o.desc, o.fq, o.help, o.constLabels, o.names, values)
+	h := microview.NewLocalGauge()
+	m.h.Store(&h)
 	return m
 }
 
-func (m *gauge) Set(v float64)     { m.g.Set(v) }
-func (m *gauge) Inc()              { m.g.Add(1) }
-func (m *gauge) Dec()              { m.g.Add(-1) }
-func (m *gauge) Add(v float64)     { m.g.Add(v) }
-func (m *gauge) Sub(v float64)     { m.g.Add(-v) }
-func (m *gauge) SetToCurrentTime() { m.g.Set(float64(time.Now().UnixNano()) / 1e9) }
+// NewGauge creates a Gauge; it lives in the segment once registered.
+func NewGauge(opts GaugeOpts) Gauge { return newVecOpts(Opts(opts), nil).newGauge(nil) }
+
+func (m *gauge) bind(b binding) error {
+	return m.bindWith(m, b, func(s *microview.Segment, name string, ls []microview.Label) (func(bool), error) {
+		h, err := s.NewGauge(microview.Opts{Name: name, Help: m.help, Labels: ls})
+		if err != nil {
+			return nil, err
+		}
+		return func(bool) {
+			old := m.h.Swap(&h)
+			h.Set(old.Value())
+		}, nil
+	})
+}
+
+func (m *gauge) Set(v float64)     { m.h.Load().Set(v) }
+func (m *gauge) Inc()              { m.h.Load().Add(1) }
+func (m *gauge) Dec()              { m.h.Load().Add(-1) }
+func (m *gauge) Add(v float64)     { m.h.Load().Add(v) }
+func (m *gauge) Sub(v float64)     { m.h.Load().Add(-v) }
+func (m *gauge) SetToCurrentTime() { m.Set(float64(time.Now().UnixNano()) / 1e9) }
 
 func (m *gauge) Write(out *dto.Metric) error {
-	out.Label = m.labels
-	out.Gauge = &dto.Gauge{Value: proto.Float64(m.g.Value())}
+	out.Label = m.pairs
+	out.Gauge = &dto.Gauge{Value: proto.Float64(m.h.Load().Value())}
 	return nil
 }
 
 func (m *gauge) Describe(ch chan<- *Desc) { ch <- m.desc }
 func (m *gauge) Collect(ch chan<- Metric) { ch <- m }
 
-// ---- Histogram --------------------------------------------------------------------
+// ---- Histogram and Summary ----------------------------------------------------------
 
 type histogram struct {
-	base
-	h *microview.Histogram
+	core
+	bounds     []float64
+	h          atomic.Pointer[microview.Histogram]
+	objectives []float64 // a Summary: the quantiles Write reports
 }
 
-// NewHistogram creates a MicroView-backed Histogram (classic buckets; DefBuckets when
-// opts.Buckets is nil; a trailing +Inf is implied and accepted).
-func NewHistogram(opts HistogramOpts) Histogram { return newHistogram(opts, nil, nil) }
+func (o *vecOpts) newHistogram(values []string) *histogram {
+	m := &histogram{bounds: o.bounds, objectives: o.objectives}
+	m.init(o.desc, o.fq, o.help, o.constLabels, o.names, values)
+	m.h.Store(microview.NewLocalHistogram(o.bounds))
+	return m
+}
 
+// histBounds: DefBuckets when nil; a trailing +Inf is implied and accepted. Bounds must
+// increase strictly, as client_golang requires (it panics otherwise).
 func histBounds(b []float64) []float64 {
 	if b == nil {
 		b = DefBuckets
@@ -304,243 +487,234 @@ func histBounds(b []float64) []float64 {
 	if n := len(b); n > 0 && math.IsInf(b[n-1], 1) {
 		b = b[:n-1]
 	}
-	return b
+	for i := 1; i < len(b); i++ {
+		if !(b[i] > b[i-1]) {
+			panic(fmt.Errorf("histogram buckets must be in increasing order: %f >= %f", b[i-1], b[i]))
+		}
+	}
+	return append([]float64(nil), b...)
 }
 
-func newHistogram(o HistogramOpts, names, values []string) *histogram {
-	fq := BuildFQName(o.Namespace, o.Subsystem, o.Name)
-	ls := seriesLabels(o.ConstLabels, names, values)
-	m := &histogram{base: newBase(fq, o.Help, ls)}
-	register(fq, func(s *microview.Segment) (err error) {
-		m.h, err = s.NewHistogram(microview.Opts{Name: fq, Help: o.Help, Labels: ls}, histBounds(o.Buckets))
-		return
+// NewHistogram creates a Histogram with classic buckets (DefBuckets when opts.Buckets is
+// nil, at most 160); it lives in the segment once registered. Native-histogram options
+// are ignored.
+func NewHistogram(opts HistogramOpts) Histogram {
+	return histOpts(opts, nil).newHistogram(nil)
+}
+
+func histOpts(opts HistogramOpts, names []string) *vecOpts {
+	for _, n := range names {
+		if n == "le" {
+			panic(errors.New("\"le\" is not allowed as label name in histograms"))
+		}
+	}
+	for n := range opts.ConstLabels {
+		if n == "le" {
+			panic(errors.New("\"le\" is not allowed as label name in histograms"))
+		}
+	}
+	o := newVecOpts(Opts{Namespace: opts.Namespace, Subsystem: opts.Subsystem, Name: opts.Name,
+		Help: opts.Help, ConstLabels: opts.ConstLabels}, names)
+	o.bounds = histBounds(opts.Buckets)
+	return o
+}
+
+// SummaryBuckets are the bounds a Summary is kept in: 160 buckets growing by a factor of
+// 1.156 from 1e-6 to 1e4, so a quantile taken from them (the representative 2·lo·hi/(lo+hi)
+// of the bucket holding its rank) is within 7.3 % of the true value for values in that
+// range. The collector's H_window{quantile} series and Write both use them.
+var SummaryBuckets = cg.ExponentialBucketsRange(1e-6, 1e4, 160)
+
+// NewSummary creates a Summary kept as a histogram of SummaryBuckets: sum and count are
+// exact, quantiles come from the buckets (see SummaryBuckets). The collector serves it as
+// a histogram plus NAME_window{quantile=...} computed from its sketch of each export
+// window; Write (promhttp, testutil) reports opts.Objectives' quantiles over the whole
+// lifetime instead of client_golang's MaxAge window.
+func NewSummary(opts SummaryOpts) Summary { return sumOpts(opts, nil).newHistogram(nil) }
+
+func sumOpts(opts SummaryOpts, names []string) *vecOpts {
+	for _, n := range names {
+		if n == "quantile" {
+			panic(errors.New("\"quantile\" is not allowed as label name in summaries"))
+		}
+	}
+	for n := range opts.ConstLabels {
+		if n == "quantile" {
+			panic(errors.New("\"quantile\" is not allowed as label name in summaries"))
+		}
+	}
+	o := newVecOpts(Opts{Namespace: opts.Namespace, Subsystem: opts.Subsystem, Name: opts.Name,
+		Help: opts.Help, ConstLabels: opts.ConstLabels}, names)
+	o.bounds = SummaryBuckets
+	o.objectives = []float64{}
+	for q := range opts.Objectives {
+		o.objectives = append(o.objectives, q)
+	}
+	sort.Float64s(o.objectives)
+	return o
+}
+
+func (m *histogram) bind(b binding) error {
+	return m.bindWith(m, b, func(s *microview.Segment, name string, ls []microview.Label) (func(bool), error) {
+		h, err := s.NewHistogram(microview.Opts{Name: name, Help: m.help, Labels: ls}, m.bounds)
+		if err != nil {
+			return nil, err
+		}
+		return func(takeover bool) {
+			if takeover {
+				h.Reset()
+			}
+			old := m.h.Swap(h)
+			_, sum, buckets := old.Snapshot()
+			h.Merge(buckets, sum)
+		}, nil
 	})
-	return m
 }
 
-func (m *histogram) Observe(v float64) { m.h.Observe(v) }
+// Observe counts v; NaN counts as in client_golang (count + 1, +Inf bucket, sum NaN).
+func (m *histogram) Observe(v float64) { m.h.Load().ObserveAll(v) }
+
+func (m *histogram) ObserveWithExemplar(v float64, e Labels) {
+	checkExemplar(e)
+	m.Observe(v)
+}
 
 func (m *histogram) Write(out *dto.Metric) error {
-	count, sum, buckets := m.h.Snapshot()
-	bounds := m.h.Bounds()
+	count, sum, buckets := m.h.Load().Snapshot()
+	out.Label = m.pairs
+	if m.objectives != nil {
+		ds := &dto.Summary{SampleCount: proto.Uint64(count), SampleSum: proto.Float64(sum)}
+		for _, q := range m.objectives {
+			ds.Quantile = append(ds.Quantile, &dto.Quantile{Quantile: proto.Float64(q), Value: proto.Float64(bucketQuantile(q, m.bounds, buckets, count))})
+		}
+		out.Summary = ds
+		return nil
+	}
 	dh := &dto.Histogram{SampleCount: proto.Uint64(count), SampleSum: proto.Float64(sum)}
 	cum := uint64(0)
-	for i, b := range bounds {
+	for i, b := range m.bounds {
 		cum += buckets[i]
 		dh.Bucket = append(dh.Bucket, &dto.Bucket{UpperBound: proto.Float64(b), CumulativeCount: proto.Uint64(cum)})
 	}
-	out.Label = m.labels
 	out.Histogram = dh
 	return nil
+}
+
+// bucketQuantile is the representative 2·lo·hi/(lo+hi) of the bucket holding rank
+// floor(q·(count-1)), as the collector attributes a bucket; NaN without observations.
+func bucketQuantile(q float64, bounds []float64, buckets []uint64, count uint64) float64 {
+	if count == 0 {
+		return math.NaN()
+	}
+	rank := uint64(q * float64(count-1))
+	cum := uint64(0)
+	for i, n := range buckets {
+		cum += n
+		if cum > rank {
+			if i >= len(bounds) {
+				return bounds[len(bounds)-1]
+			}
+			hi := bounds[i]
+			lo := hi / (bounds[1] / bounds[0])
+			if i > 0 {
+				lo = bounds[i-1]
+			}
+			return 2 * lo * hi / (lo + hi)
+		}
+	}
+	return bounds[len(bounds)-1]
 }
 
 func (m *histogram) Describe(ch chan<- *Desc) { ch <- m.desc }
 func (m *histogram) Collect(ch chan<- Metric) { ch <- m }
 
-// ---- Vectors ----------------------------------------------------------------------
+// ---- Vectors: client_golang's own MetricVec with MicroView children ------------------
 
-// vec caches one child per label-value tuple.
-type vec struct {
-	names    []string
-	desc     *Desc
-	mu       sync.RWMutex
-	children map[string]Metric
-	make     func(values []string) Metric
+// vecOpts is what a metric or vector's children share.
+type vecOpts struct {
+	desc        *Desc
+	fq, help    string
+	constLabels Labels
+	names       []string
+	bounds      []float64
+	objectives  []float64
+
+	mu       sync.Mutex
+	bound    *binding
+	children []segmentMetric
 }
 
-func newVec(o Opts, names []string, mk func(values []string) Metric) *vec {
+func newVecOpts(o Opts, names []string) *vecOpts {
 	fq := BuildFQName(o.Namespace, o.Subsystem, o.Name)
-	return &vec{names: append([]string(nil), names...), children: map[string]Metric{}, make: mk,
-		desc: cg.NewDesc(fq, o.Help, names, o.ConstLabels)}
+	return &vecOpts{desc: cg.NewDesc(fq, o.Help, names, o.ConstLabels), fq: fq, help: o.Help,
+		constLabels: o.ConstLabels, names: append([]string(nil), names...)}
 }
 
-func (v *vec) get(values []string) (Metric, error) {
-	if len(values) != len(v.names) {
-		return nil, fmt.Errorf("inconsistent label cardinality: expected %d label values but got %d in %q", len(v.names), len(values), values)
-	}
-	key := strings.Join(values, "\xff")
-	v.mu.RLock()
-	m, ok := v.children[key]
-	v.mu.RUnlock()
-	if ok {
-		return m, nil
-	}
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if m, ok = v.children[key]; !ok {
-		m = v.make(append([]string(nil), values...))
-		v.children[key] = m
-	}
-	return m, nil
-}
+// vecs maps each vector's *MetricVec to its options, so Registry.Register can bind the
+// vector and its children.
+var vecs sync.Map
 
-func (v *vec) values(l Labels) ([]string, error) {
-	if len(l) != len(v.names) {
-		return nil, fmt.Errorf("inconsistent label cardinality: expected %d label values but got %d in %v", len(v.names), len(l), l)
-	}
-	out := make([]string, len(v.names))
-	for i, n := range v.names {
-		val, ok := l[n]
-		if !ok {
-			return nil, fmt.Errorf("label name %q missing in label map", n)
+// child is called by MetricVec for each new label-value tuple.
+func (o *vecOpts) child(m segmentMetric) Metric {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.bound != nil {
+		if err := m.bind(*o.bound); err != nil {
+			panic(err)
 		}
-		out[i] = val
-	}
-	return out, nil
-}
-
-func (v *vec) with(l Labels) (Metric, error) {
-	vals, err := v.values(l)
-	if err != nil {
-		return nil, err
-	}
-	return v.get(vals)
-}
-
-func (v *vec) Describe(ch chan<- *Desc) { ch <- v.desc }
-
-func (v *vec) Collect(ch chan<- Metric) {
-	v.mu.RLock()
-	defer v.mu.RUnlock()
-	for _, m := range v.children {
-		ch <- m
-	}
-}
-
-// Delete and Reset cannot remove series from an append-only segment; they report nothing
-// deleted.
-func (v *vec) DeleteLabelValues(...string) bool { return false }
-func (v *vec) Delete(Labels) bool               { return false }
-func (v *vec) Reset()                           {}
-
-func must(m Metric, err error) Metric {
-	if err != nil {
-		panic(err)
 	}
 	return m
 }
 
-// CounterVec is client_golang's CounterVec, MicroView-backed.
-type CounterVec struct{ *vec }
-
-// NewCounterVec creates a CounterVec with the given variable label names.
-func NewCounterVec(opts CounterOpts, labelNames []string) *CounterVec {
-	o := cg.Opts(opts)
-	return &CounterVec{newVec(o, labelNames, func(vals []string) Metric { return newCounter(o, labelNames, vals) })}
-}
-
-func (v *CounterVec) GetMetricWithLabelValues(vals ...string) (Counter, error) {
-	m, err := v.get(vals)
-	if err != nil {
-		return nil, err
-	}
-	return m.(Counter), nil
-}
-
-func (v *CounterVec) GetMetricWith(l Labels) (Counter, error) {
-	m, err := v.with(l)
-	if err != nil {
-		return nil, err
-	}
-	return m.(Counter), nil
-}
-
-func (v *CounterVec) WithLabelValues(vals ...string) Counter { return must(v.get(vals)).(Counter) }
-func (v *CounterVec) With(l Labels) Counter                  { return must(v.with(l)).(Counter) }
-
-// GaugeVec is client_golang's GaugeVec, MicroView-backed.
-type GaugeVec struct{ *vec }
-
-// NewGaugeVec creates a GaugeVec with the given variable label names.
-func NewGaugeVec(opts GaugeOpts, labelNames []string) *GaugeVec {
-	o := cg.Opts(opts)
-	return &GaugeVec{newVec(o, labelNames, func(vals []string) Metric { return newGauge(o, labelNames, vals) })}
-}
-
-func (v *GaugeVec) GetMetricWithLabelValues(vals ...string) (Gauge, error) {
-	m, err := v.get(vals)
-	if err != nil {
-		return nil, err
-	}
-	return m.(Gauge), nil
-}
-
-func (v *GaugeVec) GetMetricWith(l Labels) (Gauge, error) {
-	m, err := v.with(l)
-	if err != nil {
-		return nil, err
-	}
-	return m.(Gauge), nil
-}
-
-func (v *GaugeVec) WithLabelValues(vals ...string) Gauge { return must(v.get(vals)).(Gauge) }
-func (v *GaugeVec) With(l Labels) Gauge                  { return must(v.with(l)).(Gauge) }
-
-// HistogramVec is client_golang's HistogramVec, MicroView-backed.
-type HistogramVec struct{ *vec }
-
-// NewHistogramVec creates a HistogramVec with the given variable label names.
-func NewHistogramVec(opts HistogramOpts, labelNames []string) *HistogramVec {
-	o := cg.Opts{Namespace: opts.Namespace, Subsystem: opts.Subsystem, Name: opts.Name, Help: opts.Help, ConstLabels: opts.ConstLabels}
-	return &HistogramVec{newVec(o, labelNames, func(vals []string) Metric { return newHistogram(opts, labelNames, vals) })}
-}
-
-func (v *HistogramVec) GetMetricWithLabelValues(vals ...string) (Observer, error) {
-	m, err := v.get(vals)
-	if err != nil {
-		return nil, err
-	}
-	return m.(Observer), nil
-}
-
-func (v *HistogramVec) GetMetricWith(l Labels) (Observer, error) {
-	m, err := v.with(l)
-	if err != nil {
-		return nil, err
-	}
-	return m.(Observer), nil
-}
-
-func (v *HistogramVec) WithLabelValues(vals ...string) Observer {
-	return must(v.get(vals)).(Observer)
-}
-func (v *HistogramVec) With(l Labels) Observer { return must(v.with(l)).(Observer) }
-
-// ---- Registration -----------------------------------------------------------------
-
-// registry accepts this package's metrics (they are in the segment from creation on) and
-// refuses other Collectors, whose values MicroView cannot see.
-type registry struct{}
-
-// DefaultRegisterer stands in for client_golang's default registry.
-var DefaultRegisterer Registerer = registry{}
-
-func ours(c Collector) bool {
-	switch c.(type) {
-	case *counter, *gauge, *histogram, *CounterVec, *GaugeVec, *HistogramVec:
-		return true
-	}
-	return false
-}
-
-func (registry) Register(c Collector) error {
-	if ours(c) {
+func (o *vecOpts) bindVec(mv *MetricVec, b binding) error {
+	o.mu.Lock()
+	if o.bound != nil {
+		o.mu.Unlock()
 		return nil
 	}
-	return fmt.Errorf("microview: collector %T is not a MicroView metric; its values would not reach the segment (create it with this package's constructors)", c)
-}
-
-func (r registry) MustRegister(cs ...Collector) {
-	for _, c := range cs {
-		if err := r.Register(c); err != nil {
-			panic(err)
+	o.bound = &b
+	o.mu.Unlock()
+	ch := make(chan Metric, 64)
+	go func() { mv.Collect(ch); close(ch) }()
+	var err error
+	for m := range ch {
+		if sm, ok := m.(segmentMetric); ok && err == nil {
+			err = sm.bind(b)
 		}
 	}
+	return err
 }
 
-func (registry) Unregister(Collector) bool { return false }
+func newMetricVec(o *vecOpts, mk func(values []string) segmentMetric) *MetricVec {
+	mv := cg.NewMetricVec(o.desc, func(lvs ...string) Metric {
+		return o.child(mk(append([]string(nil), lvs...)))
+	})
+	vecs.Store(mv, o)
+	return mv
+}
 
-// Register and MustRegister use DefaultRegisterer, as in client_golang.
-func Register(c Collector) error   { return DefaultRegisterer.Register(c) }
-func MustRegister(cs ...Collector) { DefaultRegisterer.MustRegister(cs...) }
-func Unregister(c Collector) bool  { return DefaultRegisterer.Unregister(c) }
+// NewCounterVec creates a CounterVec (client_golang's type) whose children are MicroView
+// counters.
+func NewCounterVec(opts CounterOpts, labelNames []string) *CounterVec {
+	o := newVecOpts(Opts(opts), labelNames)
+	return &CounterVec{MetricVec: newMetricVec(o, func(v []string) segmentMetric { return o.newCounter(v) })}
+}
+
+// NewGaugeVec creates a GaugeVec whose children are MicroView gauges.
+func NewGaugeVec(opts GaugeOpts, labelNames []string) *GaugeVec {
+	o := newVecOpts(Opts(opts), labelNames)
+	return &GaugeVec{MetricVec: newMetricVec(o, func(v []string) segmentMetric { return o.newGauge(v) })}
+}
+
+// NewHistogramVec creates a HistogramVec whose children are MicroView histograms.
+func NewHistogramVec(opts HistogramOpts, labelNames []string) *HistogramVec {
+	o := histOpts(opts, labelNames)
+	return &HistogramVec{MetricVec: newMetricVec(o, func(v []string) segmentMetric { return o.newHistogram(v) })}
+}
+
+// NewSummaryVec creates a SummaryVec whose children are MicroView summaries (see
+// NewSummary).
+func NewSummaryVec(opts SummaryOpts, labelNames []string) *SummaryVec {
+	o := sumOpts(opts, labelNames)
+	return &SummaryVec{MetricVec: newMetricVec(o, func(v []string) segmentMetric { return o.newHistogram(v) })}
+}
