@@ -166,15 +166,19 @@ type CounterF struct {
 // Inc adds 1: one atomic add on the integral word.
 func (c CounterF) Inc() { atomic.AddUint64(c.w, 1) }
 
-// Add adds v, which must be finite and non-negative (others are ignored: the caller
+// Add adds v, which must be non-negative (NaN and negative amounts are ignored: the caller
 // refuses them). Whole amounts below 2^63 are one atomic add on the integral word; other
 // amounts go to the fractional accumulator with a compare-and-swap loop.
 func (c CounterF) Add(v float64) {
-	if iv := uint64(v); v >= 0 && v < 1<<63 && float64(iv) == v {
+	if iv := uint64(v); float64(iv) == v && v < 1<<63 {
 		atomic.AddUint64(c.w, iv)
 		return
 	}
-	if !(v >= 0) || math.IsInf(v, 1) {
+	c.addFrac(v)
+}
+
+func (c CounterF) addFrac(v float64) {
+	if !(v >= 0) {
 		return
 	}
 	f := (*uint64)(unsafe.Add(unsafe.Pointer(c.w), 8))
@@ -191,4 +195,57 @@ func (c CounterF) Value() float64 {
 	whole := shardSum(c.w, c.shards, addU64)
 	frac := shardSum((*uint64)(unsafe.Add(unsafe.Pointer(c.w), 8)), c.shards, addF64)
 	return float64(whole) + math.Float64frombits(frac)
+}
+
+// Reset zeroes a fractional counter that this writer re-creates (client_golang's vector
+// Delete followed by a new child of the same labels): readers see a counter reset.
+func (c CounterF) Reset() {
+	atomic.StoreUint64((*uint64)(unsafe.Add(unsafe.Pointer(c.w), 8)), 0)
+	atomic.StoreUint64(c.w, 0)
+}
+
+// Reset zeroes a histogram that this writer re-creates (shard 0, checksum included: all
+// zero is consistent); readers see a counter reset.
+func (h *Histogram) Reset() {
+	for i := range h.w {
+		atomic.StoreUint64(&h.w[i], 0)
+	}
+}
+
+// Merge adds counts (non-cumulative, len(bounds)+1 of them, NaN observations in the last),
+// their total and their sum, keeping the checksum consistent like Observe does.
+func (h *Histogram) Merge(buckets []uint64, sum float64) {
+	w := h.w
+	var n, ck uint64
+	for i, b := range buckets {
+		if i > len(h.bounds) || b == 0 {
+			continue
+		}
+		atomic.AddUint64(&w[2+i], b)
+		n += b
+		ck += b * histWeight(2+i)
+	}
+	atomic.AddUint64(&w[0], n)
+	for {
+		old := atomic.LoadUint64(&w[1])
+		nw := math.Float64bits(math.Float64frombits(old) + sum)
+		if atomic.CompareAndSwapUint64(&w[1], old, nw) {
+			atomic.AddUint64(&w[h.check], ck+n*histWeight(0)+(nw-old)*h.sumWt)
+			return
+		}
+	}
+}
+
+// Word is the counter's integral word (shard 0), for a caller that keeps its own pointer
+// to it on a hot path: only atomic adds may go to it.
+func (c CounterF) Word() *uint64 { return c.w }
+
+// Word is the gauge's value word for a caller that keeps its own pointer to it on a hot
+// path (atomic stores and compare-and-swap of IEEE-754 bits), or nil when the series is
+// sharded and a Set must go through the handle.
+func (g Gauge) Word() *uint64 {
+	if g.shards > 1 {
+		return nil
+	}
+	return g.w
 }

@@ -328,6 +328,7 @@ func (c *core) release(self segmentMetric) {
 
 type counter struct {
 	core
+	w atomic.Pointer[uint64] // the integral word: Inc and whole Adds, one load then one add
 	h atomic.Pointer[microview.CounterF]
 }
 
@@ -336,6 +337,7 @@ func (o *vecOpts) newCounter(values []string) *counter {
 	m.init(o.desc, o.fq, o.help, o.constLabels, o.names, values)
 	h := microview.NewLocalCounterF()
 	m.h.Store(&h)
+	m.w.Store(h.Word())
 	return m
 }
 
@@ -357,19 +359,26 @@ func (m *counter) bind(b binding) error {
 				h.Reset()
 			}
 			old := m.h.Swap(&h)
+			m.w.Store(h.Word())
 			h.Add(old.Value())
 		}, nil
 	})
 }
 
-func (m *counter) Inc() { m.h.Load().Inc() }
+func (m *counter) Inc() { atomic.AddUint64(m.w.Load(), 1) }
 
+// Add adds v exactly (type 4). A negative amount panics as in client_golang; NaN panics
+// too (the segment's counters only grow); +Inf is kept, as client_golang keeps it.
 func (m *counter) Add(v float64) {
 	if v < 0 {
 		panic(errors.New("counter cannot decrease in value"))
 	}
-	if v != v || math.IsInf(v, 1) {
-		panic(fmt.Errorf("microview: a counter adds finite amounts (got %v)", v))
+	if iv := uint64(v); float64(iv) == v && v < 1<<63 {
+		atomic.AddUint64(m.w.Load(), iv)
+		return
+	}
+	if v != v {
+		panic(errors.New("microview: a counter cannot add NaN"))
 	}
 	m.h.Load().Add(v)
 }
@@ -419,6 +428,7 @@ func validLabelName(s string) bool {
 
 type gauge struct {
 	core
+	w atomic.Pointer[uint64] // the value word, nil when the series is sharded
 	h atomic.Pointer[microview.Gauge]
 }
 
@@ -427,6 +437,7 @@ func (o *vecOpts) newGauge(values []string) *gauge {
 	m.init(o.desc, o.fq, o.help, o.constLabels, o.names, values)
 	h := microview.NewLocalGauge()
 	m.h.Store(&h)
+	m.w.Store(h.Word())
 	return m
 }
 
@@ -441,16 +452,35 @@ func (m *gauge) bind(b binding) error {
 		}
 		return func(bool) {
 			old := m.h.Swap(&h)
+			m.w.Store(h.Word())
 			h.Set(old.Value())
 		}, nil
 	})
 }
 
-func (m *gauge) Set(v float64)     { m.h.Load().Set(v) }
-func (m *gauge) Inc()              { m.h.Load().Add(1) }
-func (m *gauge) Dec()              { m.h.Load().Add(-1) }
-func (m *gauge) Add(v float64)     { m.h.Load().Add(v) }
-func (m *gauge) Sub(v float64)     { m.h.Load().Add(-v) }
+func (m *gauge) Set(v float64) {
+	if w := m.w.Load(); w != nil {
+		atomic.StoreUint64(w, math.Float64bits(v))
+		return
+	}
+	m.h.Load().Set(v)
+}
+
+func (m *gauge) Add(v float64) {
+	if w := m.w.Load(); w != nil {
+		for {
+			old := atomic.LoadUint64(w)
+			if atomic.CompareAndSwapUint64(w, old, math.Float64bits(math.Float64frombits(old)+v)) {
+				return
+			}
+		}
+	}
+	m.h.Load().Add(v)
+}
+
+func (m *gauge) Inc()              { m.Add(1) }
+func (m *gauge) Dec()              { m.Add(-1) }
+func (m *gauge) Sub(v float64)     { m.Add(-v) }
 func (m *gauge) SetToCurrentTime() { m.Set(float64(time.Now().UnixNano()) / 1e9) }
 
 func (m *gauge) Write(out *dto.Metric) error {
