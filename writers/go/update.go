@@ -57,11 +57,12 @@ func (g Gauge) Set(v float64) {
 			atomic.StoreUint64(w, 0)
 		}
 	}
-	atomic.StoreUint64(g.w, math.Float64bits(v))
+	atomic.StoreUint64(g.w, math.Float64bits(canon(v)))
 }
 
 // Add adds delta with a compare-and-swap loop; safe from many goroutines.
 func (g Gauge) Add(delta float64) {
+	delta = canon(delta)
 	for {
 		old := atomic.LoadUint64(g.w)
 		if atomic.CompareAndSwapUint64(g.w, old, math.Float64bits(math.Float64frombits(old)+delta)) {
@@ -94,22 +95,26 @@ func newHistogram(all []uint64, bounds []float64, shards int) *Histogram {
 	return h
 }
 
-// Observe records one observation; NaN is ignored. Safe from many goroutines without a
-// lock: each step is one atomic read-modify-write and the checksum word receives exactly
-// the linear delta of this observation, so a reader can detect a copy caught half-way.
-func (h *Histogram) Observe(v float64) {
+// quietNaN is the one NaN every writer stores (section 9.5).
+const quietNaN = 0x7ff8000000000000
+
+// canon replaces any NaN by the quiet NaN 0x7ff8000000000000 (Go's math.NaN() is
+// 0x7ff8000000000001), so that every writer stores the same bytes.
+func canon(v float64) float64 {
 	if v != v {
-		return
+		return math.Float64frombits(quietNaN)
 	}
-	h.ObserveAll(v)
+	return v
 }
 
-// ObserveAll is Observe except for NaN, which it counts as client_golang and
-// prometheus_client do: count + 1, the +Inf bucket + 1, and the sum becomes NaN.
-func (h *Histogram) ObserveAll(v float64) {
+// Observe records one observation. Safe from many goroutines without a lock: each step is
+// one atomic read-modify-write and the checksum word receives exactly the linear delta of
+// this observation, so a reader can detect a copy caught half-way. NaN counts as the
+// Prometheus clients count it (section 9.5): count + 1, the +Inf bucket + 1, sum NaN.
+func (h *Histogram) Observe(v float64) {
 	lo, hi := 0, len(h.bounds)
 	if v != v {
-		lo = hi
+		lo, v = hi, canon(v)
 	}
 	for lo < hi {
 		mid := int(uint(lo+hi) >> 1)
@@ -166,29 +171,32 @@ type CounterF struct {
 // Inc adds 1: one atomic add on the integral word.
 func (c CounterF) Inc() { atomic.AddUint64(c.w, 1) }
 
-// Add adds v, which must be non-negative (NaN and negative amounts are ignored: the caller
-// refuses them). Whole amounts below 2^63 are one atomic add on the integral word; other
-// amounts go to the fractional accumulator with a compare-and-swap loop.
-func (c CounterF) Add(v float64) {
-	if iv := uint64(v); float64(iv) == v && v < 1<<63 {
+// Add adds v exactly (section 5.3): an integral amount below 2^64 is one atomic add on
+// the integral word, any other (a fraction, a larger amount, +Inf) a compare-and-swap loop
+// on the fractional word. NaN and negative amounts are refused with ErrInvalid and store
+// nothing.
+func (c CounterF) Add(v float64) error {
+	if iv := uint64(v); float64(iv) == v && v >= 0 && v < 1<<64 {
 		atomic.AddUint64(c.w, iv)
-		return
+		return nil
 	}
-	c.addFrac(v)
+	return c.addFrac(v)
 }
 
-func (c CounterF) addFrac(v float64) {
+func (c CounterF) addFrac(v float64) error {
 	if !(v >= 0) {
-		return
+		return errRefusedAdd
 	}
 	f := (*uint64)(unsafe.Add(unsafe.Pointer(c.w), 8))
 	for {
 		old := atomic.LoadUint64(f)
 		if atomic.CompareAndSwapUint64(f, old, math.Float64bits(math.Float64frombits(old)+v)) {
-			return
+			return nil
 		}
 	}
 }
+
+var errRefusedAdd = fail(ErrInvalid, "a counter adds only non-negative amounts (not NaN)")
 
 // Value reads the counter: the integral and fractional words of every shard, summed.
 func (c CounterF) Value() float64 {
