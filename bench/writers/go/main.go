@@ -307,8 +307,16 @@ func main() {
 		os.Exit(1)
 	}
 	prometheus.SetSegment(s)
-	dropin := front{reg: prometheus.NewRegistry(), counterV: prometheus.NewCounterVec, gaugeV: prometheus.NewGaugeVec,
-		histV: prometheus.NewHistogramVec, summaryV: prometheus.NewSummaryVec, counter: prometheus.NewCounter,
+	// The drop-in's vectors embed client_golang's (their update paths are client_golang's
+	// methods on MicroView children), so the builder takes the embedded vector.
+	dropin := front{reg: prometheus.NewRegistry(),
+		counterV: func(o cg.CounterOpts, l []string) *cg.CounterVec { return prometheus.NewCounterVec(o, l).CounterVec },
+		gaugeV:   func(o cg.GaugeOpts, l []string) *cg.GaugeVec { return prometheus.NewGaugeVec(o, l).GaugeVec },
+		histV: func(o cg.HistogramOpts, l []string) *cg.HistogramVec {
+			return prometheus.NewHistogramVec(o, l).HistogramVec
+		},
+		summaryV: func(o cg.SummaryOpts, l []string) *cg.SummaryVec { return prometheus.NewSummaryVec(o, l).SummaryVec },
+		counter:  prometheus.NewCounter,
 		readFirst: func(*cg.CounterVec) func() uint64 {
 			c, err := s.NewCounterF(microview.Opts{Name: "bench_prom_counter_total", Help: "bench", Labels: []microview.Label{{Key: "id", Value: "0"}}})
 			if err != nil {

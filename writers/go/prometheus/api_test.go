@@ -38,6 +38,17 @@ func segCounter(t *testing.T, name, help string, ls ...microview.Label) float64 
 	return c.Value()
 }
 
+// gone reports whether the segment has no live series of that name and labels (a
+// Delete that finds nothing appends nothing).
+func gone(t *testing.T, name string, ls ...microview.Label) bool {
+	t.Helper()
+	found, err := segment(t).Delete(microview.Opts{Name: name, Labels: ls})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return !found
+}
+
 func TestRegistryRulesAreClientGolangs(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	var _ *prometheus.Registry = reg
@@ -60,6 +71,9 @@ func TestRegistryRulesAreClientGolangs(t *testing.T) {
 	}
 	if !reg.Unregister(a) || reg.Unregister(a) {
 		t.Fatal("Unregister: true once, then false")
+	}
+	if gone(t, "rules_total") == false {
+		t.Fatal("Unregister left the series in the segment")
 	}
 	if err := prometheus.NewPedanticRegistry().Register(a); err != nil {
 		t.Fatal(err)
@@ -97,7 +111,7 @@ func TestWrapRenamesInTheSegmentToo(t *testing.T) {
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "app_wrapped_total"); err != nil {
 		t.Error(err)
 	}
-	if v := segCounter(t, "app_wrapped_total", "h", microview.Label{Key: "k", Value: "v"}, microview.Label{Key: "shard", Value: "7"}); v != 5 {
+	if v := segCounter(t, "app_wrapped_total", "h", microview.Label{Key: "shard", Value: "7"}, microview.Label{Key: "k", Value: "v"}); v != 5 {
 		t.Errorf("segment %g, want 5", v)
 	}
 	err := w.Register(c)
@@ -132,7 +146,7 @@ func TestPromhttpMiddlewareAndCurry(t *testing.T) {
 		t.Errorf("%d duration series", n)
 	}
 	hs, err := segment(t).NewHistogram(microview.Opts{Name: "mw_duration_seconds", Help: "h",
-		Labels: []microview.Label{{Key: "code", Value: "418"}, {Key: "handler", Value: "pay"}, {Key: "method", Value: "get"}}}, []float64{1})
+		Labels: []microview.Label{{Key: "handler", Value: "pay"}, {Key: "code", Value: "418"}, {Key: "method", Value: "get"}}}, []float64{1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,8 +175,19 @@ func TestDeleteAndRecreate(t *testing.T) {
 	if !v.DeleteLabelValues("1", "x") || v.DeleteLabelValues("1", "x") {
 		t.Fatal("DeleteLabelValues: true once")
 	}
+	if !gone(t, "del_total", microview.Label{Key: "a", Value: "1"}, microview.Label{Key: "b", Value: "x"}) {
+		t.Fatal("DeleteLabelValues left the series in the segment")
+	}
 	if n := v.DeletePartialMatch(prometheus.Labels{"a": "2"}); n != 2 {
 		t.Fatalf("DeletePartialMatch removed %d, want 2", n)
+	}
+	if !gone(t, "del_total", microview.Label{Key: "a", Value: "2"}, microview.Label{Key: "b", Value: "y"}) {
+		t.Fatal("DeletePartialMatch left a series in the segment")
+	}
+	cur := v.MustCurryWith(prometheus.Labels{"b": "z"})
+	cur.WithLabelValues("3").Inc()
+	if !cur.DeleteLabelValues("3") || !gone(t, "del_total", microview.Label{Key: "a", Value: "3"}, microview.Label{Key: "b", Value: "z"}) {
+		t.Fatal("a curried vector's DeleteLabelValues")
 	}
 	if n := testutil.CollectAndCount(v); n != 0 {
 		t.Fatalf("%d children after deletes", n)
@@ -174,6 +199,9 @@ func TestDeleteAndRecreate(t *testing.T) {
 	v.Reset()
 	if n := testutil.CollectAndCount(v); n != 0 {
 		t.Fatalf("%d children after Reset", n)
+	}
+	if !gone(t, "del_total", microview.Label{Key: "a", Value: "1"}, microview.Label{Key: "b", Value: "x"}) {
+		t.Fatal("Reset left a series in the segment")
 	}
 }
 

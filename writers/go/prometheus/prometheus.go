@@ -65,10 +65,6 @@ type (
 	ExemplarAdder          = cg.ExemplarAdder
 	ExemplarObserver       = cg.ExemplarObserver
 	Exemplar               = cg.Exemplar
-	CounterVec             = cg.CounterVec
-	GaugeVec               = cg.GaugeVec
-	HistogramVec           = cg.HistogramVec
-	SummaryVec             = cg.SummaryVec
 	MetricVec              = cg.MetricVec
 	Collector              = cg.Collector
 	Metric                 = cg.Metric
@@ -154,15 +150,32 @@ func SetSegment(s *microview.Segment) {
 	segMu.Unlock()
 }
 
-// SegmentFullness reports the bytes of the segment's catalog and value areas in use and
-// their size (0, 0 without a segment). The ratio is also in the segment itself, as the
-// gauge microview_writer_segment_used_ratio, updated at every registration.
-func SegmentFullness() (used, size int) {
-	s := currentSegment()
-	if s == nil {
-		return 0, 0
+// SegmentUsage reports how full the segment is (docs/segment-format.md section 8.1); zero
+// before the segment is opened (at the first registration) or without one. The same
+// numbers are served in process as microview_writer_segment_used_ratio{area="values"|
+// "catalog"} by client_golang's default registry (promhttp.Handler()).
+func SegmentUsage() microview.Usage {
+	segMu.Lock()
+	defer segMu.Unlock()
+	return seg.Usage()
+}
+
+var usageDesc = cg.NewDesc("microview_writer_segment_used_ratio",
+	"Share of the MicroView segment's value and catalog areas in use (Go writer).", []string{"area"}, nil)
+
+type usageCollector struct{}
+
+func (usageCollector) Describe(ch chan<- *Desc) { ch <- usageDesc }
+func (usageCollector) Collect(ch chan<- Metric) {
+	u := SegmentUsage()
+	ratio := func(a, b int) float64 {
+		if b == 0 {
+			return 0
+		}
+		return float64(a) / float64(b)
 	}
-	return s.Fullness()
+	ch <- cg.MustNewConstMetric(usageDesc, cg.GaugeValue, ratio(u.ValuesUsed, u.ValuesSize), "values")
+	ch <- cg.MustNewConstMetric(usageDesc, cg.GaugeValue, ratio(u.CatalogUsed, u.CatalogSize), "catalog")
 }
 
 func warn(key, msg string) {
@@ -181,6 +194,7 @@ func currentSegment() *microview.Segment {
 		segMu.Lock()
 		seg = s
 		segMu.Unlock()
+		_ = cg.DefaultRegisterer.Register(usageCollector{})
 	})
 	segMu.Lock()
 	defer segMu.Unlock()
@@ -196,26 +210,30 @@ var owners sync.Map
 
 // core is a metric's identity: its Desc, its own labels and its binding to the segment.
 type core struct {
-	desc  *Desc
-	fq    string
-	help  string
-	ls    []microview.Label // constant and variable labels, sorted by name
-	pairs []*dto.LabelPair  // the same, for Write
-	mu    sync.Mutex
-	key   string // segment series once bound, "" before
+	desc   *Desc
+	fq     string
+	help   string
+	consts []microview.Label // constant labels, sorted by name
+	vars   []microview.Label // variable labels, in their declared order
+	pairs  []*dto.LabelPair  // all of them sorted by name, for Write
+	mu     sync.Mutex
+	key    string            // segment series once bound, "" before
+	name   string            // the bound series' name and labels, for its tombstone
+	labels []microview.Label //
 }
 
 func (c *core) init(desc *Desc, fq, help string, constLabels Labels, names, values []string) {
-	ls := make([]microview.Label, 0, len(constLabels)+len(names))
+	c.desc, c.fq, c.help = desc, fq, help
 	for k, v := range constLabels {
-		ls = append(ls, microview.Label{Key: k, Value: v})
+		c.consts = append(c.consts, microview.Label{Key: k, Value: v})
 	}
+	sort.Slice(c.consts, func(i, j int) bool { return c.consts[i].Key < c.consts[j].Key })
 	for i, n := range names {
-		ls = append(ls, microview.Label{Key: n, Value: values[i]})
+		c.vars = append(c.vars, microview.Label{Key: n, Value: values[i]})
 	}
-	sort.Slice(ls, func(i, j int) bool { return ls[i].Key < ls[j].Key })
-	c.desc, c.fq, c.help, c.ls = desc, fq, help, ls
-	for _, l := range ls {
+	all := append(append([]microview.Label(nil), c.consts...), c.vars...)
+	sort.Slice(all, func(i, j int) bool { return all[i].Key < all[j].Key })
+	for _, l := range all {
 		c.pairs = append(c.pairs, &dto.LabelPair{Name: proto.String(l.Key), Value: proto.String(l.Value)})
 	}
 }
@@ -240,14 +258,16 @@ func (b binding) then(outer binding) binding {
 	return binding{prefix: outer.prefix + b.prefix, labels: ls}
 }
 
-// series is the name and labels of c in the segment under b.
+// series is the name and labels of c in the segment under b: the constant labels and
+// those Wrap* adds, sorted by name, then the variable labels in their declared order
+// (docs/segment-format.md section 6.4).
 func (c *core) series(b binding) (string, []microview.Label) {
-	ls := append([]microview.Label(nil), c.ls...)
+	ls := append([]microview.Label(nil), c.consts...)
 	for k, v := range b.labels {
 		ls = append(ls, microview.Label{Key: k, Value: v})
 	}
 	sort.Slice(ls, func(i, j int) bool { return ls[i].Key < ls[j].Key })
-	return b.prefix + c.fq, ls
+	return b.prefix + c.fq, append(ls, c.vars...)
 }
 
 func seriesKey(name string, ls []microview.Label) string {
@@ -259,10 +279,12 @@ func seriesKey(name string, ls []microview.Label) string {
 	return sb.String()
 }
 
-// segmentMetric is a MicroView metric: bind moves its value into the segment.
+// segmentMetric is a MicroView metric: bind moves its value into the segment, tombstone
+// deletes its series there.
 type segmentMetric interface {
 	Metric
 	bind(b binding) error
+	tombstone()
 }
 
 // bindWith registers the series in the segment through reg (which returns the new handle's
@@ -290,38 +312,27 @@ func (c *core) bindWith(self segmentMetric, b binding, reg func(s *microview.Seg
 	key := seriesKey(name, ls)
 	prev, loaded := owners.Swap(key, self)
 	install(loaded && prev != self)
-	c.key = key
-	updateFullness(s)
+	c.key, c.name, c.labels = key, name, ls
 	return nil
 }
 
-var (
-	fullnessOnce  sync.Once
-	fullnessGauge microview.Gauge
-)
-
-// updateFullness stores the share of the segment in use in
-// microview_writer_segment_used_ratio (a series of the segment itself).
-func updateFullness(s *microview.Segment) {
-	fullnessOnce.Do(func() {
-		g, err := s.NewGauge(microview.Opts{Name: "microview_writer_segment_used_ratio",
-			Help: "Share of the segment's catalog and value areas in use (Go writer)."})
-		if err != nil {
-			g = microview.NewLocalGauge()
-		}
-		fullnessGauge = g
-	})
-	if used, size := s.Fullness(); size > 0 {
-		fullnessGauge.Set(float64(used) / float64(size))
-	}
-}
-
+// release deletes c's series from the segment (a tombstone, section 6.6) unless another
+// metric took it over; c keeps its value and handle, which nobody reads any more, and a
+// later registration binds it to a new series.
 func (c *core) release(self segmentMetric) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.key != "" {
-		owners.CompareAndDelete(c.key, self)
+	if c.key == "" {
+		return
 	}
+	if owners.CompareAndDelete(c.key, self) {
+		if s := currentSegment(); s != nil {
+			if _, err := s.Delete(microview.Opts{Name: c.name, Labels: c.labels}); err != nil {
+				warn("del:"+err.Error(), err.Error()+"; "+c.name+" stays in the segment")
+			}
+		}
+	}
+	c.key = ""
 }
 
 // ---- Counter (segment type 4, counter_f) ---------------------------------------------
@@ -360,7 +371,7 @@ func (m *counter) bind(b binding) error {
 			}
 			old := m.h.Swap(&h)
 			m.w.Store(h.Word())
-			h.Add(old.Value())
+			_ = h.Add(old.Value())
 		}, nil
 	})
 }
@@ -373,14 +384,14 @@ func (m *counter) Add(v float64) {
 	if v < 0 {
 		panic(errors.New("counter cannot decrease in value"))
 	}
-	if iv := uint64(v); float64(iv) == v && v < 1<<63 {
+	if iv := uint64(v); float64(iv) == v && v < 1<<64 {
 		atomic.AddUint64(m.w.Load(), iv)
 		return
 	}
 	if v != v {
 		panic(errors.New("microview: a counter cannot add NaN"))
 	}
-	m.h.Load().Add(v)
+	_ = m.h.Load().Add(v)
 }
 
 func (m *counter) AddWithExemplar(v float64, e Labels) {
@@ -394,6 +405,7 @@ func (m *counter) Write(out *dto.Metric) error {
 	return nil
 }
 
+func (m *counter) tombstone()               { m.release(m) }
 func (m *counter) Describe(ch chan<- *Desc) { ch <- m.desc }
 func (m *counter) Collect(ch chan<- Metric) { ch <- m }
 
@@ -489,6 +501,7 @@ func (m *gauge) Write(out *dto.Metric) error {
 	return nil
 }
 
+func (m *gauge) tombstone()               { m.release(m) }
 func (m *gauge) Describe(ch chan<- *Desc) { ch <- m.desc }
 func (m *gauge) Collect(ch chan<- Metric) { ch <- m }
 
@@ -602,7 +615,7 @@ func (m *histogram) bind(b binding) error {
 }
 
 // Observe counts v; NaN counts as in client_golang (count + 1, +Inf bucket, sum NaN).
-func (m *histogram) Observe(v float64) { m.h.Load().ObserveAll(v) }
+func (m *histogram) Observe(v float64) { m.h.Load().Observe(v) }
 
 func (m *histogram) ObserveWithExemplar(v float64, e Labels) {
 	checkExemplar(e)
@@ -655,6 +668,7 @@ func bucketQuantile(q float64, bounds []float64, buckets []uint64, count uint64)
 	return bounds[len(bounds)-1]
 }
 
+func (m *histogram) tombstone()               { m.release(m) }
 func (m *histogram) Describe(ch chan<- *Desc) { ch <- m.desc }
 func (m *histogram) Collect(ch chan<- Metric) { ch <- m }
 
@@ -669,25 +683,28 @@ type vecOpts struct {
 	bounds      []float64
 	objectives  []float64
 
-	mu       sync.Mutex
-	bound    *binding
-	children []segmentMetric
+	mu    sync.Mutex
+	bound *binding
+	kids  map[string]segmentMetric // by label values, for Delete
 }
 
 func newVecOpts(o Opts, names []string) *vecOpts {
 	fq := BuildFQName(o.Namespace, o.Subsystem, o.Name)
 	return &vecOpts{desc: cg.NewDesc(fq, o.Help, names, o.ConstLabels), fq: fq, help: o.Help,
-		constLabels: o.ConstLabels, names: append([]string(nil), names...)}
+		constLabels: o.ConstLabels, names: append([]string(nil), names...), kids: map[string]segmentMetric{}}
 }
 
 // vecs maps each vector's *MetricVec to its options, so Registry.Register can bind the
 // vector and its children.
 var vecs sync.Map
 
+func kidKey(values []string) string { return strings.Join(values, "\xff") }
+
 // child is called by MetricVec for each new label-value tuple.
-func (o *vecOpts) child(m segmentMetric) Metric {
+func (o *vecOpts) child(values []string, m segmentMetric) Metric {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	o.kids[kidKey(values)] = m
 	if o.bound != nil {
 		if err := m.bind(*o.bound); err != nil {
 			panic(err)
@@ -696,55 +713,313 @@ func (o *vecOpts) child(m segmentMetric) Metric {
 	return m
 }
 
-func (o *vecOpts) bindVec(mv *MetricVec, b binding) error {
+func (o *vecOpts) bindVec(b binding) error {
 	o.mu.Lock()
+	defer o.mu.Unlock()
 	if o.bound != nil {
-		o.mu.Unlock()
 		return nil
 	}
 	o.bound = &b
-	o.mu.Unlock()
-	ch := make(chan Metric, 64)
-	go func() { mv.Collect(ch); close(ch) }()
-	var err error
-	for m := range ch {
-		if sm, ok := m.(segmentMetric); ok && err == nil {
-			err = sm.bind(b)
+	for _, m := range o.kids {
+		if err := m.bind(b); err != nil {
+			return err
 		}
 	}
-	return err
+	return nil
+}
+
+// releaseVec deletes every child's series (Unregister): the children stay in the vector,
+// in process memory only, until it is registered again.
+func (o *vecOpts) releaseVec() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.bound = nil
+	for _, m := range o.kids {
+		m.tombstone()
+	}
 }
 
 func newMetricVec(o *vecOpts, mk func(values []string) segmentMetric) *MetricVec {
 	mv := cg.NewMetricVec(o.desc, func(lvs ...string) Metric {
-		return o.child(mk(append([]string(nil), lvs...)))
+		vals := append([]string(nil), lvs...)
+		return o.child(vals, mk(vals))
 	})
 	vecs.Store(mv, o)
 	return mv
 }
 
-// NewCounterVec creates a CounterVec (client_golang's type) whose children are MicroView
-// counters.
+// deleter gives a vector (possibly curried) Delete, DeleteLabelValues,
+// DeletePartialMatch and Reset with their effect on the segment: client_golang's removes
+// the child, then the child's series gets its tombstone (docs/segment-format.md 6.6).
+type deleter struct {
+	o     *vecOpts
+	mv    *MetricVec
+	curry Labels
+}
+
+// values completes the values of the uncurried labels (in order) with the curried ones.
+func (d deleter) values(lvs []string) ([]string, bool) {
+	out := make([]string, 0, len(d.o.names))
+	for _, n := range d.o.names {
+		if v, ok := d.curry[n]; ok {
+			out = append(out, v)
+			continue
+		}
+		if len(lvs) == 0 {
+			return nil, false
+		}
+		out, lvs = append(out, lvs[0]), lvs[1:]
+	}
+	return out, len(lvs) == 0
+}
+
+func (d deleter) take(vals []string) segmentMetric {
+	d.o.mu.Lock()
+	defer d.o.mu.Unlock()
+	k := kidKey(vals)
+	m := d.o.kids[k]
+	delete(d.o.kids, k)
+	return m
+}
+
+// DeleteLabelValues removes the child with these label values (the uncurried ones, in
+// order) and deletes its series from the segment.
+func (d deleter) DeleteLabelValues(lvs ...string) bool {
+	if !d.mv.DeleteLabelValues(lvs...) {
+		return false
+	}
+	if vals, ok := d.values(lvs); ok {
+		if m := d.take(vals); m != nil {
+			m.tombstone()
+		}
+	}
+	return true
+}
+
+// Delete removes the child with these labels and deletes its series from the segment.
+func (d deleter) Delete(labels Labels) bool {
+	if !d.mv.Delete(labels) {
+		return false
+	}
+	vals := make([]string, len(d.o.names))
+	for i, n := range d.o.names {
+		if v, ok := d.curry[n]; ok {
+			vals[i] = v
+		} else {
+			vals[i] = labels[n]
+		}
+	}
+	if m := d.take(vals); m != nil {
+		m.tombstone()
+	}
+	return true
+}
+
+// DeletePartialMatch removes every child whose labels include these and deletes their
+// series from the segment; it returns how many.
+func (d deleter) DeletePartialMatch(labels Labels) int {
+	n := d.mv.DeletePartialMatch(labels)
+	if n == 0 {
+		return 0
+	}
+	want := Labels{}
+	for k, v := range d.curry {
+		want[k] = v
+	}
+	for k, v := range labels {
+		want[k] = v
+	}
+	d.o.mu.Lock()
+	var gone []segmentMetric
+	for k, m := range d.o.kids {
+		vals := strings.Split(k, "\xff")
+		match := true
+		for i, name := range d.o.names {
+			if v, ok := want[name]; ok && (i >= len(vals) || vals[i] != v) {
+				match = false
+				break
+			}
+		}
+		if match {
+			gone = append(gone, m)
+			delete(d.o.kids, k)
+		}
+	}
+	d.o.mu.Unlock()
+	for _, m := range gone {
+		m.tombstone()
+	}
+	return n
+}
+
+// Reset removes every child and deletes their series from the segment.
+func (d deleter) Reset() {
+	d.mv.Reset()
+	d.o.mu.Lock()
+	kids := d.o.kids
+	d.o.kids = map[string]segmentMetric{}
+	d.o.mu.Unlock()
+	for _, m := range kids {
+		m.tombstone()
+	}
+}
+
+func curried(d deleter, mv *MetricVec, l Labels) deleter {
+	vecs.Store(mv, d.o)
+	c := Labels{}
+	for k, v := range d.curry {
+		c[k] = v
+	}
+	for k, v := range l {
+		c[k] = v
+	}
+	return deleter{o: d.o, mv: mv, curry: c}
+}
+
+// CounterVec is client_golang's CounterVec (embedded, so every method is client_golang's)
+// whose children are MicroView counters; its Delete* and Reset also delete the series
+// from the segment.
+type CounterVec struct {
+	*cg.CounterVec
+	deleter
+}
+
+// NewCounterVec creates a CounterVec with the given variable label names.
 func NewCounterVec(opts CounterOpts, labelNames []string) *CounterVec {
 	o := newVecOpts(Opts(opts), labelNames)
-	return &CounterVec{MetricVec: newMetricVec(o, func(v []string) segmentMetric { return o.newCounter(v) })}
+	mv := newMetricVec(o, func(v []string) segmentMetric { return o.newCounter(v) })
+	return &CounterVec{&cg.CounterVec{MetricVec: mv}, deleter{o: o, mv: mv}}
 }
 
-// NewGaugeVec creates a GaugeVec whose children are MicroView gauges.
+func (v *CounterVec) CurryWith(l Labels) (*CounterVec, error) {
+	c, err := v.CounterVec.CurryWith(l)
+	if err != nil {
+		return nil, err
+	}
+	return &CounterVec{c, curried(v.deleter, c.MetricVec, l)}, nil
+}
+
+func (v *CounterVec) MustCurryWith(l Labels) *CounterVec {
+	c, err := v.CurryWith(l)
+	if err != nil {
+		panic(err)
+	}
+	return c
+}
+
+func (v *CounterVec) Delete(l Labels) bool { return v.deleter.Delete(l) }
+func (v *CounterVec) DeleteLabelValues(lvs ...string) bool {
+	return v.deleter.DeleteLabelValues(lvs...)
+}
+func (v *CounterVec) DeletePartialMatch(l Labels) int { return v.deleter.DeletePartialMatch(l) }
+func (v *CounterVec) Reset()                          { v.deleter.Reset() }
+
+// GaugeVec is client_golang's GaugeVec whose children are MicroView gauges.
+type GaugeVec struct {
+	*cg.GaugeVec
+	deleter
+}
+
+// NewGaugeVec creates a GaugeVec with the given variable label names.
 func NewGaugeVec(opts GaugeOpts, labelNames []string) *GaugeVec {
 	o := newVecOpts(Opts(opts), labelNames)
-	return &GaugeVec{MetricVec: newMetricVec(o, func(v []string) segmentMetric { return o.newGauge(v) })}
+	mv := newMetricVec(o, func(v []string) segmentMetric { return o.newGauge(v) })
+	return &GaugeVec{&cg.GaugeVec{MetricVec: mv}, deleter{o: o, mv: mv}}
 }
 
-// NewHistogramVec creates a HistogramVec whose children are MicroView histograms.
+func (v *GaugeVec) CurryWith(l Labels) (*GaugeVec, error) {
+	c, err := v.GaugeVec.CurryWith(l)
+	if err != nil {
+		return nil, err
+	}
+	return &GaugeVec{c, curried(v.deleter, c.MetricVec, l)}, nil
+}
+
+func (v *GaugeVec) MustCurryWith(l Labels) *GaugeVec {
+	c, err := v.CurryWith(l)
+	if err != nil {
+		panic(err)
+	}
+	return c
+}
+
+func (v *GaugeVec) Delete(l Labels) bool                 { return v.deleter.Delete(l) }
+func (v *GaugeVec) DeleteLabelValues(lvs ...string) bool { return v.deleter.DeleteLabelValues(lvs...) }
+func (v *GaugeVec) DeletePartialMatch(l Labels) int      { return v.deleter.DeletePartialMatch(l) }
+func (v *GaugeVec) Reset()                               { v.deleter.Reset() }
+
+// HistogramVec is client_golang's HistogramVec whose children are MicroView histograms;
+// it is an ObserverVec, and CurryWith returns one of these.
+type HistogramVec struct {
+	*cg.HistogramVec
+	deleter
+}
+
+// NewHistogramVec creates a HistogramVec with the given variable label names.
 func NewHistogramVec(opts HistogramOpts, labelNames []string) *HistogramVec {
 	o := histOpts(opts, labelNames)
-	return &HistogramVec{MetricVec: newMetricVec(o, func(v []string) segmentMetric { return o.newHistogram(v) })}
+	mv := newMetricVec(o, func(v []string) segmentMetric { return o.newHistogram(v) })
+	return &HistogramVec{&cg.HistogramVec{MetricVec: mv}, deleter{o: o, mv: mv}}
 }
 
-// NewSummaryVec creates a SummaryVec whose children are MicroView summaries (see
-// NewSummary).
+func (v *HistogramVec) CurryWith(l Labels) (ObserverVec, error) {
+	c, err := v.HistogramVec.CurryWith(l)
+	if err != nil {
+		return nil, err
+	}
+	h := c.(*cg.HistogramVec)
+	return &HistogramVec{h, curried(v.deleter, h.MetricVec, l)}, nil
+}
+
+func (v *HistogramVec) MustCurryWith(l Labels) ObserverVec {
+	c, err := v.CurryWith(l)
+	if err != nil {
+		panic(err)
+	}
+	return c
+}
+
+func (v *HistogramVec) Delete(l Labels) bool { return v.deleter.Delete(l) }
+func (v *HistogramVec) DeleteLabelValues(lvs ...string) bool {
+	return v.deleter.DeleteLabelValues(lvs...)
+}
+func (v *HistogramVec) DeletePartialMatch(l Labels) int { return v.deleter.DeletePartialMatch(l) }
+func (v *HistogramVec) Reset()                          { v.deleter.Reset() }
+
+// SummaryVec is client_golang's SummaryVec whose children are MicroView summaries (see
+// NewSummary); it is an ObserverVec.
+type SummaryVec struct {
+	*cg.SummaryVec
+	deleter
+}
+
+// NewSummaryVec creates a SummaryVec with the given variable label names.
 func NewSummaryVec(opts SummaryOpts, labelNames []string) *SummaryVec {
 	o := sumOpts(opts, labelNames)
-	return &SummaryVec{MetricVec: newMetricVec(o, func(v []string) segmentMetric { return o.newHistogram(v) })}
+	mv := newMetricVec(o, func(v []string) segmentMetric { return o.newHistogram(v) })
+	return &SummaryVec{&cg.SummaryVec{MetricVec: mv}, deleter{o: o, mv: mv}}
 }
+
+func (v *SummaryVec) CurryWith(l Labels) (ObserverVec, error) {
+	c, err := v.SummaryVec.CurryWith(l)
+	if err != nil {
+		return nil, err
+	}
+	sv := c.(*cg.SummaryVec)
+	return &SummaryVec{sv, curried(v.deleter, sv.MetricVec, l)}, nil
+}
+
+func (v *SummaryVec) MustCurryWith(l Labels) ObserverVec {
+	c, err := v.CurryWith(l)
+	if err != nil {
+		panic(err)
+	}
+	return c
+}
+
+func (v *SummaryVec) Delete(l Labels) bool { return v.deleter.Delete(l) }
+func (v *SummaryVec) DeleteLabelValues(lvs ...string) bool {
+	return v.deleter.DeleteLabelValues(lvs...)
+}
+func (v *SummaryVec) DeletePartialMatch(l Labels) int { return v.deleter.DeletePartialMatch(l) }
+func (v *SummaryVec) Reset()                          { v.deleter.Reset() }

@@ -111,7 +111,7 @@ func TestUserCodeWritesTheSegment(t *testing.T) {
 	}
 	defer s.Close()
 	c, err := s.NewCounterF(microview.Opts{Name: "shop_http_requests_total", Help: "Requests served.",
-		Labels: []microview.Label{{Key: "code", Value: "200"}, {Key: "route", Value: "/cart"}, {Key: "service", Value: "checkout"}}})
+		Labels: []microview.Label{{Key: "service", Value: "checkout"}, {Key: "route", Value: "/cart"}, {Key: "code", Value: "200"}}})
 	if err != nil || c.Value() != 4000 {
 		t.Errorf("segment counter %g, %v", c.Value(), err)
 	}

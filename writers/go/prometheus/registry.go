@@ -56,10 +56,9 @@ func (r *Registry) MustRegister(cs ...Collector) {
 	}
 }
 
-// Unregister removes c from the registry. A MicroView metric keeps its segment series
-// (series deletion is not in the segment format yet): the series keeps its last value.
-// Registering a new metric of the same name and labels later takes the series over and
-// resets it.
+// Unregister removes c from the registry and deletes its series from the segment
+// (tombstones, docs/segment-format.md section 6.6). The metric keeps its value in
+// process; registering it again creates its series anew.
 func (r *Registry) Unregister(c Collector) bool {
 	if !r.Registry.Unregister(c) {
 		return false
@@ -78,7 +77,7 @@ func bindCollector(c Collector, b binding) error {
 	}
 	if mv := metricVecOf(c); mv != nil {
 		if o, ok := vecs.Load(mv); ok {
-			return o.(*vecOpts).bindVec(mv, b)
+			return o.(*vecOpts).bindVec(b)
 		}
 	}
 	return nil
@@ -88,12 +87,15 @@ func releaseCollector(c Collector) {
 	switch v := c.(type) {
 	case *wrapped:
 		releaseCollector(v.inner)
-	case *counter:
-		v.release(v)
-	case *gauge:
-		v.release(v)
-	case *histogram:
-		v.release(v)
+		return
+	case segmentMetric:
+		v.tombstone()
+		return
+	}
+	if mv := metricVecOf(c); mv != nil {
+		if o, ok := vecs.Load(mv); ok {
+			o.(*vecOpts).releaseVec()
+		}
 	}
 }
 
@@ -106,6 +108,14 @@ func metricVecOf(c Collector) *MetricVec {
 	case *HistogramVec:
 		return v.MetricVec
 	case *SummaryVec:
+		return v.MetricVec
+	case *cg.CounterVec:
+		return v.MetricVec
+	case *cg.GaugeVec:
+		return v.MetricVec
+	case *cg.HistogramVec:
+		return v.MetricVec
+	case *cg.SummaryVec:
 		return v.MetricVec
 	case *MetricVec:
 		return v

@@ -45,7 +45,9 @@ func InstrumentMetricHandler(reg prometheus.Registerer, handler http.Handler) ht
 	cnt.WithLabelValues("200")
 	cnt.WithLabelValues("500")
 	cnt.WithLabelValues("503")
-	_ = reg.Register(cnt) // AlreadyRegisteredError: client_golang adopts the existing one
+	// Registered as client_golang's type: client_golang's handler adopts the existing
+	// collector through AlreadyRegisteredError with a type assertion to its CounterVec.
+	_ = reg.Register(cnt.CounterVec)
 	_ = reg.Register(prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "promhttp_metric_handler_requests_in_flight",
 		Help: "Current number of scrapes being served.",
@@ -63,7 +65,7 @@ func preregisterErrors(reg prometheus.Registerer) {
 	}, []string{"cause"})
 	c.WithLabelValues("gathering")
 	c.WithLabelValues("encoding")
-	_ = reg.Register(c)
+	_ = reg.Register(c.CounterVec)
 }
 
 type (
@@ -82,16 +84,24 @@ const (
 )
 
 var (
-	InstrumentHandlerCounter           = cgh.InstrumentHandlerCounter
 	InstrumentHandlerDuration          = cgh.InstrumentHandlerDuration
 	InstrumentHandlerInFlight          = cgh.InstrumentHandlerInFlight
 	InstrumentHandlerRequestSize       = cgh.InstrumentHandlerRequestSize
 	InstrumentHandlerResponseSize      = cgh.InstrumentHandlerResponseSize
 	InstrumentHandlerTimeToWriteHeader = cgh.InstrumentHandlerTimeToWriteHeader
-	InstrumentRoundTripperCounter      = cgh.InstrumentRoundTripperCounter
 	InstrumentRoundTripperDuration     = cgh.InstrumentRoundTripperDuration
 	InstrumentRoundTripperInFlight     = cgh.InstrumentRoundTripperInFlight
 	InstrumentRoundTripperTrace        = cgh.InstrumentRoundTripperTrace
 	WithExemplarFromContext            = cgh.WithExemplarFromContext
 	WithExtraMethods                   = cgh.WithExtraMethods
 )
+
+// InstrumentHandlerCounter is client_golang's, for this module's CounterVec.
+func InstrumentHandlerCounter(counter *prometheus.CounterVec, next http.Handler, opts ...Option) http.HandlerFunc {
+	return cgh.InstrumentHandlerCounter(counter.CounterVec, next, opts...)
+}
+
+// InstrumentRoundTripperCounter is client_golang's, for this module's CounterVec.
+func InstrumentRoundTripperCounter(counter *prometheus.CounterVec, next http.RoundTripper, opts ...Option) RoundTripperFunc {
+	return cgh.InstrumentRoundTripperCounter(counter.CounterVec, next, opts...)
+}
