@@ -279,3 +279,25 @@ func TestDefaultRegistryIsClientGolangs(t *testing.T) {
 		t.Errorf("client_golang's default gatherer: %d series, %v", n, err)
 	}
 }
+
+// WithLabelValues of an existing child allocates nothing (client_golang's allocates its
+// variadic slice), and still finds children re-created after Delete.
+func TestWithLabelValuesAllocatesNothing(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	v := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "alloc_total", Help: "h"}, []string{"a", "b"})
+	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "alloc_seconds", Help: "h"}, []string{"a"})
+	reg.MustRegister(v, h)
+	v.WithLabelValues("x", "y").Inc()
+	h.WithLabelValues("x").Observe(1)
+	if n := testing.AllocsPerRun(1000, func() {
+		v.WithLabelValues("x", "y").Inc()
+		h.WithLabelValues("x").Observe(1)
+	}); n != 0 {
+		t.Errorf("%g allocations per WithLabelValues pair", n)
+	}
+	v.DeleteLabelValues("x", "y")
+	v.WithLabelValues("x", "y").Add(2)
+	if got := testutil.ToFloat64(v.WithLabelValues("x", "y")); got != 2 {
+		t.Errorf("re-created child reads %g, want 2", got)
+	}
+}

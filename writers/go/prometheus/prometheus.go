@@ -686,6 +686,76 @@ type vecOpts struct {
 	mu    sync.Mutex
 	bound *binding
 	kids  map[string]segmentMetric // by label values, for Delete
+	// fast maps a hash of the label values to the children with them, copied on write:
+	// WithLabelValues reads it with one atomic load, no lock and no allocation.
+	fast atomic.Pointer[map[uint64][]fastKid]
+}
+
+type fastKid struct {
+	values []string
+	m      segmentMetric
+}
+
+// hashValues is FNV-1a over the values, each followed by a 0xff byte (which UTF-8 text
+// never holds).
+func hashValues(lvs []string) uint64 {
+	h := uint64(14695981039346656037)
+	for _, v := range lvs {
+		for i := 0; i < len(v); i++ {
+			h = (h ^ uint64(v[i])) * 1099511628211
+		}
+		h = (h ^ 0xff) * 1099511628211
+	}
+	return h
+}
+
+// lookup finds the child with exactly these label values (all of them, uncurried).
+func (o *vecOpts) lookup(lvs []string) segmentMetric {
+	mp := o.fast.Load()
+	if mp == nil {
+		return nil
+	}
+next:
+	for _, k := range (*mp)[hashValues(lvs)] {
+		if len(k.values) != len(lvs) {
+			continue
+		}
+		for i, v := range lvs {
+			if k.values[i] != v {
+				continue next
+			}
+		}
+		return k.m
+	}
+	return nil
+}
+
+// reindex rebuilds the fast map from kids; callers hold mu.
+func (o *vecOpts) reindex() {
+	mp := make(map[uint64][]fastKid, len(o.kids))
+	for k, m := range o.kids {
+		vals := strings.Split(k, "\xff")
+		if len(o.names) == 0 {
+			vals = nil
+		}
+		h := hashValues(vals)
+		mp[h] = append(mp[h], fastKid{vals, m})
+	}
+	o.fast.Store(&mp)
+}
+
+// addFast adds one child to the fast map (copy on write); callers hold mu.
+func (o *vecOpts) addFast(vals []string, m segmentMetric) {
+	old := o.fast.Load()
+	mp := make(map[uint64][]fastKid, len(o.kids)+1)
+	if old != nil {
+		for h, ks := range *old {
+			mp[h] = ks
+		}
+	}
+	h := hashValues(vals)
+	mp[h] = append(append([]fastKid(nil), mp[h]...), fastKid{vals, m})
+	o.fast.Store(&mp)
 }
 
 func newVecOpts(o Opts, names []string) *vecOpts {
@@ -705,6 +775,7 @@ func (o *vecOpts) child(values []string, m segmentMetric) Metric {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.kids[kidKey(values)] = m
+	o.addFast(values, m)
 	if o.bound != nil {
 		if err := m.bind(*o.bound); err != nil {
 			panic(err)
@@ -779,6 +850,7 @@ func (d deleter) take(vals []string) segmentMetric {
 	k := kidKey(vals)
 	m := d.o.kids[k]
 	delete(d.o.kids, k)
+	d.o.reindex()
 	return m
 }
 
@@ -845,6 +917,7 @@ func (d deleter) DeletePartialMatch(labels Labels) int {
 			delete(d.o.kids, k)
 		}
 	}
+	d.o.reindex()
 	d.o.mu.Unlock()
 	for _, m := range gone {
 		m.tombstone()
@@ -858,6 +931,7 @@ func (d deleter) Reset() {
 	d.o.mu.Lock()
 	kids := d.o.kids
 	d.o.kids = map[string]segmentMetric{}
+	d.o.reindex()
 	d.o.mu.Unlock()
 	for _, m := range kids {
 		m.tombstone()
@@ -907,6 +981,17 @@ func (v *CounterVec) MustCurryWith(l Labels) *CounterVec {
 	return c
 }
 
+// WithLabelValues is client_golang's, with a lock-free lookup of existing children that
+// allocates nothing (client_golang's takes a read lock and allocates the variadic slice).
+func (v *CounterVec) WithLabelValues(lvs ...string) Counter {
+	if v.curry == nil {
+		if m, ok := v.o.lookup(lvs).(*counter); ok {
+			return m
+		}
+	}
+	return v.CounterVec.WithLabelValues(append([]string(nil), lvs...)...)
+}
+
 func (v *CounterVec) Delete(l Labels) bool { return v.deleter.Delete(l) }
 func (v *CounterVec) DeleteLabelValues(lvs ...string) bool {
 	return v.deleter.DeleteLabelValues(lvs...)
@@ -941,6 +1026,17 @@ func (v *GaugeVec) MustCurryWith(l Labels) *GaugeVec {
 		panic(err)
 	}
 	return c
+}
+
+// WithLabelValues is client_golang's, with a lock-free lookup of existing children that
+// allocates nothing (client_golang's takes a read lock and allocates the variadic slice).
+func (v *GaugeVec) WithLabelValues(lvs ...string) Gauge {
+	if v.curry == nil {
+		if m, ok := v.o.lookup(lvs).(*gauge); ok {
+			return m
+		}
+	}
+	return v.GaugeVec.WithLabelValues(append([]string(nil), lvs...)...)
 }
 
 func (v *GaugeVec) Delete(l Labels) bool                 { return v.deleter.Delete(l) }
@@ -979,6 +1075,17 @@ func (v *HistogramVec) MustCurryWith(l Labels) ObserverVec {
 	return c
 }
 
+// WithLabelValues is client_golang's, with a lock-free lookup of existing children that
+// allocates nothing (client_golang's takes a read lock and allocates the variadic slice).
+func (v *HistogramVec) WithLabelValues(lvs ...string) Observer {
+	if v.curry == nil {
+		if m, ok := v.o.lookup(lvs).(*histogram); ok {
+			return m
+		}
+	}
+	return v.HistogramVec.WithLabelValues(append([]string(nil), lvs...)...)
+}
+
 func (v *HistogramVec) Delete(l Labels) bool { return v.deleter.Delete(l) }
 func (v *HistogramVec) DeleteLabelValues(lvs ...string) bool {
 	return v.deleter.DeleteLabelValues(lvs...)
@@ -1015,6 +1122,17 @@ func (v *SummaryVec) MustCurryWith(l Labels) ObserverVec {
 		panic(err)
 	}
 	return c
+}
+
+// WithLabelValues is client_golang's, with a lock-free lookup of existing children that
+// allocates nothing (client_golang's takes a read lock and allocates the variadic slice).
+func (v *SummaryVec) WithLabelValues(lvs ...string) Observer {
+	if v.curry == nil {
+		if m, ok := v.o.lookup(lvs).(*histogram); ok {
+			return m
+		}
+	}
+	return v.SummaryVec.WithLabelValues(append([]string(nil), lvs...)...)
 }
 
 func (v *SummaryVec) Delete(l Labels) bool { return v.deleter.Delete(l) }
