@@ -120,10 +120,12 @@ func nativeOps(s *microview.Segment) *ops {
 // front is one client_golang-shaped front end: client_golang itself or the drop-in, whose
 // vector types are client_golang's (aliases), so one builder measures both.
 type front struct {
-	reg       cg.Registerer
-	counterV  func(cg.CounterOpts, []string) *cg.CounterVec
-	gaugeV    func(cg.GaugeOpts, []string) *cg.GaugeVec
-	histV     func(cg.HistogramOpts, []string) *cg.HistogramVec
+	reg      cg.Registerer
+	counterV func(cg.CounterOpts, []string) (*cg.CounterVec, func(string) cg.Counter)
+	gaugeV   func(cg.GaugeOpts, []string) *cg.GaugeVec
+	// histV also returns the front end's own WithLabelValues, called directly (not through
+	// an interface, which would make every variadic slice escape in both front ends)
+	histV     func(cg.HistogramOpts, []string) (*cg.HistogramVec, func(string) cg.Observer)
 	summaryV  func(cg.SummaryOpts, []string) *cg.SummaryVec
 	counter   func(cg.CounterOpts) cg.Counter
 	readFirst func(cv *cg.CounterVec) func() uint64
@@ -131,9 +133,9 @@ type front struct {
 
 func promOps(f front) *ops {
 	o := &ops{}
-	cv := f.counterV(cg.CounterOpts{Name: "bench_prom_counter_total", Help: "bench"}, []string{"id"})
+	cv, cwlv := f.counterV(cg.CounterOpts{Name: "bench_prom_counter_total", Help: "bench"}, []string{"id"})
 	gv := f.gaugeV(cg.GaugeOpts{Name: "bench_prom_gauge", Help: "bench"}, []string{"id"})
-	hv := f.histV(cg.HistogramOpts{Name: "bench_prom_seconds", Help: "bench",
+	hv, hwlv := f.histV(cg.HistogramOpts{Name: "bench_prom_seconds", Help: "bench",
 		Buckets: cg.ExponentialBuckets(1, 2, 16)}, []string{"id"})
 	sv := f.summaryV(cg.SummaryOpts{Name: "bench_prom_summary_seconds", Help: "bench",
 		Objectives: map[float64]float64{0.5: 0.05, 0.9: 0.01, 0.99: 0.001}}, []string{"id"})
@@ -180,7 +182,7 @@ func promOps(f front) *ops {
 		}
 		o.wlvInc[i] = func(n int) {
 			for j := 0; j < n; j++ {
-				cv.WithLabelValues(id).Inc()
+				cwlv(id).Inc()
 			}
 		}
 		o.gset[i] = func(n int) {
@@ -200,7 +202,7 @@ func promOps(f front) *ops {
 		}
 		o.wlvObserve[i] = func(n int) {
 			for j := 0; j < n; j++ {
-				hv.WithLabelValues(id).Observe(values[j&(valuesLen-1)])
+				hwlv(id).Observe(values[j&(valuesLen-1)])
 			}
 		}
 		o.summary[i] = func(n int) {
@@ -307,13 +309,17 @@ func main() {
 		os.Exit(1)
 	}
 	prometheus.SetSegment(s)
-	// The drop-in's vectors embed client_golang's (their update paths are client_golang's
-	// methods on MicroView children), so the builder takes the embedded vector.
+	// The drop-in's vectors embed client_golang's: the builder takes the embedded vector
+	// for registration and the rest, and the drop-in's own WithLabelValues.
 	dropin := front{reg: prometheus.NewRegistry(),
-		counterV: func(o cg.CounterOpts, l []string) *cg.CounterVec { return prometheus.NewCounterVec(o, l).CounterVec },
-		gaugeV:   func(o cg.GaugeOpts, l []string) *cg.GaugeVec { return prometheus.NewGaugeVec(o, l).GaugeVec },
-		histV: func(o cg.HistogramOpts, l []string) *cg.HistogramVec {
-			return prometheus.NewHistogramVec(o, l).HistogramVec
+		counterV: func(o cg.CounterOpts, l []string) (*cg.CounterVec, func(string) cg.Counter) {
+			v := prometheus.NewCounterVec(o, l)
+			return v.CounterVec, func(id string) cg.Counter { return v.WithLabelValues(id) }
+		},
+		gaugeV: func(o cg.GaugeOpts, l []string) *cg.GaugeVec { return prometheus.NewGaugeVec(o, l).GaugeVec },
+		histV: func(o cg.HistogramOpts, l []string) (*cg.HistogramVec, func(string) cg.Observer) {
+			v := prometheus.NewHistogramVec(o, l)
+			return v.HistogramVec, func(id string) cg.Observer { return v.WithLabelValues(id) }
 		},
 		summaryV: func(o cg.SummaryOpts, l []string) *cg.SummaryVec { return prometheus.NewSummaryVec(o, l).SummaryVec },
 		counter:  prometheus.NewCounter,
@@ -324,8 +330,17 @@ func main() {
 			}
 			return func() uint64 { return uint64(c.Value()) }
 		}}
-	peer := front{reg: cg.NewRegistry(), counterV: cg.NewCounterVec, gaugeV: cg.NewGaugeVec,
-		histV: cg.NewHistogramVec, summaryV: cg.NewSummaryVec, counter: cg.NewCounter,
+	peer := front{reg: cg.NewRegistry(),
+		counterV: func(o cg.CounterOpts, l []string) (*cg.CounterVec, func(string) cg.Counter) {
+			v := cg.NewCounterVec(o, l)
+			return v, func(id string) cg.Counter { return v.WithLabelValues(id) }
+		},
+		gaugeV: cg.NewGaugeVec,
+		histV: func(o cg.HistogramOpts, l []string) (*cg.HistogramVec, func(string) cg.Observer) {
+			v := cg.NewHistogramVec(o, l)
+			return v, func(id string) cg.Observer { return v.WithLabelValues(id) }
+		},
+		summaryV: cg.NewSummaryVec, counter: cg.NewCounter,
 		readFirst: func(cv *cg.CounterVec) func() uint64 {
 			c := cv.WithLabelValues("0")
 			return func() uint64 { return uint64(testutil.ToFloat64(c)) }
