@@ -13,7 +13,7 @@
 #include "mv_agentsvc.h"
 #include "mv_config.h"
 #include "mv_log.h"
-#include "mv_rdma.h"
+#include "mv_rdmatoken.h"
 #include "mv_rdmax.h"
 #include "mv_segstore.h"
 #include "mv_util.h"
@@ -107,22 +107,22 @@ static int quota_flag(int opt, const char *arg, mv_segstore_opts *o)
     uint64_t v;
     switch (opt) {
     case O_QUOTA_SEGS:
-        if (mv_flag_u64("microview-agent", "--max-segments-per-uid", arg, 0,
-                        MV_SEGSTORE_SEGMENTS_MAX, &o->max_segments_per_uid) < 0)
+        if (mv_util_flag_u64("microview-agent", "--max-segments-per-uid", arg, 0,
+                             MV_SEGSTORE_SEGMENTS_MAX, &o->max_segments_per_uid) < 0)
             return -1;
         return 1;
     case O_QUOTA_BYTES:
-        if (mv_flag_size("microview-agent", "--max-bytes-per-uid", arg, 0, UINT64_MAX,
-                         &o->max_bytes_per_uid) < 0)
+        if (mv_util_flag_size("microview-agent", "--max-bytes-per-uid", arg, 0, UINT64_MAX,
+                              &o->max_bytes_per_uid) < 0)
             return -1;
         return 1;
     case O_MIN_FREE_BYTES:
-        if (mv_flag_size("microview-agent", "--min-free-bytes", arg, 0, UINT64_MAX,
-                         &o->min_free_bytes) < 0)
+        if (mv_util_flag_size("microview-agent", "--min-free-bytes", arg, 0, UINT64_MAX,
+                              &o->min_free_bytes) < 0)
             return -1;
         return 1;
     case O_MIN_FREE_PERCENT:
-        if (mv_flag_u64("microview-agent", "--min-free-percent", arg, 0, 99, &v) < 0)
+        if (mv_util_flag_u64("microview-agent", "--min-free-percent", arg, 0, 99, &v) < 0)
             return -1;
         o->min_free_percent = (unsigned)v;
         return 1;
@@ -162,13 +162,13 @@ static int rdma_flags_check(rdma_flags *r, const char *tcp_listen)
                 "microview-agent: warning: --listen without --token-file or "
                 "--admin-token-file: anyone who reaches %s can create and release segments\n",
                 tcp_listen);
-    if (r->admin_token_file && mv_rdma_token_load(r->admin_token_file, r->admin_token,
-                                                  sizeof r->admin_token, err, sizeof err) < 0) {
+    if (r->admin_token_file && mv_rdmatoken_load(r->admin_token_file, r->admin_token,
+                                                 sizeof r->admin_token, err, sizeof err) < 0) {
         fprintf(stderr, "microview-agent: --admin-token-file: %s\n", err);
         return -1;
     }
     if (r->token_file &&
-        mv_rdma_token_load(r->token_file, r->token, sizeof r->token, err, sizeof err) < 0) {
+        mv_rdmatoken_load(r->token_file, r->token, sizeof r->token, err, sizeof err) < 0) {
         fprintf(stderr, "microview-agent: --token-file: %s\n", err);
         return -1;
     }
@@ -178,8 +178,8 @@ static int rdma_flags_check(rdma_flags *r, const char *tcp_listen)
         return -1;
     }
     r->port = MV_CONFIG_RDMA_PORT;
-    if (r->listen && mv_parse_listen(r->listen, MV_LISTEN_PORT_OPTIONAL, r->ip, sizeof r->ip,
-                                     &r->port, err, sizeof err) < 0) {
+    if (r->listen && mv_util_parse_listen(r->listen, MV_LISTEN_PORT_OPTIONAL, r->ip, sizeof r->ip,
+                                          &r->port, err, sizeof err) < 0) {
         fprintf(stderr, "microview-agent: --rdma-listen: %s\n", err);
         return -1;
     }
@@ -344,7 +344,7 @@ static int k8s_main(int argc, char **argv)
     lo[no++] = (struct option){"config", required_argument, NULL, 'c'};
     lo[no++] = (struct option){"help", no_argument, NULL, 'h'};
     int opt;
-    if (mv_opts_exact("microview-agent", argc, argv, lo) < 0)
+    if (mv_util_opts_exact("microview-agent", argc, argv, lo) < 0)
         return 2;
     while ((opt = getopt_long(argc, argv, "c:h", lo, NULL)) != -1) {
         if (opt == 'c') {
@@ -468,7 +468,7 @@ int main(int argc, char **argv)
     mv_rpc_tls_server_opts tls = {0};
     int insecure_listen = 0;
     int opt;
-    if (mv_opts_exact("microview-agent", argc, argv, longopts) < 0)
+    if (mv_util_opts_exact("microview-agent", argc, argv, longopts) < 0)
         return 2;
     while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         int q = quota_flag(opt, optarg, &quota);
@@ -487,7 +487,7 @@ int main(int argc, char **argv)
             break;
         case O_SOCKET_MODE: {
             uint32_t m;
-            if (mv_flag_mode("microview-agent", "--socket-mode", optarg, &m) < 0)
+            if (mv_util_flag_mode("microview-agent", "--socket-mode", optarg, &m) < 0)
                 return 2;
             perms.mode = (int)m;
             sock_mode = optarg;
@@ -495,7 +495,7 @@ int main(int argc, char **argv)
         }
         case O_SOCKET_GROUP: {
             uint32_t g;
-            if (mv_flag_group("microview-agent", "--socket-group", optarg, &g) < 0)
+            if (mv_util_flag_group("microview-agent", "--socket-group", optarg, &g) < 0)
                 return 2;
             perms.gid = g;
             sock_group = optarg;
@@ -505,12 +505,13 @@ int main(int argc, char **argv)
             tcp_listen = optarg;
             break;
         case O_MAXSIZE:
-            if (mv_flag_size("microview-agent", "--max-segment-size", optarg, MV_SEGSTORE_MIN_SIZE,
-                             UINT64_MAX, &max_size) < 0)
+            if (mv_util_flag_size("microview-agent", "--max-segment-size", optarg,
+                                  MV_SEGSTORE_MIN_SIZE, UINT64_MAX, &max_size) < 0)
                 return 2;
             break;
         case O_REAP:
-            if (mv_flag_u64("microview-agent", "--reap-interval-ms", optarg, 1, 3600000, &reap_ms))
+            if (mv_util_flag_u64("microview-agent", "--reap-interval-ms", optarg, 1, 3600000,
+                                 &reap_ms))
                 return 2;
             break;
         case O_LOGLEVEL:
@@ -563,8 +564,8 @@ int main(int argc, char **argv)
     if (tcp_listen) {
         char err[MV_ERR_MAX], host[256];
         uint16_t port;
-        if (mv_parse_listen(tcp_listen, MV_LISTEN_PORT_ZERO, host, sizeof host, &port, err,
-                            sizeof err) < 0) {
+        if (mv_util_parse_listen(tcp_listen, MV_LISTEN_PORT_ZERO, host, sizeof host, &port, err,
+                                 sizeof err) < 0) {
             fprintf(stderr, "microview-agent: --listen: %s\n", err);
             return 2;
         }
@@ -576,7 +577,7 @@ int main(int argc, char **argv)
 
     char sockbuf[4096];
     if (!sock) {
-        if (mv_fmt(sockbuf, sizeof sockbuf, "%s/agent.sock", dir) < 0) {
+        if (mv_util_fmt(sockbuf, sizeof sockbuf, "%s/agent.sock", dir) < 0) {
             fprintf(stderr, "microview-agent: --dir: path too long for the socket\n");
             return 2;
         }

@@ -8,7 +8,7 @@
 #include "mv_agentc.h"
 #include "mv_collector.h"
 #include "mv_log.h"
-#include "mv_rdma.h"
+#include "mv_rdmatoken.h"
 #include "mv_util.h"
 
 #define DEFAULT_AGENT "unix:/run/microview/agent.sock"
@@ -170,7 +170,7 @@ static int run(int argc, char **argv, mv_export_sel *derived)
     mv_httpd_config_default(&hc);
     mv_authz_mode auth = MV_AUTHZ_NONE;
     mv_authz_opts zo = {0};
-    if (mv_opts_exact("microview-collector", argc, argv, opts) < 0)
+    if (mv_util_opts_exact("microview-collector", argc, argv, opts) < 0)
         return 2;
     while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (opt) {
@@ -205,38 +205,38 @@ static int run(int argc, char **argv, mv_export_sel *derived)
             zo.ca_file = optarg;
             break;
         case 'o':
-            if (mv_flag_u64(P, "--auth-timeout-ms", optarg, 100, 30000, &v))
+            if (mv_util_flag_u64(P, "--auth-timeout-ms", optarg, 100, 30000, &v))
                 return 2;
             zo.timeout_ms = (int)v;
             break;
         case 'i':
-            if (mv_flag_u64(P, "--auth-max-inflight", optarg, 1, MV_COLLECTOR_AUTH_HTTP_THREADS - 1,
-                            &v))
+            if (mv_util_flag_u64(P, "--auth-max-inflight", optarg, 1,
+                                 MV_COLLECTOR_AUTH_HTTP_THREADS - 1, &v))
                 return 2;
             zo.max_inflight = (unsigned)v;
             break;
         case 'C':
-            if (mv_flag_u64(P, "--http-max-conns", optarg, 1, 1000000, &v))
+            if (mv_util_flag_u64(P, "--http-max-conns", optarg, 1, 1000000, &v))
                 return 2;
             hc.max_conns = (unsigned)v;
             break;
         case 'c':
-            if (mv_flag_u64(P, "--http-max-conns-per-client", optarg, 1, 1000000, &v))
+            if (mv_util_flag_u64(P, "--http-max-conns-per-client", optarg, 1, 1000000, &v))
                 return 2;
             hc.max_conns_per_client = (unsigned)v;
             break;
         case 'I':
-            if (mv_flag_u64(P, "--http-idle-timeout-s", optarg, 1, 3600, &v))
+            if (mv_util_flag_u64(P, "--http-idle-timeout-s", optarg, 1, 3600, &v))
                 return 2;
             hc.timeout_s = (unsigned)v;
             break;
         case 1000:
-            if (mv_flag_u64(P, "--http-request-deadline-s", optarg, 0, 3600, &v))
+            if (mv_util_flag_u64(P, "--http-request-deadline-s", optarg, 0, 3600, &v))
                 return 2;
             hc.request_deadline_s = (unsigned)v;
             break;
         case 'P':
-            if (mv_flag_u64(P, "--rdma-port", optarg, 1, 65535, &rdma_port))
+            if (mv_util_flag_u64(P, "--rdma-port", optarg, 1, 65535, &rdma_port))
                 return 2;
             break;
         case 'S':
@@ -256,12 +256,12 @@ static int run(int argc, char **argv, mv_export_sel *derived)
             listen = optarg;
             break;
         case 'T':
-            if (mv_flag_u64(P, "--tick-ms", optarg, 1, 60000, &v))
+            if (mv_util_flag_u64(P, "--tick-ms", optarg, 1, 60000, &v))
                 return 2;
             co.tick_us = (uint32_t)(v * 1000);
             break;
         case 'w':
-            if (mv_flag_u64(P, "--tick-workers", optarg, 1, MV_COLL_MAX_TICK_WORKERS, &v))
+            if (mv_util_flag_u64(P, "--tick-workers", optarg, 1, MV_COLL_MAX_TICK_WORKERS, &v))
                 return 2;
             co.tick_workers = (uint32_t)v;
             break;
@@ -269,28 +269,28 @@ static int run(int argc, char **argv, mv_export_sel *derived)
             co.tick_poll = 1;
             break;
         case 'Q':
-            if (mv_flag_u64(P, "--quarantine-after-ms", optarg, 0, 3600000, &v))
+            if (mv_util_flag_u64(P, "--quarantine-after-ms", optarg, 0, 3600000, &v))
                 return 2;
             co.quarantine_after_ms = (uint32_t)v;
             break;
         case 'B':
-            if (mv_flag_size(P, "--max-body-bytes", optarg, 4096, 1ull << 32, &v))
+            if (mv_util_flag_size(P, "--max-body-bytes", optarg, 4096, 1ull << 32, &v))
                 return 2;
             body_cap = v;
             break;
         case 'E':
-            if (mv_flag_size(P, "--expo-cache-max-bytes", optarg, 4096, 1ull << 40, &v))
+            if (mv_util_flag_size(P, "--expo-cache-max-bytes", optarg, 4096, 1ull << 40, &v))
                 return 2;
             cache_cap = v;
             break;
         case 'M':
-            if (mv_flag_u64(P, "--max-interval-ms", optarg, 1, 3600000, &v))
+            if (mv_util_flag_u64(P, "--max-interval-ms", optarg, 1, 3600000, &v))
                 return 2;
             co.max_interval_us = (uint32_t)(v * 1000);
             max_interval_set = 1;
             break;
         case 'W':
-            if (mv_flag_u64(P, "--window-ms", optarg, 10, 86400000, &v))
+            if (mv_util_flag_u64(P, "--window-ms", optarg, 10, 86400000, &v))
                 return 2;
             co.pipe.window_ns = (uint64_t)v * 1000000ull;
             break;
@@ -307,11 +307,11 @@ static int run(int argc, char **argv, mv_export_sel *derived)
             }
             break;
         case 'A':
-            if (mv_flag_number(P, "--sketch-alpha", optarg, 1e-4, 0.5, &co.pipe.alpha))
+            if (mv_util_flag_number(P, "--sketch-alpha", optarg, 1e-4, 0.5, &co.pipe.alpha))
                 return 2;
             break;
         case 'K':
-            if (mv_flag_u64(P, "--sketch-buckets", optarg, 16, 1u << 20, &v))
+            if (mv_util_flag_u64(P, "--sketch-buckets", optarg, 16, 1u << 20, &v))
                 return 2;
             co.pipe.sketch_buckets = (uint32_t)v;
             break;
@@ -339,7 +339,7 @@ static int run(int argc, char **argv, mv_export_sel *derived)
             co.pipe.detect = 0;
             break;
         case 'd':
-            if (mv_flag_u64(P, "--detect-ms", optarg, 0, 60000, &v))
+            if (mv_util_flag_u64(P, "--detect-ms", optarg, 0, 60000, &v))
                 return 2;
             co.pipe.detect_period_ns = v * 1000000ull;
             break;
@@ -415,7 +415,7 @@ static int run(int argc, char **argv, mv_export_sel *derived)
                             "(repeatable) and --rdma-token-file\n");
             return 2;
         }
-        if (mv_rdma_token_load(rdma_token_file, rdma_token, sizeof rdma_token, err, sizeof err)) {
+        if (mv_rdmatoken_load(rdma_token_file, rdma_token, sizeof rdma_token, err, sizeof err)) {
             fprintf(stderr, "microview-collector: --rdma-token-file: %s\n", err);
             return 2;
         }
@@ -426,8 +426,8 @@ static int run(int argc, char **argv, mv_export_sel *derived)
     uint16_t port = 0;
     {
         char err[MV_ERR_MAX];
-        if (mv_parse_listen(listen, MV_LISTEN_ANY_HOST | MV_LISTEN_PORT_ZERO, host, sizeof host,
-                            &port, err, sizeof err) < 0) {
+        if (mv_util_parse_listen(listen, MV_LISTEN_ANY_HOST | MV_LISTEN_PORT_ZERO, host,
+                                 sizeof host, &port, err, sizeof err) < 0) {
             fprintf(stderr, "microview-collector: --listen: %s\n", err);
             return 2;
         }

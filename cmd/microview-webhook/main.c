@@ -58,7 +58,7 @@ int main(int argc, char **argv)
                *res = NULL, *level = NULL, *config = NULL;
     int opt;
     opterr = 0;
-    if (mv_opts_exact("microview-webhook", argc, argv, longopts) < 0)
+    if (mv_util_opts_exact("microview-webhook", argc, argv, longopts) < 0)
         return 2;
     while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (opt) {
@@ -134,7 +134,8 @@ int main(int argc, char **argv)
     if (strlen(ac.resource_name) > MV_WH_RESOURCE_MAX)
         return fail_flag("--resource-name", ac.resource_name, "longer than 253 bytes");
     memcpy(sc.review.resource_name, ac.resource_name, strlen(ac.resource_name) + 1);
-    if (maxp && mv_parse_u64(maxp, 1, 100000000, &sc.review.max_pages_per_pod, err, sizeof err))
+    if (maxp &&
+        mv_util_parse_u64(maxp, 1, 100000000, &sc.review.max_pages_per_pod, err, sizeof err))
         return fail_flag("--max-pages-per-pod", maxp, err);
     if (mv_wh_config_check(&sc.review, err, sizeof err) != 0)
         return fail_flag("--page-size/--max-pages-per-pod/--resource-name", "", err);
@@ -143,8 +144,8 @@ int main(int argc, char **argv)
                          "required: the API server calls webhooks over HTTPS only");
     char host[64];
     uint16_t port;
-    if (mv_parse_listen(listen, MV_LISTEN_ANY_HOST | MV_LISTEN_PORT_ZERO, host, sizeof host, &port,
-                        err, sizeof err) != 0)
+    if (mv_util_parse_listen(listen, MV_LISTEN_ANY_HOST | MV_LISTEN_PORT_ZERO, host, sizeof host,
+                             &port, err, sizeof err) != 0)
         return fail_flag("--listen", listen, err);
 
     mv_log_init("webhook", lvl);

@@ -13,7 +13,7 @@
 #include "mv_inspect.h"
 #include "mv_log.h"
 #include "mv_util.h"
-#include "mv_rdma.h"
+#include "mv_rdmatoken.h"
 
 /* TLS to an agent's TCP listener: --agent-ca, --agent-cert, --agent-key, --agent-server-name
  * (the collector's flags), taken by list, create and release. */
@@ -54,17 +54,18 @@ static mv_agentc *open_agent(const char *target, const char *token_file, char *e
 {
     mv_agentc *c = NULL;
     char tok[MV_RDMA_TOKEN_MAX + 1], why[MV_ERR_MAX];
-    if (token_file && mv_rdma_token_load(token_file, tok, sizeof tok, why, sizeof why) < 0) {
-        mv_err_set(err, errlen, "--token-file: %s", why);
+    if (token_file && mv_rdmatoken_load(token_file, tok, sizeof tok, why, sizeof why) < 0) {
+        mv_util_err_set(err, errlen, "--token-file: %s", why);
         return NULL;
     }
     if ((g_tls.ca_file || g_tls.cert_file || g_tls.key_file || g_tls.server_name) &&
         mv_agentc_set_tls(&g_tls, why, sizeof why) < 0) {
-        mv_err_set(err, errlen, "--agent-ca/--agent-cert/--agent-key: %s", why);
+        mv_util_err_set(err, errlen, "--agent-ca/--agent-cert/--agent-key: %s", why);
         return NULL;
     }
     if (mv_agentc_open(target, &c) != 0 || (token_file && mv_agentc_set_token(c, tok) != 0)) {
-        mv_err_set(err, errlen, "%s", c ? mv_agentc_error(c) : "cannot create an agent client");
+        mv_util_err_set(err, errlen, "%s",
+                        c ? mv_agentc_error(c) : "cannot create an agent client");
         mv_agentc_close(c);
         return NULL;
     }
@@ -171,7 +172,7 @@ static const char *parse_agent_opt(int argc, char **argv, int *json, const char 
                                          {0, 0, 0, 0}};
     *ok = 1;
     *token_file = NULL;
-    if (mv_opts_exact("microviewctl", argc, argv, opts) < 0) {
+    if (mv_util_opts_exact("microviewctl", argc, argv, opts) < 0) {
         *ok = 0;
         return target;
     }
@@ -246,7 +247,7 @@ int mv_ctl_create(int argc, char **argv)
                                          {"owner-gid", required_argument, 0, 'G'},
                                          TLS_OPTS,
                                          {0, 0, 0, 0}};
-    if (mv_opts_exact("microviewctl", argc, argv, opts) < 0)
+    if (mv_util_opts_exact("microviewctl", argc, argv, opts) < 0)
         return 2;
     while ((opt = getopt_long(argc, argv, "a:s:l:t:o:U:G:", opts, NULL)) != -1) {
         char *eq;
@@ -258,20 +259,20 @@ int mv_ctl_create(int argc, char **argv)
             token_file = optarg;
             break;
         case 's':
-            if (mv_flag_size("microviewctl", "--size", optarg, 0, UINT64_MAX, &size) < 0)
+            if (mv_util_flag_size("microviewctl", "--size", optarg, 0, UINT64_MAX, &size) < 0)
                 return 2;
             break;
         case 'o':
-            if (mv_flag_u64("microviewctl", "--owner-pid", optarg, 1, INT32_MAX, &owner) < 0)
+            if (mv_util_flag_u64("microviewctl", "--owner-pid", optarg, 1, INT32_MAX, &owner) < 0)
                 return 2;
             break;
         case 'U': /* (uid_t)-1 means "unchanged" to chown: not an id */
-            if (mv_flag_u64("microviewctl", "--owner-uid", optarg, 0, UINT32_MAX - 1, &id) < 0)
+            if (mv_util_flag_u64("microviewctl", "--owner-uid", optarg, 0, UINT32_MAX - 1, &id) < 0)
                 return 2;
             own.uid = (int64_t)id;
             break;
         case 'G':
-            if (mv_flag_u64("microviewctl", "--owner-gid", optarg, 0, UINT32_MAX - 1, &id) < 0)
+            if (mv_util_flag_u64("microviewctl", "--owner-gid", optarg, 0, UINT32_MAX - 1, &id) < 0)
                 return 2;
             own.gid = (int64_t)id;
             break;

@@ -65,7 +65,7 @@ static int cmd_dump(int argc, char **argv)
     int json = 0, opt;
     static const struct option opts[] = {
         {"json", no_argument, 0, 'j'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-    if (mv_opts_exact("microviewctl", argc, argv, opts) < 0)
+    if (mv_util_opts_exact("microviewctl", argc, argv, opts) < 0)
         return 2;
     while ((opt = getopt_long(argc, argv, "jh", opts, NULL)) != -1) {
         if (opt == 'j')
@@ -100,7 +100,7 @@ static int cmd_dump(int argc, char **argv)
 
 static int parse_d(const char *s, const char *what, double *out)
 {
-    return mv_flag_number("microviewctl", what, s, 0, 1e9, out);
+    return mv_util_flag_number("microviewctl", what, s, 0, 1e9, out);
 }
 
 static int cmd_gen(int argc, char **argv)
@@ -122,7 +122,7 @@ static int cmd_gen(int argc, char **argv)
                                          {"label", required_argument, 0, 'l'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    if (mv_opts_exact("microviewctl", argc, argv, opts) < 0)
+    if (mv_util_opts_exact("microviewctl", argc, argv, opts) < 0)
         return 2;
     while ((opt = getopt_long(argc, argv, "a:s:S:c:g:H:r:d:l:h", opts, NULL)) != -1) {
         switch (opt) {
@@ -133,21 +133,21 @@ static int cmd_gen(int argc, char **argv)
             segpath = optarg;
             break;
         case 'S':
-            if (mv_flag_size("microviewctl", "--size", optarg, 0, 1ull << 30, &size))
+            if (mv_util_flag_size("microviewctl", "--size", optarg, 0, 1ull << 30, &size))
                 return 2;
             break;
         case 'c':
-            if (mv_flag_u64("microviewctl", "--counters", optarg, 0, 10000, &v))
+            if (mv_util_flag_u64("microviewctl", "--counters", optarg, 0, 10000, &v))
                 return 2;
             wo.counters = (unsigned)v;
             break;
         case 'g':
-            if (mv_flag_u64("microviewctl", "--gauges", optarg, 0, 10000, &v))
+            if (mv_util_flag_u64("microviewctl", "--gauges", optarg, 0, 10000, &v))
                 return 2;
             wo.gauges = (unsigned)v;
             break;
         case 'H':
-            if (mv_flag_u64("microviewctl", "--histograms", optarg, 0, 1000, &v))
+            if (mv_util_flag_u64("microviewctl", "--histograms", optarg, 0, 1000, &v))
                 return 2;
             wo.histograms = (unsigned)v;
             break;

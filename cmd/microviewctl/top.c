@@ -22,10 +22,10 @@
 /* Fetches URL; returns the parsed JSON or NULL (reason printed). */
 static json_object *fetch(CURL *c, const char *url)
 {
-    mv_buf b = {.cap = MAX_BODY};
+    mv_util_buf b = {.cap = MAX_BODY};
     long status = 0;
     curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, mv_buf_curl_write);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, mv_util_buf_curl_write);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
     curl_easy_setopt(c, CURLOPT_TIMEOUT, 5L);
     curl_easy_setopt(c, CURLOPT_ACCEPT_ENCODING, "");
@@ -38,7 +38,7 @@ static json_object *fetch(CURL *c, const char *url)
         fprintf(stderr, "microviewctl top: %s: HTTP %ld\n", url, status);
     else if (!(o = json_tokener_parse(b.data ? b.data : "")))
         fprintf(stderr, "microviewctl top: %s: the response is not JSON\n", url);
-    mv_buf_free(&b);
+    mv_util_buf_free(&b);
     return o;
 }
 
@@ -217,7 +217,7 @@ static size_t term_cols(void)
     const char *e = getenv("COLUMNS");
     uint64_t v;
     char err[MV_ERR_MAX];
-    if (e && mv_parse_u64(e, 1, 100000, &v, err, sizeof err) == 0)
+    if (e && mv_util_parse_u64(e, 1, 100000, &v, err, sizeof err) == 0)
         return (size_t)v;
     return 0;
 }
@@ -235,7 +235,7 @@ int mv_ctl_top(int argc, char **argv, const volatile int *stop)
                                          {"limit", required_argument, 0, 'l'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    if (mv_opts_exact("microviewctl", argc, argv, opts) < 0)
+    if (mv_util_opts_exact("microviewctl", argc, argv, opts) < 0)
         return 2;
     while ((opt = getopt_long(argc, argv, "c:oi:l:h", opts, NULL)) != -1) {
         switch (opt) {
@@ -246,11 +246,11 @@ int mv_ctl_top(int argc, char **argv, const volatile int *stop)
             once = 1;
             break;
         case 'i':
-            if (mv_flag_number("microviewctl top", "--interval", optarg, 0.1, 3600, &interval))
+            if (mv_util_flag_number("microviewctl top", "--interval", optarg, 0.1, 3600, &interval))
                 return 2;
             break;
         case 'l':
-            if (mv_flag_u64("microviewctl top", "--limit", optarg, 0, UINT32_MAX, &v) < 0)
+            if (mv_util_flag_u64("microviewctl top", "--limit", optarg, 0, UINT32_MAX, &v) < 0)
                 return 2;
             limit = (unsigned)v;
             break;

@@ -887,8 +887,6 @@ void mv_histogram_observe(mv_histogram *h, double v)
 {
     if (h == NULL || h->w == NULL)
         return;
-    if (v != v) /* NaN counts, in the +Inf bucket (no comparison holds), as the one quiet NaN */
-        v = __builtin_nan("");
     const double *b = h->bounds;
     uint32_t lo = 0, hi = h->n;
     while (lo < hi) {
@@ -898,6 +896,10 @@ void mv_histogram_observe(mv_histogram *h, double v)
         else
             lo = mid + 1;
     }
+    /* NaN counts: no comparison holds, so it lands in the +Inf bucket, where it is made the
+     * one quiet NaN (spec section 9.5) before it goes into the sum. */
+    if (lo == h->n && v != v)
+        v = __builtin_nan("");
     uint64_t *w = h->w, old, nw;
     if (h->shard_mask)
         w += (size_t)(mv__thread_shard() & h->shard_mask) * h->shard_words;

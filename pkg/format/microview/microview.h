@@ -216,7 +216,7 @@ static inline int mv_counter_f_add(mv_counter_f c, double v)
 {
     if (v >= 0 && v < 18446744073709551616.0) {
         uint64_t u = (uint64_t)v;
-        if ((double)u == v) {
+        if (!((double)u < v)) { /* u <= v always: equal, so v is integral */
             __atomic_fetch_add(mv__word(c.slot), u, __ATOMIC_RELAXED);
             return MV_OK;
         }
@@ -232,7 +232,7 @@ static inline void mv_gauge_set(mv_gauge g, double v)
         mv__gauge_set_sharded(g, v);
         return;
     }
-    if (__builtin_expect(v != v, 0)) /* any NaN is stored as the one quiet NaN (spec 9.5) */
+    if (__builtin_expect(__builtin_isnan(v), 0)) /* any NaN: the one quiet NaN (spec 9.5) */
         v = __builtin_nan("");
     memcpy(&bits, &v, sizeof bits);
     __atomic_store_n(g.slot, bits, __ATOMIC_RELAXED);

@@ -36,7 +36,7 @@ size_t mv_expo_format_u64(uint64_t v, char *out)
     return sizeof tmp - n;
 }
 
-size_t expo_fmt_i64(int64_t v, char *out)
+size_t mv_expo__fmt_i64(int64_t v, char *out)
 {
     if (v >= 0)
         return mv_expo_format_u64((uint64_t)v, out);

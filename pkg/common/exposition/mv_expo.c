@@ -605,7 +605,7 @@ static size_t fmt_ts(mv_expo_format f, int64_t ts_ms, char *out)
 {
     out[0] = ' ';
     if (f == MV_EXPO_TEXT)
-        return 1 + expo_fmt_i64(ts_ms, out + 1);
+        return 1 + mv_expo__fmt_i64(ts_ms, out + 1);
     uint64_t mag = ts_ms < 0 ? (uint64_t)(-(ts_ms + 1)) + 1 : (uint64_t)ts_ms;
     uint64_t sec = mag / 1000, ms = mag % 1000;
     size_t o = 1;
@@ -698,7 +698,7 @@ int mv_expo_sample_i64(mv_expo *e, const char *suffix, const mv_expo_label *a, s
                        double extra_value, int64_t value, int64_t ts_ms)
 {
     char num[32];
-    size_t n = expo_fmt_i64(value, num);
+    size_t n = mv_expo__fmt_i64(value, num);
     return sample_str(e, suffix, a, na, b, nb, extra_name, extra_value, num, n, ts_ms);
 }
 

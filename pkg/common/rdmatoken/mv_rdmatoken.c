@@ -1,11 +1,11 @@
-/* mv_rdma_token: reads and checks the shared token file (libc only). */
-#include "mv_rdma.h"
+/* mv_rdmatoken: reads and checks the shared token file (libc only). */
+#include "mv_rdmatoken.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
-int mv_rdma_token_load(const char *path, char *out, size_t outlen, char *err, size_t errlen)
+int mv_rdmatoken_load(const char *path, char *out, size_t outlen, char *err, size_t errlen)
 {
     char buf[256];
     size_t n = 0;

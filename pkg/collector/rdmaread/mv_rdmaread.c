@@ -1,5 +1,5 @@
-/* mv_rdma_conn: RC connection to an agent and the RDMA READ transport (collector side). */
-#include "mv_rdma_conn.h"
+/* mv_rdmaread_conn: RC connection to an agent and the RDMA READ transport (collector side). */
+#include "mv_rdmaread.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -35,14 +35,14 @@ typedef struct rdma_src {
     uint64_t len;
 } rdma_src;
 
-struct mv_rdma_conn {
+struct mv_rdmaread_conn {
     char agent[64];
     uint16_t port;
     struct sockaddr_storage dst, src;
     int have_src;
     uint8_t token[MV_RDMA_TOKEN_MAX];
     size_t token_len;
-    mv_rdma_conn_opts opts;
+    mv_rdmaread_opts opts;
 
     struct rdma_event_channel *ch; /* lives as long as the connection */
 
@@ -68,11 +68,11 @@ struct mv_rdma_conn {
 
     mv_coll_transport tr;
     pthread_mutex_t lock; /* guards st and info against the getters */
-    mv_rdma_conn_stats st;
+    mv_rdmaread_stats st;
     mv_rdma_dev_info info;
 };
 
-void mv_rdma_conn_opts_default(mv_rdma_conn_opts *o)
+void mv_rdmaread_opts_default(mv_rdmaread_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->connect_timeout_ms = 3000;
@@ -85,7 +85,7 @@ void mv_rdma_conn_opts_default(mv_rdma_conn_opts *o)
 }
 
 /* Waits for the next cm event of the connection until `deadline`. */
-static int wait_cm(mv_rdma_conn *c, uint64_t deadline, struct rdma_cm_event **ev)
+static int wait_cm(mv_rdmaread_conn *c, uint64_t deadline, struct rdma_cm_event **ev)
 {
     for (;;) {
         struct pollfd pf = {.fd = c->ch->fd, .events = POLLIN};
@@ -94,7 +94,7 @@ static int wait_cm(mv_rdma_conn *c, uint64_t deadline, struct rdma_cm_event **ev
             return 0;
         if (errno != EAGAIN && errno != EWOULDBLOCK)
             return -errno;
-        now = mv_mono_ns();
+        now = mv_util_mono_ns();
         if (now >= deadline)
             return -ETIMEDOUT;
         poll(&pf, 1, (int)((deadline - now + 999999) / 1000000));
@@ -102,7 +102,7 @@ static int wait_cm(mv_rdma_conn *c, uint64_t deadline, struct rdma_cm_event **ev
 }
 
 /* Undoes whatever part of the session exists; safe to call repeatedly. */
-static void session_teardown(mv_rdma_conn *c)
+static void session_teardown(mv_rdmaread_conn *c)
 {
     if (c->id && c->connected)
         rdma_disconnect(c->id);
@@ -128,9 +128,9 @@ static void session_teardown(mv_rdma_conn *c)
 
 /* Resolves, builds the PD/CQ/QP/staging MR and connects. On failure the
  * partial session is torn down and `err` says why. */
-static int session_connect(mv_rdma_conn *c, char *err, size_t errlen)
+static int session_connect(mv_rdmaread_conn *c, char *err, size_t errlen)
 {
-    uint64_t deadline = mv_mono_ns() + (uint64_t)c->opts.connect_timeout_ms * 1000000u;
+    uint64_t deadline = mv_util_mono_ns() + (uint64_t)c->opts.connect_timeout_ms * 1000000u;
     int tmo = (int)c->opts.connect_timeout_ms;
     struct rdma_cm_event *ev;
     struct ibv_qp_init_attr qa;
@@ -211,7 +211,7 @@ static int session_connect(mv_rdma_conn *c, char *err, size_t errlen)
         goto teardown;
     }
     c->cc = ibv_create_comp_channel(c->id->verbs);
-    if (!c->cc || mv_set_nonblock(c->cc->fd)) {
+    if (!c->cc || mv_util_set_nonblock(c->cc->fd)) {
         rc = errno ? -errno : -ENOMEM;
         snprintf(err, errlen, "ibv_create_comp_channel: %s", strerror(-rc));
         goto teardown;
@@ -334,13 +334,13 @@ teardown:
     return rc;
 }
 
-static void mark_broken(mv_rdma_conn *c, const char *why)
+static void mark_broken(mv_rdmaread_conn *c, const char *why)
 {
     if (!c->connected)
         return;
     c->connected = 0;
     if (!c->backoff_ms)
-        c->next_try_ns = mv_mono_ns(); /* the first reconnect is immediate */
+        c->next_try_ns = mv_util_mono_ns(); /* the first reconnect is immediate */
     pthread_mutex_lock(&c->lock);
     c->st.connected = 0;
     pthread_mutex_unlock(&c->lock);
@@ -348,10 +348,10 @@ static void mark_broken(mv_rdma_conn *c, const char *why)
 }
 
 /* Reconnects a broken connection when its backoff allows. Returns 0 if connected. */
-static int ensure_connected(mv_rdma_conn *c)
+static int ensure_connected(mv_rdmaread_conn *c)
 {
     char err[MV_ERR_MAX];
-    uint64_t now = mv_mono_ns();
+    uint64_t now = mv_util_mono_ns();
     int rc;
 
     if (c->connected)
@@ -363,7 +363,7 @@ static int ensure_connected(mv_rdma_conn *c)
     if (rc) {
         uint32_t b = c->backoff_ms ? c->backoff_ms * 2 : c->opts.backoff_min_ms;
         c->backoff_ms = b > c->opts.backoff_max_ms ? c->opts.backoff_max_ms : b;
-        c->next_try_ns = mv_mono_ns() + (uint64_t)c->backoff_ms * 1000000u;
+        c->next_try_ns = mv_util_mono_ns() + (uint64_t)c->backoff_ms * 1000000u;
         pthread_mutex_lock(&c->lock);
         c->st.connect_failures++;
         pthread_mutex_unlock(&c->lock);
@@ -381,7 +381,7 @@ static int ensure_connected(mv_rdma_conn *c)
 }
 
 /* Reads pending cm events (a disconnect from the agent breaks the connection). */
-static void drain_cm_events(mv_rdma_conn *c)
+static void drain_cm_events(mv_rdmaread_conn *c)
 {
     struct rdma_cm_event *ev;
 
@@ -396,7 +396,7 @@ static void drain_cm_events(mv_rdma_conn *c)
 
 /* Grows the staging buffer (re-registering it) towards `need`, within the cap.
  * Keeps the old buffer if the new one cannot be had. */
-static void grow_staging(mv_rdma_conn *c, size_t need)
+static void grow_staging(mv_rdmaread_conn *c, size_t need)
 {
     size_t len = c->staging_len;
     unsigned char *buf;
@@ -431,17 +431,17 @@ static void grow_staging(mv_rdma_conn *c, size_t need)
 
 /* Waits for completions until `deadline`: returns how many are in c->wc, 0 on
  * timeout, or -errno. Spins briefly, then sleeps on the completion channel. */
-static int poll_cq(mv_rdma_conn *c, uint64_t deadline)
+static int poll_cq(mv_rdmaread_conn *c, uint64_t deadline)
 {
     const int max = (int)(sizeof c->wc / sizeof c->wc[0]);
-    uint64_t spin_end = mv_mono_ns() + SPIN_NS;
+    uint64_t spin_end = mv_util_mono_ns() + SPIN_NS;
     int n;
 
     do {
         n = ibv_poll_cq(c->cq, max, c->wc);
         if (n)
             return n < 0 ? -EIO : n;
-    } while (mv_mono_ns() < spin_end);
+    } while (mv_util_mono_ns() < spin_end);
 
     for (;;) {
         struct pollfd pf = {.fd = c->cc->fd, .events = POLLIN};
@@ -454,7 +454,7 @@ static int poll_cq(mv_rdma_conn *c, uint64_t deadline)
         n = ibv_poll_cq(c->cq, max, c->wc);
         if (n)
             return n < 0 ? -EIO : n;
-        now = mv_mono_ns();
+        now = mv_util_mono_ns();
         if (now >= deadline)
             return 0;
         if (poll(&pf, 1, (int)((deadline - now + 999999) / 1000000)) > 0 &&
@@ -475,7 +475,8 @@ static size_t align_up(size_t v)
  * buffer): posts linked batches of `depth` READs with only the last one
  * signalled, keeps up to the send queue's worth in flight, then copies the
  * completed ones out. Returns 0, or -EIO after which the connection is broken. */
-static int run_round(mv_rdma_conn *c, mv_coll_read *reqs, size_t from, size_t to, uint64_t deadline)
+static int run_round(mv_rdmaread_conn *c, mv_coll_read *reqs, size_t from, size_t to,
+                     uint64_t deadline)
 {
     size_t next = from, err_first = SIZE_MAX, done_upto = from; /* [from, done_upto) complete */
     size_t off = 0, ok_limit;
@@ -581,7 +582,7 @@ static int run_round(mv_rdma_conn *c, mv_coll_read *reqs, size_t from, size_t to
 
 static void rdma_read_many(void *ctx, mv_coll_read *reqs, size_t n)
 {
-    mv_rdma_conn *c = ctx;
+    mv_rdmaread_conn *c = ctx;
     uint64_t t0, deadline, reads = 0, bytes = 0, errors = 0, revoked = 0;
     size_t need = 0, i;
     int posted = 0;
@@ -600,7 +601,7 @@ static void rdma_read_many(void *ctx, mv_coll_read *reqs, size_t n)
     drain_cm_events(c);
     if (ensure_connected(c) == 0) {
         grow_staging(c, need);
-        t0 = mv_mono_ns();
+        t0 = mv_util_mono_ns();
         deadline = t0 + (uint64_t)c->opts.read_timeout_ms * 1000000u;
         i = 0;
         while (i < n && c->connected) {
@@ -627,7 +628,7 @@ static void rdma_read_many(void *ctx, mv_coll_read *reqs, size_t n)
             i = j;
         }
         if (posted) {
-            uint64_t us = (mv_mono_ns() - t0) / 1000;
+            uint64_t us = (mv_util_mono_ns() - t0) / 1000;
             unsigned b = 0;
             while (b + 1 < MV_RDMA_LAT_BUCKETS && (us >> (b + 1)))
                 b++;
@@ -667,8 +668,8 @@ static void rdma_src_close(void *ctx, void *src)
     free(src);
 }
 
-int mv_rdma_source_create(mv_rdma_conn *c, uint64_t remote_addr, uint32_t rkey, uint64_t len,
-                          void **src)
+int mv_rdmaread_source_create(mv_rdmaread_conn *c, uint64_t remote_addr, uint32_t rkey,
+                              uint64_t len, void **src)
 {
     rdma_src *s;
 
@@ -685,17 +686,17 @@ int mv_rdma_source_create(mv_rdma_conn *c, uint64_t remote_addr, uint32_t rkey, 
     return 0;
 }
 
-const mv_coll_transport *mv_rdma_transport(mv_rdma_conn *c)
+const mv_coll_transport *mv_rdmaread_transport(mv_rdmaread_conn *c)
 {
     return &c->tr;
 }
 
-int mv_rdma_conn_open(const char *agent_ip, uint16_t port, const char *token,
-                      const mv_rdma_conn_opts *opts, mv_rdma_conn **out, char *err, size_t errlen)
+int mv_rdmaread_open(const char *agent_ip, uint16_t port, const char *token,
+                     const mv_rdmaread_opts *opts, mv_rdmaread_conn **out, char *err, size_t errlen)
 {
     size_t tlen = token ? strlen(token) : 0;
-    mv_rdma_conn_opts def;
-    mv_rdma_conn *c;
+    mv_rdmaread_opts def;
+    mv_rdmaread_conn *c;
     int rc;
 
     *out = NULL;
@@ -708,7 +709,7 @@ int mv_rdma_conn_open(const char *agent_ip, uint16_t port, const char *token,
         snprintf(err, errlen, "out of memory");
         return -ENOMEM;
     }
-    mv_rdma_conn_opts_default(&def);
+    mv_rdmaread_opts_default(&def);
     c->opts = def;
     if (opts) {
         c->opts.src_ip = opts->src_ip;
@@ -771,7 +772,7 @@ int mv_rdma_conn_open(const char *agent_ip, uint16_t port, const char *token,
                  strerror(errno));
         goto free_arrays;
     }
-    if (mv_set_nonblock(c->ch->fd)) {
+    if (mv_util_set_nonblock(c->ch->fd)) {
         rc = -errno;
         snprintf(err, errlen, "fcntl: %s", strerror(errno));
         goto destroy_channel;
@@ -802,7 +803,7 @@ free_conn:
     return rc;
 }
 
-void mv_rdma_conn_close(mv_rdma_conn *c)
+void mv_rdmaread_close(mv_rdmaread_conn *c)
 {
     if (!c)
         return;
@@ -815,14 +816,14 @@ void mv_rdma_conn_close(mv_rdma_conn *c)
     free(c);
 }
 
-void mv_rdma_conn_stats_get(mv_rdma_conn *c, mv_rdma_conn_stats *out)
+void mv_rdmaread_stats_get(mv_rdmaread_conn *c, mv_rdmaread_stats *out)
 {
     pthread_mutex_lock(&c->lock);
     *out = c->st;
     pthread_mutex_unlock(&c->lock);
 }
 
-void mv_rdma_conn_info(mv_rdma_conn *c, mv_rdma_dev_info *out)
+void mv_rdmaread_info(mv_rdmaread_conn *c, mv_rdma_dev_info *out)
 {
     pthread_mutex_lock(&c->lock);
     *out = c->info;

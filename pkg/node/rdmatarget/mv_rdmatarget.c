@@ -1,5 +1,5 @@
-/* mv_rdma_target: rdma_cm listener and remote-read-only registrations (agent side). */
-#include "mv_rdma_target.h"
+/* mv_rdmatarget: rdma_cm listener and remote-read-only registrations (agent side). */
+#include "mv_rdmatarget.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -31,14 +31,14 @@ typedef struct peer {
     struct peer *next;
 } peer;
 
-struct mv_rdma_mr {
-    mv_rdma_target *t;
+struct mv_rdmatarget_mr {
+    mv_rdmatarget *t;
     struct ibv_mr *mr;
     size_t pinned; /* page-rounded bytes counted against memlock */
-    mv_rdma_mr *prev, *next;
+    mv_rdmatarget_mr *prev, *next;
 };
 
-struct mv_rdma_target {
+struct mv_rdmatarget {
     struct rdma_event_channel *ch;
     struct rdma_cm_id *listen_id;
     struct ibv_pd *pd;
@@ -49,7 +49,7 @@ struct mv_rdma_target {
 
     uint8_t token[MV_RDMA_TOKEN_MAX];
     size_t token_len;
-    mv_rdma_target_opts opts;
+    mv_rdmatarget_opts opts;
     mv_rdma_dev_info info;
     char bind_ip[64];
     uint16_t port;
@@ -59,12 +59,12 @@ struct mv_rdma_target {
     _Atomic uint32_t nestablished;
 
     pthread_mutex_t lock; /* guards mrs and pinned */
-    mv_rdma_mr *mrs;
+    mv_rdmatarget_mr *mrs;
     size_t pinned;
 };
 
 /* Compares a presented token with ours in time independent of where they differ. */
-static int token_ok(const mv_rdma_target *t, const uint8_t *tok, size_t len)
+static int token_ok(const mv_rdmatarget *t, const uint8_t *tok, size_t len)
 {
     uint8_t a[MV_RDMA_TOKEN_MAX] = {0}, b[MV_RDMA_TOKEN_MAX] = {0};
     volatile uint8_t diff = 0;
@@ -110,7 +110,7 @@ static void reject(struct rdma_cm_id *id, const char *peer_addr, const char *rea
 }
 
 /* Destroys a peer's QP and id and unlinks it. The peer's event must be acked. */
-static void peer_drop(mv_rdma_target *t, peer *p, const char *why)
+static void peer_drop(mv_rdmatarget *t, peer *p, const char *why)
 {
     for (peer **pp = &t->peers; *pp; pp = &(*pp)->next) {
         if (*pp == p) {
@@ -129,7 +129,7 @@ static void peer_drop(mv_rdma_target *t, peer *p, const char *why)
 }
 
 /* Handles a connect request whose event was already acked. Takes `id`. */
-static void on_connect_request(mv_rdma_target *t, struct rdma_cm_id *id, const uint8_t *pdata,
+static void on_connect_request(mv_rdmatarget *t, struct rdma_cm_id *id, const uint8_t *pdata,
                                size_t pdata_len, uint8_t wanted_depth)
 {
     struct ibv_qp_init_attr qa;
@@ -216,7 +216,7 @@ free_peer:
     rdma_destroy_id(id);
 }
 
-static void handle_event(mv_rdma_target *t, struct rdma_cm_event *ev)
+static void handle_event(mv_rdmatarget *t, struct rdma_cm_event *ev)
 {
     enum rdma_cm_event_type type = ev->event;
     struct rdma_cm_id *id = ev->id;
@@ -288,8 +288,8 @@ static void handle_event(mv_rdma_target *t, struct rdma_cm_event *ev)
 
 static void *event_thread(void *arg)
 {
-    mv_thread_name("mv-rdma-cm");
-    mv_rdma_target *t = arg;
+    mv_util_thread_name("mv-rdma-cm");
+    mv_rdmatarget *t = arg;
     struct pollfd pf[2] = {{.fd = t->ch->fd, .events = POLLIN},
                            {.fd = t->wake_fd, .events = POLLIN}};
 
@@ -328,13 +328,13 @@ static int have_ipc_lock(void)
 static const char memlock_hint[] =
     "ibv_reg_mr needs locked memory: raise memlock (ulimit -l / LimitMEMLOCK= / IPC_LOCK)";
 
-int mv_rdma_register(mv_rdma_target *t, void *addr, size_t len, mv_rdma_mr **out, uint32_t *rkey,
-                     char *err, size_t errlen)
+int mv_rdmatarget_register(mv_rdmatarget *t, void *addr, size_t len, mv_rdmatarget_mr **out,
+                           uint32_t *rkey, char *err, size_t errlen)
 {
     long pg = sysconf(_SC_PAGESIZE);
     uintptr_t lo, hi;
     struct rlimit rl;
-    mv_rdma_mr *m;
+    mv_rdmatarget_mr *m;
     int rc;
 
     *out = NULL;
@@ -395,9 +395,9 @@ unlock:
     return rc;
 }
 
-int mv_rdma_deregister(mv_rdma_mr *m)
+int mv_rdmatarget_deregister(mv_rdmatarget_mr *m)
 {
-    mv_rdma_target *t;
+    mv_rdmatarget *t;
     int rc = 0;
 
     if (!m)
@@ -421,12 +421,12 @@ int mv_rdma_deregister(mv_rdma_mr *m)
     return rc;
 }
 
-int mv_rdma_target_create(const char *bind_ip, uint16_t port, const char *token,
-                          const mv_rdma_target_opts *opts, mv_rdma_target **out, char *err,
-                          size_t errlen)
+int mv_rdmatarget_create(const char *bind_ip, uint16_t port, const char *token,
+                         const mv_rdmatarget_opts *opts, mv_rdmatarget **out, char *err,
+                         size_t errlen)
 {
     struct sockaddr_storage ss;
-    mv_rdma_target *t;
+    mv_rdmatarget *t;
     size_t tlen = token ? strlen(token) : 0;
     int rc;
 
@@ -467,7 +467,7 @@ int mv_rdma_target_create(const char *bind_ip, uint16_t port, const char *token,
                  strerror(errno));
         goto free_target;
     }
-    if (mv_set_nonblock(t->ch->fd)) {
+    if (mv_util_set_nonblock(t->ch->fd)) {
         rc = -errno;
         snprintf(err, errlen, "fcntl: %s", strerror(errno));
         goto destroy_channel;
@@ -553,7 +553,7 @@ free_target:
     return rc;
 }
 
-void mv_rdma_target_destroy(mv_rdma_target *t)
+void mv_rdmatarget_destroy(mv_rdmatarget *t)
 {
     uint64_t one = 1;
 
@@ -571,7 +571,7 @@ void mv_rdma_target_destroy(mv_rdma_target *t)
     }
     while (t->mrs) {
         MV_WARN("rdma.mr_leaked", "msg=%s", mv_log_q("deregistered at target destroy"));
-        mv_rdma_deregister(t->mrs);
+        mv_rdmatarget_deregister(t->mrs);
     }
     close(t->wake_fd);
     ibv_destroy_cq(t->cq);
@@ -582,17 +582,17 @@ void mv_rdma_target_destroy(mv_rdma_target *t)
     free(t);
 }
 
-uint16_t mv_rdma_target_port(const mv_rdma_target *t)
+uint16_t mv_rdmatarget_port(const mv_rdmatarget *t)
 {
     return t->port;
 }
 
-void mv_rdma_target_info(const mv_rdma_target *t, mv_rdma_dev_info *out)
+void mv_rdmatarget_info(const mv_rdmatarget *t, mv_rdma_dev_info *out)
 {
     *out = t->info;
 }
 
-uint32_t mv_rdma_target_connections(const mv_rdma_target *t)
+uint32_t mv_rdmatarget_connections(const mv_rdmatarget *t)
 {
-    return atomic_load(&((mv_rdma_target *)t)->nestablished);
+    return atomic_load(&((mv_rdmatarget *)t)->nestablished);
 }

@@ -1,4 +1,4 @@
-/* mv_expo_internal: what the renderer and the number formatting of pkg/collector/expo share.
+/* mv_expo_internal: what the renderer and the number formatting of pkg/common/exposition share.
  * Not part of the module's interface: include mv_expo.h outside this directory. */
 #ifndef MV_EXPO_INTERNAL_H
 #define MV_EXPO_INTERNAL_H
@@ -15,6 +15,6 @@ static inline int expo_is_digit(unsigned char c)
 }
 
 /* The same for a signed value (at least 21 bytes). */
-size_t expo_fmt_i64(int64_t v, char *out);
+size_t mv_expo__fmt_i64(int64_t v, char *out);
 
 #endif
