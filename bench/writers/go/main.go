@@ -358,38 +358,47 @@ func main() {
 		if *onlyOp != "" && *onlyOp != op {
 			continue
 		}
-		for _, im := range impls {
-			if *onlyImpl != "" && *onlyImpl != im.name {
-				continue
+		// The front ends' rounds alternate (run r of each, then run r+1 of each), so a
+		// machine whose load changes during the benchmark weighs on all of them alike.
+		for _, mode := range []string{"1t", "2t_same", "2t_diff", "2t_diff_padded"} {
+			type job struct {
+				name string
+				o    *ops
+				fs   [3]func(int)
+				res  []float64
 			}
-			for _, mode := range []string{"1t", "2t_same", "2t_diff", "2t_diff_padded"} {
-				if op == "counter_add_local" {
-					fmt.Printf("impl=%s op=%s mode=%s skipped=1 reason=no_equivalent\n", im.name, op, mode)
+			var jobs []*job
+			for _, im := range impls {
+				if *onlyImpl != "" && *onlyImpl != im.name {
 					continue
 				}
 				fs := loops(im.o, op)
-				if fs[0] == nil {
+				if op == "counter_add_local" || fs[0] == nil {
 					fmt.Printf("impl=%s op=%s mode=%s skipped=1 reason=no_equivalent\n", im.name, op, mode)
 					continue
 				}
-				n := *iters
-				if strings.HasPrefix(op, "histogram") || strings.HasPrefix(op, "summary") || strings.Contains(op, "wlv") {
-					n = *histIters
-				}
-				threads := 1
-				if mode != "1t" {
-					threads = 2
-				}
-				w := n / 10
-				if w < 1 {
-					w = 1
-				}
-				round(fs, mode, w)
-				res := make([]float64, *runs)
-				for r := 0; r < *runs; r++ {
-					before := im.o.value()
-					d := round(fs, mode, n)
-					res[r] = float64(d.Nanoseconds()) / float64(n)
+				jobs = append(jobs, &job{name: im.name, o: im.o, fs: fs})
+			}
+			n := *iters
+			if strings.HasPrefix(op, "histogram") || strings.HasPrefix(op, "summary") || strings.Contains(op, "wlv") {
+				n = *histIters
+			}
+			threads := 1
+			if mode != "1t" {
+				threads = 2
+			}
+			w := n / 10
+			if w < 1 {
+				w = 1
+			}
+			for _, j := range jobs {
+				round(j.fs, mode, w)
+			}
+			for r := 0; r < *runs; r++ {
+				for _, j := range jobs {
+					before := j.o.value()
+					d := round(j.fs, mode, n)
+					j.res = append(j.res, float64(d.Nanoseconds())/float64(n))
 					if op == "counter_inc" || op == "counter_add" || op == "counter_wlv_inc" {
 						want := uint64(n)
 						if op == "counter_add" {
@@ -398,19 +407,22 @@ func main() {
 						if mode == "2t_same" {
 							want *= 2
 						}
-						if got := im.o.value() - before; got != want {
-							fmt.Fprintf(os.Stderr, "writers bench: %s %s %s lost updates: %d != %d\n", im.name, op, mode, got, want)
+						if got := j.o.value() - before; got != want {
+							fmt.Fprintf(os.Stderr, "writers bench: %s %s %s lost updates: %d != %d\n", j.name, op, mode, got, want)
 							failed = true
 						}
 					}
 				}
+			}
+			for _, j := range jobs {
+				res := j.res
 				sort.Float64s(res)
 				med := res[len(res)/2]
 				if len(res)%2 == 0 {
 					med = (res[len(res)/2-1] + res[len(res)/2]) / 2
 				}
 				fmt.Printf("impl=%s op=%s mode=%s threads=%d iters=%d runs=%d ns_per_op=%.2f min=%.2f max=%.2f mops_total=%.1f allocs_per_op=%.2f\n",
-					im.name, op, mode, threads, n, *runs, med, res[0], res[len(res)-1], float64(threads)*1e3/med, allocsPerOp(fs[0]))
+					j.name, op, mode, threads, n, *runs, med, res[0], res[len(res)-1], float64(threads)*1e3/med, allocsPerOp(j.fs[0]))
 			}
 		}
 	}
