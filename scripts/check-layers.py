@@ -58,6 +58,7 @@ PREFIX = {
     "mv_podres": "podres",
     "mv_rdmaexport": "rdmax",
     "mv_segstore": "segstore",
+    "mv_ctl": "ctl",
     "mv_inspect": "inspect",
     "mv_workload": "workload",
     "mv_webhook": "wh",

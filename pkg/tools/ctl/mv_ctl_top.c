@@ -1,4 +1,5 @@
-/* microviewctl top: live per-pod values, read rates and anomaly scores from a collector. */
+/* mv_ctl_top: `microviewctl top`: live per-pod values, read rates and anomaly scores from a
+ * collector (HTTP, JSON). Calls no other file of the module. */
 #include <curl/curl.h>
 #include <getopt.h>
 #include <json-c/json.h>
@@ -10,7 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ctl.h"
+#include "mv_ctl.h"
 #include "mv_util.h"
 
 #define MAX_BODY  (64u << 20)

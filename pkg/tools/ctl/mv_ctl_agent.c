@@ -1,4 +1,5 @@
-/* microviewctl commands that talk to the agent: list, create, release, gen's lease. */
+/* mv_ctl_agent: the microviewctl commands that talk to the agent: list, create, release, and
+ * gen's segment lease. The bottom layer of the module (calls no other file of it). */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -8,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ctl.h"
+#include "mv_ctl.h"
 #include "mv_agentc.h"
 #include "mv_inspect.h"
 #include "mv_log.h"
