@@ -205,21 +205,6 @@ func (c CounterF) Value() float64 {
 	return float64(whole) + math.Float64frombits(frac)
 }
 
-// Reset zeroes a fractional counter that this writer re-creates (client_golang's vector
-// Delete followed by a new child of the same labels): readers see a counter reset.
-func (c CounterF) Reset() {
-	atomic.StoreUint64((*uint64)(unsafe.Add(unsafe.Pointer(c.w), 8)), 0)
-	atomic.StoreUint64(c.w, 0)
-}
-
-// Reset zeroes a histogram that this writer re-creates (shard 0, checksum included: all
-// zero is consistent); readers see a counter reset.
-func (h *Histogram) Reset() {
-	for i := range h.w {
-		atomic.StoreUint64(&h.w[i], 0)
-	}
-}
-
 // Merge adds counts (non-cumulative, len(bounds)+1 of them, NaN observations in the last),
 // their total and their sum, keeping the checksum consistent like Observe does.
 func (h *Histogram) Merge(buckets []uint64, sum float64) {

@@ -202,8 +202,8 @@ func currentSegment() *microview.Segment {
 }
 
 // owners maps a segment series (name and labels) to the metric of this process that
-// writes it; a second metric taking the same series over (a vector child re-created after
-// Delete, the same metric built again in a fresh Registry) resets it.
+// writes it; a second metric registering the same series (the same metric built again in
+// a fresh Registry) deletes the first one's series and starts a new one.
 var owners sync.Map
 
 // ---- What every MicroView metric shares ---------------------------------------------
@@ -290,7 +290,15 @@ type segmentMetric interface {
 // bindWith registers the series in the segment through reg (which returns the new handle's
 // installer), unless already bound. Argument errors (invalid names, type conflicts) are
 // returned; a missing or full segment keeps the metric in process memory with a warning.
-func (c *core) bindWith(self segmentMetric, b binding, reg func(s *microview.Segment, name string, ls []microview.Label) (install func(takeover bool), err error)) error {
+func (c *core) bindWith(self segmentMetric, b binding, reg func(s *microview.Segment, name string, ls []microview.Label) (install func(), err error)) error {
+	name, ls := c.series(b)
+	key := seriesKey(name, ls)
+	// Another metric of this process holds the series (the same metric built again, e.g.
+	// in a fresh Registry per test): its series is deleted first, so this one starts from
+	// zero in a new record, as a re-created series does (section 6.6).
+	if prev, ok := owners.Load(key); ok && prev != self {
+		prev.(segmentMetric).tombstone()
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.key != "" {
@@ -300,7 +308,6 @@ func (c *core) bindWith(self segmentMetric, b binding, reg func(s *microview.Seg
 	if s == nil {
 		return nil
 	}
-	name, ls := c.series(b)
 	install, err := reg(s, name, ls)
 	if err != nil {
 		if errors.Is(err, microview.ErrName) || errors.Is(err, microview.ErrInvalid) || errors.Is(err, microview.ErrConflict) {
@@ -309,9 +316,8 @@ func (c *core) bindWith(self segmentMetric, b binding, reg func(s *microview.Seg
 		warn("reg:"+err.Error(), err.Error()+"; "+name+" is kept in process memory only")
 		return nil
 	}
-	key := seriesKey(name, ls)
-	prev, loaded := owners.Swap(key, self)
-	install(loaded && prev != self)
+	owners.Store(key, self)
+	install()
 	c.key, c.name, c.labels = key, name, ls
 	return nil
 }
@@ -360,15 +366,12 @@ func NewCounter(opts CounterOpts) Counter {
 }
 
 func (m *counter) bind(b binding) error {
-	return m.bindWith(m, b, func(s *microview.Segment, name string, ls []microview.Label) (func(bool), error) {
+	return m.bindWith(m, b, func(s *microview.Segment, name string, ls []microview.Label) (func(), error) {
 		h, err := s.NewCounterF(microview.Opts{Name: name, Help: m.help, Labels: ls})
 		if err != nil {
 			return nil, err
 		}
-		return func(takeover bool) {
-			if takeover {
-				h.Reset()
-			}
+		return func() {
 			old := m.h.Swap(&h)
 			m.w.Store(h.Word())
 			_ = h.Add(old.Value())
@@ -457,12 +460,12 @@ func (o *vecOpts) newGauge(values []string) *gauge {
 func NewGauge(opts GaugeOpts) Gauge { return newVecOpts(Opts(opts), nil).newGauge(nil) }
 
 func (m *gauge) bind(b binding) error {
-	return m.bindWith(m, b, func(s *microview.Segment, name string, ls []microview.Label) (func(bool), error) {
+	return m.bindWith(m, b, func(s *microview.Segment, name string, ls []microview.Label) (func(), error) {
 		h, err := s.NewGauge(microview.Opts{Name: name, Help: m.help, Labels: ls})
 		if err != nil {
 			return nil, err
 		}
-		return func(bool) {
+		return func() {
 			old := m.h.Swap(&h)
 			m.w.Store(h.Word())
 			h.Set(old.Value())
@@ -598,15 +601,12 @@ func sumOpts(opts SummaryOpts, names []string) *vecOpts {
 }
 
 func (m *histogram) bind(b binding) error {
-	return m.bindWith(m, b, func(s *microview.Segment, name string, ls []microview.Label) (func(bool), error) {
+	return m.bindWith(m, b, func(s *microview.Segment, name string, ls []microview.Label) (func(), error) {
 		h, err := s.NewHistogram(microview.Opts{Name: name, Help: m.help, Labels: ls}, m.bounds)
 		if err != nil {
 			return nil, err
 		}
-		return func(takeover bool) {
-			if takeover {
-				h.Reset()
-			}
+		return func() {
 			old := m.h.Swap(h)
 			_, sum, buckets := old.Snapshot()
 			h.Merge(buckets, sum)
