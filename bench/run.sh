@@ -232,7 +232,8 @@ grep -h '^goal=writer_2t' "$results" | sed 's/^/   /'
 grep -h '^info=writer_2t' "$results" | sed 's/^/   /'
 echo
 echo "== MicroView writers vs their Prometheus clients, ns per operation per thread (median)"
-echo "   go = microview.io/writers/go, go_dropin = its client_golang drop-in; speedup = peer/ours"
+echo "   go = microview.io/writers/go, go_dropin = its client_golang drop-in; speedup = peer/ours;"
+echo "   client_golang = v1.14.0 built into the Go writers' benchmark (same process and builder)"
 echo "   (goals: Go speedup >= 1 in every row, Python speedup >= 10)"
 awk '
 function kv(line, key,   n, i, a, f) {
@@ -250,9 +251,12 @@ END {
   printf "%-18s %-15s %8s %10s %14s %9s %9s %10s %18s %9s\n", "operation", "threads", "go", "go_dropin", "client_golang", "speedup", "dropin", "python", "prometheus_client", "speedup"
   for (i = 1; i <= n; i++) {
     k = order[i]; split(k, p, SUBSEP)
-    g = v["microview_go", k]; gd = v["microview_go_prom", k]; cg = v["client_golang", k]
+    # client_golang: the copy built into the Go writers benchmark (same process, same
+    # builder as the drop-in) when it ran, else the Debian peer
+    g = v["microview_go", k]; gd = v["microview_go_prom", k]; cg = v["client_golang_same_run", k]
+    if (cg == "") cg = v["client_golang", k]
     y = v["microview_py", k]; pc = v["prometheus_client", k]
-    if (g == "" && y == "") continue
+    if (g == "" && gd == "" && y == "") continue
     printf "%-18s %-15s %8s %10s %14s %9s %9s %10s %18s %9s\n", p[1], p[2], d(g), d(gd), d(cg), r(cg, g), r(cg, gd), d(y), d(pc), r(pc, y)
   }
 }' "$results"
