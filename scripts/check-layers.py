@@ -30,6 +30,7 @@ PREFIX = {
     "mv_segment": "seg",
     "mv_log": "log",
     "mv_util": "util",
+    "mv_opts": "opts",
     "mv_config": "config",
     "mv_httpd": "httpd",
     "mv_kubec": "kubec",

@@ -1,7 +1,6 @@
 /* microviewctl: operator CLI — list segments, dump one, run a synthetic workload. The usage
  * text and the dispatch to the commands of pkg/tools/ctl (mv_ctl.h). */
 #include <errno.h>
-#include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,36 +21,16 @@ static void on_signal(int sig)
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: microviewctl <command> [options]\n"
+            "usage: microviewctl <command> [options]    (microviewctl COMMAND --help: its flags)\n"
             "\n"
             "commands:\n"
-            "  list  [--agent TARGET] [--json]     segments in the agent's catalog\n"
-            "  dump  [--json] <segment-path>       decode a segment (catalog and values)\n"
-            "  create [--agent T] [--size SIZE] [--label K=V]   a segment kept until released\n"
-            "         [--owner-pid PID]            ... or until process PID is gone\n"
-            "         [--owner-uid UID] [--owner-gid GID]\n"
-            "                                      who the segment file belongs to (mode 0660);\n"
-            "                                      default: the user and group microviewctl runs\n"
-            "                                      as (root keeps root:root). Only a root caller\n"
-            "                                      may name another user or group: else the\n"
-            "                                      agent refuses (PERMISSION_DENIED, naming\n"
-            "                                      owner_uid or owner_gid)\n"
-            "  release [--agent T] <id>            release a segment (the agent unlinks it)\n"
-            "  top   [--collector URL] [--once]    live per-pod values, read rates and anomaly\n"
-            "        [--interval S] [--limit N]    scores from a collector (default\n"
-            "                                      http://127.0.0.1:9469, refresh 1 s)\n"
-            "  top --watch SEGMENT [--metrics I,J] the live view's stream (every read) as\n"
-            "        [--width N] [--window-ms MS]  terminal sparklines; --token-file F with\n"
-            "        [--token-file F] [--seconds S] --auth kubernetes\n"
-            "  gen   [options]                     run a synthetic workload that writes metrics\n"
-            "        --agent TARGET | --segment PATH   where the segment comes from\n"
-            "        --size SIZE (64Ki)  --counters N (4)  --gauges N (2)  --histograms N (1)\n"
-            "        --rate HZ (100)  --duration SECONDS (0 = until Ctrl-C)\n"
-            "        --label KEY=VALUE (repeatable; identity labels asked of the agent)\n"
-            "        with --agent the segment belongs to the user gen runs as, as for create\n"
-            "        writes nothing on stdout; on stderr one logfmt event a line (gen.started,\n"
-            "        gen.stopped, gen.lease_failed, gen.open_failed, ...); a bad command line is\n"
-            "        refused with one plain line and exit code 2, as for every command\n"
+            "  list      segments in the agent's catalog\n"
+            "  dump      decode a segment file (catalog and values)\n"
+            "  create    a segment kept until released, or until a process is gone\n"
+            "  release   release a segment (the agent unlinks it)\n"
+            "  top       live per-pod values, read rates and anomaly scores from a collector;\n"
+            "            with --watch, one segment's every read as sparklines\n"
+            "  gen       run a synthetic workload that writes metrics\n"
             "\n"
             "TARGET is a gRPC target, default " MV_CTL_DEFAULT_AGENT "; an agent's TCP\n"
             "control plane (host:port) also needs --token-file F (list, create, release), and\n"

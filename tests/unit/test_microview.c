@@ -373,6 +373,26 @@ static void test_histogram_concurrent_exact(void)
             CU_ASSERT_FATAL(pthread_create(&t[i], NULL, observer, h) == 0);
         for (int i = 0; i < OBSERVERS; i++)
             pthread_join(t[i], NULL);
+        /* mv_histogram_read gives the same totals, and a sharded histogram's shards summed */
+        mv_histogram *hs;
+        CU_ASSERT_EQUAL(mv_set_shards(s, 4), MV_OK);
+        CU_ASSERT_EQUAL_FATAL(mv_histogram_register(s, "hs", NULL, NULL, NULL, 0, b, 2, &hs),
+                              MV_OK);
+        CU_ASSERT_EQUAL(mv_set_shards(s, 1), MV_OK);
+        for (int i = 0; i < OBSERVERS; i++)
+            CU_ASSERT_FATAL(pthread_create(&t[i], NULL, observer, hs) == 0);
+        for (int i = 0; i < OBSERVERS; i++)
+            pthread_join(t[i], NULL);
+        for (int k = 0; k < 2; k++) {
+            uint64_t count, buckets[3];
+            double sum;
+            CU_ASSERT_EQUAL(mv_histogram_read(k ? hs : h, &count, &sum, buckets, NULL), 2);
+            CU_ASSERT_EQUAL(count, (uint64_t)OBSERVERS * OBSERVES);
+            CU_ASSERT_EQUAL(sum, OBSERVERS * (OBSERVES / 2) * 3.5);
+            CU_ASSERT_EQUAL(buckets[0], (uint64_t)OBSERVERS * OBSERVES / 2);
+            CU_ASSERT_EQUAL(buckets[1], 0);
+            CU_ASSERT_EQUAL(buckets[2], (uint64_t)OBSERVERS * OBSERVES / 2);
+        }
         mv_close(s);
 
         uint64_t *copy;
@@ -663,6 +683,16 @@ static void test_nan_inf(void)
     mv_histogram_observe(h, -INFINITY);
     mv_histogram_observe(h, INFINITY);
     mv_histogram_observe(h, NAN);
+    /* mv_histogram_read: what this process wrote, as a reader sums it */
+    uint64_t count, buckets[2];
+    double sum;
+    const double *bounds;
+    CU_ASSERT_EQUAL(mv_histogram_read(h, &count, &sum, buckets, &bounds), 1);
+    CU_ASSERT_EQUAL(count, 3);
+    CU_ASSERT(isnan(sum));
+    CU_ASSERT_EQUAL(buckets[0], 1);
+    CU_ASSERT_EQUAL(buckets[1], 2);
+    CU_ASSERT(bounds && bounds[0] == 1);
     mv_close(s);
     uint64_t *copy;
     mv_seg_catalog *cat = parse_file(path, &copy);

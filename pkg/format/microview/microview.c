@@ -929,3 +929,31 @@ void mv_histogram_observe(mv_histogram *h, double v)
     __atomic_fetch_add(&w[h->check_index], h->bucket_wt[lo] + (nw - old) * h->sum_wt,
                        __ATOMIC_RELEASE);
 }
+
+size_t mv_histogram_read(const mv_histogram *h, uint64_t *count, double *sum, uint64_t *buckets,
+                         const double **bounds)
+{
+    uint64_t c = 0;
+    double sm = 0;
+    if (bounds)
+        *bounds = h && h->w ? h->bounds : NULL;
+    if (h == NULL || h->w == NULL) {
+        *count = 0;
+        *sum = 0;
+        buckets[0] = 0;
+        return 0;
+    }
+    for (uint32_t i = 0; i <= h->n; i++)
+        buckets[i] = 0;
+    for (uint32_t k = 0; k <= h->shard_mask; k++) { /* shards summed as a reader sums them */
+        const uint64_t *w = h->w + (size_t)k * h->shard_words;
+        c += __atomic_load_n(&w[0], __ATOMIC_RELAXED);
+        double d = f64_bits(__atomic_load_n(&w[1], __ATOMIC_RELAXED));
+        sm = k ? sm + d : d;
+        for (uint32_t i = 0; i <= h->n; i++)
+            buckets[i] += __atomic_load_n(&w[2 + i], __ATOMIC_RELAXED);
+    }
+    *count = c;
+    *sum = sm;
+    return h->n;
+}

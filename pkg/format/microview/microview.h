@@ -252,6 +252,13 @@ MV_API double mv_gauge_value(mv_gauge g);
  * segment format lets a reader detect and skip a copy caught mid-update. */
 MV_API void mv_histogram_observe(mv_histogram *h, double v);
 
+/* Reads a histogram back as a reader sums it: `count`, `sum` and `nbounds + 1` non-cumulative
+ * bucket counts into `buckets` (the last is the +Inf bucket; at most 161). Returns the number
+ * of finite bounds and points `*bounds` (when not NULL) at them. A handle whose registration
+ * failed reads as empty with no bounds. */
+MV_API size_t mv_histogram_read(const mv_histogram *h, uint64_t *count, double *sum,
+                                uint64_t *buckets, const double **bounds);
+
 #ifdef __cplusplus
 }
 #endif

@@ -27,7 +27,8 @@ void mv_ctl_lease_release(mv_ctl_lease *l);
 int mv_ctl_list(int argc, char **argv);
 int mv_ctl_create(int argc, char **argv);
 int mv_ctl_release(int argc, char **argv);
-/* Prints microviewctl's usage (the commands' -h and their bad command lines print it). */
+/* Prints microviewctl's usage. Each command's flags are its own option table (mv_opts), which
+ * gives its --help; the usage is kept in the signatures for callers of dump and gen. */
 typedef void mv_ctl_usage_fn(FILE *f);
 /* `microviewctl dump`, `gen` (runs until *stop, or --duration). */
 int mv_ctl_dump(int argc, char **argv, mv_ctl_usage_fn *usage);

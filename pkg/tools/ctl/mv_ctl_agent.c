@@ -1,7 +1,6 @@
 /* mv_ctl_agent: the microviewctl commands that talk to the agent: list, create, release, and
  * gen's segment lease. The bottom layer of the module (calls no other file of it). */
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <json-c/json.h>
 #include <stdio.h>
@@ -10,44 +9,45 @@
 #include <unistd.h>
 
 #include "mv_ctl.h"
+#include "mv_ctl_int.h"
 #include "mv_agentc.h"
 #include "mv_inspect.h"
 #include "mv_log.h"
+#include "mv_opts.h"
 #include "mv_util.h"
 #include "mv_rdmatoken.h"
 
 /* TLS to an agent's TCP listener: --agent-ca, --agent-cert, --agent-key, --agent-server-name
- * (the collector's flags), taken by list, create and release. */
-#define TLS_OPTS                                                                                   \
-    {"agent-ca", required_argument, 0, 1001}, {"agent-cert", required_argument, 0, 1002},          \
-        {"agent-key", required_argument, 0, 1003},                                                 \
-    {                                                                                              \
-        "agent-server-name", required_argument, 0, 1004                                            \
-    }
-#define TLS_USAGE "[--agent-ca F [--agent-cert F --agent-key F] [--agent-server-name N]]"
-
+ * (the collector's flags), rows of list's, create's and release's option tables. */
 static mv_agentc_tls g_tls;
-
-/* Takes one of TLS_OPTS: 1 when `opt` was one. */
-static int tls_opt(int opt)
-{
-    switch (opt) {
-    case 1001:
-        g_tls.ca_file = optarg;
-        return 1;
-    case 1002:
-        g_tls.cert_file = optarg;
-        return 1;
-    case 1003:
-        g_tls.key_file = optarg;
-        return 1;
-    case 1004:
-        g_tls.server_name = optarg;
-        return 1;
-    default:
-        return 0;
+#define TLS_ROWS                                                                                   \
+    {.name = "agent-ca",                                                                           \
+     .kind = MV_OPTS_STRING,                                                                       \
+     .meta = "PATH",                                                                               \
+     .dest = &g_tls.ca_file,                                                                       \
+     .help = "TLS to an agent on TCP (its --tls-cert): the CA that signed its certificate "        \
+             "(PEM); without it, plaintext"},                                                      \
+        {.name = "agent-cert",                                                                     \
+         .kind = MV_OPTS_STRING,                                                                   \
+         .meta = "PATH",                                                                           \
+         .dest = &g_tls.cert_file,                                                                 \
+         .help = "client certificate for an agent with --tls-client-ca"},                          \
+        {.name = "agent-key",                                                                      \
+         .kind = MV_OPTS_STRING,                                                                   \
+         .meta = "PATH",                                                                           \
+         .dest = &g_tls.key_file,                                                                  \
+         .help = "its private key"},                                                               \
+    {                                                                                              \
+        .name = "agent-server-name", .kind = MV_OPTS_STRING, .meta = "NAME",                       \
+        .dest = &g_tls.server_name, .def = "the host of --agent",                                  \
+        .help = "name the agent's certificate carries"                                             \
     }
-}
+#define AGENT_HELP                                                                                 \
+    "the agent: a gRPC target (unix:PATH, or HOST:PORT of its TCP control plane, which also "      \
+    "needs --token-file)"
+#define TOKEN_HELP                                                                                 \
+    "a token file the agent's TCP control plane asks for (the read token lists, the admin token "  \
+    "also creates and releases)"
 
 /* Opens a client for `target`; with `token_file`, every call presents its token
  * (what an agent's TCP control plane asks for). Returns NULL with the reason in `err`. */
@@ -161,44 +161,49 @@ static void print_segment(const mv_agentc_segment *s)
     putchar('\n');
 }
 
-static const char *parse_agent_opt(int argc, char **argv, int *json, const char **token_file,
-                                   int *ok)
+/* The flags of list (json != NULL) and release: the agent, its token, TLS. Returns 0 with the
+ * index of the first argument in `*first`, or the exit status (MV_OPTS_*, printed). */
+static int parse_agent_opts(const char *synopsis, int argc, char **argv, const char **target,
+                            int *json, const char **token_file, int *first)
 {
-    const char *target = MV_CTL_DEFAULT_AGENT;
-    int opt;
-    static const struct option opts[] = {{"agent", required_argument, 0, 'a'},
-                                         {"json", no_argument, 0, 'j'},
-                                         {"token-file", required_argument, 0, 't'},
-                                         TLS_OPTS,
-                                         {0, 0, 0, 0}};
-    *ok = 1;
+    *target = MV_CTL_DEFAULT_AGENT;
     *token_file = NULL;
-    if (mv_util_opts_exact("microviewctl", argc, argv, opts) < 0) {
-        *ok = 0;
-        return target;
-    }
-    while ((opt = getopt_long(argc, argv, "a:jt:", opts, NULL)) != -1) {
-        if (opt == 'a')
-            target = optarg;
-        else if (opt == 't')
-            *token_file = optarg;
-        else if (opt == 'j' && json)
-            *json = 1;
-        else if (!tls_opt(opt))
-            *ok = 0;
-    }
-    return target;
+    mv_opts_opt opts[] = {
+        {.name = "agent",
+         .short_name = 'a',
+         .kind = MV_OPTS_STRING,
+         .meta = "TARGET",
+         .dest = target,
+         .help = AGENT_HELP},
+        {.name = "token-file",
+         .short_name = 't',
+         .kind = MV_OPTS_STRING,
+         .meta = "PATH",
+         .dest = token_file,
+         .help = TOKEN_HELP},
+        TLS_ROWS,
+        {.name = "json",
+         .short_name = 'j',
+         .kind = MV_OPTS_FLAG,
+         .dest = json,
+         .help = "one JSON object: the catalog revision and every segment"},
+        {0},
+    };
+    if (!json)
+        opts[sizeof opts / sizeof opts[0] - 2] = (mv_opts_opt){0}; /* release: no --json */
+    const mv_opts_spec spec = {.prog = "microviewctl", .synopsis = synopsis, .opts = opts};
+    return mv_opts_parse(&spec, argc, argv, first);
 }
 
 int mv_ctl_list(int argc, char **argv)
 {
-    int json = 0, ok;
-    const char *token_file;
-    const char *target = parse_agent_opt(argc, argv, &json, &token_file, &ok);
-    if (!ok || optind != argc) {
-        fprintf(stderr,
-                "usage: microviewctl list [--agent TARGET] [--token-file F] [--json] " TLS_USAGE
-                "\n");
+    int json = 0, first;
+    const char *token_file, *target;
+    int rc = parse_agent_opts("list [options]", argc, argv, &target, &json, &token_file, &first);
+    if (rc)
+        return mv_opts_status(rc);
+    if (first != argc) {
+        fprintf(stderr, "microviewctl list: unexpected argument %s (see --help)\n", argv[first]);
         return 2;
     }
     mv_agentc *c = connect_agent(target, token_file);
@@ -232,71 +237,102 @@ int mv_ctl_list(int argc, char **argv)
     return 0;
 }
 
+int mv_ctl__label_flag(void *arg, const char *value, char *err, size_t errlen)
+{
+    (void)err, (void)errlen;
+    mv_ctl__labels *l = arg;
+    char *eq = strchr(value, '=');
+    if (!eq || eq == value || l->n == MV_CTL_MAX_LABELS) {
+        fprintf(stderr, "microviewctl: --label takes KEY=VALUE (at most 16)\n");
+        return -EINVAL;
+    }
+    *eq = '\0'; /* argv's own string: writable */
+    l->kv[2 * l->n] = value;
+    l->kv[2 * l->n + 1] = eq + 1;
+    l->n++;
+    return 0;
+}
+
 int mv_ctl_create(int argc, char **argv)
 {
-    const char *target = MV_CTL_DEFAULT_AGENT, *labels[32], *token_file = NULL;
-    uint64_t size = 65536, owner = 0, id;
-    mv_agentc_owner own = {-1, -1};
-    size_t nlabels = 0;
-    int opt;
-    static const struct option opts[] = {{"agent", required_argument, 0, 'a'},
-                                         {"size", required_argument, 0, 's'},
-                                         {"label", required_argument, 0, 'l'},
-                                         {"token-file", required_argument, 0, 't'},
-                                         {"owner-pid", required_argument, 0, 'o'},
-                                         {"owner-uid", required_argument, 0, 'U'},
-                                         {"owner-gid", required_argument, 0, 'G'},
-                                         TLS_OPTS,
-                                         {0, 0, 0, 0}};
-    if (mv_util_opts_exact("microviewctl", argc, argv, opts) < 0)
-        return 2;
-    while ((opt = getopt_long(argc, argv, "a:s:l:t:o:U:G:", opts, NULL)) != -1) {
-        char *eq;
-        switch (opt) {
-        case 'a':
-            target = optarg;
-            break;
-        case 't':
-            token_file = optarg;
-            break;
-        case 's':
-            if (mv_util_flag_size("microviewctl", "--size", optarg, 0, UINT64_MAX, &size) < 0)
-                return 2;
-            break;
-        case 'o':
-            if (mv_util_flag_u64("microviewctl", "--owner-pid", optarg, 1, INT32_MAX, &owner) < 0)
-                return 2;
-            break;
-        case 'U': /* (uid_t)-1 means "unchanged" to chown: not an id */
-            if (mv_util_flag_u64("microviewctl", "--owner-uid", optarg, 0, UINT32_MAX - 1, &id) < 0)
-                return 2;
-            own.uid = (int64_t)id;
-            break;
-        case 'G':
-            if (mv_util_flag_u64("microviewctl", "--owner-gid", optarg, 0, UINT32_MAX - 1, &id) < 0)
-                return 2;
-            own.gid = (int64_t)id;
-            break;
-        case 'l':
-            eq = strchr(optarg, '=');
-            if (!eq || eq == optarg || nlabels == 16) {
-                fprintf(stderr, "microviewctl: --label takes KEY=VALUE (at most 16)\n");
-                return 2;
-            }
-            *eq = '\0';
-            labels[2 * nlabels] = optarg;
-            labels[2 * nlabels + 1] = eq + 1;
-            nlabels++;
-            break;
-        default:
-            if (tls_opt(opt))
-                break;
-            fprintf(stderr, "usage: microviewctl create [--agent T] [--token-file F] [--size SIZE] "
-                            "[--label K=V] [--owner-pid PID] [--owner-uid UID] "
-                            "[--owner-gid GID] " TLS_USAGE "\n");
-            return 2;
-        }
-    }
+    const char *target = MV_CTL_DEFAULT_AGENT, *token_file = NULL;
+    uint64_t size = 65536, owner = 0, uid = UINT64_MAX, gid = UINT64_MAX;
+    mv_ctl__labels lf = {.n = 0};
+    mv_opts_opt opts[] = {
+        {.name = "agent",
+         .short_name = 'a',
+         .kind = MV_OPTS_STRING,
+         .meta = "TARGET",
+         .dest = &target,
+         .help = AGENT_HELP},
+        {.name = "token-file",
+         .short_name = 't',
+         .kind = MV_OPTS_STRING,
+         .meta = "PATH",
+         .dest = &token_file,
+         .help = TOKEN_HELP},
+        TLS_ROWS,
+        {.name = "size",
+         .short_name = 's',
+         .kind = MV_OPTS_SIZE,
+         .meta = "SIZE",
+         .lo = 0,
+         .hi = UINT64_MAX,
+         .dest = &size,
+         .help = "segment size: bytes, or with Ki, Mi, Gi"},
+        {.name = "label",
+         .short_name = 'l',
+         .kind = MV_OPTS_STRING,
+         .meta = "KEY=VALUE",
+         .fn = mv_ctl__label_flag,
+         .arg = &lf,
+         .help = "an identity label asked of the agent (repeatable, at most 16)"},
+        {.name = "owner-pid",
+         .short_name = 'o',
+         .kind = MV_OPTS_U64,
+         .meta = "PID",
+         .lo = 1,
+         .hi = INT32_MAX,
+         .dest = &owner,
+         .def = "none: kept until released",
+         .help = "the agent also reaps the segment when process PID is gone (eval \"$(microviewctl "
+                 "create --owner-pid $$)\"; exec APP gives APP a segment that goes away with it)"},
+        /* (uid_t)-1 means "unchanged" to chown: not an id */
+        {.name = "owner-uid",
+         .short_name = 'U',
+         .kind = MV_OPTS_U64,
+         .meta = "UID",
+         .lo = 0,
+         .hi = UINT32_MAX - 1,
+         .dest = &uid,
+         .def = "the caller's",
+         .help = "who the segment file (mode 0660) belongs to; by default the user microviewctl "
+                 "runs as (root keeps root). Only a root caller may name another user: else the "
+                 "agent refuses (PERMISSION_DENIED, naming owner_uid)"},
+        {.name = "owner-gid",
+         .short_name = 'G',
+         .kind = MV_OPTS_U64,
+         .meta = "GID",
+         .lo = 0,
+         .hi = UINT32_MAX - 1,
+         .dest = &gid,
+         .def = "the caller's",
+         .help = "the segment file's group, likewise (PERMISSION_DENIED, naming owner_gid)"},
+        {0},
+    };
+    const mv_opts_spec spec = {.prog = "microviewctl",
+                               .synopsis = "create [options]",
+                               .intro = "Creates a segment kept until released (or until "
+                                        "--owner-pid's process is gone); prints id=, path= and "
+                                        "size= lines.",
+                               .opts = opts};
+    int first, rc = mv_opts_parse(&spec, argc, argv, &first);
+    if (rc)
+        return mv_opts_status(rc);
+    size_t nlabels = lf.n;
+    const char *const *labels = lf.kv;
+    mv_agentc_owner own = {uid == UINT64_MAX ? -1 : (int64_t)uid,
+                           gid == UINT64_MAX ? -1 : (int64_t)gid};
     mv_agentc *c = connect_agent(target, token_file);
     if (!c)
         return 1;
@@ -319,20 +355,22 @@ int mv_ctl_create(int argc, char **argv)
 
 int mv_ctl_release(int argc, char **argv)
 {
-    int ok;
-    const char *token_file;
-    const char *target = parse_agent_opt(argc, argv, NULL, &token_file, &ok);
-    if (!ok || optind != argc - 1) {
-        fprintf(stderr, "usage: microviewctl release [--agent TARGET] [--token-file F] " TLS_USAGE
-                        " <segment-id>\n");
+    int first;
+    const char *token_file, *target;
+    int rc = parse_agent_opts("release [options] SEGMENT-ID", argc, argv, &target, NULL,
+                              &token_file, &first);
+    if (rc)
+        return mv_opts_status(rc);
+    if (first != argc - 1) {
+        fprintf(stderr, "microviewctl release: give exactly one segment id (see --help)\n");
         return 2;
     }
     mv_agentc *c = connect_agent(target, token_file);
     if (!c)
         return 1;
-    int rc = mv_agentc_release(c, argv[optind]);
+    rc = mv_agentc_release(c, argv[first]);
     if (rc != 0)
-        fprintf(stderr, "microviewctl: release %s: %s\n", argv[optind], mv_agentc_error(c));
+        fprintf(stderr, "microviewctl: release %s: %s\n", argv[first], mv_agentc_error(c));
     mv_agentc_close(c);
     return rc ? 1 : 0;
 }

@@ -1,38 +1,45 @@
 /* mv_ctl_local: the microviewctl commands that work on a segment file directly: dump (decode
  * one) and gen (a synthetic workload; with --agent it leases its segment through
  * mv_ctl_agent.c, the layer below). */
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "microview.h"
 #include "mv_ctl.h"
+#include "mv_ctl_int.h"
 #include "mv_inspect.h"
 #include "mv_log.h"
+#include "mv_opts.h"
 #include "mv_util.h"
 #include "mv_workload.h"
 
 int mv_ctl_dump(int argc, char **argv, mv_ctl_usage_fn *usage)
 {
-    int json = 0, opt;
-    static const struct option opts[] = {
-        {"json", no_argument, 0, 'j'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-    if (mv_util_opts_exact("microviewctl", argc, argv, opts) < 0)
-        return 2;
-    while ((opt = getopt_long(argc, argv, "jh", opts, NULL)) != -1) {
-        if (opt == 'j')
-            json = 1;
-        else {
-            usage(opt == 'h' ? stdout : stderr);
-            return opt == 'h' ? 0 : 2;
-        }
-    }
-    if (optind != argc - 1) {
+    (void)usage; /* --help is the table's */
+    int json = 0;
+    mv_opts_opt opts[] = {
+        {.name = "json",
+         .short_name = 'j',
+         .kind = MV_OPTS_FLAG,
+         .dest = &json,
+         .help = "one JSON object instead of text"},
+        {0},
+    };
+    const mv_opts_spec spec = {.prog = "microviewctl",
+                               .synopsis = "dump [options] SEGMENT-PATH",
+                               .intro = "Decodes a segment file (its catalog and values) with "
+                                        "the validating reader; exit status 2 when the segment "
+                                        "is refused.",
+                               .opts = opts};
+    int first, rc = mv_opts_parse(&spec, argc, argv, &first);
+    if (rc)
+        return mv_opts_status(rc);
+    if (first != argc - 1) {
         fprintf(stderr, "microviewctl dump: give exactly one segment path\n");
         return 2;
     }
-    const char *path = argv[optind];
+    const char *path = argv[first];
     char errbuf[MV_ERR_MAX];
     void *buf;
     size_t len;
@@ -51,91 +58,105 @@ int mv_ctl_dump(int argc, char **argv, mv_ctl_usage_fn *usage)
     return 0;
 }
 
-static int parse_d(const char *s, const char *what, double *out)
-{
-    return mv_util_flag_number("microviewctl", what, s, 0, 1e9, out);
-}
-
 int mv_ctl_gen(int argc, char **argv, mv_ctl_usage_fn *usage, const volatile int *stop)
 {
+    (void)usage; /* --help is the table's */
     const char *agent = NULL, *segpath = NULL;
-    uint64_t size = 65536, v;
-    mv_workload_opts wo = {.counters = 4, .gauges = 2, .histograms = 1, .rate_hz = 100};
-    const char *labels[2 * 16];
-    size_t nlabels = 0;
-    int opt;
-    static const struct option opts[] = {{"agent", required_argument, 0, 'a'},
-                                         {"segment", required_argument, 0, 's'},
-                                         {"size", required_argument, 0, 'S'},
-                                         {"counters", required_argument, 0, 'c'},
-                                         {"gauges", required_argument, 0, 'g'},
-                                         {"histograms", required_argument, 0, 'H'},
-                                         {"rate", required_argument, 0, 'r'},
-                                         {"duration", required_argument, 0, 'd'},
-                                         {"label", required_argument, 0, 'l'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
-    if (mv_util_opts_exact("microviewctl", argc, argv, opts) < 0)
-        return 2;
-    while ((opt = getopt_long(argc, argv, "a:s:S:c:g:H:r:d:l:h", opts, NULL)) != -1) {
-        switch (opt) {
-        case 'a':
-            agent = optarg;
-            break;
-        case 's':
-            segpath = optarg;
-            break;
-        case 'S':
-            if (mv_util_flag_size("microviewctl", "--size", optarg, 0, 1ull << 30, &size))
-                return 2;
-            break;
-        case 'c':
-            if (mv_util_flag_u64("microviewctl", "--counters", optarg, 0, 10000, &v))
-                return 2;
-            wo.counters = (unsigned)v;
-            break;
-        case 'g':
-            if (mv_util_flag_u64("microviewctl", "--gauges", optarg, 0, 10000, &v))
-                return 2;
-            wo.gauges = (unsigned)v;
-            break;
-        case 'H':
-            if (mv_util_flag_u64("microviewctl", "--histograms", optarg, 0, 1000, &v))
-                return 2;
-            wo.histograms = (unsigned)v;
-            break;
-        case 'r':
-            if (parse_d(optarg, "--rate", &wo.rate_hz))
-                return 2;
-            break;
-        case 'd':
-            if (parse_d(optarg, "--duration", &wo.duration_s))
-                return 2;
-            break;
-        case 'l': {
-            char *eq = strchr(optarg, '=');
-            if (!eq || eq == optarg || nlabels >= 16) {
-                fprintf(stderr, "microviewctl: --label takes KEY=VALUE (at most 16)\n");
-                return 2;
-            }
-            *eq = '\0';
-            labels[2 * nlabels] = optarg;
-            labels[2 * nlabels + 1] = eq + 1;
-            nlabels++;
-            break;
-        }
-        case 'h':
-            usage(stdout);
-            return 0;
-        default:
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (optind != argc || (agent && segpath)) {
+    uint64_t size = 65536, counters = 4, gauges = 2, histograms = 1;
+    mv_workload_opts wo = {.rate_hz = 100};
+    mv_ctl__labels lf = {.n = 0};
+    mv_opts_opt opts[] = {
+        {.name = "agent",
+         .short_name = 'a',
+         .kind = MV_OPTS_STRING,
+         .meta = "TARGET",
+         .dest = &agent,
+         .def = MV_CTL_DEFAULT_AGENT,
+         .help = "ask this agent for the segment; it belongs to the user gen runs as, as for "
+                 "create"},
+        {.name = "segment",
+         .short_name = 's',
+         .kind = MV_OPTS_STRING,
+         .meta = "PATH",
+         .dest = &segpath,
+         .help = "write into this segment file instead (not with --agent)"},
+        {.name = "size",
+         .short_name = 'S',
+         .kind = MV_OPTS_SIZE,
+         .meta = "SIZE",
+         .lo = 0,
+         .hi = 1ull << 30,
+         .dest = &size,
+         .help = "segment size asked of the agent"},
+        {.name = "counters",
+         .short_name = 'c',
+         .kind = MV_OPTS_U64,
+         .meta = "N",
+         .lo = 0,
+         .hi = 10000,
+         .dest = &counters,
+         .help = "counters written"},
+        {.name = "gauges",
+         .short_name = 'g',
+         .kind = MV_OPTS_U64,
+         .meta = "N",
+         .lo = 0,
+         .hi = 10000,
+         .dest = &gauges,
+         .help = "gauges written"},
+        {.name = "histograms",
+         .short_name = 'H',
+         .kind = MV_OPTS_U64,
+         .meta = "N",
+         .lo = 0,
+         .hi = 1000,
+         .dest = &histograms,
+         .help = "histograms written"},
+        {.name = "rate",
+         .short_name = 'r',
+         .kind = MV_OPTS_NUMBER,
+         .meta = "HZ",
+         .dlo = 0,
+         .dhi = 1e9,
+         .dest = &wo.rate_hz,
+         .help = "updates of every metric a second"},
+        {.name = "duration",
+         .short_name = 'd',
+         .kind = MV_OPTS_NUMBER,
+         .meta = "SECONDS",
+         .dlo = 0,
+         .dhi = 1e9,
+         .dest = &wo.duration_s,
+         .help = "how long to run (0: until Ctrl-C)"},
+        {.name = "label",
+         .short_name = 'l',
+         .kind = MV_OPTS_STRING,
+         .meta = "KEY=VALUE",
+         .fn = mv_ctl__label_flag,
+         .arg = &lf,
+         .help = "an identity label asked of the agent (repeatable, at most 16)"},
+        {0},
+    };
+    const mv_opts_spec spec = {
+        .prog = "microviewctl",
+        .synopsis = "gen [options]",
+        .intro = "Runs a synthetic workload that writes metrics into a segment.",
+        .outro = "gen writes nothing on stdout; on stderr one logfmt event a line (gen.started, "
+                 "gen.stopped, gen.lease_failed, gen.open_failed, ...); a bad command line is "
+                 "refused with one plain line and exit code 2, as for every command.",
+        .opts = opts};
+    int first, prc = mv_opts_parse(&spec, argc, argv, &first);
+    if (prc)
+        return mv_opts_status(prc);
+    if (first != argc || (agent && segpath)) {
         fprintf(stderr, "microviewctl gen: use either --agent or --segment\n");
         return 2;
     }
+    wo.counters = (unsigned)counters;
+    wo.gauges = (unsigned)gauges;
+    wo.histograms = (unsigned)histograms;
+    const char *const *labels = lf.kv;
+    size_t nlabels = lf.n;
     mv_ctl_lease lease = {0};
     if (!segpath) {
         if (mv_ctl_lease_segment(agent ? agent : MV_CTL_DEFAULT_AGENT, size, labels, nlabels,
