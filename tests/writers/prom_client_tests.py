@@ -53,6 +53,14 @@ NOT_APPLICABLE = {
     "TestHistogram::test_repr": REPR,
     "TestInfo::test_repr": REPR,
 }
+# Tests of prometheus_client releases newer than the 0.16 API the package follows (the tests
+# of Debian's next suite are run when the installed version's source is gone from the
+# mirror): deselected when present, with their reason.
+NEWER_THAN_016 = {
+    "TestCounter::test_reset": "Counter.reset() (prometheus_client 0.17) and the _created "
+                               "series it moves are not offered: a segment's counter is reset "
+                               "only by deleting its series (remove/clear)",
+}
 
 
 def main():
@@ -81,6 +89,10 @@ def main():
             return 1
     args = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfE",
             "-o", "junit_family=xunit2", "--junitxml", os.path.join(work, "junit.xml"), test]
+    for t, why in NEWER_THAN_016.items():
+        cls, fn = t.split("::")
+        if cls in names and re.search(r"def %s\(" % fn, text):
+            NOT_APPLICABLE[t] = why
     for t in NOT_APPLICABLE:
         args += ["--deselect", "test_core.py::" + t]
     r = subprocess.run(args, cwd=work)

@@ -671,6 +671,8 @@ class InfoChild:
 
     def info(self, val: Dict[str, str]) -> None:
         names = self._metric._labelnames
+        if any(v is None for v in val.values()):
+            raise ValueError('Label value cannot be None')
         if set(names).intersection(val.keys()):
             raise ValueError("Overlapping labels for Info metric, metric: {} child: {}".format(
                 names, val))
