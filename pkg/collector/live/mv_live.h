@@ -29,9 +29,12 @@
  * max_lifetime_s. Memory: ring_len * 32 bytes per distinct series, reported as
  * microview_ui_ring_bytes.
  *
- * Threads: the hook runs on tick workers, the handlers on HTTP threads, and one pump thread
- * wakes streams with something to send (every pump_ms) and takes the segments' state once a
- * second while any stream is open.
+ * Threads: the hook runs on tick workers (it copies one sample per watched series, under that
+ * series' lock); the handlers run on HTTP threads and only copy out what was prepared; one
+ * pump thread at nice 10 prepares each stream's next events (every pump_ms, at most once per
+ * bucket width, only once the client took the previous ones; past 16 streams less often, never
+ * beyond half a ring), wakes the streams, and takes the segments' state once a second while
+ * any stream is open.
  */
 #ifndef MV_LIVE_H
 #define MV_LIVE_H
