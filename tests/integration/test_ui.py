@@ -124,6 +124,14 @@ def check_page(r, br, writer_out, shot):
         rates = [p["max"] for p in counter if b - tol <= p["t"] <= b + 20 + tol]
         r.check("burst at %d: the counter's rate per read reaches 20,000/s" % b,
                 rates and max(rates) >= 20000, rates)
+    hist = d["series"][2]["points"]
+    for b in bursts:
+        hb = [p for p in hist if b - tol <= p["t"] <= b + 20 + tol]
+        r.check("burst at %d: the heatmap's 32-64 ms bin holds its 50 ms observations" % b,
+                hb and sum(p["h"][6] for p in hb) >= 10, [(p["t"] - b, p["h"]) for p in hb])
+    quiet = [p for p in hist if p["h"][6] and not any(
+        b - tol <= p["t"] <= b + 20 + tol for b in bursts_of(writer_out))]
+    r.check("the heatmap's 32-64 ms bin is empty outside the bursts", not quiet, quiet[:3])
     stray = [p for p in gauge if p["max"] > 1 and not any(b - tol <= p["t"] <= b + 20 + tol
                                                           for b in bursts_of(writer_out))]
     r.check("no pixel outside a burst has the gauge above 1", not stray, stray[:5])
@@ -134,11 +142,13 @@ def check_page(r, br, writer_out, shot):
         "JSON.stringify({pods: Array.from(document.querySelectorAll('#pods li'))"
         ".map(e => e.textContent), ok: document.querySelectorAll("
         "'#stateband span[data-state=\"ok\"]').length, charts: "
-        "document.querySelectorAll('#charts .chart').length, promql: "
+        "document.querySelectorAll('#charts .chart').length, heat: "
+        "document.querySelectorAll('#charts canvas.heat').length, promql: "
         "document.getElementById('promql').value})"))
     r.check("pod list names demo/web-1/app", any("demo/web-1/app" in p for p in dom["pods"]), dom)
     r.check("state band shows the segment ok", dom["ok"] >= 1, dom)
-    r.check("one chart per metric", dom["charts"] == 3, dom)
+    r.check("one chart per metric, a heatmap under the histogram's",
+            dom["charts"] == 3 and dom["heat"] == 1, dom)
     r.check("PromQL link for the counter", dom["promql"].startswith(
         'rate(burst_requests_total{namespace="demo",pod="web-1",container="app"}'), dom)
 

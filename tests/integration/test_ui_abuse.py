@@ -9,7 +9,7 @@ Asserts: the 10 over the total cap get 429 with reason streams_total, the one ov
 per-client cap 429 with reason streams_per_client (other addresses still served); the fast
 readers get data and no drop; every stalled reader gets a drop event and an end event with
 reason slow_reader; the clients that never read are closed by the idle timeout; the rings
-stay at their bound (microview_ui_ring_bytes = series x ring length x 32 bytes) and the
+stay at their bound (microview_ui_ring_bytes = series x ring length x 48 bytes) and the
 collector's RSS grows by less than 64 MiB; when every client is gone, no stream or ring is
 left; the share of missed ticks during the abuse is within 5 points of the larger share of the
 quiet periods before and after it (the machine's own noise).
@@ -254,8 +254,8 @@ def main():
             gone = stats()["microview_ui_streams"] == 140
         r.check("the streams that never read are closed by the idle timeout "
                 "(140 fast left open)", gone, stats())
-        ring_bound = 3 * RING * 32
-        r.check("rings at their bound: 3 series x %d reads x 32 bytes = %d" % (RING, ring_bound),
+        ring_bound = 3 * RING * 48
+        r.check("rings at their bound: 3 series x %d reads x 48 bytes = %d" % (RING, ring_bound),
                 d["microview_ui_ring_bytes"] == ring_bound and d["microview_ui_series"] == 3, d)
         r.check("collector RSS grew by less than 64 MiB (%d -> %d KiB)" % (rss0, rss1),
                 rss1 - rss0 < 64 * 1024)

@@ -205,7 +205,7 @@ static void test_spike_kept(void)
     mv_live_stats st;
     mv_live_get_stats(g_live, &st);
     CU_ASSERT_EQUAL(st.series, 1);
-    CU_ASSERT_EQUAL(st.ring_bytes, RING * 32);
+    CU_ASSERT_EQUAL(st.ring_bytes, RING * 48);
     /* 40 reads within one 62.5 ms bucket (ticked by hand, microseconds apart): 1 everywhere
      * but one read at 100. */
     for (int i = 0; i < 40; i++) {

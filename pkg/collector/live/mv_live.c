@@ -29,6 +29,7 @@
 #define NQ            3 /* p50, p90, p99 */
 #define F_CHANGED     1u
 #define F_RESET       2u
+#define NH            8   /* heatmap bins of a histogram: its buckets in 8 groups */
 #define DRAIN_CHUNK   256 /* samples copied out of a ring per lock */
 
 static const double qs[NQ] = {0.5, 0.9, 0.99};
@@ -38,7 +39,9 @@ typedef struct sample {
     double v;
     float q[NQ];
     uint32_t flags;
+    uint16_t h[NH]; /* histograms: observations per bin since the previous read (saturated) */
 } sample;
+_Static_assert(sizeof(sample) == 48, "docs/ui.md and mv_live.h state 48 bytes per read");
 
 struct wseg;
 
@@ -238,6 +241,11 @@ static void take(series *s, const mv_seg_catalog *cat, const void *hot, uint64_t
             x.v = (double)n / dt;
             for (int k = 0; k < NQ && n; k++)
                 x.q[k] = hist_quantile(m, d, n, qs[k]);
+            uint64_t hb[NH] = {0};
+            for (uint32_t i = 0; i < nb; i++)
+                hb[i * NH / nb] += d[i];
+            for (int k = 0; k < NH; k++)
+                x.h[k] = hb[k] > 65535 ? 65535 : (uint16_t)hb[k];
         }
         memcpy(s->prev_b, hv.buckets, nb * sizeof *s->prev_b);
     }
@@ -333,6 +341,7 @@ typedef struct bucket {
     double lo, hi;
     float qlo[NQ], qhi[NQ];
     uint32_t flags;
+    uint64_t h[NH];
 } bucket;
 
 static void bucket_emit(stream *st, const bucket *b, int hist, int *first)
@@ -350,6 +359,8 @@ static void bucket_emit(stream *st, const bucket *b, int hist, int *first)
         out_put(st, ",", 1);
         out_num(st, b->qhi[q]);
     }
+    for (int k = 0; hist && k < NH; k++)
+        out_fmt(st, ",%llu", (unsigned long long)b->h[k]);
     out_put(st, "]", 1);
 }
 
@@ -425,6 +436,7 @@ static int drain(stream *st, size_t i, uint64_t now, uint64_t *lost, int *first_
                 for (int q = 0; q < NQ; q++)
                     b.qlo[q] = b.qhi[q] = x->q[q];
                 b.flags = 0;
+                memset(b.h, 0, sizeof b.h);
                 have = 1;
             }
             if (x->v < b.lo)
@@ -436,6 +448,8 @@ static int drain(stream *st, size_t i, uint64_t now, uint64_t *lost, int *first_
                 fmax_into(&b.qhi[q], x->q[q]);
             }
             b.flags |= x->flags & F_CHANGED;
+            for (int hk = 0; hk < NH; hk++)
+                b.h[hk] += x->h[hk];
         }
         cur += j;
         if (n < DRAIN_CHUNK)
@@ -938,6 +952,21 @@ static char *make_hello(mv_live *l, const mv_live_query *q, uint64_t bw_ns, char
         put_str(&b, m->name);
         put_fmt(&b, ",\"type\":\"%s\",", type_name(m->type));
         put_labels(&b, m->labels, m->label_count);
+        if (m->type == MV_SEG_HISTOGRAM) { /* the heatmap bins' upper bounds (null: +Inf) */
+            uint32_t nb = m->bucket_count + 1u;
+            put_fmt(&b, ",\"bins\":[");
+            for (uint32_t k = 0; k < NH; k++) {
+                int32_t top = -1; /* the last pod bucket in bin k */
+                for (uint32_t pi = 0; pi < nb; pi++)
+                    if (pi * NH / nb == k)
+                        top = (int32_t)pi;
+                if (top < 0 || (uint32_t)top >= m->bucket_count)
+                    put_fmt(&b, "%snull", k ? "," : "");
+                else
+                    put_fmt(&b, "%s%.9g", k ? "," : "", m->bounds[top]);
+            }
+            mv_util_buf_append(&b, "]", 1);
+        }
         mv_util_buf_append(&b, "}", 1);
     }
     if (put_fmt(&b, "]}\n\n") != 0 || b.error) {

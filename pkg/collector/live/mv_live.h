@@ -15,18 +15,19 @@
  *
  * Events (text/event-stream): "hello" (the series: index, name, type, labels; the bucket
  * width), "data" ({"bw":ns,"s":[{"i":idx,"b":[[k,min,max,flags(,q50min,q50max,q90min,
- * q90max,q99min,q99max)],...]}]}: bucket k covers [k bw, (k+1) bw) ns of wall-clock time;
- * flags bit 0: the change detector fired in it), "state" (the segment's state ok / busy /
- * stale / quarantined / gone and its anomaly score, once a second), "drop" (reads lost to a
- * slow reader: {"i":idx,"lost":N}), "end" ({"reason":...}: slow_reader, segment_gone,
- * max_lifetime, shutdown), and a comment line as heartbeat every heartbeat_ms.
+ * q90max,q99min,q99max,h0..h7)],...]}]}: bucket k covers [k bw, (k+1) bw) ns of wall-clock time;
+ * flags bit 0: the change detector fired in it; histograms then 8 heatmap bins: the
+ * observations per group of the pod's buckets, whose upper bounds "hello" gives), "state" (the
+ * segment's state ok / busy / stale / quarantined / gone and its anomaly score, once a second),
+ * "drop" (reads lost to a slow reader: {"i":idx,"lost":N}), "end" ({"reason":...}: slow_reader,
+ * segment_gone, max_lifetime, shutdown), and a comment line as heartbeat every heartbeat_ms.
  *
  * Limits (each refusal answers 429 or 400 with a JSON reason and is counted): series per
  * stream (MV_LIVE_SERIES_MAX), streams in all and per client address, distinct series in
  * all, and bytes of rings in all. A stream that lost a whole ring's worth of one series (it
  * did not read for ring_len reads) is ended with reason slow_reader; a client that reads
  * nothing is closed by the HTTP layer's idle timeout; every stream ends after
- * max_lifetime_s. Memory: ring_len * 32 bytes per distinct series, reported as
+ * max_lifetime_s. Memory: ring_len * 48 bytes per distinct series, reported as
  * microview_ui_ring_bytes.
  *
  * Threads: the hook runs on tick workers (it copies one sample per watched series, under that

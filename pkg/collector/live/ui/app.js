@@ -219,9 +219,18 @@
       cv.height = 120;
       div.appendChild(t);
       div.appendChild(cv);
+      let heat = null;
+      if (s.type === 'histogram') { // observations per group of buckets, per pixel column
+        heat = document.createElement('canvas');
+        heat.className = 'heat';
+        heat.width = S.width;
+        heat.height = 48;
+        heat.title = 'heatmap: bins up to ' + (s.bins || []).map((x) => (x === null ? '+Inf' : x)).join(', ');
+        div.appendChild(heat);
+      }
       box.appendChild(div);
       S.series[s.i] = { i: s.i, name: s.name, type: s.type, labels: s.labels, b: new Map(),
-        canvas: cv, val: val };
+        canvas: cv, heat: heat, bins: s.bins || [], val: val };
     }
     promql();
   }
@@ -238,7 +247,8 @@
         if (!o) s.b.set(k, b.slice(1));
         else { // merge: the same pixel seen again
           o[0] = mn(o[0], b[1]); o[1] = mx(o[1], b[2]); o[2] |= b[3];
-          for (let q = 4; q < b.length; q += 2) { o[q - 1] = mn(o[q - 1], b[q]); o[q] = mx(o[q], b[q + 1]); }
+          for (let q = 4; q < Math.min(b.length, 10); q += 2) { o[q - 1] = mn(o[q - 1], b[q]); o[q] = mx(o[q], b[q + 1]); }
+          for (let h = 10; h < b.length; h++) o[h - 1] += b[h]; // heatmap counts: only new reads come again
         }
         if (k > latest) latest = k;
         s.last = b[2];
@@ -304,7 +314,8 @@
       if (k < kmin) continue;
       const t = k * S.bw / 1e6;
       if (t > t1) continue;
-      const p = hist ? { t: t, min: b[3], max: b[8], p50: b[4], p90: b[6], p99: b[8], f: b[2], rate: b[1] }
+      const p = hist ? { t: t, min: b[3], max: b[8], p50: b[4], p90: b[6], p99: b[8], f: b[2], rate: b[1],
+        h: b.slice(9, 17) }
         : { t: t, min: b[0], max: b[1], f: b[2] };
       if (p.min === null || p.max === null) continue;
       pts.push(p);
@@ -343,12 +354,30 @@
         drawn.markers.push({ i: s.i, t: p.t });
       }
     }
+    if (hist && s.heat) drawHeat(s, pts, x, bwpx);
     g.fillStyle = '#333';
     g.font = '10px sans-serif';
     g.fillText(fmt(hi), 2, 10);
     g.fillText(fmt(lo), 2, H - 2);
     s.val.textContent = s.last === undefined || s.last === null ? '' : 'last ' + fmt(s.last);
     return { i: s.i, name: s.name, type: s.type, lo: lo, hi: hi, points: pts };
+  }
+
+  function drawHeat(s, pts, x, bwpx) {
+    const hg = s.heat.getContext('2d'), W = s.heat.width, H = s.heat.height, n = 8;
+    hg.clearRect(0, 0, W, H);
+    let top = 0;
+    for (const p of pts) for (const c of p.h) top = Math.max(top, c || 0);
+    if (!top) return;
+    const rh = H / n, lt = Math.log1p(top);
+    for (const p of pts) {
+      for (let r = 0; r < n; r++) {
+        const c = p.h[r] || 0;
+        if (!c) continue;
+        hg.fillStyle = 'rgba(120,20,160,' + Math.max(0.08, Math.log1p(c) / lt) + ')';
+        hg.fillRect(x(p.t), H - (r + 1) * rh, bwpx, rh);
+      }
+    }
   }
 
   function fmt(v) {
