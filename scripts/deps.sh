@@ -19,7 +19,7 @@ test_pkgs=(
   libcunit1-dev clang libclang-rt-14-dev clang-format
   prometheus
   python3 python3-grpcio python3-protobuf python3-grpc-tools python3-prometheus-client
-  python3-yaml python3-dev python3-setuptools python3-pip
+  python3-yaml python3-dev python3-setuptools python3-pip python3-pytest
   golang-go golang-github-prometheus-client-golang-dev
   qemu-system-x86 qemu-utils busybox-static cpio xz-utils kmod
   ibverbs-utils perftest iproute2 util-linux
@@ -31,6 +31,8 @@ test_pkgs=(
 )
 # The container image tests: debootstrap makes the base images.
 test_pkgs+=(debootstrap)
+# The live view's browser test (tests/integration/test_ui.py): headless Chromium.
+test_pkgs+=(chromium)
 # Not installed on this machine: package lists for the container images (scripts/base-image.sh)
 # and the arm64 cross build (scripts/cross-arm64.sh). `scripts/deps.sh --list NAME` prints one.
 # Runtime libraries of the binaries and libmicroview (the image's final stage; checked with ldd).

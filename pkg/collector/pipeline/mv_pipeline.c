@@ -224,7 +224,10 @@ MV_DETECT_INLINE unsigned feed_counters(mv_pipe_seg *s, const char *vals, int fo
     for (size_t j = 0; j < s->nc; j++) {
         hctr *h = &s->hc[j];
         uint64_t v;
-        memcpy(&v, vals + h->off, 8);
+        if (__builtin_expect(h->frac, 0))
+            v = pipe_frac_value(vals + h->off);
+        else
+            memcpy(&v, vals + h->off, 8);
         if (__builtin_expect(!h->primed, 0)) {
             /* First read: the cumulative increase starts at 0 here. */
             h->primed = 2;
@@ -250,7 +253,7 @@ MV_DETECT_INLINE unsigned feed_counters(mv_pipe_seg *s, const char *vals, int fo
             s->cc[j].resets++;
         }
         h->prev = v;
-        double x = d ? (double)d / dt : 0.0; /* 0 / dt is +0 (dt > 0): no division */
+        double x = d ? (double)d * pipe_ctr_scale(h) / dt : 0.0; /* 0 / dt is +0 (dt > 0) */
         h->rate_max = x > h->rate_max ? x : h->rate_max;
         if (det)
             flags |= detect(s, &s->dc[j], &s->cc[j].changes, x);
@@ -429,11 +432,12 @@ static unsigned detect_step(mv_pipe_seg *s, uint64_t gap)
         cdet *c = &s->cd[j];
         uint64_t span = e - c->det_e, d = h->prev - h->det_raw;
         if (d && span) {
-            double sp = (double)span * 1e-9, x = (double)d / sp;
-            /* What the same steady rate can differ by over this span: one increment, or
-             * the read interval the last rise fell in (a rise is placed within one read). */
-            double res = (double)d * g / sp;
-            res = (res < 1.0 ? res : 1.0) / sp;
+            double sc = pipe_ctr_scale(h), sp = (double)span * 1e-9, x = (double)d * sc / sp;
+            /* What the same steady rate can differ by over this span: one increment (one
+             * unit of a counter_f), or the read interval the last rise fell in (a rise is
+             * placed within one read). */
+            double res = (double)d * g / sp, one = 1.0 / sc;
+            res = (res < one ? res : one) * sc / sp;
             unsigned f = detect_floor(s, &s->dc[j], &s->cc[j].changes, x, res);
             if (c->det_e != s->det_e)
                 f &= ~(unsigned)MV_PIPE_WARMUP; /* sparse: not at the steps' pace */
@@ -673,7 +677,7 @@ mv_pipe_view *mv_pipe_seg_view(mv_pipe_seg *s)
         if (s->e <= from)
             continue;
         uint64_t inc = s->hc[j].prev + s->coff[j] - s->slot_tot[base_k * s->nc + j];
-        o->rate_short = (double)inc / ((double)(s->e - from) * 1e-9);
+        o->rate_short = (double)inc * pipe_ctr_scale(&s->hc[j]) / ((double)(s->e - from) * 1e-9);
     }
     pthread_mutex_unlock(&s->mu);
     return v;

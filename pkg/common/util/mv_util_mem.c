@@ -38,7 +38,8 @@ int mv_util_malloc_huge_pages(char *thp, size_t thplen)
     snprintf(thp, thplen, "%s",
              mv_util_parse_bracketed(text, word, sizeof word) == 0 ? word : "unknown");
     char val[8];
-    if (mv_util_parse_tunable(getenv("GLIBC_TUNABLES"), "glibc.malloc.hugetlb", val, sizeof val) == 0)
+    if (mv_util_parse_tunable(getenv("GLIBC_TUNABLES"), "glibc.malloc.hugetlb", val, sizeof val) ==
+        0)
         return 0;
     uint64_t v;
     return mv_util_parse_u64(val, 0, 2, &v, NULL, 0) == 0 ? (int)v : -1;

@@ -1,4 +1,4 @@
-/* mv_expo_internal: what the renderer and the number formatting of pkg/collector/expo share.
+/* mv_expo_internal: what the renderer and the number formatting of pkg/common/exposition share.
  * Not part of the module's interface: include mv_expo.h outside this directory. */
 #ifndef MV_EXPO_INTERNAL_H
 #define MV_EXPO_INTERNAL_H
