@@ -453,9 +453,11 @@ echo "== What the verbs collector's READs cost the host (verbs_host_cpu: two Sof
 grep -E '^bench=verbs_host_cpu ' "$results" | sed 's/^/  /'
 fi # want other
 
+if want other; then
 echo
 echo "== microview (Python) against prometheus_client, one process (compat_bench; goal >= 10x)"
 grep -E '^impl=(compare|floor) ' "$results" | sed 's/^/  /'
+fi # want other
 
 echo
 echo "== Goals (each from a row above, this run)"
