@@ -17,4 +17,21 @@ static inline int expo_is_digit(unsigned char c)
 /* The same for a signed value (at least 21 bytes). */
 size_t expo_fmt_i64(int64_t v, char *out);
 
+/* Length of the valid UTF-8 sequence at s (1..4), or 0 (mv_expo.c). */
+size_t expo_utf8_len(const unsigned char *s);
+
+/* The protobuf family builder (mv_expo_pb.c): begin a family, feed its samples (checked by
+ * mv_expo.c), end it to get its delimited bytes (valid until the next begin). Errors are
+ * -ENOSPC (the family passed `cap` bytes) and -ENOMEM, sticky until the next begin. */
+typedef struct expo_pb expo_pb;
+expo_pb *expo_pb_create(void);
+void expo_pb_destroy(expo_pb *p);
+void expo_pb_native(expo_pb *p, int32_t schema, uint32_t max_buckets);
+void expo_pb_begin(expo_pb *p, const char *name, mv_expo_type t, const char *help, const char *unit,
+                   size_t cap);
+int expo_pb_sample(expo_pb *p, const char *suffix, const mv_expo_label *a, size_t na,
+                   const mv_expo_label *b, size_t nb, const char *xname, double xval, double v,
+                   uint64_t u, int is_u, int64_t ts);
+int expo_pb_end(expo_pb *p, const char **data, size_t *len);
+
 #endif
