@@ -2,11 +2,14 @@
  * their checks; the collector itself runs in mv_collector_run (pkg/collector/daemon). */
 #include <errno.h>
 #include <getopt.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "mv_agentc.h"
 #include "mv_collector.h"
+#include "mv_expo.h"
 #include "mv_log.h"
 #include "mv_rdma.h"
 #include "mv_util.h"
@@ -16,6 +19,7 @@
 #define MAX_AGENTS    64
 #define RDMA_PORT     7471 /* the agent's default --rdma-listen port */
 #define P             "microview-collector"
+#define NATIVE_AUTO   INT32_MAX /* --native-schema auto */
 
 static void usage(FILE *f)
 {
@@ -99,6 +103,12 @@ static void usage(FILE *f)
            "                           request N s after connecting or after its last\n"
            "                           response, however slowly it sends (0..3600,\n"
            "                           default 10; 0: idle timeout only)\n"
+           "  --native-schema S        native histograms of the protobuf exposition: schema\n"
+           "                           -4..8 (bucket growth 2^(2^-S)), off (classic buckets\n"
+           "                           only) or auto (default: the coarsest schema no wider\n"
+           "                           than the sketch's buckets; 6 for --sketch-alpha 0.01)\n"
+           "  --native-max-buckets N   halve a native histogram's resolution while it has\n"
+           "                           more than N buckets (default 160)\n"
            "  --log-level LEVEL        debug, info, warn, error (default info)\n");
 }
 
@@ -116,6 +126,8 @@ static int run(int argc, char **argv, mv_export_sel *derived)
     mv_coll_opts co;
     mv_log_level level = MV_LOG_INFO;
     size_t body_cap = 64u << 20, cache_cap = 0;
+    int32_t native_schema = NATIVE_AUTO;
+    uint32_t native_max = 0;
     int opt;
 
     mv_coll_opts_default(&co);
@@ -164,6 +176,8 @@ static int run(int argc, char **argv, mv_export_sel *derived)
                                          {"kube-ca-file", required_argument, 0, 'J'},
                                          {"auth-timeout-ms", required_argument, 0, 'o'},
                                          {"auth-max-inflight", required_argument, 0, 'i'},
+                                         {"native-schema", required_argument, 0, 1010},
+                                         {"native-max-buckets", required_argument, 0, 1011},
                                          {0, 0, 0, 0}};
     mv_agentc_tls agent_tls = {0};
     mv_httpd_config hc;
@@ -365,6 +379,30 @@ static int run(int argc, char **argv, mv_export_sel *derived)
         case 1004:
             agent_tls.server_name = optarg;
             break;
+        case 1010:
+            if (strcmp(optarg, "off") == 0) {
+                native_schema = MV_EXPO_NH_OFF;
+            } else if (strcmp(optarg, "auto") == 0) {
+                native_schema = NATIVE_AUTO;
+            } else {
+                char *end;
+                long sv = strtol(optarg, &end, 10);
+                if (end == optarg || *end || sv < MV_EXPO_NH_SCHEMA_MIN ||
+                    sv > MV_EXPO_NH_SCHEMA_MAX) {
+                    fprintf(stderr,
+                            "microview-collector: --native-schema: '%s' is not -4..8, auto or "
+                            "off\n",
+                            optarg);
+                    return 2;
+                }
+                native_schema = (int32_t)sv;
+            }
+            break;
+        case 1011:
+            if (mv_flag_u64(P, "--native-max-buckets", optarg, 1, 100000, &v))
+                return 2;
+            native_max = (uint32_t)v;
+            break;
         case 'h':
             usage(stdout);
             return 0;
@@ -451,7 +489,14 @@ static int run(int argc, char **argv, mv_export_sel *derived)
                            .authz = zo,
                            .body_cap = body_cap,
                            .cache_cap = cache_cap,
-                           .derived = derived};
+                           .derived = derived,
+                           .native_set = 1,
+                           /* auto: buckets no wider than the sketch's (docs/exposition.md) */
+                           .native_schema = native_schema != NATIVE_AUTO
+                                                ? native_schema
+                                                : mv_expo_nh_schema_for_gamma((1 + co.pipe.alpha) /
+                                                                              (1 - co.pipe.alpha)),
+                           .native_max_buckets = native_max};
     return mv_collector_run(&o);
 }
 

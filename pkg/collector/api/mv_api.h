@@ -46,6 +46,11 @@ typedef struct mv_api_opts {
     /* Who may read (borrowed; NULL = everyone): every route but /healthz and the index page
      * asks it first and answers its 401 (with WWW-Authenticate: Bearer), 403 or 503. */
     mv_authz *authz;
+    /* Native histograms in the protobuf exposition (mv_expo_set_native): with native_set, the
+     * schema (-4..8, or MV_EXPO_NH_OFF) and bucket limit (0: default); else schema 6. */
+    int native_set;
+    int32_t native_schema;
+    uint32_t native_max_buckets;
 } mv_api_opts;
 
 /* Returns 0 or -ENOMEM. Free with mv_api_destroy. */

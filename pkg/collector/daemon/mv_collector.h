@@ -65,6 +65,10 @@ typedef struct mv_collector_opts {
     size_t body_cap;        /* cap on a /metrics body */
     size_t cache_cap;       /* exposition cache; 0: twice body_cap */
     mv_export_sel *derived; /* derived series on /metrics (borrowed) */
+    /* Native histograms of the protobuf exposition (mv_api_opts): schema and bucket limit. */
+    int native_set;
+    int32_t native_schema;
+    uint32_t native_max_buckets;
 } mv_collector_opts;
 
 /* Runs the collector until SIGINT or SIGTERM. Returns the process exit code: 0 after a

@@ -227,7 +227,10 @@ int mv_collector_run(const mv_collector_opts *o)
                       .cache_cap = o->cache_cap,
                       .render_extra = render_extra,
                       .extra_arg = &a,
-                      .derived = o->derived};
+                      .derived = o->derived,
+                      .native_set = o->native_set,
+                      .native_schema = o->native_schema,
+                      .native_max_buckets = o->native_max_buckets};
     if (mv_api_create(&ao, &api) != 0) {
         MV_ERROR("collector.failed", "error=%s", mv_log_q("out of memory"));
         goto destroy_coll;

@@ -19,7 +19,7 @@ double mv_expo_nh_upper(int32_t idx, int32_t schema)
 {
     schema = clamp_schema(schema);
     if (schema <= 0) {
-        int64_t e = (int64_t)idx << -schema;
+        int64_t e = (int64_t)idx * ((int64_t)1 << -schema);
         if (e > 2000)
             return INFINITY;
         if (e < -2000)
@@ -177,7 +177,8 @@ static int bkt_cmp(const void *x, const void *y)
 /* Sorts and merges equal buckets in place. */
 static void merge(mv_expo_nh *h)
 {
-    qsort(h->b, h->nb, sizeof *h->b, bkt_cmp);
+    if (h->nb > 1)
+        qsort(h->b, h->nb, sizeof *h->b, bkt_cmp);
     size_t o = 0;
     for (size_t i = 0; i < h->nb; i++) {
         if (o && h->b[o - 1].idx == h->b[i].idx && h->b[o - 1].neg == h->b[i].neg)

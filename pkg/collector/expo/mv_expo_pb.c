@@ -439,6 +439,11 @@ int expo_pb_sample(expo_pb *p, const char *suffix, const mv_expo_label *a, size_
                 return -p->fail;
             if (labels_copy(p, a, na, b, nb))
                 return -p->fail;
+            if (grow_n(&p->xcap, 2, (void **)&p->xs, sizeof *p->xs, (void **)&p->qv, sizeof *p->qv,
+                       (void **)&p->cum, sizeof *p->cum, NULL, 0)) {
+                p->fail = ENOMEM;
+                return -ENOMEM;
+            }
             p->open = 1;
             p->nx = 0;
             p->sum = 0;
