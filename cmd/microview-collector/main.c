@@ -20,6 +20,7 @@
 #define RDMA_PORT     7471 /* the agent's default --rdma-listen port */
 #define P             "microview-collector"
 #define NATIVE_AUTO   INT32_MAX /* --native-schema auto */
+#define MAX_EXTERNAL  32
 
 static void usage(FILE *f)
 {
@@ -109,6 +110,21 @@ static void usage(FILE *f)
            "                           than the sketch's buckets; 6 for --sketch-alpha 0.01)\n"
            "  --native-max-buckets N   halve a native histogram's resolution while it has\n"
            "                           more than N buckets (default 160)\n"
+           "  --remote-write-url URL   send the series by Prometheus remote write (http or\n"
+           "                           https; docs/exposition.md), every interval, whether\n"
+           "                           or not anything scrapes\n"
+           "  --remote-write-interval-ms N      default 1000\n"
+           "  --remote-write-version 1|2        default 1; 2 falls back to 1 on a 415\n"
+           "  --remote-write-bearer-token-file PATH   (re-read every minute)\n"
+           "  --remote-write-basic-user U, --remote-write-basic-password-file PATH\n"
+           "  --remote-write-ca-file PATH, --remote-write-cert-file PATH,\n"
+           "  --remote-write-key-file PATH, --remote-write-insecure-skip-verify\n"
+           "  --remote-write-external-label NAME=VALUE   (repeatable)\n"
+           "  --remote-write-shards N (2)  --remote-write-queue-samples N (500000: samples\n"
+           "                           held while the receiver is slow or down; beyond it\n"
+           "                           the newest are dropped and counted)\n"
+           "  --remote-write-max-per-send N (2000)  --remote-write-timeout-ms N (10000)\n"
+           "  --remote-write-min-backoff-ms N (30)  --remote-write-max-backoff-ms N (5000)\n"
            "  --log-level LEVEL        debug, info, warn, error (default info)\n");
 }
 
@@ -127,6 +143,10 @@ static int run(int argc, char **argv, mv_export_sel *derived)
     mv_log_level level = MV_LOG_INFO;
     size_t body_cap = 64u << 20, cache_cap = 0;
     int32_t native_schema = NATIVE_AUTO;
+    mv_rw_config rw;
+    mv_rw_config_default(&rw);
+    mv_rw_label ext[MAX_EXTERNAL];
+    size_t next = 0;
     uint32_t native_max = 0;
     int opt;
 
@@ -135,50 +155,69 @@ static int run(int argc, char **argv, mv_export_sel *derived)
     co.analytics = 1;
     co.max_interval_us = 1000000;
     int max_interval_set = 0;
-    static const struct option opts[] = {{"transport", required_argument, 0, 't'},
-                                         {"agent", required_argument, 0, 'a'},
-                                         {"no-agent", no_argument, 0, 'N'},
-                                         {"segment", required_argument, 0, 's'},
-                                         {"listen", required_argument, 0, 'l'},
-                                         {"tick-ms", required_argument, 0, 'T'},
-                                         {"tick-workers", required_argument, 0, 'w'},
-                                         {"tick-poll", no_argument, 0, 'Y'},
-                                         {"quarantine-after-ms", required_argument, 0, 'Q'},
-                                         {"max-body-bytes", required_argument, 0, 'B'},
-                                         {"expo-cache-max-bytes", required_argument, 0, 'E'},
-                                         {"log-level", required_argument, 0, 'L'},
-                                         {"max-interval-ms", required_argument, 0, 'M'},
-                                         {"window-ms", required_argument, 0, 'W'},
-                                         {"window-align", required_argument, 0, 'G'},
-                                         {"sketch-alpha", required_argument, 0, 'A'},
-                                         {"sketch-buckets", required_argument, 0, 'K'},
-                                         {"no-analytics", no_argument, 0, 'n'},
-                                         {"derived", required_argument, 0, 'X'},
-                                         {"no-detect", no_argument, 0, 'D'},
-                                         {"detect-ms", required_argument, 0, 'd'},
-                                         {"no-probe", no_argument, 0, 'O'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {"rdma-token-file", required_argument, 0, 'R'},
-                                         {"rdma-port", required_argument, 0, 'P'},
-                                         {"rdma-src-ip", required_argument, 0, 'S'},
-                                         {"http-max-conns", required_argument, 0, 'C'},
-                                         {"http-max-conns-per-client", required_argument, 0, 'c'},
-                                         {"http-idle-timeout-s", required_argument, 0, 'I'},
-                                         {"http-request-deadline-s", required_argument, 0, 1000},
-                                         /* TLS to agents' TCP listeners */
-                                         {"agent-ca", required_argument, 0, 1001},
-                                         {"agent-cert", required_argument, 0, 1002},
-                                         {"agent-key", required_argument, 0, 1003},
-                                         {"agent-server-name", required_argument, 0, 1004},
-                                         {"auth", required_argument, 0, 'z'},
-                                         {"kube-api-server", required_argument, 0, 'k'},
-                                         {"kube-token-file", required_argument, 0, 'j'},
-                                         {"kube-ca-file", required_argument, 0, 'J'},
-                                         {"auth-timeout-ms", required_argument, 0, 'o'},
-                                         {"auth-max-inflight", required_argument, 0, 'i'},
-                                         {"native-schema", required_argument, 0, 1010},
-                                         {"native-max-buckets", required_argument, 0, 1011},
-                                         {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        {"transport", required_argument, 0, 't'},
+        {"agent", required_argument, 0, 'a'},
+        {"no-agent", no_argument, 0, 'N'},
+        {"segment", required_argument, 0, 's'},
+        {"listen", required_argument, 0, 'l'},
+        {"tick-ms", required_argument, 0, 'T'},
+        {"tick-workers", required_argument, 0, 'w'},
+        {"tick-poll", no_argument, 0, 'Y'},
+        {"quarantine-after-ms", required_argument, 0, 'Q'},
+        {"max-body-bytes", required_argument, 0, 'B'},
+        {"expo-cache-max-bytes", required_argument, 0, 'E'},
+        {"log-level", required_argument, 0, 'L'},
+        {"max-interval-ms", required_argument, 0, 'M'},
+        {"window-ms", required_argument, 0, 'W'},
+        {"window-align", required_argument, 0, 'G'},
+        {"sketch-alpha", required_argument, 0, 'A'},
+        {"sketch-buckets", required_argument, 0, 'K'},
+        {"no-analytics", no_argument, 0, 'n'},
+        {"derived", required_argument, 0, 'X'},
+        {"no-detect", no_argument, 0, 'D'},
+        {"detect-ms", required_argument, 0, 'd'},
+        {"no-probe", no_argument, 0, 'O'},
+        {"help", no_argument, 0, 'h'},
+        {"rdma-token-file", required_argument, 0, 'R'},
+        {"rdma-port", required_argument, 0, 'P'},
+        {"rdma-src-ip", required_argument, 0, 'S'},
+        {"http-max-conns", required_argument, 0, 'C'},
+        {"http-max-conns-per-client", required_argument, 0, 'c'},
+        {"http-idle-timeout-s", required_argument, 0, 'I'},
+        {"http-request-deadline-s", required_argument, 0, 1000},
+        /* TLS to agents' TCP listeners */
+        {"agent-ca", required_argument, 0, 1001},
+        {"agent-cert", required_argument, 0, 1002},
+        {"agent-key", required_argument, 0, 1003},
+        {"agent-server-name", required_argument, 0, 1004},
+        {"auth", required_argument, 0, 'z'},
+        {"kube-api-server", required_argument, 0, 'k'},
+        {"kube-token-file", required_argument, 0, 'j'},
+        {"kube-ca-file", required_argument, 0, 'J'},
+        {"auth-timeout-ms", required_argument, 0, 'o'},
+        {"auth-max-inflight", required_argument, 0, 'i'},
+        {"native-schema", required_argument, 0, 1010},
+        {"native-max-buckets", required_argument, 0, 1011},
+        /* remote write */
+        {"remote-write-url", required_argument, 0, 1020},
+        {"remote-write-interval-ms", required_argument, 0, 1021},
+        {"remote-write-version", required_argument, 0, 1022},
+        {"remote-write-bearer-token-file", required_argument, 0, 1023},
+        {"remote-write-basic-user", required_argument, 0, 1024},
+        {"remote-write-basic-password-file", required_argument, 0, 1025},
+        {"remote-write-ca-file", required_argument, 0, 1026},
+        {"remote-write-cert-file", required_argument, 0, 1027},
+        {"remote-write-key-file", required_argument, 0, 1028},
+        {"remote-write-insecure-skip-verify", no_argument, 0, 1029},
+        {"remote-write-external-label", required_argument, 0, 1030},
+        {"remote-write-shards", required_argument, 0, 1031},
+        {"remote-write-queue-samples", required_argument, 0, 1032},
+        {"remote-write-max-per-send", required_argument, 0, 1033},
+        {"remote-write-timeout-ms", required_argument, 0, 1034},
+        {"remote-write-min-backoff-ms", required_argument, 0, 1035},
+        {"remote-write-max-backoff-ms", required_argument, 0, 1036},
+        {0, 0, 0, 0}};
     mv_agentc_tls agent_tls = {0};
     mv_httpd_config hc;
     mv_httpd_config_default(&hc);
@@ -403,6 +442,83 @@ static int run(int argc, char **argv, mv_export_sel *derived)
                 return 2;
             native_max = (uint32_t)v;
             break;
+        case 1020:
+            rw.url = optarg;
+            break;
+        case 1021:
+            if (mv_flag_u64(P, "--remote-write-interval-ms", optarg, 10, 3600000, &v))
+                return 2;
+            rw.interval_ms = (uint32_t)v;
+            break;
+        case 1022:
+            if (mv_flag_u64(P, "--remote-write-version", optarg, 1, 2, &v))
+                return 2;
+            rw.version = (int)v;
+            break;
+        case 1023:
+            rw.bearer_token_file = optarg;
+            break;
+        case 1024:
+            rw.basic_user = optarg;
+            break;
+        case 1025:
+            rw.basic_password_file = optarg;
+            break;
+        case 1026:
+            rw.ca_file = optarg;
+            break;
+        case 1027:
+            rw.cert_file = optarg;
+            break;
+        case 1028:
+            rw.key_file = optarg;
+            break;
+        case 1029:
+            rw.insecure_skip_verify = 1;
+            break;
+        case 1030: {
+            char *eq = strchr(optarg, '=');
+            if (!eq || eq == optarg || next == MAX_EXTERNAL) {
+                fprintf(stderr,
+                        "microview-collector: --remote-write-external-label: want NAME=VALUE "
+                        "(at most %d)\n",
+                        MAX_EXTERNAL);
+                return 2;
+            }
+            *eq = '\0';
+            ext[next++] = (mv_rw_label){optarg, eq + 1};
+            break;
+        }
+        case 1031:
+            if (mv_flag_u64(P, "--remote-write-shards", optarg, 1, 64, &v))
+                return 2;
+            rw.shards = (uint32_t)v;
+            break;
+        case 1032:
+            if (mv_flag_u64(P, "--remote-write-queue-samples", optarg, 64, 1ull << 32, &v))
+                return 2;
+            rw.queue_samples = v;
+            break;
+        case 1033:
+            if (mv_flag_u64(P, "--remote-write-max-per-send", optarg, 1, 1000000, &v))
+                return 2;
+            rw.max_per_send = (uint32_t)v;
+            break;
+        case 1034:
+            if (mv_flag_u64(P, "--remote-write-timeout-ms", optarg, 100, 600000, &v))
+                return 2;
+            rw.timeout_ms = (uint32_t)v;
+            break;
+        case 1035:
+            if (mv_flag_u64(P, "--remote-write-min-backoff-ms", optarg, 1, 600000, &v))
+                return 2;
+            rw.min_backoff_ms = (uint32_t)v;
+            break;
+        case 1036:
+            if (mv_flag_u64(P, "--remote-write-max-backoff-ms", optarg, 1, 600000, &v))
+                return 2;
+            rw.max_backoff_ms = (uint32_t)v;
+            break;
         case 'h':
             usage(stdout);
             return 0;
@@ -416,6 +532,16 @@ static int run(int argc, char **argv, mv_export_sel *derived)
         return 2;
     }
     mv_log_init("collector", level);
+    rw.external = ext;
+    rw.nexternal = next;
+    if (rw.url && mv_rw_config_check(&rw)) {
+        fprintf(stderr, "microview-collector: %s\n", mv_rw_config_check(&rw));
+        return 2;
+    }
+    if (!rw.url && (next || rw.bearer_token_file || rw.basic_user)) {
+        fprintf(stderr, "microview-collector: --remote-write-* flags need --remote-write-url\n");
+        return 2;
+    }
     if (co.analytics && mv_pipe_config_check(&co.pipe)) {
         fprintf(stderr, "microview-collector: %s\n", mv_pipe_config_check(&co.pipe));
         return 2;
@@ -496,7 +622,8 @@ static int run(int argc, char **argv, mv_export_sel *derived)
                                                 ? native_schema
                                                 : mv_expo_nh_schema_for_gamma((1 + co.pipe.alpha) /
                                                                               (1 - co.pipe.alpha)),
-                           .native_max_buckets = native_max};
+                           .native_max_buckets = native_max,
+                           .rw = rw};
     return mv_collector_run(&o);
 }
 

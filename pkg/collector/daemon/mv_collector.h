@@ -27,6 +27,7 @@
 #include "mv_collect.h"
 #include "mv_export.h"
 #include "mv_httpd.h"
+#include "mv_rw.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -69,6 +70,8 @@ typedef struct mv_collector_opts {
     int native_set;
     int32_t native_schema;
     uint32_t native_max_buckets;
+    /* Remote write (rw.url NULL: off); rw.sel is set to `derived`. */
+    mv_rw_config rw;
 } mv_collector_opts;
 
 /* Runs the collector until SIGINT or SIGTERM. Returns the process exit code: 0 after a
