@@ -368,7 +368,10 @@ static size_t on_header(char *buf, size_t size, size_t n, void *arg)
         memcpy(s->retry_after, buf + o, m);
         s->retry_after[m] = '\0';
     } else if (len > 34 && strncasecmp(buf, "X-Prometheus-Remote-Write-", 26) == 0) {
-        s->written_seen = 1; /* *-Samples-Written, *-Histograms-Written, ... */
+        const char *colon = memchr(buf, ':', len);
+        /* *-Samples-Written, *-Histograms-Written, *-Exemplars-Written */
+        if (colon && colon - buf > 34 && strncasecmp(colon - 8, "-Written", 8) == 0)
+            s->written_seen = 1;
     }
     return len;
 }
@@ -495,12 +498,25 @@ static void send_batch(shard *s, item **it, size_t n)
         long code = post(s, body, len, version);
         pthread_mutex_lock(&rw->mu);
         rw->st.requests++;
+        if (code >= 200 && code < 300 && version == 2 && !s->written_seen) {
+            /* A 2xx without the written headers: the spec has the sender assume nothing was
+             * written (typically a 1.0 receiver that ignored Content-Type and found none of
+             * its fields in the body). Send the batch again as 1.0, and 1.0 from now on. */
+            rw->st.written_missing++;
+            rw->version = 1;
+            rw->st.version = 1;
+            rw->st.fallbacks_v1++;
+            pthread_mutex_unlock(&rw->mu);
+            MV_WARN("remote_write.fallback", "url=%s status=%ld effect=%s", mv_log_q(rw->url),
+                    code,
+                    mv_log_q("2.0 answer without X-Prometheus-Remote-Write-*-Written headers: "
+                             "batch sent again, remote write 1.0 from now on"));
+            continue;
+        }
         if (code >= 200 && code < 300) {
             rw->st.samples_sent += n;
             rw->st.bytes_sent += len;
             rw->st.bytes_uncompressed += raw;
-            if (version == 2 && !s->written_seen)
-                rw->st.written_missing++;
             pthread_mutex_unlock(&rw->mu);
             break;
         }

@@ -8,7 +8,9 @@
  * up to max_per_send samples at a time as a snappy block-compressed WriteRequest (remote
  * write 1.0: Content-Encoding: snappy, Content-Type: application/x-protobuf, User-Agent,
  * X-Prometheus-Remote-Write-Version: 0.1.0), or with version 2 an io.prometheus.write.v2.Request
- * (symbols table) that falls back to 1.0 for good after a 415. A 2xx is success; 5xx, 429 and
+ * (symbols table) that falls back to 1.0 for good after a 415, or after a 2xx without the
+ * X-Prometheus-Remote-Write-*-Written headers (the spec has the sender assume nothing was
+ * written then; the batch is sent again as 1.0). A 2xx is success; 5xx, 429 and
  * transport errors are retried with exponential backoff (min_backoff_ms doubling to
  * max_backoff_ms; a Retry-After of a 429 or 503, seconds or HTTP date, is honoured up to
  * 5 minutes) while the shard keeps its order and later samples wait in the queue; any other
