@@ -507,8 +507,7 @@ static void send_batch(shard *s, item **it, size_t n)
             rw->st.version = 1;
             rw->st.fallbacks_v1++;
             pthread_mutex_unlock(&rw->mu);
-            MV_WARN("remote_write.fallback", "url=%s status=%ld effect=%s", mv_log_q(rw->url),
-                    code,
+            MV_WARN("remote_write.fallback", "url=%s status=%ld effect=%s", mv_log_q(rw->url), code,
                     mv_log_q("2.0 answer without X-Prometheus-Remote-Write-*-Written headers: "
                              "batch sent again, remote write 1.0 from now on"));
             continue;
