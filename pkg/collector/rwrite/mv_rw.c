@@ -825,6 +825,10 @@ int mv_rw_render(mv_rw *rw, mv_expo *e)
     fam_u64(e, "microview_remote_write_version", MV_EXPO_GAUGE,
             "Remote write protocol in use (1 or 2; 2 falls back to 1 after a 415).", NULL, NULL,
             (uint64_t)st.version);
+    fam_u64(e, "microview_remote_write_fallbacks_total", MV_EXPO_COUNTER,
+            "Falls back from remote write 2.0 to 1.0 (a 415, or a 2xx without the written "
+            "headers).",
+            NULL, NULL, st.fallbacks_v1);
     fam_u64(e, "microview_remote_write_written_headers_missing_total", MV_EXPO_COUNTER,
             "Remote write 2.0 answers without X-Prometheus-Remote-Write-*-Written headers.", NULL,
             NULL, st.written_missing);
