@@ -146,8 +146,10 @@ mv_go_tools_main() {
       sigs.k8s.io/prometheus-adapter/cmd/adapter
     ;;
   prometheus3)
+    # v0.MNN.P of the module is release 3.(MNN - 300).P
+    local v=${PROMETHEUS3_VERSION#v0.}
     mv_go_tool prometheus3 github.com/prometheus/prometheus/cmd/prometheus "$PROMETHEUS3_VERSION" \
-      -ldflags "-s -w -X github.com/prometheus/common/version.Version=3${PROMETHEUS3_VERSION#v0}"
+      -ldflags "-s -w -X github.com/prometheus/common/version.Version=3.$((${v%%.*} - 300)).${v#*.}"
     ;;
   --list)
     echo "helm $HELM_VERSION"
