@@ -9,8 +9,8 @@
 #include "bench_util.h"
 #include "mv_collect.h"
 #include "mv_log.h"
-#include "mv_rdma_target.h"
-#include "mv_rdma_conn.h"
+#include "mv_rdmatarget.h"
+#include "mv_rdmaread.h"
 #include "mv_segment.h"
 
 #define TOKEN    "bench-token"
@@ -19,12 +19,12 @@
 
 typedef struct region {
     void *buf;
-    mv_rdma_mr *mr;
+    mv_rdmatarget_mr *mr;
     uint32_t rkey;
 } region;
 
 typedef struct worker {
-    mv_rdma_conn *conn;
+    mv_rdmaread_conn *conn;
     void **srcs;
     mv_coll_read *reqs;
     size_t n;
@@ -36,7 +36,7 @@ typedef struct worker {
 static void *worker_main(void *arg)
 {
     worker *w = arg;
-    const mv_coll_transport *t = mv_rdma_transport(w->conn);
+    const mv_coll_transport *t = mv_rdmaread_transport(w->conn);
     uint64_t t0 = bench_now_ns(), end = t0 + (uint64_t)(w->seconds * 1e9);
     while (bench_now_ns() < end) {
         t->read_many(t->ctx, w->reqs, w->n);
@@ -50,14 +50,14 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-static int open_conns(const char *ip, uint16_t port, mv_rdma_conn **c, int q)
+static int open_conns(const char *ip, uint16_t port, mv_rdmaread_conn **c, int q)
 {
-    mv_rdma_conn_opts o;
-    mv_rdma_conn_opts_default(&o);
+    mv_rdmaread_opts o;
+    mv_rdmaread_opts_default(&o);
     o.staging_max = 256u << 20;
     char err[256];
     for (int i = 0; i < q; i++)
-        if (mv_rdma_conn_open(ip, port, TOKEN, &o, &c[i], err, sizeof err) != 0) {
+        if (mv_rdmaread_open(ip, port, TOKEN, &o, &c[i], err, sizeof err) != 0) {
             fprintf(stderr, "rdma_bench: connect: %s\n", err);
             return -1;
         }
@@ -66,12 +66,11 @@ static int open_conns(const char *ip, uint16_t port, mv_rdma_conn **c, int q)
 
 /* Reads `nseg` segments of `size` bytes spread over `q` QPs (one thread each) for
  * `seconds`; prints one result row. */
-static int run_bw(const char *ip, mv_rdma_target *t, size_t size, size_t nseg, int q,
-                  double seconds)
+static int run_bw(const char *ip, mv_rdmatarget *t, size_t size, size_t nseg, int q, double seconds)
 {
     region *r = calloc(nseg, sizeof *r);
     worker w[MAX_QPS];
-    mv_rdma_conn *c[MAX_QPS] = {0};
+    mv_rdmaread_conn *c[MAX_QPS] = {0};
     char err[256];
     int rc = -1;
     memset(w, 0, sizeof w);
@@ -79,12 +78,12 @@ static int run_bw(const char *ip, mv_rdma_target *t, size_t size, size_t nseg, i
         if (posix_memalign(&r[i].buf, 4096, size))
             goto out;
         memset(r[i].buf, (int)i, size);
-        if (mv_rdma_register(t, r[i].buf, size, &r[i].mr, &r[i].rkey, err, sizeof err)) {
+        if (mv_rdmatarget_register(t, r[i].buf, size, &r[i].mr, &r[i].rkey, err, sizeof err)) {
             fprintf(stderr, "rdma_bench: register: %s\n", err);
             goto out;
         }
     }
-    if (open_conns(ip, mv_rdma_target_port(t), c, q))
+    if (open_conns(ip, mv_rdmatarget_port(t), c, q))
         goto out;
     for (int k = 0; k < q; k++) {
         worker *wk = &w[k];
@@ -96,7 +95,7 @@ static int run_bw(const char *ip, mv_rdma_target *t, size_t size, size_t nseg, i
         wk->reqs = calloc(wk->n, sizeof *wk->reqs);
         for (size_t i = 0; i < wk->n; i++) {
             region *ri = &r[from + i];
-            mv_rdma_source_create(c[k], (uintptr_t)ri->buf, ri->rkey, size, &wk->srcs[i]);
+            mv_rdmaread_source_create(c[k], (uintptr_t)ri->buf, ri->rkey, size, &wk->srcs[i]);
             if (posix_memalign(&wk->reqs[i].dst, 64, size))
                 goto out;
             wk->reqs[i].src = wk->srcs[i];
@@ -124,10 +123,10 @@ out:
         }
         free(w[k].reqs);
         free(w[k].srcs);
-        mv_rdma_conn_close(c[k]);
+        mv_rdmaread_close(c[k]);
     }
     for (size_t i = 0; i < nseg; i++) {
-        mv_rdma_deregister(r[i].mr);
+        mv_rdmatarget_deregister(r[i].mr);
         free(r[i].buf);
     }
     free(r);
@@ -144,13 +143,13 @@ static double pct(double *v, size_t n, double p)
 /* Per-tick latency for `nseg` formatted segments of `size` bytes on one QP:
  * (1) one batched read_many of every segment; (2) the collector table's tick
  * (read + validate), as mv_collect drives the transport today. */
-static int run_tick(const char *ip, mv_rdma_target *t, size_t size, size_t nseg, int ticks)
+static int run_tick(const char *ip, mv_rdmatarget *t, size_t size, size_t nseg, int ticks)
 {
     region *r = calloc(nseg, sizeof *r);
     void **srcs = calloc(nseg, sizeof *srcs);
     mv_coll_read *reqs = calloc(nseg, sizeof *reqs);
     double *lat = calloc((size_t)ticks, sizeof *lat);
-    mv_rdma_conn *c = NULL;
+    mv_rdmaread_conn *c = NULL;
     mv_coll *table = NULL;
     char err[256];
     int rc = -1;
@@ -165,21 +164,21 @@ static int run_tick(const char *ip, mv_rdma_target *t, size_t size, size_t nseg,
             fprintf(stderr, "rdma_bench: mv_seg_format failed\n");
             goto out;
         }
-        if (mv_rdma_register(t, r[i].buf, size, &r[i].mr, &r[i].rkey, err, sizeof err)) {
+        if (mv_rdmatarget_register(t, r[i].buf, size, &r[i].mr, &r[i].rkey, err, sizeof err)) {
             fprintf(stderr, "rdma_bench: register: %s\n", err);
             goto out;
         }
     }
-    if (open_conns(ip, mv_rdma_target_port(t), &c, 1))
+    if (open_conns(ip, mv_rdmatarget_port(t), &c, 1))
         goto out;
     for (size_t i = 0; i < nseg; i++) {
-        mv_rdma_source_create(c, (uintptr_t)r[i].buf, r[i].rkey, size, &srcs[i]);
+        mv_rdmaread_source_create(c, (uintptr_t)r[i].buf, r[i].rkey, size, &srcs[i]);
         if (posix_memalign(&reqs[i].dst, 64, size))
             goto out;
         reqs[i].src = srcs[i];
         reqs[i].len = (uint32_t)size;
     }
-    const mv_coll_transport *tr = mv_rdma_transport(c);
+    const mv_coll_transport *tr = mv_rdmaread_transport(c);
     for (int k = 0; k < ticks; k++) {
         uint64_t t0 = bench_now_ns();
         tr->read_many(tr->ctx, reqs, nseg);
@@ -196,7 +195,7 @@ static int run_tick(const char *ip, mv_rdma_target *t, size_t size, size_t nseg,
         char id[32];
         void *src;
         snprintf(id, sizeof id, "s%zu", i);
-        mv_rdma_source_create(c, (uintptr_t)r[i].buf, r[i].rkey, size, &src);
+        mv_rdmaread_source_create(c, (uintptr_t)r[i].buf, r[i].rkey, size, &src);
         mv_coll_add(table, id, size, NULL, 0, tr, src);
     }
     mv_coll_tick(table); /* first tick parses every catalog */
@@ -219,9 +218,9 @@ out:
         free(reqs[i].dst);
         free(srcs[i]);
     }
-    mv_rdma_conn_close(c);
+    mv_rdmaread_close(c);
     for (size_t i = 0; i < nseg; i++) {
-        mv_rdma_deregister(r[i].mr);
+        mv_rdmatarget_deregister(r[i].mr);
         free(r[i].buf);
     }
     free(r);
@@ -247,10 +246,10 @@ int main(int argc, char **argv)
         return 2;
     }
     mv_log_init("rdma_bench", MV_LOG_WARN);
-    mv_rdma_target *t;
+    mv_rdmatarget *t;
     char err[256];
-    mv_rdma_target_opts to = {.max_connections = 64};
-    if (mv_rdma_target_create(ip, 0, TOKEN, &to, &t, err, sizeof err)) {
+    mv_rdmatarget_opts to = {.max_connections = 64};
+    if (mv_rdmatarget_create(ip, 0, TOKEN, &to, &t, err, sizeof err)) {
         fprintf(stderr, "rdma_bench: %s\n", err);
         return 1;
     }
@@ -263,6 +262,6 @@ int main(int argc, char **argv)
     }
     if (rc == 0)
         rc = run_tick(ip, t, 4096, tick_segs, 50);
-    mv_rdma_target_destroy(t);
+    mv_rdmatarget_destroy(t);
     return rc ? 1 : 0;
 }

@@ -427,10 +427,10 @@ int main(int argc, char **argv)
     int analytics = 1, aligned = 0;
     /* The collector's heap setting (microview-collector's main): freed snapshots stay in the
      * heap for the next scrape. */
-    (void)mv_malloc_keep(MV_COLL_HEAP_KEEP);
+    (void)mv_util_malloc_keep(MV_COLL_HEAP_KEEP);
     /* Whether the heap is on huge pages as the chart runs the collector (its environment
      * GLIBC_TUNABLES=glibc.malloc.hugetlb=1; bench/run.sh sets it): reported, not changed. */
-    g_malloc_huge = mv_malloc_huge_pages(g_thp, sizeof g_thp);
+    g_malloc_huge = mv_util_malloc_huge_pages(g_thp, sizeof g_thp);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--quick")) {

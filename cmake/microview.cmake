@@ -48,12 +48,51 @@ function(mv_unit_test name)
   if(NOT A_TIMEOUT)
     set(A_TIMEOUT 300)
   endif()
-  set_tests_properties(${name} PROPERTIES TIMEOUT ${A_TIMEOUT} LABELS "unit;${A_LABELS}")
+  set_tests_properties(${name} PROPERTIES TIMEOUT ${A_TIMEOUT} SKIP_RETURN_CODE 77
+                                          LABELS "unit;${A_LABELS}")
   # Under an emulator (cross builds), a test that executes itself again must go through it:
   # the kernel cannot run the test's own binary directly.
   if(CMAKE_CROSSCOMPILING_EMULATOR)
     set_property(TEST ${name} APPEND PROPERTY ENVIRONMENT
                  "MV_TEST_EMULATOR=${CMAKE_CROSSCOMPILING_EMULATOR}")
+  endif()
+endfunction()
+
+# mv_script_test(<name> TIMEOUT <s> LABELS <labels...> [LOCK <resource>] [ENV <K=V>...]
+#                [WORKDIR <dir>] COMMAND <script> [<args>...])
+# Every script test (shell or Python) is registered through this one helper: a path relative to
+# the source root is made absolute, a .py script runs under /usr/bin/python3, exit status 77
+# means SKIPPED (the script prints why; scripts/test.sh counts it as skipped, never passed), and
+# a timeout is always given. LOCK serialises tests that share a resource (a VM kit, a cluster).
+function(mv_script_test name)
+  cmake_parse_arguments(A "" "TIMEOUT;LOCK;WORKDIR" "LABELS;ENV;COMMAND" ${ARGN})
+  if(NOT A_TIMEOUT OR NOT A_LABELS OR NOT A_COMMAND)
+    message(FATAL_ERROR "mv_script_test(${name}): TIMEOUT, LABELS and COMMAND are required")
+  endif()
+  list(POP_FRONT A_COMMAND script)
+  if(NOT IS_ABSOLUTE "${script}")
+    set(script ${PROJECT_SOURCE_DIR}/${script})
+  endif()
+  if(NOT EXISTS "${script}")
+    message(FATAL_ERROR "mv_script_test(${name}): no script ${script}")
+  endif()
+  if(script MATCHES "\\.py$")
+    set(cmd /usr/bin/python3 ${script})
+  else()
+    set(cmd ${script})
+  endif()
+  if(A_WORKDIR)
+    add_test(NAME ${name} COMMAND ${cmd} ${A_COMMAND} WORKING_DIRECTORY ${A_WORKDIR})
+  else()
+    add_test(NAME ${name} COMMAND ${cmd} ${A_COMMAND})
+  endif()
+  set_tests_properties(${name} PROPERTIES TIMEOUT ${A_TIMEOUT} SKIP_RETURN_CODE 77
+                                          LABELS "${A_LABELS}")
+  if(A_LOCK)
+    set_tests_properties(${name} PROPERTIES RESOURCE_LOCK ${A_LOCK})
+  endif()
+  if(A_ENV)
+    set_tests_properties(${name} PROPERTIES ENVIRONMENT "${A_ENV}")
   endif()
 endfunction()
 

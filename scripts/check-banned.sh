@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fails when C code calls a function that cannot bound its output or keeps hidden state:
 # sprintf, vsprintf, strcpy, strcat, strncpy, strncat, gets, strtok, tmpnam, mktemp. Use
-# snprintf (mv_fmt checks truncation), memcpy with a known length, strtok_r, mkstemp/mkdtemp.
+# snprintf (mv_util_fmt checks truncation), memcpy with a known length, strtok_r, mkstemp/mkdtemp.
 set -euo pipefail
 cd "$(dirname "$0")/.." || exit 1
 banned='sprintf|vsprintf|strcpy|strcat|strncpy|strncat|gets|strtok|tmpnam|mktemp'

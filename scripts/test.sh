@@ -80,6 +80,10 @@ cmake -S . -B build -DMV_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null 
   cmake --build build -j"$jobs"
 rc=$?; record build $rc
 build_ok=$rc
+if [ $build_ok -eq 0 ]; then
+  note "layering and names (scripts/check-layers.py)"
+  python3 scripts/check-layers.py build; record layers-names $?
+fi
 # Tests labelled `prebuilt` need what scripts/prebuild.sh is still building on a cold machine;
 # they run last (below), after everything else in both builds.
 if [ $build_ok -eq 0 ]; then

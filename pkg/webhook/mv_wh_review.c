@@ -144,10 +144,10 @@ static int has_nul(json_object *s)
  * characters, '"' and bytes that are not valid UTF-8 as '?', so the message stays valid UTF-8. */
 static const char *quoted(const char *s, size_t len, char *buf, size_t cap)
 {
-    size_t n = 0, lim = mv_utf8_cut(s, len, 64);
+    size_t n = 0, lim = mv_util_utf8_cut(s, len, 64);
     buf[n++] = '"';
     for (size_t i = 0; i < lim && n + 9 < cap;) {
-        size_t cl = mv_utf8_char_len(s + i, len - i);
+        size_t cl = mv_util_utf8_char_len(s + i, len - i);
         unsigned char c = (unsigned char)s[i];
         if (cl > 1) {
             memcpy(buf + n, s + i, cl);

@@ -12,6 +12,7 @@
 #include <strings.h>
 #include <time.h>
 
+#include "mv_expo.h"
 #include "mv_httpd.h"
 #include "mv_log.h"
 #include "mv_util.h"
@@ -70,61 +71,64 @@ static int is_json(const char *ct)
     return *ct == '\0' || *ct == ';';
 }
 
-static char *metrics_text(mv_wh_server *s, size_t *len)
+/* One family with one sample (no labels) or none. */
+static void expo_one(mv_expo *e, const char *name, mv_expo_type type, const char *help, uint64_t v)
+{
+    mv_expo_family(e, name, type, help, NULL);
+    mv_expo_sample_u64(e, NULL, NULL, 0, NULL, 0, NULL, 0, v, MV_EXPO_NO_TS);
+}
+
+/* The webhook's /metrics through the project's one exposition writer (pkg/common/exposition):
+ * text 0.0.4 or OpenMetrics as the Accept header asks. Returns a malloc'd body or NULL. */
+static char *metrics_text(mv_wh_server *s, const char *accept, mv_expo_format *fmt, size_t *len)
 {
     mv_httpd_stats st;
     mv_httpd_get_stats(s->h, &st);
-    char *out = NULL;
-    size_t n = 0;
-    FILE *f = open_memstream(&out, &n);
-    if (!f)
+    *fmt = mv_expo_negotiate(accept);
+    mv_expo *e = mv_expo_create(*fmt, 64u << 10);
+    if (!e)
         return NULL;
-    fputs("# HELP microview_webhook_admission_reviews_total AdmissionReview requests answered, "
-          "by result.\n"
-          "# TYPE microview_webhook_admission_reviews_total counter\n",
-          f);
-    for (int i = 0; i < R_COUNT; i++)
-        fprintf(f, "microview_webhook_admission_reviews_total{result=\"%s\"} %llu\n",
-                RESULT_NAMES[i], (unsigned long long)atomic_load(&s->results[i]));
-    fprintf(f,
-            "# HELP microview_webhook_http_rejected_total HTTP requests refused before review "
-            "(wrong path, method, content type, size or query).\n"
-            "# TYPE microview_webhook_http_rejected_total counter\n"
-            "microview_webhook_http_rejected_total %llu\n",
-            (unsigned long long)(atomic_load(&s->http_rejected) + st.rejected));
-    fprintf(f,
-            "# HELP microview_webhook_http_connections_open HTTPS connections open now.\n"
-            "# TYPE microview_webhook_http_connections_open gauge\n"
-            "microview_webhook_http_connections_open %llu\n"
-            "# HELP microview_webhook_http_connections_refused_total Connections refused at "
-            "accept, by the limit that was reached.\n"
-            "# TYPE microview_webhook_http_connections_refused_total counter\n"
-            "microview_webhook_http_connections_refused_total{limit=\"per_client\"} %llu\n"
-            "microview_webhook_http_connections_refused_total{limit=\"total\"} %llu\n"
-            "# HELP microview_webhook_http_deadline_closed_total Connections closed because no "
-            "whole request arrived within the request deadline.\n"
-            "# TYPE microview_webhook_http_deadline_closed_total counter\n"
-            "microview_webhook_http_deadline_closed_total %llu\n",
-            (unsigned long long)st.active, (unsigned long long)st.refused_client,
-            (unsigned long long)st.refused_limit, (unsigned long long)st.deadline_closed);
-    fprintf(f,
-            "# HELP microview_webhook_tls_reloads_total Key pair reloads after its files "
-            "changed, by result.\n"
-            "# TYPE microview_webhook_tls_reloads_total counter\n"
-            "microview_webhook_tls_reloads_total{result=\"ok\"} %llu\n"
-            "microview_webhook_tls_reloads_total{result=\"error\"} %llu\n",
-            (unsigned long long)st.tls_reload_ok, (unsigned long long)st.tls_reload_failed);
-    fprintf(f,
-            "# HELP microview_webhook_tls_cert_not_after_seconds Expiry of the served "
-            "certificate, Unix time.\n"
-            "# TYPE microview_webhook_tls_cert_not_after_seconds gauge\n"
-            "microview_webhook_tls_cert_not_after_seconds %lld\n",
-            (long long)st.tls_not_after);
-    if (fclose(f) != 0) {
-        free(out);
-        return NULL;
+    mv_expo_family(e, "microview_webhook_admission_reviews_total", MV_EXPO_COUNTER,
+                   "AdmissionReview requests answered, by result.", NULL);
+    for (int i = 0; i < R_COUNT; i++) {
+        mv_expo_label l = {"result", RESULT_NAMES[i]};
+        mv_expo_sample_u64(e, NULL, &l, 1, NULL, 0, NULL, 0, atomic_load(&s->results[i]),
+                           MV_EXPO_NO_TS);
     }
-    *len = n;
+    expo_one(e, "microview_webhook_http_rejected_total", MV_EXPO_COUNTER,
+             "HTTP requests refused before review (wrong path, method, content type, size or "
+             "query).",
+             atomic_load(&s->http_rejected) + st.rejected);
+    expo_one(e, "microview_webhook_http_connections_open", MV_EXPO_GAUGE,
+             "HTTPS connections open now.", st.active);
+    mv_expo_family(e, "microview_webhook_http_connections_refused_total", MV_EXPO_COUNTER,
+                   "Connections refused at accept, by the limit that was reached.", NULL);
+    mv_expo_label per_client = {"limit", "per_client"}, total = {"limit", "total"};
+    mv_expo_sample_u64(e, NULL, &per_client, 1, NULL, 0, NULL, 0, st.refused_client, MV_EXPO_NO_TS);
+    mv_expo_sample_u64(e, NULL, &total, 1, NULL, 0, NULL, 0, st.refused_limit, MV_EXPO_NO_TS);
+    expo_one(e, "microview_webhook_http_deadline_closed_total", MV_EXPO_COUNTER,
+             "Connections closed because no whole request arrived within the request deadline.",
+             st.deadline_closed);
+    mv_expo_family(e, "microview_webhook_tls_reloads_total", MV_EXPO_COUNTER,
+                   "Key pair reloads after its files changed, by result.", NULL);
+    mv_expo_label ok = {"result", "ok"}, bad = {"result", "error"};
+    mv_expo_sample_u64(e, NULL, &ok, 1, NULL, 0, NULL, 0, st.tls_reload_ok, MV_EXPO_NO_TS);
+    mv_expo_sample_u64(e, NULL, &bad, 1, NULL, 0, NULL, 0, st.tls_reload_failed, MV_EXPO_NO_TS);
+    mv_expo_family(e, "microview_webhook_tls_cert_not_after_seconds", MV_EXPO_GAUGE,
+                   "Expiry of the served certificate, Unix time.", NULL);
+    mv_expo_sample_i64(e, NULL, NULL, 0, NULL, 0, NULL, 0, (int64_t)st.tls_not_after,
+                       MV_EXPO_NO_TS);
+    mv_expo_finish(e);
+    char *out = NULL;
+    if (!mv_expo_truncated(e)) {
+        const char *d = mv_expo_data(e, len);
+        out = malloc(*len ? *len : 1);
+        if (out)
+            memcpy(out, d, *len);
+    } else {
+        MV_ERROR("webhook.metrics_failed", "err=%s", mv_log_q(mv_expo_errmsg(e)));
+    }
+    mv_expo_destroy(e);
     return out;
 }
 
@@ -138,13 +142,13 @@ static int h_healthz(void *arg, const mv_httpd_request *req, mv_httpd_response *
 static int h_metrics(void *arg, const mv_httpd_request *req, mv_httpd_response *resp)
 {
     mv_wh_server *s = arg;
-    (void)req;
     size_t len;
-    char *m = metrics_text(s, &len);
+    mv_expo_format fmt;
+    char *m = metrics_text(s, mv_httpd_header(req, "Accept"), &fmt, &len);
     if (!m)
-        return reply_text(s, resp, 500, "out of memory\n");
+        return reply_text(s, resp, 500, "could not render the metrics\n");
     mv_httpd_set_status(resp, 200);
-    mv_httpd_set_content_type(resp, "text/plain; version=0.0.4; charset=utf-8");
+    mv_httpd_set_content_type(resp, mv_expo_content_type(fmt));
     return mv_httpd_set_body(resp, m, len);
 }
 
@@ -227,8 +231,8 @@ int mv_wh_server_create(const mv_wh_server_config *cfg, mv_wh_server **out)
     s->cfg.listen = s->listen;
 
     char why[MV_ERR_MAX];
-    if (mv_parse_listen(cfg->listen, MV_LISTEN_ANY_HOST | MV_LISTEN_PORT_ZERO, s->host,
-                        sizeof s->host, &s->port, why, sizeof why) != 0) {
+    if (mv_util_parse_listen(cfg->listen, MV_LISTEN_ANY_HOST | MV_LISTEN_PORT_ZERO, s->host,
+                             sizeof s->host, &s->port, why, sizeof why) != 0) {
         MV_ERROR("webhook.config", "listen=%s msg=%s", mv_log_q(cfg->listen), mv_log_q(why));
         mv_wh_server_destroy(s);
         return -EINVAL;

@@ -1,6 +1,7 @@
-/* libFuzzer driver: the parsers of flag and configuration values (mv_parse_u64, mv_parse_size,
- * mv_parse_number, mv_parse_listen) and of the memory settings the collector reports
- * (mv_parse_tunable, mv_parse_bracketed) on arbitrary text. The first byte picks the parser
+/* libFuzzer driver: the parsers of flag and configuration values (mv_util_parse_u64,
+ * mv_util_parse_size, mv_util_parse_number, mv_util_parse_listen) and of the memory settings the
+ * collector reports (mv_util_parse_tunable, mv_util_parse_bracketed) on arbitrary text. The first
+ * byte picks the parser
  * ('u', 's', 'l', 'n', 't', 'b'; any other byte by its value), the second its bounds (low bits:
  * min, next two: max), its MV_LISTEN_* flags (low three bits) or its output's size (low four
  * bits); the rest, cut at the first NUL, is the text. */
@@ -45,13 +46,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static const uint64_t maxs[] = {UINT64_MAX, 65535, 1ull << 30, 1ull << 32};
     uint64_t min = mins[sel & 3], max = maxs[(sel >> 2) & 3], v = 7;
     if (which == 0) {
-        int rc = mv_parse_u64(text, min, max, &v, err, sizeof err);
+        int rc = mv_util_parse_u64(text, min, max, &v, err, sizeof err);
         if (rc == 0 && (v < min || v > max))
             abort();
         if (rc != 0)
             check_refusal(rc, err);
     } else if (which == 1) {
-        int rc = mv_parse_size(text, min, max, &v, err, sizeof err);
+        int rc = mv_util_parse_size(text, min, max, &v, err, sizeof err);
         if (rc == 0 && (v < min || v > max))
             abort();
         if (rc != 0)
@@ -60,7 +61,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         static const double dmins[] = {0, 0.0001, 1, 1e9};
         static const double dmaxs[] = {1e300, 0.5, 3600, 1e12};
         double d = 7, dmin = dmins[sel & 3], dmax = dmaxs[(sel >> 2) & 3];
-        int rc = mv_parse_number(text, dmin, dmax, &d, err, sizeof err);
+        int rc = mv_util_parse_number(text, dmin, dmax, &d, err, sizeof err);
         if (rc == 0 && !(d >= dmin && d <= dmax))
             abort();
         if (rc != 0)
@@ -70,8 +71,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         size_t cap = sel & 15;
         char out[17];
         memset(out, 'x', sizeof out);
-        int rc = which == 4 ? mv_parse_tunable(text, "glibc.malloc.hugetlb", out, cap)
-                            : mv_parse_bracketed(text, out, cap);
+        int rc = which == 4 ? mv_util_parse_tunable(text, "glibc.malloc.hugetlb", out, cap)
+                            : mv_util_parse_bracketed(text, out, cap);
         if (out[cap] != 'x')
             abort();
         if (which == 4 && !(rc == 0 || rc == 1 || rc == -ERANGE))
@@ -86,7 +87,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         char host[16];
         uint16_t port = 7471;
         memset(host, 'x', sizeof host);
-        int rc = mv_parse_listen(text, sel & 7, host, sizeof host, &port, err, sizeof err);
+        int rc = mv_util_parse_listen(text, sel & 7, host, sizeof host, &port, err, sizeof err);
         if (rc == 0) {
             /* The host fits, holds no bracket, and is empty only where allowed; port 0 and a
              * missing port only where allowed. */

@@ -1,6 +1,6 @@
-/* libFuzzer driver: mv_utf8_valid, mv_utf8_cut and mv_utf8_sanitize on arbitrary bytes. The
- * first byte picks the cut length and the output size; the rest is the text. Every repaired
- * string is valid, every cut is a prefix that stays valid when the text was. */
+/* libFuzzer driver: mv_util_utf8_valid, mv_util_utf8_cut and mv_util_utf8_sanitize on arbitrary
+ * bytes. The first byte picks the cut length and the output size; the rest is the text. Every
+ * repaired string is valid, every cut is a prefix that stays valid when the text was. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,11 +15,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     const char *s = (const char *)data + 1;
     size_t len = size - 1, max = data[0];
-    int valid = mv_utf8_valid(s, len);
-    size_t cut = mv_utf8_cut(s, len, max);
+    int valid = mv_util_utf8_valid(s, len);
+    size_t cut = mv_util_utf8_cut(s, len, max);
     if (cut > len || cut > max || (len <= max && cut != len))
         abort();
-    if (valid && !mv_utf8_valid(s, cut))
+    if (valid && !mv_util_utf8_valid(s, cut))
         abort();
     if (valid && max >= 3 && len > max && cut + 3 < max)
         abort(); /* a cut never drops more than one character */
@@ -27,14 +27,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char *out = malloc(outlen);
     if (!out)
         return 0;
-    size_t n = mv_utf8_sanitize(s, len, out, outlen);
-    if (n >= outlen || out[n] != '\0' || !mv_utf8_valid(out, n))
+    size_t n = mv_util_utf8_sanitize(s, len, out, outlen);
+    if (n >= outlen || out[n] != '\0' || !mv_util_utf8_valid(out, n))
         abort();
     if (valid && (n != len || memcmp(out, s, len) != 0))
         abort();
     size_t small = (size_t)data[0] % 16 + 1;
-    n = mv_utf8_sanitize(s, len, out, small);
-    if (n >= small || !mv_utf8_valid(out, n))
+    n = mv_util_utf8_sanitize(s, len, out, small);
+    if (n >= small || !mv_util_utf8_valid(out, n))
         abort();
     free(out);
     return 0;

@@ -170,7 +170,7 @@ static void serve_close(void)
 typedef struct reply {
     long status;
     char ctype[128];
-    mv_buf body;
+    mv_util_buf body;
 } reply;
 
 static int get(const char *path, const char *accept, reply *r)
@@ -190,7 +190,7 @@ static int get(const char *path, const char *accept, reply *r)
     }
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, mv_buf_curl_write);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, mv_util_buf_curl_write);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &r->body);
     int rc = curl_easy_perform(c) == CURLE_OK ? 0 : -1;
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->status);
@@ -200,7 +200,7 @@ static int get(const char *path, const char *accept, reply *r)
     curl_slist_free_all(h);
     curl_easy_cleanup(c);
     if (!r->body.data)
-        mv_buf_append(&r->body, "", 0);
+        mv_util_buf_append(&r->body, "", 0);
     return rc;
 }
 
@@ -210,37 +210,37 @@ static void test_routes(void)
     CU_ASSERT_EQUAL_FATAL(get("/healthz", NULL, &r), 0);
     CU_ASSERT_EQUAL(r.status, 200);
     CU_ASSERT_STRING_EQUAL(r.body.data, "ok\n");
-    mv_buf_free(&r.body);
+    mv_util_buf_free(&r.body);
 
     CU_ASSERT_EQUAL_FATAL(get("/", NULL, &r), 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(r.body.data, "/api/v1/value"));
-    mv_buf_free(&r.body);
+    mv_util_buf_free(&r.body);
 
     CU_ASSERT_EQUAL_FATAL(get("/metrics", NULL, &r), 0);
     CU_ASSERT_EQUAL(r.status, 200);
     CU_ASSERT_PTR_NOT_NULL(strstr(r.ctype, "text/plain"));
     CU_ASSERT_PTR_NOT_NULL(strstr(r.body.data, "queue_depth{"));
     CU_ASSERT_PTR_NOT_NULL(strstr(r.body.data, "pod=\"web-0\""));
-    mv_buf_free(&r.body);
+    mv_util_buf_free(&r.body);
 
     CU_ASSERT_EQUAL_FATAL(get("/metrics", "application/openmetrics-text; version=1.0.0", &r), 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(r.ctype, "application/openmetrics-text"));
     CU_ASSERT_PTR_NOT_NULL(strstr(r.body.data, "# EOF"));
-    mv_buf_free(&r.body);
+    mv_util_buf_free(&r.body);
 
     /* a failing extra renderer leaves the collector's own families in place */
     g_extra_rc = -ENOMEM;
     CU_ASSERT_EQUAL_FATAL(get("/metrics", NULL, &r), 0);
     CU_ASSERT_EQUAL(r.status, 200);
     CU_ASSERT_PTR_NOT_NULL(strstr(r.body.data, "queue_depth{"));
-    mv_buf_free(&r.body);
+    mv_util_buf_free(&r.body);
     g_extra_rc = 0;
 
     CU_ASSERT_EQUAL_FATAL(get("/debug/segments", NULL, &r), 0);
     CU_ASSERT_EQUAL(r.status, 200);
     CU_ASSERT_STRING_EQUAL(r.ctype, "application/json");
     CU_ASSERT_PTR_NOT_NULL(strstr(r.body.data, "\"seg-1\""));
-    mv_buf_free(&r.body);
+    mv_util_buf_free(&r.body);
 }
 
 static void test_value_route(void)
@@ -249,52 +249,52 @@ static void test_value_route(void)
     CU_ASSERT_EQUAL_FATAL(get("/api/v1/value", NULL, &r), 0);
     CU_ASSERT_EQUAL(r.status, 400);
     CU_ASSERT_PTR_NOT_NULL(strstr(r.body.data, "metric=NAME"));
-    mv_buf_free(&r.body);
+    mv_util_buf_free(&r.body);
 
     CU_ASSERT_EQUAL_FATAL(get("/api/v1/value?metric=queue_depth&pod=web-0", NULL, &r), 0);
     CU_ASSERT_EQUAL(r.status, 200);
     CU_ASSERT_STRING_EQUAL(r.ctype, "application/json");
     CU_ASSERT_PTR_NOT_NULL(strstr(r.body.data, "\"value\":7"));
-    mv_buf_free(&r.body);
+    mv_util_buf_free(&r.body);
 
     CU_ASSERT_EQUAL_FATAL(get("/api/v1/value?metric=queue_depth&label=queue=jobs", NULL, &r), 0);
     CU_ASSERT_EQUAL(r.status, 200);
-    mv_buf_free(&r.body);
+    mv_util_buf_free(&r.body);
 
     CU_ASSERT_EQUAL_FATAL(get("/api/v1/value?metric=queue_depth&pod=other", NULL, &r), 0);
     CU_ASSERT_EQUAL(r.status, 404);
-    mv_buf_free(&r.body);
+    mv_util_buf_free(&r.body);
 
     CU_ASSERT_EQUAL_FATAL(get("/api/v1/value?metric=queue_depth&agg=median", NULL, &r), 0);
     CU_ASSERT_EQUAL(r.status, 400);
     CU_ASSERT_PTR_NOT_NULL(strstr(r.body.data, "agg is one of"));
-    mv_buf_free(&r.body);
+    mv_util_buf_free(&r.body);
 
     CU_ASSERT_EQUAL_FATAL(get("/api/v1/value?metric=queue_depth&label=queue", NULL, &r), 0);
     CU_ASSERT_EQUAL(r.status, 400);
-    mv_buf_free(&r.body);
+    mv_util_buf_free(&r.body);
 
     /* A misspelt filter must not widen the query silently. */
     CU_ASSERT_EQUAL_FATAL(get("/api/v1/value?metric=queue_depth&namspace=team-a", NULL, &r), 0);
     CU_ASSERT_EQUAL(r.status, 400);
     CU_ASSERT_PTR_NOT_NULL(strstr(r.body.data, "unknown parameter namspace"));
-    mv_buf_free(&r.body);
+    mv_util_buf_free(&r.body);
 
     /* Integers above 2^53 are exact, per series and aggregated. */
     CU_ASSERT_EQUAL_FATAL(get("/api/v1/value?metric=bytes_total", NULL, &r), 0);
     CU_ASSERT_EQUAL(r.status, 200);
     CU_ASSERT_PTR_NOT_NULL(strstr(r.body.data, "\"value\":9007199254740993,"));
     CU_ASSERT_PTR_NOT_NULL(strstr(r.body.data, "\"value\":9007199254740993}"));
-    mv_buf_free(&r.body);
+    mv_util_buf_free(&r.body);
 
     /* Per-segment collector series are served; the collector-wide ones say where they are. */
     CU_ASSERT_EQUAL_FATAL(get("/api/v1/value?metric=microview_segment_reads_total", NULL, &r), 0);
     CU_ASSERT_EQUAL(r.status, 200);
-    mv_buf_free(&r.body);
+    mv_util_buf_free(&r.body);
     CU_ASSERT_EQUAL_FATAL(get("/api/v1/value?metric=microview_collector_ticks_total", NULL, &r), 0);
     CU_ASSERT_EQUAL(r.status, 404);
     CU_ASSERT_PTR_NOT_NULL(strstr(r.body.data, "on /metrics only"));
-    mv_buf_free(&r.body);
+    mv_util_buf_free(&r.body);
 }
 
 int main(void)

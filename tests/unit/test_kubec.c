@@ -122,7 +122,7 @@ static void test_token_and_retry(void)
     CU_ASSERT_EQUAL_FATAL(stand_in_start(&s, &th), 0);
     char url[128], err[256] = "";
     snprintf(url, sizeof url, "http://127.0.0.1:%d/api/x", s.port);
-    mv_buf b = {.cap = 1024};
+    mv_util_buf b = {.cap = 1024};
     long status = 0;
     CU_ASSERT_EQUAL(mv_kubec_request(c, url, "/api/x", NULL, 5000, &b, &status, err, sizeof err),
                     0);
@@ -142,7 +142,7 @@ static void test_token_and_retry(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(s.requests[2], "\r\n\r\n{\"k\":1}"));
     pthread_join(th, NULL);
     close(s.fd);
-    mv_buf_free(&b);
+    mv_util_buf_free(&b);
     mv_kubec_cred_destroy(c);
     mv_test_rmrf(dir);
     free(dir);
@@ -160,7 +160,7 @@ static void test_limits_and_errors(void)
     CU_ASSERT_EQUAL_FATAL(stand_in_start(&s, &th), 0);
     char url[128], err[256] = "";
     snprintf(url, sizeof url, "http://127.0.0.1:%d/p", s.port);
-    mv_buf b = {.cap = 16};
+    mv_util_buf b = {.cap = 16};
     long status = 0;
     CU_ASSERT_EQUAL(mv_kubec_request(c, url, "/p", NULL, 5000, &b, &status, err, sizeof err), -EIO);
     CU_ASSERT_STRING_EQUAL(err, "GET /p: answer too large");
@@ -182,7 +182,7 @@ static void test_limits_and_errors(void)
     CU_ASSERT_EQUAL(mv_kubec_request(c, url, "/p", "{}", 1000, &b, &status, err, sizeof err), -EIO);
     CU_ASSERT_EQUAL(strncmp(err, "POST /p: ", 9), 0);
     close(fd);
-    mv_buf_free(&b);
+    mv_util_buf_free(&b);
     mv_kubec_cred_destroy(c);
 }
 

@@ -18,8 +18,8 @@
 #include "microview.h"
 #include "mv_collect.h"
 #include "mv_log.h"
-#include "mv_rdma_target.h"
-#include "mv_rdma_conn.h"
+#include "mv_rdmatarget.h"
+#include "mv_rdmaread.h"
 #include "mv_test.h"
 
 #define TOKEN   "test-token-0123456789"
@@ -84,44 +84,44 @@ static unsigned char *make_buf(unsigned seed)
     return b;
 }
 
-static mv_rdma_target *new_target(void)
+static mv_rdmatarget *new_target(void)
 {
-    mv_rdma_target *t = NULL;
+    mv_rdmatarget *t = NULL;
     char err[256] = "";
-    int rc = mv_rdma_target_create(g_ip, 0, TOKEN, NULL, &t, err, sizeof err);
+    int rc = mv_rdmatarget_create(g_ip, 0, TOKEN, NULL, &t, err, sizeof err);
     if (rc)
         fprintf(stderr, "target: %s\n", err);
     CU_ASSERT_FATAL(rc == 0);
-    CU_ASSERT_FATAL(mv_rdma_target_port(t) != 0);
+    CU_ASSERT_FATAL(mv_rdmatarget_port(t) != 0);
     return t;
 }
 
-static mv_rdma_conn *new_conn(mv_rdma_target *t, const mv_rdma_conn_opts *o)
+static mv_rdmaread_conn *new_conn(mv_rdmatarget *t, const mv_rdmaread_opts *o)
 {
-    mv_rdma_conn *c = NULL;
+    mv_rdmaread_conn *c = NULL;
     char err[256] = "";
-    int rc = mv_rdma_conn_open(g_ip, mv_rdma_target_port(t), TOKEN, o, &c, err, sizeof err);
+    int rc = mv_rdmaread_open(g_ip, mv_rdmatarget_port(t), TOKEN, o, &c, err, sizeof err);
     if (rc)
         fprintf(stderr, "conn: %s\n", err);
     CU_ASSERT_FATAL(rc == 0);
     return c;
 }
 
-static void reg(mv_rdma_target *t, void *buf, size_t len, mv_rdma_mr **mr, uint32_t *rkey)
+static void reg(mv_rdmatarget *t, void *buf, size_t len, mv_rdmatarget_mr **mr, uint32_t *rkey)
 {
     char err[256] = "";
-    int rc = mv_rdma_register(t, buf, len, mr, rkey, err, sizeof err);
+    int rc = mv_rdmatarget_register(t, buf, len, mr, rkey, err, sizeof err);
     if (rc)
         fprintf(stderr, "register: %s\n", err);
     CU_ASSERT_FATAL(rc == 0);
 }
 
 /* Waits (bounded) until the target has seen `n` established collectors. */
-static int wait_connections(mv_rdma_target *t, uint32_t n)
+static int wait_connections(mv_rdmatarget *t, uint32_t n)
 {
     struct timespec ts = {0, 5 * 1000 * 1000};
     for (int i = 0; i < 1000; i++) {
-        if (mv_rdma_target_connections(t) == n)
+        if (mv_rdmatarget_connections(t) == n)
             return 1;
         nanosleep(&ts, NULL);
     }
@@ -132,10 +132,10 @@ static int wait_connections(mv_rdma_target *t, uint32_t n)
 
 static void test_device_info(void)
 {
-    mv_rdma_target *t = new_target();
+    mv_rdmatarget *t = new_target();
     mv_rdma_dev_info di;
 
-    mv_rdma_target_info(t, &di);
+    mv_rdmatarget_info(t, &di);
     printf("\n  device=%s port=%u state=%s link=%s gid_index=%d gid=%s type=%s "
            "max_qp_rd_atom=%u\n",
            di.device, di.port_num, di.port_state, di.link_layer, di.gid_index, di.gid, di.gid_type,
@@ -144,45 +144,45 @@ static void test_device_info(void)
     CU_ASSERT(di.port_num >= 1);
     CU_ASSERT(di.max_qp_rd_atom > 0);
     CU_ASSERT(di.gid_index >= 0);
-    mv_rdma_target_destroy(t);
+    mv_rdmatarget_destroy(t);
 }
 
 static void test_bad_arguments(void)
 {
-    mv_rdma_target *t = NULL;
-    mv_rdma_conn *c = NULL;
+    mv_rdmatarget *t = NULL;
+    mv_rdmaread_conn *c = NULL;
     char err[256];
     char long_token[MV_RDMA_TOKEN_MAX + 2];
 
     memset(long_token, 'x', sizeof long_token - 1);
     long_token[sizeof long_token - 1] = 0;
-    CU_ASSERT(mv_rdma_target_create(g_ip, 0, "", NULL, &t, err, sizeof err) == -EINVAL);
-    CU_ASSERT(mv_rdma_target_create(g_ip, 0, long_token, NULL, &t, err, sizeof err) == -EINVAL);
-    CU_ASSERT(mv_rdma_target_create("not-an-ip", 0, TOKEN, NULL, &t, err, sizeof err) == -EINVAL);
+    CU_ASSERT(mv_rdmatarget_create(g_ip, 0, "", NULL, &t, err, sizeof err) == -EINVAL);
+    CU_ASSERT(mv_rdmatarget_create(g_ip, 0, long_token, NULL, &t, err, sizeof err) == -EINVAL);
+    CU_ASSERT(mv_rdmatarget_create("not-an-ip", 0, TOKEN, NULL, &t, err, sizeof err) == -EINVAL);
     CU_ASSERT(t == NULL);
-    CU_ASSERT(mv_rdma_conn_open("not-an-ip", 1, TOKEN, NULL, &c, err, sizeof err) == -EINVAL);
+    CU_ASSERT(mv_rdmaread_open("not-an-ip", 1, TOKEN, NULL, &c, err, sizeof err) == -EINVAL);
     CU_ASSERT(c == NULL);
 }
 
 static void test_read_two_buffers(void)
 {
-    mv_rdma_target *t = new_target();
+    mv_rdmatarget *t = new_target();
     unsigned char *a = make_buf(1), *b = make_buf(2);
     unsigned char da[BUF_LEN], db[1000];
-    mv_rdma_mr *ma, *mb;
+    mv_rdmatarget_mr *ma, *mb;
     uint32_t ka, kb;
     void *sa, *sb;
-    mv_rdma_conn_stats st;
+    mv_rdmaread_stats st;
 
     reg(t, a, BUF_LEN, &ma, &ka);
     reg(t, b, BUF_LEN, &mb, &kb);
     CU_ASSERT(ka != kb);
-    mv_rdma_conn *c = new_conn(t, NULL);
+    mv_rdmaread_conn *c = new_conn(t, NULL);
     CU_ASSERT(wait_connections(t, 1));
-    const mv_coll_transport *tr = mv_rdma_transport(c);
+    const mv_coll_transport *tr = mv_rdmaread_transport(c);
     CU_ASSERT_STRING_EQUAL(tr->name, "rdma");
-    CU_ASSERT_FATAL(mv_rdma_source_create(c, (uintptr_t)a, ka, BUF_LEN, &sa) == 0);
-    CU_ASSERT_FATAL(mv_rdma_source_create(c, (uintptr_t)b, kb, BUF_LEN, &sb) == 0);
+    CU_ASSERT_FATAL(mv_rdmaread_source_create(c, (uintptr_t)a, ka, BUF_LEN, &sa) == 0);
+    CU_ASSERT_FATAL(mv_rdmaread_source_create(c, (uintptr_t)b, kb, BUF_LEN, &sb) == 0);
 
     memset(da, 0, sizeof da);
     memset(db, 0, sizeof db);
@@ -204,7 +204,7 @@ static void test_read_two_buffers(void)
     CU_ASSERT(rq[0].status == 0);
     CU_ASSERT(memcmp(da, a, BUF_LEN) == 0);
 
-    mv_rdma_conn_stats_get(c, &st);
+    mv_rdmaread_stats_get(c, &st);
     CU_ASSERT(st.connected == 1);
     CU_ASSERT(st.reads == 3);
     CU_ASSERT(st.bytes == 2 * BUF_LEN + sizeof db);
@@ -218,50 +218,50 @@ static void test_read_two_buffers(void)
 
     tr->src_close(tr->ctx, sa);
     tr->src_close(tr->ctx, sb);
-    mv_rdma_conn_close(c);
+    mv_rdmaread_close(c);
     CU_ASSERT(wait_connections(t, 0));
-    CU_ASSERT(mv_rdma_deregister(ma) == 0);
-    CU_ASSERT(mv_rdma_deregister(mb) == 0);
-    mv_rdma_target_destroy(t);
+    CU_ASSERT(mv_rdmatarget_deregister(ma) == 0);
+    CU_ASSERT(mv_rdmatarget_deregister(mb) == 0);
+    mv_rdmatarget_destroy(t);
     free(a);
     free(b);
 }
 
 static void test_wrong_token_refused(void)
 {
-    mv_rdma_target *t = new_target();
-    mv_rdma_conn *c = NULL;
+    mv_rdmatarget *t = new_target();
+    mv_rdmaread_conn *c = NULL;
     char err[256] = "";
     int rc =
-        mv_rdma_conn_open(g_ip, mv_rdma_target_port(t), "not-the-token", NULL, &c, err, sizeof err);
+        mv_rdmaread_open(g_ip, mv_rdmatarget_port(t), "not-the-token", NULL, &c, err, sizeof err);
     CU_ASSERT(rc == -ECONNREFUSED);
     CU_ASSERT(c == NULL);
     CU_ASSERT(strstr(err, "bad token") != NULL);
     if (!strstr(err, "bad token"))
         fprintf(stderr, "reject message: %s\n", err);
     /* A prefix of the right token is not the token either. */
-    rc = mv_rdma_conn_open(g_ip, mv_rdma_target_port(t), "test-token", NULL, &c, err, sizeof err);
+    rc = mv_rdmaread_open(g_ip, mv_rdmatarget_port(t), "test-token", NULL, &c, err, sizeof err);
     CU_ASSERT(rc == -ECONNREFUSED);
-    CU_ASSERT(mv_rdma_target_connections(t) == 0);
-    mv_rdma_target_destroy(t);
+    CU_ASSERT(mv_rdmatarget_connections(t) == 0);
+    mv_rdmatarget_destroy(t);
 }
 
 static void test_revoked_segment(void)
 {
-    mv_rdma_target *t = new_target();
+    mv_rdmatarget *t = new_target();
     unsigned char *a = make_buf(3), *b = make_buf(4);
     unsigned char da[BUF_LEN], db[BUF_LEN];
-    mv_rdma_mr *ma, *mb;
+    mv_rdmatarget_mr *ma, *mb;
     uint32_t ka, kb;
     void *sa, *sb;
-    mv_rdma_conn_stats st;
+    mv_rdmaread_stats st;
 
     reg(t, a, BUF_LEN, &ma, &ka);
     reg(t, b, BUF_LEN, &mb, &kb);
-    mv_rdma_conn *c = new_conn(t, NULL);
-    const mv_coll_transport *tr = mv_rdma_transport(c);
-    CU_ASSERT_FATAL(mv_rdma_source_create(c, (uintptr_t)a, ka, BUF_LEN, &sa) == 0);
-    CU_ASSERT_FATAL(mv_rdma_source_create(c, (uintptr_t)b, kb, BUF_LEN, &sb) == 0);
+    mv_rdmaread_conn *c = new_conn(t, NULL);
+    const mv_coll_transport *tr = mv_rdmaread_transport(c);
+    CU_ASSERT_FATAL(mv_rdmaread_source_create(c, (uintptr_t)a, ka, BUF_LEN, &sa) == 0);
+    CU_ASSERT_FATAL(mv_rdmaread_source_create(c, (uintptr_t)b, kb, BUF_LEN, &sb) == 0);
 
     mv_coll_read rq[2] = {
         {.src = sb, .off = 0, .len = BUF_LEN, .dst = db},
@@ -270,14 +270,14 @@ static void test_revoked_segment(void)
     tr->read_many(tr->ctx, rq, 2);
     CU_ASSERT(rq[0].status == 0 && rq[1].status == 0);
 
-    CU_ASSERT(mv_rdma_deregister(ma) == 0);
+    CU_ASSERT(mv_rdmatarget_deregister(ma) == 0);
     memset(db, 0, sizeof db);
     tr->read_many(tr->ctx, rq, 2);
     CU_ASSERT(rq[1].status == -EACCES);
     /* b was posted before a: RC completes in order, so it arrived intact. */
     CU_ASSERT(rq[0].status == 0);
     CU_ASSERT(memcmp(db, b, BUF_LEN) == 0);
-    mv_rdma_conn_stats_get(c, &st);
+    mv_rdmaread_stats_get(c, &st);
     CU_ASSERT(st.connected == 0);
     CU_ASSERT(st.revoked == 1);
 
@@ -287,7 +287,7 @@ static void test_revoked_segment(void)
     tr->read_many(tr->ctx, rq, 1);
     CU_ASSERT(rq[0].status == 0);
     CU_ASSERT(memcmp(db, b, BUF_LEN) == 0);
-    mv_rdma_conn_stats_get(c, &st);
+    mv_rdmaread_stats_get(c, &st);
     CU_ASSERT(st.connected == 1);
     CU_ASSERT(st.reconnects == 1);
 
@@ -301,15 +301,15 @@ static void test_revoked_segment(void)
     CU_ASSERT(rq2[1].status == -EIO || rq2[1].status == 0);
     tr->read_many(tr->ctx, &rq2[1], 1);
     CU_ASSERT(rq2[1].status == 0);
-    mv_rdma_conn_stats_get(c, &st);
+    mv_rdmaread_stats_get(c, &st);
     CU_ASSERT(st.reconnects == 2);
     CU_ASSERT(st.revoked == 2);
 
     tr->src_close(tr->ctx, sa);
     tr->src_close(tr->ctx, sb);
-    mv_rdma_conn_close(c);
-    CU_ASSERT(mv_rdma_deregister(mb) == 0);
-    mv_rdma_target_destroy(t);
+    mv_rdmaread_close(c);
+    CU_ASSERT(mv_rdmatarget_deregister(mb) == 0);
+    mv_rdmatarget_destroy(t);
     free(a);
     free(b);
 }
@@ -319,13 +319,13 @@ static void test_revoked_segment(void)
 static void test_many_reads_and_rounds(void)
 {
     enum { BIG = 256 * 1024, N = 600, LEN = 400 };
-    mv_rdma_target *t = new_target();
+    mv_rdmatarget *t = new_target();
     unsigned char *big, *dst;
-    mv_rdma_mr *m;
+    mv_rdmatarget_mr *m;
     uint32_t k;
     void *s;
-    mv_rdma_conn_opts o;
-    mv_rdma_conn_stats st;
+    mv_rdmaread_opts o;
+    mv_rdmaread_stats st;
     mv_coll_read *rq;
 
     CU_ASSERT_FATAL(posix_memalign((void **)&big, 4096, BIG) == 0);
@@ -333,13 +333,13 @@ static void test_many_reads_and_rounds(void)
         big[i] = (unsigned char)(i ^ (i >> 9) ^ (i >> 17));
     reg(t, big, BIG, &m, &k);
 
-    mv_rdma_conn_opts_default(&o);
+    mv_rdmaread_opts_default(&o);
     o.sq_depth = 64;
     o.staging_initial = 4096;
     o.staging_max = 64 * 1024; /* N * 448 bytes needs ~4 rounds */
-    mv_rdma_conn *c = new_conn(t, &o);
-    const mv_coll_transport *tr = mv_rdma_transport(c);
-    CU_ASSERT_FATAL(mv_rdma_source_create(c, (uintptr_t)big, k, BIG, &s) == 0);
+    mv_rdmaread_conn *c = new_conn(t, &o);
+    const mv_coll_transport *tr = mv_rdmaread_transport(c);
+    CU_ASSERT_FATAL(mv_rdmaread_source_create(c, (uintptr_t)big, k, BIG, &s) == 0);
 
     dst = calloc(N, LEN);
     rq = calloc(N, sizeof *rq);
@@ -355,7 +355,7 @@ static void test_many_reads_and_rounds(void)
     for (size_t i = 0; i < N; i++)
         bad += rq[i].status != 0 || memcmp(rq[i].dst, big + rq[i].off, LEN) != 0;
     CU_ASSERT(bad == 0);
-    mv_rdma_conn_stats_get(c, &st);
+    mv_rdmaread_stats_get(c, &st);
     CU_ASSERT(st.reads == N);
     CU_ASSERT(st.staging_bytes == 64 * 1024);
 
@@ -372,9 +372,9 @@ static void test_many_reads_and_rounds(void)
     free(huge);
 
     tr->src_close(tr->ctx, s);
-    mv_rdma_conn_close(c);
-    CU_ASSERT(mv_rdma_deregister(m) == 0);
-    mv_rdma_target_destroy(t);
+    mv_rdmaread_close(c);
+    CU_ASSERT(mv_rdmatarget_deregister(m) == 0);
+    mv_rdmatarget_destroy(t);
     free(rq);
     free(dst);
     free(big);
@@ -385,9 +385,9 @@ static void test_many_reads_and_rounds(void)
 static void test_memlock_message(void)
 {
     struct rlimit old, low;
-    mv_rdma_target *t = new_target();
+    mv_rdmatarget *t = new_target();
     unsigned char *buf;
-    mv_rdma_mr *m = NULL;
+    mv_rdmatarget_mr *m = NULL;
     uint32_t k;
     char err[256] = "";
     size_t len = 4u << 20;
@@ -398,16 +398,16 @@ static void test_memlock_message(void)
     low = old;
     low.rlim_cur = 64 * 1024;
     CU_ASSERT_FATAL(setrlimit(RLIMIT_MEMLOCK, &low) == 0);
-    int rc = mv_rdma_register(t, buf, len, &m, &k, err, sizeof err);
+    int rc = mv_rdmatarget_register(t, buf, len, &m, &k, err, sizeof err);
     CU_ASSERT(setrlimit(RLIMIT_MEMLOCK, &old) == 0);
     if (rc == 0) {
         printf("\n  (registered anyway: the process has CAP_IPC_LOCK)\n");
-        CU_ASSERT(mv_rdma_deregister(m) == 0);
+        CU_ASSERT(mv_rdmatarget_deregister(m) == 0);
     } else {
         CU_ASSERT(rc == -ENOMEM);
         CU_ASSERT(strstr(err, "ulimit -l") != NULL);
     }
-    mv_rdma_target_destroy(t);
+    mv_rdmatarget_destroy(t);
     free(buf);
 }
 
@@ -415,31 +415,31 @@ static void test_memlock_message(void)
  * while it is gone (with backoff) and work again once it is back. */
 static void test_agent_restart(void)
 {
-    mv_rdma_target *t = new_target();
-    uint16_t port = mv_rdma_target_port(t);
+    mv_rdmatarget *t = new_target();
+    uint16_t port = mv_rdmatarget_port(t);
     unsigned char *a = make_buf(5), da[BUF_LEN];
-    mv_rdma_mr *m;
+    mv_rdmatarget_mr *m;
     uint32_t k;
     void *s;
-    mv_rdma_conn_opts o;
-    mv_rdma_conn_stats st;
+    mv_rdmaread_opts o;
+    mv_rdmaread_stats st;
     char err[256] = "";
     struct timespec ts = {0, 2 * 1000 * 1000};
 
     reg(t, a, BUF_LEN, &m, &k);
-    mv_rdma_conn_opts_default(&o);
+    mv_rdmaread_opts_default(&o);
     o.backoff_min_ms = 1;
     o.backoff_max_ms = 20;
     o.connect_timeout_ms = 2000;
-    mv_rdma_conn *c = new_conn(t, &o);
-    const mv_coll_transport *tr = mv_rdma_transport(c);
-    CU_ASSERT_FATAL(mv_rdma_source_create(c, (uintptr_t)a, k, BUF_LEN, &s) == 0);
+    mv_rdmaread_conn *c = new_conn(t, &o);
+    const mv_coll_transport *tr = mv_rdmaread_transport(c);
+    CU_ASSERT_FATAL(mv_rdmaread_source_create(c, (uintptr_t)a, k, BUF_LEN, &s) == 0);
     mv_coll_read rq = {.src = s, .off = 0, .len = BUF_LEN, .dst = da};
     tr->read_many(tr->ctx, &rq, 1);
     CU_ASSERT(rq.status == 0);
 
-    CU_ASSERT(mv_rdma_deregister(m) == 0);
-    mv_rdma_target_destroy(t);
+    CU_ASSERT(mv_rdmatarget_deregister(m) == 0);
+    mv_rdmatarget_destroy(t);
     /* Gone: the read fails (disconnect or access error), never hangs. */
     tr->read_many(tr->ctx, &rq, 1);
     CU_ASSERT(rq.status == -EIO || rq.status == -EACCES);
@@ -447,13 +447,13 @@ static void test_agent_restart(void)
     CU_ASSERT(rq.status != 0);
 
     /* Back on the same port, with the buffer registered again (new rkey). */
-    int rc = mv_rdma_target_create(g_ip, port, TOKEN, NULL, &t, err, sizeof err);
+    int rc = mv_rdmatarget_create(g_ip, port, TOKEN, NULL, &t, err, sizeof err);
     if (rc)
         fprintf(stderr, "target again: %s\n", err);
     CU_ASSERT_FATAL(rc == 0);
     reg(t, a, BUF_LEN, &m, &k);
     tr->src_close(tr->ctx, s);
-    CU_ASSERT_FATAL(mv_rdma_source_create(c, (uintptr_t)a, k, BUF_LEN, &s) == 0);
+    CU_ASSERT_FATAL(mv_rdmaread_source_create(c, (uintptr_t)a, k, BUF_LEN, &s) == 0);
     rq.src = s;
     memset(da, 0, sizeof da);
     rq.status = -1;
@@ -464,14 +464,14 @@ static void test_agent_restart(void)
     }
     CU_ASSERT(rq.status == 0);
     CU_ASSERT(memcmp(da, a, BUF_LEN) == 0);
-    mv_rdma_conn_stats_get(c, &st);
+    mv_rdmaread_stats_get(c, &st);
     CU_ASSERT(st.reconnects == 1);
     CU_ASSERT(st.connect_failures >= 1);
 
     tr->src_close(tr->ctx, s);
-    mv_rdma_conn_close(c);
-    CU_ASSERT(mv_rdma_deregister(m) == 0);
-    mv_rdma_target_destroy(t);
+    mv_rdmaread_close(c);
+    CU_ASSERT(mv_rdmatarget_deregister(m) == 0);
+    mv_rdmatarget_destroy(t);
     free(a);
 }
 
@@ -484,7 +484,7 @@ static void test_collector_table_over_rdma(void)
     const size_t size = 16384;
     mv_segment *seg;
     mv_counter ctr;
-    mv_rdma_mr *m;
+    mv_rdmatarget_mr *m;
     uint32_t k;
     void *src, *map;
     mv_coll_opts co;
@@ -504,14 +504,14 @@ static void test_collector_table_over_rdma(void)
     CU_ASSERT_FATAL(map != MAP_FAILED);
     close(fd);
 
-    mv_rdma_target *t = new_target();
+    mv_rdmatarget *t = new_target();
     reg(t, map, size, &m, &k);
-    mv_rdma_conn *c = new_conn(t, NULL);
+    mv_rdmaread_conn *c = new_conn(t, NULL);
     mv_coll_opts_default(&co);
     CU_ASSERT_FATAL(mv_coll_create(&co, &table) == 0);
-    CU_ASSERT_FATAL(mv_rdma_source_create(c, (uintptr_t)map, k, size, &src) == 0);
+    CU_ASSERT_FATAL(mv_rdmaread_source_create(c, (uintptr_t)map, k, size, &src) == 0);
     mv_seg_label l = {"pod", "p1"};
-    CU_ASSERT_FATAL(mv_coll_add(table, "p1", size, &l, 1, mv_rdma_transport(c), src) == 0);
+    CU_ASSERT_FATAL(mv_coll_add(table, "p1", size, &l, 1, mv_rdmaread_transport(c), src) == 0);
 
     for (int round = 0; round < 2; round++) {
         mv_coll_tick(table);
@@ -534,9 +534,9 @@ static void test_collector_table_over_rdma(void)
     }
 
     mv_coll_destroy(table); /* closes the source */
-    mv_rdma_conn_close(c);
-    CU_ASSERT(mv_rdma_deregister(m) == 0);
-    mv_rdma_target_destroy(t);
+    mv_rdmaread_close(c);
+    CU_ASSERT(mv_rdmatarget_deregister(m) == 0);
+    mv_rdmatarget_destroy(t);
     munmap(map, size);
     mv_close(seg);
     unlink(path);

@@ -32,7 +32,7 @@ static int load(const char *content, char *out, size_t outlen)
     CU_ASSERT_FATAL(f != NULL);
     fputs(content, f);
     fclose(f);
-    return mv_rdma_token_load(path, out, outlen, err, sizeof err);
+    return mv_rdmatoken_load(path, out, outlen, err, sizeof err);
 }
 
 static void test_token_file(void)
@@ -50,7 +50,7 @@ static void test_token_file(void)
     longtok[MV_RDMA_TOKEN_MAX] = 0; /* exactly the maximum */
     CU_ASSERT_EQUAL(load(longtok, tok, sizeof tok), 0);
     CU_ASSERT_EQUAL(strlen(tok), MV_RDMA_TOKEN_MAX);
-    CU_ASSERT_EQUAL(mv_rdma_token_load("/nonexistent/token", tok, sizeof tok, err, sizeof err),
+    CU_ASSERT_EQUAL(mv_rdmatoken_load("/nonexistent/token", tok, sizeof tok, err, sizeof err),
                     -ENOENT);
     CU_ASSERT(strstr(err, "/nonexistent/token") != NULL);
     CU_ASSERT(strstr(err, "cannot read token file") != NULL);
@@ -58,7 +58,7 @@ static void test_token_file(void)
     /* A path that opens but cannot be read (a directory, e.g. a Secret volume instead of its
      * key file) says why, not that the token has a bad length. */
     err[0] = 0;
-    CU_ASSERT_EQUAL(mv_rdma_token_load(tmpdir, tok, sizeof tok, err, sizeof err), -EISDIR);
+    CU_ASSERT_EQUAL(mv_rdmatoken_load(tmpdir, tok, sizeof tok, err, sizeof err), -EISDIR);
     CU_ASSERT(strstr(err, "cannot read token file") != NULL);
     CU_ASSERT(strstr(err, strerror(EISDIR)) != NULL);
     CU_ASSERT(strstr(err, "characters") == NULL);
@@ -69,7 +69,7 @@ static void test_token_file(void)
     FILE *f = fopen(path, "w");
     CU_ASSERT_FATAL(f != NULL);
     fclose(f);
-    CU_ASSERT_EQUAL(mv_rdma_token_load(path, tok, sizeof tok, err, sizeof err), -EINVAL);
+    CU_ASSERT_EQUAL(mv_rdmatoken_load(path, tok, sizeof tok, err, sizeof err), -EINVAL);
     CU_ASSERT(strstr(err, "is empty") != NULL);
 }
 

@@ -7,7 +7,7 @@
 #include "mv_test.h"
 #include "mv_util.h"
 
-#define V(s) mv_utf8_valid(s, sizeof(s) - 1)
+#define V(s) mv_util_utf8_valid(s, sizeof(s) - 1)
 
 static void test_valid(void)
 {
@@ -35,47 +35,47 @@ static void test_cut(void)
 {
     const char *s = "ab\xE2\x82\xAC"
                     "c"; /* a b € c: 6 bytes */
-    CU_ASSERT_EQUAL(mv_utf8_cut(s, 6, 10), 6);
-    CU_ASSERT_EQUAL(mv_utf8_cut(s, 6, 6), 6);
-    CU_ASSERT_EQUAL(mv_utf8_cut(s, 6, 5), 5);
-    CU_ASSERT_EQUAL(mv_utf8_cut(s, 6, 4), 2); /* not inside the € */
-    CU_ASSERT_EQUAL(mv_utf8_cut(s, 6, 3), 2);
-    CU_ASSERT_EQUAL(mv_utf8_cut(s, 6, 2), 2);
-    CU_ASSERT_EQUAL(mv_utf8_cut(s, 6, 0), 0);
+    CU_ASSERT_EQUAL(mv_util_utf8_cut(s, 6, 10), 6);
+    CU_ASSERT_EQUAL(mv_util_utf8_cut(s, 6, 6), 6);
+    CU_ASSERT_EQUAL(mv_util_utf8_cut(s, 6, 5), 5);
+    CU_ASSERT_EQUAL(mv_util_utf8_cut(s, 6, 4), 2); /* not inside the € */
+    CU_ASSERT_EQUAL(mv_util_utf8_cut(s, 6, 3), 2);
+    CU_ASSERT_EQUAL(mv_util_utf8_cut(s, 6, 2), 2);
+    CU_ASSERT_EQUAL(mv_util_utf8_cut(s, 6, 0), 0);
     /* Invalid bytes are single units and may be cut after. */
-    CU_ASSERT_EQUAL(mv_utf8_cut("\xFF\xFF\xFF", 3, 2), 2);
+    CU_ASSERT_EQUAL(mv_util_utf8_cut("\xFF\xFF\xFF", 3, 2), 2);
     /* A 64-byte cut of 30 two-byte characters + 'x' lands on a boundary. */
     char buf[80];
     for (int i = 0; i < 33; i++)
         memcpy(buf + 2 * i, "\xC3\xA9", 2);
-    size_t n = mv_utf8_cut(buf, 66, 65);
+    size_t n = mv_util_utf8_cut(buf, 66, 65);
     CU_ASSERT_EQUAL(n, 64);
-    CU_ASSERT(mv_utf8_valid(buf, n));
+    CU_ASSERT(mv_util_utf8_valid(buf, n));
 }
 
 static void test_sanitize(void)
 {
     char out[64];
-    CU_ASSERT_EQUAL(mv_utf8_sanitize("ok", 2, out, sizeof out), 2);
+    CU_ASSERT_EQUAL(mv_util_utf8_sanitize("ok", 2, out, sizeof out), 2);
     CU_ASSERT_STRING_EQUAL(out, "ok");
-    size_t n = mv_utf8_sanitize("a\xFF"
-                                "b\xC3",
-                                4, out, sizeof out);
+    size_t n = mv_util_utf8_sanitize("a\xFF"
+                                     "b\xC3",
+                                     4, out, sizeof out);
     CU_ASSERT_EQUAL(n, 8);
     CU_ASSERT_STRING_EQUAL(out, "a\xEF\xBF\xBD"
                                 "b\xEF\xBF\xBD");
-    CU_ASSERT(mv_utf8_valid(out, n));
+    CU_ASSERT(mv_util_utf8_valid(out, n));
     /* A surrogate is three invalid bytes: three replacements. */
-    n = mv_utf8_sanitize("\xED\xA0\x80", 3, out, sizeof out);
+    n = mv_util_utf8_sanitize("\xED\xA0\x80", 3, out, sizeof out);
     CU_ASSERT_EQUAL(n, 9);
     /* Output too small: stops before a character that does not fit, stays valid. */
-    n = mv_utf8_sanitize("ab\xE2\x82\xAC", 5, out, 5);
+    n = mv_util_utf8_sanitize("ab\xE2\x82\xAC", 5, out, 5);
     CU_ASSERT_EQUAL(n, 2);
     CU_ASSERT_STRING_EQUAL(out, "ab");
-    n = mv_utf8_sanitize("abc", 3, out, 1);
+    n = mv_util_utf8_sanitize("abc", 3, out, 1);
     CU_ASSERT_EQUAL(n, 0);
     CU_ASSERT_STRING_EQUAL(out, "");
-    char *d = mv_utf8_dup("x\x80y", 3);
+    char *d = mv_util_utf8_dup("x\x80y", 3);
     CU_ASSERT_PTR_NOT_NULL_FATAL(d);
     CU_ASSERT_STRING_EQUAL(d, "x\xEF\xBF\xBDy");
     free(d);

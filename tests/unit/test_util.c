@@ -67,7 +67,7 @@ static void test_u64(void)
         {"10ms", 0, 100, -EINVAL, 0, "want a whole number from 0 to 100"},
         {"4Ki", 0, 1 << 20, -EINVAL, 0, "not a whole number"},
     };
-    check_num("mv_parse_u64", t, sizeof t / sizeof t[0], mv_parse_u64);
+    check_num("mv_util_parse_u64", t, sizeof t / sizeof t[0], mv_util_parse_u64);
 }
 
 static void test_size(void)
@@ -100,7 +100,7 @@ static void test_size(void)
         {"+4096", 0, GiB, -EINVAL, 0, "not a size"},
         {"1.5Mi", 0, GiB, -EINVAL, 0, "not a size"},
     };
-    check_num("mv_parse_size", t, sizeof t / sizeof t[0], mv_parse_size);
+    check_num("mv_util_parse_size", t, sizeof t / sizeof t[0], mv_util_parse_size);
 }
 
 static void test_number(void)
@@ -135,11 +135,11 @@ static void test_number(void)
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
         char err[MV_ERR_MAX] = "";
         double v = 12345;
-        int rc = mv_parse_number(t[i].text, t[i].min, t[i].max, &v, err, sizeof err);
+        int rc = mv_util_parse_number(t[i].text, t[i].min, t[i].max, &v, err, sizeof err);
         CU_ASSERT_EQUAL(rc, t[i].rc);
         if (rc != t[i].rc)
-            fprintf(stderr, "mv_parse_number('%s'): rc %d, want %d (%s)\n", t[i].text, rc, t[i].rc,
-                    err);
+            fprintf(stderr, "mv_util_parse_number('%s'): rc %d, want %d (%s)\n", t[i].text, rc,
+                    t[i].rc, err);
         if (t[i].rc == 0) {
             CU_ASSERT_DOUBLE_EQUAL(v, t[i].want, 1e-12);
         } else {
@@ -209,28 +209,31 @@ static void test_listen(void)
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
         char host[64] = "unset", err[MV_ERR_MAX] = "";
         uint16_t port = 7471;
-        int rc = mv_parse_listen(t[i].text, t[i].flags, host, sizeof host, &port, err, sizeof err);
+        int rc =
+            mv_util_parse_listen(t[i].text, t[i].flags, host, sizeof host, &port, err, sizeof err);
         int good = t[i].ok ? rc == 0 && strcmp(host, t[i].host) == 0 && port == t[i].port
                            : rc == -EINVAL && strstr(err, t[i].host) && strstr(err, t[i].text) &&
                                  strcmp(host, "unset") == 0 && port == 7471;
         if (!good)
-            fprintf(stderr, "mv_parse_listen('%s', %u): rc=%d host=%s port=%u err=%s\n", t[i].text,
-                    t[i].flags, rc, host, port, err);
+            fprintf(stderr, "mv_util_parse_listen('%s', %u): rc=%d host=%s port=%u err=%s\n",
+                    t[i].text, t[i].flags, rc, host, port, err);
         CU_ASSERT(good);
     }
     /* A host that does not fit the caller's buffer is refused, never cut. */
     char small[8], err[MV_ERR_MAX];
     uint16_t port = 0;
-    CU_ASSERT_EQUAL(mv_parse_listen("1234567:80", 0, small, sizeof small, &port, err, sizeof err),
-                    0);
-    CU_ASSERT_EQUAL(mv_parse_listen("12345678:80", 0, small, sizeof small, &port, err, sizeof err),
-                    -EINVAL);
+    CU_ASSERT_EQUAL(
+        mv_util_parse_listen("1234567:80", 0, small, sizeof small, &port, err, sizeof err), 0);
+    CU_ASSERT_EQUAL(
+        mv_util_parse_listen("12345678:80", 0, small, sizeof small, &port, err, sizeof err),
+        -EINVAL);
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "too long"));
     /* A long text is shown cut in the message, which still says what is accepted. */
     char big[3000];
     memset(big, 'a', sizeof big - 1);
     big[sizeof big - 1] = 0;
-    CU_ASSERT_EQUAL(mv_parse_listen(big, 0, small, sizeof small, &port, err, sizeof err), -EINVAL);
+    CU_ASSERT_EQUAL(mv_util_parse_listen(big, 0, small, sizeof small, &port, err, sizeof err),
+                    -EINVAL);
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "want HOST:PORT"));
 }
 
@@ -245,7 +248,7 @@ static void test_config_shares_parsers(void)
         uint64_t v = 0;
         mv_config_defaults(&c);
         int rc_cfg = mv_config_set(&c, "page-size", sizes[i], e1, sizeof e1);
-        int rc_flag = mv_parse_size(sizes[i], 0, GiB, &v, e2, sizeof e2);
+        int rc_flag = mv_util_parse_size(sizes[i], 0, GiB, &v, e2, sizeof e2);
         CU_ASSERT_EQUAL(rc_cfg == 0, rc_flag == 0);
         if (rc_cfg == 0 && rc_flag == 0)
             CU_ASSERT_EQUAL(c.page_size, v);
@@ -329,9 +332,9 @@ static void test_mode(void)
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
         uint32_t v = 12345;
         char err[MV_ERR_MAX] = "";
-        int rc = mv_parse_mode(t[i].text, &v, err, sizeof err);
+        int rc = mv_util_parse_mode(t[i].text, &v, err, sizeof err);
         if (rc != t[i].rc || (rc == 0 && v != t[i].want) || (rc && !strstr(err, t[i].why)))
-            fprintf(stderr, "mv_parse_mode('%s'): rc=%d v=%o err=%s\n", t[i].text, rc, v, err);
+            fprintf(stderr, "mv_util_parse_mode('%s'): rc=%d v=%o err=%s\n", t[i].text, rc, v, err);
         CU_ASSERT_EQUAL(rc, t[i].rc);
         if (rc == 0) {
             CU_ASSERT_EQUAL(v, t[i].want);
@@ -350,76 +353,76 @@ static void test_group(void)
 {
     uint32_t g = 7;
     char err[MV_ERR_MAX] = "";
-    CU_ASSERT_EQUAL(mv_parse_group("0", &g, err, sizeof err), 0);
+    CU_ASSERT_EQUAL(mv_util_parse_group("0", &g, err, sizeof err), 0);
     CU_ASSERT_EQUAL(g, 0);
-    CU_ASSERT_EQUAL(mv_parse_group("4242", &g, err, sizeof err), 0); /* no entry needed */
+    CU_ASSERT_EQUAL(mv_util_parse_group("4242", &g, err, sizeof err), 0); /* no entry needed */
     CU_ASSERT_EQUAL(g, 4242);
-    CU_ASSERT_EQUAL(mv_parse_group("4294967294", &g, err, sizeof err), 0);
+    CU_ASSERT_EQUAL(mv_util_parse_group("4294967294", &g, err, sizeof err), 0);
     CU_ASSERT_EQUAL(g, 4294967294u);
     g = 7;
-    CU_ASSERT_EQUAL(mv_parse_group("4294967295", &g, err, sizeof err), -ERANGE);
+    CU_ASSERT_EQUAL(mv_util_parse_group("4294967295", &g, err, sizeof err), -ERANGE);
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "'4294967295' is out of range"));
-    CU_ASSERT_EQUAL(mv_parse_group("99999999999999999999999", &g, err, sizeof err), -ERANGE);
+    CU_ASSERT_EQUAL(mv_util_parse_group("99999999999999999999999", &g, err, sizeof err), -ERANGE);
     CU_ASSERT_EQUAL(g, 7);
     static const char *const bad[] = {"no-such-group-mv", "", "-1", "+5", " 5"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         err[0] = 0;
-        CU_ASSERT_EQUAL(mv_parse_group(bad[i], &g, err, sizeof err), -EINVAL);
+        CU_ASSERT_EQUAL(mv_util_parse_group(bad[i], &g, err, sizeof err), -EINVAL);
         CU_ASSERT_PTR_NOT_NULL(strstr(err, "is not a group on this host: want a group name"));
         CU_ASSERT_EQUAL(g, 7);
     }
     /* A name this host knows: the group of gid 0 (root on every Linux). */
     struct group *gr = getgrgid(0);
     if (gr) {
-        CU_ASSERT_EQUAL(mv_parse_group(gr->gr_name, &g, err, sizeof err), 0);
+        CU_ASSERT_EQUAL(mv_util_parse_group(gr->gr_name, &g, err, sizeof err), 0);
         CU_ASSERT_EQUAL(g, 0);
     }
 }
 
-/* GLIBC_TUNABLES and the kernel's bracketed settings, as mv_malloc_huge_pages reads them. */
+/* GLIBC_TUNABLES and the kernel's bracketed settings, as mv_util_malloc_huge_pages reads them. */
 static void test_memory_settings(void)
 {
     char v[8] = "x";
-    CU_ASSERT_EQUAL(mv_parse_tunable(NULL, "glibc.malloc.hugetlb", v, sizeof v), 0);
+    CU_ASSERT_EQUAL(mv_util_parse_tunable(NULL, "glibc.malloc.hugetlb", v, sizeof v), 0);
     CU_ASSERT_STRING_EQUAL(v, "");
-    CU_ASSERT_EQUAL(mv_parse_tunable("", "glibc.malloc.hugetlb", v, sizeof v), 0);
-    CU_ASSERT_EQUAL(mv_parse_tunable("glibc.malloc.hugetlb=1", "glibc.malloc.hugetlb", v, sizeof v),
-                    1);
+    CU_ASSERT_EQUAL(mv_util_parse_tunable("", "glibc.malloc.hugetlb", v, sizeof v), 0);
+    CU_ASSERT_EQUAL(
+        mv_util_parse_tunable("glibc.malloc.hugetlb=1", "glibc.malloc.hugetlb", v, sizeof v), 1);
     CU_ASSERT_STRING_EQUAL(v, "1");
-    CU_ASSERT_EQUAL(mv_parse_tunable("glibc.malloc.arena_max=2:glibc.malloc.hugetlb=0:"
-                                     "glibc.malloc.hugetlb=2",
-                                     "glibc.malloc.hugetlb", v, sizeof v),
+    CU_ASSERT_EQUAL(mv_util_parse_tunable("glibc.malloc.arena_max=2:glibc.malloc.hugetlb=0:"
+                                          "glibc.malloc.hugetlb=2",
+                                          "glibc.malloc.hugetlb", v, sizeof v),
                     1);
     CU_ASSERT_STRING_EQUAL(v, "2"); /* the last setting wins */
     /* A longer name that starts with the one asked for, and a name without a value. */
-    CU_ASSERT_EQUAL(mv_parse_tunable("glibc.malloc.hugetlbx=1:glibc.malloc.hugetlb",
-                                     "glibc.malloc.hugetlb", v, sizeof v),
+    CU_ASSERT_EQUAL(mv_util_parse_tunable("glibc.malloc.hugetlbx=1:glibc.malloc.hugetlb",
+                                          "glibc.malloc.hugetlb", v, sizeof v),
                     0);
-    CU_ASSERT_EQUAL(mv_parse_tunable("glibc.malloc.hugetlb=", "glibc.malloc.hugetlb", v, sizeof v),
-                    1);
+    CU_ASSERT_EQUAL(
+        mv_util_parse_tunable("glibc.malloc.hugetlb=", "glibc.malloc.hugetlb", v, sizeof v), 1);
     CU_ASSERT_STRING_EQUAL(v, "");
     CU_ASSERT_EQUAL(
-        mv_parse_tunable("glibc.malloc.hugetlb=12345678", "glibc.malloc.hugetlb", v, sizeof v),
+        mv_util_parse_tunable("glibc.malloc.hugetlb=12345678", "glibc.malloc.hugetlb", v, sizeof v),
         -ERANGE);
     CU_ASSERT_STRING_EQUAL(v, "");
 
     char w[16] = "x";
-    CU_ASSERT_EQUAL(mv_parse_bracketed("always [madvise] never\n", w, sizeof w), 0);
+    CU_ASSERT_EQUAL(mv_util_parse_bracketed("always [madvise] never\n", w, sizeof w), 0);
     CU_ASSERT_STRING_EQUAL(w, "madvise");
-    CU_ASSERT_EQUAL(mv_parse_bracketed("[always] madvise never", w, sizeof w), 0);
+    CU_ASSERT_EQUAL(mv_util_parse_bracketed("[always] madvise never", w, sizeof w), 0);
     CU_ASSERT_STRING_EQUAL(w, "always");
-    CU_ASSERT_EQUAL(mv_parse_bracketed("always defer defer+madvise [madvise] never", w, sizeof w),
-                    0);
+    CU_ASSERT_EQUAL(
+        mv_util_parse_bracketed("always defer defer+madvise [madvise] never", w, sizeof w), 0);
     CU_ASSERT_STRING_EQUAL(w, "madvise");
     static const char *const bad[] = {
         "", "always madvise never", "[]", "[mad vise]", "[madvise", "[a\nb]"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
-        CU_ASSERT_EQUAL(mv_parse_bracketed(bad[i], w, sizeof w), -EINVAL);
-    CU_ASSERT_EQUAL(mv_parse_bracketed("[a_very_long_setting_name]", w, sizeof w), -ERANGE);
+        CU_ASSERT_EQUAL(mv_util_parse_bracketed(bad[i], w, sizeof w), -EINVAL);
+    CU_ASSERT_EQUAL(mv_util_parse_bracketed("[a_very_long_setting_name]", w, sizeof w), -ERANGE);
 
     /* This process: the mode is one the kernel names (or unknown), the tunable as set. */
     char thp[16];
-    int h = mv_malloc_huge_pages(thp, sizeof thp);
+    int h = mv_util_malloc_huge_pages(thp, sizeof thp);
     CU_ASSERT(h >= -1 && h <= 2);
     CU_ASSERT(strcmp(thp, "always") == 0 || strcmp(thp, "madvise") == 0 ||
               strcmp(thp, "never") == 0 || strcmp(thp, "unknown") == 0);

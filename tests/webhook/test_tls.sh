@@ -171,6 +171,13 @@ if command -v promtool >/dev/null; then
     abort "promtool check metrics: $(cat "$work/promtool")"
 fi
 pass "/metrics counts patched, denied and error reviews"
+om=$(curl -sS -D "$work/om.hdr" --cacert "$work/ca1.crt" \
+  -H 'Accept: application/openmetrics-text; version=1.0.0' "$url/metrics")
+grep -qi '^content-type: application/openmetrics-text' "$work/om.hdr" &&
+  [ "$(tail -n1 <<<"$om")" = "# EOF" ] &&
+  grep -qF 'microview_webhook_admission_reviews_total{result="patched"} 1' <<<"$om" ||
+  abort "/metrics as OpenMetrics: $(cat "$work/om.hdr") $om"
+pass "/metrics negotiates OpenMetrics (the collector's exposition writer)"
 
 # ---- rotation: a new pair from another CA, swapped in like a Secret update -----------------------
 make_pair ca2 "$secret/..2026_01_02_v2"

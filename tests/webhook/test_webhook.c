@@ -447,8 +447,8 @@ static void test_config(void)
 static int split_listen(const char *s, char *host, size_t hostlen, uint16_t *port)
 {
     char err[MV_ERR_MAX];
-    return mv_parse_listen(s, MV_LISTEN_ANY_HOST | MV_LISTEN_PORT_ZERO, host, hostlen, port, err,
-                           sizeof err);
+    return mv_util_parse_listen(s, MV_LISTEN_ANY_HOST | MV_LISTEN_PORT_ZERO, host, hostlen, port,
+                                err, sizeof err);
 }
 
 static void test_split_listen(void)

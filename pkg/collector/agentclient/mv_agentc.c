@@ -43,29 +43,30 @@ int mv_agentc_set_tls(const mv_agentc_tls *t, char *err, size_t errlen)
                  {"certificate", t ? t->cert_file : NULL},
                  {"key", t ? t->key_file : NULL}};
     if (!t || !t->ca_file) {
-        mv_err_set(err, errlen, "TLS needs the CA that signed the agent's certificate");
+        mv_util_err_set(err, errlen, "TLS needs the CA that signed the agent's certificate");
         return -EINVAL;
     }
     if (!t->cert_file != !t->key_file) {
-        mv_err_set(err, errlen, "a client certificate needs its key, and a key its certificate");
+        mv_util_err_set(err, errlen,
+                        "a client certificate needs its key, and a key its certificate");
         return -EINVAL;
     }
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         FILE *f = files[i].path ? fopen(files[i].path, "re") : NULL;
         if (files[i].path && !f) {
             int e = errno;
-            mv_err_set(err, errlen, "%s %s: %s", files[i].flag, files[i].path, strerror(e));
+            mv_util_err_set(err, errlen, "%s %s: %s", files[i].flag, files[i].path, strerror(e));
             return -e;
         }
         if (f)
             fclose(f);
         if (files[i].path && strlen(files[i].path) >= sizeof g_tls.ca) {
-            mv_err_set(err, errlen, "%s %s: path too long", files[i].flag, files[i].path);
+            mv_util_err_set(err, errlen, "%s %s: path too long", files[i].flag, files[i].path);
             return -ENAMETOOLONG;
         }
     }
     if (t->server_name && strlen(t->server_name) >= sizeof g_tls.name) {
-        mv_err_set(err, errlen, "server name too long");
+        mv_util_err_set(err, errlen, "server name too long");
         return -ENAMETOOLONG;
     }
     pthread_mutex_lock(&g_tls_mu);

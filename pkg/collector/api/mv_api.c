@@ -164,7 +164,7 @@ typedef struct {
 static int first_bad(void *arg, const char *key, const char *value)
 {
     query_check *c = arg;
-    if (!mv_utf8_valid(key, strlen(key)) || !mv_utf8_valid(value, strlen(value))) {
+    if (!mv_util_utf8_valid(key, strlen(key)) || !mv_util_utf8_valid(value, strlen(value))) {
         c->key = key;
         c->bad_utf8 = 1;
         return 1;
@@ -185,15 +185,16 @@ static int h_value(void *arg, const mv_httpd_request *req, mv_httpd_response *re
         json_object *o = json_object_new_object();
         /* The key is the client's: cut on a character boundary, invalid bytes as U+FFFD. */
         char key[3 * MV_SEG_LABEL_KEY_MAX + 1], msg[sizeof key + 200];
-        mv_utf8_sanitize(bad.key, mv_utf8_cut(bad.key, strlen(bad.key), MV_SEG_LABEL_KEY_MAX), key,
-                         sizeof key);
+        mv_util_utf8_sanitize(bad.key,
+                              mv_util_utf8_cut(bad.key, strlen(bad.key), MV_SEG_LABEL_KEY_MAX), key,
+                              sizeof key);
         if (bad.bad_utf8)
-            mv_fmt(msg, sizeof msg, "parameter %s: key or value is not valid UTF-8", key);
+            mv_util_fmt(msg, sizeof msg, "parameter %s: key or value is not valid UTF-8", key);
         else
-            mv_fmt(msg, sizeof msg,
-                   "unknown parameter %s: give metric, agg, label=KEY=VALUE or one of "
-                   "namespace, pod, container, quantile, le, service, instance, node, job",
-                   key);
+            mv_util_fmt(msg, sizeof msg,
+                        "unknown parameter %s: give metric, agg, label=KEY=VALUE or one of "
+                        "namespace, pod, container, quantile, le, service, instance, node, job",
+                        key);
         json_object_object_add(o, "error", json_object_new_string(msg));
         int rc = respond_json(resp, 400,
                               json_object_to_json_string_ext(
@@ -248,7 +249,7 @@ static int h_guard(void *arg, const mv_httpd_request *req, mv_httpd_response *re
     if (d.status == 200)
         return g->fn(g->api, req, resp);
     char body[MV_AUTHZ_REASON_MAX + 16];
-    mv_fmt(body, sizeof body, "%s\n", d.reason);
+    mv_util_fmt(body, sizeof body, "%s\n", d.reason);
     int rc = 0;
     if (d.status == 401)
         rc = mv_httpd_add_header(resp, "WWW-Authenticate", "Bearer realm=\"microview-collector\"");

@@ -57,8 +57,8 @@ const char *mv_authz_mode_name(mv_authz_mode m)
 
 /* POSTs `body` to url path `api`; returns 0 with the HTTP status and answer in b, or -EIO
  * with a reason. A 401 (our own token rotated) is retried once with the token re-read. */
-static int post(mv_authz *a, const char *api, const char *body, mv_buf *b, long *status, char *err,
-                size_t errlen)
+static int post(mv_authz *a, const char *api, const char *body, mv_util_buf *b, long *status,
+                char *err, size_t errlen)
 {
     size_t ul = strlen(a->url) + strlen(api) + 1;
     char *url = malloc(ul);
@@ -68,11 +68,11 @@ static int post(mv_authz *a, const char *api, const char *body, mv_buf *b, long 
     int rc = mv_kubec_request(a->cred, url, api, body, a->timeout_ms, b, status, err, errlen);
     free(url);
     if (rc == 0 && *status != 200 && *status != 201) {
-        mv_err_set(err, errlen, "POST %s: HTTP %ld%s", api, *status,
-                   *status == 401 || *status == 403
-                       ? " (check the collector's token and its RBAC: create tokenreviews and "
-                         "subjectaccessreviews)"
-                       : "");
+        mv_util_err_set(err, errlen, "POST %s: HTTP %ld%s", api, *status,
+                        *status == 401 || *status == 403
+                            ? " (check the collector's token and its RBAC: create tokenreviews and "
+                              "subjectaccessreviews)"
+                            : "");
         rc = -EIO;
     }
     return rc;
@@ -82,13 +82,13 @@ static int post(mv_authz *a, const char *api, const char *body, mv_buf *b, long 
 static unsigned review(mv_authz *a, const char *token, const char *path, char *reason, size_t rlen)
 {
     char err[MV_ERR_MAX] = "";
-    mv_buf b = {.cap = MV_AUTHZ_BODY_MAX};
+    mv_util_buf b = {.cap = MV_AUTHZ_BODY_MAX};
     long status = 0;
     unsigned out = 503;
     mv_authz_user u = {0};
     char *body = mv_authz_token_review_body(token);
     if (!body) {
-        mv_fmt(reason, rlen, "out of memory");
+        mv_util_fmt(reason, rlen, "out of memory");
         return 503;
     }
     pthread_mutex_lock(&a->mu);
@@ -100,29 +100,29 @@ static unsigned review(mv_authz *a, const char *token, const char *path, char *r
     free(body);
     if (rc == 0)
         rc = mv_authz_parse_token_review(b.data ? b.data : "", b.len, &u, err, sizeof err);
-    mv_buf_free(&b);
+    mv_util_buf_free(&b);
     if (rc < 0) {
         MV_WARN("authz.review_failed", "review=TokenReview path=%s err=%s", mv_log_q(path),
                 mv_log_q(err));
-        mv_fmt(reason, rlen, "authentication unavailable: the API server could not be asked");
+        mv_util_fmt(reason, rlen, "authentication unavailable: the API server could not be asked");
         return 503;
     }
     if (!u.authenticated) {
         MV_DEBUG("authz.unauthenticated", "path=%s error=%s", mv_log_q(path), mv_log_q(u.error));
-        mv_fmt(reason, rlen, "invalid bearer token");
+        mv_util_fmt(reason, rlen, "invalid bearer token");
         mv_authz_user_clear(&u);
         return 401;
     }
     body = mv_authz_access_review_body(&u, path, "get");
     if (!body) {
         mv_authz_user_clear(&u);
-        mv_fmt(reason, rlen, "out of memory");
+        mv_util_fmt(reason, rlen, "out of memory");
         return 503;
     }
     pthread_mutex_lock(&a->mu);
     a->st.access_reviews++;
     pthread_mutex_unlock(&a->mu);
-    b = (mv_buf){.cap = MV_AUTHZ_BODY_MAX};
+    b = (mv_util_buf){.cap = MV_AUTHZ_BODY_MAX};
     rc = post(a, "/apis/authorization.k8s.io/v1/subjectaccessreviews", body, &b, &status, err,
               sizeof err);
     free(body);
@@ -131,11 +131,11 @@ static unsigned review(mv_authz *a, const char *token, const char *path, char *r
     if (rc == 0)
         rc = mv_authz_parse_access_review(b.data ? b.data : "", b.len, &allowed, why, sizeof why,
                                           err, sizeof err);
-    mv_buf_free(&b);
+    mv_util_buf_free(&b);
     if (rc < 0) {
         MV_WARN("authz.review_failed", "review=SubjectAccessReview path=%s user=%s err=%s",
                 mv_log_q(path), mv_log_q(u.username), mv_log_q(err));
-        mv_fmt(reason, rlen, "authorization unavailable: the API server could not be asked");
+        mv_util_fmt(reason, rlen, "authorization unavailable: the API server could not be asked");
     } else if (allowed) {
         out = 200;
         reason[0] = 0;
@@ -143,7 +143,7 @@ static unsigned review(mv_authz *a, const char *token, const char *path, char *r
         out = 403;
         MV_INFO("authz.forbidden", "path=%s user=%s reason=%s", mv_log_q(path),
                 mv_log_q(u.username), mv_log_q(why));
-        mv_fmt(reason, rlen, "not allowed to get %.*s", 64, path); /* as when cached */
+        mv_util_fmt(reason, rlen, "not allowed to get %.*s", 64, path); /* as when cached */
     }
     mv_authz_user_clear(&u);
     return out;
@@ -228,9 +228,9 @@ void mv_authz_check(mv_authz *a, const char *authorization, const char *path, mv
     const char *tok = bearer(authorization, &tl);
     if (!tok) {
         d->status = 401;
-        mv_fmt(d->reason, sizeof d->reason, "%s",
-               authorization ? "malformed Authorization header: want Bearer TOKEN"
-                             : "bearer token required");
+        mv_util_fmt(d->reason, sizeof d->reason, "%s",
+                    authorization ? "malformed Authorization header: want Bearer TOKEN"
+                                  : "bearer token required");
         pthread_mutex_lock(&a->mu);
         a->st.unauthenticated++;
         pthread_mutex_unlock(&a->mu);
@@ -243,7 +243,7 @@ void mv_authz_check(mv_authz *a, const char *authorization, const char *path, mv
         free(token);
         free(kb);
         d->status = 503;
-        mv_fmt(d->reason, sizeof d->reason, "out of memory");
+        mv_util_fmt(d->reason, sizeof d->reason, "out of memory");
         return;
     }
     memcpy(token, tok, tl);
@@ -258,7 +258,7 @@ void mv_authz_check(mv_authz *a, const char *authorization, const char *path, mv
 
     pthread_mutex_lock(&a->mu);
     unsigned st;
-    int hit = cache_get(a, key, mv_mono_ns(), &st);
+    int hit = cache_get(a, key, mv_util_mono_ns(), &st);
     if (hit) {
         a->st.cache_hits++;
         count(a, st);
@@ -270,17 +270,17 @@ void mv_authz_check(mv_authz *a, const char *authorization, const char *path, mv
         d->status = st;
         d->cached = 1;
         if (st == 401)
-            mv_fmt(d->reason, sizeof d->reason, "invalid bearer token");
+            mv_util_fmt(d->reason, sizeof d->reason, "invalid bearer token");
         else if (st == 403)
-            mv_fmt(d->reason, sizeof d->reason, "not allowed to get %.*s", 64, path);
+            mv_util_fmt(d->reason, sizeof d->reason, "not allowed to get %.*s", 64, path);
         goto out;
     }
     if (atomic_fetch_add(&a->inflight, 1) >= a->max_inflight) {
         atomic_fetch_sub(&a->inflight, 1);
         d->status = 503;
-        mv_fmt(d->reason, sizeof d->reason,
-               "too many authentication reviews waiting (at most %u, --auth-max-inflight)",
-               a->max_inflight);
+        mv_util_fmt(d->reason, sizeof d->reason,
+                    "too many authentication reviews waiting (at most %u, --auth-max-inflight)",
+                    a->max_inflight);
         pthread_mutex_lock(&a->mu);
         a->st.busy++;
         a->st.unavailable++;
@@ -292,7 +292,7 @@ void mv_authz_check(mv_authz *a, const char *authorization, const char *path, mv
     pthread_mutex_lock(&a->mu);
     count(a, d->status);
     if (d->status != 503)
-        cache_put(a, key, mv_mono_ns(), d->status);
+        cache_put(a, key, mv_util_mono_ns(), d->status);
     pthread_mutex_unlock(&a->mu);
 out:
     explicit_bzero(token, tl);
@@ -322,8 +322,8 @@ int mv_authz_create(const mv_authz_opts *o, mv_authz **out)
         const char *h = getenv("KUBERNETES_SERVICE_HOST"), *p = getenv("KUBERNETES_SERVICE_PORT");
         if (h && h[0] && strlen(h) < 200 && (!p || strlen(p) < 8)) {
             int v6 = strchr(h, ':') != NULL;
-            mv_fmt(in_cluster, sizeof in_cluster, "https://%s%s%s:%s", v6 ? "[" : "", h,
-                   v6 ? "]" : "", p && p[0] ? p : "443");
+            mv_util_fmt(in_cluster, sizeof in_cluster, "https://%s%s%s:%s", v6 ? "[" : "", h,
+                        v6 ? "]" : "", p && p[0] ? p : "443");
             url = in_cluster;
         }
     }

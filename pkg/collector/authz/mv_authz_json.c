@@ -32,26 +32,26 @@ static int parse_root(const char *json, size_t len, const char *kind, json_objec
     json_object *r;
     int rc = mv_kubec_json_parse(json, len, MV_AUTHZ_BODY_MAX, JSON_DEPTH, &r);
     if (rc == -E2BIG) {
-        mv_err_set(err, errlen, "answer larger than %u bytes", MV_AUTHZ_BODY_MAX);
+        mv_util_err_set(err, errlen, "answer larger than %u bytes", MV_AUTHZ_BODY_MAX);
         return -EINVAL;
     }
     if (rc == -ENOMEM)
         return rc;
     if (rc < 0) {
-        mv_err_set(err, errlen, "answer is not valid JSON");
+        mv_util_err_set(err, errlen, "answer is not valid JSON");
         return -EINVAL;
     }
     json_object *k, *st;
     if (!json_object_is_type(r, json_type_object) || !json_object_object_get_ex(r, "kind", &k) ||
         !json_object_is_type(k, json_type_string) || strcmp(json_object_get_string(k), kind)) {
         json_object_put(r);
-        mv_err_set(err, errlen, "answer is not a %s", kind);
+        mv_util_err_set(err, errlen, "answer is not a %s", kind);
         return -EINVAL;
     }
     if (!json_object_object_get_ex(r, "status", &st) ||
         !json_object_is_type(st, json_type_object)) {
         json_object_put(r);
-        mv_err_set(err, errlen, "%s answer has no status object", kind);
+        mv_util_err_set(err, errlen, "%s answer has no status object", kind);
         return -EINVAL;
     }
     *root = r;
@@ -116,7 +116,8 @@ int mv_authz_parse_token_review(const char *json, size_t len, mv_authz_user *u, 
     const char *e, *name, *uid;
     if (get_bool(st, "authenticated", &u->authenticated) < 0 ||
         get_str(st, "error", 1u << 16, &e) < 0) {
-        mv_err_set(err, errlen, "TokenReview status.authenticated or .error of the wrong type");
+        mv_util_err_set(err, errlen,
+                        "TokenReview status.authenticated or .error of the wrong type");
         goto invalid;
     }
     copy_cut(u->error, sizeof u->error, e);
@@ -126,23 +127,24 @@ int mv_authz_parse_token_review(const char *json, size_t len, mv_authz_user *u, 
     }
     if (!json_object_object_get_ex(st, "user", &user) ||
         !json_object_is_type(user, json_type_object)) {
-        mv_err_set(err, errlen, "TokenReview authenticated without status.user");
+        mv_util_err_set(err, errlen, "TokenReview authenticated without status.user");
         goto invalid;
     }
     if (get_str(user, "username", MV_AUTHZ_NAME_MAX, &name) < 0 || !name || !name[0] ||
         get_str(user, "uid", MV_AUTHZ_NAME_MAX, &uid) < 0) {
-        mv_err_set(err, errlen,
-                   "TokenReview status.user.username missing, or username/uid not a string of "
-                   "at most %d bytes",
-                   MV_AUTHZ_NAME_MAX);
+        mv_util_err_set(err, errlen,
+                        "TokenReview status.user.username missing, or username/uid not a string of "
+                        "at most %d bytes",
+                        MV_AUTHZ_NAME_MAX);
         goto invalid;
     }
     if (json_object_object_get_ex(user, "groups", &groups) &&
         !json_object_is_type(groups, json_type_null)) {
         if (!json_object_is_type(groups, json_type_array) ||
             json_object_array_length(groups) > MV_AUTHZ_GROUPS_MAX) {
-            mv_err_set(err, errlen, "TokenReview status.user.groups not an array of at most %d",
-                       MV_AUTHZ_GROUPS_MAX);
+            mv_util_err_set(err, errlen,
+                            "TokenReview status.user.groups not an array of at most %d",
+                            MV_AUTHZ_GROUPS_MAX);
             goto invalid;
         }
     } else {
@@ -160,14 +162,14 @@ int mv_authz_parse_token_review(const char *json, size_t len, mv_authz_user *u, 
         json_object *g = json_object_array_get_idx(groups, i);
         const char *gs;
         if (!json_object_is_type(g, json_type_string)) {
-            mv_err_set(err, errlen, "TokenReview group %zu is not a string", i);
+            mv_util_err_set(err, errlen, "TokenReview group %zu is not a string", i);
             goto invalid;
         }
         int n = json_object_get_string_len(g);
         gs = json_object_get_string(g);
         if (n < 0 || (size_t)n > MV_AUTHZ_NAME_MAX || strlen(gs) != (size_t)n) {
-            mv_err_set(err, errlen, "TokenReview group %zu longer than %d bytes or has NUL", i,
-                       MV_AUTHZ_NAME_MAX);
+            mv_util_err_set(err, errlen, "TokenReview group %zu longer than %d bytes or has NUL", i,
+                            MV_AUTHZ_NAME_MAX);
             goto invalid;
         }
         if (!(u->groups[i] = strdup(gs))) {
@@ -200,8 +202,8 @@ int mv_authz_parse_access_review(const char *json, size_t len, int *allowed, cha
     const char *r;
     if (get_bool(st, "allowed", &a) < 0 || get_bool(st, "denied", &d) < 0 ||
         get_str(st, "reason", 1u << 16, &r) < 0) {
-        mv_err_set(err, errlen,
-                   "SubjectAccessReview status.allowed, .denied or .reason of the wrong type");
+        mv_util_err_set(err, errlen,
+                        "SubjectAccessReview status.allowed, .denied or .reason of the wrong type");
         json_object_put(root);
         return -EINVAL;
     }

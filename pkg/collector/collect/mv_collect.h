@@ -225,9 +225,9 @@ typedef struct mv_coll_stats {
 
 typedef struct mv_coll_snap mv_coll_snap;
 
-/* Freed heap a process that takes snapshots often should keep (mv_malloc_keep): each snapshot's
- * copies then reuse the pages the previous one freed (microview-collector and tick_bench set
- * it; docs/benchmarks.md, "The snapshot's CPU was mostly page faults"). */
+/* Freed heap a process that takes snapshots often should keep (mv_util_malloc_keep): each
+ * snapshot's copies then reuse the pages the previous one freed (microview-collector and tick_bench
+ * set it; docs/benchmarks.md, "The snapshot's CPU was mostly page faults"). */
 #define MV_COLL_HEAP_KEEP (64u << 20)
 
 /* Takes a copy of the collector's statistics, then of every segment's latest published values

@@ -379,7 +379,7 @@ static void pin_poller(tick_worker *w)
 static void *worker_main(void *arg)
 {
     tick_worker *w = arg;
-    mv_thread_name(w == w->c->w ? "mv-tick" : "mv-tick-worker");
+    mv_util_thread_name(w == w->c->w ? "mv-tick" : "mv-tick-worker");
     pin_poller(w);
     worker_loop(w->c, w);
     return NULL;

@@ -187,7 +187,7 @@ int mv_collector_run(const mv_collector_opts *o)
     /* Each scrape copies every segment's published state and frees it again: the freed heap
      * stays in the process (up to MV_COLL_HEAP_KEEP) so the next scrape's copies do not
      * fault their pages in again. */
-    if (mv_malloc_keep(MV_COLL_HEAP_KEEP) != 0)
+    if (mv_util_malloc_keep(MV_COLL_HEAP_KEEP) != 0)
         MV_WARN("collector.malloc", "error=%s",
                 mv_log_q("the heap's trim threshold cannot be set"));
 
@@ -288,7 +288,7 @@ int mv_collector_run(const mv_collector_opts *o)
     }
     /* Whether the analytics' heap is on huge pages (docs/install.md, "Huge pages"). */
     char thp[16];
-    int huge = mv_malloc_huge_pages(thp, sizeof thp);
+    int huge = mv_util_malloc_huge_pages(thp, sizeof thp);
     MV_INFO(
         "collector.started",
         "transport=%s listen=%s:%u tick_ms=%.3f tick_workers=%u tick_poll=%d max_interval_ms=%.3f "

@@ -159,7 +159,7 @@ static void sleep_ms(unsigned ms, const int *stop)
 
 static void *disc_main(void *arg)
 {
-    mv_thread_name("mv-discovery");
+    mv_util_thread_name("mv-discovery");
     mv_disc *d = arg;
     unsigned backoff = 100;
     int was_up = -1;
@@ -178,7 +178,7 @@ static void *disc_main(void *arg)
             if (rc == -EACCES)
                 MV_ERROR("agent.refused", "target=%s error=%s", mv_log_q(d->target),
                          mv_log_q(mv_agentc_error(c)));
-            mv_fmt(why, sizeof why, "%s", mv_agentc_error(c));
+            mv_util_fmt(why, sizeof why, "%s", mv_agentc_error(c));
             mv_agentc_close(c);
             if (d->synced) {
                 backoff = 100;

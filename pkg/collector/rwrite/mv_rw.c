@@ -661,10 +661,11 @@ int mv_rw_create(const mv_rw_config *c, mv_coll *coll, mv_rw **out)
     }
     char *o = rw->strs;
     for (size_t i = 0; i < c->nexternal; i++) {
-        rw->ext[i].name = strcpy(o, c->external[i].name);
-        o += strlen(o) + 1;
-        rw->ext[i].value = strcpy(o, c->external[i].value);
-        o += strlen(o) + 1;
+        size_t ln = strlen(c->external[i].name) + 1, lv = strlen(c->external[i].value) + 1;
+        rw->ext[i].name = memcpy(o, c->external[i].name, ln);
+        o += ln;
+        rw->ext[i].value = memcpy(o, c->external[i].value, lv);
+        o += lv;
     }
     rw->next = c->nexternal;
     rw->c.external = NULL;

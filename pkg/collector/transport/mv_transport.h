@@ -3,7 +3,7 @@
  *
  * The types keep the collector's mv_coll_ prefix: they are what mv_coll_add
  * takes. Implementations: the shm transport (pkg/collector/collect) and RDMA
- * READ (pkg/collector/rdma). A transport only moves bytes; what they mean is
+ * READ (pkg/collector/rdmaread). A transport only moves bytes; what they mean is
  * the segment reader's business.
  */
 #ifndef MV_TRANSPORT_H

@@ -11,7 +11,7 @@
 
 #include "mv_discovery.h"
 #include "mv_log.h"
-#include "mv_rdma_conn.h"
+#include "mv_rdmaread.h"
 #include "mv_util.h"
 
 #define AGENTS_MAX   64
@@ -33,8 +33,8 @@ typedef struct vagent {
     char target[300]; /* control plane IP:PORT */
     char ip[256];     /* rdma_cm address (the target's host part) */
     pthread_mutex_t mu;
-    mv_rdma_conn *conn; /* opened on demand; kept (it reconnects itself) until destroy */
-    int connecting;     /* a thread is opening conn with mu released */
+    mv_rdmaread_conn *conn; /* opened on demand; kept (it reconnects itself) until destroy */
+    int connecting;         /* a thread is opening conn with mu released */
     uint64_t connect_attempts;
     vseg *segs;
     size_t nsegs, capsegs;
@@ -92,15 +92,15 @@ static int ensure_conn(vagent *a)
     a->connecting = 1;
     a->connect_attempts++;
     pthread_mutex_unlock(&a->mu);
-    mv_rdma_conn_opts o;
-    mv_rdma_conn_opts_default(&o);
+    mv_rdmaread_opts o;
+    mv_rdmaread_opts_default(&o);
     o.src_ip = a->set->src_ip[0] ? a->set->src_ip : NULL;
     char err[MV_ERR_MAX];
-    mv_rdma_conn *conn = NULL;
-    int rc = mv_rdma_conn_open(a->ip, a->set->rdma_port, a->set->token, &o, &conn, err, sizeof err);
+    mv_rdmaread_conn *conn = NULL;
+    int rc = mv_rdmaread_open(a->ip, a->set->rdma_port, a->set->token, &o, &conn, err, sizeof err);
     if (rc == 0) {
         mv_rdma_dev_info di;
-        mv_rdma_conn_info(conn, &di);
+        mv_rdmaread_info(conn, &di);
         MV_INFO("rdma.connected", "agent=%s rdma=%s:%u device=%s gid_index=%d", mv_log_q(a->target),
                 a->ip, (unsigned)a->set->rdma_port, mv_log_q(di.device), di.gid_index);
     }
@@ -125,13 +125,13 @@ static void vseg_add_to_table(vagent *a, vseg *s)
             return;
     }
     void *src;
-    int rc = mv_rdma_source_create(a->conn, s->addr, s->rkey, s->len, &src);
+    int rc = mv_rdmaread_source_create(a->conn, s->addr, s->rkey, s->len, &src);
     if (rc < 0) {
         MV_WARN("segment.add_failed", "id=%s error=%s", mv_log_q(s->id), mv_log_q(strerror(-rc)));
         return;
     }
-    rc = mv_coll_add(a->set->coll, s->id, s->len, s->labels, s->nlabels, mv_rdma_transport(a->conn),
-                     src);
+    rc = mv_coll_add(a->set->coll, s->id, s->len, s->labels, s->nlabels,
+                     mv_rdmaread_transport(a->conn), src);
     if (rc == 0 || rc == -EEXIST) {
         s->in_table = rc == 0;
         s->src = rc == 0 ? src : NULL;
@@ -325,7 +325,7 @@ void mv_verbs_destroy(mv_verbs *v)
         for (size_t j = 0; j < a->nsegs; j++)
             vseg_free(&a->segs[j]);
         free(a->segs);
-        mv_rdma_conn_close(a->conn);
+        mv_rdmaread_close(a->conn);
         pthread_mutex_destroy(&a->mu);
     }
     free(v->agents);
@@ -351,7 +351,7 @@ void mv_verbs_poll(mv_verbs *v)
 
 typedef struct agent_row {
     const char *target;
-    mv_rdma_conn_stats st;
+    mv_rdmaread_stats st;
     int have;
     uint64_t attempts;
 } agent_row;
@@ -378,7 +378,7 @@ int mv_verbs_render(mv_verbs *v, mv_expo *e, const mv_coll_snap *snap)
         rows[i].target = a->target;
         pthread_mutex_lock(&a->mu);
         if (a->conn) {
-            mv_rdma_conn_stats_get(a->conn, &rows[i].st);
+            mv_rdmaread_stats_get(a->conn, &rows[i].st);
             rows[i].have = 1;
         }
         rows[i].attempts = a->connect_attempts;
@@ -393,7 +393,7 @@ int mv_verbs_render(mv_verbs *v, mv_expo *e, const mv_coll_snap *snap)
     }
 #define C(name, field, help)                                                                       \
     if (rc == 0)                                                                                   \
-    rc = counter(e, name, help, rows, v->n, offsetof(mv_rdma_conn_stats, field))
+    rc = counter(e, name, help, rows, v->n, offsetof(mv_rdmaread_stats, field))
     C("microview_rdma_reads_total", reads, "RDMA READs completed successfully");
     C("microview_rdma_read_bytes_total", bytes, "bytes carried by successful RDMA READs");
     C("microview_rdma_read_errors_total", errors, "RDMA READs that completed with an error");

@@ -1,4 +1,4 @@
-/* mv_verbs: the collector's --transport verbs: one RDMA connection (pkg/collector/rdma) and
+/* mv_verbs: the collector's --transport verbs: one RDMA connection (pkg/collector/rdmaread) and
  * one catalog watch per agent, segments added to the table as RDMA sources, and the read
  * statistics rendered as metrics.
  *

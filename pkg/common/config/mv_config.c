@@ -124,7 +124,7 @@ int mv_config_set(mv_config *c, const char *name, const char *value, char *err, 
     char norm[64];
     size_t nl = strlen(name);
     if (nl >= sizeof norm) {
-        mv_err_set(err, errlen, "unknown key %.64s", name);
+        mv_util_err_set(err, errlen, "unknown key %.64s", name);
         return -EINVAL;
     }
     for (size_t i = 0; i <= nl; i++)
@@ -137,7 +137,8 @@ int mv_config_set(mv_config *c, const char *name, const char *value, char *err, 
         if (k->k == K_STR) {
             size_t vl = strlen(value);
             if (vl >= k->cap) {
-                mv_err_set(err, errlen, "%s: value longer than %zu bytes", k->name, k->cap - 1);
+                mv_util_err_set(err, errlen, "%s: value longer than %zu bytes", k->name,
+                                k->cap - 1);
                 return -EINVAL;
             }
             memcpy(field, value, vl + 1);
@@ -150,7 +151,7 @@ int mv_config_set(mv_config *c, const char *name, const char *value, char *err, 
             else if (!strcmp(value, "false") || !strcmp(value, "no") || !strcmp(value, "0"))
                 b = 0;
             else {
-                mv_err_set(err, errlen, "%s: %.64s is not true or false", k->name, value);
+                mv_util_err_set(err, errlen, "%s: %.64s is not true or false", k->name, value);
                 return -EINVAL;
             }
             memcpy(field, &b, sizeof b);
@@ -158,16 +159,16 @@ int mv_config_set(mv_config *c, const char *name, const char *value, char *err, 
         }
         uint64_t v = 0;
         char why[MV_ERR_MAX];
-        int rc = k->k == K_SIZE ? mv_parse_size(value, 0, k->max, &v, why, sizeof why)
-                                : mv_parse_u64(value, 0, k->max, &v, why, sizeof why);
+        int rc = k->k == K_SIZE ? mv_util_parse_size(value, 0, k->max, &v, why, sizeof why)
+                                : mv_util_parse_u64(value, 0, k->max, &v, why, sizeof why);
         if (rc < 0) {
-            mv_err_set(err, errlen, "%s: %s", k->name, why);
+            mv_util_err_set(err, errlen, "%s: %s", k->name, why);
             return -EINVAL;
         }
         memcpy(field, &v, sizeof v);
         return 0;
     }
-    mv_err_set(err, errlen, "unknown key %.64s", name);
+    mv_util_err_set(err, errlen, "unknown key %.64s", name);
     return -EINVAL;
 }
 
@@ -175,12 +176,12 @@ int mv_config_parse(mv_config *c, const char *text, size_t len, char *err, size_
 {
     int rc = -EINVAL;
     if (len > MV_CONFIG_FILE_MAX) {
-        mv_err_set(err, errlen, "configuration larger than %u bytes", MV_CONFIG_FILE_MAX);
+        mv_util_err_set(err, errlen, "configuration larger than %u bytes", MV_CONFIG_FILE_MAX);
         return -EINVAL;
     }
     yaml_parser_t p;
     if (!yaml_parser_initialize(&p)) {
-        mv_err_set(err, errlen, "out of memory");
+        mv_util_err_set(err, errlen, "out of memory");
         return -ENOMEM;
     }
     yaml_parser_set_input_string(&p, (const unsigned char *)text, len);
@@ -194,8 +195,8 @@ int mv_config_parse(mv_config *c, const char *text, size_t len, char *err, size_
     for (;;) {
         yaml_event_t ev;
         if (!yaml_parser_parse(&p, &ev)) {
-            mv_err_set(err, errlen, "YAML error at line %zu: %s", p.problem_mark.line + 1,
-                       p.problem ? p.problem : "syntax");
+            mv_util_err_set(err, errlen, "YAML error at line %zu: %s", p.problem_mark.line + 1,
+                            p.problem ? p.problem : "syntax");
             goto done;
         }
         size_t line = ev.start_mark.line + 1;
@@ -207,7 +208,7 @@ int mv_config_parse(mv_config *c, const char *text, size_t len, char *err, size_
             break;
         case YAML_DOCUMENT_START_EVENT:
             if (++docs > 1) {
-                mv_err_set(err, errlen, "line %zu: only one YAML document is allowed", line);
+                mv_util_err_set(err, errlen, "line %zu: only one YAML document is allowed", line);
                 ok = 0;
             }
             break;
@@ -217,8 +218,8 @@ int mv_config_parse(mv_config *c, const char *text, size_t len, char *err, size_
             goto done;
         case YAML_MAPPING_START_EVENT:
             if (state != 0) {
-                mv_err_set(err, errlen, "line %zu: nested mappings are not allowed (keys are flat)",
-                           line);
+                mv_util_err_set(err, errlen,
+                                "line %zu: nested mappings are not allowed (keys are flat)", line);
                 ok = 0;
             }
             state = 1;
@@ -229,11 +230,11 @@ int mv_config_parse(mv_config *c, const char *text, size_t len, char *err, size_
         case YAML_SCALAR_EVENT: {
             const char *v = (const char *)ev.data.scalar.value;
             if (strlen(v) != ev.data.scalar.length) {
-                mv_err_set(err, errlen, "line %zu: NUL byte in a scalar", line);
+                mv_util_err_set(err, errlen, "line %zu: NUL byte in a scalar", line);
                 ok = 0;
             } else if (state == 1) {
                 if (ev.data.scalar.length >= sizeof keybuf) {
-                    mv_err_set(err, errlen, "line %zu: unknown key", line);
+                    mv_util_err_set(err, errlen, "line %zu: unknown key", line);
                     ok = 0;
                 } else {
                     memcpy(keybuf, v, ev.data.scalar.length + 1);
@@ -242,9 +243,9 @@ int mv_config_parse(mv_config *c, const char *text, size_t len, char *err, size_
                             *q = '_';
                     for (size_t i = 0; i < nseen && ok; i++)
                         if (strcmp(seen[i], keybuf) == 0) {
-                            mv_err_set(err, errlen,
-                                       "line %zu: key %s given twice (first on line %zu)", line,
-                                       keybuf, seen_line[i]);
+                            mv_util_err_set(err, errlen,
+                                            "line %zu: key %s given twice (first on line %zu)",
+                                            line, keybuf, seen_line[i]);
                             ok = 0;
                         }
                     if (ok && nseen < sizeof seen / sizeof seen[0]) {
@@ -256,14 +257,15 @@ int mv_config_parse(mv_config *c, const char *text, size_t len, char *err, size_
             } else if (state == 2) {
                 char e2[256];
                 if (mv_config_set(c, keybuf, v, e2, sizeof e2) < 0) {
-                    mv_err_set(err, errlen, "line %zu: %s", line, e2);
+                    mv_util_err_set(err, errlen, "line %zu: %s", line, e2);
                     ok = 0;
                 }
                 state = 1;
             } else if (state == 0 && ev.data.scalar.length == 0) {
                 state = 3; /* an empty document */
             } else {
-                mv_err_set(err, errlen, "line %zu: the document must be a mapping of keys", line);
+                mv_util_err_set(err, errlen, "line %zu: the document must be a mapping of keys",
+                                line);
                 ok = 0;
             }
             break;
@@ -272,8 +274,8 @@ int mv_config_parse(mv_config *c, const char *text, size_t len, char *err, size_
         case YAML_SEQUENCE_END_EVENT:
         case YAML_ALIAS_EVENT:
         default:
-            mv_err_set(err, errlen, "line %zu: only scalar values are allowed%s", line,
-                       state == 2 ? " (got a list or alias)" : "");
+            mv_util_err_set(err, errlen, "line %zu: only scalar values are allowed%s", line,
+                            state == 2 ? " (got a list or alias)" : "");
             ok = 0;
             break;
         }
@@ -291,13 +293,13 @@ int mv_config_load_file(mv_config *c, const char *path, char *err, size_t errlen
     FILE *f = fopen(path, "re");
     if (!f) {
         int e = errno;
-        mv_err_set(err, errlen, "cannot open %s: %s", path, strerror(e));
+        mv_util_err_set(err, errlen, "cannot open %s: %s", path, strerror(e));
         return -e;
     }
     struct stat sb;
     if (fstat(fileno(f), &sb) < 0 || !S_ISREG(sb.st_mode) || sb.st_size > MV_CONFIG_FILE_MAX) {
-        mv_err_set(err, errlen, "%s: not a regular file of at most %u bytes", path,
-                   MV_CONFIG_FILE_MAX);
+        mv_util_err_set(err, errlen, "%s: not a regular file of at most %u bytes", path,
+                        MV_CONFIG_FILE_MAX);
         fclose(f);
         return -EINVAL;
     }
@@ -313,7 +315,7 @@ int mv_config_load_file(mv_config *c, const char *path, char *err, size_t errlen
     char e2[512];
     int rc = mv_config_parse(c, buf, got, e2, sizeof e2);
     if (rc < 0)
-        mv_err_set(err, errlen, "%s: %s", path, e2);
+        mv_util_err_set(err, errlen, "%s: %s", path, e2);
     free(buf);
     return rc;
 }
@@ -338,7 +340,7 @@ static int config_tcp_security(const mv_config *c, char *err, size_t errlen)
     else if (c->admin_token_file[0] && !c->listen[0])
         e = "admin_token_file needs listen";
     if (e) {
-        mv_err_set(err, errlen, "%s", e);
+        mv_util_err_set(err, errlen, "%s", e);
         return -EINVAL;
     }
     return 0;
@@ -353,8 +355,8 @@ static int config_group(mv_config *c, char *err, size_t errlen)
     uint64_t v;
     char why[128];
     if (c->segment_group[0] >= '0' && c->segment_group[0] <= '9') {
-        if (mv_parse_u64(c->segment_group, 0, UINT32_MAX - 1, &v, why, sizeof why) < 0) {
-            mv_err_set(err, errlen, "segment_group: %s", why);
+        if (mv_util_parse_u64(c->segment_group, 0, UINT32_MAX - 1, &v, why, sizeof why) < 0) {
+            mv_util_err_set(err, errlen, "segment_group: %s", why);
             return -EINVAL;
         }
         c->segment_gid = (int64_t)v;
@@ -362,7 +364,7 @@ static int config_group(mv_config *c, char *err, size_t errlen)
     }
     struct group *g = getgrnam(c->segment_group);
     if (!g) {
-        mv_err_set(err, errlen, "segment_group: no group named %s", c->segment_group);
+        mv_util_err_set(err, errlen, "segment_group: no group named %s", c->segment_group);
         return -EINVAL;
     }
     c->segment_gid = g->gr_gid;
@@ -374,8 +376,8 @@ static int config_listen(const char *text, unsigned flags, const char *name, cha
                          size_t hostlen, uint16_t *port, char *err, size_t errlen)
 {
     char why[MV_ERR_MAX];
-    if (mv_parse_listen(text, flags, host, hostlen, port, why, sizeof why) < 0) {
-        mv_err_set(err, errlen, "%s: %s", name, why);
+    if (mv_util_parse_listen(text, flags, host, hostlen, port, why, sizeof why) < 0) {
+        mv_util_err_set(err, errlen, "%s: %s", name, why);
         return -EINVAL;
     }
     return 0;
@@ -384,54 +386,55 @@ static int config_listen(const char *text, unsigned flags, const char *name, cha
 int mv_config_finish(mv_config *c, char *err, size_t errlen)
 {
     if (c->page_size == 0 || c->page_size % 4096) {
-        mv_err_set(err, errlen, "page_size %llu: must be a positive multiple of 4096",
-                   (unsigned long long)c->page_size);
+        mv_util_err_set(err, errlen, "page_size %llu: must be a positive multiple of 4096",
+                        (unsigned long long)c->page_size);
         return -EINVAL;
     }
     if (c->pool_size < c->page_size || c->pool_size / c->page_size > MV_CONFIG_MAX_PAGES) {
-        mv_err_set(err, errlen,
-                   "pool_size %llu / page_size %llu = %llu pages: must be 1 to %u (one device per "
-                   "page; the device list must stay well under the kubelet's 4 MiB gRPC message "
-                   "limit); raise page_size for a larger pool",
-                   (unsigned long long)c->pool_size, (unsigned long long)c->page_size,
-                   (unsigned long long)(c->pool_size / c->page_size),
-                   (unsigned)MV_CONFIG_MAX_PAGES);
+        mv_util_err_set(
+            err, errlen,
+            "pool_size %llu / page_size %llu = %llu pages: must be 1 to %u (one device per "
+            "page; the device list must stay well under the kubelet's 4 MiB gRPC message "
+            "limit); raise page_size for a larger pool",
+            (unsigned long long)c->pool_size, (unsigned long long)c->page_size,
+            (unsigned long long)(c->pool_size / c->page_size), (unsigned)MV_CONFIG_MAX_PAGES);
         return -EINVAL;
     }
     if (c->max_segment_size < c->page_size) {
-        mv_err_set(err, errlen, "max_segment_size must be at least page_size");
+        mv_util_err_set(err, errlen, "max_segment_size must be at least page_size");
         return -EINVAL;
     }
     const char *slash = strchr(c->resource_name, '/');
     if (!slash || slash == c->resource_name || !slash[1] || strchr(slash + 1, '/')) {
-        mv_err_set(err, errlen, "resource_name %s: must be <domain>/<name>", c->resource_name);
+        mv_util_err_set(err, errlen, "resource_name %s: must be <domain>/<name>", c->resource_name);
         return -EINVAL;
     }
     if (!c->endpoint[0] || strchr(c->endpoint, '/') || strcmp(c->endpoint, "kubelet.sock") == 0) {
-        mv_err_set(err, errlen, "endpoint must be a socket file name other than kubelet.sock");
+        mv_util_err_set(err, errlen, "endpoint must be a socket file name other than kubelet.sock");
         return -EINVAL;
     }
     if (c->container_path[0] != '/') {
-        mv_err_set(err, errlen, "container_path must be absolute");
+        mv_util_err_set(err, errlen, "container_path must be absolute");
         return -EINVAL;
     }
     if (!c->state_dir[0] || !c->device_plugin_dir[0] || !c->pod_resources_socket[0]) {
-        mv_err_set(err, errlen,
-                   "state_dir, device_plugin_dir and pod_resources_socket are required");
+        mv_util_err_set(err, errlen,
+                        "state_dir, device_plugin_dir and pod_resources_socket are required");
         return -EINVAL;
     }
     if (!c->gc_interval_ms || !c->identity_retry_ms || !c->token_reread_seconds ||
         !c->api_timeout_ms || !c->rdma_retry_ms) {
-        mv_err_set(err, errlen, "intervals and timeouts must be positive");
+        mv_util_err_set(err, errlen, "intervals and timeouts must be positive");
         return -EINVAL;
     }
     if (c->require_rdma && !c->rdma_listen[0]) {
-        mv_err_set(err, errlen, "require_rdma needs rdma_listen (the RDMA netdev's IP)");
+        mv_util_err_set(err, errlen, "require_rdma needs rdma_listen (the RDMA netdev's IP)");
         return -EINVAL;
     }
     if (c->rdma_listen[0] && !c->collector_token_file[0]) {
-        mv_err_set(err, errlen,
-                   "rdma_listen needs collector_token_file (collectors must present the token)");
+        mv_util_err_set(
+            err, errlen,
+            "rdma_listen needs collector_token_file (collectors must present the token)");
         return -EINVAL;
     }
     c->rdma_ip[0] = 0;
@@ -450,7 +453,7 @@ int mv_config_finish(mv_config *c, char *err, size_t errlen)
     if (!c->agent_socket[0]) {
         int n = snprintf(c->agent_socket, sizeof c->agent_socket, "%s/agent.sock", c->state_dir);
         if (n < 0 || (size_t)n >= sizeof c->agent_socket) {
-            mv_err_set(err, errlen, "state_dir is too long");
+            mv_util_err_set(err, errlen, "state_dir is too long");
             return -EINVAL;
         }
     }

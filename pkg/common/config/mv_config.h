@@ -3,8 +3,8 @@
  *
  * Every key of the YAML mapping is also a flag: `pool_size: 16Mi` in the file is
  * `--pool-size 16Mi` on the command line, and flags win. Values are read with the
- * parsers every flag uses (mv_util.h): sizes are mv_parse_size (bytes, or Ki/Mi/Gi),
- * numbers mv_parse_u64, `listen` and `rdma_listen` mv_parse_listen. Values live in
+ * parsers every flag uses (mv_util.h): sizes are mv_util_parse_size (bytes, or Ki/Mi/Gi),
+ * numbers mv_util_parse_u64, `listen` and `rdma_listen` mv_util_parse_listen. Values live in
  * fixed-size fields of the struct, so there is nothing to free.
  */
 #ifndef MV_CONFIG_H

@@ -39,7 +39,7 @@ static void unreadable(mv_kubec_cred *c, const char *why)
  * c->mu. */
 static void token_read(mv_kubec_cred *c)
 {
-    c->token_read_ns = mv_mono_ns();
+    c->token_read_ns = mv_util_mono_ns();
     FILE *f = fopen(c->token_file, "re");
     char *buf = f ? malloc(MV_KUBEC_TOKEN_MAX + 1) : NULL;
     size_t n = buf ? fread(buf, 1, MV_KUBEC_TOKEN_MAX + 1, f) : 0;
@@ -82,7 +82,8 @@ static void token_read(mv_kubec_cred *c)
 static void token_reload(mv_kubec_cred *c, int force)
 {
     int every_s = force ? c->forced_min_s : c->token ? c->reread_s : c->retry_s;
-    if (c->token_read_ns && mv_mono_ns() - c->token_read_ns < (uint64_t)every_s * 1000000000ull)
+    if (c->token_read_ns &&
+        mv_util_mono_ns() - c->token_read_ns < (uint64_t)every_s * 1000000000ull)
         return;
     token_read(c);
 }
@@ -128,8 +129,8 @@ int mv_kubec_cred_create(const mv_kubec_cred_opts *o, mv_kubec_cred **out)
         return -ENOMEM;
     pthread_mutex_init(&c->mu, NULL);
     const char *area = o->log_area ? o->log_area : "kubec";
-    mv_fmt(c->ev_loaded, sizeof c->ev_loaded, "%s.token_loaded", area);
-    mv_fmt(c->ev_unreadable, sizeof c->ev_unreadable, "%s.token_unreadable", area);
+    mv_util_fmt(c->ev_loaded, sizeof c->ev_loaded, "%s.token_loaded", area);
+    mv_util_fmt(c->ev_unreadable, sizeof c->ev_unreadable, "%s.token_unreadable", area);
     c->token_file = o->token_file ? strdup(o->token_file) : NULL;
     c->ca_file = o->ca_file ? strdup(o->ca_file) : NULL;
     c->effect = o->effect ? strdup(o->effect) : NULL;
@@ -163,16 +164,16 @@ void mv_kubec_cred_destroy(mv_kubec_cred *c)
 /* ---- Request ------------------------------------------------------------------------------ */
 
 int mv_kubec_request(mv_kubec_cred *c, const char *url, const char *what, const char *body,
-                     int timeout_ms, mv_buf *b, long *status, char *err, size_t errlen)
+                     int timeout_ms, mv_util_buf *b, long *status, char *err, size_t errlen)
 {
     const char *method = body ? "POST" : "GET";
     int rc = -EIO;
     for (int attempt = 0; attempt < 2; attempt++) {
         *status = 0;
-        mv_buf_free(b);
+        mv_util_buf_free(b);
         CURL *h = curl_easy_init();
         if (!h) {
-            mv_err_set(err, errlen, "curl_easy_init failed");
+            mv_util_err_set(err, errlen, "curl_easy_init failed");
             return -ENOMEM;
         }
         struct curl_slist *hdrs = curl_slist_append(NULL, "Accept: application/json");
@@ -186,7 +187,7 @@ int mv_kubec_request(mv_kubec_cred *c, const char *url, const char *what, const 
         curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
         if (body)
             curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
-        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, mv_buf_curl_write);
+        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, mv_util_buf_curl_write);
         curl_easy_setopt(h, CURLOPT_WRITEDATA, b);
         curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)timeout_ms);
         curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)timeout_ms);
@@ -200,9 +201,9 @@ int mv_kubec_request(mv_kubec_cred *c, const char *url, const char *what, const 
             curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
             rc = 0;
         } else {
-            mv_err_set(err, errlen, "%s %s: %s", method, what,
-                       b->error == -E2BIG ? "answer too large"
-                                          : (ebuf[0] ? ebuf : curl_easy_strerror(cr)));
+            mv_util_err_set(err, errlen, "%s %s: %s", method, what,
+                            b->error == -E2BIG ? "answer too large"
+                                               : (ebuf[0] ? ebuf : curl_easy_strerror(cr)));
             rc = -EIO;
         }
         if (auth) {

@@ -45,7 +45,7 @@ void mv_kubec_cred_load(mv_kubec_cred *c);
  * token re-read (when there is a token file). Returns 0 with the HTTP status in *status, or
  * -EIO (-ENOMEM) with "<GET|POST> <what>: <reason>" in err. */
 int mv_kubec_request(mv_kubec_cred *c, const char *url, const char *what, const char *body,
-                     int timeout_ms, mv_buf *b, long *status, char *err, size_t errlen);
+                     int timeout_ms, mv_util_buf *b, long *status, char *err, size_t errlen);
 
 /* Parses untrusted JSON: at most `max` bytes, `depth` levels, strict, UTF-8 validated, nothing
  * but white space after the document. Returns 0 with *root (release with json_object_put),

@@ -1,10 +1,10 @@
 /* mv_rdma: what both ends of the RDMA data path share: the connect handshake's wire
  * layout, the shared token file, device facts and address helpers.
  *
- * The target (agent) side is pkg/node/rdmatarget (mv_rdma_target.h); the
- * initiator (collector) side is pkg/collector/rdma (mv_rdma_conn.h). They never
- * include each other. mv_rdma_token_load is libc only (library mv_rdma_token);
- * the rest needs libibverbs (library mv_rdma).
+ * The target (agent) side is pkg/node/rdmatarget (mv_rdmatarget.h); the
+ * initiator (collector) side is pkg/collector/rdmaread (mv_rdmaread.h). They never
+ * include each other. The token they share is pkg/common/rdmatoken (libc only);
+ * this module needs libibverbs.
  *
  * Error codes: int functions return 0 or a negative errno value and, where an
  * `err` buffer is taken, a sentence the operator can act on.
@@ -15,13 +15,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "mv_rdmatoken.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* Longest token carried in the connect private data (RoCE/IB REQ messages
- * leave 56 bytes to the consumer; the header below takes 5 of them). */
-#define MV_RDMA_TOKEN_MAX 48
 
 /* Wire layout of the connect request's private data (collector -> agent):
  *   bytes 0..3  "MVR1"
@@ -31,12 +29,6 @@ extern "C" {
  * byte: the agent device's responder resources (max_qp_rd_atom, capped 255).
  * A reject carries "MVR1" followed by a short reason text. */
 #define MV_RDMA_WIRE_MAGIC "MVR1"
-
-/* Reads a shared token from the file at `path` into `out` (NUL-terminated):
- * surrounding whitespace is trimmed; the rest must be 1..MV_RDMA_TOKEN_MAX
- * printable ASCII characters (it also travels as a gRPC header). Returns 0, or
- * -errno / -EINVAL with a message in `err`. */
-int mv_rdma_token_load(const char *path, char *out, size_t outlen, char *err, size_t errlen);
 
 /* Facts about the RDMA device an endpoint uses, for logs and health. */
 typedef struct mv_rdma_dev_info {

@@ -45,7 +45,7 @@ static void grpc_once(void)
     gpr_set_log_function(grpc_log_to_logfmt);
 }
 
-void rpc_grpc_init(void)
+void mv_rpc__grpc_init(void)
 {
     pthread_once(&g_grpc_once, grpc_once);
     grpc_init();
@@ -107,7 +107,7 @@ ProtobufCMessage *mv_rpc_unpack(const ProtobufCMessageDescriptor *d, const void 
     return protobuf_c_message_unpack(d, NULL, len, buf);
 }
 
-grpc_byte_buffer *rpc_bb_from(const void *buf, size_t len)
+grpc_byte_buffer *mv_rpc__bb_from(const void *buf, size_t len)
 {
     grpc_slice s = grpc_slice_malloc(len);
     if (len)
@@ -118,7 +118,7 @@ grpc_byte_buffer *rpc_bb_from(const void *buf, size_t len)
 }
 
 /* Copies a received buffer into malloc'd memory. Returns 0 or -ENOMEM/-EPROTO. */
-int rpc_bb_read(grpc_byte_buffer *bb, mv_rpc_buf *out)
+int mv_rpc__bb_read(grpc_byte_buffer *bb, mv_rpc_buf *out)
 {
     grpc_byte_buffer_reader r;
     out->data = NULL;
@@ -139,14 +139,14 @@ int rpc_bb_read(grpc_byte_buffer *bb, mv_rpc_buf *out)
     return 0;
 }
 
-gpr_timespec rpc_deadline_ms(int ms)
+gpr_timespec mv_rpc__deadline_ms(int ms)
 {
     if (ms <= 0)
         return gpr_inf_future(GPR_CLOCK_REALTIME);
     return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(ms, GPR_TIMESPAN));
 }
 
-grpc_channel_args *rpc_size_args(grpc_arg *a, grpc_channel_args *args, size_t max_recv)
+grpc_channel_args *mv_rpc__size_args(grpc_arg *a, grpc_channel_args *args, size_t max_recv)
 {
     a[0].type = GRPC_ARG_INTEGER;
     a[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;

@@ -53,7 +53,7 @@ static int channel_open(const char *target, size_t max_recv_bytes, grpc_channel_
         max_recv_bytes = DEFAULT_MAX_RECV;
     if (max_recv_bytes > INT32_MAX)
         max_recv_bytes = INT32_MAX;
-    rpc_size_args(a, &args, max_recv_bytes);
+    mv_rpc__size_args(a, &args, max_recv_bytes);
     if (name && *name) {
         a[1].type = GRPC_ARG_STRING;
         a[1].key = (char *)GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;
@@ -75,7 +75,7 @@ int mv_rpc_channel_open(const char *target, size_t max_recv_bytes, mv_rpc_channe
     *out = NULL;
     if (!target || !*target)
         return -EINVAL;
-    rpc_grpc_init();
+    mv_rpc__grpc_init();
     int rc = channel_open(target, max_recv_bytes, grpc_insecure_credentials_create(), NULL, out);
     if (rc < 0)
         grpc_shutdown();
@@ -91,8 +91,8 @@ int mv_rpc_channel_open_tls(const char *target, size_t max_recv_bytes,
         snprintf(err, errlen, "TLS is for TCP targets (HOST:PORT)");
         return -EINVAL;
     }
-    rpc_grpc_init();
-    grpc_channel_credentials *creds = rpc_tls_channel_creds(tls, err, errlen);
+    mv_rpc__grpc_init();
+    grpc_channel_credentials *creds = mv_rpc__tls_channel_creds(tls, err, errlen);
     int rc = creds ? channel_open(target, max_recv_bytes, creds, tls->server_name, out) : -EINVAL;
     if (rc < 0) {
         if (creds)
@@ -186,7 +186,7 @@ int mv_rpc_unary_ex(mv_rpc_channel *ch, const char *method, const void *req, siz
         return -ENOMEM;
     grpc_slice mslice = grpc_slice_from_copied_string(method);
     grpc_call *call = grpc_channel_create_call(ch->ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq, mslice,
-                                               NULL, rpc_deadline_ms(timeout_ms), NULL);
+                                               NULL, mv_rpc__deadline_ms(timeout_ms), NULL);
     grpc_slice_unref(mslice);
     if (!call) {
         rc = -ENOMEM;
@@ -195,7 +195,7 @@ int mv_rpc_unary_ex(mv_rpc_channel *ch, const char *method, const void *req, siz
     grpc_metadata_array md_initial, md_trailing;
     grpc_metadata_array_init(&md_initial);
     grpc_metadata_array_init(&md_trailing);
-    grpc_byte_buffer *send = rpc_bb_from(req, len), *recv = NULL;
+    grpc_byte_buffer *send = mv_rpc__bb_from(req, len), *recv = NULL;
     grpc_status_code code = GRPC_STATUS_UNKNOWN;
     grpc_slice details = grpc_empty_slice();
     const char *error_string = NULL;
@@ -227,7 +227,7 @@ int mv_rpc_unary_ex(mv_rpc_channel *ch, const char *method, const void *req, siz
     fill_status(st, code, details, error_string);
     rc = (int)code;
     if (code == GRPC_STATUS_OK && recv && resp) {
-        int r = rpc_bb_read(recv, resp);
+        int r = mv_rpc__bb_read(recv, resp);
         if (r < 0)
             rc = r;
     } else if (code == GRPC_STATUS_OK && !recv) {
@@ -276,14 +276,14 @@ int mv_rpc_cstream_open(mv_rpc_channel *ch, const char *method, const void *req,
         goto free_cs;
     grpc_slice mslice = grpc_slice_from_copied_string(method);
     cs->call = grpc_channel_create_call(ch->ch, NULL, GRPC_PROPAGATE_DEFAULTS, cs->cq, mslice, NULL,
-                                        rpc_deadline_ms(timeout_ms), NULL);
+                                        mv_rpc__deadline_ms(timeout_ms), NULL);
     grpc_slice_unref(mslice);
     if (!cs->call)
         goto destroy_cq;
     grpc_metadata_array_init(&cs->md_initial);
     grpc_metadata_array_init(&cs->md_trailing);
     cs->details = grpc_empty_slice();
-    cs->send_bb = rpc_bb_from(req, len);
+    cs->send_bb = mv_rpc__bb_from(req, len);
 
     grpc_op ops[4];
     memset(ops, 0, sizeof ops);
@@ -352,7 +352,8 @@ int mv_rpc_cstream_next(mv_rpc_cstream *cs, int wait_ms, mv_rpc_buf *msg, mv_rpc
         }
         cs->recv_pending = 1;
     }
-    gpr_timespec dl = wait_ms < 0 ? gpr_inf_future(GPR_CLOCK_REALTIME) : rpc_deadline_ms(wait_ms);
+    gpr_timespec dl =
+        wait_ms < 0 ? gpr_inf_future(GPR_CLOCK_REALTIME) : mv_rpc__deadline_ms(wait_ms);
     if (wait_ms == 0)
         dl = gpr_now(GPR_CLOCK_MONOTONIC);
     grpc_event ev = grpc_completion_queue_pluck(cs->cq, &cs->recv_tag, dl, NULL);
@@ -364,7 +365,7 @@ int mv_rpc_cstream_next(mv_rpc_cstream *cs, int wait_ms, mv_rpc_buf *msg, mv_rpc
         cstream_status(cs, st);
         return 0;
     }
-    int rc = rpc_bb_read(cs->recv_bb, msg);
+    int rc = mv_rpc__bb_read(cs->recv_bb, msg);
     grpc_byte_buffer_destroy(cs->recv_bb);
     cs->recv_bb = NULL;
     return rc < 0 ? rc : 1;

@@ -23,13 +23,13 @@
 /* ---- Shared helpers (mv_rpc.c) -------------------------------------------------- */
 
 /* A byte buffer holding a copy of buf. */
-grpc_byte_buffer *rpc_bb_from(const void *buf, size_t len);
+grpc_byte_buffer *mv_rpc__bb_from(const void *buf, size_t len);
 /* Copies a received buffer into malloc'd memory. Returns 0 or -ENOMEM/-EPROTO. */
-int rpc_bb_read(grpc_byte_buffer *bb, mv_rpc_buf *out);
+int mv_rpc__bb_read(grpc_byte_buffer *bb, mv_rpc_buf *out);
 /* A deadline `ms` from now; <= 0 is none. */
-gpr_timespec rpc_deadline_ms(int ms);
+gpr_timespec mv_rpc__deadline_ms(int ms);
 /* Channel/server arguments capping received messages at max_recv bytes. */
-grpc_channel_args *rpc_size_args(grpc_arg *a, grpc_channel_args *args, size_t max_recv);
+grpc_channel_args *mv_rpc__size_args(grpc_arg *a, grpc_channel_args *args, size_t max_recv);
 
 /* ---- Server types ------------------------------------------------------------- */
 
@@ -150,30 +150,30 @@ struct mv_rpc_server {
 
 /* ---- Server streams (mv_rpc_stream.c), driven by the server's thread ------------ */
 
-void rpc_stream_start(mv_rpc_server *s, slot *sl);
-void rpc_stream_on_close(mv_rpc_stream *st);
-void rpc_stream_on_send(mv_rpc_stream *st, int ok);
+void mv_rpc__stream_start(mv_rpc_server *s, slot *sl);
+void mv_rpc__stream_on_close(mv_rpc_stream *st);
+void mv_rpc__stream_on_send(mv_rpc_stream *st, int ok);
 
 /* ---- Unix-socket listeners (mv_rpc_unix.c) -------------------------------------- */
 
 /* Binds and listens on `path` (before start), its file given `perms` (NULL: 0777 less the
  * umask, the process's group). Returns 0 or a negative errno (logged). */
-int rpc_unix_listen(mv_rpc_server *s, const char *path, const mv_rpc_unix_perms *perms);
+int mv_rpc__unix_listen(mv_rpc_server *s, const char *path, const mv_rpc_unix_perms *perms);
 /* Starts the accept thread (after grpc_server_start). Returns 0 or a negative errno. */
-int rpc_unix_start(mv_rpc_server *s);
+int mv_rpc__unix_start(mv_rpc_server *s);
 /* Stops accepting, closes the listeners and unlinks their socket files (before the gRPC
  * server shuts down). Idempotent. */
-void rpc_unix_stop(mv_rpc_server *s);
+void mv_rpc__unix_stop(mv_rpc_server *s);
 
 /* ---- TLS credentials from PEM files (mv_rpc_tls.c) -------------------------------- */
 
 /* NULL with the reason in `err` (a file unreadable or not PEM, a missing half). */
-grpc_server_credentials *rpc_tls_server_creds(const mv_rpc_tls_server_opts *o, char *err,
-                                              size_t errlen);
-grpc_channel_credentials *rpc_tls_channel_creds(const mv_rpc_tls_client_opts *o, char *err,
-                                                size_t errlen);
+grpc_server_credentials *mv_rpc__tls_server_creds(const mv_rpc_tls_server_opts *o, char *err,
+                                                  size_t errlen);
+grpc_channel_credentials *mv_rpc__tls_channel_creds(const mv_rpc_tls_client_opts *o, char *err,
+                                                    size_t errlen);
 
 /* grpc_init() with gRPC core's logging routed into logfmt (first call installs it). */
-void rpc_grpc_init(void);
+void mv_rpc__grpc_init(void);
 
 #endif

@@ -151,7 +151,7 @@ static int reply_common(mv_rpc_call *c, int code, const char *message, const voi
     memset(ops, 0, sizeof ops);
     ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
     if (code == MV_RPC_OK) {
-        c->send = rpc_bb_from(buf, len);
+        c->send = mv_rpc__bb_from(buf, len);
         ops[n].op = GRPC_OP_SEND_MESSAGE;
         ops[n++].data.send_message.send_message = c->send;
     }
@@ -300,7 +300,7 @@ static void on_new_call(mv_rpc_server *s, slot *sl, int ok)
         gpr_free(peer);
     }
     if (authorized && m->streaming) {
-        rpc_stream_start(s, sl);
+        mv_rpc__stream_start(s, sl);
     } else {
         mv_rpc_call *c = calloc(1, sizeof *c);
         if (!c) {
@@ -330,7 +330,7 @@ static void on_new_call(mv_rpc_server *s, slot *sl, int ok)
                 mv_rpc_reply_error(c, MV_RPC_UNAUTHENTICATED,
                                    "missing or wrong token: send authorization: Bearer <token> "
                                    "(the agent's --token-file or --admin-token-file)");
-            else if (sl->payload && rpc_bb_read(sl->payload, &req) < 0)
+            else if (sl->payload && mv_rpc__bb_read(sl->payload, &req) < 0)
                 mv_rpc_reply_error(c, MV_RPC_INTERNAL, "cannot read request");
             else
                 m->unary(m->arg, c, req.data, req.len);
@@ -344,7 +344,7 @@ static void on_new_call(mv_rpc_server *s, slot *sl, int ok)
 
 static void *server_main(void *arg)
 {
-    mv_thread_name("mv-rpc-server");
+    mv_util_thread_name("mv-rpc-server");
     mv_rpc_server *s = arg;
     for (;;) {
         grpc_event ev = grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
@@ -367,10 +367,10 @@ static void *server_main(void *arg)
             unary_free(t->ctx);
             break;
         case TAG_STREAM_CLOSE:
-            rpc_stream_on_close(t->ctx);
+            mv_rpc__stream_on_close(t->ctx);
             break;
         case TAG_STREAM_SEND:
-            rpc_stream_on_send(t->ctx, ev.success);
+            mv_rpc__stream_on_send(t->ctx, ev.success);
             break;
         case TAG_SHUTDOWN:
             grpc_completion_queue_shutdown(s->cq);
@@ -397,10 +397,10 @@ int mv_rpc_server_create(const mv_rpc_server_opts *opts, mv_rpc_server **out)
     s->shutdown_tag.kind = TAG_SHUTDOWN;
     s->accept_wake[0] = s->accept_wake[1] = -1;
     pthread_mutex_init(&s->calls_mu, NULL);
-    rpc_grpc_init();
+    mv_rpc__grpc_init();
     grpc_arg a[1];
     grpc_channel_args args;
-    s->server = grpc_server_create(rpc_size_args(a, &args, s->max_recv), NULL);
+    s->server = grpc_server_create(mv_rpc__size_args(a, &args, s->max_recv), NULL);
     s->cq = grpc_completion_queue_create_for_next(NULL);
     if (!s->server || !s->cq)
         goto fail;
@@ -423,7 +423,7 @@ int mv_rpc_server_listen(mv_rpc_server *s, const char *addr)
     if (s->started)
         return -EADDRNOTAVAIL;
     if (strncmp(addr, "unix:", 5) == 0)
-        return rpc_unix_listen(s, addr + 5, NULL) < 0 ? -EADDRNOTAVAIL : 0;
+        return mv_rpc__unix_listen(s, addr + 5, NULL) < 0 ? -EADDRNOTAVAIL : 0;
     grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
     int port = grpc_server_add_http2_port(s->server, addr, creds);
     grpc_server_credentials_release(creds);
@@ -441,7 +441,7 @@ int mv_rpc_server_listen_unix(mv_rpc_server *s, const char *path, const mv_rpc_u
     if (perms && (perms->mode < -1 || perms->mode > 0777 || perms->gid < -1 ||
                   perms->gid >= (int64_t)UINT32_MAX))
         return -EINVAL;
-    return rpc_unix_listen(s, path, perms);
+    return mv_rpc__unix_listen(s, path, perms);
 }
 
 static int add_method(mv_rpc_server *s, const char *path, int streaming, mv_rpc_unary_fn u,
@@ -509,7 +509,7 @@ int mv_rpc_server_start(mv_rpc_server *s)
     s->started = 1;
     /* Connections on the unix sockets are handed to gRPC from now on (it needs the started
      * server's pollsets); clients that connected since the listen waited in the backlog. */
-    int rc = rpc_unix_start(s);
+    int rc = mv_rpc__unix_start(s);
     if (rc < 0)
         MV_ERROR("rpc.accept_thread_failed", "err=%s", mv_log_q(strerror(-rc)));
     return rc;
@@ -520,7 +520,7 @@ void mv_rpc_server_destroy(mv_rpc_server *s)
     if (!s)
         return;
     atomic_store(&s->shutting_down, 1);
-    rpc_unix_stop(s); /* no connection is handed to gRPC after this */
+    mv_rpc__unix_stop(s); /* no connection is handed to gRPC after this */
     grpc_server_shutdown_and_notify(s->server, s->cq, &s->shutdown_tag);
     grpc_server_cancel_all_calls(s->server);
     if (s->started) {

@@ -158,7 +158,7 @@ int mv_rpc_stream_write(mv_rpc_stream *st, const void *buf, size_t len)
 {
     if (!st)
         return -EINVAL;
-    return stream_queue(st, rpc_bb_from(buf, len));
+    return stream_queue(st, mv_rpc__bb_from(buf, len));
 }
 
 int mv_rpc_stream_write_msg(mv_rpc_stream *st, const ProtobufCMessage *m)
@@ -187,7 +187,7 @@ int mv_rpc_stream_end(mv_rpc_stream *st, int code, const char *message)
     return rc;
 }
 
-void rpc_stream_start(mv_rpc_server *s, slot *sl)
+void mv_rpc__stream_start(mv_rpc_server *s, slot *sl)
 {
     mv_rpc_stream *st = calloc(1, sizeof *st);
     if (!st)
@@ -216,7 +216,7 @@ void rpc_stream_start(mv_rpc_server *s, slot *sl)
     }
     mv_rpc_buf req = {0};
     if (sl->payload)
-        rpc_bb_read(sl->payload, &req);
+        mv_rpc__bb_read(sl->payload, &req);
     sl->m->stream(sl->m->arg, st, req.data, req.len);
     mv_rpc_buf_free(&req);
     return;
@@ -227,7 +227,7 @@ fail:
     grpc_call_unref(sl->call);
 }
 
-void rpc_stream_on_close(mv_rpc_stream *st)
+void mv_rpc__stream_on_close(mv_rpc_stream *st)
 {
     pthread_mutex_lock(&st->mu);
     st->closed = 1;
@@ -243,7 +243,7 @@ void rpc_stream_on_close(mv_rpc_stream *st)
         mv_rpc_stream_unref(st);
 }
 
-void rpc_stream_on_send(mv_rpc_stream *st, int ok)
+void mv_rpc__stream_on_send(mv_rpc_stream *st, int ok)
 {
     pthread_mutex_lock(&st->mu);
     st->send_inflight = 0;

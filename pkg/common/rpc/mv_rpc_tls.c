@@ -57,8 +57,8 @@ static void pem_free(char *p)
     }
 }
 
-grpc_server_credentials *rpc_tls_server_creds(const mv_rpc_tls_server_opts *o, char *err,
-                                              size_t errlen)
+grpc_server_credentials *mv_rpc__tls_server_creds(const mv_rpc_tls_server_opts *o, char *err,
+                                                  size_t errlen)
 {
     if (!o || !o->cert_file || !o->key_file) {
         snprintf(err, errlen, "TLS needs a certificate and a key");
@@ -97,7 +97,7 @@ int mv_rpc_server_listen_tls(mv_rpc_server *s, const char *addr, const mv_rpc_tl
         snprintf(err, errlen, "TLS is for TCP addresses, before the server starts");
         return -EINVAL;
     }
-    grpc_server_credentials *creds = rpc_tls_server_creds(tls, err, errlen);
+    grpc_server_credentials *creds = mv_rpc__tls_server_creds(tls, err, errlen);
     if (!creds) {
         MV_ERROR("rpc.listen_failed", "addr=%s err=%s", mv_log_q(addr), mv_log_q(err));
         return -EINVAL;
@@ -112,8 +112,8 @@ int mv_rpc_server_listen_tls(mv_rpc_server *s, const char *addr, const mv_rpc_tl
     return port;
 }
 
-grpc_channel_credentials *rpc_tls_channel_creds(const mv_rpc_tls_client_opts *o, char *err,
-                                                size_t errlen)
+grpc_channel_credentials *mv_rpc__tls_channel_creds(const mv_rpc_tls_client_opts *o, char *err,
+                                                    size_t errlen)
 {
     if (!o || !o->ca_file) {
         snprintf(err, errlen, "TLS needs the CA that signed the server's certificate");

@@ -49,7 +49,7 @@ static int set_perms(const char *path, const struct stat *sb, const mv_rpc_unix_
     return 0;
 }
 
-int rpc_unix_listen(mv_rpc_server *s, const char *path, const mv_rpc_unix_perms *perms)
+int mv_rpc__unix_listen(mv_rpc_server *s, const char *path, const mv_rpc_unix_perms *perms)
 {
     struct sockaddr_un sa;
     memset(&sa, 0, sizeof sa);
@@ -125,7 +125,7 @@ static void hand_over(mv_rpc_server *s, int fd)
 
 static void *accept_main(void *arg)
 {
-    mv_thread_name("mv-rpc-accept");
+    mv_util_thread_name("mv-rpc-accept");
     mv_rpc_server *s = arg;
     size_t n = 1;
     for (struct rpc_unix_listener *l = s->unix_listeners; l; l = l->next)
@@ -179,7 +179,7 @@ static void *accept_main(void *arg)
     return NULL;
 }
 
-int rpc_unix_start(mv_rpc_server *s)
+int mv_rpc__unix_start(mv_rpc_server *s)
 {
     if (!s->unix_listeners)
         return 0;
@@ -196,7 +196,7 @@ int rpc_unix_start(mv_rpc_server *s)
     return 0;
 }
 
-void rpc_unix_stop(mv_rpc_server *s)
+void mv_rpc__unix_stop(mv_rpc_server *s)
 {
     if (s->accept_started) {
         ssize_t w;

@@ -76,8 +76,8 @@ static void range_text(char *buf, size_t len, uint64_t min, uint64_t max, int si
         snprintf(buf, len, "from %s to %s", lo, hi);
 }
 
-int mv_parse_u64(const char *text, uint64_t min, uint64_t max, uint64_t *out, char *err,
-                 size_t errlen)
+int mv_util_parse_u64(const char *text, uint64_t min, uint64_t max, uint64_t *out, char *err,
+                      size_t errlen)
 {
     uint64_t v;
     int rc = digits_u64(text, strlen(text), &v);
@@ -86,8 +86,8 @@ int mv_parse_u64(const char *text, uint64_t min, uint64_t max, uint64_t *out, ch
     if (rc < 0) {
         char range[96];
         range_text(range, sizeof range, min, max, 0);
-        mv_err_set(err, errlen, "'%.*s' is %s: want a whole number %s", SHOWN, text,
-                   rc == -ERANGE ? "out of range" : "not a whole number", range);
+        mv_util_err_set(err, errlen, "'%.*s' is %s: want a whole number %s", SHOWN, text,
+                        rc == -ERANGE ? "out of range" : "not a whole number", range);
         return rc;
     }
     *out = v;
@@ -118,7 +118,8 @@ static int plain_decimal(const char *s)
     return s[i] == '\0';
 }
 
-int mv_parse_number(const char *text, double min, double max, double *out, char *err, size_t errlen)
+int mv_util_parse_number(const char *text, double min, double max, double *out, char *err,
+                         size_t errlen)
 {
     int rc = -EINVAL;
     double v = 0;
@@ -129,16 +130,16 @@ int mv_parse_number(const char *text, double min, double max, double *out, char 
         rc = *end || errno == ERANGE || !(v >= min && v <= max) ? -ERANGE : 0;
     }
     if (rc < 0) {
-        mv_err_set(err, errlen, "'%.*s' is %s: want a decimal number from %g to %g", SHOWN, text,
-                   rc == -ERANGE ? "out of range" : "not a decimal number", min, max);
+        mv_util_err_set(err, errlen, "'%.*s' is %s: want a decimal number from %g to %g", SHOWN,
+                        text, rc == -ERANGE ? "out of range" : "not a decimal number", min, max);
         return rc;
     }
     *out = v;
     return 0;
 }
 
-int mv_parse_size(const char *text, uint64_t min, uint64_t max, uint64_t *out, char *err,
-                  size_t errlen)
+int mv_util_parse_size(const char *text, uint64_t min, uint64_t max, uint64_t *out, char *err,
+                       size_t errlen)
 {
     size_t n = digit_run(text);
     const char *unit = text + n;
@@ -156,14 +157,14 @@ int mv_parse_size(const char *text, uint64_t min, uint64_t max, uint64_t *out, c
     if (rc == 0 && (v > (UINT64_MAX >> shift) || (v << shift) < min || (v << shift) > max))
         rc = -ERANGE;
     if (rc == -ERANGE) {
-        mv_err_set(err, errlen, "'%.*s' is out of range: want a size %s", SHOWN, text, range);
+        mv_util_err_set(err, errlen, "'%.*s' is out of range: want a size %s", SHOWN, text, range);
         return rc;
     }
     if (rc < 0) {
-        mv_err_set(err, errlen,
-                   "'%.*s' is not a size: want bytes, or a whole number with Ki, Mi or Gi "
-                   "(1Ki = 1024; decimal k, M, G are not taken), %s",
-                   SHOWN, text, range);
+        mv_util_err_set(err, errlen,
+                        "'%.*s' is not a size: want bytes, or a whole number with Ki, Mi or Gi "
+                        "(1Ki = 1024; decimal k, M, G are not taken), %s",
+                        SHOWN, text, range);
         return rc;
     }
     *out = v << shift;
@@ -184,8 +185,8 @@ static void listen_form(char *buf, size_t len, unsigned flags)
                    : "");
 }
 
-int mv_parse_listen(const char *text, unsigned flags, char *host, size_t hostlen, uint16_t *port,
-                    char *err, size_t errlen)
+int mv_util_parse_listen(const char *text, unsigned flags, char *host, size_t hostlen,
+                         uint16_t *port, char *err, size_t errlen)
 {
     const char *why = NULL, *h = text, *p = NULL;
     size_t hl;
@@ -233,7 +234,7 @@ int mv_parse_listen(const char *text, unsigned flags, char *host, size_t hostlen
     if (why) {
         char form[200];
         listen_form(form, sizeof form, flags);
-        mv_err_set(err, errlen, "'%.*s': %s; %s", SHOWN * 2, text, why, form);
+        mv_util_err_set(err, errlen, "'%.*s': %s; %s", SHOWN * 2, text, why, form);
         return -EINVAL;
     }
     memcpy(host, h, hl);
@@ -243,7 +244,7 @@ int mv_parse_listen(const char *text, unsigned flags, char *host, size_t hostlen
     return 0;
 }
 
-int mv_parse_mode(const char *text, uint32_t *out, char *err, size_t errlen)
+int mv_util_parse_mode(const char *text, uint32_t *out, char *err, size_t errlen)
 {
     static const char form[] = "want permission bits as octal digits 0-7, 0000 to 0777, e.g. 0660";
     size_t n = strlen(text);
@@ -254,20 +255,21 @@ int mv_parse_mode(const char *text, uint32_t *out, char *err, size_t errlen)
         v = v * 8 + (uint32_t)(text[i] - '0');
     }
     if (!octal) {
-        mv_err_set(err, errlen, "'%.*s' is not an octal mode: %s (symbolic modes are not taken)",
-                   SHOWN, text, form);
+        mv_util_err_set(err, errlen,
+                        "'%.*s' is not an octal mode: %s (symbolic modes are not taken)", SHOWN,
+                        text, form);
         return -EINVAL;
     }
     if (v > 0777) {
-        mv_err_set(err, errlen, "'%.*s' is out of range: %s (no setuid, setgid or sticky bit)",
-                   SHOWN, text, form);
+        mv_util_err_set(err, errlen, "'%.*s' is out of range: %s (no setuid, setgid or sticky bit)",
+                        SHOWN, text, form);
         return -ERANGE;
     }
     *out = v;
     return 0;
 }
 
-int mv_parse_group(const char *text, uint32_t *out, char *err, size_t errlen)
+int mv_util_parse_group(const char *text, uint32_t *out, char *err, size_t errlen)
 {
     static const char form[] = "want a group name (getent group) or a numeric gid";
     size_t n = strlen(text);
@@ -275,8 +277,8 @@ int mv_parse_group(const char *text, uint32_t *out, char *err, size_t errlen)
         uint64_t v;
         int rc = digits_u64(text, n, &v);
         if (rc < 0 || v >= UINT32_MAX) { /* (gid_t)-1 means "no change" to chown */
-            mv_err_set(err, errlen, "'%.*s' is out of range: %s from 0 to %u", SHOWN, text, form,
-                       UINT32_MAX - 1);
+            mv_util_err_set(err, errlen, "'%.*s' is out of range: %s from 0 to %u", SHOWN, text,
+                            form, UINT32_MAX - 1);
             return -ERANGE;
         }
         *out = (uint32_t)v;
@@ -304,11 +306,11 @@ int mv_parse_group(const char *text, uint32_t *out, char *err, size_t errlen)
     }
     free(buf);
     if (e == 0 || e == ENOENT || e == ESRCH || e == EBADF || e == EPERM) {
-        mv_err_set(err, errlen, "'%.*s' is not a group on this host: %s", SHOWN, text, form);
+        mv_util_err_set(err, errlen, "'%.*s' is not a group on this host: %s", SHOWN, text, form);
         return -EINVAL;
     }
-    mv_err_set(err, errlen, "'%.*s': cannot look the group up: %s; %s", SHOWN, text, strerror(e),
-               form);
+    mv_util_err_set(err, errlen, "'%.*s': cannot look the group up: %s; %s", SHOWN, text,
+                    strerror(e), form);
     return -e;
 }
 
@@ -325,50 +327,50 @@ static int flag(parse_fn parse, const char *prog, const char *flag, const char *
     return 0;
 }
 
-int mv_flag_u64(const char *prog, const char *name, const char *text, uint64_t min, uint64_t max,
-                uint64_t *out)
+int mv_util_flag_u64(const char *prog, const char *name, const char *text, uint64_t min,
+                     uint64_t max, uint64_t *out)
 {
-    return flag(mv_parse_u64, prog, name, text, min, max, out);
+    return flag(mv_util_parse_u64, prog, name, text, min, max, out);
 }
 
-int mv_flag_size(const char *prog, const char *name, const char *text, uint64_t min, uint64_t max,
-                 uint64_t *out)
+int mv_util_flag_size(const char *prog, const char *name, const char *text, uint64_t min,
+                      uint64_t max, uint64_t *out)
 {
-    return flag(mv_parse_size, prog, name, text, min, max, out);
+    return flag(mv_util_parse_size, prog, name, text, min, max, out);
 }
 
-int mv_flag_number(const char *prog, const char *name, const char *text, double min, double max,
-                   double *out)
+int mv_util_flag_number(const char *prog, const char *name, const char *text, double min,
+                        double max, double *out)
 {
     char err[MV_ERR_MAX];
-    if (mv_parse_number(text, min, max, out, err, sizeof err) < 0) {
+    if (mv_util_parse_number(text, min, max, out, err, sizeof err) < 0) {
         fprintf(stderr, "%s: %s: %s\n", prog, name, err);
         return -1;
     }
     return 0;
 }
 
-int mv_flag_mode(const char *prog, const char *name, const char *text, uint32_t *out)
+int mv_util_flag_mode(const char *prog, const char *name, const char *text, uint32_t *out)
 {
     char err[MV_ERR_MAX];
-    if (mv_parse_mode(text, out, err, sizeof err) < 0) {
+    if (mv_util_parse_mode(text, out, err, sizeof err) < 0) {
         fprintf(stderr, "%s: %s: %s\n", prog, name, err);
         return -1;
     }
     return 0;
 }
 
-int mv_flag_group(const char *prog, const char *name, const char *text, uint32_t *out)
+int mv_util_flag_group(const char *prog, const char *name, const char *text, uint32_t *out)
 {
     char err[MV_ERR_MAX];
-    if (mv_parse_group(text, out, err, sizeof err) < 0) {
+    if (mv_util_parse_group(text, out, err, sizeof err) < 0) {
         fprintf(stderr, "%s: %s: %s\n", prog, name, err);
         return -1;
     }
     return 0;
 }
 
-int mv_parse_tunable(const char *tunables, const char *name, char *val, size_t vallen)
+int mv_util_parse_tunable(const char *tunables, const char *name, char *val, size_t vallen)
 {
     size_t nl = strlen(name);
     int found = 0;
@@ -394,7 +396,7 @@ int mv_parse_tunable(const char *tunables, const char *name, char *val, size_t v
     return found;
 }
 
-int mv_parse_bracketed(const char *text, char *word, size_t wordlen)
+int mv_util_parse_bracketed(const char *text, char *word, size_t wordlen)
 {
     const char *open = strchr(text, '[');
     const char *close = open ? strchr(open + 1, ']') : NULL;

@@ -38,12 +38,12 @@ static size_t seq_len(const unsigned char *s, size_t len)
     return n;
 }
 
-size_t mv_utf8_char_len(const char *s, size_t len)
+size_t mv_util_utf8_char_len(const char *s, size_t len)
 {
     return len ? seq_len((const unsigned char *)s, len) : 0;
 }
 
-int mv_utf8_valid(const char *s, size_t len)
+int mv_util_utf8_valid(const char *s, size_t len)
 {
     const unsigned char *p = (const unsigned char *)s;
     for (size_t i = 0; i < len;) {
@@ -55,7 +55,7 @@ int mv_utf8_valid(const char *s, size_t len)
     return 1;
 }
 
-size_t mv_utf8_cut(const char *s, size_t len, size_t max)
+size_t mv_util_utf8_cut(const char *s, size_t len, size_t max)
 {
     if (len <= max)
         return len;
@@ -72,7 +72,7 @@ size_t mv_utf8_cut(const char *s, size_t len, size_t max)
     return i;
 }
 
-size_t mv_utf8_sanitize(const char *in, size_t len, char *out, size_t outlen)
+size_t mv_util_utf8_sanitize(const char *in, size_t len, char *out, size_t outlen)
 {
     static const char repl[] = "\xEF\xBF\xBD"; /* U+FFFD */
     if (!outlen)
@@ -93,12 +93,12 @@ size_t mv_utf8_sanitize(const char *in, size_t len, char *out, size_t outlen)
     return o;
 }
 
-char *mv_utf8_dup(const char *in, size_t len)
+char *mv_util_utf8_dup(const char *in, size_t len)
 {
     if (len > ((size_t)-1 - 1) / 3)
         return NULL;
     char *out = malloc(3 * len + 1);
     if (out)
-        mv_utf8_sanitize(in, len, out, 3 * len + 1);
+        mv_util_utf8_sanitize(in, len, out, 3 * len + 1);
     return out;
 }

@@ -1,4 +1,6 @@
-/* mv_util: clocks, non-blocking descriptors, checked formatting and the capped buffer. */
+/* mv_util: the base of the module: clocks, thread names, non-blocking descriptors, checked
+ * formatting, the capped buffer and exact option names. Calls nothing above it (mv_parse.c,
+ * mv_util_mem.c). */
 #include "mv_util.h"
 
 #include <errno.h>
@@ -21,60 +23,29 @@ static uint64_t clock_ns(clockid_t clk)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-uint64_t mv_mono_ns(void)
+uint64_t mv_util_mono_ns(void)
 {
     return clock_ns(CLOCK_MONOTONIC);
 }
 
-uint64_t mv_mono_ms(void)
+uint64_t mv_util_mono_ms(void)
 {
     return clock_ns(CLOCK_MONOTONIC) / 1000000u;
 }
 
-uint64_t mv_wall_ns(void)
+uint64_t mv_util_wall_ns(void)
 {
     return clock_ns(CLOCK_REALTIME);
 }
 
-void mv_thread_name(const char *name)
+void mv_util_thread_name(const char *name)
 {
     char n[16];
     snprintf(n, sizeof n, "%s", name); /* the kernel keeps 15 bytes and the NUL */
     (void)prctl(PR_SET_NAME, (unsigned long)n, 0, 0, 0);
 }
 
-int mv_malloc_keep(size_t bytes)
-{
-#if defined(M_TRIM_THRESHOLD) && defined(M_MMAP_THRESHOLD) && defined(__GLIBC__)
-    int trim = bytes > (size_t)INT_MAX ? INT_MAX : (int)bytes;
-    /* 32 MiB: glibc's largest mmap threshold on 64-bit systems (HEAP_MAX_SIZE / 2). */
-    if (mallopt(M_MMAP_THRESHOLD, 32 << 20) != 1 || mallopt(M_TRIM_THRESHOLD, trim) != 1)
-        return -EINVAL;
-    return 0;
-#else
-    (void)bytes;
-    return -ENOSYS;
-#endif
-}
-
-int mv_malloc_huge_pages(char *thp, size_t thplen)
-{
-    char text[256], word[32];
-    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "re");
-    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
-    if (f)
-        fclose(f);
-    text[n] = '\0';
-    snprintf(thp, thplen, "%s",
-             mv_parse_bracketed(text, word, sizeof word) == 0 ? word : "unknown");
-    char val[8];
-    if (mv_parse_tunable(getenv("GLIBC_TUNABLES"), "glibc.malloc.hugetlb", val, sizeof val) == 0)
-        return 0;
-    uint64_t v;
-    return mv_parse_u64(val, 0, 2, &v, NULL, 0) == 0 ? (int)v : -1;
-}
-
-int mv_set_nonblock(int fd)
+int mv_util_set_nonblock(int fd)
 {
     int fl = fcntl(fd, F_GETFL);
     if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
@@ -82,7 +53,7 @@ int mv_set_nonblock(int fd)
     return 0;
 }
 
-void mv_err_set(char *err, size_t errlen, const char *fmt, ...)
+void mv_util_err_set(char *err, size_t errlen, const char *fmt, ...)
 {
     if (!err || !errlen)
         return;
@@ -92,7 +63,7 @@ void mv_err_set(char *err, size_t errlen, const char *fmt, ...)
     va_end(ap);
 }
 
-int mv_vfmt(char *buf, size_t len, const char *fmt, va_list ap)
+int mv_util_vfmt(char *buf, size_t len, const char *fmt, va_list ap)
 {
     int n = vsnprintf(buf, len, fmt, ap);
     if (n < 0)
@@ -102,16 +73,16 @@ int mv_vfmt(char *buf, size_t len, const char *fmt, va_list ap)
     return 0;
 }
 
-int mv_fmt(char *buf, size_t len, const char *fmt, ...)
+int mv_util_fmt(char *buf, size_t len, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    int rc = mv_vfmt(buf, len, fmt, ap);
+    int rc = mv_util_vfmt(buf, len, fmt, ap);
     va_end(ap);
     return rc;
 }
 
-int mv_buf_append(mv_buf *b, const void *p, size_t n)
+int mv_util_buf_append(mv_util_buf *b, const void *p, size_t n)
 {
     if (b->error)
         return b->error;
@@ -136,7 +107,7 @@ int mv_buf_append(mv_buf *b, const void *p, size_t n)
     return 0;
 }
 
-void mv_buf_free(mv_buf *b)
+void mv_util_buf_free(mv_util_buf *b)
 {
     size_t cap = b->cap;
     free(b->data);
@@ -144,15 +115,15 @@ void mv_buf_free(mv_buf *b)
     b->cap = cap;
 }
 
-size_t mv_buf_curl_write(char *p, size_t size, size_t n, void *userdata)
+size_t mv_util_buf_curl_write(char *p, size_t size, size_t n, void *userdata)
 {
     size_t bytes = size * n;
     if (n && bytes / n != size)
         return 0;
-    return mv_buf_append(userdata, p, bytes) == 0 ? bytes : 0;
+    return mv_util_buf_append(userdata, p, bytes) == 0 ? bytes : 0;
 }
 
-int mv_opts_exact(const char *prog, int argc, char *const *argv, const struct option *opts)
+int mv_util_opts_exact(const char *prog, int argc, char *const *argv, const struct option *opts)
 {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];

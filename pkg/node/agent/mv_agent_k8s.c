@@ -14,7 +14,7 @@
 #include "mv_kube.h"
 #include "mv_log.h"
 #include "mv_podres.h"
-#include "mv_rdma.h"
+#include "mv_rdmatoken.h"
 #include "mv_rdmax.h"
 #include "mv_util.h"
 
@@ -390,7 +390,7 @@ void mv_agent_k8s_gc_pass(mv_agent_k8s *a)
     char err[MV_ERR_MAX];
     /* The assignments seen are as of the List call: only a segment created a grace period
      * before it can be judged by it (one allocated while List was in flight is not in it). */
-    uint64_t listed_at = mv_wall_ns();
+    uint64_t listed_at = mv_util_wall_ns();
     int rc = mv_podres_list(a->cfg.pod_resources_socket, a->cfg.resource_name, PODRES_TIMEOUT_MS,
                             &pr, &npr, err, sizeof err);
     if (rc < 0) {
@@ -477,17 +477,17 @@ void mv_agent_k8s_retry_pass(mv_agent_k8s *a)
 
 static void *bg_main(void *arg)
 {
-    mv_thread_name("mv-k8s");
+    mv_util_thread_name("mv-k8s");
     mv_agent_k8s *a = arg;
-    uint64_t next_gc = mv_mono_ms() + a->cfg.gc_interval_ms;
-    uint64_t next_retry = mv_mono_ms() + a->cfg.identity_retry_ms;
+    uint64_t next_gc = mv_util_mono_ms() + a->cfg.gc_interval_ms;
+    uint64_t next_retry = mv_util_mono_ms() + a->cfg.identity_retry_ms;
     /* UINT64_MAX: no RDMA target to bring up (none configured, or it is up). */
     uint64_t next_rdma = a->cfg.rdma_listen[0] && !rdmax_get(a, NULL, 0)
-                             ? mv_mono_ms() + a->cfg.rdma_retry_ms
+                             ? mv_util_mono_ms() + a->cfg.rdma_retry_ms
                              : UINT64_MAX;
     pthread_mutex_lock(&a->mu);
     while (!a->stopping) {
-        uint64_t now = mv_mono_ms();
+        uint64_t now = mv_util_mono_ms();
         uint64_t due = next_gc < next_retry ? next_gc : next_retry;
         if (next_rdma < due)
             due = next_rdma;
@@ -505,15 +505,15 @@ static void *bg_main(void *arg)
             continue;
         }
         pthread_mutex_unlock(&a->mu);
-        if (mv_mono_ms() >= next_rdma)
-            next_rdma = rdma_try(a) ? UINT64_MAX : mv_mono_ms() + a->cfg.rdma_retry_ms;
-        if (mv_mono_ms() >= next_retry) {
+        if (mv_util_mono_ms() >= next_rdma)
+            next_rdma = rdma_try(a) ? UINT64_MAX : mv_util_mono_ms() + a->cfg.rdma_retry_ms;
+        if (mv_util_mono_ms() >= next_retry) {
             mv_agent_k8s_retry_pass(a);
-            next_retry = mv_mono_ms() + a->cfg.identity_retry_ms;
+            next_retry = mv_util_mono_ms() + a->cfg.identity_retry_ms;
         }
-        if (mv_mono_ms() >= next_gc) {
+        if (mv_util_mono_ms() >= next_gc) {
             mv_agent_k8s_gc_pass(a);
-            next_gc = mv_mono_ms() + a->cfg.gc_interval_ms;
+            next_gc = mv_util_mono_ms() + a->cfg.gc_interval_ms;
         }
         pthread_mutex_lock(&a->mu);
     }
@@ -587,14 +587,14 @@ int mv_agent_k8s_attach(mv_agent_k8s *a, mv_segstore *store)
     }
 
     char err[MV_ERR_MAX];
-    if (c->collector_token_file[0] && mv_rdma_token_load(c->collector_token_file, a->token,
-                                                         sizeof a->token, err, sizeof err) < 0) {
+    if (c->collector_token_file[0] && mv_rdmatoken_load(c->collector_token_file, a->token,
+                                                        sizeof a->token, err, sizeof err) < 0) {
         MV_ERROR("agent.config_invalid", "key=collector_token_file err=%s", mv_log_q(err));
         mv_agent_k8s_detach(a);
         return -EINVAL;
     }
-    if (c->admin_token_file[0] && mv_rdma_token_load(c->admin_token_file, a->admin_token,
-                                                     sizeof a->admin_token, err, sizeof err) < 0) {
+    if (c->admin_token_file[0] && mv_rdmatoken_load(c->admin_token_file, a->admin_token,
+                                                    sizeof a->admin_token, err, sizeof err) < 0) {
         MV_ERROR("agent.config_invalid", "key=admin_token_file err=%s", mv_log_q(err));
         mv_agent_k8s_detach(a);
         return -EINVAL;

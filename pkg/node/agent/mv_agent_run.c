@@ -76,8 +76,9 @@ static void sock_wait_watch(sock_wait *w, const char *path)
     w->ino_fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
     char dir[4096];
     const char *slash = strrchr(path, '/');
-    int n = !slash ? mv_fmt(dir, sizeof dir, ".")
-                   : mv_fmt(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+    int n = !slash ? mv_util_fmt(dir, sizeof dir, ".")
+                   : mv_util_fmt(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path),
+                                 path);
     uint32_t mask = IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE_SELF |
                     IN_MOVE_SELF | IN_ONLYDIR;
     if (w->ino_fd >= 0 && n >= 0 && inotify_add_watch(w->ino_fd, dir, mask) >= 0)
@@ -155,7 +156,7 @@ static mv_rpc_server *rebuild(const mv_agent_run_opts *o, const char *tcp, mv_se
     if (tcp && *tcp_port > 0) {
         const char *colon = strrchr(tcp, ':');
         int hl = colon ? (int)(colon - tcp) : (int)strlen(tcp);
-        mv_fmt(tcpaddr, sizeof tcpaddr, "%.*s:%d", hl, tcp, *tcp_port);
+        mv_util_fmt(tcpaddr, sizeof tcpaddr, "%.*s:%d", hl, tcp, *tcp_port);
         tcp = tcpaddr;
     }
     mv_rpc_server_destroy(old);
@@ -178,7 +179,7 @@ int mv_agent_run(const mv_agent_run_opts *o, const mv_agent_mode *m)
     sock_wait w = {.sig_fd = -1, .ino_fd = -1};
     const char *tcp = o->tcp_listen && o->tcp_listen[0] ? o->tcp_listen : NULL;
     char unixaddr[4096 + 8];
-    if (mv_fmt(unixaddr, sizeof unixaddr, "unix:%s", o->socket_path) < 0) {
+    if (mv_util_fmt(unixaddr, sizeof unixaddr, "unix:%s", o->socket_path) < 0) {
         MV_ERROR("agent.config_invalid", "socket=%s err=%s", mv_log_q(o->socket_path),
                  mv_log_q("the socket path is too long"));
         return 1;

@@ -312,7 +312,7 @@ static void do_prestart(mv_dp *dp, mv_rpc_call *call, V1beta1__PreStartContainer
 
 static void *work_main(void *arg)
 {
-    mv_thread_name("mv-dp-work");
+    mv_util_thread_name("mv-dp-work");
     work *w = arg;
     mv_dp *dp = w->dp;
     if (w->prestart)
@@ -404,7 +404,7 @@ static int server_up(mv_dp *dp)
     if (rc < 0)
         return rc;
     char addr[SOCK_PATH_MAX + 8];
-    if ((rc = mv_fmt(addr, sizeof addr, "unix:%s", dp->sock_path)) < 0) {
+    if ((rc = mv_util_fmt(addr, sizeof addr, "unix:%s", dp->sock_path)) < 0) {
         MV_WARN("dp.listen_failed", "socket=%s reason=%s", mv_log_q(dp->sock_path),
                 mv_log_q("path too long for a unix socket"));
         goto destroy;
@@ -436,7 +436,7 @@ destroy:
 static int do_register(mv_dp *dp, char *why, size_t whylen)
 {
     char target[SOCK_PATH_MAX + 8];
-    if (mv_fmt(target, sizeof target, "unix:%s", dp->kubelet_path) < 0) {
+    if (mv_util_fmt(target, sizeof target, "unix:%s", dp->kubelet_path) < 0) {
         snprintf(why, whylen, "kubelet socket path too long: %s", dp->kubelet_path);
         return -ENAMETOOLONG;
     }
@@ -534,7 +534,7 @@ static int drain_inotify(mv_dp *dp, int ifd, int *wd, int *kubelet_created)
 
 static void *mgr_main(void *arg)
 {
-    mv_thread_name("mv-dp-manager");
+    mv_util_thread_name("mv-dp-manager");
     mv_dp *dp = arg;
     int ifd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
     int wd = -1;
@@ -553,7 +553,7 @@ static void *mgr_main(void *arg)
             wd = inotify_add_watch(ifd, dp->dir,
                                    IN_CREATE | IN_DELETE | IN_MOVED_TO | IN_MOVED_FROM |
                                        IN_DELETE_SELF | IN_MOVE_SELF | IN_ATTRIB);
-        uint64_t now = mv_mono_ms();
+        uint64_t now = mv_util_mono_ms();
         file_id kid = stat_id(dp->kubelet_path);
         if (need && now >= next_try) {
             if (!kid.exists) {
@@ -562,7 +562,7 @@ static void *mgr_main(void *arg)
                 kubelet_gone_logged = 1;
             } else {
                 kubelet_gone_logged = 0;
-                uint64_t t0 = mv_mono_ms();
+                uint64_t t0 = mv_util_mono_ms();
                 server_down(dp);
                 char why[384] = "";
                 int rc = server_up(dp);
@@ -578,7 +578,7 @@ static void *mgr_main(void *arg)
                     MV_INFO(registered_once ? "dp.reregistered" : "dp.registered",
                             "resource=%s endpoint=%s devices=%zu reason=%s took_ms=%llu",
                             mv_log_q(dp->resource), mv_log_q(dp->sock_path), dp->ndevices,
-                            mv_log_q(reason), (unsigned long long)(mv_mono_ms() - t0));
+                            mv_log_q(reason), (unsigned long long)(mv_util_mono_ms() - t0));
                     registered_once = 1;
                     need = 0;
                     backoff = BACKOFF_MIN;
@@ -595,7 +595,7 @@ static void *mgr_main(void *arg)
                     MV_WARN("dp.register_failed", "resource=%s kubelet=%s err=%s retry_ms=%u",
                             mv_log_q(dp->resource), mv_log_q(dp->kubelet_path), mv_log_q(why),
                             backoff);
-                    next_try = mv_mono_ms() + backoff;
+                    next_try = mv_util_mono_ms() + backoff;
                     backoff = backoff * 2 > (unsigned)dp->backoff_max_ms
                                   ? (unsigned)dp->backoff_max_ms
                                   : backoff * 2;
@@ -604,8 +604,9 @@ static void *mgr_main(void *arg)
             }
         }
         int timeout = TICK_MS;
-        if (need && next_try > mv_mono_ms() && next_try - mv_mono_ms() < (uint64_t)timeout)
-            timeout = (int)(next_try - mv_mono_ms());
+        if (need && next_try > mv_util_mono_ms() &&
+            next_try - mv_util_mono_ms() < (uint64_t)timeout)
+            timeout = (int)(next_try - mv_util_mono_ms());
         struct pollfd pfd[2] = {{.fd = dp->wake_fd, .events = POLLIN},
                                 {.fd = ifd, .events = POLLIN}};
         poll(pfd, ifd >= 0 ? 2 : 1, timeout);
@@ -644,7 +645,7 @@ static void *mgr_main(void *arg)
         } else if (dropped) {
             need = 1;
             reason = "list_and_watch_dropped";
-            next_try = mv_mono_ms() + backoff;
+            next_try = mv_util_mono_ms() + backoff;
             backoff = backoff * 2 > (unsigned)dp->backoff_max_ms ? (unsigned)dp->backoff_max_ms
                                                                  : backoff * 2;
         }

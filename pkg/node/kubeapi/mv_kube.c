@@ -161,9 +161,9 @@ static int parse_security(json_object *spec, mv_kube_pod *out, char *err, size_t
     if (get_id(psc, "runAsUser", &out->run_as_user) < 0 ||
         get_id(psc, "runAsGroup", &out->run_as_group) < 0 ||
         get_id(psc, "fsGroup", &out->fs_group) < 0) {
-        mv_err_set(err, errlen,
-                   "pod securityContext: runAsUser, runAsGroup and fsGroup must be "
-                   "integers in 0..2147483647");
+        mv_util_err_set(err, errlen,
+                        "pod securityContext: runAsUser, runAsGroup and fsGroup must be "
+                        "integers in 0..2147483647");
         return -EINVAL;
     }
     static const char *const lists[2] = {"containers", "initContainers"};
@@ -178,7 +178,7 @@ static int parse_security(json_object *spec, mv_kube_pod *out, char *err, size_t
         }
     }
     if (total > MV_KUBE_KV_MAX) {
-        mv_err_set(err, errlen, "pod has more than %d containers", MV_KUBE_KV_MAX);
+        mv_util_err_set(err, errlen, "pod has more than %d containers", MV_KUBE_KV_MAX);
         return -EINVAL;
     }
     out->containers = calloc(total ? total : 1, sizeof *out->containers);
@@ -197,8 +197,8 @@ static int parse_security(json_object *spec, mv_kube_pod *out, char *err, size_t
                 rc = -EINVAL;
             out->ncontainers++;
             if (rc < 0) {
-                mv_err_set(err, errlen, "container %zu of %s: bad name or securityContext ids", i,
-                           lists[l]);
+                mv_util_err_set(err, errlen, "container %zu of %s: bad name or securityContext ids",
+                                i, lists[l]);
                 return rc;
             }
         }
@@ -211,14 +211,14 @@ int mv_kube_parse_pod(const char *json, size_t len, mv_kube_pod *out, char *err,
     json_object *root;
     int rc = mv_kubec_json_parse(json, len, MV_KUBE_BODY_MAX, JSON_DEPTH, &root);
     if (rc == -E2BIG) {
-        mv_err_set(err, errlen, "pod JSON larger than %u bytes", MV_KUBE_BODY_MAX);
+        mv_util_err_set(err, errlen, "pod JSON larger than %u bytes", MV_KUBE_BODY_MAX);
         return -EINVAL;
     }
     if (rc == -ENOMEM)
         return rc;
     rc = -EINVAL;
     if (!root) {
-        mv_err_set(err, errlen, "pod is not valid JSON");
+        mv_util_err_set(err, errlen, "pod is not valid JSON");
         return rc;
     }
     json_object *kind, *meta = NULL, *spec = NULL;
@@ -226,12 +226,12 @@ int mv_kube_parse_pod(const char *json, size_t len, mv_kube_pod *out, char *err,
         !json_object_object_get_ex(root, "kind", &kind) ||
         !json_object_is_type(kind, json_type_string) ||
         strcmp(json_object_get_string(kind), "Pod") != 0) {
-        mv_err_set(err, errlen, "not a Pod object");
+        mv_util_err_set(err, errlen, "not a Pod object");
         goto put_root;
     }
     if (!json_object_object_get_ex(root, "metadata", &meta) ||
         !json_object_is_type(meta, json_type_object)) {
-        mv_err_set(err, errlen, "pod has no metadata object");
+        mv_util_err_set(err, errlen, "pod has no metadata object");
         goto put_root;
     }
     if (json_object_object_get_ex(root, "spec", &spec) &&
@@ -241,18 +241,18 @@ int mv_kube_parse_pod(const char *json, size_t len, mv_kube_pod *out, char *err,
         (rc = get_str(meta, "name", &out->name)) < 0 ||
         (rc = get_str(meta, "uid", &out->uid)) < 0 ||
         (rc = get_str(spec, "nodeName", &out->node_name)) < 0) {
-        mv_err_set(err, errlen, "pod metadata field is not a string");
+        mv_util_err_set(err, errlen, "pod metadata field is not a string");
         goto clear;
     }
     if (!out->name || !out->namespace_) {
         rc = -EINVAL;
-        mv_err_set(err, errlen, "pod metadata lacks name or namespace");
+        mv_util_err_set(err, errlen, "pod metadata lacks name or namespace");
         goto clear;
     }
     if ((rc = get_map(meta, "labels", &out->labels, &out->nlabels)) < 0 ||
         (rc = get_map(meta, "annotations", &out->annotations, &out->nannotations)) < 0) {
-        mv_err_set(err, errlen, "pod labels or annotations are not a string map of at most %d",
-                   MV_KUBE_KV_MAX);
+        mv_util_err_set(err, errlen, "pod labels or annotations are not a string map of at most %d",
+                        MV_KUBE_KV_MAX);
         goto clear;
     }
     if ((rc = parse_security(spec, out, err, errlen)) < 0)
@@ -366,7 +366,7 @@ int mv_kube_get_pod(mv_kube *k, const char *ns, const char *name, mv_kube_pod *o
 {
     memset(out, 0, sizeof *out);
     if (!valid_k8s_name(ns) || !valid_k8s_name(name)) {
-        mv_err_set(err, errlen, "not a valid namespace/pod name");
+        mv_util_err_set(err, errlen, "not a valid namespace/pod name");
         return -EINVAL;
     }
     size_t ul = strlen(k->url) + strlen(ns) + strlen(name) + 64;
@@ -375,7 +375,7 @@ int mv_kube_get_pod(mv_kube *k, const char *ns, const char *name, mv_kube_pod *o
         return -ENOMEM;
     snprintf(url, ul, "%s/api/v1/namespaces/%s/pods/%s", k->url, ns, name);
     long status = 0;
-    mv_buf b = {.cap = MV_KUBE_BODY_MAX};
+    mv_util_buf b = {.cap = MV_KUBE_BODY_MAX};
     int rc = mv_kubec_request(k->cred, url, url, NULL, k->timeout_ms, &b, &status, err, errlen);
     if (rc == 0) {
         if (status == 200) {
@@ -383,18 +383,18 @@ int mv_kube_get_pod(mv_kube *k, const char *ns, const char *name, mv_kube_pod *o
             if (rc < 0)
                 rc = -EIO;
         } else if (status == 404) {
-            mv_err_set(err, errlen, "pod %s/%s not found", ns, name);
+            mv_util_err_set(err, errlen, "pod %s/%s not found", ns, name);
             rc = -ENOENT;
         } else if (status == 401 || status == 403) {
-            mv_err_set(err, errlen, "GET %s: HTTP %ld (check the token and RBAC: pods get)", url,
-                       status);
+            mv_util_err_set(err, errlen, "GET %s: HTTP %ld (check the token and RBAC: pods get)",
+                            url, status);
             rc = -EACCES;
         } else {
-            mv_err_set(err, errlen, "GET %s: HTTP %ld", url, status);
+            mv_util_err_set(err, errlen, "GET %s: HTTP %ld", url, status);
             rc = -EIO;
         }
     }
-    mv_buf_free(&b);
+    mv_util_buf_free(&b);
     free(url);
     return rc;
 }

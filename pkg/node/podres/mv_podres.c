@@ -114,7 +114,7 @@ int mv_podres_list(const char *socket_path, const char *resource, int timeout_ms
     *out = NULL;
     *n = 0;
     char target[4200];
-    if (mv_fmt(target, sizeof target, "unix:%s", socket_path) < 0) {
+    if (mv_util_fmt(target, sizeof target, "unix:%s", socket_path) < 0) {
         snprintf(err, errlen, "PodResources socket path too long: %.200s", socket_path);
         return -ENAMETOOLONG;
     }

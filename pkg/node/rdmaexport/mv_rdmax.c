@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "mv_log.h"
-#include "mv_rdma_target.h"
+#include "mv_rdmatarget.h"
 #include "mv_segment.h"
 
 /* One segment the exporter has seen: registered, or the reason it is not. */
@@ -21,14 +21,14 @@ typedef struct entry {
     char id[MV_SEGSTORE_ID_LEN + 1];
     void *map; /* NULL if not mapped */
     size_t len;
-    mv_rdma_mr *mr; /* NULL if not registered */
+    mv_rdmatarget_mr *mr; /* NULL if not registered */
     uint32_t rkey;
     char reason[256]; /* set when mr == NULL */
 } entry;
 
 struct mv_rdmax {
     mv_segstore *store;
-    mv_rdma_target *target;
+    mv_rdmatarget *target;
     mv_segstore_sub *sub;
     pthread_mutex_t mu; /* guards the entries; taken after the store's lock */
     entry *v;
@@ -86,8 +86,8 @@ static entry *add(mv_rdmax *x, const mv_segstore_seg *seg)
         snprintf(e->reason, sizeof e->reason, "no RDMA target (see agent start-up log)");
         goto unmap;
     }
-    int rc = mv_rdma_register(x->target, map, (size_t)seg->size, &e->mr, &e->rkey, e->reason,
-                              sizeof e->reason);
+    int rc = mv_rdmatarget_register(x->target, map, (size_t)seg->size, &e->mr, &e->rkey, e->reason,
+                                    sizeof e->reason);
     if (rc < 0) {
         e->mr = NULL;
         goto unmap;
@@ -111,7 +111,7 @@ log_reason:
 static void drop(mv_rdmax *x, entry *e)
 {
     if (e->mr) {
-        int rc = mv_rdma_deregister(e->mr);
+        int rc = mv_rdmatarget_deregister(e->mr);
         MV_INFO("segment.rdma_revoked", "id=%s rkey=0x%x result=%s", e->id, e->rkey,
                 mv_log_q(rc == 0 ? "ok" : strerror(rc < 0 ? -rc : rc)));
     }
@@ -191,7 +191,7 @@ int mv_rdmax_create(const mv_rdmax_opts *o, mv_segstore *store, mv_rdmax **out, 
     }
     x->store = store;
     pthread_mutex_init(&x->mu, NULL);
-    rc = mv_rdma_target_create(o->bind_ip, o->port, o->token, NULL, &x->target, err, errlen);
+    rc = mv_rdmatarget_create(o->bind_ip, o->port, o->token, NULL, &x->target, err, errlen);
     if (rc < 0)
         goto destroy_mu;
     log_memlock();
@@ -201,11 +201,11 @@ int mv_rdmax_create(const mv_rdmax_opts *o, mv_segstore *store, mv_rdmax **out, 
         goto destroy_target;
     }
     MV_INFO("rdma.exporter_started", "ip=%s port=%u registered=%zu", mv_log_q(o->bind_ip),
-            (unsigned)mv_rdma_target_port(x->target), mv_rdmax_registered(x));
+            (unsigned)mv_rdmatarget_port(x->target), mv_rdmax_registered(x));
     *out = x;
     return 0;
 destroy_target:
-    mv_rdma_target_destroy(x->target);
+    mv_rdmatarget_destroy(x->target);
 destroy_mu:
     pthread_mutex_destroy(&x->mu);
     free(x);
@@ -221,7 +221,7 @@ void mv_rdmax_destroy(mv_rdmax *x)
     while (x->n)
         drop(x, &x->v[x->n - 1]);
     pthread_mutex_unlock(&x->mu);
-    mv_rdma_target_destroy(x->target);
+    mv_rdmatarget_destroy(x->target);
     pthread_mutex_destroy(&x->mu);
     free(x->v);
     free(x);
@@ -229,7 +229,7 @@ void mv_rdmax_destroy(mv_rdmax *x)
 
 uint16_t mv_rdmax_port(const mv_rdmax *x)
 {
-    return mv_rdma_target_port(x->target);
+    return mv_rdmatarget_port(x->target);
 }
 
 size_t mv_rdmax_registered(mv_rdmax *x)

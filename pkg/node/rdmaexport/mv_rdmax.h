@@ -3,7 +3,7 @@
  *
  * It subscribes to the segment store: ADDED maps the segment file read-write
  * (kernels before 6.2 cannot pin a read-only mapping; the agent never writes
- * through it) and registers it with mv_rdma_register (remote read only);
+ * through it) and registers it with mv_rdmatarget_register (remote read only);
  * REMOVED deregisters it, which revokes the rkey, then unmaps it; CHANGED (new
  * labels) keeps the registration and its rkey. A segment that
  * cannot be registered is still served (shm collectors keep working) and

@@ -40,10 +40,10 @@ static void set_aside(mv_segstore *st, const char *name, const void *buf, size_t
                       const char *reason)
 {
     char path[4096];
-    if (mv_fmt(path, sizeof path, "%s/%s.bad-%" PRIu64, st->dir, name, mv_wall_ns()) < 0)
+    if (mv_util_fmt(path, sizeof path, "%s/%s.bad-%" PRIu64, st->dir, name, mv_util_wall_ns()) < 0)
         return;
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-    int rc = fd < 0 ? -errno : segstore_write_all(fd, buf, len);
+    int rc = fd < 0 ? -errno : mv_segstore__write_all(fd, buf, len);
     if (rc == 0 && fsync(fd) < 0)
         rc = -errno;
     if (fd >= 0)
@@ -60,13 +60,13 @@ static int read_catalog_file(mv_segstore *st, const char *name, char **text, siz
 {
     *text = NULL;
     *len = 0;
-    char *path = segstore_path_join(st->dir, name);
+    char *path = mv_segstore__path_join(st->dir, name);
     if (!path)
         return -ENOMEM;
-    int rc = segstore_read_file(path, text, len);
+    int rc = mv_segstore__read_file(path, text, len);
     if (rc == -EFBIG) {
         char aside[4096];
-        mv_fmt(aside, sizeof aside, "%s.bad-%" PRIu64, path, mv_wall_ns());
+        mv_util_fmt(aside, sizeof aside, "%s.bad-%" PRIu64, path, mv_util_wall_ns());
         int mv = rename(path, aside) == 0 ? 0 : -errno;
         MV_ERROR("catalog.quarantined", "file=%s kept=%s reason=%s", mv_log_q(name),
                  mv_log_q(mv == 0 ? aside : strerror(-mv)),
@@ -97,7 +97,7 @@ static int load(mv_segstore *st)
         return rc;
     }
     segstore_loaded l;
-    rc = segstore_catalog_build(snap, snaplen, (const uint8_t *)jr, jlen, st->dir, 1, &l);
+    rc = mv_segstore__catalog_build(snap, snaplen, (const uint8_t *)jr, jlen, st->dir, 1, &l);
     if (rc < 0) {
         MV_ERROR("catalog.load_failed", "dir=%s err=%s", mv_log_q(st->dir),
                  mv_log_q(strerror(-rc)));
@@ -123,7 +123,7 @@ static int load(mv_segstore *st)
     size_t n = l.n;
     size_t kept = 0;
     for (size_t i = 0; i < n; i++) {
-        int frc = segstore_fix_size(&v[i]);
+        int frc = mv_segstore__fix_size(&v[i]);
         if (frc != 0) {
             /* Not a segment we can keep: drop the entry, and remove what is at its path
              * (a file, or an empty directory) unless nothing is there, so that no stray is
@@ -150,17 +150,17 @@ static int load(mv_segstore *st)
     /* After a restart the owners are known by pid only: a pidfd opened now names whoever
      * has the pid now (the owner, unless it died while the agent was down and the pid was
      * reused). */
-    if (segstore_owner_fds_fit(st, st->cap) < 0) {
+    if (mv_segstore__owner_fds_fit(st, st->cap) < 0) {
         MV_ERROR("catalog.load_failed", "dir=%s err=%s", mv_log_q(st->dir),
                  mv_log_q("out of memory"));
         return -ENOMEM;
     }
     for (size_t i = 0; i < kept; i++) {
-        st->owner_fds[i] = segstore_owner_open(st, v[i].owner_pid);
-        segstore_owner_by_pid(st, i, 1);
+        st->owner_fds[i] = mv_segstore__owner_open(st, v[i].owner_pid);
+        mv_segstore__owner_by_pid(st, i, 1);
     }
     for (size_t i = 0; i < kept; i++)
-        segstore_watch_file(st, v[i].path);
+        mv_segstore__watch_file(st, v[i].path);
     st->revision = l.revision;
     for (size_t i = 0; i < kept; i++)
         st->pages_used += v[i].ndevices;
@@ -177,10 +177,10 @@ static int load(mv_segstore *st)
         st->revision++;
     /* A fresh snapshot, and an empty journal from here on. When the snapshot cannot be
      * written (a full disk), the journal goes on from its last whole record. */
-    rc = segstore_journal_open(st);
+    rc = mv_segstore__journal_open(st);
     if (rc < 0)
         return rc;
-    if (segstore_compact(st) < 0 && st->jr_len != l.jr_valid) {
+    if (mv_segstore__compact(st) < 0 && st->jr_len != l.jr_valid) {
         if (ftruncate(st->jr_fd, (off_t)l.jr_valid) < 0 || fsync(st->jr_fd) < 0) {
             rc = -errno;
             MV_ERROR("catalog.journal_cut_failed", "dir=%s err=%s", mv_log_q(st->dir),
@@ -304,6 +304,7 @@ int mv_segstore_open(const mv_segstore_opts *opts, mv_segstore **out)
     mv_segstore *st = calloc(1, sizeof *st);
     if (!st)
         return -ENOMEM;
+    st->remove_at = mv_segstore__remove_at;
     st->lock_fd = st->ino_fd = st->ep_fd = st->wake_fd = st->jr_fd = -1;
     st->dir = strdup(opts && opts->dir ? opts->dir : MV_SEGSTORE_DEFAULT_DIR);
     if (!st->dir) {
@@ -316,7 +317,7 @@ int mv_segstore_open(const mv_segstore_opts *opts, mv_segstore **out)
     st->max_size = opts && opts->max_size ? opts->max_size : MV_SEGSTORE_DEFAULT_MAX_SIZE;
     st->file_mode = opts && opts->file_mode ? opts->file_mode : DEFAULT_FILEMODE;
     st->reap_ms = opts && opts->reap_interval_ms ? opts->reap_interval_ms : DEFAULT_REAP_MS;
-    segstore_watch_open(st); /* after reap_ms: it times the first full check */
+    mv_segstore__watch_open(st); /* after reap_ms: it times the first full check */
     if (st->max_size < MV_SEGSTORE_MIN_SIZE || st->max_size > MV_SEG_MAX_SIZE) {
         MV_ERROR("segstore.bad_option", "max_size=%" PRIu64 " valid=%s", st->max_size,
                  mv_log_q("4096..1073741824"));
@@ -364,7 +365,7 @@ int mv_segstore_open(const mv_segstore_opts *opts, mv_segstore **out)
         goto destroy_sync;
     rc = load(st);
     if (rc < 0) {
-        segstore_owner_fds_close(st);
+        mv_segstore__owner_fds_close(st);
         mv_segstore_segs_free(st->segs, st->nsegs);
         goto unlock;
     }
@@ -374,7 +375,7 @@ int mv_segstore_open(const mv_segstore_opts *opts, mv_segstore **out)
             " min_free_percent=%u",
             st->max_segs_per_uid, st->max_bytes_per_uid, st->min_free_bytes, st->min_free_percent);
     if (st->reap_ms > 0) {
-        int e = pthread_create(&st->reaper, NULL, segstore_reaper_main, st);
+        int e = pthread_create(&st->reaper, NULL, mv_segstore__reaper_main, st);
         if (e) {
             rc = -e;
             goto free_segs;
@@ -384,10 +385,10 @@ int mv_segstore_open(const mv_segstore_opts *opts, mv_segstore **out)
     *out = st;
     return 0;
 free_segs:
-    segstore_owner_fds_close(st);
+    mv_segstore__owner_fds_close(st);
     mv_segstore_segs_free(st->segs, st->nsegs);
 unlock:
-    segstore_journal_close(st);
+    mv_segstore__journal_close(st);
     close(st->lock_fd);
 destroy_sync:
     pthread_cond_destroy(&st->cv);
@@ -395,7 +396,7 @@ destroy_sync:
 free_dir:
     free(st->dir);
 free_st:
-    segstore_watch_close(st);
+    mv_segstore__watch_close(st);
     free(st);
     return rc;
 }
@@ -404,7 +405,7 @@ void mv_segstore_close(mv_segstore *st)
 {
     if (!st)
         return;
-    segstore_reaper_stop(st);
+    mv_segstore__reaper_stop(st);
     if (st->reaper_running)
         pthread_join(st->reaper, NULL);
     while (st->subs) {
@@ -412,11 +413,11 @@ void mv_segstore_close(mv_segstore *st)
         st->subs = s->next;
         free(s);
     }
-    segstore_watch_close(st);
+    mv_segstore__watch_close(st);
     if (st->jr_records)
-        segstore_compact(st); /* the next start reads one snapshot */
-    segstore_journal_close(st);
-    segstore_owner_fds_close(st);
+        mv_segstore__compact(st); /* the next start reads one snapshot */
+    mv_segstore__journal_close(st);
+    mv_segstore__owner_fds_close(st);
     mv_segstore_segs_free(st->segs, st->nsegs);
     pthread_cond_destroy(&st->cv);
     pthread_mutex_destroy(&st->mu);
@@ -434,25 +435,25 @@ static int make_file(mv_segstore *st, mv_segstore_seg *seg, int in_dir, char *er
     for (int attempt = 0; attempt < 8; attempt++) {
         uint8_t rnd[8];
         if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
-            mv_err_set(err, errlen, "getrandom failed: %s", strerror(errno));
+            mv_util_err_set(err, errlen, "getrandom failed: %s", strerror(errno));
             return -EIO;
         }
         snprintf(seg->id, sizeof seg->id, "seg-%02x%02x%02x%02x%02x%02x%02x%02x", rnd[0], rnd[1],
                  rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
         free(seg->path);
-        seg->path = segstore_seg_path(st->dir, seg->id, in_dir);
+        seg->path = mv_segstore__seg_path(st->dir, seg->id, in_dir);
         if (!seg->path)
             return -ENOMEM;
         if (in_dir) {
             free(segdir);
-            segdir = segstore_path_join(st->dir, seg->id);
+            segdir = mv_segstore__path_join(st->dir, seg->id);
             if (!segdir)
                 return -ENOMEM;
             if (mkdir(segdir, 0755) < 0) {
                 if (errno == EEXIST)
                     continue;
                 rc = -errno;
-                mv_err_set(err, errlen, "cannot create %s: %s", segdir, strerror(errno));
+                mv_util_err_set(err, errlen, "cannot create %s: %s", segdir, strerror(errno));
                 free(segdir);
                 return rc;
             }
@@ -464,24 +465,24 @@ static int make_file(mv_segstore *st, mv_segstore_seg *seg, int in_dir, char *er
     }
     if (fd < 0) {
         rc = -errno;
-        mv_err_set(err, errlen, "cannot create %s: %s", seg->path, strerror(errno));
+        mv_util_err_set(err, errlen, "cannot create %s: %s", seg->path, strerror(errno));
         goto remove_dir;
     }
     if (fchmod(fd, st->file_mode) < 0) {
         rc = -errno;
-        mv_err_set(err, errlen, "chmod %s: %s", seg->path, strerror(errno));
+        mv_util_err_set(err, errlen, "chmod %s: %s", seg->path, strerror(errno));
         goto unlink_file;
     }
     rc = -posix_fallocate(fd, 0, (off_t)seg->size);
     if (rc < 0) {
-        mv_err_set(err, errlen, "cannot reserve %" PRIu64 " bytes for %s: %s", seg->size, seg->path,
-                   strerror(-rc));
+        mv_util_err_set(err, errlen, "cannot reserve %" PRIu64 " bytes for %s: %s", seg->size,
+                        seg->path, strerror(-rc));
         goto unlink_file;
     }
     void *base = mmap(NULL, seg->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (base == MAP_FAILED) {
         rc = -errno;
-        mv_err_set(err, errlen, "mmap %s: %s", seg->path, strerror(errno));
+        mv_util_err_set(err, errlen, "mmap %s: %s", seg->path, strerror(errno));
         goto unlink_file;
     }
     mv_seg_error serr;
@@ -489,7 +490,7 @@ static int make_file(mv_segstore *st, mv_segstore_seg *seg, int in_dir, char *er
     munmap(base, seg->size);
     if (r != MV_SEG_OK) {
         rc = -EIO;
-        mv_err_set(err, errlen, "formatting %s failed: %s", seg->path, serr.detail);
+        mv_util_err_set(err, errlen, "formatting %s failed: %s", seg->path, serr.detail);
         goto unlink_file;
     }
     close(fd);
@@ -552,18 +553,19 @@ static int quota_check_locked(mv_segstore *st, int64_t uid, uint64_t size, char 
     uint64_t count, bytes;
     usage_locked(st, uid, &count, &bytes);
     if (st->max_segs_per_uid && count + 1 > st->max_segs_per_uid) {
-        mv_err_set(err, errlen,
-                   "quota exceeded: uid %lld already owns %" PRIu64 " segments, the limit per "
-                   "uid is %" PRIu64 " (--max-segments-per-uid); release segments or raise it",
-                   (long long)uid, count, st->max_segs_per_uid);
+        mv_util_err_set(err, errlen,
+                        "quota exceeded: uid %lld already owns %" PRIu64 " segments, the limit per "
+                        "uid is %" PRIu64 " (--max-segments-per-uid); release segments or raise it",
+                        (long long)uid, count, st->max_segs_per_uid);
         return -EDQUOT;
     }
     if (st->max_bytes_per_uid && bytes + size > st->max_bytes_per_uid) {
-        mv_err_set(err, errlen,
-                   "quota exceeded: uid %lld owns %" PRIu64
-                   " bytes of segments and asks for %" PRIu64 " more, the limit per uid is %" PRIu64
-                   " bytes (--max-bytes-per-uid); release segments or raise it",
-                   (long long)uid, bytes, size, st->max_bytes_per_uid);
+        mv_util_err_set(err, errlen,
+                        "quota exceeded: uid %lld owns %" PRIu64
+                        " bytes of segments and asks for %" PRIu64
+                        " more, the limit per uid is %" PRIu64
+                        " bytes (--max-bytes-per-uid); release segments or raise it",
+                        (long long)uid, bytes, size, st->max_bytes_per_uid);
         return -EDQUOT;
     }
     return 0;
@@ -585,11 +587,11 @@ static int reserve_check(mv_segstore *st, uint64_t size, char *err, size_t errle
         reserve = st->min_free_bytes;
     if (avail >= reserve && avail - reserve >= size)
         return 0;
-    mv_err_set(err, errlen,
-               "disk reserve: %s has %" PRIu64 " bytes free of %" PRIu64 "; a segment of %" PRIu64
-               " bytes would leave less than the %" PRIu64
-               " bytes kept free (--min-free-bytes %" PRIu64 ", --min-free-percent %u)",
-               st->dir, avail, total, size, reserve, st->min_free_bytes, st->min_free_percent);
+    mv_util_err_set(err, errlen,
+                    "disk reserve: %s has %" PRIu64 " bytes free of %" PRIu64
+                    "; a segment of %" PRIu64 " bytes would leave less than the %" PRIu64
+                    " bytes kept free (--min-free-bytes %" PRIu64 ", --min-free-percent %u)",
+                    st->dir, avail, total, size, reserve, st->min_free_bytes, st->min_free_percent);
     return -ENOSPC;
 }
 
@@ -604,21 +606,21 @@ static int create_common(mv_segstore *st, int64_t uid, uint64_t size, uint32_t o
     if (out)
         memset(out, 0, sizeof *out);
     if (size == 0 || size > st->max_size) {
-        mv_err_set(err, errlen, "size_bytes %" PRIu64 " is outside [1, %" PRIu64 "]", size,
-                   st->max_size);
+        mv_util_err_set(err, errlen, "size_bytes %" PRIu64 " is outside [1, %" PRIu64 "]", size,
+                        st->max_size);
         return size ? -EFBIG : -EINVAL;
     }
     size = (size + MV_SEGSTORE_PAGE - 1) / MV_SEGSTORE_PAGE * MV_SEGSTORE_PAGE;
     if (owner_pid > INT32_MAX) {
-        mv_err_set(err, errlen, "owner_pid %" PRIu32 " is not a valid pid", owner_pid);
+        mv_util_err_set(err, errlen, "owner_pid %" PRIu32 " is not a valid pid", owner_pid);
         return -EINVAL;
     }
-    rc = segstore_check_labels(labels, nlabels, err, errlen);
+    rc = mv_segstore__check_labels(labels, nlabels, err, errlen);
     if (rc < 0)
         return rc;
     mv_segstore_seg tmpl = {.size = size,
                             .owner_pid = owner_pid,
-                            .created_ns = mv_wall_ns(),
+                            .created_ns = mv_util_wall_ns(),
                             .nlabels = nlabels,
                             .labels = (mv_segstore_label *)labels,
                             .ndevices = ndevices,
@@ -626,7 +628,7 @@ static int create_common(mv_segstore *st, int64_t uid, uint64_t size, uint32_t o
                             .path = (char *)""};
     rc = mv_segstore_seg_copy(&seg, &tmpl);
     if (rc < 0) {
-        mv_err_set(err, errlen, "out of memory");
+        mv_util_err_set(err, errlen, "out of memory");
         return rc;
     }
     seg.uid = uid >= 0 ? uid : 0; /* a file the agent cannot hand over stays root's */
@@ -648,15 +650,16 @@ static int create_common(mv_segstore *st, int64_t uid, uint64_t size, uint32_t o
         for (size_t i = 0; i < ndevices && !rc; i++) {
             long at = find_device_locked(st, devices[i]);
             if (at >= 0) {
-                mv_err_set(err, errlen, "device %s already backs segment %s", devices[i],
-                           st->segs[at].id);
+                mv_util_err_set(err, errlen, "device %s already backs segment %s", devices[i],
+                                st->segs[at].id);
                 rc = -EBUSY;
             }
         }
         if (!rc && st->pages_used + ndevices > st->pool_pages) {
-            mv_err_set(err, errlen,
-                       "page pool exhausted: %zu pages requested, %" PRIu64 " of %" PRIu64 " free",
-                       ndevices, st->pool_pages - st->pages_used, st->pool_pages);
+            mv_util_err_set(err, errlen,
+                            "page pool exhausted: %zu pages requested, %" PRIu64 " of %" PRIu64
+                            " free",
+                            ndevices, st->pool_pages - st->pages_used, st->pool_pages);
             rc = -ENOSPC;
         }
         pthread_mutex_unlock(&st->mu);
@@ -670,24 +673,25 @@ static int create_common(mv_segstore *st, int64_t uid, uint64_t size, uint32_t o
     pthread_mutex_lock(&st->mu);
     /* The owner as a process, as soon as the request is taken (a pid number alone could
      * be handed to another process once the owner dies). */
-    int owner_fd = segstore_owner_open(st, owner_pid);
+    int owner_fd = mv_segstore__owner_open(st, owner_pid);
     for (size_t i = 0; i < ndevices; i++) {
         long at = find_device_locked(st, devices[i]);
         if (at >= 0) {
-            mv_err_set(err, errlen, "device %s already backs segment %s", devices[i],
-                       st->segs[at].id);
+            mv_util_err_set(err, errlen, "device %s already backs segment %s", devices[i],
+                            st->segs[at].id);
             rc = -EBUSY;
             goto unlock;
         }
     }
     if (ndevices && st->pages_used + ndevices > st->pool_pages) {
-        mv_err_set(err, errlen, "page pool exhausted");
+        mv_util_err_set(err, errlen, "page pool exhausted");
         rc = -ENOSPC;
         goto unlock;
     }
     if (st->nsegs >= MV_SEGSTORE_SEGMENTS_MAX) {
         rc = -ENOSPC;
-        mv_err_set(err, errlen, "the agent already manages %d segments", MV_SEGSTORE_SEGMENTS_MAX);
+        mv_util_err_set(err, errlen, "the agent already manages %d segments",
+                        MV_SEGSTORE_SEGMENTS_MAX);
         goto unlock;
     }
     rc = quota_check_locked(st, uid, seg.size, err, errlen);
@@ -698,24 +702,24 @@ static int create_common(mv_segstore *st, int64_t uid, uint64_t size, uint32_t o
         mv_segstore_seg *nv = realloc(st->segs, ncap * sizeof *nv);
         if (!nv) {
             rc = -ENOMEM;
-            mv_err_set(err, errlen, "out of memory");
+            mv_util_err_set(err, errlen, "out of memory");
             goto unlock;
         }
         st->segs = nv;
-        if (segstore_owner_fds_fit(st, ncap) < 0) {
+        if (mv_segstore__owner_fds_fit(st, ncap) < 0) {
             rc = -ENOMEM;
-            mv_err_set(err, errlen, "out of memory");
+            mv_util_err_set(err, errlen, "out of memory");
             goto unlock;
         }
         st->cap = ncap;
     }
     if (out && mv_segstore_seg_copy(out, &seg) < 0) {
         rc = -ENOMEM;
-        mv_err_set(err, errlen, "out of memory");
+        mv_util_err_set(err, errlen, "out of memory");
         goto unlock;
     }
     /* Acknowledged only once its catalog entry is durable. */
-    rc = segstore_journal_put(st, &seg, st->revision + 1, err, errlen);
+    rc = mv_segstore__journal_put(st, &seg, st->revision + 1, err, errlen);
     if (rc < 0) {
         if (out)
             mv_segstore_seg_clear(out);
@@ -724,11 +728,11 @@ static int create_common(mv_segstore *st, int64_t uid, uint64_t size, uint32_t o
     st->owner_fds[st->nsegs] = owner_fd;
     owner_fd = -1;
     st->segs[st->nsegs] = seg;
-    segstore_owner_by_pid(st, st->nsegs++, 1);
-    segstore_watch_file(st, seg.path);
+    mv_segstore__owner_by_pid(st, st->nsegs++, 1);
+    mv_segstore__watch_file(st, seg.path);
     st->pages_used += ndevices;
     st->revision++;
-    segstore_journal_maybe_compact(st);
+    mv_segstore__journal_maybe_compact(st);
     notify(st, MV_SEGSTORE_ADDED, &st->segs[st->nsegs - 1]);
     MV_INFO("segment.created",
             "id=%s path=%s size=%" PRIu64 " owner_pid=%" PRIu32 " labels=%zu devices=%zu "
@@ -773,28 +777,29 @@ int mv_segstore_create_dev(mv_segstore *st, const char *const *devices, size_t n
     if (out)
         memset(out, 0, sizeof *out);
     if (!st->pool_pages) {
-        mv_err_set(err, errlen, "this store has no page pool");
+        mv_util_err_set(err, errlen, "this store has no page pool");
         return -EINVAL;
     }
     if (!devices || ndevices == 0 || ndevices > MV_SEGSTORE_DEVICES_MAX) {
-        mv_err_set(err, errlen, "%zu devices: need 1..%d", ndevices, MV_SEGSTORE_DEVICES_MAX);
+        mv_util_err_set(err, errlen, "%zu devices: need 1..%d", ndevices, MV_SEGSTORE_DEVICES_MAX);
         return -EINVAL;
     }
     for (size_t i = 0; i < ndevices; i++) {
-        if (!devices[i] || !segstore_valid_device(devices[i], strlen(devices[i]))) {
-            mv_err_set(err, errlen, "device %zu is not a valid device ID", i);
+        if (!devices[i] || !mv_segstore__valid_device(devices[i], strlen(devices[i]))) {
+            mv_util_err_set(err, errlen, "device %zu is not a valid device ID", i);
             return -EINVAL;
         }
         for (size_t j = 0; j < i; j++)
             if (strcmp(devices[i], devices[j]) == 0) {
-                mv_err_set(err, errlen, "device %s is listed twice", devices[i]);
+                mv_util_err_set(err, errlen, "device %s is listed twice", devices[i]);
                 return -EINVAL;
             }
     }
     if (ndevices > st->max_size / st->page_size) {
-        mv_err_set(err, errlen,
-                   "%zu pages of %" PRIu64 " bytes exceed the largest segment (%" PRIu64 " bytes)",
-                   ndevices, st->page_size, st->max_size);
+        mv_util_err_set(err, errlen,
+                        "%zu pages of %" PRIu64 " bytes exceed the largest segment (%" PRIu64
+                        " bytes)",
+                        ndevices, st->page_size, st->max_size);
         return -EFBIG;
     }
     return create_common(st, -1, (uint64_t)ndevices * st->page_size, 0, devices, ndevices, labels,
@@ -819,16 +824,16 @@ int mv_segstore_set_owner(mv_segstore *st, const char *id, int64_t uid, int64_t 
     pthread_mutex_lock(&st->mu);
     for (size_t i = 0; id && i < st->nsegs && !path[0]; i++)
         if (strcmp(st->segs[i].id, id) == 0)
-            mv_fmt(path, sizeof path, "%s", st->segs[i].path);
+            mv_util_fmt(path, sizeof path, "%s", st->segs[i].path);
     pthread_mutex_unlock(&st->mu);
     if (!path[0]) {
-        mv_err_set(err, errlen, "no segment with id %.40s", id ? id : "");
+        mv_util_err_set(err, errlen, "no segment with id %.40s", id ? id : "");
         return -ENOENT;
     }
     int fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) {
         int e = errno;
-        mv_err_set(err, errlen, "open %s: %s", path, strerror(e));
+        mv_util_err_set(err, errlen, "open %s: %s", path, strerror(e));
         return -e;
     }
     mode_t mode = uid < 0 && gid < 0 ? 0666 : 0660;
@@ -840,7 +845,7 @@ int mv_segstore_set_owner(mv_segstore *st, const char *id, int64_t uid, int64_t 
         rc = -errno;
     close(fd);
     if (rc < 0) {
-        mv_err_set(err, errlen, "chown/chmod %s: %s", path, strerror(-rc));
+        mv_util_err_set(err, errlen, "chown/chmod %s: %s", path, strerror(-rc));
         return rc;
     }
     if (uid >= 0) {
@@ -880,18 +885,18 @@ int mv_segstore_file_owner(mv_segstore *st, const char *id, int64_t *uid, int *f
 int mv_segstore_set_labels(mv_segstore *st, const char *id, const mv_segstore_label *labels,
                            size_t nlabels, char *err, size_t errlen)
 {
-    int rc = segstore_check_labels(labels, nlabels, err, errlen);
+    int rc = mv_segstore__check_labels(labels, nlabels, err, errlen);
     if (rc < 0)
         return rc;
     mv_segstore_seg tmpl = {
         .path = (char *)"", .nlabels = nlabels, .labels = (mv_segstore_label *)labels};
     mv_segstore_seg nl;
     if (mv_segstore_seg_copy(&nl, &tmpl) < 0) {
-        mv_err_set(err, errlen, "out of memory");
+        mv_util_err_set(err, errlen, "out of memory");
         return -ENOMEM;
     }
     rc = -ENOENT;
-    mv_err_set(err, errlen, "no segment with id %.40s", id ? id : "");
+    mv_util_err_set(err, errlen, "no segment with id %.40s", id ? id : "");
     pthread_mutex_lock(&st->mu);
     for (size_t i = 0; id && i < st->nsegs; i++) {
         mv_segstore_seg *s = &st->segs[i];
@@ -907,7 +912,7 @@ int mv_segstore_set_labels(mv_segstore *st, const char *id, const mv_segstore_la
         s->nlabels = nl.nlabels;
         nl.labels = old;
         nl.nlabels = nold;
-        rc = segstore_journal_put(st, s, st->revision + 1, err, errlen);
+        rc = mv_segstore__journal_put(st, s, st->revision + 1, err, errlen);
         if (rc < 0) { /* not durable: the labels stay as they were */
             nl.labels = s->labels;
             nl.nlabels = s->nlabels;
@@ -916,7 +921,7 @@ int mv_segstore_set_labels(mv_segstore *st, const char *id, const mv_segstore_la
             break;
         }
         st->revision++;
-        segstore_journal_maybe_compact(st);
+        mv_segstore__journal_maybe_compact(st);
         notify(st, MV_SEGSTORE_CHANGED, s);
         MV_INFO("segment.labels_set", "id=%s labels=%zu revision=%" PRIu64, s->id, s->nlabels,
                 st->revision);
@@ -957,9 +962,9 @@ int mv_segstore_seg_dir(const mv_segstore *st, const char *id, char *buf, size_t
 }
 
 /* Removes entry i. Caller holds st->mu. */
-void segstore_remove_at(mv_segstore *st, size_t i, const char *event, pid_t dead_pid)
+void mv_segstore__remove_at(mv_segstore *st, size_t i, const char *event, pid_t dead_pid)
 {
-    segstore_owner_by_pid(st, i, 0);
+    mv_segstore__owner_by_pid(st, i, 0);
     mv_segstore_seg seg = st->segs[i];
     st->segs[i] = st->segs[--st->nsegs];
     if (st->owner_fds) {
@@ -983,8 +988,8 @@ void segstore_remove_at(mv_segstore *st, size_t i, const char *event, pid_t dead
     /* The file is gone already: should the record not be written, the next start drops the
      * entry as a segment whose file is missing. */
     char jerr[MV_ERR_MAX];
-    if (segstore_journal_del(st, seg.id, st->revision, jerr, sizeof jerr) == 0)
-        segstore_journal_maybe_compact(st);
+    if (mv_segstore__journal_del(st, seg.id, st->revision, jerr, sizeof jerr) == 0)
+        mv_segstore__journal_maybe_compact(st);
     notify(st, MV_SEGSTORE_REMOVED, &seg);
     if (dead_pid)
         MV_INFO(event, "id=%s owner_pid=%d revision=%" PRIu64, seg.id, (int)dead_pid, st->revision);
@@ -999,7 +1004,7 @@ int mv_segstore_release(mv_segstore *st, const char *id)
     pthread_mutex_lock(&st->mu);
     for (size_t i = 0; id && i < st->nsegs; i++)
         if (strcmp(st->segs[i].id, id) == 0) {
-            segstore_remove_at(st, i, "segment.released", 0);
+            mv_segstore__remove_at(st, i, "segment.released", 0);
             rc = 0;
             break;
         }

@@ -19,7 +19,7 @@
 #define CATALOG_VERSION 1
 #define JSON_DEPTH_MAX  8
 
-char *segstore_path_join(const char *dir, const char *name)
+char *mv_segstore__path_join(const char *dir, const char *name)
 {
     size_t n = strlen(dir) + strlen(name) + 2;
     char *p = malloc(n);
@@ -95,7 +95,7 @@ fail:
     return -ENOMEM;
 }
 
-int segstore_valid_id(const char *id, size_t len)
+int mv_segstore__valid_id(const char *id, size_t len)
 {
     if (len != MV_SEGSTORE_ID_LEN || memcmp(id, "seg-", 4) != 0)
         return 0;
@@ -106,7 +106,7 @@ int segstore_valid_id(const char *id, size_t len)
 }
 
 /* Device IDs: 1..63 bytes of [A-Za-z0-9._-]. */
-int segstore_valid_device(const char *d, size_t len)
+int mv_segstore__valid_device(const char *d, size_t len)
 {
     if (!len || len > MV_SEGSTORE_DEVICE_ID_MAX)
         return 0;
@@ -119,10 +119,10 @@ int segstore_valid_device(const char *d, size_t len)
     return 1;
 }
 
-char *segstore_seg_path(const char *dir, const char *id, int in_dir)
+char *mv_segstore__seg_path(const char *dir, const char *id, int in_dir)
 {
     if (!in_dir)
-        return segstore_path_join(dir, id);
+        return mv_segstore__path_join(dir, id);
     size_t n = strlen(dir) + strlen(id) + sizeof MV_SEGSTORE_SEG_FILE + 3;
     char *p = malloc(n);
     if (p)
@@ -130,7 +130,7 @@ char *segstore_seg_path(const char *dir, const char *id, int in_dir)
     return p;
 }
 
-long segstore_control_byte(const char *s, size_t len)
+long mv_segstore__control_byte(const char *s, size_t len)
 {
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)s[i];
@@ -143,54 +143,56 @@ long segstore_control_byte(const char *s, size_t len)
 int mv_segstore_check_label_bytes(size_t idx, const char *name, size_t nlen, const char *value,
                                   size_t vlen, char *err, size_t errlen)
 {
-    long at = segstore_control_byte(name, nlen);
+    long at = mv_segstore__control_byte(name, nlen);
     const char *what = "name", *s = name;
     if (at < 0) {
-        at = segstore_control_byte(value, vlen);
+        at = mv_segstore__control_byte(value, vlen);
         what = "value";
         s = value;
     }
     if (at < 0)
         return 0;
-    mv_err_set(err, errlen,
-               "label %zu: %s has control byte 0x%02x at offset %ld: control bytes (below 0x20, "
-               "and 0x7f) are refused in label names and values",
-               idx, what, (unsigned)(unsigned char)s[at], at);
+    mv_util_err_set(
+        err, errlen,
+        "label %zu: %s has control byte 0x%02x at offset %ld: control bytes (below 0x20, "
+        "and 0x7f) are refused in label names and values",
+        idx, what, (unsigned)(unsigned char)s[at], at);
     return -EINVAL;
 }
 
-int segstore_check_labels(const mv_segstore_label *labels, size_t n, char *err, size_t errlen)
+int mv_segstore__check_labels(const mv_segstore_label *labels, size_t n, char *err, size_t errlen)
 {
     if (n > MV_SEGSTORE_LABELS_MAX) {
-        mv_err_set(err, errlen, "%zu labels: at most %d are allowed", n, MV_SEGSTORE_LABELS_MAX);
+        mv_util_err_set(err, errlen, "%zu labels: at most %d are allowed", n,
+                        MV_SEGSTORE_LABELS_MAX);
         return -EINVAL;
     }
     for (size_t i = 0; i < n; i++) {
         const char *k = labels[i].name, *v = labels[i].value;
         size_t kl = k ? strlen(k) : 0, vl = v ? strlen(v) : 0;
         if (!k || !kl || kl > MV_SEGSTORE_LABEL_NAME_MAX || !mv_seg_valid_label_name(k, kl)) {
-            mv_err_set(err, errlen,
-                       "label %zu: name must match [a-zA-Z_][a-zA-Z0-9_]*, not start with __, "
-                       "and have at most %d bytes",
-                       i, MV_SEGSTORE_LABEL_NAME_MAX);
+            mv_util_err_set(err, errlen,
+                            "label %zu: name must match [a-zA-Z_][a-zA-Z0-9_]*, not start with __, "
+                            "and have at most %d bytes",
+                            i, MV_SEGSTORE_LABEL_NAME_MAX);
             return -EINVAL;
         }
         if (!v || vl > MV_SEGSTORE_LABEL_VALUE_MAX || !mv_seg_valid_utf8(v, vl)) {
-            mv_err_set(err, errlen, "label %.64s: value must be UTF-8 of at most %d bytes", k,
-                       MV_SEGSTORE_LABEL_VALUE_MAX);
+            mv_util_err_set(err, errlen, "label %.64s: value must be UTF-8 of at most %d bytes", k,
+                            MV_SEGSTORE_LABEL_VALUE_MAX);
             return -EINVAL;
         }
-        long at = segstore_control_byte(v, vl);
+        long at = mv_segstore__control_byte(v, vl);
         if (at >= 0) {
-            mv_err_set(err, errlen,
-                       "label %.64s: value has control byte 0x%02x at offset %ld: control "
-                       "bytes (below 0x20, and 0x7f) are refused in label values",
-                       k, (unsigned)(unsigned char)v[at], at);
+            mv_util_err_set(err, errlen,
+                            "label %.64s: value has control byte 0x%02x at offset %ld: control "
+                            "bytes (below 0x20, and 0x7f) are refused in label values",
+                            k, (unsigned)(unsigned char)v[at], at);
             return -EINVAL;
         }
         for (size_t j = 0; j < i; j++)
             if (strcmp(labels[j].name, k) == 0) {
-                mv_err_set(err, errlen, "label %.64s appears twice", k);
+                mv_util_err_set(err, errlen, "label %.64s appears twice", k);
                 return -EINVAL;
             }
     }
@@ -234,22 +236,23 @@ static int parse_entry(json_object *e, const char *dir, uint64_t max_size, mv_se
     uint64_t size, pid, created;
     memset(seg, 0, sizeof *seg);
     if (!json_object_is_type(e, json_type_object)) {
-        mv_err_set(err, errlen, "entry is not an object");
+        mv_util_err_set(err, errlen, "entry is not an object");
         return -EINVAL;
     }
     const char *id = json_str(e, "id", MV_SEGSTORE_ID_LEN, &idlen);
-    if (!id || !segstore_valid_id(id, idlen)) {
-        mv_err_set(err, errlen, "entry has no valid id (seg-<16 hex>)");
+    if (!id || !mv_segstore__valid_id(id, idlen)) {
+        mv_util_err_set(err, errlen, "entry has no valid id (seg-<16 hex>)");
         return -EINVAL;
     }
     if (json_u64(e, "size_bytes", max_size, &size) || size < MV_SEGSTORE_MIN_SIZE ||
         size % MV_SEGSTORE_PAGE) {
-        mv_err_set(err, errlen, "%s: size_bytes missing or out of range", id);
+        mv_util_err_set(err, errlen, "%s: size_bytes missing or out of range", id);
         return -EINVAL;
     }
     if (json_u64(e, "owner_pid", INT32_MAX, &pid) ||
         json_u64(e, "created_unix_ns", INT64_MAX, &created)) {
-        mv_err_set(err, errlen, "%s: owner_pid or created_unix_ns missing or out of range", id);
+        mv_util_err_set(err, errlen, "%s: owner_pid or created_unix_ns missing or out of range",
+                        id);
         return -EINVAL;
     }
     memcpy(seg->id, id, idlen + 1);
@@ -261,8 +264,8 @@ static int parse_entry(json_object *e, const char *dir, uint64_t max_size, mv_se
     if (json_object_object_get_ex(e, "devices", &devs)) {
         if (!json_object_is_type(devs, json_type_array) ||
             json_object_array_length(devs) > MV_SEGSTORE_DEVICES_MAX) {
-            mv_err_set(err, errlen, "%s: devices is not an array of at most %d", id,
-                       MV_SEGSTORE_DEVICES_MAX);
+            mv_util_err_set(err, errlen, "%s: devices is not an array of at most %d", id,
+                            MV_SEGSTORE_DEVICES_MAX);
             goto fail;
         }
         size_t nd = json_object_array_length(devs);
@@ -274,13 +277,13 @@ static int parse_entry(json_object *e, const char *dir, uint64_t max_size, mv_se
         for (size_t i = 0; i < nd; i++) {
             json_object *d = json_object_array_get_idx(devs, i);
             if (!json_object_is_type(d, json_type_string)) {
-                mv_err_set(err, errlen, "%s: device %zu is not a string", id, i);
+                mv_util_err_set(err, errlen, "%s: device %zu is not a string", id, i);
                 goto fail;
             }
             int dl = json_object_get_string_len(d);
             const char *ds = json_object_get_string(d);
-            if (dl < 0 || strlen(ds) != (size_t)dl || !segstore_valid_device(ds, (size_t)dl)) {
-                mv_err_set(err, errlen, "%s: device %zu is not a valid device ID", id, i);
+            if (dl < 0 || strlen(ds) != (size_t)dl || !mv_segstore__valid_device(ds, (size_t)dl)) {
+                mv_util_err_set(err, errlen, "%s: device %zu is not a valid device ID", id, i);
                 goto fail;
             }
             seg->devices[i] = strdup(ds);
@@ -289,7 +292,7 @@ static int parse_entry(json_object *e, const char *dir, uint64_t max_size, mv_se
             seg->ndevices++;
         }
     }
-    seg->path = segstore_seg_path(dir, seg->id, seg->ndevices > 0);
+    seg->path = mv_segstore__seg_path(dir, seg->id, seg->ndevices > 0);
     if (!seg->path)
         goto nomem;
 
@@ -298,8 +301,8 @@ static int parse_entry(json_object *e, const char *dir, uint64_t max_size, mv_se
         return 0;
     if (!json_object_is_type(labels, json_type_array) ||
         json_object_array_length(labels) > MV_SEGSTORE_LABELS_MAX) {
-        mv_err_set(err, errlen, "%s: labels is not an array of at most %d", id,
-                   MV_SEGSTORE_LABELS_MAX);
+        mv_util_err_set(err, errlen, "%s: labels is not an array of at most %d", id,
+                        MV_SEGSTORE_LABELS_MAX);
         goto fail;
     }
     size_t nl = json_object_array_length(labels);
@@ -316,7 +319,7 @@ static int parse_entry(json_object *e, const char *dir, uint64_t max_size, mv_se
                             : NULL;
         const char *v = k ? json_str(l, "value", MV_SEGSTORE_LABEL_VALUE_MAX, &vl) : NULL;
         if (!k || !v) {
-            mv_err_set(err, errlen, "%s: label %zu is not {name, value}", id, i);
+            mv_util_err_set(err, errlen, "%s: label %zu is not {name, value}", id, i);
             goto fail;
         }
         seg->nlabels++;
@@ -326,13 +329,13 @@ static int parse_entry(json_object *e, const char *dir, uint64_t max_size, mv_se
             goto nomem;
     }
     char lerr[160];
-    if (segstore_check_labels(seg->labels, seg->nlabels, lerr, sizeof lerr) < 0) {
-        mv_err_set(err, errlen, "%s: %s", id, lerr);
+    if (mv_segstore__check_labels(seg->labels, seg->nlabels, lerr, sizeof lerr) < 0) {
+        mv_util_err_set(err, errlen, "%s: %s", id, lerr);
         goto fail;
     }
     return 0;
 nomem:
-    mv_err_set(err, errlen, "out of memory");
+    mv_util_err_set(err, errlen, "out of memory");
     mv_segstore_seg_clear(seg);
     return -ENOMEM;
 fail:
@@ -340,26 +343,26 @@ fail:
     return -EINVAL;
 }
 
-int segstore_catalog_parse(const char *text, size_t len, const char *dir, uint64_t max_size,
-                           mv_segstore_seg **out, size_t *n, uint64_t *revision, char *err,
-                           size_t errlen)
+int mv_segstore__catalog_parse(const char *text, size_t len, const char *dir, uint64_t max_size,
+                               mv_segstore_seg **out, size_t *n, uint64_t *revision, char *err,
+                               size_t errlen)
 {
-    return segstore_catalog_parse_ex(text, len, dir, max_size, NULL, NULL, out, n, revision, err,
-                                     errlen);
+    return mv_segstore__catalog_parse_ex(text, len, dir, max_size, NULL, NULL, out, n, revision,
+                                         err, errlen);
 }
 
-int segstore_entry_from_json(struct json_object *e, const char *dir, uint64_t max_size,
-                             mv_segstore_seg *seg, char *err, size_t errlen)
+int mv_segstore__entry_from_json(struct json_object *e, const char *dir, uint64_t max_size,
+                                 mv_segstore_seg *seg, char *err, size_t errlen)
 {
     return parse_entry(e, dir, max_size, seg, err, errlen);
 }
 
-int segstore_entry_parse(const char *text, size_t len, const char *dir, uint64_t max_size,
-                         mv_segstore_seg *seg, char *err, size_t errlen)
+int mv_segstore__entry_parse(const char *text, size_t len, const char *dir, uint64_t max_size,
+                             mv_segstore_seg *seg, char *err, size_t errlen)
 {
     memset(seg, 0, sizeof *seg);
     if (len > INT32_MAX) {
-        mv_err_set(err, errlen, "entry of %zu bytes is too large", len);
+        mv_util_err_set(err, errlen, "entry of %zu bytes is too large", len);
         return -EINVAL;
     }
     json_tokener *tok = json_tokener_new_ex(JSON_DEPTH_MAX);
@@ -370,7 +373,7 @@ int segstore_entry_parse(const char *text, size_t len, const char *dir, uint64_t
     int rc = -EINVAL;
     if (!root || json_tokener_get_error(tok) != json_tokener_success ||
         json_tokener_get_parse_end(tok) != len)
-        mv_err_set(err, errlen, "not one JSON object");
+        mv_util_err_set(err, errlen, "not one JSON object");
     else
         rc = parse_entry(root, dir, max_size, seg, err, errlen);
     json_object_put(root);
@@ -378,17 +381,17 @@ int segstore_entry_parse(const char *text, size_t len, const char *dir, uint64_t
     return rc;
 }
 
-int segstore_catalog_parse_ex(const char *text, size_t len, const char *dir, uint64_t max_size,
-                              segstore_bad_fn bad, void *bad_arg, mv_segstore_seg **out, size_t *n,
-                              uint64_t *revision, char *err, size_t errlen)
+int mv_segstore__catalog_parse_ex(const char *text, size_t len, const char *dir, uint64_t max_size,
+                                  segstore_bad_fn bad, void *bad_arg, mv_segstore_seg **out,
+                                  size_t *n, uint64_t *revision, char *err, size_t errlen)
 {
     int rc = -EINVAL;
     *out = NULL;
     *n = 0;
     *revision = 0;
     if (len > MV_SEGSTORE_CATALOG_MAX || len > INT32_MAX) {
-        mv_err_set(err, errlen, "catalog is larger than %u bytes",
-                   (unsigned)MV_SEGSTORE_CATALOG_MAX);
+        mv_util_err_set(err, errlen, "catalog is larger than %u bytes",
+                        (unsigned)MV_SEGSTORE_CATALOG_MAX);
         return -EINVAL;
     }
     json_tokener *tok = json_tokener_new_ex(JSON_DEPTH_MAX);
@@ -398,8 +401,9 @@ int segstore_catalog_parse_ex(const char *text, size_t len, const char *dir, uin
     json_object *root = json_tokener_parse_ex(tok, text, (int)len);
     enum json_tokener_error jerr = json_tokener_get_error(tok);
     if (!root || jerr != json_tokener_success) {
-        mv_err_set(err, errlen, "not valid JSON: %s",
-                   jerr == json_tokener_continue ? "truncated" : json_tokener_error_desc(jerr));
+        mv_util_err_set(err, errlen, "not valid JSON: %s",
+                        jerr == json_tokener_continue ? "truncated"
+                                                      : json_tokener_error_desc(jerr));
         goto free_tok;
     }
     size_t end = json_tokener_get_parse_end(tok);
@@ -407,25 +411,25 @@ int segstore_catalog_parse_ex(const char *text, size_t len, const char *dir, uin
            (text[end] == ' ' || text[end] == '\n' || text[end] == '\t' || text[end] == '\r'))
         end++;
     if (end != len) {
-        mv_err_set(err, errlen, "trailing bytes after the JSON document");
+        mv_util_err_set(err, errlen, "trailing bytes after the JSON document");
         goto put_root;
     }
     uint64_t version;
     if (!json_object_is_type(root, json_type_object) ||
         json_u64(root, "version", UINT32_MAX, &version) || version != CATALOG_VERSION) {
-        mv_err_set(err, errlen, "not a version %d catalog object", CATALOG_VERSION);
+        mv_util_err_set(err, errlen, "not a version %d catalog object", CATALOG_VERSION);
         goto put_root;
     }
     if (json_u64(root, "revision", INT64_MAX, revision)) {
-        mv_err_set(err, errlen, "revision missing or out of range");
+        mv_util_err_set(err, errlen, "revision missing or out of range");
         goto put_root;
     }
     json_object *arr;
     if (!json_object_object_get_ex(root, "segments", &arr) ||
         !json_object_is_type(arr, json_type_array) ||
         json_object_array_length(arr) > MV_SEGSTORE_SEGMENTS_MAX) {
-        mv_err_set(err, errlen, "segments is not an array of at most %d entries",
-                   MV_SEGSTORE_SEGMENTS_MAX);
+        mv_util_err_set(err, errlen, "segments is not an array of at most %d entries",
+                        MV_SEGSTORE_SEGMENTS_MAX);
         goto put_root;
     }
     size_t cnt = json_object_array_length(arr);
@@ -444,14 +448,14 @@ int segstore_catalog_parse_ex(const char *text, size_t len, const char *dir, uin
             continue;
         }
         if (rc < 0) {
-            mv_err_set(err, errlen, "segment %zu: %s", i, eerr);
+            mv_util_err_set(err, errlen, "segment %zu: %s", i, eerr);
             mv_segstore_segs_free(v, got);
             goto put_root;
         }
         /* Duplicates: with a quarantine, the set of ids is checked by the caller. */
         for (size_t j = 0; !bad && j < got; j++)
             if (strcmp(v[j].id, v[got].id) == 0) {
-                mv_err_set(err, errlen, "segment %s appears twice", v[got].id);
+                mv_util_err_set(err, errlen, "segment %s appears twice", v[got].id);
                 mv_segstore_segs_free(v, got + 1);
                 rc = -EINVAL;
                 goto put_root;
@@ -471,11 +475,11 @@ free_tok:
 int mv_segstore_catalog_parse(const char *text, size_t len, const char *dir, mv_segstore_seg **out,
                               size_t *n, uint64_t *revision, char *err, size_t errlen)
 {
-    return segstore_catalog_parse(text, len, dir ? dir : MV_SEGSTORE_DEFAULT_DIR, MV_SEG_MAX_SIZE,
-                                  out, n, revision, err, errlen);
+    return mv_segstore__catalog_parse(text, len, dir ? dir : MV_SEGSTORE_DEFAULT_DIR,
+                                      MV_SEG_MAX_SIZE, out, n, revision, err, errlen);
 }
 
-json_object *segstore_entry_json(const mv_segstore_seg *s)
+json_object *mv_segstore__entry_json(const mv_segstore_seg *s)
 {
     json_object *e = json_object_new_object();
     json_object *labels = json_object_new_array();
@@ -514,7 +518,7 @@ fail:
     return NULL;
 }
 
-int segstore_write_all(int fd, const void *buf, size_t len)
+int mv_segstore__write_all(int fd, const void *buf, size_t len)
 {
     const char *p = buf;
     size_t off = 0;
@@ -529,7 +533,7 @@ int segstore_write_all(int fd, const void *buf, size_t len)
     return 0;
 }
 
-int segstore_fsync_dir(const char *dir)
+int mv_segstore__fsync_dir(const char *dir)
 {
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
@@ -539,8 +543,8 @@ int segstore_fsync_dir(const char *dir)
     return rc;
 }
 
-int segstore_catalog_save(const char *dir, uint64_t revision, const mv_segstore_seg *segs,
-                          size_t nsegs)
+int mv_segstore__catalog_save(const char *dir, uint64_t revision, const mv_segstore_seg *segs,
+                              size_t nsegs)
 {
     int rc = -ENOMEM;
     json_object *root = json_object_new_object();
@@ -553,7 +557,7 @@ int segstore_catalog_save(const char *dir, uint64_t revision, const mv_segstore_
     json_object_object_add(root, "revision", json_object_new_int64((int64_t)revision));
     json_object_object_add(root, "segments", arr);
     for (size_t i = 0; i < nsegs; i++) {
-        json_object *e = segstore_entry_json(&segs[i]);
+        json_object *e = mv_segstore__entry_json(&segs[i]);
         if (!e || json_object_array_add(arr, e) < 0) {
             json_object_put(e);
             goto put_root;
@@ -563,7 +567,8 @@ int segstore_catalog_save(const char *dir, uint64_t revision, const mv_segstore_
     /* One line, no indentation: a snapshot is written at every compaction. */
     const char *text = json_object_to_json_string_length(
         root, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, &len);
-    char *tmp = segstore_path_join(dir, CATALOG_TMP), *dst = segstore_path_join(dir, CATALOG_NAME);
+    char *tmp = mv_segstore__path_join(dir, CATALOG_TMP),
+         *dst = mv_segstore__path_join(dir, CATALOG_NAME);
     if (!text || !tmp || !dst)
         goto free_paths;
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -571,9 +576,9 @@ int segstore_catalog_save(const char *dir, uint64_t revision, const mv_segstore_
         rc = -errno;
         goto log_err;
     }
-    rc = segstore_write_all(fd, text, len);
+    rc = mv_segstore__write_all(fd, text, len);
     if (rc == 0)
-        rc = segstore_write_all(fd, "\n", 1);
+        rc = mv_segstore__write_all(fd, "\n", 1);
     if (rc == 0 && fsync(fd) < 0)
         rc = -errno;
     if (close(fd) < 0 && rc == 0)
@@ -585,7 +590,7 @@ int segstore_catalog_save(const char *dir, uint64_t revision, const mv_segstore_
         goto log_err;
     }
     /* The rename itself is durable only once the directory is. */
-    rc = segstore_fsync_dir(dir);
+    rc = mv_segstore__fsync_dir(dir);
     if (rc == 0)
         goto free_paths;
 log_err:
@@ -599,7 +604,7 @@ put_root:
     return rc;
 }
 
-int segstore_read_file(const char *path, char **out, size_t *len)
+int mv_segstore__read_file(const char *path, char **out, size_t *len)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)

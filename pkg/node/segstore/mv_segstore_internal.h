@@ -20,6 +20,9 @@ struct mv_segstore_sub {
 };
 
 struct mv_segstore {
+    /* Removes entry i (the reaper's way back into the store, set by mv_segstore_open: the
+     * reaper is a layer below the store and does not call into mv_segstore.c). */
+    void (*remove_at)(mv_segstore *st, size_t i, const char *event, pid_t dead_pid);
     char *dir;
     int lock_fd; /* flock(LOCK_EX) on DIR/.lock while open: one agent per directory */
     uint64_t max_size;
@@ -73,31 +76,31 @@ struct mv_segstore {
 };
 
 /* mv_segstore.c: removes entry i (file, catalog, watchers told). Caller holds st->mu. */
-void segstore_remove_at(mv_segstore *st, size_t i, const char *event, pid_t dead_pid);
+void mv_segstore__remove_at(mv_segstore *st, size_t i, const char *event, pid_t dead_pid);
 
 /* mv_segstore_reap.c: the inotify descriptor of the size checks (st->ino_fd, -1 if none) and
  * the reaper's epoll set and wake eventfd (opened; closed);
  * a watch on one segment file (caller holds st->mu or owns st); a file back to its recorded
  * size (0, -ENOENT, -EINVAL: not a regular file, or -errno); the reaper thread's body. */
-void segstore_watch_open(mv_segstore *st);
-void segstore_watch_close(mv_segstore *st);
-void segstore_watch_file(mv_segstore *st, const char *path);
+void mv_segstore__watch_open(mv_segstore *st);
+void mv_segstore__watch_close(mv_segstore *st);
+void mv_segstore__watch_file(mv_segstore *st, const char *path);
 /* mv_segstore_reap.c: entry i's owner is known by pid number only (caller holds st->mu or
  * owns st), or no longer (called before the entry goes): keeps st->by_pid and wakes the
  * reaper, which then passes every interval. */
-void segstore_owner_by_pid(mv_segstore *st, size_t i, int add);
-int segstore_fix_size(const mv_segstore_seg *s);
-void *segstore_reaper_main(void *arg);
+void mv_segstore__owner_by_pid(mv_segstore *st, size_t i, int add);
+int mv_segstore__fix_size(const mv_segstore_seg *s);
+void *mv_segstore__reaper_main(void *arg);
 /* Tells the reaper thread to end (it is then joined). */
-void segstore_reaper_stop(mv_segstore *st);
+void mv_segstore__reaper_stop(mv_segstore *st);
 /* mv_segstore_reap.c: a pidfd of process `pid` (0: none) or -1 (logged once per store when
  * the system refuses one for a reason other than the process being gone, or when it would
  * take one of the descriptors kept for the rest of the agent: the top quarter of
  * RLIMIT_NOFILE, at least 64; caller holds st->mu or owns st); owner_fds sized for `cap`
  * entries (new ones -1): 0 or -ENOMEM; every owner pidfd closed. */
-int segstore_owner_open(mv_segstore *st, uint32_t pid);
-int segstore_owner_fds_fit(mv_segstore *st, size_t cap);
-void segstore_owner_fds_close(mv_segstore *st);
+int mv_segstore__owner_open(mv_segstore *st, uint32_t pid);
+int mv_segstore__owner_fds_fit(mv_segstore *st, size_t cap);
+void mv_segstore__owner_fds_close(mv_segstore *st);
 
 #define CATALOG_NAME "catalog.json"
 #define CATALOG_TMP  "catalog.json.tmp"
@@ -114,17 +117,17 @@ void segstore_owner_fds_close(mv_segstore *st);
  * to where it was); compact: a new snapshot of st's catalog, then the journal emptied (0 or
  * -errno, logged; the journal stays correct on failure); maybe_compact: compacts when the
  * journal is long enough. All with st->mu held or st owned. */
-int segstore_journal_open(mv_segstore *st);
-void segstore_journal_close(mv_segstore *st);
-int segstore_journal_put(mv_segstore *st, const mv_segstore_seg *s, uint64_t revision, char *err,
-                         size_t errlen);
-int segstore_journal_del(mv_segstore *st, const char *id, uint64_t revision, char *err,
-                         size_t errlen);
-int segstore_compact(mv_segstore *st);
-void segstore_journal_maybe_compact(mv_segstore *st);
-uint32_t segstore_crc32(const void *buf, size_t len);
+int mv_segstore__journal_open(mv_segstore *st);
+void mv_segstore__journal_close(mv_segstore *st);
+int mv_segstore__journal_put(mv_segstore *st, const mv_segstore_seg *s, uint64_t revision,
+                             char *err, size_t errlen);
+int mv_segstore__journal_del(mv_segstore *st, const char *id, uint64_t revision, char *err,
+                             size_t errlen);
+int mv_segstore__compact(mv_segstore *st);
+void mv_segstore__journal_maybe_compact(mv_segstore *st);
+uint32_t mv_segstore__crc32(const void *buf, size_t len);
 
-/* What segstore_catalog_build made of a snapshot and a journal. */
+/* What mv_segstore__catalog_build made of a snapshot and a journal. */
 typedef struct segstore_loaded {
     mv_segstore_seg *segs; /* malloc'd; mv_segstore_segs_free(segs, n) */
     size_t n;
@@ -143,55 +146,55 @@ typedef struct segstore_loaded {
 /* Rebuilds the catalog from snapshot text (NULL: none) and journal bytes. Never fails over
  * content: what cannot be loaded is counted (and logged when `log`) and the rest is
  * returned. 0, or -ENOMEM. */
-int segstore_catalog_build(const char *snap, size_t snaplen, const uint8_t *jr, size_t jlen,
-                           const char *dir, int log, segstore_loaded *out);
+int mv_segstore__catalog_build(const char *snap, size_t snaplen, const uint8_t *jr, size_t jlen,
+                               const char *dir, int log, segstore_loaded *out);
 
 /* "<dir>/<name>", malloc'd; NULL without memory. */
-char *segstore_path_join(const char *dir, const char *name);
+char *mv_segstore__path_join(const char *dir, const char *name);
 /* The file of segment `id`: "<dir>/<id>" or, in a per-segment directory,
  * "<dir>/<id>/" MV_SEGSTORE_SEG_FILE. malloc'd; NULL without memory. */
-char *segstore_seg_path(const char *dir, const char *id, int in_dir);
+char *mv_segstore__seg_path(const char *dir, const char *id, int in_dir);
 /* "seg-" + 16 lowercase hex digits. */
-int segstore_valid_id(const char *id, size_t len);
+int mv_segstore__valid_id(const char *id, size_t len);
 /* Device IDs: 1..MV_SEGSTORE_DEVICE_ID_MAX bytes of [A-Za-z0-9._-]. */
-int segstore_valid_device(const char *d, size_t len);
+int mv_segstore__valid_device(const char *d, size_t len);
 /* The offset of the first control byte (below 0x20, or 0x7f; NUL included) in s[0..len), or
  * -1 when there is none. */
-long segstore_control_byte(const char *s, size_t len);
+long mv_segstore__control_byte(const char *s, size_t len);
 /* Label names and values as Prometheus takes them, no duplicates; no control byte in a value
  * (a name allows only [a-zA-Z0-9_] anyway). 0 or -EINVAL + err. */
-int segstore_check_labels(const mv_segstore_label *labels, size_t n, char *err, size_t errlen);
+int mv_segstore__check_labels(const mv_segstore_label *labels, size_t n, char *err, size_t errlen);
 
 /* Told of an entry that cannot be loaded (index in the file, reason); the rest is served. */
 typedef void (*segstore_bad_fn)(void *arg, size_t idx, const char *reason);
-/* As segstore_catalog_parse, with entries that fail validation (or, for `bad` non-NULL, are
+/* As mv_segstore__catalog_parse, with entries that fail validation (or, for `bad` non-NULL, are
  * duplicates: the caller checks those) handed to `bad` and skipped instead of failing the
  * whole file. */
-int segstore_catalog_parse_ex(const char *text, size_t len, const char *dir, uint64_t max_size,
-                              segstore_bad_fn bad, void *bad_arg, mv_segstore_seg **out, size_t *n,
-                              uint64_t *revision, char *err, size_t errlen);
+int mv_segstore__catalog_parse_ex(const char *text, size_t len, const char *dir, uint64_t max_size,
+                                  segstore_bad_fn bad, void *bad_arg, mv_segstore_seg **out,
+                                  size_t *n, uint64_t *revision, char *err, size_t errlen);
 /* One catalog entry (a JSON object as in catalog.json's "segments") into *seg. 0, -EINVAL or
  * -ENOMEM, reason in err. */
-int segstore_entry_parse(const char *text, size_t len, const char *dir, uint64_t max_size,
-                         mv_segstore_seg *seg, char *err, size_t errlen);
-/* The same from a parsed json-c object. */
-int segstore_entry_from_json(struct json_object *e, const char *dir, uint64_t max_size,
+int mv_segstore__entry_parse(const char *text, size_t len, const char *dir, uint64_t max_size,
                              mv_segstore_seg *seg, char *err, size_t errlen);
+/* The same from a parsed json-c object. */
+int mv_segstore__entry_from_json(struct json_object *e, const char *dir, uint64_t max_size,
+                                 mv_segstore_seg *seg, char *err, size_t errlen);
 /* The catalog.json entry of `s` (a json-c object: put it), or NULL without memory. */
-struct json_object *segstore_entry_json(const mv_segstore_seg *s);
+struct json_object *mv_segstore__entry_json(const mv_segstore_seg *s);
 /* write(2) until done: 0 or -errno. fsync of a directory: 0 or -errno. */
-int segstore_write_all(int fd, const void *buf, size_t len);
-int segstore_fsync_dir(const char *dir);
+int mv_segstore__write_all(int fd, const void *buf, size_t len);
+int mv_segstore__fsync_dir(const char *dir);
 /* Parses catalog.json text of a store in `dir` (see mv_segstore_catalog_parse). */
-int segstore_catalog_parse(const char *text, size_t len, const char *dir, uint64_t max_size,
-                           mv_segstore_seg **out, size_t *n, uint64_t *revision, char *err,
-                           size_t errlen);
+int mv_segstore__catalog_parse(const char *text, size_t len, const char *dir, uint64_t max_size,
+                               mv_segstore_seg **out, size_t *n, uint64_t *revision, char *err,
+                               size_t errlen);
 /* Writes <dir>/catalog.json atomically (tmp + fsync + rename + fsync of the directory).
  * 0 or -errno (logged). */
-int segstore_catalog_save(const char *dir, uint64_t revision, const mv_segstore_seg *segs,
-                          size_t nsegs);
+int mv_segstore__catalog_save(const char *dir, uint64_t revision, const mv_segstore_seg *segs,
+                              size_t nsegs);
 /* Reads a regular file of at most MV_SEGSTORE_CATALOG_MAX bytes into a
  * malloc'd NUL-terminated buffer. 0, -errno, -EFBIG or -ENOMEM. */
-int segstore_read_file(const char *path, char **out, size_t *len);
+int mv_segstore__read_file(const char *path, char **out, size_t *len);
 
 #endif

@@ -43,7 +43,7 @@ static void crc_init(void)
     }
 }
 
-uint32_t segstore_crc32(const void *buf, size_t len)
+uint32_t mv_segstore__crc32(const void *buf, size_t len)
 {
     pthread_once(&crc_once, crc_init);
     const uint8_t *p = buf;
@@ -68,9 +68,9 @@ static uint32_t get_le32(const uint8_t *p)
 
 /* ---- Writing ----------------------------------------------------------------------------- */
 
-int segstore_journal_open(mv_segstore *st)
+int mv_segstore__journal_open(mv_segstore *st)
 {
-    char *path = segstore_path_join(st->dir, JOURNAL_NAME);
+    char *path = mv_segstore__path_join(st->dir, JOURNAL_NAME);
     if (!path)
         return -ENOMEM;
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
@@ -81,7 +81,7 @@ int segstore_journal_open(mv_segstore *st)
     if (rc == 0 && !S_ISREG(sb.st_mode))
         rc = -EINVAL;
     if (rc == 0)
-        rc = segstore_fsync_dir(st->dir);
+        rc = mv_segstore__fsync_dir(st->dir);
     if (rc < 0) {
         MV_ERROR("catalog.journal_open_failed", "path=%s err=%s", mv_log_q(path),
                  mv_log_q(strerror(-rc)));
@@ -97,7 +97,7 @@ int segstore_journal_open(mv_segstore *st)
     return 0;
 }
 
-void segstore_journal_close(mv_segstore *st)
+void mv_segstore__journal_close(mv_segstore *st)
 {
     if (st->jr_fd >= 0)
         close(st->jr_fd);
@@ -112,31 +112,32 @@ static int journal_append(mv_segstore *st, json_object *rec, char *err, size_t e
     const char *text = json_object_to_json_string_length(
         rec, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, &len);
     if (!text) {
-        mv_err_set(err, errlen, "out of memory");
+        mv_util_err_set(err, errlen, "out of memory");
         return -ENOMEM;
     }
     if (st->jr_fd < 0) {
-        mv_err_set(err, errlen, "the catalog journal %s/%s is not open", st->dir, JOURNAL_NAME);
+        mv_util_err_set(err, errlen, "the catalog journal %s/%s is not open", st->dir,
+                        JOURNAL_NAME);
         return -EIO;
     }
     if (len > JR_RECORD_MAX) {
-        mv_err_set(err, errlen, "catalog entry of %zu bytes exceeds %u", len, JR_RECORD_MAX);
+        mv_util_err_set(err, errlen, "catalog entry of %zu bytes exceeds %u", len, JR_RECORD_MAX);
         return -EINVAL;
     }
     uint8_t *buf = malloc(JR_HDR + len);
     if (!buf) {
-        mv_err_set(err, errlen, "out of memory");
+        mv_util_err_set(err, errlen, "out of memory");
         return -ENOMEM;
     }
     memcpy(buf, JR_MAGIC, 4);
     put_le32(buf + 4, (uint32_t)len);
-    put_le32(buf + 8, segstore_crc32(text, len));
+    put_le32(buf + 8, mv_segstore__crc32(text, len));
     memcpy(buf + JR_HDR, text, len);
     int rc = 0;
     if (lseek(st->jr_fd, (off_t)st->jr_len, SEEK_SET) < 0)
         rc = -errno;
     if (rc == 0)
-        rc = segstore_write_all(st->jr_fd, buf, JR_HDR + len);
+        rc = mv_segstore__write_all(st->jr_fd, buf, JR_HDR + len);
     if (rc == 0 && fdatasync(st->jr_fd) < 0)
         rc = -errno;
     free(buf);
@@ -144,8 +145,8 @@ static int journal_append(mv_segstore *st, json_object *rec, char *err, size_t e
         if (ftruncate(st->jr_fd, (off_t)st->jr_len) < 0)
             MV_WARN("catalog.journal_cut_failed", "dir=%s err=%s", mv_log_q(st->dir),
                     mv_log_q(strerror(errno)));
-        mv_err_set(err, errlen, "cannot record the segment in the catalog journal %s/%s: %s",
-                   st->dir, JOURNAL_NAME, strerror(-rc));
+        mv_util_err_set(err, errlen, "cannot record the segment in the catalog journal %s/%s: %s",
+                        st->dir, JOURNAL_NAME, strerror(-rc));
         MV_ERROR("catalog.journal_write_failed", "dir=%s err=%s", mv_log_q(st->dir),
                  mv_log_q(strerror(-rc)));
         return rc;
@@ -166,15 +167,15 @@ static json_object *record_new(const char *op, uint64_t revision)
     return r;
 }
 
-int segstore_journal_put(mv_segstore *st, const mv_segstore_seg *s, uint64_t revision, char *err,
-                         size_t errlen)
+int mv_segstore__journal_put(mv_segstore *st, const mv_segstore_seg *s, uint64_t revision,
+                             char *err, size_t errlen)
 {
     json_object *r = record_new("put", revision);
-    json_object *e = segstore_entry_json(s);
+    json_object *e = mv_segstore__entry_json(s);
     if (!r || !e) {
         json_object_put(r);
         json_object_put(e);
-        mv_err_set(err, errlen, "out of memory");
+        mv_util_err_set(err, errlen, "out of memory");
         return -ENOMEM;
     }
     json_object_object_add(r, "segment", e);
@@ -183,12 +184,12 @@ int segstore_journal_put(mv_segstore *st, const mv_segstore_seg *s, uint64_t rev
     return rc;
 }
 
-int segstore_journal_del(mv_segstore *st, const char *id, uint64_t revision, char *err,
-                         size_t errlen)
+int mv_segstore__journal_del(mv_segstore *st, const char *id, uint64_t revision, char *err,
+                             size_t errlen)
 {
     json_object *r = record_new("del", revision);
     if (!r) {
-        mv_err_set(err, errlen, "out of memory");
+        mv_util_err_set(err, errlen, "out of memory");
         return -ENOMEM;
     }
     json_object_object_add(r, "id", json_object_new_string(id));
@@ -197,16 +198,16 @@ int segstore_journal_del(mv_segstore *st, const char *id, uint64_t revision, cha
     return rc;
 }
 
-int segstore_compact(mv_segstore *st)
+int mv_segstore__compact(mv_segstore *st)
 {
-    int rc = segstore_catalog_save(st->dir, st->revision, st->segs, st->nsegs);
+    int rc = mv_segstore__catalog_save(st->dir, st->revision, st->segs, st->nsegs);
     if (rc < 0) {
         /* Still correct: the journal keeps every change. Try again after as many records. */
         st->compact_at = st->jr_records * 2 + JR_COMPACT_MIN;
         return rc;
     }
     struct stat sb;
-    char *path = segstore_path_join(st->dir, CATALOG_NAME);
+    char *path = mv_segstore__path_join(st->dir, CATALOG_NAME);
     if (path && stat(path, &sb) == 0)
         st->snap_bytes_written += (uint64_t)sb.st_size;
     free(path);
@@ -227,12 +228,12 @@ int segstore_compact(mv_segstore *st)
     return 0;
 }
 
-void segstore_journal_maybe_compact(mv_segstore *st)
+void mv_segstore__journal_maybe_compact(mv_segstore *st)
 {
     size_t at = st->compact_at ? st->compact_at
                                : (st->snap_segs > JR_COMPACT_MIN ? st->snap_segs : JR_COMPACT_MIN);
     if (st->jr_records >= at)
-        segstore_compact(st);
+        mv_segstore__compact(st);
 }
 
 /* ---- Loading ----------------------------------------------------------------------------- */
@@ -376,7 +377,7 @@ static void apply_record(load_ctx *c, seg_set *set, const char *dir, const char 
         goto done; /* in the snapshot already */
     if (strcmp(ops, "put") == 0 && json_object_object_get_ex(r, "segment", &v)) {
         mv_segstore_seg seg;
-        if (segstore_entry_from_json(v, dir, MV_SEG_MAX_SIZE, &seg, err, sizeof err) < 0) {
+        if (mv_segstore__entry_from_json(v, dir, MV_SEG_MAX_SIZE, &seg, err, sizeof err) < 0) {
             bad_record(c, off, err);
             goto done;
         }
@@ -387,8 +388,8 @@ static void apply_record(load_ctx *c, seg_set *set, const char *dir, const char 
         }
     } else if (strcmp(ops, "del") == 0 && json_object_object_get_ex(r, "id", &v) &&
                json_object_is_type(v, json_type_string) &&
-               segstore_valid_id(json_object_get_string(v),
-                                 (size_t)json_object_get_string_len(v))) {
+               mv_segstore__valid_id(json_object_get_string(v),
+                                     (size_t)json_object_get_string_len(v))) {
         set_del(set, json_object_get_string(v));
     } else {
         bad_record(c, off, "unknown op, or its fields are missing or invalid");
@@ -401,8 +402,8 @@ done:
     json_tokener_free(tok);
 }
 
-int segstore_catalog_build(const char *snap, size_t snaplen, const uint8_t *jr, size_t jlen,
-                           const char *dir, int log, segstore_loaded *out)
+int mv_segstore__catalog_build(const char *snap, size_t snaplen, const uint8_t *jr, size_t jlen,
+                               const char *dir, int log, segstore_loaded *out)
 {
     memset(out, 0, sizeof *out);
     seg_set set = {0};
@@ -413,20 +414,20 @@ int segstore_catalog_build(const char *snap, size_t snaplen, const uint8_t *jr, 
         mv_segstore_seg *v = NULL;
         size_t n = 0;
         uint64_t rev = 0;
-        rc = segstore_catalog_parse_ex(snap, snaplen, dir, MV_SEG_MAX_SIZE, bad_entry, &c, &v, &n,
-                                       &rev, err, sizeof err);
+        rc = mv_segstore__catalog_parse_ex(snap, snaplen, dir, MV_SEG_MAX_SIZE, bad_entry, &c, &v,
+                                           &n, &rev, err, sizeof err);
         if (rc == -ENOMEM)
             return rc;
         if (rc < 0) {
             out->snap_bad = 1;
-            mv_fmt(out->snap_reason, sizeof out->snap_reason, "%s", err);
+            mv_util_fmt(out->snap_reason, sizeof out->snap_reason, "%s", err);
         } else {
             out->revision = rev;
             out->have_snapshot = 1;
             for (size_t i = 0; i < n; i++) {
                 if (set.nslot && *set_find(&set, v[i].id)) {
                     char why[64];
-                    mv_fmt(why, sizeof why, "segment %s appears twice", v[i].id);
+                    mv_util_fmt(why, sizeof why, "segment %s appears twice", v[i].id);
                     bad_entry(&c, i, why);
                     mv_segstore_seg_clear(&v[i]);
                 } else if (set_put(&set, &v[i]) < 0) {
@@ -458,7 +459,7 @@ int segstore_catalog_build(const char *snap, size_t snaplen, const uint8_t *jr, 
             out->jr_torn = 1;
             break;
         }
-        if (segstore_crc32(jr + off + JR_HDR, len) != crc) {
+        if (mv_segstore__crc32(jr + off + JR_HDR, len) != crc) {
             /* The last record, written in part before a crash, or damage in the middle. */
             if (off + JR_HDR + len == jlen)
                 out->jr_torn = 1;
@@ -496,8 +497,8 @@ int mv_segstore_catalog_load_mem(const char *snap, size_t snaplen, const uint8_t
                                  uint64_t *revision, size_t *quarantined)
 {
     segstore_loaded l;
-    int rc = segstore_catalog_build(snap, snaplen, journal, jlen,
-                                    dir ? dir : MV_SEGSTORE_DEFAULT_DIR, 0, &l);
+    int rc = mv_segstore__catalog_build(snap, snaplen, journal, jlen,
+                                        dir ? dir : MV_SEGSTORE_DEFAULT_DIR, 0, &l);
     if (rc < 0)
         return rc;
     *out = l.segs;

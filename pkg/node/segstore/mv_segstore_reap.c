@@ -29,7 +29,7 @@
  * fault or read zeros inside the first page, an extended one no longer matches what was
  * registered for RDMA and announced. Bytes cut off come back as zeros. Returns 0 (size
  * right or restored), -ENOENT (no file), -EINVAL (not a regular file) or another -errno. */
-int segstore_fix_size(const mv_segstore_seg *s)
+int mv_segstore__fix_size(const mv_segstore_seg *s)
 {
     struct stat sb;
     if (lstat(s->path, &sb) != 0)
@@ -86,7 +86,7 @@ static void events_kick(mv_segstore *st)
         MV_DEBUG("segstore.kick_failed", "err=%s", mv_log_q(strerror(errno)));
 }
 
-void segstore_owner_by_pid(mv_segstore *st, size_t i, int add)
+void mv_segstore__owner_by_pid(mv_segstore *st, size_t i, int add)
 {
     if (st->segs[i].owner_pid == 0 || (st->owner_fds && st->owner_fds[i] >= 0))
         return;
@@ -110,7 +110,7 @@ static long owner_fd_ceiling(void)
     return cur - keep;
 }
 
-int segstore_owner_open(mv_segstore *st, uint32_t pid)
+int mv_segstore__owner_open(mv_segstore *st, uint32_t pid)
 {
     if (pid == 0)
         return -1;
@@ -141,7 +141,7 @@ int segstore_owner_open(mv_segstore *st, uint32_t pid)
     return -1;
 }
 
-int segstore_owner_fds_fit(mv_segstore *st, size_t cap)
+int mv_segstore__owner_fds_fit(mv_segstore *st, size_t cap)
 {
     size_t had = st->owner_fds ? st->cap : 0;
     if (st->owner_fds && cap <= had)
@@ -155,7 +155,7 @@ int segstore_owner_fds_fit(mv_segstore *st, size_t cap)
     return 0;
 }
 
-void segstore_owner_fds_close(mv_segstore *st)
+void mv_segstore__owner_fds_close(mv_segstore *st)
 {
     for (size_t i = 0; st->owner_fds && i < st->nsegs; i++)
         if (st->owner_fds[i] >= 0)
@@ -179,7 +179,7 @@ static int owner_gone(const mv_segstore *st, size_t i)
     return kill(pid, 0) < 0 && errno == ESRCH;
 }
 
-void segstore_watch_open(mv_segstore *st)
+void mv_segstore__watch_open(mv_segstore *st)
 {
     st->next_full_ms = mono_ms() + full_check_ms(st);
     st->ep_fd = epoll_create1(EPOLL_CLOEXEC);
@@ -198,7 +198,7 @@ void segstore_watch_open(mv_segstore *st)
         events_add(st, st->ino_fd);
 }
 
-void segstore_watch_close(mv_segstore *st)
+void mv_segstore__watch_close(mv_segstore *st)
 {
     int *fds[] = {&st->ino_fd, &st->ep_fd, &st->wake_fd};
     for (size_t i = 0; i < sizeof fds / sizeof fds[0]; i++) {
@@ -208,9 +208,9 @@ void segstore_watch_close(mv_segstore *st)
     }
 }
 
-/* Watches a segment file for the changes segstore_fix_size looks for. Caller holds st->mu (or
+/* Watches a segment file for the changes mv_segstore__fix_size looks for. Caller holds st->mu (or
  * owns st alone). */
-void segstore_watch_file(mv_segstore *st, const char *path)
+void mv_segstore__watch_file(mv_segstore *st, const char *path)
 {
     if (st->ino_fd < 0 || st->unwatched)
         return;
@@ -268,9 +268,9 @@ static void reaper_sleep(mv_segstore *st, int64_t until)
  * burst of exits or a pod that keeps writing its file is handled in groups. Between passes
  * it sleeps until an event or the next full size check when events_enough, and one interval
  * otherwise. */
-void *segstore_reaper_main(void *arg)
+void *mv_segstore__reaper_main(void *arg)
 {
-    mv_thread_name("mv-reaper");
+    mv_util_thread_name("mv-reaper");
     mv_segstore *st = arg;
     pthread_mutex_lock(&st->mu);
     int64_t last = mono_ms() - st->reap_ms;
@@ -294,7 +294,7 @@ void *segstore_reaper_main(void *arg)
     return NULL;
 }
 
-void segstore_reaper_stop(mv_segstore *st)
+void mv_segstore__reaper_stop(mv_segstore *st)
 {
     pthread_mutex_lock(&st->mu);
     st->stopping = 1;
@@ -335,7 +335,8 @@ int mv_segstore_reap(mv_segstore *st)
         st->next_full_ms = now + full_check_ms(st);
     if (files_changed(st) || full)
         for (size_t i = 0; i < st->nsegs; i++)
-            segstore_fix_size(&st->segs[i]); /* logs and restores a truncated or extended file */
+            mv_segstore__fix_size(
+                &st->segs[i]); /* logs and restores a truncated or extended file */
     /* Without memory for the poll, each owner is asked on its own. */
     uint8_t *gone = st->nsegs ? malloc(st->nsegs) : NULL;
     struct pollfd *pf = gone ? malloc(st->nsegs * sizeof *pf) : NULL;
@@ -345,7 +346,7 @@ int mv_segstore_reap(mv_segstore *st)
      * and that entry has been looked at already. */
     for (size_t i = st->nsegs; i-- > 0;) {
         if (pf ? gone[i] : owner_gone(st, i)) {
-            segstore_remove_at(st, i, "segment.reaped", (pid_t)st->segs[i].owner_pid);
+            st->remove_at(st, i, "segment.reaped", (pid_t)st->segs[i].owner_pid);
             n++;
         }
     }

@@ -22,7 +22,7 @@ struct mv_workload {
 
 static double mono_s(void)
 {
-    return (double)mv_mono_ns() / 1e9;
+    return (double)mv_util_mono_ns() / 1e9;
 }
 
 static uint64_t xorshift(uint64_t *s)
