@@ -15,7 +15,11 @@ schema 6 (2^(k/64)), and a known log-normal sample per pod, all within one windo
   - the collector answers Prometheus' Accept header with the protobuf exposition, and the
     classic _bucket series are not what Prometheus stored.
 
-Usage: test_native_histograms.py BUILD_DIR   (exit 0 all passed, 1 a failure, 77 cannot run here)
+With "prom3" after BUILD_DIR the scraper is a current Prometheus 3 built from the Go module
+proxy (scripts/go-tools.sh prometheus3) with scrape_native_histograms: true.
+
+Usage: test_native_histograms.py BUILD_DIR [prom3]   (exit 0 all passed, 1 a failure, 77 cannot
+run here)
 """
 import ctypes
 import json
@@ -35,6 +39,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
 from mvtest import Procs, Report, free_port, http_get, wait_until  # noqa: E402
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
+PROM3 = False
 WINDOW_MS = 3000
 BUDGET_S = 75
 SCHEMA = 6
@@ -93,10 +98,19 @@ def scalar_of(res):
 
 
 def main():
-    if len(sys.argv) != 2:
+    global PROMETHEUS, PROM3
+    if len(sys.argv) not in (2, 3) or (len(sys.argv) == 3 and sys.argv[2] != "prom3"):
         print(__doc__)
         return 2
     build = sys.argv[1]
+    if len(sys.argv) == 3:
+        r = subprocess.run([os.path.join(ROOT, "scripts", "go-tools.sh"), "prometheus3"],
+                           capture_output=True, text=True, timeout=3000)
+        if r.returncode != 0:
+            print("SKIPPED: Prometheus 3 could not be built from the Go module proxy: %s"
+                  % r.stderr[-300:])
+            return 77
+        PROMETHEUS, PROM3 = r.stdout.strip(), True
     if not os.access(PROMETHEUS, os.X_OK):
         print("SKIPPED: Debian's prometheus package is not installed (scripts/deps.sh test)")
         return 77
@@ -184,8 +198,9 @@ def run(rep, build, lib, tmp, procs):
     cfg = os.path.join(tmp, "prometheus.yml")
     with open(cfg, "w") as f:
         f.write("global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\nscrape_configs:\n"
-                "  - job_name: microview\n    honor_labels: true\n    static_configs:\n"
-                "      - targets: ['127.0.0.1:%d']\n" % cport)
+                "  - job_name: microview\n    honor_labels: true\n%s    static_configs:\n"
+                "      - targets: ['127.0.0.1:%d']\n"
+                % ("    scrape_native_histograms: true\n" if PROM3 else "", cport))
     procs.spawn("prometheus", [PROMETHEUS, "--config.file=" + cfg,
                                "--storage.tsdb.path=" + os.path.join(tmp, "tsdb"),
                                "--web.listen-address=127.0.0.1:%d" % pport,
