@@ -231,7 +231,10 @@ static void bench_rw(unsigned n, int runs)
         l[8] = (mv_rw_label){"replica", "collector-a"};
         l[9] = (mv_rw_label){"version", val[i][6]};
         l[10] = (mv_rw_label){"zone", val[i][4]};
-        ser[i] = (mv_rw_series){l, 11, (double)(i % 1000) * 0.25, 1764300000000 + i % 7};
+        ser[i] = (mv_rw_series){.labels = l,
+                                .nlabels = 11,
+                                .value = (double)(i % 1000) * 0.25,
+                                .ts_ms = 1764300000000 + i % 7};
     }
     for (int version = 1; version <= 2; version++) {
         double secs[16];
@@ -243,7 +246,7 @@ static void bench_rw(unsigned n, int runs)
                 uint8_t *out;
                 size_t len, rl;
                 unsigned k = n - o < batch ? n - o : batch;
-                if (mv_rw_encode(version, ser + o, k, &out, &len, &rl) != 0)
+                if (mv_rw_encode(version, ser + o, k, 6, &out, &len, &rl) != 0)
                     return;
                 bytes += len;
                 raw += rl;

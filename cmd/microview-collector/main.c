@@ -640,6 +640,12 @@ static int run(int argc, char **argv, mv_export_sel *derived)
         return 2;
     }
 
+    /* auto: native buckets no wider than the sketch's (docs/exposition.md) */
+    int32_t auto_schema = mv_expo_nh_schema_for_gamma((1 + co.pipe.alpha) / (1 - co.pipe.alpha));
+    if (native_schema == NATIVE_AUTO)
+        native_schema = auto_schema;
+    rw.native_set = 1; /* remote write 2.0's native histograms: the same schema */
+    rw.native_schema = native_schema == MV_EXPO_NH_OFF ? auto_schema : native_schema;
     mv_collector_opts o = {.coll = co,
                            .agent = ag.agent,
                            .verbs = verbs,

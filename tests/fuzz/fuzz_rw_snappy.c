@@ -50,13 +50,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         double v = 0;
         if (o + 8 <= size)
             memcpy(&v, data + o, 8);
-        ser[s] = (mv_rw_series){lab[s], nl, v, (int64_t)o * 1000 - 5};
+        ser[s] = (mv_rw_series){
+            .labels = lab[s], .nlabels = nl, .value = v, .ts_ms = (int64_t)o * 1000 - 5};
         o += 8;
     }
     for (int version = 1; version <= 2; version++) {
         uint8_t *enc;
         size_t len;
-        if (mv_rw_encode(version, ser, ns, &enc, &len, NULL) != 0)
+        if (mv_rw_encode(version, ser, ns, 6, &enc, &len, NULL) != 0)
             continue;
         if (mv_rw_unsnappy(enc, len, 1u << 24, &raw, &rlen) != 0)
             abort();

@@ -25,6 +25,11 @@ typedef struct item {
     uint64_t enq_ns; /* CLOCK_MONOTONIC */
     int64_t ts_ms;
     double value;
+    int is_hist; /* a histogram: bounds, cum (in the block), sum in value, count */
+    size_t nbounds;
+    double *bounds;
+    uint64_t *cum;
+    uint64_t count;
     size_t nlabels;
     mv_rw_label labels[];
 } item;
@@ -196,11 +201,23 @@ static void seen_clear(seen_tab *t)
 /* ---- The interval: snapshot to queues -----------------------------------------------------------
  */
 
+#define HIST_MAX 256 /* bounds of a histogram gathered for one item */
+
 typedef struct {
     mv_rw *rw;
     char name[1100];
     mv_expo_type type;
     uint64_t queued, dropped;
+    /* The histogram series being gathered: its labels (copied), bounds and counts. */
+    int hopen;
+    mv_expo_label hl[MAX_LABELS];
+    size_t nhl;
+    char hstr[8192];
+    size_t hstr_len;
+    double hb[HIST_MAX];
+    uint64_t hc[HIST_MAX + 1];
+    size_t nhb;
+    double hsum;
 } visit_ctx;
 
 static int v_family(void *arg, const char *name, mv_expo_type t, const char *help, const char *unit)
@@ -210,6 +227,7 @@ static int v_family(void *arg, const char *name, mv_expo_type t, const char *hel
     visit_ctx *v = arg;
     snprintf(v->name, sizeof v->name, "%s", name);
     v->type = t;
+    v->hopen = 0;
     return 0;
 }
 
@@ -218,15 +236,73 @@ static int lbl_cmp(const void *x, const void *y)
     return strcmp(((const mv_rw_label *)x)->name, ((const mv_rw_label *)y)->name);
 }
 
+static int queue_one(visit_ctx *v, const char *suffix, const mv_expo_label *a, size_t na,
+                     const mv_expo_label *b, size_t nb, const char *xname, double xval, double val,
+                     int64_t ts_ms, int hist);
+
+/* Copies a string into the gathered histogram's storage (NULL when full). */
+static const char *hcopy(visit_ctx *v, const char *s)
+{
+    size_t n = strlen(s) + 1;
+    if (v->hstr_len + n > sizeof v->hstr)
+        return NULL;
+    char *o = memcpy(v->hstr + v->hstr_len, s, n);
+    v->hstr_len += n;
+    return o;
+}
+
 static int v_sample(void *arg, const char *segment_id, const char *suffix, const mv_expo_label *a,
                     size_t na, const mv_expo_label *b, size_t nb, const char *xname, double xval,
                     double val, uint64_t u, int is_u, int64_t ts_ms)
 {
     (void)segment_id;
     visit_ctx *v = arg;
-    mv_rw *rw = v->rw;
     if (suffix && strcmp(suffix, "_created") == 0)
         return 0;
+    double dv = is_u ? (double)u : val;
+    if (v->type == MV_EXPO_HISTOGRAM && suffix) {
+        /* One item per histogram series: its buckets, _sum and _count come in that order. */
+        if (strcmp(suffix, "_bucket") == 0) {
+            if (!v->hopen) {
+                v->hopen = 1;
+                v->nhb = v->nhl = v->hstr_len = 0;
+                v->hsum = 0;
+                for (size_t i = 0; i < na + nb && v->nhl < MAX_LABELS; i++) {
+                    const mv_expo_label *e = i < na ? &a[i] : &b[i - na];
+                    const char *n = hcopy(v, e->name), *x = hcopy(v, e->value ? e->value : "");
+                    if (!n || !x) {
+                        v->hopen = 0; /* labels too long to gather: classic series instead */
+                        break;
+                    }
+                    v->hl[v->nhl++] = (mv_expo_label){n, x};
+                }
+            }
+            if (v->hopen && v->nhb <= HIST_MAX) {
+                if (isinf(xval) && xval > 0) {
+                    v->hc[v->nhb] = is_u ? u : (uint64_t)dv;
+                } else if (v->nhb < HIST_MAX) {
+                    v->hb[v->nhb] = xval;
+                    v->hc[v->nhb++] = is_u ? u : (uint64_t)dv;
+                }
+                return 0;
+            }
+        } else if (v->hopen && strcmp(suffix, "_sum") == 0) {
+            v->hsum = dv;
+            return 0;
+        } else if (v->hopen && strcmp(suffix, "_count") == 0) {
+            v->hopen = 0;
+            v->hc[v->nhb] = is_u ? u : (uint64_t)dv;
+            return queue_one(v, NULL, v->hl, v->nhl, NULL, 0, NULL, 0, dv, ts_ms, 1);
+        }
+    }
+    return queue_one(v, suffix, a, na, b, nb, xname, xval, dv, ts_ms, 0);
+}
+
+static int queue_one(visit_ctx *v, const char *suffix, const mv_expo_label *a, size_t na,
+                     const mv_expo_label *b, size_t nb, const char *xname, double xval, double val,
+                     int64_t ts_ms, int hist)
+{
+    mv_rw *rw = v->rw;
     mv_rw_label l[MAX_LABELS + 40];
     char name[1200], xv[40];
     snprintf(name, sizeof name, "%s%s", v->name, suffix ? suffix : "");
@@ -270,16 +346,26 @@ static int v_sample(void *arg, const char *segment_id, const char *suffix, const
         return 0;
     }
     seen_put(&rw->seen[rw->cur], h, ts_ms);
-    item *it = malloc(sizeof *it + n * sizeof(mv_rw_label) + bytes);
+    size_t hb = hist ? v->nhb * sizeof(double) + (v->nhb + 1) * sizeof(uint64_t) : 0;
+    item *it = malloc(sizeof *it + n * sizeof(mv_rw_label) + hb + bytes);
     if (!it) {
         v->dropped++;
         return 0;
     }
     it->ts_ms = ts_ms;
-    it->value = is_u ? (double)u : val;
+    it->value = hist ? v->hsum : val;
+    it->is_hist = hist;
+    it->nbounds = hist ? v->nhb : 0;
+    it->count = hist ? v->hc[v->nhb] : 0;
+    it->bounds = (double *)(it->labels + n);
+    it->cum = (uint64_t *)(it->bounds + it->nbounds);
+    if (hist) {
+        memcpy(it->bounds, v->hb, v->nhb * sizeof(double));
+        memcpy(it->cum, v->hc, (v->nhb + 1) * sizeof(uint64_t));
+    }
     it->nlabels = n;
     it->enq_ns = mono_ns();
-    char *o = (char *)(it->labels + n);
+    char *o = (char *)(it->labels + n) + hb;
     for (size_t i = 0; i < n; i++) {
         size_t ln = strlen(l[i].name) + 1, lv = strlen(l[i].value) + 1;
         memcpy(o, l[i].name, ln);
@@ -466,6 +552,16 @@ static void free_items(item **it, size_t n)
         free(it[i]);
 }
 
+/* Samples a batch carries on the wire: a histogram is its classic series in 1.0, one native
+ * histogram in 2.0. */
+static uint64_t wire_samples(item **it, size_t n, int version)
+{
+    uint64_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        k += it[i]->is_hist && version == 1 ? it[i]->nbounds + 3 : 1;
+    return k;
+}
+
 /* Sends one batch until it is acknowledged, refused or the sender stops. */
 static void send_batch(shard *s, item **it, size_t n)
 {
@@ -476,7 +572,16 @@ static void send_batch(shard *s, item **it, size_t n)
         return;
     }
     for (size_t i = 0; i < n; i++)
-        ser[i] = (mv_rw_series){it[i]->labels, it[i]->nlabels, it[i]->value, it[i]->ts_ms};
+        ser[i] = (mv_rw_series){.labels = it[i]->labels,
+                                .nlabels = it[i]->nlabels,
+                                .value = it[i]->value,
+                                .ts_ms = it[i]->ts_ms,
+                                .is_hist = it[i]->is_hist,
+                                .bounds = it[i]->bounds,
+                                .cum = it[i]->cum,
+                                .nbounds = it[i]->nbounds,
+                                .sum = it[i]->value,
+                                .count = it[i]->count};
     long backoff = rw->c.min_backoff_ms;
     int encoded_version = 0;
     uint8_t *body = NULL;
@@ -488,7 +593,8 @@ static void send_batch(shard *s, item **it, size_t n)
         if (version != encoded_version) {
             free(body);
             body = NULL;
-            if (mv_rw_encode(version, ser, n, &body, &len, &raw) != 0) {
+            if (mv_rw_encode(version, ser, n, rw->c.native_set ? rw->c.native_schema : 6, &body,
+                             &len, &raw) != 0) {
                 MV_WARN("remote_write.encode_failed", "samples=%zu error=%s", n,
                         mv_log_q("out of memory"));
                 break;
@@ -496,6 +602,7 @@ static void send_batch(shard *s, item **it, size_t n)
             encoded_version = version;
         }
         long code = post(s, body, len, version);
+        uint64_t ns = wire_samples(it, n, version);
         pthread_mutex_lock(&rw->mu);
         rw->st.requests++;
         if (code >= 200 && code < 300 && version == 2 && !s->written_seen) {
@@ -513,7 +620,7 @@ static void send_batch(shard *s, item **it, size_t n)
             continue;
         }
         if (code >= 200 && code < 300) {
-            rw->st.samples_sent += n;
+            rw->st.samples_sent += ns;
             rw->st.bytes_sent += len;
             rw->st.bytes_uncompressed += raw;
             pthread_mutex_unlock(&rw->mu);
@@ -531,13 +638,13 @@ static void send_batch(shard *s, item **it, size_t n)
             continue;
         }
         if (code >= 400 && code < 500 && code != 429) {
-            rw->st.dropped_http_4xx += n;
+            rw->st.dropped_http_4xx += ns;
             pthread_mutex_unlock(&rw->mu);
             MV_WARN("remote_write.refused", "url=%s status=%ld samples=%zu effect=%s",
                     mv_log_q(rw->url), code, n, mv_log_q("batch dropped, not retried"));
             break;
         }
-        rw->st.samples_retried += n;
+        rw->st.samples_retried += ns;
         pthread_mutex_unlock(&rw->mu);
         long wait = backoff;
         long ra = (code == 429 || code == 503) ? retry_after_ms(s->retry_after) : -1;

@@ -15,6 +15,8 @@
  * max_backoff_ms; a Retry-After of a 429 or 503, seconds or HTTP date, is honoured up to
  * 5 minutes) while the shard keeps its order and later samples wait in the queue; any other
  * 4xx drops the batch (counted, not retried). A full queue drops the newest samples (counted).
+ * A pod histogram is one queued item: 2.0 sends it as a native histogram (native_schema),
+ * 1.0 as its classic _bucket/_sum/_count series.
  * Labels: the series' labels, then the external labels (a series' own label of the same name
  * wins), sorted by name with __name__.
  *
@@ -64,6 +66,8 @@ typedef struct mv_rw_config {
     uint32_t max_backoff_ms;  /* default 5000 */
     uint32_t timeout_ms;      /* per request; default 10000 */
     const mv_export_sel *sel; /* derived series sent (borrowed; NULL = the exposition default) */
+    int native_set;           /* native_schema given (else 6) */
+    int32_t native_schema;    /* 2.0: schema of the native histograms sent (-4..8) */
 } mv_rw_config;
 
 /* Fills the defaults (url NULL). */
@@ -78,17 +82,19 @@ int mv_rw_create(const mv_rw_config *c, mv_coll *coll, mv_rw **out);
 /* Stops the threads (a request in flight ends within its timeout) and frees. NULL is a no-op. */
 void mv_rw_destroy(mv_rw *rw);
 
+/* Samples: as sent on the wire (a histogram is its classic series in 1.0, one sample in
+ * 2.0); the queue's figures count items (a histogram is one). */
 typedef struct mv_rw_stats {
-    uint64_t samples_queued;     /* accepted into a queue */
+    uint64_t samples_queued;     /* items accepted into a queue */
     uint64_t samples_sent;       /* acknowledged with 2xx */
-    uint64_t dropped_queue_full; /* refused by a full queue */
+    uint64_t dropped_queue_full; /* items refused by a full queue */
     uint64_t dropped_http_4xx;   /* in batches refused with a 4xx (not 429) */
     uint64_t samples_retried;    /* samples of retried requests, once per retry */
     uint64_t requests;           /* requests sent (each try) */
     uint64_t requests_failed;    /* tries that did not get a 2xx */
     uint64_t bytes_sent;         /* compressed bodies of successful requests */
     uint64_t bytes_uncompressed; /* their protobuf size */
-    uint64_t queue_samples;      /* waiting now */
+    uint64_t queue_samples;      /* items waiting now */
     double oldest_age_s;         /* age of the oldest sample waiting (0: none) */
     uint64_t fallbacks_v1;       /* 2.0 refused with 415: remote write 1.0 from then on */
     uint64_t written_missing;    /* 2.0 answers without X-Prometheus-Remote-Write-*-Written */
@@ -106,13 +112,23 @@ typedef struct mv_rw_series {
     size_t nlabels;
     double value;
     int64_t ts_ms;
+    /* A histogram (is_hist): __name__ is the family's name; nbounds finite increasing bounds
+     * and nbounds + 1 cumulative counts (the last: the +Inf bucket), sum and count. 1.0 sends
+     * it as the classic series <name>_bucket{le}, _sum and _count; 2.0 as one native
+     * histogram of `schema` (mv_expo_nh_add_classic, at most MV_EXPO_NH_MAX_BUCKETS). */
+    int is_hist;
+    const double *bounds;
+    const uint64_t *cum;
+    size_t nbounds;
+    double sum;
+    uint64_t count;
 } mv_rw_series;
 
 /* Packs a remote write 1.0 WriteRequest (version 1) or a 2.0 Request (version 2) for the
  * series and snappy-compresses it into *out (malloc'd; free()). *raw_len gets the protobuf
- * size. 0 or -ENOMEM. */
-int mv_rw_encode(int version, const mv_rw_series *s, size_t n, uint8_t **out, size_t *len,
-                 size_t *raw_len);
+ * size. `schema` is the native histograms' (2.0). 0 or -ENOMEM. */
+int mv_rw_encode(int version, const mv_rw_series *s, size_t n, int32_t schema, uint8_t **out,
+                 size_t *len, size_t *raw_len);
 /* Decompresses a snappy block of at most max_out bytes decompressed into *out (malloc'd).
  * 0, -EINVAL (not a valid snappy block), -E2BIG (larger than max_out) or -ENOMEM. */
 int mv_rw_unsnappy(const uint8_t *in, size_t n, size_t max_out, uint8_t **out, size_t *len);
