@@ -41,6 +41,8 @@ typedef struct shard {
     pthread_cond_t cv;
     item **ring;
     size_t cap, head, n;
+    size_t inflight;       /* items of the batch being sent (not yet acknowledged or dropped) */
+    uint64_t inflight_enq; /* when the oldest of them was queued */
     CURL *curl;
     char retry_after[64];
     int written_seen;
@@ -694,8 +696,13 @@ static void *shard_main(void *arg)
             batch[i] = s->ring[(s->head + i) % s->cap];
         s->head = (s->head + n) % s->cap;
         s->n -= n;
+        s->inflight = n;
+        s->inflight_enq = batch[0]->enq_ns;
         pthread_mutex_unlock(&s->mu);
         send_batch(s, batch, n);
+        pthread_mutex_lock(&s->mu);
+        s->inflight = 0;
+        pthread_mutex_unlock(&s->mu);
         pthread_mutex_lock(&rw->mu);
         int stop = rw->stop;
         pthread_mutex_unlock(&rw->mu);
@@ -880,9 +887,9 @@ void mv_rw_get_stats(mv_rw *rw, mv_rw_stats *st)
     for (uint32_t i = 0; i < rw->c.shards; i++) {
         shard *s = &rw->sh[i];
         pthread_mutex_lock(&s->mu);
-        q += s->n;
-        if (s->n) {
-            uint64_t t = s->ring[s->head]->enq_ns;
+        q += s->n + s->inflight;
+        if (s->n || s->inflight) {
+            uint64_t t = s->inflight ? s->inflight_enq : s->ring[s->head]->enq_ns;
             if (!oldest || t < oldest)
                 oldest = t;
         }
@@ -926,9 +933,10 @@ int mv_rw_render(mv_rw *rw, mv_expo *e)
     fam_u64(e, "microview_remote_write_bytes_total", MV_EXPO_COUNTER,
             "Compressed bytes of acknowledged remote write requests.", NULL, NULL, st.bytes_sent);
     fam_u64(e, "microview_remote_write_queue_samples", MV_EXPO_GAUGE,
-            "Samples waiting in the remote write queues.", NULL, NULL, st.queue_samples);
+            "Items (a histogram is one) not yet acknowledged: queued or being sent.", NULL, NULL,
+            st.queue_samples);
     mv_expo_family(e, "microview_remote_write_queue_oldest_age_seconds", MV_EXPO_GAUGE,
-                   "Age of the oldest sample waiting in the remote write queues (0: empty).", NULL);
+                   "Age of the oldest item not yet acknowledged (0: none).", NULL);
     mv_expo_sample(e, NULL, NULL, 0, NULL, 0, NULL, 0, st.oldest_age_s, MV_EXPO_NO_TS);
     fam_u64(e, "microview_remote_write_version", MV_EXPO_GAUGE,
             "Remote write protocol in use (1 or 2; 2 falls back to 1 after a 415).", NULL, NULL,

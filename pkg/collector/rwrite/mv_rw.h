@@ -94,7 +94,7 @@ typedef struct mv_rw_stats {
     uint64_t requests_failed;    /* tries that did not get a 2xx */
     uint64_t bytes_sent;         /* compressed bodies of successful requests */
     uint64_t bytes_uncompressed; /* their protobuf size */
-    uint64_t queue_samples;      /* items waiting now */
+    uint64_t queue_samples;      /* items waiting now, the batches being sent included */
     double oldest_age_s;         /* age of the oldest sample waiting (0: none) */
     uint64_t fallbacks_v1;       /* 2.0 refused with 415: remote write 1.0 from then on */
     uint64_t written_missing;    /* 2.0 answers without X-Prometheus-Remote-Write-*-Written */
