@@ -3,8 +3,9 @@
 module proxy (scripts/go-tools.sh prometheus3), and the two fallbacks to 1.0.
 
   - collector "v2" -> a loopback recorder -> Prometheus 3 (both messages accepted): stays on 2.0,
-    the answers carry the written headers, and every sample Prometheus acknowledged is
-    queryable with its exact value and timestamp;
+    the answers carry the written headers, every float sample Prometheus acknowledged is
+    queryable with its exact value and timestamp, and the pods' histograms are stored as
+    native histograms;
   - collector "v415" -> Prometheus 3 accepting prometheus.WriteRequest only: 415, then 1.0 for
     good, and its series arrive;
   - collector "nohdr" -> Debian's Prometheus 2 (a 1.0 receiver): 2xx without the written
@@ -244,10 +245,13 @@ def run(rep, build, tmp, procs, prom3):
               (metric(c, "microview_remote_write_written_headers_missing_total") or 0) == 0)
     st, _, body = http_get(p3base + "/api/v1/query?" + urllib.parse.urlencode(
         {"query": '{collector="v2"}[10m]', "time": "%.3f" % (time.time() + 1)}), timeout=20)
-    stored = {}
+    stored, native = {}, {}
     for r in (json.loads(body).get("data", {}).get("result", []) if st == 200 else []):
-        stored[tuple(sorted(r["metric"].items()))] = {
-            int(round(float(t) * 1000)): float(v) for t, v in r["values"]}
+        key = tuple(sorted(r["metric"].items()))
+        if "histograms" in r:  # the pods' histograms, sent as native histograms
+            native[key] = r["histograms"]
+            continue
+        stored[key] = {int(round(float(t) * 1000)): float(v) for t, v in r["values"]}
     missing = wrong = 0
     for k, samples in want.items():
         got = stored.get(k, {})
@@ -258,6 +262,10 @@ def run(rep, build, tmp, procs, prom3):
             elif not (g == v or (math.isnan(g) and math.isnan(v))):
                 wrong += 1
     total = sum(len(v) for v in want.values())
+    hist_ok = native and all(k and dict(k).get("__name__") == "gen_latency_seconds" and
+                             float(h[-1][1]["count"]) > 0 for k, h in native.items())
+    rep.check("2.0: the pods' histograms stored as native histograms in Prometheus 3 (%d series)"
+              % len(native), bool(hist_ok), str(list(native.items())[:1])[:300])
     rep.check("2.0: every acknowledged sample of %d series (%d samples) queryable in Prometheus 3 "
               "with its exact value and timestamp" % (len(want), total),
               total > 0 and missing == 0 and wrong == 0, "missing %d wrong %d" % (missing, wrong))
