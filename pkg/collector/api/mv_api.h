@@ -27,6 +27,7 @@ typedef struct mv_expo mv_expo;
 typedef struct mv_httpd mv_httpd;
 typedef struct mv_export_sel mv_export_sel;
 typedef struct mv_authz mv_authz;
+typedef struct mv_live mv_live;
 
 typedef struct mv_api mv_api;
 
@@ -51,6 +52,10 @@ typedef struct mv_api_opts {
     int native_set;
     int32_t native_schema;
     uint32_t native_max_buckets;
+    /* The live view (borrowed; NULL = none): /api/v1/stream and /api/v1/live/segments behind
+     * the access check, the page (/ui, /ui/app.js) open: it is static code that holds no data
+     * and asks for a token when the stream answers 401. */
+    mv_live *live;
 } mv_api_opts;
 
 /* Returns 0 or -ENOMEM. Free with mv_api_destroy. */

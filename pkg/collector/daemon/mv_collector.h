@@ -28,6 +28,7 @@
 #include "mv_export.h"
 #include "mv_httpd.h"
 #include "mv_rw.h"
+#include "mv_live.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -72,6 +73,9 @@ typedef struct mv_collector_opts {
     uint32_t native_max_buckets;
     /* Remote write (rw.url NULL: off); rw.sel is set to `derived`. */
     mv_rw_config rw;
+    /* The live view (/ui, /api/v1/stream): its limits; coll and tick_us are set here.
+     * max_streams 0: no live view. */
+    mv_live_opts live;
 } mv_collector_opts;
 
 /* Runs the collector until SIGINT or SIGTERM. Returns the process exit code: 0 after a
