@@ -33,6 +33,7 @@ PREFIX = {
     "mv_config": "config",
     "mv_httpd": "httpd",
     "mv_kubec": "kubec",
+    "mv_labelsel": "lsel",
     "mv_rpc": "rpc",
     "mv_rdma": "rdma",
     "mv_rdmatoken": "rdmatoken",
