@@ -146,19 +146,31 @@ static const char *check_prefix(const char *p, size_t n)
     return NULL;
 }
 
+const char *mv_lsel_check_key(const char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!is_ident((unsigned char)p[i]))
+            return "holds a byte other than [A-Za-z0-9._/-]";
+    const char *slash = memchr(p, '/', n);
+    if (!slash)
+        return check_name(p, n);
+    size_t pl = (size_t)(slash - p);
+    const char *why = check_prefix(p, pl);
+    return why ? why : check_name(slash + 1, n - pl - 1);
+}
+
+const char *mv_lsel_check_value(const char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!is_ident((unsigned char)p[i]))
+            return "holds a byte other than [A-Za-z0-9._-]";
+    return n ? check_name(p, n) : NULL;
+}
+
 static int check_key(lexer *lx, size_t off, size_t n)
 {
     const char *p = lx->s + off;
-    const char *slash = memchr(p, '/', n);
-    const char *why;
-    if (slash) {
-        size_t pl = (size_t)(slash - p);
-        why = check_prefix(p, pl);
-        if (!why)
-            why = check_name(slash + 1, n - pl - 1);
-    } else {
-        why = check_name(p, n);
-    }
+    const char *why = mv_lsel_check_key(p, n);
     if (why)
         return fail(lx, off, "key '%.*s' %s", (int)(n > 80 ? 80 : n), p, why);
     return 0;
@@ -166,9 +178,7 @@ static int check_key(lexer *lx, size_t off, size_t n)
 
 static int check_value(lexer *lx, size_t off, size_t n)
 {
-    if (n == 0)
-        return 0;
-    const char *why = check_name(lx->s + off, n);
+    const char *why = mv_lsel_check_value(lx->s + off, n);
     if (why)
         return fail(lx, off, "value '%.*s' %s", (int)(n > 80 ? 80 : n), lx->s + off, why);
     return 0;

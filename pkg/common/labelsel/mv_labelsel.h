@@ -69,4 +69,9 @@ int mv_lsel_match(const mv_lsel *sel, mv_lsel_get_fn get, void *ctx);
  * (excluding the NUL), like snprintf. */
 size_t mv_lsel_format(const mv_lsel *sel, char *buf, size_t cap);
 
+/* Checks a Kubernetes label key (`n` bytes) or value as the API server does. Returns NULL when
+ * valid, else a static reason ("is longer than 63 bytes", ...). */
+const char *mv_lsel_check_key(const char *key, size_t n);
+const char *mv_lsel_check_value(const char *value, size_t n);
+
 #endif
