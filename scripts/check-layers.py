@@ -62,6 +62,7 @@ PREFIX = {
     "mv_inspect": "inspect",
     "mv_workload": "workload",
     "mv_webhook": "wh",
+    "mv_scaler": "scaler",
 }
 GLOBAL_TYPES = set("TDBRVWGSiu")
 

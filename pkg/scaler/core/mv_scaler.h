@@ -1,0 +1,67 @@
+/* mv_scaler: the core of microview-scaler, KEDA's external scaler over the node collectors.
+ *
+ * A ScaledObject's trigger metadata (string keys and values) is parsed strictly into an
+ * mv_scaler_meta: every key known, every value checked, errors naming the field. A query asks
+ * the given collectors' /api/v1/value for the workload (namespace + label selector) in
+ * parallel (libcurl multi, one deadline per collector, a bounded number of collectors) and
+ * aggregates their answers (sum or max). A collector that does not answer in time, answers an
+ * error or an unparsable body is "missing"; the metadata's policy decides:
+ *   fail    (default) the query fails and names the first missing collector: never a value
+ *           computed without part of the workload, which could scale it down;
+ *   partial the value is computed from the collectors that answered; the result counts the
+ *           missing ones (for the service's metric and log). With none answering it fails too.
+ * A collector that answers the empty value (no matching pod on its node) is not missing.
+ *
+ * Thread-safe: no shared state; each query uses its own curl handles.
+ */
+#ifndef MV_SCALER_H
+#define MV_SCALER_H
+
+#include <stddef.h>
+
+#include "mv_labelsel.h"
+
+#define MV_SCALER_METRIC_MAX     200
+#define MV_SCALER_NAMESPACE_MAX  63
+#define MV_SCALER_COLLECTORS_MAX 1024 /* collectors one query may ask */
+#define MV_SCALER_BODY_MAX       (64u << 10)
+#define MV_SCALER_TIMEOUT_MS_MIN 10
+#define MV_SCALER_TIMEOUT_MS_MAX 10000
+#define MV_SCALER_TIMEOUT_MS_DEF 500
+
+typedef enum mv_scaler_agg { MV_SCALER_SUM = 0, MV_SCALER_MAX = 1 } mv_scaler_agg;
+typedef enum mv_scaler_policy { MV_SCALER_FAIL = 0, MV_SCALER_PARTIAL = 1 } mv_scaler_policy;
+
+typedef struct mv_scaler_meta {
+    char metric[MV_SCALER_METRIC_MAX + 1];        /* "metric" (required) */
+    char namespace_[MV_SCALER_NAMESPACE_MAX + 1]; /* "namespace" (required) */
+    mv_lsel selector;                             /* "selector" (required) */
+    double target;                                /* "targetValue" (required, > 0) */
+    double activation;                            /* "activationValue" (default 0) */
+    mv_scaler_agg agg;                            /* "aggregation": sum (default) | max */
+    int timeout_ms;                               /* "timeoutMs": per collector */
+    mv_scaler_policy policy;                      /* "missingCollectors": fail | partial */
+} mv_scaler_meta;
+
+/* Parses `n` metadata entries. Returns 0, or -EINVAL with `err` naming the field (an unknown
+ * key, a missing required one, or a bad value and why). */
+int mv_scaler_meta_parse(const char *const *keys, const char *const *values, size_t n,
+                         mv_scaler_meta *out, char *err, size_t errlen);
+
+typedef struct mv_scaler_result {
+    double value;            /* the aggregate over the answering collectors */
+    size_t asked;            /* collectors asked */
+    size_t answered;         /* of which answered a value (the empty value included) */
+    size_t missing;          /* asked - answered */
+    size_t series;           /* series summed over the collectors' answers ("count") */
+    char first_missing[256]; /* "<url>: <reason>" of the first missing collector, or "" */
+} mv_scaler_result;
+
+/* Asks every collector in `bases` ("http://10.1.2.3:9469", no trailing slash) for the
+ * metadata's workload, sending `token` as a bearer token when not NULL. Returns 0 with `out`
+ * filled, -EIO when the policy refuses the missing collectors (out->first_missing says which),
+ * -E2BIG with more than MV_SCALER_COLLECTORS_MAX collectors, -ENOENT with none, -ENOMEM. */
+int mv_scaler_query(const mv_scaler_meta *m, const char *const *bases, size_t n, const char *token,
+                    mv_scaler_result *out);
+
+#endif
