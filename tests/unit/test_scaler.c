@@ -162,7 +162,11 @@ static void test_sum_max_empty(void)
     mv_scaler_meta m;
     mv_scaler_result r;
     meta_for(&m, "");
-    CU_ASSERT_EQUAL(mv_scaler_query(&m, bases, 3, "tok-1", &r), 0);
+    mv_scaler_conns *conns = mv_scaler_conns_create();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(conns);
+    for (int round = 0; round < 3; round++) /* the kept connections serve the next query */
+        CU_ASSERT_EQUAL(mv_scaler_query(conns, &m, bases, 3, "tok-1", &r), 0);
+    mv_scaler_conns_destroy(conns);
     CU_ASSERT_DOUBLE_EQUAL(r.value, 12.5, 1e-9);
     CU_ASSERT_EQUAL(r.asked, 3);
     CU_ASSERT_EQUAL(r.answered, 3);
@@ -173,14 +177,14 @@ static void test_sum_max_empty(void)
     CU_ASSERT_STRING_EQUAL(a.last_agg, "sum");
     CU_ASSERT_STRING_EQUAL(c.last_auth, "Bearer tok-1");
     meta_for(&m, "|aggregation=max");
-    CU_ASSERT_EQUAL(mv_scaler_query(&m, bases, 3, NULL, &r), 0);
+    CU_ASSERT_EQUAL(mv_scaler_query(NULL, &m, bases, 3, NULL, &r), 0);
     CU_ASSERT_DOUBLE_EQUAL(r.value, 7.5, 1e-9);
     CU_ASSERT_STRING_EQUAL(a.last_agg, "max");
     CU_ASSERT_STRING_EQUAL(a.last_auth, "");
     /* Only empty answers: the workload has no pod with the metric, a real 0. */
     const char *empties[] = {b.base, b.base};
     meta_for(&m, "");
-    CU_ASSERT_EQUAL(mv_scaler_query(&m, empties, 2, NULL, &r), 0);
+    CU_ASSERT_EQUAL(mv_scaler_query(NULL, &m, empties, 2, NULL, &r), 0);
     CU_ASSERT_DOUBLE_EQUAL(r.value, 0, 0);
     CU_ASSERT_EQUAL(r.answered, 2);
     standin_stop(&a);
@@ -214,7 +218,7 @@ static void test_missing(void)
         mv_scaler_result r;
         meta_for(&m, "|timeoutMs=200");
         uint64_t t0 = mv_test_mono_ms();
-        int rc = mv_scaler_query(&m, bases, 2, NULL, &r);
+        int rc = mv_scaler_query(NULL, &m, bases, 2, NULL, &r);
         uint64_t took = mv_test_mono_ms() - t0;
         int ok1 = rc == -EIO && r.missing == 1 && r.answered == 1 &&
                   strstr(r.first_missing, bad[cases[i].which]) &&
@@ -226,7 +230,7 @@ static void test_missing(void)
         /* The deadline bounds the call whatever the slow collector does (it sleeps 3 s). */
         CU_ASSERT(took < 2000);
         meta_for(&m, "|timeoutMs=200|missingCollectors=partial");
-        rc = mv_scaler_query(&m, bases, 2, NULL, &r);
+        rc = mv_scaler_query(NULL, &m, bases, 2, NULL, &r);
         CU_ASSERT_EQUAL(rc, 0);
         CU_ASSERT_DOUBLE_EQUAL(r.value, 5, 1e-9);
         CU_ASSERT_EQUAL(r.missing, 1);
@@ -237,7 +241,7 @@ static void test_missing(void)
     mv_scaler_meta m;
     mv_scaler_result r;
     meta_for(&m, "|timeoutMs=200|missingCollectors=partial");
-    CU_ASSERT_EQUAL(mv_scaler_query(&m, none, 2, NULL, &r), -EIO);
+    CU_ASSERT_EQUAL(mv_scaler_query(NULL, &m, none, 2, NULL, &r), -EIO);
     CU_ASSERT_EQUAL(r.answered, 0);
     standin_stop(&ok);
     standin_stop(&denied);
@@ -251,12 +255,13 @@ static void test_bounds(void)
     mv_scaler_meta m;
     mv_scaler_result r;
     meta_for(&m, "");
-    CU_ASSERT_EQUAL(mv_scaler_query(&m, NULL, 0, NULL, &r), -ENOENT);
+    CU_ASSERT_EQUAL(mv_scaler_query(NULL, &m, NULL, 0, NULL, &r), -ENOENT);
     CU_ASSERT_PTR_NOT_NULL(strstr(r.first_missing, "no collector"));
     static const char *many[MV_SCALER_COLLECTORS_MAX + 1];
     for (size_t i = 0; i <= MV_SCALER_COLLECTORS_MAX; i++)
         many[i] = "http://127.0.0.1:1";
-    CU_ASSERT_EQUAL(mv_scaler_query(&m, many, MV_SCALER_COLLECTORS_MAX + 1, NULL, &r), -E2BIG);
+    CU_ASSERT_EQUAL(mv_scaler_query(NULL, &m, many, MV_SCALER_COLLECTORS_MAX + 1, NULL, &r),
+                    -E2BIG);
 }
 
 int main(void)

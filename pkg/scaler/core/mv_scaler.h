@@ -12,7 +12,9 @@
  *           missing ones (for the service's metric and log). With none answering it fails too.
  * A collector that answers the empty value (no matching pod on its node) is not missing.
  *
- * Thread-safe: no shared state; each query uses its own curl handles.
+ * Connections: a query made through an mv_scaler_conns keeps its connections to the collectors
+ * open for the next query through it (libcurl's connection cache); one mv_scaler_conns serves
+ * one thread at a time. Without one (NULL), each query opens and closes its own.
  */
 #ifndef MV_SCALER_H
 #define MV_SCALER_H
@@ -57,11 +59,16 @@ typedef struct mv_scaler_result {
     char first_missing[256]; /* "<url>: <reason>" of the first missing collector, or "" */
 } mv_scaler_result;
 
+typedef struct mv_scaler_conns mv_scaler_conns;
+/* Returns NULL when out of memory. */
+mv_scaler_conns *mv_scaler_conns_create(void);
+void mv_scaler_conns_destroy(mv_scaler_conns *c); /* NULL-safe */
+
 /* Asks every collector in `bases` ("http://10.1.2.3:9469", no trailing slash) for the
  * metadata's workload, sending `token` as a bearer token when not NULL. Returns 0 with `out`
  * filled, -EIO when the policy refuses the missing collectors (out->first_missing says which),
  * -E2BIG with more than MV_SCALER_COLLECTORS_MAX collectors, -ENOENT with none, -ENOMEM. */
-int mv_scaler_query(const mv_scaler_meta *m, const char *const *bases, size_t n, const char *token,
-                    mv_scaler_result *out);
+int mv_scaler_query(mv_scaler_conns *conns, const mv_scaler_meta *m, const char *const *bases,
+                    size_t n, const char *token, mv_scaler_result *out);
 
 #endif

@@ -57,8 +57,30 @@ static int parse_answer(call *c, double *value, size_t *count, char *why, size_t
     return ok ? 0 : -1;
 }
 
-int mv_scaler_query(const mv_scaler_meta *m, const char *const *bases, size_t n, const char *token,
-                    mv_scaler_result *out)
+struct mv_scaler_conns {
+    CURLM *multi; /* its connection cache outlives the queries' easy handles */
+};
+
+mv_scaler_conns *mv_scaler_conns_create(void)
+{
+    mv_scaler_conns *c = calloc(1, sizeof *c);
+    if (c && !(c->multi = curl_multi_init())) {
+        free(c);
+        c = NULL;
+    }
+    return c;
+}
+
+void mv_scaler_conns_destroy(mv_scaler_conns *c)
+{
+    if (!c)
+        return;
+    curl_multi_cleanup(c->multi);
+    free(c);
+}
+
+int mv_scaler_query(mv_scaler_conns *conns, const mv_scaler_meta *m, const char *const *bases,
+                    size_t n, const char *token, mv_scaler_result *out)
 {
     memset(out, 0, sizeof *out);
     if (n == 0) {
@@ -69,7 +91,7 @@ int mv_scaler_query(const mv_scaler_meta *m, const char *const *bases, size_t n,
         return -E2BIG;
     char sel[4 * MV_LSEL_TEXT_MAX];
     mv_lsel_format(&m->selector, sel, sizeof sel);
-    CURLM *multi = curl_multi_init();
+    CURLM *multi = conns ? conns->multi : curl_multi_init();
     call *calls = calloc(n, sizeof *calls);
     char *esc = NULL, auth[4200] = "";
     struct curl_slist *hdr = NULL;
@@ -171,7 +193,7 @@ out:
     free(calls);
     curl_free(esc);
     curl_slist_free_all(hdr);
-    if (multi)
+    if (multi && !conns)
         curl_multi_cleanup(multi);
     return rc;
 }
