@@ -156,6 +156,10 @@ if cmake --build "$build" --target microview_static >/dev/null; then
        "$py" -m pip install -q --no-build-isolation --no-deps --no-index --target "$tmp/pywriter/site" \
        "$tmp/pywriter/src" >/dev/null 2>&1; then
     run py_writers env PYTHONPATH="$tmp/pywriter/site" "$py" "$root/bench/writers/python/writer_bench.py" "${quick[@]}"
+    # The prometheus_client drop-in against prometheus_client, in one process (goal: >= 10x).
+    if "$py" -c 'import prometheus_client' 2>/dev/null; then
+      run py_compat env PYTHONPATH="$tmp/pywriter/site" "$py" "$root/bench/writers/python/compat_bench.py" "${quick[@]}"
+    fi
   else
     note "building writers/python failed (needs python3-dev, python3-setuptools, python3-pip)"; failed=1
   fi
@@ -228,7 +232,8 @@ grep -h '^goal=writer_2t' "$results" | sed 's/^/   /'
 grep -h '^info=writer_2t' "$results" | sed 's/^/   /'
 echo
 echo "== MicroView writers vs their Prometheus clients, ns per operation per thread (median)"
-echo "   go = microview.io/writers/go, go_dropin = its client_golang drop-in; speedup = peer/ours"
+echo "   go = microview.io/writers/go, go_dropin = its client_golang drop-in; speedup = peer/ours;"
+echo "   client_golang = v1.14.0 built into the Go writers' benchmark (same process and builder)"
 echo "   (goals: Go speedup >= 1 in every row, Python speedup >= 10)"
 awk '
 function kv(line, key,   n, i, a, f) {
@@ -246,9 +251,12 @@ END {
   printf "%-18s %-15s %8s %10s %14s %9s %9s %10s %18s %9s\n", "operation", "threads", "go", "go_dropin", "client_golang", "speedup", "dropin", "python", "prometheus_client", "speedup"
   for (i = 1; i <= n; i++) {
     k = order[i]; split(k, p, SUBSEP)
-    g = v["microview_go", k]; gd = v["microview_go_prom", k]; cg = v["client_golang", k]
+    # client_golang: the copy built into the Go writers benchmark (same process, same
+    # builder as the drop-in) when it ran, else the Debian peer
+    g = v["microview_go", k]; gd = v["microview_go_prom", k]; cg = v["client_golang_same_run", k]
+    if (cg == "") cg = v["client_golang", k]
     y = v["microview_py", k]; pc = v["prometheus_client", k]
-    if (g == "" && y == "") continue
+    if (g == "" && gd == "" && y == "") continue
     printf "%-18s %-15s %8s %10s %14s %9s %9s %10s %18s %9s\n", p[1], p[2], d(g), d(gd), d(cg), r(cg, g), r(cg, gd), d(y), d(pc), r(pc, y)
   }
 }' "$results"
@@ -365,6 +373,10 @@ grep -E '^bench=node(_thread)? ' "$results" | sed 's/^/  /'
 echo
 echo "== What the verbs collector's READs cost the host (verbs_host_cpu: two Soft-RoCE VMs)"
 grep -E '^bench=verbs_host_cpu ' "$results" | sed 's/^/  /'
+
+echo
+echo "== microview (Python) against prometheus_client, one process (compat_bench; goal >= 10x)"
+grep -E '^impl=(compare|floor) ' "$results" | sed 's/^/  /'
 
 echo
 echo "== Goals (each from a row above, this run)"

@@ -19,7 +19,7 @@ test_pkgs=(
   libcunit1-dev clang libclang-rt-14-dev clang-format
   prometheus
   python3 python3-grpcio python3-protobuf python3-grpc-tools python3-prometheus-client
-  python3-yaml python3-dev python3-setuptools python3-pip
+  python3-yaml python3-dev python3-setuptools python3-pip python3-pytest
   golang-go golang-github-prometheus-client-golang-dev
   qemu-system-x86 qemu-utils busybox-static cpio xz-utils kmod
   ibverbs-utils perftest iproute2 util-linux

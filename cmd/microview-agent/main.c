@@ -1,6 +1,7 @@
-/* microview-agent: node agent entry point: flags of both modes; the logic is in pkg/node/agent. */
+/* microview-agent: node agent entry point: the option table of the standalone mode, the
+ * configuration keys of the Kubernetes mode, the checks between flags; the agent runs in
+ * mv_agent_run (pkg/node/agent). */
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
@@ -13,122 +14,56 @@
 #include "mv_agentsvc.h"
 #include "mv_config.h"
 #include "mv_log.h"
+#include "mv_opts.h"
 #include "mv_rdmatoken.h"
 #include "mv_rdmax.h"
 #include "mv_segstore.h"
 #include "mv_util.h"
 
 /* Quota defaults: a uid fills at most this much; the reserve keeps the rest of the disk. */
-#define QUOTA_SEGMENTS_DEFAULT   1024u
-#define QUOTA_BYTES_DEFAULT      (4ull << 30)
-#define QUOTA_BYTES_DEFAULT_TEXT "4Gi"
+#define QUOTA_SEGMENTS_DEFAULT 1024u
+#define QUOTA_BYTES_DEFAULT    (4ull << 30)
+#define P                      "microview-agent"
+#define MV_STR_(x)             #x
+#define MV_STR(x)              MV_STR_(x)
 
-static void usage(FILE *f)
+/* ---- Flags with a callback ------------------------------------------------------------ */
+
+/* --socket-mode and --socket-group: the value (already checked by the table's parser) and the
+ * text as given, for the start-up log. */
+typedef struct {
+    mv_rpc_unix_perms perms;
+    const char *mode, *group; /* as given, NULL: not given */
+} socket_flags;
+
+static int socket_mode_flag(void *arg, const char *value, char *err, size_t errlen)
 {
-    fprintf(
-        f,
-        "usage: microview-agent --standalone [options]\n"
-        "  --standalone             serve segments without Kubernetes (default: Kubernetes\n"
-        "                           mode; see microview-agent --help)\n"
-        "  --dir DIR                segment directory (default %s)\n"
-        "  --socket PATH            control-plane unix socket (default DIR/agent.sock)\n"
-        "  --socket-mode MODE       the socket's permission bits, octal, e.g. 0660 or 0666\n"
-        "                           (connecting needs write permission; root needs none).\n"
-        "                           Default: 0777 less the agent's umask, so 0755 under the\n"
-        "                           usual umask 022: only root (and the agent's user) connect\n"
-        "  --socket-group GROUP     the socket's group, a name or a numeric gid (default: the\n"
-        "                           agent's); with --socket-mode 0660 its members connect.\n"
-        "                           Both apply at start and whenever a deleted socket is made\n"
-        "                           again. Standalone only: the Kubernetes mode's socket stays\n"
-        "                           root's. A caller on the socket may create segments (they\n"
-        "                           are handed to it) and release only those whose file it\n"
-        "                           owns (root: any); TCP callers (--listen) are not\n"
-        "                           identified: their token's scope is their only check\n"
-        "  --listen HOST:PORT       also listen on TCP (default: off); IPv6 as [ADDR]:PORT,\n"
-        "                           PORT 0 = any free port. Needs TLS (--tls-cert/--tls-key)\n"
-        "                           or --insecure-listen\n"
-        "  --max-segment-size SIZE  largest segment handed out: bytes, or with Ki, Mi, Gi\n"
-        "                           (default %u)\n"
-        "  --reap-interval-ms MS    least time between reaper passes (a dead owner's\n"
-        "                           segments go at once, a burst of exits in groups); the\n"
-        "                           period for owners without a pidfd (default 2000)\n"
-        "  --log-level LEVEL        debug, info, warn or error (default info)\n"
-        "Quotas (callers on the unix socket other than root, per uid; 0 = no limit):\n"
-        "  --max-segments-per-uid N segments one uid's files may hold (default %u)\n"
-        "  --max-bytes-per-uid SIZE bytes of segments one uid may hold (default %s)\n"
-        "  --min-free-bytes SIZE    space every create leaves free on --dir's filesystem\n"
-        "                           (default 0); the larger of this and:\n"
-        "  --min-free-percent P     the same, percent of the filesystem's size (default %u)\n"
-        "RDMA (remote collectors):\n"
-        "  --rdma-listen IP[:PORT]  register segments for RDMA READ; rdma_cm listener on\n"
-        "                           IP (an address of the RDMA netdev), PORT (default %u)\n"
-        "  --token-file PATH        read token: collectors present it on the rdma_cm\n"
-        "                           connect and on TCP control-plane calls; it allows\n"
-        "                           ListSegments and WatchSegments only\n"
-        "  --require-rdma           fail segment creation (and start-up) without RDMA\n"
-        "TCP control plane security (--listen):\n"
-        "  --tls-cert PATH          the agent's TLS certificate chain (PEM)\n"
-        "  --tls-key PATH           its private key (PEM)\n"
-        "  --tls-client-ca PATH     ask clients for a certificate signed by this CA (PEM)\n"
-        "  --tls-require-client-cert  refuse clients without one (needs --tls-client-ca)\n"
-        "  --admin-token-file PATH  admin token: also allows CreateSegment and ReleaseSegment\n"
-        "                           over TCP (without it, TCP callers cannot change segments\n"
-        "                           once --token-file is set)\n"
-        "  --insecure-listen        serve --listen in plaintext HTTP/2: tokens cross the\n"
-        "                           network in clear. Without any token, anyone who reaches\n"
-        "                           the port may create and release segments\n",
-        MV_SEGSTORE_DEFAULT_DIR, MV_SEGSTORE_DEFAULT_MAX_SIZE, QUOTA_SEGMENTS_DEFAULT,
-        QUOTA_BYTES_DEFAULT_TEXT, MV_CONFIG_MIN_FREE_PERCENT, MV_CONFIG_RDMA_PORT);
+    socket_flags *sf = arg;
+    uint32_t m;
+    if (mv_util_parse_mode(value, &m, err, errlen) < 0)
+        return -EINVAL;
+    sf->perms.mode = (int)m;
+    sf->mode = value;
+    return 0;
 }
 
-/* ---- Quota flags ------------------------------------------------------------------ */
-
-enum { O_QUOTA_SEGS = 200, O_QUOTA_BYTES, O_MIN_FREE_BYTES, O_MIN_FREE_PERCENT };
-#define QUOTA_LONGOPTS                                                                             \
-    {"max-segments-per-uid", required_argument, NULL, O_QUOTA_SEGS},                               \
-        {"max-bytes-per-uid", required_argument, NULL, O_QUOTA_BYTES},                             \
-        {"min-free-bytes", required_argument, NULL, O_MIN_FREE_BYTES},                             \
-    {                                                                                              \
-        "min-free-percent", required_argument, NULL, O_MIN_FREE_PERCENT                            \
-    }
-
-static void quota_defaults(mv_segstore_opts *o)
+static int socket_group_flag(void *arg, const char *value, char *err, size_t errlen)
 {
-    o->max_segments_per_uid = QUOTA_SEGMENTS_DEFAULT;
-    o->max_bytes_per_uid = QUOTA_BYTES_DEFAULT;
-    o->min_free_bytes = 0;
-    o->min_free_percent = MV_CONFIG_MIN_FREE_PERCENT;
+    socket_flags *sf = arg;
+    uint32_t g;
+    if (mv_util_parse_group(value, &g, err, errlen) < 0)
+        return -EINVAL;
+    sf->perms.gid = g;
+    sf->group = value;
+    return 0;
 }
 
-/* A quota flag into `o`: 1 when `opt` is one (0 = not a quota flag), -1 on a bad value
- * (message printed). */
-static int quota_flag(int opt, const char *arg, mv_segstore_opts *o)
+static int log_level_flag(void *arg, const char *value, char *err, size_t errlen)
 {
-    uint64_t v;
-    switch (opt) {
-    case O_QUOTA_SEGS:
-        if (mv_util_flag_u64("microview-agent", "--max-segments-per-uid", arg, 0,
-                             MV_SEGSTORE_SEGMENTS_MAX, &o->max_segments_per_uid) < 0)
-            return -1;
-        return 1;
-    case O_QUOTA_BYTES:
-        if (mv_util_flag_size("microview-agent", "--max-bytes-per-uid", arg, 0, UINT64_MAX,
-                              &o->max_bytes_per_uid) < 0)
-            return -1;
-        return 1;
-    case O_MIN_FREE_BYTES:
-        if (mv_util_flag_size("microview-agent", "--min-free-bytes", arg, 0, UINT64_MAX,
-                              &o->min_free_bytes) < 0)
-            return -1;
-        return 1;
-    case O_MIN_FREE_PERCENT:
-        if (mv_util_flag_u64("microview-agent", "--min-free-percent", arg, 0, 99, &v) < 0)
-            return -1;
-        o->min_free_percent = (unsigned)v;
-        return 1;
-    default:
+    if (mv_log_parse_level(value, arg) == 0)
         return 0;
-    }
+    snprintf(err, errlen, "debug, info, warn or error");
+    return -EINVAL;
 }
 
 /* ---- RDMA flags ---------------------------------------------------------------- */
@@ -280,27 +215,27 @@ static void sa_after_server(void *arg)
     sa->rdmax = NULL;
 }
 
-static void k8s_usage(FILE *f)
+/* Kubernetes mode: every configuration key is a flag too (--page-size or --page_size); the
+ * values are set on the configuration after the file, in the order given. */
+typedef struct {
+    const char **key, **val;
+    size_t n;
+} k8s_overrides;
+
+typedef struct {
+    const char *key;
+    k8s_overrides *ov;
+} k8s_key_row;
+
+static int k8s_key_flag(void *arg, const char *value, char *err, size_t errlen)
 {
-    fprintf(f,
-            "usage: microview-agent [--config FILE] [--KEY VALUE]...   (Kubernetes mode)\n"
-            "       microview-agent --standalone [options]            (see --standalone --help)\n"
-            "Every configuration key is also a flag (dashes or underscores), e.g.\n"
-            "  --resource-name microview.io/metrics --page-size 4Ki --pool-size 16Mi\n"
-            "The agent's socket (agent_socket) is for root only in this mode: --socket-mode\n"
-            "and --socket-group are --standalone flags; segment_group GROUP gives the socket\n"
-            "(0660) and the segment files (0660) that group, for a non-root collector.\n"
-            "listen (TCP) needs tls_cert_file + tls_key_file (tls_client_ca_file,\n"
-            "tls_require_client_cert) or insecure_listen: true. collector_token_file is the\n"
-            "read token (List/Watch, rdma_cm); admin_token_file may also release over TCP;\n"
-            "creates over TCP are refused in this mode.\n"
-            "Keys:");
-    for (const char *const *k = mv_config_keys(); *k; k++)
-        fprintf(f, " %s", *k);
-    fprintf(f, "\n");
+    (void)err, (void)errlen;
+    k8s_key_row *r = arg;
+    r->ov->key[r->ov->n] = r->key;
+    r->ov->val[r->ov->n++] = value;
+    return 0;
 }
 
-/* Kubernetes mode: every configuration key is a flag too. */
 static int k8s_main(int argc, char **argv)
 {
     static const char *const standalone_only[] = {"--socket-mode", "--socket-group"};
@@ -310,8 +245,8 @@ static int k8s_main(int argc, char **argv)
             if (strncmp(argv[i], standalone_only[k], n) == 0 &&
                 (argv[i][n] == '\0' || argv[i][n] == '=')) {
                 fprintf(stderr,
-                        "microview-agent: %s is a --standalone flag: the Kubernetes mode's "
-                        "socket is for root only (the kubelet's, the host collector's)\n",
+                        P ": %s is a --standalone flag: the Kubernetes mode's socket is for root "
+                          "only (the kubelet's, the host collector's)\n",
                         standalone_only[k]);
                 return 2;
             }
@@ -320,255 +255,300 @@ static int k8s_main(int argc, char **argv)
     size_t nkeys = 0;
     while (keys[nkeys])
         nkeys++;
-    struct option *lo = calloc(nkeys * 2 + 3, sizeof *lo);
-    char(*names)[64] = calloc(nkeys, sizeof *names);
-    const char **ovk = calloc((size_t)argc + 1, sizeof *ovk),
-               **ovv = calloc((size_t)argc + 1, sizeof *ovv);
-    int rc = 2;
-    size_t nov = 0;
-    const char *cfg_file = NULL;
+    /* The table: --config, then two rows a key (the dashed spelling shown, the key's own
+     * hidden), built from mv_config's list so that a new key is a flag at once. */
+    mv_opts_opt *opts = calloc(2 * nkeys + 2, sizeof *opts);
+    char(*names)[64] = calloc(nkeys, sizeof *names), (*helps)[96] = calloc(nkeys, sizeof *helps);
+    k8s_key_row *rows = calloc(nkeys, sizeof *rows);
+    k8s_overrides ov = {.key = calloc((size_t)argc + 1, sizeof(char *)),
+                        .val = calloc((size_t)argc + 1, sizeof(char *))};
     mv_config *cfg = calloc(1, sizeof *cfg);
-    if (!lo || !names || !ovk || !ovv || !cfg) {
-        fprintf(stderr, "microview-agent: out of memory\n");
-        goto free_opts;
+    const char *cfg_file = NULL;
+    int rc = 2;
+    if (!opts || !names || !helps || !rows || !ov.key || !ov.val || !cfg) {
+        fprintf(stderr, P ": out of memory\n");
+        goto out;
     }
     size_t no = 0;
+    opts[no++] = (mv_opts_opt){.name = "config",
+                               .kind = MV_OPTS_STRING,
+                               .meta = "FILE",
+                               .dest = &cfg_file,
+                               .help = "the YAML configuration file; flags win"};
     for (size_t i = 0; i < nkeys; i++) {
-        lo[no++] = (struct option){keys[i], required_argument, NULL, 1000 + (int)i};
         snprintf(names[i], sizeof names[i], "%s", keys[i]);
         for (char *c = names[i]; *c; c++)
             if (*c == '_')
                 *c = '-';
-        lo[no++] = (struct option){names[i], required_argument, NULL, 1000 + (int)i};
+        snprintf(helps[i], sizeof helps[i], "sets the configuration key %s", keys[i]);
+        rows[i] = (k8s_key_row){.key = keys[i], .ov = &ov};
+        opts[no++] = (mv_opts_opt){.name = names[i],
+                                   .key = keys[i],
+                                   .kind = MV_OPTS_STRING,
+                                   .meta = "VALUE",
+                                   .fn = k8s_key_flag,
+                                   .arg = &rows[i],
+                                   .help = helps[i]};
+        if (strcmp(names[i], keys[i]) != 0)
+            opts[no++] = (mv_opts_opt){.name = keys[i],
+                                       .kind = MV_OPTS_STRING,
+                                       .meta = "VALUE",
+                                       .fn = k8s_key_flag,
+                                       .arg = &rows[i],
+                                       .hidden = 1};
     }
-    lo[no++] = (struct option){"config", required_argument, NULL, 'c'};
-    lo[no++] = (struct option){"help", no_argument, NULL, 'h'};
-    int opt;
-    if (mv_util_opts_exact("microview-agent", argc, argv, lo) < 0)
-        return 2;
-    while ((opt = getopt_long(argc, argv, "c:h", lo, NULL)) != -1) {
-        if (opt == 'c') {
-            cfg_file = optarg;
-        } else if (opt == 'h') {
-            k8s_usage(stdout);
-            rc = 0;
-            goto free_opts;
-        } else if (opt >= 1000 && opt < 1000 + (int)nkeys) {
-            ovk[nov] = keys[opt - 1000];
-            ovv[nov++] = optarg;
-        } else {
-            k8s_usage(stderr);
-            goto free_opts;
-        }
+    const mv_opts_spec spec = {
+        .prog = P,
+        .synopsis = "[--config FILE] [--KEY VALUE]...   (Kubernetes mode)",
+        .intro = "The standalone mode: microview-agent --standalone --help. Every configuration "
+                 "key is also a flag (dashes or underscores), e.g. "
+                 "--resource-name microview.io/metrics --page-size 4Ki --pool-size 16Mi. The "
+                 "agent's socket (agent_socket) is for root only in this mode: --socket-mode and "
+                 "--socket-group are --standalone flags; segment_group GROUP gives the socket "
+                 "(0660) and the segment files (0660) that group, for a non-root collector. "
+                 "listen (TCP) needs tls_cert_file + tls_key_file (tls_client_ca_file, "
+                 "tls_require_client_cert) or insecure_listen: true. collector_token_file is the "
+                 "read token (List/Watch, rdma_cm); admin_token_file may also release over TCP; "
+                 "creates over TCP are refused in this mode. The keys, their values and "
+                 "defaults: docs/kubernetes.md.",
+        .opts = opts};
+    int first;
+    rc = mv_opts_parse(&spec, argc, argv, &first);
+    if (rc) {
+        rc = mv_opts_status(rc);
+        goto out;
     }
-    if (optind < argc) {
-        fprintf(stderr, "microview-agent: unexpected argument %s\n", argv[optind]);
-        goto free_opts;
+    rc = 2;
+    if (first < argc) {
+        fprintf(stderr, P ": unexpected argument %s\n", argv[first]);
+        goto out;
     }
     char err[MV_ERR_MAX];
     mv_config_defaults(cfg);
     if (cfg_file && mv_config_load_file(cfg, cfg_file, err, sizeof err) < 0) {
-        fprintf(stderr, "microview-agent: config: %s\n", err);
-        goto free_opts;
+        fprintf(stderr, P ": config: %s\n", err);
+        goto out;
     }
-    for (size_t i = 0; i < nov; i++)
-        if (mv_config_set(cfg, ovk[i], ovv[i], err, sizeof err) < 0) {
-            fprintf(stderr, "microview-agent: --%s: %s\n", ovk[i], err);
-            goto free_opts;
+    for (size_t i = 0; i < ov.n; i++)
+        if (mv_config_set(cfg, ov.key[i], ov.val[i], err, sizeof err) < 0) {
+            fprintf(stderr, P ": --%s: %s\n", ov.key[i], err);
+            goto out;
         }
     mv_log_level level;
+    err[0] = '\0';
     if (mv_config_finish(cfg, err, sizeof err) < 0 ||
         mv_log_parse_level(cfg->log_level, &level) < 0) {
-        fprintf(stderr, "microview-agent: config: %s\n",
-                err[0] ? err : "log_level: debug, info, warn or error");
-        goto free_opts;
+        fprintf(stderr, P ": config: %s\n", err[0] ? err : "log_level: debug, info, warn or error");
+        goto out;
     }
     mv_log_init("agent", level);
     mv_agent_k8s *a;
     if (mv_agent_k8s_create(cfg, &a) < 0) {
-        fprintf(stderr, "microview-agent: out of memory\n");
-        goto free_opts;
+        fprintf(stderr, P ": out of memory\n");
+        goto out;
     }
     mv_agent_run_opts ro;
     mv_agent_mode mode;
     mv_agent_k8s_mode(a, &ro, &mode);
     rc = mv_agent_run(&ro, &mode);
     mv_agent_k8s_destroy(a);
-free_opts:
+out:
     free(cfg);
-    free(ovv);
-    free(ovk);
+    free(ov.val);
+    free(ov.key);
+    free(rows);
+    free(helps);
     free(names);
-    free(lo);
+    free(opts);
     return rc;
 }
 
-int main(int argc, char **argv)
+/* Standalone mode: its option table, the checks between flags, then mv_agent_run. */
+static int sa_main(int argc, char **argv)
 {
-    int standalone_flag = 0;
-    for (int i = 1; i < argc; i++)
-        if (strcmp(argv[i], "--standalone") == 0)
-            standalone_flag = 1;
-    if (!standalone_flag)
-        return k8s_main(argc, argv);
-    enum {
-        O_STANDALONE = 1,
-        O_DIR,
-        O_SOCKET,
-        O_LISTEN,
-        O_MAXSIZE,
-        O_REAP,
-        O_LOGLEVEL,
-        O_HELP,
-        O_RDMA_LISTEN,
-        O_TOKEN_FILE,
-        O_REQUIRE_RDMA,
-        O_SOCKET_MODE,
-        O_SOCKET_GROUP,
-        /* TCP control plane security */
-        O_TLS_CERT,
-        O_TLS_KEY,
-        O_TLS_CLIENT_CA,
-        O_TLS_REQUIRE_CLIENT,
-        O_ADMIN_TOKEN_FILE,
-        O_INSECURE_LISTEN
-    };
-    static const struct option longopts[] = {
-        {"standalone", no_argument, NULL, O_STANDALONE},
-        {"dir", required_argument, NULL, O_DIR},
-        {"socket", required_argument, NULL, O_SOCKET},
-        {"socket-mode", required_argument, NULL, O_SOCKET_MODE},
-        {"socket-group", required_argument, NULL, O_SOCKET_GROUP},
-        {"listen", required_argument, NULL, O_LISTEN},
-        {"max-segment-size", required_argument, NULL, O_MAXSIZE},
-        {"reap-interval-ms", required_argument, NULL, O_REAP},
-        {"log-level", required_argument, NULL, O_LOGLEVEL},
-        {"help", no_argument, NULL, O_HELP},
-        {"rdma-listen", required_argument, NULL, O_RDMA_LISTEN},
-        {"token-file", required_argument, NULL, O_TOKEN_FILE},
-        {"require-rdma", no_argument, NULL, O_REQUIRE_RDMA},
-        /* TCP control plane security */
-        {"tls-cert", required_argument, NULL, O_TLS_CERT},
-        {"tls-key", required_argument, NULL, O_TLS_KEY},
-        {"tls-client-ca", required_argument, NULL, O_TLS_CLIENT_CA},
-        {"tls-require-client-cert", no_argument, NULL, O_TLS_REQUIRE_CLIENT},
-        {"admin-token-file", required_argument, NULL, O_ADMIN_TOKEN_FILE},
-        {"insecure-listen", no_argument, NULL, O_INSECURE_LISTEN},
-        QUOTA_LONGOPTS,
-        {NULL, 0, NULL, 0},
-    };
-    mv_segstore_opts quota;
-    quota_defaults(&quota);
     const char *dir = MV_SEGSTORE_DEFAULT_DIR, *sock = NULL, *tcp_listen = NULL;
-    uint64_t max_size = 0, reap_ms = 0;
+    uint64_t max_size = MV_SEGSTORE_DEFAULT_MAX_SIZE, reap_ms = 0,
+             quota_segs = QUOTA_SEGMENTS_DEFAULT, quota_bytes = QUOTA_BYTES_DEFAULT,
+             min_free_bytes = 0, min_free_percent = MV_CONFIG_MIN_FREE_PERCENT;
     mv_log_level level = MV_LOG_INFO;
     rdma_flags rf = {0};
-    mv_rpc_unix_perms perms = {.mode = -1, .gid = -1};
-    const char *sock_mode = NULL, *sock_group = NULL;
+    socket_flags sf = {.perms = {.mode = -1, .gid = -1}};
     mv_rpc_tls_server_opts tls = {0};
-    int insecure_listen = 0;
-    int opt;
-    if (mv_util_opts_exact("microview-agent", argc, argv, longopts) < 0)
+    int insecure_listen = 0, standalone = 0;
+    /* One row per flag, in --help's order; `key` names the Kubernetes mode's configuration key
+     * for the same setting. A new flag: a row here, then its value wired below;
+     * `scripts/flag-docs.py --write build` updates the docs' table. */
+    mv_opts_opt opts[] = {
+        {.name = "standalone",
+         .kind = MV_OPTS_FLAG,
+         .dest = &standalone,
+         .help = "serve segments without Kubernetes (without it: Kubernetes mode; see "
+                 "microview-agent --help)"},
+        {.name = "dir",
+         .kind = MV_OPTS_STRING,
+         .meta = "DIR",
+         .dest = &dir,
+         .help = "segment directory"},
+        {.name = "socket",
+         .kind = MV_OPTS_STRING,
+         .meta = "PATH",
+         .dest = &sock,
+         .def = "DIR/agent.sock",
+         .help = "control-plane unix socket"},
+        {.name = "socket-mode",
+         .kind = MV_OPTS_MODE,
+         .meta = "MODE",
+         .fn = socket_mode_flag,
+         .arg = &sf,
+         .def = "0777 less the agent's umask",
+         .help = "the socket's permission bits, octal, e.g. 0660 or 0666 (connecting needs "
+                 "write permission; root needs none). The default is 0755 under the usual umask "
+                 "022: only root (and the agent's user) connect"},
+        {.name = "socket-group",
+         .kind = MV_OPTS_GROUP,
+         .meta = "GROUP",
+         .fn = socket_group_flag,
+         .arg = &sf,
+         .def = "the agent's",
+         .help = "the socket's group, a name or a numeric gid; with --socket-mode 0660 its "
+                 "members connect. Both apply at start and whenever a deleted socket is made "
+                 "again. Standalone only: the Kubernetes mode's socket stays root's. A caller on "
+                 "the socket may create segments (they are handed to it) and release only those "
+                 "whose file it owns (root: any); TCP callers (--listen) are not identified: "
+                 "their token's scope is their only check"},
+        {.name = "listen",
+         .key = "listen",
+         .kind = MV_OPTS_LISTEN,
+         .meta = "HOST:PORT",
+         .dest = &tcp_listen,
+         .lo = MV_LISTEN_PORT_ZERO,
+         .def = "off",
+         .help = "also listen on TCP; IPv6 as [ADDR]:PORT, PORT 0 = any free port. Needs TLS "
+                 "(--tls-cert/--tls-key) or --insecure-listen"},
+        {.name = "max-segment-size",
+         .key = "max_segment_size",
+         .kind = MV_OPTS_SIZE,
+         .meta = "SIZE",
+         .lo = MV_SEGSTORE_MIN_SIZE,
+         .hi = UINT64_MAX,
+         .dest = &max_size,
+         .help = "largest segment handed out: bytes, or with Ki, Mi, Gi"},
+        {.name = "reap-interval-ms",
+         .kind = MV_OPTS_U64,
+         .meta = "MS",
+         .lo = 1,
+         .hi = 3600000,
+         .dest = &reap_ms,
+         .def = "2000",
+         .help = "least time between reaper passes (a dead owner's segments go at once, a burst "
+                 "of exits in groups); the period for owners without a pidfd"},
+        {.name = "log-level",
+         .key = "log_level",
+         .kind = MV_OPTS_STRING,
+         .meta = "LEVEL",
+         .fn = log_level_flag,
+         .arg = &level,
+         .def = "info",
+         .help = "debug, info, warn or error"},
+        {.kind = MV_OPTS_SECTION,
+         .help = "Quotas (callers on the unix socket other than root, per uid; 0 = no limit):"},
+        {.name = "max-segments-per-uid",
+         .kind = MV_OPTS_U64,
+         .meta = "N",
+         .lo = 0,
+         .hi = MV_SEGSTORE_SEGMENTS_MAX,
+         .dest = &quota_segs,
+         .help = "segments one uid's files may hold"},
+        {.name = "max-bytes-per-uid",
+         .kind = MV_OPTS_SIZE,
+         .meta = "SIZE",
+         .lo = 0,
+         .hi = UINT64_MAX,
+         .dest = &quota_bytes,
+         .help = "bytes of segments one uid may hold"},
+        {.name = "min-free-bytes",
+         .key = "min_free_bytes",
+         .kind = MV_OPTS_SIZE,
+         .meta = "SIZE",
+         .lo = 0,
+         .hi = UINT64_MAX,
+         .dest = &min_free_bytes,
+         .help = "space every create leaves free on --dir's filesystem; the larger of this and "
+                 "--min-free-percent"},
+        {.name = "min-free-percent",
+         .key = "min_free_percent",
+         .kind = MV_OPTS_U64,
+         .meta = "P",
+         .lo = 0,
+         .hi = 99,
+         .dest = &min_free_percent,
+         .help = "the same, percent of the filesystem's size"},
+        {.kind = MV_OPTS_SECTION, .help = "RDMA (remote collectors):"},
+        {.name = "rdma-listen",
+         .key = "rdma_listen",
+         .kind = MV_OPTS_STRING,
+         .meta = "IP[:PORT]",
+         .dest = &rf.listen,
+         .help = "register segments for RDMA READ; rdma_cm listener on IP (an address of the "
+                 "RDMA netdev), PORT (default " MV_STR(MV_CONFIG_RDMA_PORT) ")"},
+        {.name = "token-file",
+         .key = "collector_token_file",
+         .kind = MV_OPTS_STRING,
+         .meta = "PATH",
+         .dest = &rf.token_file,
+         .help = "read token: collectors present it on the rdma_cm connect and on TCP "
+                 "control-plane calls; it allows ListSegments and WatchSegments only"},
+        {.name = "require-rdma",
+         .key = "require_rdma",
+         .kind = MV_OPTS_FLAG,
+         .dest = &rf.require,
+         .help = "fail segment creation (and start-up) without RDMA"},
+        {.kind = MV_OPTS_SECTION, .help = "TCP control plane security (--listen):"},
+        {.name = "tls-cert",
+         .key = "tls_cert_file",
+         .kind = MV_OPTS_STRING,
+         .meta = "PATH",
+         .dest = &tls.cert_file,
+         .help = "the agent's TLS certificate chain (PEM)"},
+        {.name = "tls-key",
+         .key = "tls_key_file",
+         .kind = MV_OPTS_STRING,
+         .meta = "PATH",
+         .dest = &tls.key_file,
+         .help = "its private key (PEM)"},
+        {.name = "tls-client-ca",
+         .key = "tls_client_ca_file",
+         .kind = MV_OPTS_STRING,
+         .meta = "PATH",
+         .dest = &tls.client_ca_file,
+         .help = "ask clients for a certificate signed by this CA (PEM)"},
+        {.name = "tls-require-client-cert",
+         .key = "tls_require_client_cert",
+         .kind = MV_OPTS_FLAG,
+         .dest = &tls.require_client_cert,
+         .help = "refuse clients without one (needs --tls-client-ca)"},
+        {.name = "admin-token-file",
+         .key = "admin_token_file",
+         .kind = MV_OPTS_STRING,
+         .meta = "PATH",
+         .dest = &rf.admin_token_file,
+         .help = "admin token: also allows CreateSegment and ReleaseSegment over TCP (without "
+                 "it, TCP callers cannot change segments once --token-file is set)"},
+        {.name = "insecure-listen",
+         .key = "insecure_listen",
+         .kind = MV_OPTS_FLAG,
+         .dest = &insecure_listen,
+         .help = "serve --listen in plaintext HTTP/2: tokens cross the network in clear. Without "
+                 "any token, anyone who reaches the port may create and release segments"},
+        {0},
+    };
+    const mv_opts_spec spec = {.prog = P, .synopsis = "--standalone [options]", .opts = opts};
+    int first, rc = mv_opts_parse(&spec, argc, argv, &first);
+    if (rc)
+        return mv_opts_status(rc);
+    if (first < argc) {
+        fprintf(stderr, P ": unexpected argument %s\n", argv[first]);
         return 2;
-    while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        int q = quota_flag(opt, optarg, &quota);
-        if (q < 0)
-            return 2;
-        if (q > 0)
-            continue;
-        switch (opt) {
-        case O_STANDALONE: /* the mode was chosen above */
-            break;
-        case O_DIR:
-            dir = optarg;
-            break;
-        case O_SOCKET:
-            sock = optarg;
-            break;
-        case O_SOCKET_MODE: {
-            uint32_t m;
-            if (mv_util_flag_mode("microview-agent", "--socket-mode", optarg, &m) < 0)
-                return 2;
-            perms.mode = (int)m;
-            sock_mode = optarg;
-            break;
-        }
-        case O_SOCKET_GROUP: {
-            uint32_t g;
-            if (mv_util_flag_group("microview-agent", "--socket-group", optarg, &g) < 0)
-                return 2;
-            perms.gid = g;
-            sock_group = optarg;
-            break;
-        }
-        case O_LISTEN:
-            tcp_listen = optarg;
-            break;
-        case O_MAXSIZE:
-            if (mv_util_flag_size("microview-agent", "--max-segment-size", optarg,
-                                  MV_SEGSTORE_MIN_SIZE, UINT64_MAX, &max_size) < 0)
-                return 2;
-            break;
-        case O_REAP:
-            if (mv_util_flag_u64("microview-agent", "--reap-interval-ms", optarg, 1, 3600000,
-                                 &reap_ms))
-                return 2;
-            break;
-        case O_LOGLEVEL:
-            if (mv_log_parse_level(optarg, &level) < 0) {
-                fprintf(stderr, "microview-agent: --log-level: debug, info, warn or error\n");
-                return 2;
-            }
-            break;
-        case O_RDMA_LISTEN:
-            rf.listen = optarg;
-            break;
-        case O_TOKEN_FILE:
-            rf.token_file = optarg;
-            break;
-        case O_REQUIRE_RDMA:
-            rf.require = 1;
-            break;
-        /* TCP control plane security */
-        case O_TLS_CERT:
-            tls.cert_file = optarg;
-            break;
-        case O_TLS_KEY:
-            tls.key_file = optarg;
-            break;
-        case O_TLS_CLIENT_CA:
-            tls.client_ca_file = optarg;
-            break;
-        case O_TLS_REQUIRE_CLIENT:
-            tls.require_client_cert = 1;
-            break;
-        case O_ADMIN_TOKEN_FILE:
-            rf.admin_token_file = optarg;
-            break;
-        case O_INSECURE_LISTEN:
-            insecure_listen = 1;
-            break;
-        case O_HELP:
-        case 'h':
-            usage(stdout);
-            return 0;
-        default:
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (optind < argc) {
-        fprintf(stderr, "microview-agent: unexpected argument %s\n", argv[optind]);
-        return 2;
-    }
-    if (tcp_listen) {
-        char err[MV_ERR_MAX], host[256];
-        uint16_t port;
-        if (mv_util_parse_listen(tcp_listen, MV_LISTEN_PORT_ZERO, host, sizeof host, &port, err,
-                                 sizeof err) < 0) {
-            fprintf(stderr, "microview-agent: --listen: %s\n", err);
-            return 2;
-        }
     }
     if (rdma_flags_check(&rf, tcp_listen) < 0 ||
         tcp_security_check(&tls, insecure_listen, tcp_listen) < 0)
@@ -578,7 +558,7 @@ int main(int argc, char **argv)
     char sockbuf[4096];
     if (!sock) {
         if (mv_util_fmt(sockbuf, sizeof sockbuf, "%s/agent.sock", dir) < 0) {
-            fprintf(stderr, "microview-agent: --dir: path too long for the socket\n");
+            fprintf(stderr, P ": --dir: path too long for the socket\n");
             return 2;
         }
         sock = sockbuf;
@@ -587,19 +567,19 @@ int main(int argc, char **argv)
                   .dir = dir,
                   .sock = sock,
                   .tcp_listen = tcp_listen,
-                  .sock_mode = sock_mode,
-                  .sock_group = sock_group,
+                  .sock_mode = sf.mode,
+                  .sock_group = sf.group,
                   .tls = tls.cert_file != NULL};
     mv_agent_run_opts ro = {.mode = "standalone",
                             .store = {.dir = dir,
                                       .max_size = max_size,
                                       .reap_interval_ms = (int)reap_ms,
-                                      .max_segments_per_uid = quota.max_segments_per_uid,
-                                      .max_bytes_per_uid = quota.max_bytes_per_uid,
-                                      .min_free_bytes = quota.min_free_bytes,
-                                      .min_free_percent = quota.min_free_percent},
+                                      .max_segments_per_uid = quota_segs,
+                                      .max_bytes_per_uid = quota_bytes,
+                                      .min_free_bytes = min_free_bytes,
+                                      .min_free_percent = (unsigned)min_free_percent},
                             .socket_path = sock,
-                            .socket_perms = sock_mode || sock_group ? &perms : NULL,
+                            .socket_perms = sf.mode || sf.group ? &sf.perms : NULL,
                             .tcp_listen = tcp_listen,
                             .tls = tls,
                             .insecure_tcp = insecure_listen,
@@ -611,4 +591,12 @@ int main(int argc, char **argv)
                           .started = sa_started,
                           .after_server = sa_after_server};
     return mv_agent_run(&ro, &mode);
+}
+
+int main(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--standalone") == 0)
+            return sa_main(argc, argv);
+    return k8s_main(argc, argv);
 }

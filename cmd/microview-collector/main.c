@@ -1,397 +1,406 @@
-/* microview-collector: read segments every tick, validate, serve /metrics. The flags and
- * their checks; the collector itself runs in mv_collector_run (pkg/collector/daemon). */
+/* microview-collector: read segments every tick, validate, serve /metrics. The option table
+ * and the checks between flags; the collector itself runs in mv_collector_run
+ * (pkg/collector/daemon). */
 #include <errno.h>
-#include <getopt.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "mv_agentc.h"
 #include "mv_collector.h"
 #include "mv_log.h"
+#include "mv_opts.h"
 #include "mv_rdmatoken.h"
 #include "mv_util.h"
 
 #define DEFAULT_AGENT "unix:/run/microview/agent.sock"
 #define MAX_STATIC    256
 #define MAX_AGENTS    64
+#define MAX_DERIVED   64
 #define RDMA_PORT     7471 /* the agent's default --rdma-listen port */
 #define P             "microview-collector"
 
-static void usage(FILE *f)
+/* --agent and --no-agent: the last one given decides whether and which agent is followed. */
+typedef struct {
+    const char *agent;
+    const char *agents[MAX_AGENTS];
+    size_t nagents;
+} agent_flags;
+
+static int agent_flag(void *arg, const char *value, char *err, size_t errlen)
 {
-    fprintf(
-        f, "usage: microview-collector [options]\n"
-           "  --transport shm|verbs    how segments are read (shm: same host, default;\n"
-           "                           verbs: RDMA READ from remote agents)\n"
-           "  --agent TARGET           follow this agent's catalog (default " DEFAULT_AGENT ");\n"
-           "                           with verbs: IP:PORT of an agent's --listen, repeatable\n"
-           "  --rdma-token-file PATH   verbs: the agents' shared token (their --token-file)\n"
-           "  --rdma-port N            verbs: the agents' rdma_cm port (default 7471)\n"
-           "  --rdma-src-ip IP         verbs: local address for RDMA (default: routed)\n"
-           "  --agent-ca PATH          TLS to agents on TCP (their --tls-cert): the CA that\n"
-           "                           signed their certificates (PEM); without it, plaintext\n"
-           "  --agent-cert PATH        client certificate for agents with --tls-client-ca\n"
-           "  --agent-key PATH         its private key\n"
-           "  --agent-server-name NAME name the agents' certificates carry (default: the\n"
-           "                           host of --agent)\n"
-           "  --no-agent               do not follow an agent (use --segment only)\n"
-           "  --segment PATH[,k=v...]  also read this segment file, with identity labels\n"
-           "  --listen [HOST]:PORT     HTTP address for /metrics (default 127.0.0.1:9469:\n"
-           "                           this host only); a numeric HOST, IPv6 as [ADDR]:PORT,\n"
-           "                           none = 0.0.0.0. Other addresses serve every tenant's\n"
-           "                           metrics to whoever reaches them: use --auth kubernetes\n"
-           "  --auth none|kubernetes   who may read /metrics, /api/v1/value, /debug/*\n"
-           "                           (default none: whoever reaches --listen); kubernetes:\n"
-           "                           a bearer token the API server accepts (TokenReview)\n"
-           "                           whose identity may get the path (SubjectAccessReview\n"
-           "                           on the non-resource URL); /healthz and / stay open\n"
-           "  --kube-api-server URL    kubernetes: the API server (default in a pod: https://\n"
-           "                           $KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT)\n"
-           "  --kube-token-file PATH   kubernetes: the collector's own token, re-read every\n"
-           "                           60 s (default " MV_AUTHZ_IN_CLUSTER_DIR "/token)\n"
-           "  --kube-ca-file PATH      kubernetes: CA of the API server (default\n"
-           "                           " MV_AUTHZ_IN_CLUSTER_DIR "/ca.crt if present)\n"
-           "  --auth-timeout-ms N      kubernetes: limit of one API call (100..30000, default\n"
-           "                           2000); a request waits at most twice this\n"
-           "  --auth-max-inflight N    kubernetes: reviews waiting at once (1..7, default 4);\n"
-           "                           more are answered 503 at once. A review holds one of\n"
-           "                           the HTTP threads (8 with --auth kubernetes), so the\n"
-           "                           rest keep serving cached decisions and /healthz\n"
-           "  --tick-ms N              fast read interval: the tick, in ms (1..60000, default 10)\n"
-           "  --tick-workers N         threads sharing each tick's segments (1..64, default 1;\n"
-           "                           one per core the collector may use at a 1 ms tick)\n"
-           "  --tick-poll              idle tick workers poll for the next tick instead of\n"
-           "                           sleeping (each keeps a core busy): for cores of the\n"
-           "                           collector's own, which can wake late from sleep on VMs\n"
-           "  --max-interval-ms N      slowest adaptive read interval of a calm segment\n"
-           "                           (default 1000; equal to --tick-ms: no adaptation)\n"
-           "  --no-probe               do not probe backed-off same-host segments every tick\n"
-           "                           (a write then waits for the segment's interval)\n"
-           "  --window-ms N            export window of the derived series (default 15000)\n"
-           "  --window-align MODE      segment (default): each segment's windows start at its\n"
-           "                           own offset, so their closes spread over the window;\n"
-           "                           wall: every window starts at a multiple of --window-ms\n"
-           "  --sketch-alpha A         relative accuracy of window quantiles, 0.0001..0.5 (default "
-           "0.01)\n"
-           "  --sketch-buckets N       sketch key budget per sign, bounds memory (default 1536:\n"
-           "                           1 ns .. 1 h at 1%%; pages of 16 keys are taken on use)\n"
-           "  --derived KEY=ITEMS      derived series on /metrics (repeatable); KEY: counter,\n"
-           "                           gauge, histogram or a metric name; ITEMS: rate,\n"
-           "                           rate_max, rate_short, resets, p50, p90, p99, p999,\n"
-           "                           quantiles, min, max, mean, last, changes, all, none\n"
-           "                           (default counter=rate,rate_short gauge=max,mean\n"
-           "                           histogram=p50,p99; /api/v1/value serves them all)\n"
-           "  --no-analytics           raw values only: no derived series, no adaptation\n"
-           "  --no-detect              no change detection (and no adaptation)\n"
-           "  --detect-ms N            change detection steps at most every N ms: counter\n"
-           "                           rates over the step, gauge values at it, histogram\n"
-           "                           means over it (0..60000, default 10; 0: every read)\n"
-           "  --quarantine-after-ms N  quarantine segments invalid this long (default 1000)\n"
-           "  --max-body-bytes SIZE    cap on a /metrics body: bytes, or with Ki, Mi, Gi\n"
-           "                           (4Ki..4Gi, default 64Mi)\n"
-           "  --expo-cache-max-bytes SIZE  memory the exposition cache may hold; past it,\n"
-           "                           scrapes render uncached (default twice --max-body-bytes)\n"
-           "  --http-max-conns N       concurrent HTTP connections (default 8192; the\n"
-           "                           open-files limit is raised to fit)\n"
-           "  --http-max-conns-per-client N  of which from one client address (default 64)\n"
-           "  --http-idle-timeout-s N  close idle HTTP connections after N s (default 10)\n"
-           "  --http-request-deadline-s N  close a connection that has not sent a whole\n"
-           "                           request N s after connecting or after its last\n"
-           "                           response, however slowly it sends (0..3600,\n"
-           "                           default 10; 0: idle timeout only)\n"
-           "  --log-level LEVEL        debug, info, warn, error (default info)\n");
+    (void)err, (void)errlen;
+    agent_flags *a = arg;
+    a->agent = value;
+    a->agents[a->nagents++] = value;
+    return 0;
+}
+
+static int no_agent_flag(void *arg, const char *value, char *err, size_t errlen)
+{
+    (void)value, (void)err, (void)errlen;
+    ((agent_flags *)arg)->agent = NULL;
+    return 0;
+}
+
+static int derived_flag(void *arg, const char *value, char *err, size_t errlen)
+{
+    int rc = mv_export_sel_add(arg, value, err, errlen);
+    return rc == -ENOMEM ? rc : rc ? -EINVAL : 0;
+}
+
+static int log_level_flag(void *arg, const char *value, char *err, size_t errlen)
+{
+    (void)err, (void)errlen;
+    if (mv_log_parse_level(value, arg) == 0)
+        return 0;
+    fprintf(stderr, P ": unknown log level %s\n", value);
+    return -EINVAL;
 }
 
 /* The flags, checked, then the collector; `derived` (empty, the default choice) receives the
  * --derived specs as they are parsed, so that a bad one is refused before anything starts. */
 static int run(int argc, char **argv, mv_export_sel *derived)
 {
-    const char *agent = DEFAULT_AGENT, *listen = "127.0.0.1:9469", *transport = "shm";
-    const char *agents[MAX_AGENTS], *rdma_token_file = NULL, *rdma_src_ip = NULL;
-    size_t nagents = 0;
-    uint64_t rdma_port = RDMA_PORT;
-    char *statics[MAX_STATIC];
-    size_t nstatic = 0;
-    uint64_t v;
+    static const char *const align_words[] = {"segment", "wall", NULL};
+    static const char *const auth_words[] = {"none", "kubernetes", NULL};
+    agent_flags ag = {.agent = DEFAULT_AGENT};
+    const char *listen = "127.0.0.1:9469", *transport = "shm", *rdma_token_file = NULL,
+               *rdma_src_ip = NULL, *statics[MAX_STATIC];
+    mv_opts_list seg = {.items = statics};
     mv_coll_opts co;
-    mv_log_level level = MV_LOG_INFO;
-    size_t body_cap = 64u << 20, cache_cap = 0;
-    int opt;
-
     mv_coll_opts_default(&co);
-    size_t nderived = 0;
     co.analytics = 1;
-    co.max_interval_us = 1000000;
-    int max_interval_set = 0;
-    static const struct option opts[] = {{"transport", required_argument, 0, 't'},
-                                         {"agent", required_argument, 0, 'a'},
-                                         {"no-agent", no_argument, 0, 'N'},
-                                         {"segment", required_argument, 0, 's'},
-                                         {"listen", required_argument, 0, 'l'},
-                                         {"tick-ms", required_argument, 0, 'T'},
-                                         {"tick-workers", required_argument, 0, 'w'},
-                                         {"tick-poll", no_argument, 0, 'Y'},
-                                         {"quarantine-after-ms", required_argument, 0, 'Q'},
-                                         {"max-body-bytes", required_argument, 0, 'B'},
-                                         {"expo-cache-max-bytes", required_argument, 0, 'E'},
-                                         {"log-level", required_argument, 0, 'L'},
-                                         {"max-interval-ms", required_argument, 0, 'M'},
-                                         {"window-ms", required_argument, 0, 'W'},
-                                         {"window-align", required_argument, 0, 'G'},
-                                         {"sketch-alpha", required_argument, 0, 'A'},
-                                         {"sketch-buckets", required_argument, 0, 'K'},
-                                         {"no-analytics", no_argument, 0, 'n'},
-                                         {"derived", required_argument, 0, 'X'},
-                                         {"no-detect", no_argument, 0, 'D'},
-                                         {"detect-ms", required_argument, 0, 'd'},
-                                         {"no-probe", no_argument, 0, 'O'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {"rdma-token-file", required_argument, 0, 'R'},
-                                         {"rdma-port", required_argument, 0, 'P'},
-                                         {"rdma-src-ip", required_argument, 0, 'S'},
-                                         {"http-max-conns", required_argument, 0, 'C'},
-                                         {"http-max-conns-per-client", required_argument, 0, 'c'},
-                                         {"http-idle-timeout-s", required_argument, 0, 'I'},
-                                         {"http-request-deadline-s", required_argument, 0, 1000},
-                                         /* TLS to agents' TCP listeners */
-                                         {"agent-ca", required_argument, 0, 1001},
-                                         {"agent-cert", required_argument, 0, 1002},
-                                         {"agent-key", required_argument, 0, 1003},
-                                         {"agent-server-name", required_argument, 0, 1004},
-                                         {"auth", required_argument, 0, 'z'},
-                                         {"kube-api-server", required_argument, 0, 'k'},
-                                         {"kube-token-file", required_argument, 0, 'j'},
-                                         {"kube-ca-file", required_argument, 0, 'J'},
-                                         {"auth-timeout-ms", required_argument, 0, 'o'},
-                                         {"auth-max-inflight", required_argument, 0, 'i'},
-                                         {0, 0, 0, 0}};
-    mv_agentc_tls agent_tls = {0};
     mv_httpd_config hc;
     mv_httpd_config_default(&hc);
-    mv_authz_mode auth = MV_AUTHZ_NONE;
+    mv_agentc_tls agent_tls = {0};
     mv_authz_opts zo = {0};
-    if (mv_util_opts_exact("microview-collector", argc, argv, opts) < 0)
+    mv_log_level level = MV_LOG_INFO;
+    int auth = 0, align = 0, tick_poll = 0, no_probe = 0, no_analytics = 0, no_detect = 0;
+    uint64_t rdma_port = RDMA_PORT, tick_ms = co.tick_us / 1000, workers = co.tick_workers,
+             max_interval_ms = 0, window_ms = co.pipe.window_ns / 1000000,
+             buckets = co.pipe.sketch_buckets, detect_ms = co.pipe.detect_period_ns / 1000000,
+             quarantine_ms = co.quarantine_after_ms, body_cap = 64u << 20, cache_cap = 0,
+             auth_timeout_ms = 0, auth_inflight = 0, max_conns = hc.max_conns,
+             max_conns_client = hc.max_conns_per_client, idle_s = hc.timeout_s,
+             deadline_s = hc.request_deadline_s;
+    /* One row per flag, in --help's order. A new flag: a row here, then its value wired below;
+     * `scripts/flag-docs.py --write build` updates the docs' table. */
+    mv_opts_opt opts[] = {
+        {.name = "transport",
+         .kind = MV_OPTS_STRING,
+         .meta = "shm|verbs",
+         .dest = &transport,
+         .help = "how segments are read (shm: same host; verbs: RDMA READ from remote agents)"},
+        {.name = "agent",
+         .kind = MV_OPTS_STRING,
+         .meta = "TARGET",
+         .max = MAX_AGENTS,
+         .fn = agent_flag,
+         .arg = &ag,
+         .def = DEFAULT_AGENT,
+         .help = "follow this agent's catalog; with verbs: IP:PORT of an agent's --listen"},
+        {.name = "rdma-token-file",
+         .kind = MV_OPTS_STRING,
+         .meta = "PATH",
+         .dest = &rdma_token_file,
+         .help = "verbs: the agents' shared token (their --token-file)"},
+        {.name = "rdma-port",
+         .kind = MV_OPTS_U64,
+         .meta = "N",
+         .lo = 1,
+         .hi = 65535,
+         .dest = &rdma_port,
+         .help = "verbs: the agents' rdma_cm port"},
+        {.name = "rdma-src-ip",
+         .kind = MV_OPTS_STRING,
+         .meta = "IP",
+         .dest = &rdma_src_ip,
+         .def = "routed",
+         .help = "verbs: local address for RDMA"},
+        {.name = "agent-ca",
+         .kind = MV_OPTS_STRING,
+         .meta = "PATH",
+         .dest = &agent_tls.ca_file,
+         .help = "TLS to agents on TCP (their --tls-cert): the CA that signed their "
+                 "certificates (PEM); without it, plaintext"},
+        {.name = "agent-cert",
+         .kind = MV_OPTS_STRING,
+         .meta = "PATH",
+         .dest = &agent_tls.cert_file,
+         .help = "client certificate for agents with --tls-client-ca"},
+        {.name = "agent-key",
+         .kind = MV_OPTS_STRING,
+         .meta = "PATH",
+         .dest = &agent_tls.key_file,
+         .help = "its private key"},
+        {.name = "agent-server-name",
+         .kind = MV_OPTS_STRING,
+         .meta = "NAME",
+         .dest = &agent_tls.server_name,
+         .def = "the host of --agent",
+         .help = "name the agents' certificates carry"},
+        {.name = "no-agent",
+         .kind = MV_OPTS_FLAG,
+         .fn = no_agent_flag,
+         .arg = &ag,
+         .help = "do not follow an agent (use --segment only)"},
+        {.name = "segment",
+         .kind = MV_OPTS_STRING,
+         .meta = "PATH[,k=v...]",
+         .max = MAX_STATIC,
+         .dest = &seg,
+         .help = "also read this segment file, with identity labels"},
+        {.name = "listen",
+         .kind = MV_OPTS_LISTEN,
+         .meta = "[HOST]:PORT",
+         .dest = &listen,
+         .lo = MV_LISTEN_ANY_HOST | MV_LISTEN_PORT_ZERO,
+         .help = "HTTP address for /metrics (the default: this host only); a numeric HOST, IPv6 "
+                 "as [ADDR]:PORT, none = 0.0.0.0. Other addresses serve every tenant's metrics "
+                 "to whoever reaches them: use --auth kubernetes"},
+        {.name = "auth",
+         .kind = MV_OPTS_ENUM,
+         .meta = "none|kubernetes",
+         .words = auth_words,
+         .dest = &auth,
+         .help = "who may read /metrics, /api/v1/value, /debug/* (none: whoever reaches "
+                 "--listen); kubernetes: a bearer token the API server accepts (TokenReview) "
+                 "whose identity may get the path (SubjectAccessReview on the non-resource "
+                 "URL); /healthz and / stay open"},
+        {.name = "kube-api-server",
+         .kind = MV_OPTS_STRING,
+         .meta = "URL",
+         .dest = &zo.api_server,
+         .def = "in a pod, from $KUBERNETES_SERVICE_HOST and $KUBERNETES_SERVICE_PORT",
+         .help = "kubernetes: the API server"},
+        {.name = "kube-token-file",
+         .kind = MV_OPTS_STRING,
+         .meta = "PATH",
+         .dest = &zo.token_file,
+         .def = MV_AUTHZ_IN_CLUSTER_DIR "/token",
+         .help = "kubernetes: the collector's own token, re-read every 60 s"},
+        {.name = "kube-ca-file",
+         .kind = MV_OPTS_STRING,
+         .meta = "PATH",
+         .dest = &zo.ca_file,
+         .def = MV_AUTHZ_IN_CLUSTER_DIR "/ca.crt if present",
+         .help = "kubernetes: CA of the API server"},
+        {.name = "auth-timeout-ms",
+         .kind = MV_OPTS_U64,
+         .meta = "N",
+         .lo = 100,
+         .hi = 30000,
+         .dest = &auth_timeout_ms,
+         .def = "2000",
+         .help = "kubernetes: limit of one API call; a request waits at most twice this"},
+        {.name = "auth-max-inflight",
+         .kind = MV_OPTS_U64,
+         .meta = "N",
+         .lo = 1,
+         .hi = MV_COLLECTOR_AUTH_HTTP_THREADS - 1,
+         .dest = &auth_inflight,
+         .def = "4",
+         .help = "kubernetes: reviews waiting at once; more are answered 503 at once. A "
+                 "review holds one of the HTTP threads (8 with --auth kubernetes), so the rest "
+                 "keep serving cached decisions and /healthz"},
+        {.name = "tick-ms",
+         .kind = MV_OPTS_U64,
+         .meta = "N",
+         .lo = 1,
+         .hi = 60000,
+         .dest = &tick_ms,
+         .help = "fast read interval: the tick, in ms"},
+        {.name = "tick-workers",
+         .kind = MV_OPTS_U64,
+         .meta = "N",
+         .lo = 1,
+         .hi = MV_COLL_MAX_TICK_WORKERS,
+         .dest = &workers,
+         .help = "threads sharing each tick's segments (one per core the collector may use at a "
+                 "1 ms tick)"},
+        {.name = "tick-poll",
+         .kind = MV_OPTS_FLAG,
+         .dest = &tick_poll,
+         .help = "idle tick workers poll for the next tick instead of sleeping (each keeps a "
+                 "core busy): for cores of the collector's own, which can wake late from sleep "
+                 "on VMs"},
+        {.name = "max-interval-ms",
+         .kind = MV_OPTS_U64,
+         .meta = "N",
+         .lo = 1,
+         .hi = 3600000,
+         .dest = &max_interval_ms,
+         .def = "1000",
+         .help = "slowest adaptive read interval of a calm segment (equal to --tick-ms: no "
+                 "adaptation)"},
+        {.name = "no-probe",
+         .kind = MV_OPTS_FLAG,
+         .dest = &no_probe,
+         .help = "do not probe backed-off same-host segments every tick (a write then waits for "
+                 "the segment's interval)"},
+        {.name = "window-ms",
+         .kind = MV_OPTS_U64,
+         .meta = "N",
+         .lo = 10,
+         .hi = 86400000,
+         .dest = &window_ms,
+         .help = "export window of the derived series"},
+        {.name = "window-align",
+         .kind = MV_OPTS_ENUM,
+         .meta = "MODE",
+         .words = align_words,
+         .dest = &align,
+         .help = "segment: each segment's windows start at its own offset, so their closes "
+                 "spread over the window; wall: every window starts at a multiple of "
+                 "--window-ms"},
+        {.name = "sketch-alpha",
+         .kind = MV_OPTS_NUMBER,
+         .meta = "A",
+         .dlo = 1e-4,
+         .dhi = 0.5,
+         .dest = &co.pipe.alpha,
+         .help = "relative accuracy of window quantiles"},
+        {.name = "sketch-buckets",
+         .kind = MV_OPTS_U64,
+         .meta = "N",
+         .lo = 16,
+         .hi = 1u << 20,
+         .dest = &buckets,
+         .help = "sketch key budget per sign, bounds memory (the default covers 1 ns .. 1 h at "
+                 "1%; pages of 16 keys are taken on use)"},
+        {.name = "derived",
+         .kind = MV_OPTS_STRING,
+         .meta = "KEY=ITEMS",
+         .max = MAX_DERIVED,
+         .fn = derived_flag,
+         .arg = derived,
+         .def = "counter=rate,rate_short gauge=max,mean histogram=p50,p99",
+         .help = "derived series on /metrics; KEY: counter, gauge, histogram or a metric name; "
+                 "ITEMS: rate, rate_max, rate_short, resets, p50, p90, p99, p999, quantiles, "
+                 "min, max, mean, last, changes, all, none (/api/v1/value serves them all)"},
+        {.name = "no-analytics",
+         .kind = MV_OPTS_FLAG,
+         .dest = &no_analytics,
+         .help = "raw values only: no derived series, no adaptation"},
+        {.name = "no-detect",
+         .kind = MV_OPTS_FLAG,
+         .dest = &no_detect,
+         .help = "no change detection (and no adaptation)"},
+        {.name = "detect-ms",
+         .kind = MV_OPTS_U64,
+         .meta = "N",
+         .lo = 0,
+         .hi = 60000,
+         .dest = &detect_ms,
+         .help = "change detection steps at most every N ms: counter rates over the step, gauge "
+                 "values at it, histogram means over it; 0: every read"},
+        {.name = "quarantine-after-ms",
+         .kind = MV_OPTS_U64,
+         .meta = "N",
+         .lo = 0,
+         .hi = 3600000,
+         .dest = &quarantine_ms,
+         .help = "quarantine segments invalid this long"},
+        {.name = "max-body-bytes",
+         .kind = MV_OPTS_SIZE,
+         .meta = "SIZE",
+         .lo = 4096,
+         .hi = 1ull << 32,
+         .dest = &body_cap,
+         .help = "cap on a /metrics body: bytes, or with Ki, Mi, Gi"},
+        {.name = "expo-cache-max-bytes",
+         .kind = MV_OPTS_SIZE,
+         .meta = "SIZE",
+         .lo = 4096,
+         .hi = 1ull << 40,
+         .dest = &cache_cap,
+         .def = "twice --max-body-bytes",
+         .help = "memory the exposition cache may hold; past it, scrapes render uncached"},
+        {.name = "http-max-conns",
+         .kind = MV_OPTS_U64,
+         .meta = "N",
+         .lo = 1,
+         .hi = 1000000,
+         .dest = &max_conns,
+         .help = "concurrent HTTP connections (the open-files limit is raised to fit)"},
+        {.name = "http-max-conns-per-client",
+         .kind = MV_OPTS_U64,
+         .meta = "N",
+         .lo = 1,
+         .hi = 1000000,
+         .dest = &max_conns_client,
+         .help = "of which from one client address"},
+        {.name = "http-idle-timeout-s",
+         .kind = MV_OPTS_U64,
+         .meta = "N",
+         .lo = 1,
+         .hi = 3600,
+         .dest = &idle_s,
+         .help = "close idle HTTP connections after N s"},
+        {.name = "http-request-deadline-s",
+         .kind = MV_OPTS_U64,
+         .meta = "N",
+         .lo = 0,
+         .hi = 3600,
+         .dest = &deadline_s,
+         .help = "close a connection that has not sent a whole request N s after connecting or "
+                 "after its last response, however slowly it sends; 0: idle timeout only"},
+        {.name = "log-level",
+         .kind = MV_OPTS_STRING,
+         .meta = "LEVEL",
+         .fn = log_level_flag,
+         .arg = &level,
+         .def = "info",
+         .help = "debug, info, warn, error"},
+        {0},
+    };
+    const mv_opts_spec spec = {.prog = P, .synopsis = "[options]", .opts = opts};
+    int first, rc = mv_opts_parse(&spec, argc, argv, &first);
+    if (rc)
+        return mv_opts_status(rc);
+    if (first != argc) {
+        mv_opts_usage(&spec, stderr);
         return 2;
-    while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (opt) {
-        case 't':
-            transport = optarg;
-            break;
-        case 'a':
-            agent = optarg;
-            if (nagents == MAX_AGENTS) {
-                fprintf(stderr, "microview-collector: at most %d --agent\n", MAX_AGENTS);
-                return 2;
-            }
-            agents[nagents++] = optarg;
-            break;
-        case 'R':
-            rdma_token_file = optarg;
-            break;
-        case 'z':
-            if (mv_authz_mode_parse(optarg, &auth) < 0) {
-                fprintf(stderr, "microview-collector: --auth: '%s' is not none or kubernetes\n",
-                        optarg);
-                return 2;
-            }
-            break;
-        case 'k':
-            zo.api_server = optarg;
-            break;
-        case 'j':
-            zo.token_file = optarg;
-            break;
-        case 'J':
-            zo.ca_file = optarg;
-            break;
-        case 'o':
-            if (mv_util_flag_u64(P, "--auth-timeout-ms", optarg, 100, 30000, &v))
-                return 2;
-            zo.timeout_ms = (int)v;
-            break;
-        case 'i':
-            if (mv_util_flag_u64(P, "--auth-max-inflight", optarg, 1,
-                                 MV_COLLECTOR_AUTH_HTTP_THREADS - 1, &v))
-                return 2;
-            zo.max_inflight = (unsigned)v;
-            break;
-        case 'C':
-            if (mv_util_flag_u64(P, "--http-max-conns", optarg, 1, 1000000, &v))
-                return 2;
-            hc.max_conns = (unsigned)v;
-            break;
-        case 'c':
-            if (mv_util_flag_u64(P, "--http-max-conns-per-client", optarg, 1, 1000000, &v))
-                return 2;
-            hc.max_conns_per_client = (unsigned)v;
-            break;
-        case 'I':
-            if (mv_util_flag_u64(P, "--http-idle-timeout-s", optarg, 1, 3600, &v))
-                return 2;
-            hc.timeout_s = (unsigned)v;
-            break;
-        case 1000:
-            if (mv_util_flag_u64(P, "--http-request-deadline-s", optarg, 0, 3600, &v))
-                return 2;
-            hc.request_deadline_s = (unsigned)v;
-            break;
-        case 'P':
-            if (mv_util_flag_u64(P, "--rdma-port", optarg, 1, 65535, &rdma_port))
-                return 2;
-            break;
-        case 'S':
-            rdma_src_ip = optarg;
-            break;
-        case 'N':
-            agent = NULL;
-            break;
-        case 's':
-            if (nstatic == MAX_STATIC) {
-                fprintf(stderr, "microview-collector: at most %d --segment\n", MAX_STATIC);
-                return 2;
-            }
-            statics[nstatic++] = optarg;
-            break;
-        case 'l':
-            listen = optarg;
-            break;
-        case 'T':
-            if (mv_util_flag_u64(P, "--tick-ms", optarg, 1, 60000, &v))
-                return 2;
-            co.tick_us = (uint32_t)(v * 1000);
-            break;
-        case 'w':
-            if (mv_util_flag_u64(P, "--tick-workers", optarg, 1, MV_COLL_MAX_TICK_WORKERS, &v))
-                return 2;
-            co.tick_workers = (uint32_t)v;
-            break;
-        case 'Y':
-            co.tick_poll = 1;
-            break;
-        case 'Q':
-            if (mv_util_flag_u64(P, "--quarantine-after-ms", optarg, 0, 3600000, &v))
-                return 2;
-            co.quarantine_after_ms = (uint32_t)v;
-            break;
-        case 'B':
-            if (mv_util_flag_size(P, "--max-body-bytes", optarg, 4096, 1ull << 32, &v))
-                return 2;
-            body_cap = v;
-            break;
-        case 'E':
-            if (mv_util_flag_size(P, "--expo-cache-max-bytes", optarg, 4096, 1ull << 40, &v))
-                return 2;
-            cache_cap = v;
-            break;
-        case 'M':
-            if (mv_util_flag_u64(P, "--max-interval-ms", optarg, 1, 3600000, &v))
-                return 2;
-            co.max_interval_us = (uint32_t)(v * 1000);
-            max_interval_set = 1;
-            break;
-        case 'W':
-            if (mv_util_flag_u64(P, "--window-ms", optarg, 10, 86400000, &v))
-                return 2;
-            co.pipe.window_ns = (uint64_t)v * 1000000ull;
-            break;
-        case 'G':
-            if (strcmp(optarg, "segment") == 0)
-                co.window_aligned = 0;
-            else if (strcmp(optarg, "wall") == 0)
-                co.window_aligned = 1;
-            else {
-                fprintf(stderr,
-                        "microview-collector: --window-align: '%s' is not segment or wall\n",
-                        optarg);
-                return 2;
-            }
-            break;
-        case 'A':
-            if (mv_util_flag_number(P, "--sketch-alpha", optarg, 1e-4, 0.5, &co.pipe.alpha))
-                return 2;
-            break;
-        case 'K':
-            if (mv_util_flag_u64(P, "--sketch-buckets", optarg, 16, 1u << 20, &v))
-                return 2;
-            co.pipe.sketch_buckets = (uint32_t)v;
-            break;
-        case 'n':
-            co.analytics = 0;
-            break;
-        case 'X': {
-            char err[256];
-            if (nderived++ == 64) {
-                fprintf(stderr, "microview-collector: at most 64 --derived\n");
-                return 2;
-            }
-            int bad = mv_export_sel_add(derived, optarg, err, sizeof err);
-            if (bad == -ENOMEM) {
-                fprintf(stderr, "microview-collector: out of memory\n");
-                return 1;
-            }
-            if (bad) {
-                fprintf(stderr, "microview-collector: --derived: %s\n", err);
-                return 2;
-            }
-            break;
-        }
-        case 'D':
-            co.pipe.detect = 0;
-            break;
-        case 'd':
-            if (mv_util_flag_u64(P, "--detect-ms", optarg, 0, 60000, &v))
-                return 2;
-            co.pipe.detect_period_ns = v * 1000000ull;
-            break;
-        case 'O':
-            co.no_probe = 1;
-            break;
-        case 'L':
-            if (mv_log_parse_level(optarg, &level)) {
-                fprintf(stderr, "microview-collector: unknown log level %s\n", optarg);
-                return 2;
-            }
-            break;
-        /* TLS to agents' TCP listeners */
-        case 1001:
-            agent_tls.ca_file = optarg;
-            break;
-        case 1002:
-            agent_tls.cert_file = optarg;
-            break;
-        case 1003:
-            agent_tls.key_file = optarg;
-            break;
-        case 1004:
-            agent_tls.server_name = optarg;
-            break;
-        case 'h':
-            usage(stdout);
-            return 0;
-        default:
-            usage(stderr);
-            return 2;
-        }
     }
-    if (optind != argc) {
-        usage(stderr);
-        return 2;
-    }
+
+    /* The values into the collector's options. */
+    co.tick_us = (uint32_t)(tick_ms * 1000);
+    co.tick_workers = (uint32_t)workers;
+    co.tick_poll = tick_poll;
+    co.no_probe = no_probe;
+    co.analytics = !no_analytics;
+    co.pipe.detect = !no_detect;
+    co.pipe.detect_period_ns = detect_ms * 1000000ull;
+    co.pipe.window_ns = window_ms * 1000000ull;
+    co.pipe.sketch_buckets = (uint32_t)buckets;
+    co.window_aligned = align;
+    co.quarantine_after_ms = (uint32_t)quarantine_ms;
+    co.max_interval_us = (uint32_t)((max_interval_ms ? max_interval_ms : 1000) * 1000);
+    hc.max_conns = (unsigned)max_conns;
+    hc.max_conns_per_client = (unsigned)max_conns_client;
+    hc.timeout_s = (unsigned)idle_s;
+    hc.request_deadline_s = (unsigned)deadline_s;
+    zo.timeout_ms = (int)auth_timeout_ms;
+    zo.max_inflight = (unsigned)auth_inflight;
+    mv_authz_mode auth_mode = MV_AUTHZ_NONE;
+    mv_authz_mode_parse(auth_words[auth], &auth_mode);
+
+    /* Checks between flags. */
     mv_log_init("collector", level);
     if (co.analytics && mv_pipe_config_check(&co.pipe)) {
-        fprintf(stderr, "microview-collector: %s\n", mv_pipe_config_check(&co.pipe));
+        fprintf(stderr, P ": %s\n", mv_pipe_config_check(&co.pipe));
         return 2;
     }
     /* TLS to agents' TCP listeners */
     if (agent_tls.ca_file || agent_tls.cert_file || agent_tls.key_file || agent_tls.server_name) {
         char err[MV_ERR_MAX];
         if (mv_agentc_set_tls(&agent_tls, err, sizeof err) < 0) {
-            fprintf(stderr, "microview-collector: --agent-ca/--agent-cert/--agent-key: %s\n", err);
+            fprintf(stderr, P ": --agent-ca/--agent-cert/--agent-key: %s\n", err);
             return 2;
         }
     }
-    if (max_interval_set && co.max_interval_us < co.tick_us) {
-        fprintf(stderr, "microview-collector: --max-interval-ms must be >= --tick-ms\n");
+    if (max_interval_ms && co.max_interval_us < co.tick_us) {
+        fprintf(stderr, P ": --max-interval-ms must be >= --tick-ms\n");
         return 2;
     }
     if (co.max_interval_us < co.tick_us || !co.pipe.detect)
@@ -400,54 +409,50 @@ static int run(int argc, char **argv, mv_export_sel *derived)
     int verbs = strcmp(transport, "verbs") == 0;
     char rdma_token[MV_RDMA_TOKEN_MAX + 1] = "";
     if (!verbs && strcmp(transport, "shm") != 0) {
-        fprintf(stderr, "microview-collector: transport '%s' is not available (shm or verbs)\n",
-                transport);
+        fprintf(stderr, P ": transport '%s' is not available (shm or verbs)\n", transport);
         return 2;
     }
-    if (!verbs && nagents > 1) {
-        fprintf(stderr, "microview-collector: several --agent need --transport verbs\n");
+    if (!verbs && ag.nagents > 1) {
+        fprintf(stderr, P ": several --agent need --transport verbs\n");
         return 2;
     }
     if (verbs) {
         char err[MV_ERR_MAX];
-        if (nagents == 0 || !rdma_token_file) {
-            fprintf(stderr, "microview-collector: --transport verbs needs --agent IP:PORT "
-                            "(repeatable) and --rdma-token-file\n");
+        if (ag.nagents == 0 || !rdma_token_file) {
+            fprintf(stderr, P ": --transport verbs needs --agent IP:PORT "
+                              "(repeatable) and --rdma-token-file\n");
             return 2;
         }
         if (mv_rdmatoken_load(rdma_token_file, rdma_token, sizeof rdma_token, err, sizeof err)) {
-            fprintf(stderr, "microview-collector: --rdma-token-file: %s\n", err);
+            fprintf(stderr, P ": --rdma-token-file: %s\n", err);
             return 2;
         }
-        agent = NULL; /* the verbs agents replace the shm catalog watch */
+        ag.agent = NULL; /* the verbs agents replace the shm catalog watch */
     }
 
-    char host[256];
-    uint16_t port = 0;
-    {
-        char err[MV_ERR_MAX];
-        if (mv_util_parse_listen(listen, MV_LISTEN_ANY_HOST | MV_LISTEN_PORT_ZERO, host,
-                                 sizeof host, &port, err, sizeof err) < 0) {
-            fprintf(stderr, "microview-collector: --listen: %s\n", err);
-            return 2;
-        }
+    char host[256], err[MV_ERR_MAX];
+    uint16_t port = 0; /* --listen was checked by the same parser */
+    if (mv_util_parse_listen(listen, MV_LISTEN_ANY_HOST | MV_LISTEN_PORT_ZERO, host, sizeof host,
+                             &port, err, sizeof err) < 0) {
+        fprintf(stderr, P ": --listen: %s\n", err);
+        return 2;
     }
 
     mv_collector_opts o = {.coll = co,
-                           .agent = agent,
+                           .agent = ag.agent,
                            .verbs = verbs,
-                           .agents = agents,
-                           .nagents = nagents,
+                           .agents = ag.agents,
+                           .nagents = ag.nagents,
                            .rdma_token = rdma_token,
                            .rdma_port = (uint16_t)rdma_port,
                            .rdma_src_ip = rdma_src_ip,
-                           .statics = statics,
-                           .nstatic = nstatic,
+                           .statics = (char *const *)seg.items,
+                           .nstatic = seg.n,
                            .listen = listen,
                            .listen_host = host,
                            .listen_port = port,
                            .http = hc,
-                           .auth = auth,
+                           .auth = auth_mode,
                            .authz = zo,
                            .body_cap = body_cap,
                            .cache_cap = cache_cap,
@@ -459,7 +464,7 @@ int main(int argc, char **argv)
 {
     mv_export_sel *derived = mv_export_sel_create(); /* run() borrows it */
     if (!derived) {
-        fprintf(stderr, "microview-collector: out of memory\n");
+        fprintf(stderr, P ": out of memory\n");
         return 1;
     }
     int rc = run(argc, argv, derived);

@@ -12,6 +12,7 @@
  *   mv_wh_review()          one AdmissionReview request body -> response body (no I/O)
  *   mv_wh_server_*          HTTPS on the shared HTTP layer (mv_httpd): /mutate, /healthz,
  *                           /metrics, and the key pair reloaded when its files change
+ *   mv_wh_run()             the daemon's lifecycle: start, wait for a signal, stop
  */
 #ifndef MV_WEBHOOK_H
 #define MV_WEBHOOK_H
@@ -118,6 +119,15 @@ int mv_wh_server_check_reload(mv_wh_server *s);
 
 /* Stops serving and frees everything. NULL is ignored. */
 void mv_wh_server_destroy(mv_wh_server *s);
+
+/* ---- Lifecycle ------------------------------------------------------------------------------ */
+
+/* Runs the webhook as a daemon (microview-webhook), beside mv_collector_run and mv_agent_run:
+ * blocks SIGTERM and SIGINT in every thread and ignores SIGPIPE, creates and starts the server,
+ * waits for one of the two signals (logging webhook.stopping), then destroys the server. Call
+ * mv_log_init() first. Returns the exit status: 0 after a signal, 1 when the server could not
+ * be created or started (logged). */
+int mv_wh_run(const mv_wh_server_config *cfg);
 
 #ifdef __cplusplus
 }

@@ -36,7 +36,7 @@ static int build(int full)
         return -1;
     mv_segment *s;
     int rc = mv_open(path, &s);
-    if (rc == MV_OK && full) {
+    if (rc == MV_OK && full == 1) {
         mv_counter c;
         mv_gauge g;
         mv_histogram *h;
@@ -48,6 +48,17 @@ static int build(int full)
         mv_counter_add(c, 5);
         mv_gauge_set(g, -1.5);
         mv_histogram_observe(h, 0.5);
+    }
+    if (rc == MV_OK && full > 1) { /* a fractional counter, a deleted and re-created series */
+        mv_counter_f f;
+        mv_counter c;
+        mv_label l[] = {{"code", "200"}};
+        rc |= mv_counter_register(s, "req_total", NULL, NULL, l, 1, &c);
+        rc |= mv_counter_f_register(s, "busy_seconds_total", NULL, NULL, NULL, 0, &f);
+        rc |= mv_counter_f_add(f, 0.25);
+        rc |= mv_delete(s, "req_total", l, 1) == 1 ? MV_OK : MV_ERR_INVALID;
+        rc |= mv_counter_register(s, "req_total", NULL, NULL, l, 1, &c);
+        mv_counter_inc(c);
     }
     mv_close(s);
     ssize_t n = pread(fd, g_buf, SEED_SIZE, 0);
@@ -89,6 +100,11 @@ int main(int argc, char **argv)
         return 1;
     unsetenv(MICROVIEW_ENV_SHARDS);
     rc |= save(dir, "valid_sharded", b, SEED_SIZE);
+    /* Types 4 and 5 (spec sections 5.3 and 6.6). */
+    memset(g_buf, 0, sizeof g_buf);
+    if (build(2) != 0)
+        return 1;
+    rc |= save(dir, "valid_counter_f_deleted", b, SEED_SIZE);
     if (build(1) != 0)
         return 1;
     rc |= save(dir, "valid_catalog_only", b, cat_end);

@@ -73,6 +73,8 @@ static int snap_value(mv_coll *c, const char *id, const char *name, double *out,
                 continue;
             if (m->type == MV_SEG_COUNTER)
                 *out = (double)mv_seg_read_counter(v->hot, m);
+            else if (m->type == MV_SEG_COUNTER_F)
+                *out = mv_seg_read_counter_f(v->hot, m);
             else if (m->type == MV_SEG_GAUGE)
                 *out = mv_seg_read_gauge(v->hot, m);
             else {
@@ -129,6 +131,56 @@ static void test_tick_and_reload(void)
 
     CU_ASSERT_EQUAL(mv_coll_remove(c, "a"), 0);
     CU_ASSERT_EQUAL(mv_coll_remove(c, "a"), -ENOENT);
+    mv_coll_destroy(c);
+    mv_close(seg);
+}
+
+/* Types 4 and 5 through the collector: a fractional counter reads with its fraction; a
+ * deleted series goes at the next tick; a histogram after it keeps being served (its
+ * per-record state follows the moved index); the series re-created reads from zero. */
+static void test_counter_f_and_delete(void)
+{
+    char *path = make_segment("cf.seg", 16384);
+    mv_segment *seg;
+    mv_counter_f busy;
+    mv_counter gone, again;
+    mv_histogram *h;
+    double b[] = {1, 2};
+    CU_ASSERT_FATAL(mv_open(path, &seg) == MV_OK);
+    CU_ASSERT_FATAL(mv_counter_register(seg, "gone_total", NULL, NULL, NULL, 0, &gone) == MV_OK);
+    CU_ASSERT_FATAL(mv_counter_f_register(seg, "busy_seconds_total", NULL, NULL, NULL, 0, &busy) ==
+                    MV_OK);
+    CU_ASSERT_FATAL(mv_histogram_register(seg, "lat", NULL, NULL, NULL, 0, b, 2, &h) == MV_OK);
+    mv_counter_add(gone, 7);
+    for (int i = 0; i < 6; i++)
+        mv_counter_f_add(busy, 0.25);
+    mv_histogram_observe(h, 1.5);
+    mv_coll *c = new_coll(1000, 5000);
+    add_path(c, "cf", path);
+    mv_coll_tick(c);
+    double v = 0;
+    mv_coll_state st;
+    CU_ASSERT(snap_value(c, "cf", "busy_seconds_total", &v, &st));
+    CU_ASSERT_EQUAL(st, MV_COLL_OK);
+    CU_ASSERT_EQUAL(v, 1.5);
+    CU_ASSERT(snap_value(c, "cf", "gone_total", &v, NULL));
+    CU_ASSERT_EQUAL(v, 7);
+
+    CU_ASSERT_EQUAL(mv_delete(seg, "gone_total", NULL, 0), 1);
+    mv_histogram_observe(h, 0.5);
+    mv_coll_tick(c);
+    CU_ASSERT(!snap_value(c, "cf", "gone_total", &v, &st));
+    CU_ASSERT_EQUAL(st, MV_COLL_OK);
+    CU_ASSERT(snap_value(c, "cf", "lat", &v, NULL));
+    CU_ASSERT_EQUAL(v, 2);
+    CU_ASSERT(snap_value(c, "cf", "busy_seconds_total", &v, NULL));
+    CU_ASSERT_EQUAL(v, 1.5);
+
+    CU_ASSERT_FATAL(mv_counter_register(seg, "gone_total", NULL, NULL, NULL, 0, &again) == MV_OK);
+    mv_counter_inc(again);
+    mv_coll_tick(c);
+    CU_ASSERT(snap_value(c, "cf", "gone_total", &v, NULL));
+    CU_ASSERT_EQUAL(v, 1);
     mv_coll_destroy(c);
     mv_close(seg);
 }
@@ -839,6 +891,7 @@ int main(void)
         return 1;
     static const mv_test tests[] = {
         {"tick and catalog reload", test_tick_and_reload},
+        {"fractional counters and deleted series", test_counter_f_and_delete},
         {"quarantine and recovery", test_quarantine_and_recover},
         {"truncated file (SIGBUS guard)", test_truncated_file_is_an_error_not_a_crash},
         {"bytes replaced under the map: validated again", test_replaced_bytes_validated_again},

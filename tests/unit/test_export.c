@@ -303,6 +303,92 @@ static void test_segments_without_pipe(void)
     scene_close(&s);
 }
 
+/* Occurrences of `needle` at the start of a line of d[0, len). */
+static int count_lines(const char *d, size_t len, const char *needle)
+{
+    int n = 0;
+    size_t nl = strlen(needle);
+    for (size_t i = 0; i + nl <= len; i++)
+        if ((i == 0 || d[i - 1] == '\n') && memcmp(d + i, needle, nl) == 0)
+            n++;
+    return n;
+}
+
+/* A Go service's client_golang counter `c` (stored `c`, type 4) and a Python service's
+ * prometheus_client counter `c` (stored `c_total`) in one segment: both claim `c` and
+ * `c_total` on the wire, so the second family is dropped, and its derived series with it:
+ * never two `c_rate_short` series with the same labels. A deleted series is not shown. */
+static void test_cross_language_collision(void)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/collide.seg", g_dir);
+    size_t size = 16384;
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    CU_ASSERT_FATAL(fd >= 0 && ftruncate(fd, (off_t)size) == 0);
+    mv_segment *seg;
+    CU_ASSERT_FATAL(mv_open(path, &seg) == MV_OK);
+    void *map = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    CU_ASSERT_FATAL(map != MAP_FAILED);
+    mv_counter_f go, py;
+    mv_counter gone;
+    CU_ASSERT_FATAL(mv_counter_f_register(seg, "c", "Go.", NULL, NULL, 0, &go) == MV_OK);
+    CU_ASSERT_FATAL(mv_counter_f_register(seg, "c_total", "Python.", NULL, NULL, 0, &py) == MV_OK);
+    CU_ASSERT_FATAL(mv_counter_register(seg, "gone_total", NULL, NULL, NULL, 0, &gone) == MV_OK);
+    for (int i = 0; i < 6; i++)
+        mv_counter_f_add(go, 0.25);
+    mv_counter_f_add(py, 2);
+    CU_ASSERT_EQUAL(mv_delete(seg, "gone_total", NULL, 0), 1);
+    mv_seg_catalog *cat;
+    mv_seg_error err;
+    CU_ASSERT_FATAL(mv_seg_catalog_parse(map, size, size, &cat, &err) == MV_SEG_OK);
+    CU_ASSERT_FATAL(mv_seg_catalog_count(cat) == 2);
+    mv_pipe_view *pipe = calloc(1, sizeof *pipe + 2 * sizeof(mv_pipe_out));
+    CU_ASSERT_FATAL(pipe != NULL);
+    pipe->cat = cat;
+    pipe->n = 2;
+    pipe->window_start_ns = 1700000000000000000ull;
+    pipe->window_end_ns = 1700000015000000000ull;
+    for (int i = 0; i < 2; i++)
+        pipe->m[i] = (mv_pipe_out){
+            .type = MV_SEG_COUNTER, .has_window = 1, .rate = 1, .rate_max = 2, .rate_short = 3};
+    mv_seg_label ids[] = {{"pod", "mixed"}};
+    mv_coll_seg_view view = {0};
+    view.id = "seg-1";
+    view.labels = ids;
+    view.nlabels = 1;
+    view.state = MV_COLL_OK;
+    view.cat = cat;
+    view.hot = map;
+    view.pipe = pipe;
+    view.transport = "shm";
+    mv_coll_stats stats = {0};
+    const mv_coll_seg_view *v[1] = {&view};
+    for (int f = 0; f < 2; f++) {
+        mv_expo *e = mv_expo_create(f ? MV_EXPO_OPENMETRICS : MV_EXPO_TEXT, 0);
+        mv_export_stats st = {0};
+        CU_ASSERT_EQUAL_FATAL(mv_export_render_views(e, v, 1, &stats, &st), 0);
+        size_t len;
+        const char *d = mv_expo_data(e, &len);
+        CU_ASSERT_EQUAL(count_lines(d, len, "c_rate_short{"), 1);
+        CU_ASSERT_EQUAL(count_lines(d, len, "c_rate{"), 1);
+        CU_ASSERT_EQUAL(count_lines(d, len, "c_rate_max{"), 1);
+        CU_ASSERT_EQUAL(count_lines(d, len, "c_resets_total{"), 1);
+        CU_ASSERT_EQUAL(count_lines(d, len, "gone_total"), 0);
+        /* The kept family is `c` (name order), with its fraction. */
+        CU_ASSERT_EQUAL(
+            count_lines(d, len, f ? "c_total{pod=\"mixed\"} 1.5" : "c{pod=\"mixed\"} 1.5"), 1);
+        CU_ASSERT_EQUAL(count_lines(d, len, "# HELP c_total Python."), 0);
+        /* The raw family and its five derived series (rates, resets, changes) are counted. */
+        CU_ASSERT_EQUAL(st.dropped_collision, 6);
+        mv_expo_destroy(e);
+    }
+    free(pipe);
+    mv_seg_catalog_free(cat);
+    munmap(map, size);
+    mv_close(seg);
+}
+
 int main(void)
 {
     g_dir = mv_test_tmpdir("test-export");
@@ -313,6 +399,8 @@ int main(void)
         {"choice of derived series", test_selection},
         {"truncation is counted", test_truncation},
         {"no analytics: raw only", test_segments_without_pipe},
+        {"a Go and a Python counter of one name: no duplicate derived series",
+         test_cross_language_collision},
     };
     int fails = MV_TEST_RUN("export", tests);
     if (mv_test_rmrf(g_dir) != 0)

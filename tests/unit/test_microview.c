@@ -180,7 +180,7 @@ static void test_register_update_read(void)
     mv_histogram_observe(h, 1.0); /* le is inclusive */
     mv_histogram_observe(hb, 5);
     mv_histogram_observe(h, 100);
-    mv_histogram_observe(h, NAN); /* ignored */
+    mv_histogram_observe(h, NAN); /* counted in +Inf, sum NaN (spec section 9.5) */
     mv_heartbeat(s);
     mv_close(s);
 
@@ -206,12 +206,12 @@ static void test_register_update_read(void)
     CU_ASSERT_STRING_EQUAL(m->labels[1].value, "200");
     mv_seg_hist_view hv;
     CU_ASSERT_EQUAL_FATAL(mv_seg_read_histogram(copy, m, &hv), MV_SEG_OK);
-    CU_ASSERT_EQUAL(hv.count, 4);
-    CU_ASSERT_EQUAL(hv.sum, 106.05);
+    CU_ASSERT_EQUAL(hv.count, 5);
+    CU_ASSERT(isnan(hv.sum));
     CU_ASSERT_EQUAL(hv.buckets[0], 1);
     CU_ASSERT_EQUAL(hv.buckets[1], 1);
     CU_ASSERT_EQUAL(hv.buckets[2], 1);
-    CU_ASSERT_EQUAL(hv.buckets[3], 1);
+    CU_ASSERT_EQUAL(hv.buckets[3], 2);
     mv_seg_catalog_free(c);
     free(copy);
 
@@ -373,6 +373,26 @@ static void test_histogram_concurrent_exact(void)
             CU_ASSERT_FATAL(pthread_create(&t[i], NULL, observer, h) == 0);
         for (int i = 0; i < OBSERVERS; i++)
             pthread_join(t[i], NULL);
+        /* mv_histogram_read gives the same totals, and a sharded histogram's shards summed */
+        mv_histogram *hs;
+        CU_ASSERT_EQUAL(mv_set_shards(s, 4), MV_OK);
+        CU_ASSERT_EQUAL_FATAL(mv_histogram_register(s, "hs", NULL, NULL, NULL, 0, b, 2, &hs),
+                              MV_OK);
+        CU_ASSERT_EQUAL(mv_set_shards(s, 1), MV_OK);
+        for (int i = 0; i < OBSERVERS; i++)
+            CU_ASSERT_FATAL(pthread_create(&t[i], NULL, observer, hs) == 0);
+        for (int i = 0; i < OBSERVERS; i++)
+            pthread_join(t[i], NULL);
+        for (int k = 0; k < 2; k++) {
+            uint64_t count, buckets[3];
+            double sum;
+            CU_ASSERT_EQUAL(mv_histogram_read(k ? hs : h, &count, &sum, buckets, NULL), 2);
+            CU_ASSERT_EQUAL(count, (uint64_t)OBSERVERS * OBSERVES);
+            CU_ASSERT_EQUAL(sum, OBSERVERS * (OBSERVES / 2) * 3.5);
+            CU_ASSERT_EQUAL(buckets[0], (uint64_t)OBSERVERS * OBSERVES / 2);
+            CU_ASSERT_EQUAL(buckets[1], 0);
+            CU_ASSERT_EQUAL(buckets[2], (uint64_t)OBSERVERS * OBSERVES / 2);
+        }
         mv_close(s);
 
         uint64_t *copy;
@@ -482,11 +502,209 @@ static void test_full(void)
     CU_ASSERT_EQUAL(rc, MV_ERR_FULL);
     CU_ASSERT_EQUAL(n, 9); /* 8 counters fit in 64 bytes */
     CU_ASSERT_PTR_NOT_NULL(strstr(mv_errdetail(), "value area"));
+    /* The error names the size to ask for in the pod annotation: twice this one. */
+    CU_ASSERT_PTR_NOT_NULL(strstr(mv_errdetail(), "segment full: value area has 64 of 64"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(mv_errdetail(), "counter c8 needs 8; this segment is 4Ki"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(mv_errdetail(), "microview.io/metrics-memory: 8Ki"));
+    mv_usage u;
+    CU_ASSERT_EQUAL(mv_segment_usage(s, &u), MV_OK);
+    CU_ASSERT_EQUAL(u.segment_size, 4096);
+    CU_ASSERT_EQUAL(u.values_used, 64);
+    CU_ASSERT_EQUAL(u.values_size, 64);
+    CU_ASSERT_EQUAL(u.records, 8);
+    CU_ASSERT(u.catalog_used > 0 && u.catalog_used < u.catalog_size);
+    CU_ASSERT_EQUAL(u.fullness, 1.0);
+    CU_ASSERT_EQUAL(mv_segment_usage(NULL, &u), MV_ERR_INVALID);
     mv_histogram *h;
     double b[] = {1};
     CU_ASSERT_EQUAL(mv_histogram_register(s, "hx", NULL, NULL, NULL, 0, b, 1, &h), MV_ERR_FULL);
     mv_histogram_observe(h, 1);
     mv_close(s);
+}
+
+/* Fractional counters (type 4): fractions are kept exactly as client_golang keeps them,
+ * integral adds go to word 0, NaN and negative adds are refused, and readers (this
+ * process's and the format reader) see f64(int) + frac. */
+static void test_counter_f(void)
+{
+    const char *path = new_file(65536, 0);
+    mv_segment *s;
+    CU_ASSERT_EQUAL_FATAL(mv_open(path, &s), MV_OK);
+    mv_counter_f c, c2, same;
+    mv_counter k;
+    CU_ASSERT_EQUAL_FATAL(
+        mv_counter_f_register(s, "busy_seconds_total", "Busy.", NULL, NULL, 0, &c), MV_OK);
+    CU_ASSERT_EQUAL(mv_counter_f_register(s, "busy_seconds_total", NULL, NULL, NULL, 0, &same),
+                    MV_OK);
+    CU_ASSERT_PTR_EQUAL(c.slot, same.slot);
+    /* One name, one type: a type 1 counter of the same name is a conflict. */
+    CU_ASSERT_EQUAL(mv_counter_register(s, "busy_seconds_total", NULL, NULL, NULL, 0, &k),
+                    MV_ERR_CONFLICT);
+    for (int i = 0; i < 6; i++)
+        CU_ASSERT_EQUAL(mv_counter_f_add(c, 0.25), MV_OK);
+    mv_counter_f_inc(c);
+    CU_ASSERT_EQUAL(mv_counter_f_add(c, 2.0), MV_OK);
+    CU_ASSERT_EQUAL(mv_counter_f_add(c, -0.0), MV_OK);
+    CU_ASSERT_EQUAL(mv_counter_f_add(c, -1.0), MV_ERR_INVALID);
+    CU_ASSERT_EQUAL(mv_counter_f_add(c, NAN), MV_ERR_INVALID);
+    CU_ASSERT_EQUAL(mv_counter_f_value(c), 4.5);
+    uint64_t *w = (uint64_t *)(void *)((uintptr_t)c.slot & ~(uintptr_t)7);
+    CU_ASSERT_EQUAL(w[0], 3);
+    double frac;
+    memcpy(&frac, &w[1], 8);
+    CU_ASSERT_EQUAL(frac, 1.5);
+    /* Sharded: every shard holds both words, the reader sums them. */
+    CU_ASSERT_EQUAL(mv_set_shards(s, 4), MV_OK);
+    CU_ASSERT_EQUAL_FATAL(mv_counter_f_register(s, "work_seconds_total", NULL, NULL, NULL, 0, &c2),
+                          MV_OK);
+    CU_ASSERT_EQUAL(mv_counter_f_add(c2, 0.5), MV_OK);
+    CU_ASSERT_EQUAL(mv_counter_f_add(c2, 7), MV_OK);
+    CU_ASSERT_EQUAL(mv_counter_f_add(c2, INFINITY), MV_OK);
+    CU_ASSERT(isinf(mv_counter_f_value(c2)));
+    mv_close(s);
+
+    uint64_t *copy;
+    mv_seg_catalog *cat = parse_file(path, &copy);
+    const mv_seg_metric *m = find(cat, "busy_seconds_total", NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    CU_ASSERT_EQUAL(m->type, MV_SEG_COUNTER_F);
+    CU_ASSERT_EQUAL(m->value_size, 16);
+    CU_ASSERT(mv_seg_is_counter(m->type));
+    CU_ASSERT_EQUAL(mv_seg_read_counter_f(copy, m), 4.5);
+    m = find(cat, "work_seconds_total", NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    CU_ASSERT_EQUAL(m->shards, 4);
+    CU_ASSERT_EQUAL(m->value_size, 4 * 64);
+    CU_ASSERT(isinf(mv_seg_read_counter_f(copy, m)));
+    mv_seg_catalog_free(cat);
+    free(copy);
+}
+
+/* Deletion (spec section 6.6): a tombstone hides the series, the handle keeps working into
+ * the dead slot, re-registering creates it anew from zero, and a name keeps its type. */
+static void test_delete(void)
+{
+    const char *path = new_file(65536, 0);
+    mv_segment *s;
+    CU_ASSERT_EQUAL_FATAL(mv_open(path, &s), MV_OK);
+    mv_label get[] = {{"method", "GET"}}, put[] = {{"method", "PUT"}};
+    mv_label two[] = {{"a", "1"}, {"b", "2"}}, two_rev[] = {{"b", "2"}, {"a", "1"}};
+    mv_counter c1, c2, again;
+    mv_gauge g;
+    mv_histogram *h;
+    double b[] = {1, 2};
+    CU_ASSERT_EQUAL(mv_counter_register(s, "req_total", NULL, NULL, get, 1, &c1), MV_OK);
+    CU_ASSERT_EQUAL(mv_counter_register(s, "req_total", NULL, NULL, put, 1, &c2), MV_OK);
+    CU_ASSERT_EQUAL(mv_gauge_register(s, "g", NULL, NULL, two, 2, &g), MV_OK);
+    CU_ASSERT_EQUAL(mv_histogram_register(s, "h", NULL, NULL, NULL, 0, b, 2, &h), MV_OK);
+    mv_counter_add(c1, 10);
+    mv_counter_add(c2, 20);
+    mv_histogram_observe(h, 1.5);
+
+    CU_ASSERT_EQUAL(mv_delete(s, "req_total", get, 1), 1);
+    CU_ASSERT_EQUAL(mv_delete(s, "req_total", get, 1), 0); /* already gone */
+    CU_ASSERT_EQUAL(mv_delete(s, "nope", NULL, 0), 0);
+    CU_ASSERT_EQUAL(mv_delete(s, "g", two_rev, 2), 0); /* labels in registration order */
+    CU_ASSERT_EQUAL(mv_delete(s, "h", NULL, 0), 1);
+    CU_ASSERT_EQUAL(mv_delete(NULL, "h", NULL, 0), MV_ERR_INVALID);
+    mv_counter_add(c1, 5); /* into the dead slot: invisible */
+    mv_usage u;
+    CU_ASSERT_EQUAL(mv_segment_usage(s, &u), MV_OK);
+    CU_ASSERT_EQUAL(u.records, 6);
+
+    uint64_t *copy;
+    mv_seg_catalog *cat = parse_file(path, &copy);
+    CU_ASSERT_EQUAL(mv_seg_catalog_count(cat), 2);
+    CU_ASSERT_EQUAL(mv_seg_catalog_tombstones(cat), 2);
+    CU_ASSERT_PTR_NULL(find(cat, "req_total", "GET"));
+    CU_ASSERT_PTR_NULL(find(cat, "h", NULL));
+    CU_ASSERT_PTR_NOT_NULL(find(cat, "req_total", "PUT"));
+    CU_ASSERT_PTR_NOT_NULL(find(cat, "g", NULL));
+    CU_ASSERT_EQUAL(mv_seg_catalog_name_type(cat, "h"), MV_SEG_HISTOGRAM);
+    mv_seg_catalog_free(cat);
+    free(copy);
+
+    /* Re-created: a new slot from zero, the old handle unchanged. */
+    CU_ASSERT_EQUAL(mv_counter_register(s, "req_total", NULL, NULL, get, 1, &again), MV_OK);
+    CU_ASSERT_PTR_NOT_EQUAL(again.slot, c1.slot);
+    CU_ASSERT_EQUAL(mv_counter_value(again), 0);
+    CU_ASSERT_EQUAL(mv_counter_value(c1), 15);
+    mv_counter_inc(again);
+    /* A deleted name keeps its type; other buckets are allowed. */
+    mv_gauge hg;
+    CU_ASSERT_EQUAL(mv_gauge_register(s, "h", NULL, NULL, NULL, 0, &hg), MV_ERR_CONFLICT);
+    double b2[] = {5};
+    CU_ASSERT_EQUAL(mv_histogram_register(s, "h", NULL, NULL, NULL, 0, b2, 1, &h), MV_OK);
+    /* Deleted and re-created again. */
+    CU_ASSERT_EQUAL(mv_delete(s, "req_total", get, 1), 1);
+    CU_ASSERT_EQUAL(mv_counter_register(s, "req_total", NULL, NULL, get, 1, &again), MV_OK);
+    mv_counter_add(again, 3);
+    mv_close(s);
+
+    cat = parse_file(path, &copy);
+    CU_ASSERT_EQUAL(mv_seg_catalog_count(cat), 4);
+    CU_ASSERT_EQUAL(mv_seg_catalog_tombstones(cat), 3);
+    const mv_seg_metric *m = find(cat, "req_total", "GET");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    CU_ASSERT_EQUAL(mv_seg_read_counter(copy, m), 3);
+    m = find(cat, "h", NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    CU_ASSERT_EQUAL(m->bucket_count, 1);
+    /* Live records are listed in record order. */
+    CU_ASSERT_STRING_EQUAL(mv_seg_catalog_metric(cat, 0)->labels[0].value, "PUT");
+    CU_ASSERT_STRING_EQUAL(mv_seg_catalog_metric(cat, 1)->name, "g");
+    mv_seg_catalog_free(cat);
+    free(copy);
+
+    /* The repair walk counts tombstones (they have no slot). */
+    size_t len;
+    uint64_t *raw = read_file(path, &len);
+    uint32_t n, cu, vu;
+    mv_seg_recount(raw, len, &n, &cu, &vu);
+    const mv_seg_header *hd = (const void *)raw;
+    CU_ASSERT_EQUAL(n, hd->metric_count);
+    CU_ASSERT_EQUAL(cu, hd->catalog_used);
+    CU_ASSERT_EQUAL(vu, hd->values_used);
+    free(raw);
+}
+
+/* A gauge set to NaN stores it; infinities are observed into their buckets. */
+static void test_nan_inf(void)
+{
+    const char *path = new_file(65536, 0);
+    mv_segment *s;
+    CU_ASSERT_EQUAL_FATAL(mv_open(path, &s), MV_OK);
+    mv_gauge g;
+    mv_histogram *h;
+    double b[] = {1};
+    CU_ASSERT_EQUAL(mv_gauge_register(s, "g", NULL, NULL, NULL, 0, &g), MV_OK);
+    CU_ASSERT_EQUAL(mv_histogram_register(s, "h", NULL, NULL, NULL, 0, b, 1, &h), MV_OK);
+    mv_gauge_set(g, NAN);
+    mv_histogram_observe(h, -INFINITY);
+    mv_histogram_observe(h, INFINITY);
+    mv_histogram_observe(h, NAN);
+    /* mv_histogram_read: what this process wrote, as a reader sums it */
+    uint64_t count, buckets[2];
+    double sum;
+    const double *bounds;
+    CU_ASSERT_EQUAL(mv_histogram_read(h, &count, &sum, buckets, &bounds), 1);
+    CU_ASSERT_EQUAL(count, 3);
+    CU_ASSERT(isnan(sum));
+    CU_ASSERT_EQUAL(buckets[0], 1);
+    CU_ASSERT_EQUAL(buckets[1], 2);
+    CU_ASSERT(bounds && bounds[0] == 1);
+    mv_close(s);
+    uint64_t *copy;
+    mv_seg_catalog *cat = parse_file(path, &copy);
+    CU_ASSERT(isnan(mv_seg_read_gauge(copy, find(cat, "g", NULL))));
+    mv_seg_hist_view hv;
+    CU_ASSERT_EQUAL_FATAL(mv_seg_read_histogram(copy, find(cat, "h", NULL), &hv), MV_SEG_OK);
+    CU_ASSERT_EQUAL(hv.count, 3);
+    CU_ASSERT(isnan(hv.sum));
+    CU_ASSERT_EQUAL(hv.buckets[0], 1);
+    CU_ASSERT_EQUAL(hv.buckets[1], 2);
+    mv_seg_catalog_free(cat);
+    free(copy);
 }
 
 /* Gauge adds take this thread's last stored value as their first guess: they stay exact
@@ -637,6 +855,9 @@ int main(void)
         {"register, update, read back", test_register_update_read},
         {"registration errors", test_register_errors},
         {"full segment", test_full},
+        {"fractional counters", test_counter_f},
+        {"delete and re-create series", test_delete},
+        {"NaN and infinities", test_nan_inf},
         {"slots on their own lines", test_placement_lines},
         {"slots packed when the value area is short", test_placement_fallback},
         {"MICROVIEW_PLACEMENT=packed", test_placement_packed},

@@ -117,6 +117,63 @@ static void test_counter_window(void)
     fx_close(&f);
 }
 
+/* A fractional counter (record type 4) has the rates of a counter, fractions included:
+ * 0.25 per 100 ms is 2.5/s (a type 1 counter could not hold it), and a re-created series
+ * (its value drops) counts as a reset. */
+static void test_counter_f_window(void)
+{
+    fixture f;
+    mv_counter_f c;
+    fx_open(&f, "counter_f.seg", 16384);
+    CU_ASSERT_FATAL(mv_counter_f_register(f.seg, "busy_seconds_total", NULL, NULL, NULL, 0, &c) ==
+                    MV_OK);
+    fx_catalog(&f);
+    mv_pipe_seg *p = new_pipe(f.cat, SEC, 0, 0);
+    uint64_t t0 = 1000 * SEC;
+    mv_pipe_seg_feed(p, f.map, t0);
+    for (int i = 1; i <= 10; i++) {
+        mv_counter_f_add(c, i == 5 ? 1.25 : 0.25);
+        mv_pipe_seg_feed(p, f.map, t0 + (uint64_t)i * SEC / 10);
+    }
+    mv_pipe_view *v = mv_pipe_seg_view(p);
+    CU_ASSERT_FATAL(v != NULL);
+    CU_ASSERT(v->m[0].has_window);
+    /* Window 0 holds 9 intervals: 8 * 0.25 + 1.25 over 0.9 s; the largest 1.25 / 0.1 s. */
+    CU_ASSERT(rel_err(v->m[0].rate, 3.25 / 0.9) < 1e-9);
+    CU_ASSERT(rel_err(v->m[0].rate_max, 12.5) < 1e-9);
+    CU_ASSERT(rel_err(v->m[0].rate_short, 3.25 / 0.9) < 1e-9); /* since the first read */
+    CU_ASSERT_EQUAL(v->m[0].resets, 0);
+    free(v);
+    /* Integral adds land in the other word: the rate sees both. */
+    for (int i = 11; i < 20; i++) {
+        mv_counter_f_add(c, i % 2 ? 1 : 0.5);
+        mv_pipe_seg_feed(p, f.map, t0 + (uint64_t)i * SEC / 10);
+    }
+    uint64_t *w = (uint64_t *)(void *)((uintptr_t)c.slot & ~(uintptr_t)7);
+    w[0] = 0; /* the value drops (a re-created series): a reset */
+    w[1] = 0;
+    mv_counter_f_add(c, 0.5);
+    mv_pipe_seg_feed(p, f.map, t0 + 2 * SEC);
+    v = mv_pipe_seg_view(p);
+    CU_ASSERT_FATAL(v != NULL);
+    /* Window 1: the 0.25 read at t0 + 1 s, then 5 * 1 + 4 * 0.5, over 1 s. */
+    CU_ASSERT(rel_err(v->m[0].rate, 7.25) < 1e-9);
+    CU_ASSERT_EQUAL(v->m[0].resets, 0);
+    free(v);
+    for (int i = 21; i <= 30; i++) {
+        mv_counter_f_add(c, 0.5);
+        mv_pipe_seg_feed(p, f.map, t0 + (uint64_t)i * SEC / 10);
+    }
+    v = mv_pipe_seg_view(p);
+    CU_ASSERT_FATAL(v != NULL);
+    /* Window 2: the reset interval counts the new value (0.5), then 9 * 0.5, over 1 s. */
+    CU_ASSERT(rel_err(v->m[0].rate, 5.0) < 1e-9);
+    CU_ASSERT_EQUAL(v->m[0].resets, 1);
+    free(v);
+    mv_pipe_seg_destroy(p);
+    fx_close(&f);
+}
+
 /* A step in a counter's rate: the short-horizon rate shows it exactly within
  * its horizon (1 s) plus one read; the window rate needs up to two windows. */
 static void test_short_rate_follows_step(void)
@@ -731,6 +788,7 @@ int main(void)
         return 1;
     static const mv_test tests[] = {
         {"counter window", test_counter_window},
+        {"fractional counter window", test_counter_f_window},
         {"windows at a phase", test_window_phase},
         {"short rate follows a step", test_short_rate_follows_step},
         {"gauge window quantiles", test_gauge_window_quantiles},

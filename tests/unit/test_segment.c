@@ -39,6 +39,46 @@ static uint32_t append(const mv_seg_metric_desc *d)
     return voff;
 }
 
+/* Appends a tombstone of the record named like `d` whose slot is at `voff`. */
+static void append_tomb(const char *name, const mv_seg_label *l, uint16_t nl, uint32_t voff)
+{
+    mv_seg_header *h = hdr();
+    mv_seg_error e;
+    mv_seg_metric_desc d = {.type = MV_SEG_TOMBSTONE, .name = name, .labels = l, .label_count = nl};
+    CU_ASSERT_EQUAL_FATAL(mv_seg_desc_check(&d, &e), MV_SEG_OK);
+    CU_ASSERT_EQUAL(mv_seg_value_size(&d), 0);
+    mv_seg_record_encode(g_seg + h->catalog_offset + h->catalog_used, &d, voff);
+    h->catalog_used += mv_seg_record_size(&d);
+    h->metric_count++;
+    h->generation += 2;
+}
+
+/* Rewrites record `idx` (0-based) with `fn` and re-seals its checksum. */
+static void patch_record(size_t idx, void (*fn)(unsigned char *rec))
+{
+    mv_seg_header *h = hdr();
+    unsigned char *rec = g_seg + h->catalog_offset;
+    for (size_t i = 0; i < idx; i++) {
+        uint32_t rs;
+        memcpy(&rs, rec, 4);
+        rec += rs;
+    }
+    uint32_t rs;
+    memcpy(&rs, rec, 4);
+    fn(rec);
+    uint64_t sum = mv_seg_fnv1a64(rec, rs - 8);
+    memcpy(rec + rs - 8, &sum, 8);
+}
+
+static mv_seg_reason parse_reason(void)
+{
+    mv_seg_catalog *c = NULL;
+    mv_seg_error e;
+    mv_seg_reason r = mv_seg_catalog_parse(g_seg, SEG_SIZE, SEG_SIZE, &c, &e);
+    mv_seg_catalog_free(c);
+    return r;
+}
+
 static mv_seg_catalog *parse_ok(void)
 {
     mv_seg_catalog *c = NULL;
@@ -304,6 +344,136 @@ static void test_record_roundtrip(void)
     mv_seg_catalog_free(cat);
 }
 
+static void set_flags1(unsigned char *rec)
+{
+    rec[5] = 1;
+}
+static void set_vsize8(unsigned char *rec)
+{
+    rec[12] = 8;
+}
+static void set_type6(unsigned char *rec)
+{
+    rec[4] = 6;
+}
+/* Tombstones (spec section 6.6) and fractional counters (5.3) as the reader sees them. */
+static void test_tombstones(void)
+{
+    mv_seg_label get[] = {{"m", "GET"}}, put[] = {{"m", "PUT"}};
+    mv_seg_metric_desc a = {.type = MV_SEG_COUNTER, .name = "a", .labels = get, .label_count = 1};
+    mv_seg_metric_desc a2 = {.type = MV_SEG_COUNTER, .name = "a", .labels = put, .label_count = 1};
+    mv_seg_metric_desc g = {.type = MV_SEG_GAUGE, .name = "a", .labels = get, .label_count = 1};
+    mv_seg_metric_desc f = {.type = MV_SEG_COUNTER_F, .name = "f"};
+
+    /* Delete, then re-create: one live series, the new slot. */
+    fresh();
+    uint32_t v0 = append(&a);
+    append(&a2);
+    append_tomb("a", get, 1, v0);
+    mv_seg_catalog *c = parse_ok();
+    CU_ASSERT_EQUAL(mv_seg_catalog_count(c), 1);
+    CU_ASSERT_EQUAL(mv_seg_catalog_tombstones(c), 1);
+    CU_ASSERT_STRING_EQUAL(mv_seg_catalog_metric(c, 0)->labels[0].value, "PUT");
+    CU_ASSERT_EQUAL(mv_seg_catalog_name_type(c, "a"), MV_SEG_COUNTER);
+    CU_ASSERT_EQUAL(mv_seg_catalog_name_type(c, "zz"), 0);
+    mv_seg_catalog_free(c);
+    uint32_t v1 = append(&a);
+    CU_ASSERT(v1 > v0);
+    c = parse_ok();
+    CU_ASSERT_EQUAL(mv_seg_catalog_count(c), 2);
+    CU_ASSERT_EQUAL(mv_seg_catalog_metric(c, 1)->value_offset, v1);
+    mv_seg_catalog_free(c);
+    /* Deleted twice: the second tombstone names a record already deleted. */
+    append_tomb("a", get, 1, v0);
+    CU_ASSERT_EQUAL(parse_reason(), MV_SEG_E_RECORD);
+
+    /* Re-created without a tombstone: a duplicate, as ever. A tombstone after the second
+     * record does not make the pair legal. */
+    fresh();
+    v0 = append(&a);
+    append(&a);
+    CU_ASSERT_EQUAL(parse_reason(), MV_SEG_E_DUPLICATE);
+    append_tomb("a", get, 1, v0);
+    CU_ASSERT_EQUAL(parse_reason(), MV_SEG_E_DUPLICATE);
+
+    /* A tombstone must name its record exactly. */
+    fresh();
+    v0 = append(&a);
+    append_tomb("a", get, 1, v0 + 8);
+    CU_ASSERT_EQUAL(parse_reason(), MV_SEG_E_RECORD);
+    fresh();
+    v0 = append(&a);
+    append_tomb("a", put, 1, v0);
+    CU_ASSERT_EQUAL(parse_reason(), MV_SEG_E_RECORD);
+    fresh();
+    v0 = append(&a);
+    append_tomb("b", get, 1, v0);
+    CU_ASSERT_EQUAL(parse_reason(), MV_SEG_E_RECORD);
+    /* ... and an earlier one: a tombstone before its record deletes nothing. */
+    fresh();
+    append_tomb("a", get, 1, 0);
+    append(&a);
+    CU_ASSERT_EQUAL(parse_reason(), MV_SEG_E_RECORD);
+    /* A tombstone of a tombstone. */
+    fresh();
+    v0 = append(&a);
+    append_tomb("a", get, 1, v0);
+    append_tomb("a", get, 1, v0);
+    CU_ASSERT_EQUAL(parse_reason(), MV_SEG_E_RECORD);
+
+    /* Fixed fields: no flags, no value bytes, no help or unit. */
+    fresh();
+    v0 = append(&a);
+    append_tomb("a", get, 1, v0);
+    patch_record(1, set_flags1);
+    CU_ASSERT_EQUAL(parse_reason(), MV_SEG_E_RECORD);
+    fresh();
+    v0 = append(&a);
+    append_tomb("a", get, 1, v0);
+    patch_record(1, set_vsize8);
+    CU_ASSERT_EQUAL(parse_reason(), MV_SEG_E_RECORD);
+    mv_seg_metric_desc bad = {.type = MV_SEG_TOMBSTONE, .name = "a", .help = "h"};
+    mv_seg_error e;
+    CU_ASSERT_EQUAL(mv_seg_desc_check(&bad, &e), MV_SEG_E_INVAL);
+    /* Encoded anyway (a writer that skips the check): the reader refuses it. */
+    fresh();
+    mv_seg_metric_desc plain = {.type = MV_SEG_COUNTER, .name = "a"};
+    v0 = append(&plain);
+    mv_seg_record_encode(g_seg + hdr()->catalog_offset + hdr()->catalog_used, &bad, v0);
+    hdr()->catalog_used += mv_seg_record_size(&bad);
+    hdr()->metric_count++;
+    CU_ASSERT_EQUAL(parse_reason(), MV_SEG_E_RECORD);
+
+    /* A deleted name keeps its type. */
+    fresh();
+    v0 = append(&a);
+    append_tomb("a", get, 1, v0);
+    append(&g);
+    CU_ASSERT_EQUAL(parse_reason(), MV_SEG_E_TYPE);
+
+    /* A type this reader does not know refuses the segment (the version rule). */
+    fresh();
+    append(&a);
+    patch_record(0, set_type6);
+    CU_ASSERT_EQUAL(parse_reason(), MV_SEG_E_TYPE);
+
+    /* counter_f: 16 bytes, a counter on the wire; 8 bytes is a wrong value_size. */
+    fresh();
+    uint32_t fo = append(&f);
+    c = parse_ok();
+    const mv_seg_metric *m = mv_seg_catalog_metric(c, 0);
+    CU_ASSERT_EQUAL(m->type, MV_SEG_COUNTER_F);
+    CU_ASSERT_EQUAL(m->value_size, 16);
+    uint64_t *w = (uint64_t *)(void *)(g_seg + hdr()->values_offset + fo);
+    double half = 0.5;
+    w[0] = 2;
+    memcpy(&w[1], &half, 8);
+    CU_ASSERT_EQUAL(mv_seg_read_counter_f(g_seg, m), 2.5);
+    mv_seg_catalog_free(c);
+    patch_record(0, set_vsize8);
+    CU_ASSERT_EQUAL(parse_reason(), MV_SEG_E_RECORD);
+}
+
 static void test_hot_check(void)
 {
     fresh();
@@ -417,6 +587,7 @@ int main(void)
         {"record round trip", test_record_roundtrip},
         {"slot placement", test_place_slot},
         {"hot check", test_hot_check},
+        {"tombstones and fractional counters", test_tombstones},
         {"values", test_values},
     };
     int failed = MV_TEST_RUN("segment", tests);

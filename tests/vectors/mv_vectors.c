@@ -23,8 +23,14 @@
 
 typedef struct handle {
     char id[32];
-    int kind; /* MV_SEG_COUNTER / GAUGE / HISTOGRAM */
+    int kind; /* MV_SEG_COUNTER / GAUGE / HISTOGRAM / COUNTER_F */
     mv_counter c;
+    mv_counter_f cf;
+    /* The series' name and labels, for `delete`. */
+    char name[MV_SEG_NAME_MAX + 1];
+    char keys[MV_SEG_LABELS_MAX][MV_SEG_LABEL_KEY_MAX + 1];
+    char values[MV_SEG_LABELS_MAX][MV_SEG_LABEL_VALUE_MAX + 1];
+    size_t nlabels;
     mv_gauge g;
     mv_histogram *h;
 } handle;
@@ -169,6 +175,8 @@ static int do_register(run *r, int kind, char **tok, int ntok, int want)
     int rc;
     if (kind == MV_SEG_COUNTER)
         rc = mv_counter_register(r->seg, name, help, unit, labels, nl, &hd.c);
+    else if (kind == MV_SEG_COUNTER_F)
+        rc = mv_counter_f_register(r->seg, name, help, unit, labels, nl, &hd.cf);
     else if (kind == MV_SEG_GAUGE)
         rc = mv_gauge_register(r->seg, name, help, unit, labels, nl, &hd.g);
     else
@@ -179,6 +187,12 @@ static int do_register(run *r, int kind, char **tok, int ntok, int want)
     if (rc == MV_OK) {
         if (r->nhandles == MAX_HANDLES || find(r, hd.id))
             return bad(r, "handle id %s reused (or too many)", hd.id);
+        snprintf(hd.name, sizeof hd.name, "%s", name);
+        for (size_t i = 0; i < nl && i < MV_SEG_LABELS_MAX; i++) {
+            snprintf(hd.keys[i], sizeof hd.keys[i], "%s", labels[i].key);
+            snprintf(hd.values[i], sizeof hd.values[i], "%s", labels[i].value);
+        }
+        hd.nlabels = nl;
         r->handles[r->nhandles++] = hd;
     }
     return 0;
@@ -189,6 +203,7 @@ static int kind_of(const char *s)
     return !strcmp(s, "counter")     ? MV_SEG_COUNTER
            : !strcmp(s, "gauge")     ? MV_SEG_GAUGE
            : !strcmp(s, "histogram") ? MV_SEG_HISTOGRAM
+           : !strcmp(s, "counter_f") ? MV_SEG_COUNTER_F
                                      : 0;
 }
 
@@ -258,6 +273,25 @@ static int do_line(run *r, char **tok, int ntok)
     }
     if (!r->seg)
         return bad(r, "`open` must come before %s", op);
+    if (strcmp(op, "usage") == 0) { /* usage values_used=N catalog_used=N */
+        mv_usage u;
+        uint64_t want;
+        if (ntok != 3 || mv_segment_usage(r->seg, &u) != MV_OK)
+            return bad(r, "usage values_used=N catalog_used=N");
+        for (int i = 1; i < 3; i++) {
+            char *eq = strchr(tok[i], '=');
+            if (!eq || parse_u64(eq + 1, &want))
+                return bad(r, "usage values_used=N catalog_used=N");
+            *eq = 0;
+            uint64_t got = !strcmp(tok[i], "values_used")    ? u.values_used
+                           : !strcmp(tok[i], "catalog_used") ? u.catalog_used
+                                                             : UINT64_MAX;
+            if (got != want)
+                return bad(r, "usage: %s is %llu, expected %llu", tok[i], (unsigned long long)got,
+                           (unsigned long long)want);
+        }
+        return 0;
+    }
     if (kind)
         return do_register(r, kind, tok + 1, ntok - 1, MV_OK);
     if (strcmp(op, "fail") == 0) {
@@ -266,11 +300,36 @@ static int do_line(run *r, char **tok, int ntok)
             return bad(r, "fail name|invalid|conflict|full|busy KIND ID ARGS...");
         return do_register(r, kind_of(tok[2]), tok + 3, ntok - 3, want);
     }
+    if (strcmp(op, "refuse") == 0) { /* refuse fadd ID F: the add must be refused */
+        handle *h = ntok == 4 ? find(r, tok[2]) : NULL;
+        double d;
+        if (!h || strcmp(tok[1], "fadd") || h->kind != MV_SEG_COUNTER_F || parse_f64(tok[3], &d))
+            return bad(r, "refuse fadd ID F");
+        return mv_counter_f_add(h->cf, d) == MV_ERR_INVALID
+                   ? 0
+                   : bad(r, "fadd %s %s was not refused", tok[2], tok[3]);
+    }
     handle *h = ntok >= 2 ? find(r, tok[1]) : NULL;
     if (!h)
         return bad(r, "%s needs a registered handle id", op);
     if (strcmp(op, "inc") == 0 && h->kind == MV_SEG_COUNTER && ntok == 2) {
         mv_counter_inc(h->c);
+        return 0;
+    }
+    if (strcmp(op, "inc") == 0 && h->kind == MV_SEG_COUNTER_F && ntok == 2) {
+        mv_counter_f_inc(h->cf);
+        return 0;
+    }
+    if (strcmp(op, "delete") == 0 && ntok == 2) {
+        mv_label l[MV_SEG_LABELS_MAX];
+        for (size_t i = 0; i < h->nlabels; i++) {
+            l[i].key = h->keys[i];
+            l[i].value = h->values[i];
+        }
+        int rc = mv_delete(r->seg, h->name, l, h->nlabels);
+        if (rc != 1)
+            return bad(r, "delete %s returned %d (%s)", h->id, rc, mv_errdetail());
+        h->id[0] = 0; /* the id may name the re-created series */
         return 0;
     }
     uint64_t u;
@@ -285,7 +344,10 @@ static int do_line(run *r, char **tok, int ntok)
         mv_gauge_add(h->g, d);
     else if (strcmp(op, "observe") == 0 && h->kind == MV_SEG_HISTOGRAM && !parse_f64(tok[2], &d))
         mv_histogram_observe(h->h, d);
-    else
+    else if (strcmp(op, "fadd") == 0 && h->kind == MV_SEG_COUNTER_F && !parse_f64(tok[2], &d)) {
+        if (mv_counter_f_add(h->cf, d) != MV_OK)
+            return bad(r, "fadd %s %s refused: %s", tok[1], tok[2], mv_errdetail());
+    } else
         return bad(r, "unknown operation %s for handle %s (or bad value)", op, tok[1]);
     return 0;
 }

@@ -32,6 +32,8 @@ const (
 	typeCounter  = 1
 	typeGauge    = 2
 	typeHist     = 3
+	typeCounterF = 4 // counter_f: u64 integral part + binary64 fractional accumulator
+	typeTomb     = 5 // tombstone: deletes an earlier record (section 6.6)
 	fnvOffset    = 0xcbf29ce484222325
 	fnvPrime     = 0x100000001b3
 	goldenGamma  = 0x9E3779B97F4A7C15
@@ -138,6 +140,7 @@ type desc struct {
 	unit   string
 	labels []Label
 	bounds []float64
+	tombOf uint32 // a tombstone: the value_offset of the record it deletes
 }
 
 func validName(s string, colon bool) bool {
@@ -237,8 +240,13 @@ func validShards(n int) bool { return n >= 2 && n <= shardsMax && n&(n-1) == 0 }
 func shardStride(size uint32) uint32 { return (size + 63) &^ 63 }
 
 func (d *desc) valueSize() int {
-	if d.typ == typeHist {
+	switch d.typ {
+	case typeHist:
 		return 8 * (len(d.bounds) + 4)
+	case typeCounterF:
+		return 16
+	case typeTomb:
+		return 0
 	}
 	return 8
 }
@@ -292,7 +300,8 @@ type record struct {
 	bounds      []float64
 	valueOffset uint32
 	valueSize   uint32
-	shards      int // 1, or a sharded record's shard count (section 5.2)
+	shards      int  // 1, or a sharded record's shard count (section 5.2)
+	deleted     bool // a later tombstone deletes it (section 6.6)
 }
 
 type catalog struct {
@@ -423,7 +432,7 @@ func parseRecord(rec []byte, idx int, valuesUsed uint32, valueEnd *uint32) (reco
 		return r, 0, reject("bad_record", "record %d: shard_count %d (sharded: a power of two from 2 to %d, else 0)", idx, shards, shardsMax)
 	}
 	r.typ = rec[4]
-	if r.typ != typeCounter && r.typ != typeGauge && r.typ != typeHist {
+	if r.typ < typeCounter || r.typ > typeTomb {
 		return r, 0, reject("bad_type", "record %d: unknown type %d", idx, r.typ)
 	}
 	nl := int(le.Uint16(rec[6:]))
@@ -435,8 +444,16 @@ func parseRecord(rec []byte, idx int, valuesUsed uint32, valueEnd *uint32) (reco
 		return r, 0, reject("bad_count", "record %d: bucket_count %d invalid for type %d", idx, nb, r.typ)
 	}
 	want := uint32(8)
-	if r.typ == typeHist {
+	switch r.typ {
+	case typeHist:
 		want = uint32(8 * (nb + 4))
+	case typeCounterF:
+		want = 16
+	case typeTomb:
+		want = 0
+		if flags != 0 {
+			return r, 0, reject("bad_record", "record %d: a tombstone has no flags", idx)
+		}
 	}
 	r.shards = 1
 	if shards > 1 {
@@ -447,16 +464,18 @@ func parseRecord(rec []byte, idx int, valuesUsed uint32, valueEnd *uint32) (reco
 	if r.valueSize != want {
 		return r, 0, reject("bad_record", "record %d: value_size %d, expected %d", idx, r.valueSize, want)
 	}
-	if r.valueOffset%8 != 0 {
-		return r, 0, reject("bad_value_range", "record %d: value_offset %d is not 8-aligned", idx, r.valueOffset)
+	if r.typ != typeTomb { // a tombstone has no slot: no part in the slot rules
+		if r.valueOffset%8 != 0 {
+			return r, 0, reject("bad_value_range", "record %d: value_offset %d is not 8-aligned", idx, r.valueOffset)
+		}
+		if r.valueOffset < *valueEnd {
+			return r, 0, reject("overlap", "record %d: value slot overlaps the previous one", idx)
+		}
+		if uint64(r.valueOffset)+uint64(r.valueSize) > uint64(valuesUsed) {
+			return r, 0, reject("bad_value_range", "record %d: value slot outside the used value area", idx)
+		}
+		*valueEnd = r.valueOffset + r.valueSize
 	}
-	if r.valueOffset < *valueEnd {
-		return r, 0, reject("overlap", "record %d: value slot overlaps the previous one", idx)
-	}
-	if uint64(r.valueOffset)+uint64(r.valueSize) > uint64(valuesUsed) {
-		return r, 0, reject("bad_value_range", "record %d: value slot outside the used value area", idx)
-	}
-	*valueEnd = r.valueOffset + r.valueSize
 	end, pos := size-8, recordHead
 	str := func(max int, what string) (string, error) {
 		if pos+3 > end {
@@ -486,12 +505,16 @@ func parseRecord(rec []byte, idx int, valuesUsed uint32, valueEnd *uint32) (reco
 	if !validName(r.name, true) {
 		return r, 0, reject("bad_name", "record %d: invalid metric name", idx)
 	}
-	if _, err = str(helpMax, "help"); err != nil {
+	help, err := str(helpMax, "help")
+	if err != nil {
 		return r, 0, err
 	}
 	unit, err := str(unitMax, "unit")
 	if err != nil {
 		return r, 0, err
+	}
+	if r.typ == typeTomb && (help != "" || unit != "") {
+		return r, 0, reject("bad_record", "record %d: a tombstone has empty help and unit", idx)
 	}
 	if unit != "" && !validName(unit, false) {
 		return r, 0, reject("bad_name", "record %d: invalid unit", idx)
@@ -541,24 +564,35 @@ func sameLabels(a, b []Label) bool {
 	return true
 }
 
-// checkFamilies: one type per name, no name+labels twice (section 6.4).
+// checkFamilies: one type per name (deleted records included), no live name+labels twice
+// (section 6.4); each tombstone deletes an earlier live record with its value_offset, name
+// and labels (section 6.6), which it marks deleted.
 func checkFamilies(recs []record) error {
 	types := make(map[string]uint8, len(recs))
-	series := make(map[string]struct{}, len(recs))
+	series := make(map[string]int, len(recs))
 	var key []byte
-	for _, r := range recs {
-		if t, ok := types[r.name]; ok && t != r.typ {
-			return reject("bad_type", "metric %s is registered with two types", r.name)
-		}
-		types[r.name] = r.typ
+	for i, r := range recs {
 		key = append(key[:0], r.name...)
 		for _, l := range r.labels { // strings cannot hold NUL, so NUL separates them
 			key = append(append(append(append(key, 0), l.Key...), 0), l.Value...)
 		}
+		if r.typ == typeTomb {
+			j, ok := series[string(key)]
+			if !ok || recs[j].valueOffset != r.valueOffset {
+				return reject("bad_record", "record %d: tombstone of %s deletes no earlier live record", i, r.name)
+			}
+			recs[j].deleted = true
+			delete(series, string(key))
+			continue
+		}
+		if t, ok := types[r.name]; ok && t != r.typ {
+			return reject("bad_type", "metric %s is registered with two types", r.name)
+		}
+		types[r.name] = r.typ
 		if _, dup := series[string(key)]; dup {
 			return reject("duplicate", "metric %s has the same labels twice", r.name)
 		}
-		series[string(key)] = struct{}{}
+		series[string(key)] = i
 	}
 	return nil
 }
@@ -588,10 +622,12 @@ func recount(seg []byte) (count, catalogUsed, valuesUsed uint32) {
 			break
 		}
 		voff, vsize := uint64(le.Uint32(rec[8:])), uint64(le.Uint32(rec[12:]))
-		if voff%8 != 0 || voff < vend || vsize == 0 || voff+vsize > valSize {
-			break
+		if rec[4] != typeTomb { // a tombstone has no slot and passes whatever its offset
+			if voff%8 != 0 || voff < vend || vsize == 0 || voff+vsize > valSize {
+				break
+			}
+			vend = voff + vsize
 		}
-		vend = voff + vsize
 		pos += size
 		count++
 	}

@@ -322,40 +322,49 @@ func (s *Segment) appendLocked(d *desc) (int, int, error) {
 	if err != nil {
 		return 0, 1, fail(ErrFormat, fmt.Sprintf("%s: %v", s.path, err))
 	}
-	for _, r := range c.records {
-		if r.name != d.name {
+	var live *record // the live record of d's series, if any
+	for i := range c.records {
+		r := &c.records[i]
+		if r.name != d.name || r.typ == typeTomb {
 			continue
 		}
-		if r.typ != d.typ {
+		if r.typ != d.typ && d.typ != typeTomb {
 			return 0, 1, fail(ErrConflict, fmt.Sprintf("metric %s is already registered with type %d", d.name, r.typ))
 		}
-		if !sameLabels(r.labels, d.labels) {
-			continue
+		if !r.deleted && sameLabels(r.labels, d.labels) {
+			live = r
 		}
-		if len(r.bounds) != len(d.bounds) {
+	}
+	if d.typ == typeTomb {
+		if live == nil {
+			return 0, 0, nil // nothing to delete
+		}
+		d.tombOf = live.valueOffset
+	} else if live != nil {
+		if len(live.bounds) != len(d.bounds) {
 			return 0, 1, fail(ErrConflict, fmt.Sprintf("histogram %s is already registered with other buckets", d.name))
 		}
-		for i := range r.bounds {
-			if r.bounds[i] != d.bounds[i] {
+		for i := range live.bounds {
+			if live.bounds[i] != d.bounds[i] {
 				return 0, 1, fail(ErrConflict, fmt.Sprintf("histogram %s is already registered with other buckets", d.name))
 			}
 		}
-		return int(c.valuesOffset + r.valueOffset), r.shards, nil
+		return int(c.valuesOffset + live.valueOffset), live.shards, nil
 	}
 	rsize, vsize := d.recordSize(), d.valueSize()
 	coff := int(c.catalogUsed)
 	// Each slot on its own cache line(s) while the value area has room to spare, as
 	// libmicroview does (section 5.1): goroutines updating neighbouring metrics then do not
-	// contend for one line.
+	// contend for one line. A tombstone has no slot.
 	voff := int(c.valuesUsed)
-	if !s.packed {
+	if !s.packed && vsize > 0 {
 		voff = placeSlot(c.valuesUsed, c.valuesSize, c.catalogUsed, c.catalogSize, rsize, vsize)
 	}
-	if voff+vsize > int(c.valuesSize) {
-		return 0, 1, fail(ErrFull, fmt.Sprintf("%s: value area full (%d of %d bytes used, %s needs %d)", s.path, c.valuesUsed, c.valuesSize, d.name, vsize))
+	if vsize > 0 && voff+vsize > int(c.valuesSize) {
+		return 0, 1, s.full(d, "value", int(c.valuesUsed), int(c.valuesSize), vsize)
 	}
 	if coff+rsize > int(c.catalogSize) || c.count >= metricsMax {
-		return 0, 1, fail(ErrFull, fmt.Sprintf("%s: catalog area full (%d of %d bytes used, %s needs %d)", s.path, coff, c.catalogSize, d.name, rsize))
+		return 0, 1, s.full(d, "catalog", coff, int(c.catalogSize), rsize)
 	}
 	atomic.StoreUint64(genw, gen+1) // sequentially consistent: also the full fence of step 6
 	slot := int(c.valuesOffset) + voff
@@ -363,12 +372,81 @@ func (s *Segment) appendLocked(d *desc) (int, int, error) {
 		atomic.StoreUint64(word64(mem, slot+i), 0)
 	}
 	at := int(c.catalogOff) + coff
-	d.encode(mem[at:at+rsize], uint32(voff))
-	atomic.StoreUint32(word32(mem, offValUsed), uint32(voff+vsize))
+	if d.typ == typeTomb {
+		d.encode(mem[at:at+rsize], d.tombOf)
+	} else {
+		d.encode(mem[at:at+rsize], uint32(voff))
+		atomic.StoreUint32(word32(mem, offValUsed), uint32(voff+vsize))
+	}
 	atomic.StoreUint32(word32(mem, offCatUsed), uint32(coff+rsize))
 	atomic.StoreUint32(word32(mem, offCount), c.count+1)
 	atomic.StoreUint64(genw, gen+2)
 	return slot, 1, nil
+}
+
+// quantity writes a size as a Kubernetes quantity (128Ki, 1Mi, or bytes), as libmicroview.
+func quantity(n uint64) string {
+	switch {
+	case n%(1<<30) == 0:
+		return fmt.Sprintf("%dGi", n>>30)
+	case n%(1<<20) == 0:
+		return fmt.Sprintf("%dMi", n>>20)
+	case n%(1<<10) == 0:
+		return fmt.Sprintf("%dKi", n>>10)
+	}
+	return fmt.Sprint(n)
+}
+
+// full is the full-segment error of section 8.1, worded as libmicroview's: the area, its
+// use, the series that did not fit and its size, and the size to ask for (twice this one).
+func (s *Segment) full(d *desc, area string, used, size, need int) error {
+	what := map[uint8]string{typeCounter: "counter", typeCounterF: "counter", typeGauge: "gauge",
+		typeHist: "histogram"}[d.typ]
+	if what == "" {
+		what = "tombstone of"
+	}
+	return fail(ErrFull, fmt.Sprintf("%s area has %d of %d bytes used, %s %s needs %d; this segment is %s: ask for a larger one with the pod annotation microview.io/metrics-memory: %s (%s)",
+		area, used, size, what, d.name, need, quantity(uint64(len(s.mem))), quantity(2*uint64(len(s.mem))), s.path))
+}
+
+// Delete deletes the live series with o's name and labels (in the order it was registered
+// with) by appending its tombstone (section 6.6), and reports whether there was one.
+// Handles to it keep working but nobody reads them; registering the series again creates
+// it anew from zero, which readers see as a counter reset.
+func (s *Segment) Delete(o Opts) (bool, error) {
+	off, _, err := s.register(&desc{typ: typeTomb, name: o.Name, labels: o.Labels})
+	return err == nil && off != 0, err
+}
+
+// Usage is how full a segment is (section 8.1): the header's used and total bytes of the
+// value and catalog areas.
+type Usage struct {
+	ValuesUsed, ValuesSize, CatalogUsed, CatalogSize int
+}
+
+// Fullness is the larger of the two areas' used ratios.
+func (u Usage) Fullness() float64 {
+	v, c := 0.0, 0.0
+	if u.ValuesSize > 0 {
+		v = float64(u.ValuesUsed) / float64(u.ValuesSize)
+	}
+	if u.CatalogSize > 0 {
+		c = float64(u.CatalogUsed) / float64(u.CatalogSize)
+	}
+	return math.Max(v, c)
+}
+
+// Usage reads the segment's fullness from its header.
+func (s *Segment) Usage() Usage {
+	if s == nil || len(s.mem) == 0 {
+		return Usage{}
+	}
+	return Usage{
+		ValuesUsed:  int(atomic.LoadUint32(word32(s.mem, offValUsed))),
+		ValuesSize:  int(le.Uint32(s.mem[offValSize:])),
+		CatalogUsed: int(atomic.LoadUint32(word32(s.mem, offCatUsed))),
+		CatalogSize: int(le.Uint32(s.mem[offCatSize:])),
+	}
 }
 
 var scratch [8]uint64 // target of scalar handles whose registration failed
@@ -380,6 +458,29 @@ func (s *Segment) NewCounter(o Opts) (Counter, error) {
 		return Counter{w: &scratch[0]}, err
 	}
 	return Counter{w: word64(s.mem, off), shards: n}, nil
+}
+
+// NewCounterF registers (or finds) a fractional counter series (record type 4), the type a
+// counter needs when Add takes non-integral amounts. Readers that predate type 4 refuse a
+// segment holding one (section 5).
+func (s *Segment) NewCounterF(o Opts) (CounterF, error) {
+	off, n, err := s.register(&desc{typ: typeCounterF, name: o.Name, help: o.Help, unit: o.Unit, labels: o.Labels})
+	if err != nil {
+		return CounterF{w: &scratch[2]}, err
+	}
+	return CounterF{w: word64(s.mem, off), shards: n}, nil
+}
+
+// NewLocalCounterF returns a fractional counter in process memory, read by nobody else.
+func NewLocalCounterF() CounterF { return CounterF{w: &make([]uint64, 2)[0], shards: 1} }
+
+// NewLocalGauge returns a gauge in process memory, read by nobody else.
+func NewLocalGauge() Gauge { return Gauge{w: new(uint64), shards: 1} }
+
+// NewLocalHistogram returns a histogram in process memory, read by nobody else.
+func NewLocalHistogram(bounds []float64) *Histogram {
+	b := append([]float64(nil), bounds...)
+	return newHistogram(make([]uint64, len(b)+4), b, 1)
 }
 
 // NewGauge registers (or finds) a gauge series.

@@ -7,6 +7,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"os"
@@ -490,5 +491,60 @@ func TestRegistrationErrorsGiveHarmlessHandles(t *testing.T) {
 	b, err := ExponentialBuckets(0.001, 10, 4)
 	if err != nil || len(b) != 4 || math.Abs(b[3]-1) > 1e-12 {
 		t.Errorf("buckets %v %v", b, err)
+	}
+}
+
+// Type 4: whole amounts in word 0, fractions in word 1, the value their sum; NaN counted
+// by ObserveAll; a full segment names the size to ask for.
+func TestCounterFAndNaNAndFull(t *testing.T) {
+	s := mustOpen(t, newSegFile(t, 4096))
+	c, err := s.NewCounterF(Opts{Name: "cpu_seconds_total"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 1000; i++ {
+				c.Add(0.25)
+				c.Inc()
+			}
+		}()
+	}
+	wg.Wait()
+	if v := c.Value(); v != 8*1000*1.25 {
+		t.Fatalf("counter_f value %v, want 10000", v)
+	}
+	if w0 := atomic.LoadUint64(c.w); w0 != 8000 {
+		t.Fatalf("integral word %d, want 8000", w0)
+	}
+	again, err := s.NewCounterF(Opts{Name: "cpu_seconds_total"})
+	if err != nil || again.w != c.w {
+		t.Fatalf("re-registration did not find the series: %v", err)
+	}
+	if _, err := s.NewCounter(Opts{Name: "cpu_seconds_total", Labels: []Label{{"a", "b"}}}); !errors.Is(err, ErrConflict) {
+		t.Fatalf("type 1 on a type 4 name: %v, want ErrConflict", err)
+	}
+	h, _ := s.NewHistogram(Opts{Name: "lat"}, []float64{1})
+	h.Observe(math.NaN())
+	n, sum, b := h.Snapshot()
+	if n != 1 || !math.IsNaN(sum) || b[1] != 1 {
+		t.Fatalf("NaN observation: count %d sum %v buckets %v", n, sum, b)
+	}
+	quiescentOK(t, h)
+	var full error
+	for i := 0; i < 200 && full == nil; i++ {
+		_, full = s.NewGauge(Opts{Name: fmt.Sprintf("g%d", i)})
+	}
+	if !errors.Is(full, ErrFull) || !strings.Contains(full.Error(), "this segment is 4Ki: ask for a larger one with the pod annotation microview.io/metrics-memory: 8Ki") {
+		t.Fatalf("full segment error: %v", full)
+	}
+	if f := s.Usage().Fullness(); f < 0.5 || f > 1 {
+		t.Fatalf("fullness %g", f)
+	}
+	if err := c.Add(-1); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("negative add: %v", err)
 	}
 }

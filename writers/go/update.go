@@ -57,11 +57,12 @@ func (g Gauge) Set(v float64) {
 			atomic.StoreUint64(w, 0)
 		}
 	}
-	atomic.StoreUint64(g.w, math.Float64bits(v))
+	atomic.StoreUint64(g.w, math.Float64bits(canon(v)))
 }
 
 // Add adds delta with a compare-and-swap loop; safe from many goroutines.
 func (g Gauge) Add(delta float64) {
+	delta = canon(delta)
 	for {
 		old := atomic.LoadUint64(g.w)
 		if atomic.CompareAndSwapUint64(g.w, old, math.Float64bits(math.Float64frombits(old)+delta)) {
@@ -94,14 +95,27 @@ func newHistogram(all []uint64, bounds []float64, shards int) *Histogram {
 	return h
 }
 
-// Observe records one observation; NaN is ignored. Safe from many goroutines without a
-// lock: each step is one atomic read-modify-write and the checksum word receives exactly
-// the linear delta of this observation, so a reader can detect a copy caught half-way.
-func (h *Histogram) Observe(v float64) {
+// quietNaN is the one NaN every writer stores (section 9.5).
+const quietNaN = 0x7ff8000000000000
+
+// canon replaces any NaN by the quiet NaN 0x7ff8000000000000 (Go's math.NaN() is
+// 0x7ff8000000000001), so that every writer stores the same bytes.
+func canon(v float64) float64 {
 	if v != v {
-		return
+		return math.Float64frombits(quietNaN)
 	}
+	return v
+}
+
+// Observe records one observation. Safe from many goroutines without a lock: each step is
+// one atomic read-modify-write and the checksum word receives exactly the linear delta of
+// this observation, so a reader can detect a copy caught half-way. NaN counts as the
+// Prometheus clients count it (section 9.5): count + 1, the +Inf bucket + 1, sum NaN.
+func (h *Histogram) Observe(v float64) {
 	lo, hi := 0, len(h.bounds)
+	if v != v {
+		lo, v = hi, canon(v)
+	}
 	for lo < hi {
 		mid := int(uint(lo+hi) >> 1)
 		if v <= h.bounds[mid] {
@@ -145,3 +159,86 @@ func (h *Histogram) Snapshot() (count uint64, sum float64, buckets []uint64) {
 
 // Bounds returns a copy of the histogram's finite upper bounds.
 func (h *Histogram) Bounds() []float64 { return append([]float64(nil), h.bounds...) }
+
+// CounterF is a handle to one fractional counter (record type 4, section 5): word 0 counts
+// whole units, word 1 accumulates the non-integral amounts as IEEE-754 bits; the value is
+// their sum. Both only grow.
+type CounterF struct {
+	w      *uint64
+	shards int
+}
+
+// Inc adds 1: one atomic add on the integral word.
+func (c CounterF) Inc() { atomic.AddUint64(c.w, 1) }
+
+// Add adds v exactly (section 5.3): an integral amount below 2^64 is one atomic add on
+// the integral word, any other (a fraction, a larger amount, +Inf) a compare-and-swap loop
+// on the fractional word. NaN and negative amounts are refused with ErrInvalid and store
+// nothing.
+func (c CounterF) Add(v float64) error {
+	if iv := uint64(v); float64(iv) == v && v >= 0 && v < 1<<64 {
+		atomic.AddUint64(c.w, iv)
+		return nil
+	}
+	return c.addFrac(v)
+}
+
+func (c CounterF) addFrac(v float64) error {
+	if !(v >= 0) {
+		return errRefusedAdd
+	}
+	f := (*uint64)(unsafe.Add(unsafe.Pointer(c.w), 8))
+	for {
+		old := atomic.LoadUint64(f)
+		if atomic.CompareAndSwapUint64(f, old, math.Float64bits(math.Float64frombits(old)+v)) {
+			return nil
+		}
+	}
+}
+
+var errRefusedAdd = fail(ErrInvalid, "a counter adds only non-negative amounts (not NaN)")
+
+// Value reads the counter: the integral and fractional words of every shard, summed.
+func (c CounterF) Value() float64 {
+	whole := shardSum(c.w, c.shards, addU64)
+	frac := shardSum((*uint64)(unsafe.Add(unsafe.Pointer(c.w), 8)), c.shards, addF64)
+	return float64(whole) + math.Float64frombits(frac)
+}
+
+// Merge adds counts (non-cumulative, len(bounds)+1 of them, NaN observations in the last),
+// their total and their sum, keeping the checksum consistent like Observe does.
+func (h *Histogram) Merge(buckets []uint64, sum float64) {
+	w := h.w
+	var n, ck uint64
+	for i, b := range buckets {
+		if i > len(h.bounds) || b == 0 {
+			continue
+		}
+		atomic.AddUint64(&w[2+i], b)
+		n += b
+		ck += b * histWeight(2+i)
+	}
+	atomic.AddUint64(&w[0], n)
+	for {
+		old := atomic.LoadUint64(&w[1])
+		nw := math.Float64bits(math.Float64frombits(old) + sum)
+		if atomic.CompareAndSwapUint64(&w[1], old, nw) {
+			atomic.AddUint64(&w[h.check], ck+n*histWeight(0)+(nw-old)*h.sumWt)
+			return
+		}
+	}
+}
+
+// Word is the counter's integral word (shard 0), for a caller that keeps its own pointer
+// to it on a hot path: only atomic adds may go to it.
+func (c CounterF) Word() *uint64 { return c.w }
+
+// Word is the gauge's value word for a caller that keeps its own pointer to it on a hot
+// path (atomic stores and compare-and-swap of IEEE-754 bits), or nil when the series is
+// sharded and a Set must go through the handle.
+func (g Gauge) Word() *uint64 {
+	if g.shards > 1 {
+		return nil
+	}
+	return g.w
+}

@@ -50,7 +50,7 @@ func unescape(s string) (string, error) {
 
 func parseFloat(s string) (float64, error) {
 	switch strings.ToLower(s) {
-	case "nan":
+	case "nan", "-nan", "+nan":
 		return math.NaN(), nil
 	case "inf", "+inf":
 		return math.Inf(1), nil
@@ -68,6 +68,8 @@ type replayer struct {
 	size   int
 	seg    *Segment
 	c      map[string]Counter
+	f      map[string]CounterF
+	opts   map[string]Opts // what each id registered, for delete
 	g      map[string]Gauge
 	h      map[string]*Histogram
 	stamps []func([]byte)
@@ -131,6 +133,11 @@ func (r *replayer) register(kind string, args []string) (string, error) {
 		if c, err = r.seg.NewCounter(o); err == nil {
 			r.c[id] = c
 		}
+	case "counter_f":
+		var c CounterF
+		if c, err = r.seg.NewCounterF(o); err == nil {
+			r.f[id] = c
+		}
 	case "gauge":
 		var g Gauge
 		if g, err = r.seg.NewGauge(o); err == nil {
@@ -143,6 +150,9 @@ func (r *replayer) register(kind string, args []string) (string, error) {
 		}
 	default:
 		return "", fmt.Errorf("unknown kind %s", kind)
+	}
+	if err == nil {
+		r.opts[id] = o
 	}
 	return o.Name, err
 }
@@ -213,7 +223,39 @@ func (r *replayer) line(tok []string) error {
 			})
 		}
 		return nil
-	case "counter", "gauge", "histogram":
+	case "usage":
+		u := r.seg.Usage()
+		want := fmt.Sprintf("values_used=%d catalog_used=%d", u.ValuesUsed, u.CatalogUsed)
+		if strings.Join(tok[1:], " ") != want {
+			return fmt.Errorf("usage: %s, want %s", want, strings.Join(tok[1:], " "))
+		}
+		if f := u.Fullness(); f <= 0 || f > 1 {
+			return fmt.Errorf("fullness %g", f)
+		}
+		return nil
+	case "refuse":
+		if len(tok) != 4 || tok[1] != "fadd" {
+			return fmt.Errorf("refuse takes fadd ID F")
+		}
+		f, err := parseFloat(tok[3])
+		if err != nil {
+			return err
+		}
+		if err := r.f[tok[2]].Add(f); !errors.Is(err, ErrInvalid) {
+			return fmt.Errorf("fadd %v: got %v, want ErrInvalid", f, err)
+		}
+		return nil
+	case "delete":
+		o, ok := r.opts[tok[1]]
+		if !ok {
+			return fmt.Errorf("delete of unknown id %s", tok[1])
+		}
+		if done, err := r.seg.Delete(o); err != nil || !done {
+			return fmt.Errorf("delete %s: %v, %v", o.Name, done, err)
+		}
+		delete(r.opts, tok[1])
+		return nil
+	case "counter", "counter_f", "gauge", "histogram":
 		name, err := r.register(op, tok[1:])
 		if err != nil {
 			return fmt.Errorf("registering %s: %v", name, err)
@@ -234,7 +276,19 @@ func (r *replayer) line(tok []string) error {
 	}
 	switch op {
 	case "inc":
-		r.c[id].Inc()
+		if c, ok := r.f[id]; ok {
+			c.Inc()
+		} else {
+			r.c[id].Inc()
+		}
+	case "fadd":
+		f, err := parseFloat(v)
+		if err != nil {
+			return err
+		}
+		if err := r.f[id].Add(f); err != nil {
+			return err
+		}
 	case "add":
 		n, err := strconv.ParseUint(v, 0, 64)
 		if err != nil {
@@ -267,6 +321,7 @@ func replayOps(t *testing.T, opsPath string) []byte {
 	}
 	defer f.Close()
 	r := &replayer{path: filepath.Join(t.TempDir(), "segment"), c: map[string]Counter{},
+		f: map[string]CounterF{}, opts: map[string]Opts{},
 		g: map[string]Gauge{}, h: map[string]*Histogram{}}
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64<<10), 64<<10)

@@ -97,6 +97,7 @@ typedef struct seg {
     uint64_t *torn_since;
     size_t nmet_cap;
     uint64_t good_instance;
+    size_t good_tombs;               /* tombstones of the catalog the torn state is indexed by */
     const mv_seg_catalog *nhist_cat; /* the catalog nhist was counted for */
     size_t nhist;                    /* its histograms: none, no torn-copy work per tick */
 } seg;

@@ -10,7 +10,7 @@
 
 /* Sizes the per-metric torn-histogram state for `n` metrics and forgets it
  * when the segment was re-formatted (new instance). */
-static int torn_state(seg *s, size_t n, uint32_t hot_len)
+static int torn_state(seg *s, size_t n, uint32_t hot_len, size_t tombs)
 {
     const mv_seg_header *h = s->work;
     if (n > s->nmet_cap) {
@@ -39,12 +39,15 @@ static int torn_state(seg *s, size_t n, uint32_t hot_len)
         s->good = g;
         s->good_cap = hot_len;
     }
-    if (h->instance != s->good_instance) {
+    /* A tombstone (spec section 6.6) moves the live records after the one it deletes down
+     * one index: the state per index no longer fits, forget it as for a new instance. */
+    if (h->instance != s->good_instance || tombs != s->good_tombs) {
         if (s->nmet_cap) {
             memset(s->have_good, 0, s->nmet_cap);
             memset(s->torn_since, 0, s->nmet_cap * sizeof *s->torn_since);
         }
         s->good_instance = h->instance;
+        s->good_tombs = tombs;
     }
     if (n)
         memset(s->omit_work, 0, n);
@@ -71,7 +74,7 @@ uint64_t mv_coll__fix_torn(mv_coll *c, seg *s, const mv_seg_catalog *cat, uint64
     }
     if (!s->nhist)
         return 0; /* nothing can be torn; publish omits nothing */
-    if (torn_state(s, n, mv_seg_catalog_hot_size(cat)) != 0)
+    if (torn_state(s, n, mv_seg_catalog_hot_size(cat), mv_seg_catalog_tombstones(cat)) != 0)
         return 0; /* out of memory: keep the copy as validated by hot_check */
     for (size_t i = 0; i < n; i++) {
         const mv_seg_metric *m = mv_seg_catalog_metric(cat, i);

@@ -141,9 +141,9 @@ static int entry_cmp(const void *x, const void *y)
 
 static mv_expo_type raw_type(uint8_t t)
 {
-    return t == MV_SEG_COUNTER ? MV_EXPO_COUNTER
-           : t == MV_SEG_GAUGE ? MV_EXPO_GAUGE
-                               : MV_EXPO_HISTOGRAM;
+    return mv_seg_is_counter(t) ? MV_EXPO_COUNTER
+           : t == MV_SEG_GAUGE  ? MV_EXPO_GAUGE
+                                : MV_EXPO_HISTOGRAM;
 }
 
 static mv_expo_type entry_type(const walk *w, const entry *en)
@@ -237,7 +237,12 @@ static int family_names(const char *nm, mv_expo_type t, char *bp, const char **o
  *    another raw family already claimed: families claim in name order, so of
  *    histogram `x` and gauge `x_count`, or counters `x` and `x_total`, the
  *    second is dropped (drop 2);
- *  - a derived family whose names collide with a raw family's (drop 2). */
+ *  - a derived family whose names collide with a raw family's (drop 2);
+ *  - a derived series whose base raw series is dropped, for the same reason: a counter `c`
+ *    and a counter `c_total` (a Go and a Python counter named `c`) both derive `c_rate`, and
+ *    only the derived series of the family kept may be shown, or they are duplicates. */
+static int follow_base(walk *w);
+
 static int mark_drops(walk *w)
 {
     size_t nraw = 0;
@@ -329,6 +334,42 @@ static int mark_drops(walk *w)
     free(claimed.slot);
     free(set);
     w->drop_buf = buf; /* collided_name may point into it */
+    return follow_base(w);
+}
+
+/* Derived series follow their base raw series' verdict (see mark_drops). */
+static int follow_base(walk *w)
+{
+    size_t *first = calloc(w->nseg + 1, sizeof *first);
+    if (!first)
+        return -ENOMEM;
+    for (size_t i = 0; i < w->nseg; i++)
+        first[i + 1] =
+            first[i] +
+            (mv_export__seg_valid(w->segs[i]) ? mv_seg_catalog_count(w->segs[i]->cat) : 0);
+    uint8_t *base = calloc(first[w->nseg] + 1, 1);
+    if (!base) {
+        free(first);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < w->n; i++)
+        if (w->ents[i].kind == K_RAW)
+            base[first[w->ents[i].seg] + w->ents[i].metric] = w->ents[i].drop;
+    for (size_t i = 0; i < w->n; i++) {
+        entry *en = &w->ents[i];
+        if (en->kind == K_RAW || en->drop || en->metric == NO_METRIC)
+            continue;
+        uint8_t d = base[first[en->seg] + en->metric];
+        if (!d)
+            continue;
+        en->drop = d;
+        if (d == 1)
+            w->dropped_type++;
+        else
+            w->dropped_collision++;
+    }
+    free(base);
+    free(first);
     return 0;
 }
 
@@ -405,7 +446,7 @@ int mv_export__walk_build(walk *w, const mv_coll_seg_view *const *views, size_t 
         }                                                                                          \
     } while (0)
             int win = o->has_window != 0;
-            if (m->type == MV_SEG_COUNTER) {
+            if (mv_seg_is_counter(m->type)) {
                 if (mask & MV_DERIVED_RATE)
                     ADD_KIND(K_RATE, COND_WINDOW, win);
                 if (mask & MV_DERIVED_RATE_MAX)
@@ -430,7 +471,7 @@ int mv_export__walk_build(walk *w, const mv_coll_seg_view *const *views, size_t 
             }
 #undef ADD_KIND
             size_t base =
-                m->type == MV_SEG_COUNTER ? counter_base_len(m->name, m->name_len) : m->name_len;
+                mv_seg_is_counter(m->type) ? counter_base_len(m->name, m->name_len) : m->name_len;
             for (int q = 0; q < nk; q++) {
                 size_t sl = strlen(kinds[ks[q]].suffix);
                 memcpy(ap, m->name, base);
@@ -614,6 +655,8 @@ int mv_export__emit(mv_export__sink *k, walk *w, const entry *en)
     }
     if (m->type == MV_SEG_COUNTER)
         return put_sample(k, &c, NULL, idl, nid, own, nown, NULL, 0, VS_COUNTER);
+    if (m->type == MV_SEG_COUNTER_F)
+        return put_sample(k, &c, NULL, idl, nid, own, nown, NULL, 0, VS_COUNTER_F);
     if (m->type == MV_SEG_GAUGE)
         return put_sample(k, &c, NULL, idl, nid, own, nown, NULL, 0, VS_GAUGE);
     if (mv_seg_read_histogram(v->hot, m, &c.hv) != MV_SEG_OK) {

@@ -39,9 +39,10 @@ enum mv_export__vs {
     VS_MEM, /* (u64) */
     VS_IVAL,
     VS_BUSY,
-    VS_STALE, /* (u64) */
-    VS_OMIT,  /* (u64) */
-    VS_READS, /* (u64) */
+    VS_STALE,     /* (u64) */
+    VS_OMIT,      /* (u64) */
+    VS_READS,     /* (u64) */
+    VS_COUNTER_F, /* raw fractional counter (record type 4) */
 };
 #define MV_EXPORT_SRC(vs, sub) ((unsigned)(vs) | (unsigned)(sub) << 8)
 

@@ -25,14 +25,16 @@ static json_object *jlabels(const mv_seg_label *l, size_t n)
 
 static json_object *metric_json(const mv_coll_seg_view *v, const mv_pipe_view *p, size_t j)
 {
-    static const char *const tn[4] = {"?", "counter", "gauge", "histogram"};
+    static const char *const tn[5] = {"?", "counter", "gauge", "histogram", "counter"};
     const mv_seg_metric *m = mv_seg_catalog_metric(v->cat, j);
     json_object *o = json_object_new_object();
     json_object_object_add(o, "name", json_object_new_string(m->name));
     json_object_object_add(o, "labels", jlabels(m->labels, m->label_count));
-    json_object_object_add(o, "type", json_object_new_string(tn[m->type & 3]));
+    json_object_object_add(o, "type", json_object_new_string(m->type < 5 ? tn[m->type] : "?"));
     if (m->type == MV_SEG_COUNTER) {
         json_object_object_add(o, "value", json_object_new_uint64(mv_seg_read_counter(v->hot, m)));
+    } else if (m->type == MV_SEG_COUNTER_F) {
+        json_object_object_add(o, "value", jnum(mv_seg_read_counter_f(v->hot, m)));
     } else if (m->type == MV_SEG_GAUGE) {
         json_object_object_add(o, "value", jnum(mv_seg_read_gauge(v->hot, m)));
     } else {
@@ -45,7 +47,7 @@ static json_object *metric_json(const mv_coll_seg_view *v, const mv_pipe_view *p
     if (p) {
         const mv_pipe_out *w = &p->m[j];
         json_object_object_add(o, "changes", json_object_new_uint64(w->changes));
-        if (w->has_window && m->type == MV_SEG_COUNTER) {
+        if (w->has_window && mv_seg_is_counter(m->type)) {
             json_object_object_add(o, "rate", jnum(w->rate));
             json_object_object_add(o, "rate_max", jnum(w->rate_max));
         } else if (w->has_window) {

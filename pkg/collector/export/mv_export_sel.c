@@ -169,5 +169,7 @@ uint32_t mv_export_sel_mask(const mv_export_sel *sel, uint8_t type, const char *
         if (f)
             return f->mask;
     }
+    if (type == MV_SEG_COUNTER_F) /* a counter on the wire, and here */
+        type = MV_SEG_COUNTER;
     return type < 4 ? sel->type_mask[type] : 0;
 }

@@ -14,6 +14,9 @@ int mv_export__value(mv_export__vctx *c, unsigned src, double *d, uint64_t *u)
     case VS_COUNTER:
         *u = mv_seg_read_counter(c->v->hot, c->m);
         return 1;
+    case VS_COUNTER_F:
+        *d = mv_seg_read_counter_f(c->v->hot, c->m);
+        return 0;
     case VS_GAUGE:
         *d = mv_seg_read_gauge(c->v->hot, c->m);
         return 0;

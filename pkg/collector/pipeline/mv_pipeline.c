@@ -216,7 +216,10 @@ MV_DETECT_INLINE unsigned feed_counters(mv_pipe_seg *s, const char *vals, int fo
     for (size_t j = 0; j < s->nc; j++) {
         hctr *h = &s->hc[j];
         uint64_t v;
-        memcpy(&v, vals + h->off, 8);
+        if (__builtin_expect(h->frac, 0))
+            v = pipe_frac_value(vals + h->off);
+        else
+            memcpy(&v, vals + h->off, 8);
         if (__builtin_expect(!h->primed, 0)) {
             /* First read: the cumulative increase starts at 0 here. */
             h->primed = 2;
@@ -241,7 +244,7 @@ MV_DETECT_INLINE unsigned feed_counters(mv_pipe_seg *s, const char *vals, int fo
             s->cc[j].resets++;
         }
         h->prev = v;
-        double x = d ? (double)d / dt : 0.0; /* 0 / dt is +0 (dt > 0): no division */
+        double x = d ? (double)d * pipe_ctr_scale(h) / dt : 0.0; /* 0 / dt is +0 (dt > 0) */
         h->rate_max = x > h->rate_max ? x : h->rate_max;
         if (det)
             flags |= detect(s, &s->dc[j], &s->cc[j].changes, x);
@@ -421,7 +424,7 @@ static unsigned detect_step(mv_pipe_seg *s)
         }
         if (e > from) {
             uint64_t d = h->prev - h->det_raw;
-            double x = d ? (double)d / ((double)(e - from) * 1e-9) : 0.0;
+            double x = d ? (double)d * pipe_ctr_scale(h) / ((double)(e - from) * 1e-9) : 0.0;
             flags |= detect(s, &s->dc[j], &s->cc[j].changes, x);
         }
         h->det_raw = h->prev;
@@ -638,7 +641,7 @@ mv_pipe_view *mv_pipe_seg_view(mv_pipe_seg *s)
         if (s->e <= from)
             continue;
         uint64_t inc = s->hc[j].prev + s->coff[j] - s->slot_tot[base_k * s->nc + j];
-        o->rate_short = (double)inc / ((double)(s->e - from) * 1e-9);
+        o->rate_short = (double)inc * pipe_ctr_scale(&s->hc[j]) / ((double)(s->e - from) * 1e-9);
     }
     pthread_mutex_unlock(&s->mu);
     return v;

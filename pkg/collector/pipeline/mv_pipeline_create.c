@@ -200,7 +200,7 @@ int mv_pipe_seg_create(const mv_pipe_config *cfg, const mv_seg_catalog *cat, mv_
     uint32_t maxb = 0;
     for (size_t i = 0; i < s->n; i++) {
         const mv_seg_metric *m = mv_seg_catalog_metric(cat, i);
-        s->nc += m->type == MV_SEG_COUNTER;
+        s->nc += mv_seg_is_counter(m->type);
         s->ng += m->type == MV_SEG_GAUGE;
         s->nh += m->type == MV_SEG_HISTOGRAM;
     }
@@ -285,7 +285,7 @@ int mv_pipe_seg_create(const mv_pipe_config *cfg, const mv_seg_catalog *cat, mv_
         }
         if (m->bucket_count > maxb)
             maxb = m->bucket_count;
-        if (m->type == MV_SEG_COUNTER) {
+        if (mv_seg_is_counter(m->type)) {
             s->loc[i] = LOC(T_CTR, jc);
             if (j != SIZE_MAX) {
                 /* prev may be viewed meanwhile (its short-rate ring): read under its lock. */
@@ -299,6 +299,7 @@ int mv_pipe_seg_create(const mv_pipe_config *cfg, const mv_seg_catalog *cat, mv_
                 pthread_mutex_unlock(&prev->mu);
             }
             s->hc[jc].off = m->fold_offset; /* a sharded one: summed */
+            s->hc[jc].frac = m->type == MV_SEG_COUNTER_F;
             s->cc[jc].idx = (uint32_t)i;
             jc++;
         } else if (m->type == MV_SEG_GAUGE) {

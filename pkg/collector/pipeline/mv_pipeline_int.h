@@ -4,9 +4,11 @@
 #ifndef MV_PIPELINE_INT_H
 #define MV_PIPELINE_INT_H
 
+#include <math.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "mv_detect.h"
 #include "mv_fd.h"
@@ -30,8 +32,33 @@ typedef struct hctr {
      * prev - det_raw is the increase since that step (moved with every change of coff). */
     uint64_t det_raw;
     uint32_t off;    /* value offset in the value area */
-    uint32_t primed; /* a previous read exists; 2: its first read came after the last step */
+    uint16_t primed; /* a previous read exists; 2: its first read came after the last step */
+    uint16_t frac;   /* a counter_f (record type 4): values in units of PIPE_FRAC_UNIT */
 } hctr;
+
+/* A fractional counter (record type 4) is kept as an integer like the others: its value in
+ * units of 2^-16 (mod 2^64), so rates and increases are exact to 1/65536 of a unit. */
+#define PIPE_FRAC_BITS 16
+#define PIPE_FRAC_UNIT (1.0 / 65536.0)
+
+/* The value of counter_f words (integral u64, fraction f64) in PIPE_FRAC_UNIT units. */
+static inline uint64_t pipe_frac_value(const char *w)
+{
+    uint64_t whole;
+    double frac;
+    memcpy(&whole, w, 8);
+    memcpy(&frac, w + 8, 8);
+    double f = frac * 65536.0;
+    if (!(f >= 0 && f < 18446744073709551616.0)) /* NaN, infinite or beyond 2^64 units */
+        f = f >= 0 && f < INFINITY ? fmod(f, 18446744073709551616.0) : 0.0;
+    return (whole << PIPE_FRAC_BITS) + (uint64_t)f;
+}
+
+/* A counter's rate from an increase in its own units. */
+static inline double pipe_ctr_scale(const hctr *h)
+{
+    return h->frac ? PIPE_FRAC_UNIT : 1.0;
+}
 
 typedef struct hgauge {
     mv_detect_series det;

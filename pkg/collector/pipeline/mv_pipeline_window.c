@@ -42,7 +42,7 @@ static void summarise_counter(mv_pipe_seg *s, size_t j, const wsnap *w, mv_pipe_
     o->changes = c->changes;
     o->resets = c->resets;
     o->has_window = dt_ns > 0;
-    o->rate = dt_ns ? (double)(w->u - c->win_base) / dt : NAN;
+    o->rate = dt_ns ? (double)(w->u - c->win_base) * pipe_ctr_scale(&s->hc[j]) / dt : NAN;
     o->rate_max = dt_ns ? w->d : NAN;
     o->rate_short = NAN;
     c->win_base = w->u;

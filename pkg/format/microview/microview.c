@@ -77,7 +77,8 @@ const char *mv_strerror(int err)
     case MV_ERR_FORMAT:
         return "not a valid MicroView segment";
     case MV_ERR_FULL:
-        return "segment full";
+        return "segment full (ask for a larger segment: pod annotation "
+               "microview.io/metrics-memory)";
     case MV_ERR_NAME:
         return "invalid metric or label name";
     case MV_ERR_INVALID:
@@ -116,6 +117,66 @@ size_t mv_segment_size(const mv_segment *s)
 const char *mv_segment_path(const mv_segment *s)
 {
     return s ? s->path : NULL;
+}
+
+int mv_segment_usage(const mv_segment *s, mv_usage *out)
+{
+    if (!s || !out)
+        return fail(MV_ERR_INVALID, "segment handle or output is NULL");
+    const mv_seg_header *h = s->h;
+    out->segment_size = s->size;
+    out->values_used = __atomic_load_n(&h->values_used, __ATOMIC_RELAXED);
+    out->values_size = h->values_size;
+    out->catalog_used = __atomic_load_n(&h->catalog_used, __ATOMIC_RELAXED);
+    out->catalog_size = h->catalog_size;
+    out->records = __atomic_load_n(&h->metric_count, __ATOMIC_RELAXED);
+    double v = h->values_size ? (double)out->values_used / h->values_size : 1;
+    double c = h->catalog_size ? (double)out->catalog_used / h->catalog_size : 1;
+    out->fullness = v > c ? v : c;
+    return MV_OK;
+}
+
+/* A size as a Kubernetes quantity: 128Ki, 1Mi, or bytes. */
+static void quantity(uint64_t n, char *out, size_t cap)
+{
+    if (n % (1024ull * 1024 * 1024) == 0)
+        snprintf(out, cap, "%lluGi", (unsigned long long)(n >> 30));
+    else if (n % (1024ull * 1024) == 0)
+        snprintf(out, cap, "%lluMi", (unsigned long long)(n >> 20));
+    else if (n % 1024 == 0)
+        snprintf(out, cap, "%lluKi", (unsigned long long)(n >> 10));
+    else
+        snprintf(out, cap, "%llu", (unsigned long long)n);
+}
+
+static const char *type_word(uint8_t type)
+{
+    switch (type) {
+    case MV_SEG_COUNTER:
+    case MV_SEG_COUNTER_F:
+        return "counter";
+    case MV_SEG_GAUGE:
+        return "gauge";
+    case MV_SEG_HISTOGRAM:
+        return "histogram";
+    default:
+        return "tombstone of";
+    }
+}
+
+/* The full-segment error (docs/segment-format.md section 8.1): the area, what it holds, what
+ * did not fit, and the size to ask for in the pod annotation (twice this segment's). */
+static int fail_full(const mv_segment *s, const char *area, uint32_t used, uint32_t cap,
+                     const mv_seg_metric_desc *d, uint32_t need)
+{
+    char have[32], ask[32];
+    quantity(s->size, have, sizeof have);
+    quantity(2ull * s->size, ask, sizeof ask);
+    return fail(MV_ERR_FULL,
+                "segment full: %s area has %u of %u bytes used, %s %s needs %u; this segment is "
+                "%s: ask for a larger one with the pod annotation microview.io/metrics-memory: %s "
+                "(%s)",
+                area, used, cap, type_word(d->type), d->name, need, have, ask, s->path);
 }
 
 int mv_open_from_env(mv_segment **out)
@@ -394,99 +455,156 @@ static int map_reason(mv_seg_reason r)
     }
 }
 
+/* Spec section 8, steps 4 to 10, under both locks: appends the record for `d` with its slot
+ * at `voff` (a tombstone: the deleted record's value_offset, and no slot), checking room
+ * first. *words gets the new slot. */
+static int append_record(mv_segment *s, mv_seg_metric_desc *d, uint32_t voff, uint64_t gen,
+                         uint64_t **words)
+{
+    mv_seg_header *h = s->h;
+    uint32_t rsize = mv_seg_record_size(d), vsize = mv_seg_value_size(d);
+    uint32_t coff = h->catalog_used;
+    int tomb = d->type == MV_SEG_TOMBSTONE;
+    if (!tomb && (uint64_t)voff + vsize > h->values_size)
+        return fail_full(s, "value", h->values_used, h->values_size, d, vsize);
+    if ((uint64_t)coff + rsize > h->catalog_size || h->metric_count >= MV_SEG_METRICS_MAX)
+        return fail_full(s, "catalog", coff, h->catalog_size, d, rsize);
+    __atomic_store_n(&h->generation, gen + 1, __ATOMIC_RELEASE);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    uint64_t *w = (uint64_t *)(void *)(s->base + h->values_offset + voff);
+    for (uint32_t i = 0; i < vsize / 8; i++)
+        __atomic_store_n(&w[i], 0, __ATOMIC_RELAXED);
+    mv_seg_record_encode(s->base + h->catalog_offset + coff, d, voff);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    if (!tomb)
+        __atomic_store_n(&h->values_used, voff + vsize, __ATOMIC_RELAXED);
+    __atomic_store_n(&h->catalog_used, coff + rsize, __ATOMIC_RELAXED);
+    __atomic_store_n(&h->metric_count, h->metric_count + 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&h->generation, gen + 2, __ATOMIC_RELEASE);
+    if (words)
+        *words = w;
+    return MV_OK;
+}
+
+/* Spec section 8, steps 1 to 3: takes both locks, repairs, parses the catalog (*cat). */
+static int begin_append(mv_segment *s, uint64_t *gen, mv_seg_catalog **cat)
+{
+    mv_seg_error e;
+    mv_seg_reason r;
+    int rc;
+    pthread_mutex_lock(&s->mu);
+    if ((rc = seg_lock(s)) != MV_OK) {
+        pthread_mutex_unlock(&s->mu);
+        return rc;
+    }
+    *gen = __atomic_load_n(&s->h->generation, __ATOMIC_ACQUIRE);
+    seg_repair(s, gen); /* an appender died half-way */
+    if ((r = mv_seg_catalog_parse(s->base, s->size, s->size, cat, &e)) != MV_SEG_OK) {
+        seg_unlock(s);
+        pthread_mutex_unlock(&s->mu);
+        return fail(MV_ERR_FORMAT, "%s: %s (%s)", s->path, e.detail, mv_seg_reason_name(r));
+    }
+    return MV_OK;
+}
+
+static void end_append(mv_segment *s, mv_seg_catalog *cat, int rc)
+{
+    mv_seg_catalog_free(cat);
+    seg_unlock(s);
+    pthread_mutex_unlock(&s->mu);
+    if (rc >= 0)
+        mv_heartbeat(s);
+}
+
 /* Appends (or finds) the record for `d`, sharded as mv_set_shards said; *slot gets the value
  * words (the first shard's) and *shards the record's shard count (1: not sharded). */
 static int do_register(mv_segment *s, mv_seg_metric_desc *d, uint64_t **slot, unsigned *shards)
 {
     mv_seg_error e;
     mv_seg_reason r;
+    mv_seg_catalog *cat;
+    uint64_t gen;
     int rc;
 
     if (!s)
         return fail(MV_ERR_INVALID, "segment handle is NULL");
     if ((r = mv_seg_desc_check(d, &e)) != MV_SEG_OK)
         return fail(map_reason(r), "%s", e.detail);
-
-    pthread_mutex_lock(&s->mu);
+    if ((rc = begin_append(s, &gen, &cat)) != MV_OK)
+        return rc;
     d->shards = (uint16_t)(s->shards > 1 ? s->shards : 0);
-    if ((rc = seg_lock(s)) != MV_OK)
-        goto unlock_mu;
-
     mv_seg_header *h = s->h;
-    uint64_t gen = __atomic_load_n(&h->generation, __ATOMIC_ACQUIRE);
-    seg_repair(s, &gen); /* an appender died half-way */
-
-    mv_seg_catalog *cat;
-    if ((r = mv_seg_catalog_parse(s->base, s->size, s->size, &cat, &e)) != MV_SEG_OK) {
-        rc = fail(MV_ERR_FORMAT, "%s: %s (%s)", s->path, e.detail, mv_seg_reason_name(r));
-        goto unlock_seg;
+    uint8_t had = mv_seg_catalog_name_type(cat, d->name); /* deleted records too */
+    if (had && had != d->type) {
+        rc = fail(MV_ERR_CONFLICT, "metric %s is already registered with type %u", d->name, had);
+        goto done;
     }
     for (size_t i = 0; i < mv_seg_catalog_count(cat); i++) {
         const mv_seg_metric *m = mv_seg_catalog_metric(cat, i);
-        if (strcmp(m->name, d->name) != 0)
-            continue;
-        if (m->type != d->type) {
-            rc = fail(MV_ERR_CONFLICT, "metric %s is already registered with type %u", d->name,
-                      m->type);
-            goto free_cat;
-        }
-        if (!same_labels(m, d))
+        if (strcmp(m->name, d->name) != 0 || !same_labels(m, d))
             continue;
         if (m->bucket_count != d->bucket_count ||
             (d->bucket_count && memcmp(m->bounds, d->bounds, 8u * d->bucket_count) != 0)) {
             rc = fail(MV_ERR_CONFLICT, "histogram %s is already registered with other buckets",
                       d->name);
-            goto free_cat;
+            goto done;
         }
         *slot = (uint64_t *)(void *)(s->base + h->values_offset + m->value_offset);
         *shards = m->shards;
         rc = MV_OK;
-        goto free_cat;
+        goto done;
     }
 
     uint32_t rsize = mv_seg_record_size(d), vsize = mv_seg_value_size(d);
-    uint32_t coff = h->catalog_used;
     /* Each slot on its own cache line(s) while the value area has room to spare: threads
      * updating neighbouring metrics then do not contend for one line (spec section 5.1).
      * MICROVIEW_PLACEMENT=packed trades that for an 8x smaller per-tick copy of counters
      * and gauges. */
     uint32_t voff = s->packed && !d->shards
                         ? h->values_used
-                        : mv_seg_place_slot(h->values_used, h->values_size, coff, h->catalog_size,
-                                            rsize, vsize);
-    if ((uint64_t)voff + vsize > h->values_size) {
-        rc = fail(MV_ERR_FULL, "%s: value area full (%u of %u bytes used, %s needs %u)", s->path,
-                  h->values_used, h->values_size, d->name, vsize);
-        goto free_cat;
-    }
-    if ((uint64_t)coff + rsize > h->catalog_size || h->metric_count >= MV_SEG_METRICS_MAX) {
-        rc = fail(MV_ERR_FULL, "%s: catalog area full (%u of %u bytes used, %s needs %u)", s->path,
-                  coff, h->catalog_size, d->name, rsize);
-        goto free_cat;
-    }
-    __atomic_store_n(&h->generation, gen + 1, __ATOMIC_RELEASE);
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    uint64_t *words = (uint64_t *)(void *)(s->base + h->values_offset + voff);
-    for (uint32_t i = 0; i < vsize / 8; i++)
-        __atomic_store_n(&words[i], 0, __ATOMIC_RELAXED);
-    mv_seg_record_encode(s->base + h->catalog_offset + coff, d, voff);
-    __atomic_thread_fence(__ATOMIC_RELEASE);
-    __atomic_store_n(&h->values_used, voff + vsize, __ATOMIC_RELAXED);
-    __atomic_store_n(&h->catalog_used, coff + rsize, __ATOMIC_RELAXED);
-    __atomic_store_n(&h->metric_count, h->metric_count + 1, __ATOMIC_RELAXED);
-    __atomic_store_n(&h->generation, gen + 2, __ATOMIC_RELEASE);
-    *slot = words;
-    *shards = d->shards ? d->shards : 1;
-    rc = MV_OK;
+                        : mv_seg_place_slot(h->values_used, h->values_size, h->catalog_used,
+                                            h->catalog_size, rsize, vsize);
+    if ((rc = append_record(s, d, voff, gen, slot)) == MV_OK)
+        *shards = d->shards ? d->shards : 1;
 
-free_cat:
-    mv_seg_catalog_free(cat);
-unlock_seg:
-    seg_unlock(s);
-unlock_mu:
-    pthread_mutex_unlock(&s->mu);
-    if (rc == MV_OK)
-        mv_heartbeat(s);
+done:
+    end_append(s, cat, rc);
+    return rc;
+}
+
+int mv_delete(mv_segment *s, const char *name, const mv_label *labels, size_t nlabels)
+{
+    mv_seg_catalog *cat;
+    uint64_t gen;
+    int rc;
+    if (!s || !name || nlabels > MV_SEG_LABELS_MAX || (nlabels && !labels))
+        return fail(MV_ERR_INVALID, "mv_delete: NULL segment or name, or more than %d labels",
+                    MV_SEG_LABELS_MAX);
+    mv_seg_metric_desc want = {
+        .type = MV_SEG_TOMBSTONE,
+        .name = name,
+        .labels = (const mv_seg_label *)labels,
+        .label_count = (uint16_t)nlabels,
+    };
+    if ((rc = begin_append(s, &gen, &cat)) != MV_OK)
+        return rc;
+    rc = 0;
+    for (size_t i = 0; i < mv_seg_catalog_count(cat); i++) {
+        const mv_seg_metric *m = mv_seg_catalog_metric(cat, i);
+        if (strcmp(m->name, name) != 0 || !same_labels(m, &want))
+            continue;
+        mv_seg_metric_desc d = {
+            .type = MV_SEG_TOMBSTONE,
+            .name = m->name,
+            .labels = m->labels,
+            .label_count = m->label_count,
+        };
+        rc = append_record(s, &d, m->value_offset, gen, NULL);
+        if (rc == MV_OK)
+            rc = 1;
+        break;
+    }
+    end_append(s, cat, rc);
     return rc;
 }
 
@@ -520,6 +638,12 @@ int mv_counter_register(mv_segment *s, const char *name, const char *help, const
                         const mv_label *labels, size_t nlabels, mv_counter *out)
 {
     return register_scalar(s, MV_SEG_COUNTER, name, help, unit, labels, nlabels, &out->slot);
+}
+
+int mv_counter_f_register(mv_segment *s, const char *name, const char *help, const char *unit,
+                          const mv_label *labels, size_t nlabels, mv_counter_f *out)
+{
+    return register_scalar(s, MV_SEG_COUNTER_F, name, help, unit, labels, nlabels, &out->slot);
 }
 
 int mv_gauge_register(mv_segment *s, const char *name, const char *help, const char *unit,
@@ -673,6 +797,8 @@ __attribute__((noinline, cold)) static void gauge_add_sharded(uint64_t *slot, do
 
 void mv_gauge_add(mv_gauge g, double delta)
 {
+    if (delta != delta)
+        delta = __builtin_nan(""); /* the one quiet NaN (spec section 9.5) */
     if (__builtin_expect(((uintptr_t)g.slot & 7u) != 0, 0)) {
         gauge_add_sharded(g.slot, delta);
         return;
@@ -704,6 +830,26 @@ uint64_t mv_counter_value(mv_counter c)
     return v;
 }
 
+int mv__counter_f_add_slow(mv_counter_f c, double v)
+{
+    if (!(v >= 0)) /* NaN or negative */
+        return fail(MV_ERR_INVALID, "counter add of %g refused: counters only grow", v);
+    add_f64(mv__word(c.slot) + 1, v); /* word 1 of this thread's shard: the fractions */
+    return MV_OK;
+}
+
+double mv_counter_f_value(mv_counter_f c)
+{
+    const uint64_t *w;
+    uint64_t whole = 0;
+    double frac = 0;
+    for (unsigned i = 0, n = handle_shards(c.slot, &w); i < n; i++) {
+        whole += __atomic_load_n(&w[i * 8u], __ATOMIC_RELAXED);
+        frac += f64_bits(__atomic_load_n(&w[i * 8u + 1], __ATOMIC_RELAXED));
+    }
+    return (double)whole + frac;
+}
+
 double mv_gauge_value(mv_gauge g)
 {
     const uint64_t *w;
@@ -724,6 +870,8 @@ void mv__gauge_set_sharded(mv_gauge g, double v)
     const uint64_t *first;
     unsigned n = handle_shards(g.slot, &first);
     uint64_t *w = (uint64_t *)(uintptr_t)first, bits;
+    if (v != v)
+        v = __builtin_nan("");       /* the one quiet NaN (spec section 9.5) */
     for (unsigned i = 1; i < n; i++) /* a load first: a shard already zero keeps its line */
         if (__atomic_load_n(&w[i * 8u], __ATOMIC_RELAXED) != 0)
             __atomic_store_n(&w[i * 8u], 0, __ATOMIC_RELAXED);
@@ -737,7 +885,7 @@ void mv__gauge_set_sharded(mv_gauge g, double v)
  * update fails that equation; see docs/segment-format.md. */
 void mv_histogram_observe(mv_histogram *h, double v)
 {
-    if (h == NULL || h->w == NULL || isnan(v))
+    if (h == NULL || h->w == NULL)
         return;
     const double *b = h->bounds;
     uint32_t lo = 0, hi = h->n;
@@ -748,6 +896,10 @@ void mv_histogram_observe(mv_histogram *h, double v)
         else
             lo = mid + 1;
     }
+    /* NaN counts: no comparison holds, so it lands in the +Inf bucket, where it is made the
+     * one quiet NaN (spec section 9.5) before it goes into the sum. */
+    if (lo == h->n && v != v)
+        v = __builtin_nan("");
     uint64_t *w = h->w, old, nw;
     if (h->shard_mask)
         w += (size_t)(mv__thread_shard() & h->shard_mask) * h->shard_words;
@@ -776,4 +928,32 @@ void mv_histogram_observe(mv_histogram *h, double v)
     }
     __atomic_fetch_add(&w[h->check_index], h->bucket_wt[lo] + (nw - old) * h->sum_wt,
                        __ATOMIC_RELEASE);
+}
+
+size_t mv_histogram_read(const mv_histogram *h, uint64_t *count, double *sum, uint64_t *buckets,
+                         const double **bounds)
+{
+    uint64_t c = 0;
+    double sm = 0;
+    if (bounds)
+        *bounds = h && h->w ? h->bounds : NULL;
+    if (h == NULL || h->w == NULL) {
+        *count = 0;
+        *sum = 0;
+        buckets[0] = 0;
+        return 0;
+    }
+    for (uint32_t i = 0; i <= h->n; i++)
+        buckets[i] = 0;
+    for (uint32_t k = 0; k <= h->shard_mask; k++) { /* shards summed as a reader sums them */
+        const uint64_t *w = h->w + (size_t)k * h->shard_words;
+        c += __atomic_load_n(&w[0], __ATOMIC_RELAXED);
+        double d = f64_bits(__atomic_load_n(&w[1], __ATOMIC_RELAXED));
+        sm = k ? sm + d : d;
+        for (uint32_t i = 0; i <= h->n; i++)
+            buckets[i] += __atomic_load_n(&w[2 + i], __ATOMIC_RELAXED);
+    }
+    *count = c;
+    *sum = sm;
+    return h->n;
 }

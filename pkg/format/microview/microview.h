@@ -78,6 +78,20 @@ typedef struct mv_counter {
 typedef struct mv_gauge {
     uint64_t *slot;
 } mv_gauge;
+/* A fractional counter (record type 4, docs/segment-format.md section 5.3): its slot holds
+ * an integral u64 word and a binary64 word for the fractional adds. Same handle layout. */
+typedef struct mv_counter_f {
+    uint64_t *slot;
+} mv_counter_f;
+
+/* How full a segment is (docs/segment-format.md section 8.1), from its header. */
+typedef struct mv_usage {
+    uint64_t segment_size;
+    uint32_t values_used, values_size;   /* value area: slots */
+    uint32_t catalog_used, catalog_size; /* catalog area: records */
+    uint32_t records;                    /* catalog records, tombstones included */
+    double fullness;                     /* the larger of the two used/size ratios, 0..1 */
+} mv_usage;
 
 /* Opens the segment named by $MICROVIEW_SEGMENT. Free with mv_close. */
 MV_API int mv_open_from_env(mv_segment **out);
@@ -111,11 +125,24 @@ MV_API int mv_counter_register(mv_segment *s, const char *name, const char *help
                                const mv_label *labels, size_t nlabels, mv_counter *out);
 MV_API int mv_gauge_register(mv_segment *s, const char *name, const char *help, const char *unit,
                              const mv_label *labels, size_t nlabels, mv_gauge *out);
+/* A fractional counter: what a Prometheus client's float counter needs (Add(0.25) counts
+ * 0.25). Its integral adds cost what mv_counter_add costs; a fraction, a compare-and-swap. */
+MV_API int mv_counter_f_register(mv_segment *s, const char *name, const char *help,
+                                 const char *unit, const mv_label *labels, size_t nlabels,
+                                 mv_counter_f *out);
 /* `bounds` are the finite upper bounds (le) of the buckets, strictly
  * increasing; a +Inf bucket is implied. The handle is owned by `s`. */
 MV_API int mv_histogram_register(mv_segment *s, const char *name, const char *help,
                                  const char *unit, const mv_label *labels, size_t nlabels,
                                  const double *bounds, size_t nbounds, mv_histogram **out);
+
+/* Deletes the live series `name` with these labels, in the order it was registered with
+ * (docs/segment-format.md section 6.6): appends its tombstone, so readers drop the series.
+ * Returns 1 when a series was deleted, 0 when no live series has that name and labels, or a
+ * negative MV_ERR_* (MV_ERR_FULL: no catalog room for the tombstone). Handles to the deleted
+ * series stay valid; their updates are no longer seen. Registering the series again creates
+ * it anew from zero (readers see a counter reset). Deleting frees no segment space. */
+MV_API int mv_delete(mv_segment *s, const char *name, const mv_label *labels, size_t nlabels);
 
 /* Fills `out` with `count` bounds start, start*factor, start*factor^2, ...
  * Returns MV_ERR_INVALID unless start > 0, factor > 1 and count in [1, 160]. */
@@ -127,6 +154,8 @@ MV_API const char *mv_errdetail(void);
 /* Segment facts, for tools. */
 MV_API size_t mv_segment_size(const mv_segment *s);
 MV_API const char *mv_segment_path(const mv_segment *s);
+/* How full the segment is now: MV_OK, or MV_ERR_INVALID for NULL arguments. */
+MV_API int mv_segment_usage(const mv_segment *s, mv_usage *out);
 
 /* ---- Updates ------------------------------------------------------------ */
 
@@ -135,6 +164,7 @@ MV_API const char *mv_segment_path(const mv_segment *s);
  * keeps a copy in mv__thread_shard). */
 MV_API unsigned mv__shard_id(void);
 MV_API void mv__gauge_set_sharded(mv_gauge g, double v);
+MV_API int mv__counter_f_add_slow(mv_counter_f c, double v);
 
 static inline unsigned mv__thread_shard(void)
 {
@@ -172,7 +202,29 @@ static inline void mv_counter_add_local(mv_counter c, uint64_t n)
     __atomic_store_n(w, __atomic_load_n(w, __ATOMIC_RELAXED) + n, __ATOMIC_RELAXED);
 }
 
-/* Sets a gauge: one 8-byte store. Safe from many threads (last store wins). */
+/* Adds 1 to a fractional counter: one atomic add to its integral word. */
+static inline void mv_counter_f_inc(mv_counter_f c)
+{
+    __atomic_fetch_add(mv__word(c.slot), 1, __ATOMIC_RELAXED);
+}
+
+/* Adds `v` to a fractional counter; safe from many threads. An integral amount is one atomic
+ * add to the integral word, any other a compare-and-swap loop on the fraction word. NaN and
+ * negative amounts are refused with MV_ERR_INVALID (nothing is stored), as client_golang and
+ * prometheus_client refuse them; +Inf is stored (the counter is +Inf from then on). */
+static inline int mv_counter_f_add(mv_counter_f c, double v)
+{
+    if (v >= 0 && v < 18446744073709551616.0) {
+        uint64_t u = (uint64_t)v;
+        if (!((double)u < v)) { /* u <= v always: equal, so v is integral */
+            __atomic_fetch_add(mv__word(c.slot), u, __ATOMIC_RELAXED);
+            return MV_OK;
+        }
+    }
+    return mv__counter_f_add_slow(c, v);
+}
+
+/* Sets a gauge: one 8-byte store. Safe from many threads (last store wins). NaN is stored. */
 static inline void mv_gauge_set(mv_gauge g, double v)
 {
     uint64_t bits;
@@ -180,6 +232,8 @@ static inline void mv_gauge_set(mv_gauge g, double v)
         mv__gauge_set_sharded(g, v);
         return;
     }
+    if (__builtin_expect(__builtin_isnan(v), 0)) /* any NaN: the one quiet NaN (spec 9.5) */
+        v = __builtin_nan("");
     memcpy(&bits, &v, sizeof bits);
     __atomic_store_n(g.slot, bits, __ATOMIC_RELAXED);
 }
@@ -190,11 +244,20 @@ MV_API void mv_gauge_add(mv_gauge g, double delta);
 /* Read back what this process wrote, as a reader sums it: the value of a counter or a gauge
  * (a sharded one's shards added up, each loaded atomically). */
 MV_API uint64_t mv_counter_value(mv_counter c);
+MV_API double mv_counter_f_value(mv_counter_f c);
 MV_API double mv_gauge_value(mv_gauge g);
 
-/* Records one observation. NaN is ignored. Safe from many threads; the
+/* Records one observation. NaN counts, as with the Prometheus clients: in the +Inf bucket,
+ * and the sum becomes NaN (docs/segment-format.md section 9.5). Safe from many threads; the
  * segment format lets a reader detect and skip a copy caught mid-update. */
 MV_API void mv_histogram_observe(mv_histogram *h, double v);
+
+/* Reads a histogram back as a reader sums it: `count`, `sum` and `nbounds + 1` non-cumulative
+ * bucket counts into `buckets` (the last is the +Inf bucket; at most 161). Returns the number
+ * of finite bounds and points `*bounds` (when not NULL) at them. A handle whose registration
+ * failed reads as empty with no bounds. */
+MV_API size_t mv_histogram_read(const mv_histogram *h, uint64_t *count, double *sum,
+                                uint64_t *buckets, const double **bounds);
 
 #ifdef __cplusplus
 }

@@ -265,7 +265,9 @@ uint32_t mv_seg_record_size(const mv_seg_metric_desc *d)
 
 uint32_t mv_seg_shard_size(uint8_t type, uint16_t bucket_count)
 {
-    return type == MV_SEG_HISTOGRAM ? 8u * MV_SEG_HIST_WORDS(bucket_count) : 8u;
+    if (type == MV_SEG_HISTOGRAM)
+        return 8u * MV_SEG_HIST_WORDS(bucket_count);
+    return type == MV_SEG_COUNTER_F ? 16u : type == MV_SEG_TOMBSTONE ? 0u : 8u;
 }
 
 uint32_t mv_seg_shard_stride(uint8_t type, uint16_t bucket_count)
@@ -275,6 +277,8 @@ uint32_t mv_seg_shard_stride(uint8_t type, uint16_t bucket_count)
 
 uint32_t mv_seg_value_size(const mv_seg_metric_desc *d)
 {
+    if (d->type == MV_SEG_TOMBSTONE)
+        return 0;
     if (d->shards > 1)
         return d->shards * mv_seg_shard_stride(d->type, d->bucket_count);
     return mv_seg_shard_size(d->type, d->bucket_count);
@@ -302,9 +306,12 @@ mv_seg_reason mv_seg_desc_check(const mv_seg_metric_desc *d, mv_seg_error *err)
                             "metric name %.64s is not [a-zA-Z_:][a-zA-Z0-9_:]* of at most %d bytes "
                             "(and may not start with __)",
                             d->name, MV_SEG_NAME_MAX);
-    if (d->type != MV_SEG_COUNTER && d->type != MV_SEG_GAUGE && d->type != MV_SEG_HISTOGRAM)
+    if (d->type < MV_SEG_COUNTER || d->type > MV_SEG_TOMBSTONE)
         return mv_seg__fail(err, MV_SEG_E_TYPE, "metric %s: unknown type %u", d->name, d->type);
     size_t hl = slen(d->help), ul = slen(d->unit);
+    if (d->type == MV_SEG_TOMBSTONE && (hl || ul || d->shards > 1))
+        return mv_seg__fail(err, MV_SEG_E_INVAL,
+                            "tombstone of %s: no help, unit or shards (spec section 6.6)", d->name);
     if (hl > MV_SEG_HELP_MAX || (hl && !mv_seg_valid_utf8(d->help, hl)))
         return mv_seg__fail(err, MV_SEG_E_STRING,
                             "metric %s: help is not UTF-8 of at most %d bytes", d->name,
@@ -383,7 +390,7 @@ void mv_seg_record_encode(void *out, const mv_seg_metric_desc *d, uint32_t value
         .value_size = mv_seg_value_size(d),
         .bucket_count = d->bucket_count,
     };
-    if (d->shards > 1) {
+    if (d->shards > 1 && d->type != MV_SEG_TOMBSTONE) {
         head.flags = MV_SEG_REC_SHARDED;
         head.shard_count = d->shards;
     }
@@ -414,6 +421,19 @@ size_t mv_seg_catalog_count(const mv_seg_catalog *c)
 const mv_seg_metric *mv_seg_catalog_metric(const mv_seg_catalog *c, size_t i)
 {
     return i < c->count ? &c->metrics[i] : NULL;
+}
+
+size_t mv_seg_catalog_tombstones(const mv_seg_catalog *c)
+{
+    return c->ntomb;
+}
+
+uint8_t mv_seg_catalog_name_type(const mv_seg_catalog *c, const char *name)
+{
+    for (size_t i = 0; i < c->nall; i++)
+        if (strcmp(c->metrics[i].name, name) == 0)
+            return c->metrics[i].type;
+    return 0;
 }
 
 uint64_t mv_seg_catalog_generation(const mv_seg_catalog *c)
@@ -582,8 +602,13 @@ static mv_seg_reason parse_record(mv_seg_catalog *c, size_t idx, const char *rec
             err, MV_SEG_E_RECORD,
             "record %zu: shard_count %u (sharded: a power of two from 2 to %d, else 0)", idx,
             hd.shard_count, MV_SEG_SHARDS_MAX);
-    if (hd.type != MV_SEG_COUNTER && hd.type != MV_SEG_GAUGE && hd.type != MV_SEG_HISTOGRAM)
+    if (hd.type < MV_SEG_COUNTER || hd.type > MV_SEG_TOMBSTONE)
         return mv_seg__fail(err, MV_SEG_E_TYPE, "record %zu: unknown type %u", idx, hd.type);
+    int tomb = hd.type == MV_SEG_TOMBSTONE;
+    if (tomb && (hd.flags || hd.value_size))
+        return mv_seg__fail(err, MV_SEG_E_RECORD,
+                            "record %zu: a tombstone has flags %u and value_size %u (0 and 0)", idx,
+                            hd.flags, hd.value_size);
     if (hd.label_count > MV_SEG_LABELS_MAX)
         return mv_seg__fail(err, MV_SEG_E_COUNT, "record %zu: %u labels (at most %d)", idx,
                             hd.label_count, MV_SEG_LABELS_MAX);
@@ -601,15 +626,18 @@ static mv_seg_reason parse_record(mv_seg_catalog *c, size_t idx, const char *rec
     if (hd.value_offset % 8)
         return mv_seg__fail(err, MV_SEG_E_VALUE_RANGE,
                             "record %zu: value_offset %u is not 8-aligned", idx, hd.value_offset);
-    if (hd.value_offset < *value_end)
+    if (tomb)
+        ; /* no slot: section 6.6; the record it deletes is checked once all are parsed */
+    else if (hd.value_offset < *value_end)
         return mv_seg__fail(err, MV_SEG_E_OVERLAP,
                             "record %zu: value slot at %u overlaps the previous one (ends at %u)",
                             idx, hd.value_offset, *value_end);
-    if ((uint64_t)hd.value_offset + hd.value_size > c->values_used)
+    else if ((uint64_t)hd.value_offset + hd.value_size > c->values_used)
         return mv_seg__fail(err, MV_SEG_E_VALUE_RANGE,
                             "record %zu: value slot [%u,+%u) is outside the %u used value bytes",
                             idx, hd.value_offset, hd.value_size, c->values_used);
-    *value_end = hd.value_offset + hd.value_size;
+    else
+        *value_end = hd.value_offset + hd.value_size;
 
     uint32_t end = hd.record_size - 8, pos = MV_SEG_RECORD_HEAD;
     if ((r = get_str(rec, &pos, end, MV_SEG_NAME_MAX, &m->name, &m->name_len, "name", idx, err)))
@@ -623,6 +651,9 @@ static mv_seg_reason parse_record(mv_seg_catalog *c, size_t idx, const char *rec
         return r;
     if (m->unit_len && !mv_seg_valid_label_name(m->unit, m->unit_len))
         return mv_seg__fail(err, MV_SEG_E_NAME, "record %zu: invalid unit", idx);
+    if (tomb && (m->help_len || m->unit_len))
+        return mv_seg__fail(err, MV_SEG_E_RECORD, "record %zu: a tombstone has help or a unit",
+                            idx);
     mv_seg_label *labels = c->labels + *label_used;
     for (uint16_t i = 0; i < hd.label_count; i++) {
         const char *k, *v;
@@ -689,29 +720,108 @@ static int metric_cmp(const void *a, const void *b)
     return 0;
 }
 
-static mv_seg_reason check_families(mv_seg_catalog *c, mv_seg_error *err)
+/* metric_cmp, then record order. */
+static int metric_cmp_index(const void *a, const void *b)
+{
+    int d = metric_cmp(a, b);
+    if (d)
+        return d;
+    const mv_seg_metric *x = *(const mv_seg_metric *const *)a;
+    const mv_seg_metric *y = *(const mv_seg_metric *const *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Matches every tombstone with the earlier live record it deletes (spec section 6.6):
+ * deleted_by[i] = 1 + the index of the tombstone that deleted record i, or 0. Slot records
+ * are in increasing value_offset order, so the record is found by binary search. */
+static mv_seg_reason resolve_tombstones(mv_seg_catalog *c, uint32_t *deleted_by, mv_seg_error *err)
+{
+    size_t nslot = 0;
+    uint32_t *slots = malloc((c->count ? c->count : 1) * sizeof *slots);
+    if (!slots)
+        return mv_seg__fail(err, MV_SEG_E_NOMEM, "out of memory matching tombstones");
+    mv_seg_reason r = MV_SEG_OK;
+    for (size_t t = 0; t < c->count && !r; t++) {
+        const mv_seg_metric *tm = &c->metrics[t];
+        if (tm->type != MV_SEG_TOMBSTONE) {
+            slots[nslot++] = (uint32_t)t;
+            continue;
+        }
+        size_t lo = 0, hi = nslot;
+        while (lo < hi) {
+            size_t mid = (lo + hi) / 2;
+            if (c->metrics[slots[mid]].value_offset < tm->value_offset)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        const mv_seg_metric *x = &c->metrics[t];
+        const mv_seg_metric *m = lo < nslot ? &c->metrics[slots[lo]] : NULL;
+        if (!m || m->value_offset != tm->value_offset || metric_cmp(&m, &x) != 0)
+            r = mv_seg__fail(err, MV_SEG_E_RECORD,
+                             "record %zu: tombstone of %s at value offset %u deletes no earlier "
+                             "record of that name and labels",
+                             t, tm->name, tm->value_offset);
+        else if (deleted_by[slots[lo]])
+            r = mv_seg__fail(err, MV_SEG_E_RECORD,
+                             "record %zu: tombstone of %s deletes record %u a second time", t,
+                             tm->name, slots[lo]);
+        else
+            deleted_by[slots[lo]] = (uint32_t)t + 1;
+    }
+    free(slots);
+    return r;
+}
+
+/* One type per name over every record that is not a tombstone, and no two live records
+ * with the same name and labels: of two such records, the earlier one must have been
+ * deleted by a tombstone that comes before the later one. */
+static mv_seg_reason check_families(mv_seg_catalog *c, const uint32_t *deleted_by,
+                                    mv_seg_error *err)
 {
     if (c->count < 2)
         return MV_SEG_OK;
     const mv_seg_metric **v = malloc(c->count * sizeof *v);
     if (!v)
         return mv_seg__fail(err, MV_SEG_E_NOMEM, "out of memory checking %zu metrics", c->count);
+    size_t n = 0;
     for (size_t i = 0; i < c->count; i++)
-        v[i] = &c->metrics[i];
-    qsort(v, c->count, sizeof *v, metric_cmp);
+        if (c->metrics[i].type != MV_SEG_TOMBSTONE)
+            v[n++] = &c->metrics[i];
+    qsort(v, n, sizeof *v, metric_cmp_index);
     mv_seg_reason r = MV_SEG_OK;
-    for (size_t i = 1; i < c->count && !r; i++) {
+    for (size_t i = 1; i < n && !r; i++) {
         if (strcmp(v[i]->name, v[i - 1]->name) != 0)
             continue;
+        size_t a = (size_t)(v[i - 1] - c->metrics), b = (size_t)(v[i] - c->metrics);
         if (v[i]->type != v[i - 1]->type)
             r = mv_seg__fail(err, MV_SEG_E_TYPE, "metric %s is registered with two types",
                              v[i]->name);
-        else if (metric_cmp(&v[i], &v[i - 1]) == 0)
+        else if (metric_cmp(&v[i], &v[i - 1]) == 0 && !(deleted_by[a] && deleted_by[a] - 1 < b))
             r = mv_seg__fail(err, MV_SEG_E_DUPLICATE, "metric %s has the same labels twice",
                              v[i]->name);
     }
     free(v);
     return r;
+}
+
+/* Keeps the live records at the front of metrics, in record order, and the deleted ones
+ * after them (for mv_seg_catalog_name_type); tombstones go. */
+static void compact_live(mv_seg_catalog *c, const uint32_t *deleted_by)
+{
+    size_t live = 0, dead = 0;
+    mv_seg_metric *tmp = c->metrics + c->count; /* the spare half (see the allocation) */
+    for (size_t i = 0; i < c->count; i++) {
+        if (c->metrics[i].type == MV_SEG_TOMBSTONE)
+            c->ntomb++;
+        else if (deleted_by[i])
+            tmp[dead++] = c->metrics[i];
+        else
+            c->metrics[live++] = c->metrics[i];
+    }
+    memmove(c->metrics + live, tmp, dead * sizeof *tmp);
+    c->count = live;
+    c->nall = live + dead;
 }
 
 /* Lists the sharded records and gives each a place for its folded value past the hot size. */
@@ -772,7 +882,7 @@ mv_seg_reason mv_seg_catalog_parse(const void *buf, size_t len, uint64_t expecte
     /* Upper bounds from catalog_used: every label costs >= 6 bytes, every bound 8. */
     size_t max_labels = h.catalog_used / 6 + 1, max_bounds = h.catalog_used / 8 + 1;
     c->bytes = malloc(h.catalog_used ? h.catalog_used : 1);
-    c->metrics = calloc(c->count ? c->count : 1, sizeof *c->metrics);
+    c->metrics = calloc(c->count ? 2 * c->count : 1, sizeof *c->metrics); /* 2x: compact_live */
     c->labels = calloc(max_labels, sizeof *c->labels);
     c->bounds = calloc(max_bounds, sizeof *c->bounds);
     if (!c->bytes || !c->metrics || !c->labels || !c->bounds) {
@@ -801,7 +911,15 @@ mv_seg_reason mv_seg_catalog_parse(const void *buf, size_t len, uint64_t expecte
         return mv_seg__fail(err, MV_SEG_E_COUNT, "%u records use %u bytes but catalog_used is %u",
                             h.metric_count, pos, h.catalog_used);
     }
-    if ((r = check_families(c, err)) || (r = place_folds(c, err))) {
+    c->nall = c->count;
+    uint32_t *deleted_by = calloc(c->count ? c->count : 1, sizeof *deleted_by);
+    if (!deleted_by)
+        r = mv_seg__fail(err, MV_SEG_E_NOMEM, "out of memory for %zu records", c->count);
+    else if (!(r = resolve_tombstones(c, deleted_by, err)) &&
+             !(r = check_families(c, deleted_by, err)))
+        compact_live(c, deleted_by);
+    free(deleted_by);
+    if (r || (r = place_folds(c, err))) {
         mv_seg_catalog_free(c);
         return r;
     }
@@ -831,10 +949,14 @@ void mv_seg_recount(const void *base, size_t size, uint32_t *metric_count, uint3
         memcpy(&sum, cat + pos + hd.record_size - 8, 8);
         if (sum != mv_seg_fnv1a64(cat + pos, hd.record_size - 8))
             break;
-        if (hd.value_offset % 8 || hd.value_offset < vend || hd.value_size == 0 ||
-            (uint64_t)hd.value_offset + hd.value_size > h->values_size)
+        if (hd.type == MV_SEG_TOMBSTONE && hd.value_size == 0) {
+            /* no slot (spec section 6.6) */
+        } else if (hd.value_offset % 8 || hd.value_offset < vend || hd.value_size == 0 ||
+                   (uint64_t)hd.value_offset + hd.value_size > h->values_size) {
             break;
-        vend = hd.value_offset + hd.value_size;
+        } else {
+            vend = hd.value_offset + hd.value_size;
+        }
         pos += hd.record_size;
         n++;
     }

@@ -49,7 +49,15 @@ enum {
     MV_SEG_COUNTER = 1,   /* one u64 word, monotonically increasing */
     MV_SEG_GAUGE = 2,     /* one IEEE-754 binary64 word */
     MV_SEG_HISTOGRAM = 3, /* count, sum, buckets, checksum: see mv_seg_hist_* */
+    MV_SEG_COUNTER_F = 4, /* fractional counter: u64 integral word + binary64 fraction word */
+    MV_SEG_TOMBSTONE = 5, /* no slot: deletes the earlier record at its value_offset (6.6) */
 };
+
+/* Whether a metric type is a counter on the wire (type 1 or 4). */
+static inline int mv_seg_is_counter(uint8_t type)
+{
+    return type == MV_SEG_COUNTER || type == MV_SEG_COUNTER_F;
+}
 
 /* The header, at offset 0 of every segment. Little-endian, naturally aligned.
  * Fields marked (atomic) are updated by writers with 8- or 4-byte atomic
@@ -80,7 +88,7 @@ typedef struct mv_seg_header {
 /* Fixed head of a catalog record; strings, bounds and checksum follow. */
 typedef struct mv_seg_record_head {
     uint32_t record_size;  /*  0 whole record incl. checksum, multiple of 8 */
-    uint8_t type;          /*  4 MV_SEG_COUNTER/GAUGE/HISTOGRAM */
+    uint8_t type;          /*  4 MV_SEG_COUNTER/GAUGE/HISTOGRAM/COUNTER_F/TOMBSTONE */
     uint8_t flags;         /*  5 0, or MV_SEG_REC_SHARDED */
     uint16_t label_count;  /*  6 <= MV_SEG_LABELS_MAX */
     uint32_t value_offset; /*  8 from the start of the value area, multiple of 8 */
@@ -211,7 +219,9 @@ typedef struct mv_seg_metric_desc {
     uint16_t shards; /* 0 or 1: one value; a power of two 2 .. 64: a sharded record */
 } mv_seg_metric_desc;
 
-/* Validates a description against the format's rules and limits. */
+/* Validates a description against the format's rules and limits. A tombstone (type
+ * MV_SEG_TOMBSTONE) carries the name and labels of the record it deletes, no help, no unit;
+ * mv_seg_record_encode then takes the deleted record's value_offset. */
 mv_seg_reason mv_seg_desc_check(const mv_seg_metric_desc *d, mv_seg_error *err);
 
 /* Size in bytes of the record and of the value slot `d` needs (all shards of a sharded one). */
@@ -282,8 +292,16 @@ mv_seg_reason mv_seg_catalog_parse(const void *buf, size_t len, uint64_t expecte
                                    mv_seg_catalog **out, mv_seg_error *err);
 void mv_seg_catalog_free(mv_seg_catalog *c);
 
+/* The live series: records that no tombstone deleted, in record order (tombstones and the
+ * records they deleted are not listed). Indices stay the same across appends of series;
+ * an appended tombstone moves the live records after the one it deletes down by one. */
 size_t mv_seg_catalog_count(const mv_seg_catalog *c);
 const mv_seg_metric *mv_seg_catalog_metric(const mv_seg_catalog *c, size_t i);
+/* Tombstones in the catalog (spec section 6.6): a change means the indices moved. */
+size_t mv_seg_catalog_tombstones(const mv_seg_catalog *c);
+/* The type of the records named `name`, live or deleted (all share one), or 0: what a
+ * writer checks before it registers a name again. */
+uint8_t mv_seg_catalog_name_type(const mv_seg_catalog *c, const char *name);
 uint64_t mv_seg_catalog_generation(const mv_seg_catalog *c);
 uint64_t mv_seg_catalog_instance(const mv_seg_catalog *c);
 uint64_t mv_seg_catalog_segment_size(const mv_seg_catalog *c);
@@ -321,6 +339,9 @@ typedef struct mv_seg_hist_view {
  * start (the header); `m` a metric of the same catalog. A sharded record reads as the sum
  * of its shards (spec section 5.2); a histogram's as torn when any shard is. */
 uint64_t mv_seg_read_counter(const void *hot, const mv_seg_metric *m);
+/* A counter's value as binary64: a counter_f's f64(int) + frac (sharded: f64(sum of the
+ * int words) + the frac words added in shard order), or a type 1 counter's word converted. */
+double mv_seg_read_counter_f(const void *hot, const mv_seg_metric *m);
 double mv_seg_read_gauge(const void *hot, const mv_seg_metric *m);
 /* MV_SEG_OK, or MV_SEG_E_TORN when the copy caught an update half-way. */
 mv_seg_reason mv_seg_read_histogram(const void *hot, const mv_seg_metric *m, mv_seg_hist_view *out);

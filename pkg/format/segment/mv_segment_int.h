@@ -8,7 +8,8 @@ struct mv_seg_catalog {
     uint64_t generation, instance, segment_size;
     uint32_t metric_count, values_offset, values_used, catalog_used, hot_size, fold_size;
     size_t count, nsharded;
-    uint32_t *sharded; /* indices of the sharded records */
+    size_t nall, ntomb; /* records listed in metrics (live first, then deleted); tombstones */
+    uint32_t *sharded;  /* indices of the sharded records */
     mv_seg_metric *metrics;
     mv_seg_label *labels;
     double *bounds;

@@ -45,6 +45,22 @@ uint64_t mv_seg_read_counter(const void *hot, const mv_seg_metric *m)
     return sum;
 }
 
+double mv_seg_read_counter_f(const void *hot, const mv_seg_metric *m)
+{
+    if (m->type != MV_SEG_COUNTER_F)
+        return (double)mv_seg_read_counter(hot, m);
+    const uint64_t *w = slot(hot, m);
+    uint64_t whole = 0;
+    double frac = 0, d;
+    for (uint32_t k = 0; k < m->shards; k++) {
+        const uint64_t *sw = w + k * (m->shard_stride / 8);
+        whole += sw[0];
+        memcpy(&d, &sw[1], 8);
+        frac += d;
+    }
+    return (double)whole + frac;
+}
+
 double mv_seg_read_gauge(const void *hot, const mv_seg_metric *m)
 {
     const uint64_t *w = slot(hot, m);
@@ -113,6 +129,19 @@ size_t mv_seg_fold(const mv_seg_catalog *c, void *buf)
         uint64_t *to = (uint64_t *)(void *)(vals + m->fold_offset);
         if (m->type == MV_SEG_COUNTER) {
             *to = mv_seg_read_counter(buf, m);
+            continue;
+        }
+        if (m->type == MV_SEG_COUNTER_F) { /* both words summed, so it reads as one slot */
+            const uint64_t *w = slot(buf, m);
+            uint64_t whole = 0;
+            double frac = 0, d;
+            for (uint32_t k = 0; k < m->shards; k++) {
+                whole += w[k * (m->shard_stride / 8)];
+                memcpy(&d, &w[k * (m->shard_stride / 8) + 1], 8);
+                frac += d;
+            }
+            to[0] = whole;
+            memcpy(&to[1], &frac, 8);
             continue;
         }
         if (m->type == MV_SEG_GAUGE) {

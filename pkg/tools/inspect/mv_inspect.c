@@ -56,7 +56,10 @@ int mv_inspect_load(const char *path, void **buf, size_t *len, char *errbuf, siz
 
 static const char *type_name(uint8_t t)
 {
-    return t == MV_SEG_COUNTER ? "counter" : t == MV_SEG_GAUGE ? "gauge" : "histogram";
+    return t == MV_SEG_COUNTER     ? "counter"
+           : t == MV_SEG_COUNTER_F ? "counter_f"
+           : t == MV_SEG_GAUGE     ? "gauge"
+                                   : "histogram";
 }
 
 static json_object *metric_json(const void *buf, const mv_seg_metric *m)
@@ -74,8 +77,9 @@ static json_object *metric_json(const void *buf, const mv_seg_metric *m)
         json_object_object_add(o, "shards", json_object_new_int(m->shards));
     if (m->type == MV_SEG_COUNTER) {
         json_object_object_add(o, "value", json_object_new_uint64(mv_seg_read_counter(buf, m)));
-    } else if (m->type == MV_SEG_GAUGE) {
-        double v = mv_seg_read_gauge(buf, m);
+    } else if (m->type == MV_SEG_GAUGE || m->type == MV_SEG_COUNTER_F) {
+        double v =
+            m->type == MV_SEG_GAUGE ? mv_seg_read_gauge(buf, m) : mv_seg_read_counter_f(buf, m);
         json_object_object_add(o, "value",
                                isfinite(v) ? json_object_new_double(v)
                                            : json_object_new_string(isnan(v) ? "NaN"
@@ -125,6 +129,8 @@ static void print_text_metric(FILE *out, const void *buf, const mv_seg_metric *m
     fputc('}', out);
     if (m->type == MV_SEG_COUNTER) {
         fprintf(out, " %" PRIu64, mv_seg_read_counter(buf, m));
+    } else if (m->type == MV_SEG_COUNTER_F) {
+        fprintf(out, " %.17g", mv_seg_read_counter_f(buf, m));
     } else if (m->type == MV_SEG_GAUGE) {
         fprintf(out, " %.17g", mv_seg_read_gauge(buf, m));
     } else {

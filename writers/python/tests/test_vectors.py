@@ -45,9 +45,24 @@ def format_header(path, size, instance, created, values_size=0):
 STAMPS = {"instance": (40, 8), "heartbeat_ns": (72, 8), "created_ns": (80, 8), "writer_pid": (88, 4)}
 
 
+class self_raises:
+    """Like assertRaises, for replay(): the block must raise `exc`."""
+
+    def __init__(self, exc, where):
+        self.exc, self.where = exc, where
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, typ, value, tb):
+        if typ is None:
+            raise AssertionError("%s: no %s raised" % (self.where, self.exc.__name__))
+        return issubclass(typ, self.exc)
+
+
 def replay(ops_path, tmpdir):
     path = os.path.join(tmpdir, "segment")
-    seg, handles, stamps, size = None, {}, [], 0
+    seg, handles, series, stamps, size = None, {}, {}, [], 0
     with open(ops_path) as f:
         for lineno, line in enumerate(f, 1):
             tok = line.split("#", 1)[0].split()
@@ -69,7 +84,7 @@ def replay(ops_path, tmpdir):
                 for t in tok[1:]:
                     k, v = t.split("=", 1)
                     stamps.append((STAMPS[k], num(v)))
-            elif op in ("counter", "gauge", "histogram", "fail"):
+            elif op in ("counter", "counter_f", "gauge", "histogram", "fail"):
                 want = None
                 if op == "fail":
                     want, op, tok = tok[1], tok[2], tok[2:]
@@ -103,6 +118,7 @@ def replay(ops_path, tmpdir):
                     raise AssertionError("%s: registering %s gave %s, want %s" % (where, name, got, want))
                 if got is None:
                     handles[tok[1]] = h
+                    series[tok[1]] = (name, tuple(labels))
             elif op == "inc":
                 handles[tok[1]].inc()
             elif op == "add":
@@ -113,6 +129,25 @@ def replay(ops_path, tmpdir):
                 handles[tok[1]].inc(flt(tok[2]))
             elif op == "observe":
                 handles[tok[1]].observe(flt(tok[2]))
+            elif op == "fadd":
+                handles[tok[1]].inc(flt(tok[2]))
+            elif op == "refuse" and tok[1] == "fadd":
+                h = handles[tok[2]]
+                before = h.get()
+                with self_raises(ValueError, where):
+                    h.inc(flt(tok[3]))
+                if h.get() != before:
+                    raise AssertionError("%s: a refused add changed the counter" % where)
+            elif op == "delete":
+                if not seg.delete(*series.pop(tok[1])):
+                    raise AssertionError("%s: delete found no live series" % where)
+                del handles[tok[1]]
+            elif op == "usage":
+                want = {k: num(v) for k, v in (t.split("=", 1) for t in tok[1:])}
+                u = seg.usage()
+                got = {k: u[k] for k in want}
+                if got != want:
+                    raise AssertionError("%s: usage %s, want %s" % (where, got, want))
             else:
                 raise AssertionError("%s: unknown operation %s" % (where, op))
     handles.clear()

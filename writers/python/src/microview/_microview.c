@@ -20,23 +20,41 @@ typedef struct {
     PyObject_HEAD mv_segment *seg;
 } SegmentObject;
 
+/* What every handle starts with: its Segment (NULL while not attached: a labelled parent
+ * metric, whose updates raise prometheus_client's ValueError), and, for a parent metric, the
+ * children dict (label value tuple -> child) and label names behind the fast labels(). */
+#define HANDLE_HEAD                                                                                \
+    PyObject_HEAD PyObject *segment;                                                               \
+    PyObject *children;                                                                            \
+    PyObject *labelnames
+
 typedef struct {
-    PyObject_HEAD PyObject *segment;
+    HANDLE_HEAD;
+} HandleObject;
+
+typedef struct {
+    HANDLE_HEAD;
     mv_counter c;
     uint64_t frac; /* double bits: fractional increments not yet carried into the segment */
 } CounterObject;
 
 typedef struct {
-    PyObject_HEAD PyObject *segment;
+    HANDLE_HEAD;
     mv_gauge g;
 } GaugeObject;
 
 typedef struct {
-    PyObject_HEAD PyObject *segment;
+    HANDLE_HEAD;
+    mv_counter_f c;
+} FCounterObject;
+
+typedef struct {
+    HANDLE_HEAD;
     mv_histogram *h;
 } HistogramObject;
 
-static PyTypeObject SegmentType, CounterType, GaugeType, HistogramType;
+static PyTypeObject SegmentType, CounterType, FCounterType, GaugeType, HistogramType;
+static PyObject *exemplar_check; /* set_exemplar_check(fn): validates an exemplar= argument */
 
 static const char *code_name(int rc)
 {
@@ -138,7 +156,7 @@ static PyObject *new_handle(PyTypeObject *type, SegmentObject *seg)
     PyObject *o = type->tp_alloc(type, 0);
     if (o) {
         Py_INCREF(seg);
-        ((CounterObject *)o)->segment = (PyObject *)seg; /* same layout in all three */
+        ((HandleObject *)o)->segment = (PyObject *)seg; /* the first field of every handle */
     }
     return o;
 }
@@ -197,6 +215,20 @@ static PyObject *register_impl(SegmentObject *self, const char *kind, const char
         PyObject *o = new_handle(t, self);
         if (o)
             ((CounterObject *)o)->c = c;
+        return o;
+    }
+    if (strcmp(kind, "counter_f") == 0) {
+        if (!(t = handle_type(cls, &FCounterType)))
+            return NULL;
+        mv_counter_f c;
+        Py_BEGIN_ALLOW_THREADS;
+        rc = mv_counter_f_register(self->seg, name, help, unit, lv, nl, &c);
+        Py_END_ALLOW_THREADS;
+        if (rc != MV_OK)
+            return raise_mv(rc);
+        PyObject *o = new_handle(t, self);
+        if (o)
+            ((FCounterObject *)o)->c = c;
         return o;
     }
     if (strcmp(kind, "gauge") == 0) {
@@ -276,10 +308,55 @@ static PyObject *Segment_get_size(SegmentObject *self, void *c)
     return PyLong_FromSize_t(mv_segment_size(self->seg));
 }
 
+/* segment.delete(name, labels) -> bool (docs/segment-format.md section 6.6). */
+static PyObject *Segment_delete(SegmentObject *self, PyObject *args)
+{
+    const char *name;
+    PyObject *labels;
+    mv_label lv[MAX_LABELS + 1];
+    size_t nl = 0;
+    int rc;
+    if (!PyArg_ParseTuple(args, "sO:delete", &name, &labels))
+        return NULL;
+    PyObject *lt = PySequence_Tuple(labels);
+    if (!lt)
+        return NULL;
+    if (get_labels(lt, lv, &nl)) {
+        Py_DECREF(lt);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS;
+    rc = mv_delete(self->seg, name, lv, nl);
+    Py_END_ALLOW_THREADS;
+    Py_DECREF(lt);
+    if (rc < 0)
+        return raise_mv(rc);
+    return PyBool_FromLong(rc);
+}
+
+static PyObject *Segment_usage(SegmentObject *self, PyObject *unused)
+{
+    mv_usage u;
+    if (mv_segment_usage(self->seg, &u) != MV_OK)
+        return raise_mv(MV_ERR_INVALID);
+    return Py_BuildValue(
+        "{s:K,s:I,s:I,s:I,s:I,s:I,s:d}", "segment_size", (unsigned long long)u.segment_size,
+        "values_used", u.values_used, "values_size", u.values_size, "catalog_used", u.catalog_used,
+        "catalog_size", u.catalog_size, "records", u.records, "fullness", u.fullness);
+}
+
 static PyMethodDef Segment_methods[] = {{"register", (PyCFunction)Segment_register, METH_VARARGS,
                                          "register(kind, name, help, unit, labels, bounds=None, "
                                          "cls=None): registers (or finds) a series and "
                                          "returns its handle; raises Error on failure."},
+                                        {"usage", (PyCFunction)Segment_usage, METH_NOARGS,
+                                         "usage() -> dict: segment_size, values_used, "
+                                         "values_size, catalog_used, catalog_size, records, "
+                                         "fullness (the larger used/size ratio, 0..1)."},
+                                        {"delete", (PyCFunction)Segment_delete, METH_VARARGS,
+                                         "delete(name, labels): appends the tombstone of the "
+                                         "live series with this name and labels (in "
+                                         "registration order); True if one was deleted."},
                                         {"heartbeat", (PyCFunction)Segment_heartbeat, METH_NOARGS,
                                          "Stores the current time as the writer heartbeat."},
                                         {"set_shards", (PyCFunction)Segment_set_shards, METH_O,
@@ -296,11 +373,159 @@ static PyGetSetDef Segment_getset[] = {
 
 /* ---- Handles ------------------------------------------------------------------ */
 
-static void Handle_dealloc(CounterObject *self)
+static void Handle_dealloc(HandleObject *self)
 {
     Py_XDECREF(self->segment);
+    Py_XDECREF(self->children);
+    Py_XDECREF(self->labelnames);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
+
+/* An update on a handle that is not attached to a series: a labelled parent metric. */
+static PyObject *not_observable(PyObject *self)
+{
+    PyObject *t = PyObject_GetAttrString(self, "_type");
+    if (t) {
+        PyErr_Format(PyExc_ValueError, "%S metric is missing label values", t);
+        Py_DECREF(t);
+    }
+    return NULL;
+}
+
+/* handle._attach(other): makes this handle update other's series (same handle type). */
+static PyObject *Handle_attach(HandleObject *self, PyObject *other)
+{
+    PyTypeObject *base = Py_TYPE(self);
+    while (base->tp_base && base->tp_base != &PyBaseObject_Type)
+        base = base->tp_base;
+    if (!PyObject_TypeCheck(other, base)) {
+        PyErr_Format(PyExc_TypeError, "_attach needs a %s", base->tp_name);
+        return NULL;
+    }
+    Py_ssize_t head = (Py_ssize_t)sizeof(HandleObject);
+    memcpy((char *)self + head, (char *)other + head, (size_t)(base->tp_basicsize - head));
+    Py_XINCREF(((HandleObject *)other)->segment);
+    Py_XSETREF(self->segment, ((HandleObject *)other)->segment);
+    Py_RETURN_NONE;
+}
+
+/* handle._family(children, labelnames): the dict and names labels() looks children up in. */
+static PyObject *Handle_family(HandleObject *self, PyObject *args)
+{
+    PyObject *children, *names;
+    if (!PyArg_ParseTuple(args, "O!O!:_family", &PyDict_Type, &children, &PyTuple_Type, &names))
+        return NULL;
+    Py_INCREF(children);
+    Py_XSETREF(self->children, children);
+    Py_INCREF(names);
+    Py_XSETREF(self->labelnames, names);
+    Py_RETURN_NONE;
+}
+
+/* labels(*values, **kw): the child for these label values. The fast path finds an existing
+ * child in C (values given as str, positionally or by name); everything else (a new child,
+ * conversions, every error) is the package's _labels_slow, which has prometheus_client's
+ * rules. */
+static PyObject *Handle_labels(HandleObject *self, PyObject *const *args, size_t nargsf,
+                               PyObject *kwnames)
+{
+    Py_ssize_t n = PyVectorcall_NARGS(nargsf), nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    PyObject *key = NULL, *child;
+    if (self->children && self->labelnames) {
+        Py_ssize_t nl = PyTuple_GET_SIZE(self->labelnames);
+        if (nkw == 0 && n == nl) {
+            key = PyTuple_New(n);
+            if (!key)
+                return NULL;
+            for (Py_ssize_t i = 0; i < n; i++) {
+                Py_INCREF(args[i]);
+                PyTuple_SET_ITEM(key, i, args[i]);
+            }
+        } else if (n == 0 && nkw == nl && nl > 0) {
+            key = PyTuple_New(nl);
+            if (!key)
+                return NULL;
+            for (Py_ssize_t i = 0; i < nl && key; i++) {
+                PyObject *name = PyTuple_GET_ITEM(self->labelnames, i), *v = NULL;
+                for (Py_ssize_t j = 0; j < nkw && !v; j++) {
+                    PyObject *k = PyTuple_GET_ITEM(kwnames, j);
+                    if (k == name || PyUnicode_Compare(k, name) == 0)
+                        v = args[j];
+                }
+                if (PyErr_Occurred())
+                    PyErr_Clear();
+                if (!v || !PyUnicode_CheckExact(v))
+                    Py_CLEAR(key); /* not the names, or not str: the slow path decides */
+                else {
+                    Py_INCREF(v);
+                    PyTuple_SET_ITEM(key, i, v);
+                }
+            }
+        }
+    }
+    if (key) {
+        child = PyDict_GetItemWithError(self->children, key);
+        Py_DECREF(key);
+        if (child) {
+            Py_INCREF(child);
+            return child;
+        }
+        PyErr_Clear(); /* unhashable values: str() of them in the slow path */
+    }
+    PyObject *name = PyUnicode_FromString("_labels_slow");
+    if (!name)
+        return NULL;
+    /* self, then the arguments: PY_VECTORCALL_ARGUMENTS_OFFSET is not promised here. */
+    PyObject *stack[1 + 2 * MAX_LABELS + 2];
+    Py_ssize_t total = n + nkw;
+    if (total > 2 * MAX_LABELS + 1) {
+        Py_DECREF(name);
+        PyErr_SetString(PyExc_ValueError, "Incorrect label count");
+        return NULL;
+    }
+    stack[0] = (PyObject *)self;
+    for (Py_ssize_t i = 0; i < total; i++)
+        stack[1 + i] = args[i];
+    PyObject *r = PyObject_VectorcallMethod(name, stack, (size_t)(n + 1), kwnames);
+    Py_DECREF(name);
+    return r;
+}
+
+/* The one argument of an update method, positional or by keyword (`name`), and an optional
+ * exemplar= (validated by the package's hook, then dropped: the segment cannot carry it).
+ * *val stays NULL when the argument is absent. Keywords are the slow path. */
+static int one_arg(PyObject *const *args, Py_ssize_t n, PyObject *kwnames, const char *name,
+                   int exemplar_ok, PyObject **val)
+{
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    PyObject *ex = NULL;
+    *val = n > 0 ? args[0] : NULL;
+    if (n > (exemplar_ok ? 2 : 1))
+        goto usage;
+    if (n == 2)
+        ex = args[1];
+    for (Py_ssize_t i = 0; i < nkw; i++) {
+        PyObject *k = PyTuple_GET_ITEM(kwnames, i);
+        if (PyUnicode_CompareWithASCIIString(k, name) == 0 && !*val)
+            *val = args[n + i];
+        else if (exemplar_ok && PyUnicode_CompareWithASCIIString(k, "exemplar") == 0 && !ex)
+            ex = args[n + i];
+        else
+            goto usage;
+    }
+    if (ex && ex != Py_None && exemplar_check) {
+        PyObject *r = PyObject_CallOneArg(exemplar_check, ex);
+        if (!r)
+            return -1;
+        Py_DECREF(r);
+    }
+    return 0;
+usage:
+    PyErr_Format(PyExc_TypeError, "takes (%s%s)", name, exemplar_ok ? ", exemplar=None" : "");
+    return -1;
+}
+
+static const char neg_msg[] = "Counters can only be incremented by non-negative amounts.";
 
 /* Adds a fractional amount: the fraction is kept in the handle (compare-and-swap, so
  * concurrent callers lose nothing) and whole units are carried into the segment. */
@@ -321,22 +546,25 @@ static void counter_add_fraction(CounterObject *self, double d)
         mv_counter_add(self->c, (uint64_t)whole);
 }
 
-static PyObject *Counter_inc(CounterObject *self, PyObject *const *args, Py_ssize_t n)
+static PyObject *Counter_inc(CounterObject *self, PyObject *const *args, Py_ssize_t n,
+                             PyObject *kwnames)
 {
-    if (n > 1) {
-        PyErr_SetString(PyExc_TypeError, "inc(amount=1)");
-        return NULL;
-    }
-    if (n == 0) {
+    if (__builtin_expect(!self->c.slot, 0))
+        return not_observable((PyObject *)self);
+    PyObject *o;
+    if (kwnames || n > 1) {
+        if (one_arg(args, n, kwnames, "amount", 1, &o))
+            return NULL;
+    } else
+        o = n ? args[0] : NULL;
+    if (!o) {
         mv_counter_inc(self->c);
         Py_RETURN_NONE;
     }
-    PyObject *o = args[0];
-    if (PyLong_Check(o)) {
+    if (PyLong_Check(o)) { /* any u64 (the counter wraps, as in the spec) */
         unsigned long long v = PyLong_AsUnsignedLongLong(o);
         if (v == (unsigned long long)-1 && PyErr_Occurred()) {
-            PyErr_SetString(PyExc_ValueError,
-                            "Counters can only be incremented by non-negative amounts.");
+            PyErr_SetString(PyExc_ValueError, neg_msg);
             return NULL;
         }
         mv_counter_add(self->c, v);
@@ -346,8 +574,7 @@ static PyObject *Counter_inc(CounterObject *self, PyObject *const *args, Py_ssiz
     if (d == -1.0 && PyErr_Occurred())
         return NULL;
     if (!(d >= 0) || isinf(d)) {
-        PyErr_SetString(PyExc_ValueError,
-                        "Counters can only be incremented by non-negative finite amounts.");
+        PyErr_SetString(PyExc_ValueError, neg_msg);
         return NULL;
     }
     if (d == floor(d) && d < 18446744073709551616.0)
@@ -359,6 +586,8 @@ static PyObject *Counter_inc(CounterObject *self, PyObject *const *args, Py_ssiz
 
 static PyObject *Counter_get(CounterObject *self, PyObject *unused)
 {
+    if (!self->c.slot)
+        return not_observable((PyObject *)self);
     uint64_t v = mv_counter_value(self->c);
     uint64_t bits = __atomic_load_n(&self->frac, __ATOMIC_RELAXED);
     double f;
@@ -368,99 +597,261 @@ static PyObject *Counter_get(CounterObject *self, PyObject *unused)
     return PyFloat_FromDouble((double)v + f);
 }
 
+/* A fractional counter (type 4): whole amounts are one atomic add, others a CAS on the
+ * accumulator word. NaN, infinities and negative amounts are refused. */
+static PyObject *FCounter_inc(FCounterObject *self, PyObject *const *args, Py_ssize_t n,
+                              PyObject *kwnames)
+{
+    if (__builtin_expect(!self->c.slot, 0))
+        return not_observable((PyObject *)self);
+    PyObject *o;
+    if (kwnames || n > 1) {
+        if (one_arg(args, n, kwnames, "amount", 1, &o))
+            return NULL;
+    } else
+        o = n ? args[0] : NULL;
+    if (!o) {
+        mv_counter_f_inc(self->c);
+        Py_RETURN_NONE;
+    }
+    double d;
+    if (PyFloat_CheckExact(o))
+        d = PyFloat_AS_DOUBLE(o);
+    else if (PyLong_CheckExact(o)) {
+        int overflow;
+        long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+        if (!overflow && v >= 0) {
+            __atomic_fetch_add(mv__word(self->c.slot), (uint64_t)v, __ATOMIC_RELAXED); /* 5.3 */
+            Py_RETURN_NONE;
+        }
+        if (v == -1 && PyErr_Occurred())
+            return NULL;
+        d = PyLong_AsDouble(o);
+        if (d == -1.0 && PyErr_Occurred())
+            return NULL;
+    } else {
+        d = PyFloat_AsDouble(o);
+        if (d == -1.0 && PyErr_Occurred())
+            return NULL;
+    }
+    if (mv_counter_f_add(self->c, d) != MV_OK) { /* NaN or negative: nothing stored */
+        PyErr_SetString(PyExc_ValueError, d != d ? "Counters can only be incremented by "
+                                                   "non-negative amounts (not NaN)."
+                                                 : neg_msg);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *FCounter_get(FCounterObject *self, PyObject *unused)
+{
+    if (!self->c.slot)
+        return not_observable((PyObject *)self);
+    return PyFloat_FromDouble(mv_counter_f_value(self->c));
+}
+
 static int get_double(PyObject *o, double *out)
 {
-    *out = PyFloat_AsDouble(o);
+    if (PyFloat_CheckExact(o)) {
+        *out = PyFloat_AS_DOUBLE(o);
+        return 0;
+    }
+    if (PyLong_CheckExact(o)) /* no float object made on the way */
+        *out = PyLong_AsDouble(o);
+    else
+        *out = PyFloat_AsDouble(o);
     return (*out == -1.0 && PyErr_Occurred()) ? -1 : 0;
 }
 
-static PyObject *Gauge_set(GaugeObject *self, PyObject *const *args, Py_ssize_t n)
+static PyObject *Gauge_set(GaugeObject *self, PyObject *const *args, Py_ssize_t n,
+                           PyObject *kwnames)
 {
+    if (__builtin_expect(!self->g.slot, 0))
+        return not_observable((PyObject *)self);
     double v;
-    if (n != 1) {
-        PyErr_SetString(PyExc_TypeError, "set(value)");
-        return NULL;
-    }
-    if (get_double(args[0], &v))
+    PyObject *o;
+    if (kwnames || n != 1) {
+        if (one_arg(args, n, kwnames, "value", 0, &o))
+            return NULL;
+        if (!o) {
+            PyErr_SetString(PyExc_TypeError, "set(value)");
+            return NULL;
+        }
+    } else
+        o = args[0];
+    if (get_double(o, &v))
         return NULL;
     mv_gauge_set(self->g, v);
     Py_RETURN_NONE;
 }
 
-static PyObject *gauge_add(GaugeObject *self, PyObject *const *args, Py_ssize_t n, double sign)
+static PyObject *gauge_add(GaugeObject *self, PyObject *const *args, Py_ssize_t n,
+                           PyObject *kwnames, double sign)
 {
+    if (__builtin_expect(!self->g.slot, 0))
+        return not_observable((PyObject *)self);
     double v = 1;
-    if (n > 1) {
-        PyErr_SetString(PyExc_TypeError, "inc(amount=1) / dec(amount=1)");
-        return NULL;
-    }
-    if (n == 1 && get_double(args[0], &v))
+    PyObject *o;
+    if (kwnames || n > 1) {
+        if (one_arg(args, n, kwnames, "amount", 0, &o))
+            return NULL;
+    } else
+        o = n ? args[0] : NULL;
+    if (o && get_double(o, &v))
         return NULL;
     mv_gauge_add(self->g, sign * v);
     Py_RETURN_NONE;
 }
 
-static PyObject *Gauge_inc(GaugeObject *self, PyObject *const *args, Py_ssize_t n)
+static PyObject *Gauge_inc(GaugeObject *self, PyObject *const *args, Py_ssize_t n,
+                           PyObject *kwnames)
 {
-    return gauge_add(self, args, n, 1.0);
+    return gauge_add(self, args, n, kwnames, 1.0);
 }
 
-static PyObject *Gauge_dec(GaugeObject *self, PyObject *const *args, Py_ssize_t n)
+static PyObject *Gauge_dec(GaugeObject *self, PyObject *const *args, Py_ssize_t n,
+                           PyObject *kwnames)
 {
-    return gauge_add(self, args, n, -1.0);
+    return gauge_add(self, args, n, kwnames, -1.0);
 }
 
 static PyObject *Gauge_get(GaugeObject *self, PyObject *unused)
 {
+    if (!self->g.slot)
+        return not_observable((PyObject *)self);
     return PyFloat_FromDouble(mv_gauge_value(self->g));
 }
 
-static PyObject *Histogram_observe(HistogramObject *self, PyObject *const *args, Py_ssize_t n)
+static PyObject *Histogram_observe(HistogramObject *self, PyObject *const *args, Py_ssize_t n,
+                                   PyObject *kwnames)
 {
+    if (__builtin_expect(!self->h, 0))
+        return not_observable((PyObject *)self);
     double v;
-    if (n != 1) {
-        PyErr_SetString(PyExc_TypeError, "observe(value)");
-        return NULL;
-    }
-    if (get_double(args[0], &v))
+    PyObject *o;
+    if (kwnames || n != 1) {
+        if (one_arg(args, n, kwnames, "amount", 1, &o))
+            return NULL;
+        if (!o) {
+            PyErr_SetString(PyExc_TypeError, "observe(amount)");
+            return NULL;
+        }
+    } else
+        o = args[0];
+    if (get_double(o, &v))
         return NULL;
     mv_histogram_observe(self->h, v);
     Py_RETURN_NONE;
 }
 
+/* read() -> (count, sum, buckets, bounds): non-cumulative bucket counts (the last is +Inf)
+ * and the finite bounds, as a reader sums the shards. */
+static PyObject *Histogram_read(HistogramObject *self, PyObject *unused)
+{
+    uint64_t count, b[MAX_BUCKETS + 1];
+    double sum;
+    const double *bounds;
+    size_t nb = mv_histogram_read(self->h, &count, &sum, b, &bounds);
+    PyObject *bt = PyTuple_New((Py_ssize_t)nb + 1), *bd = PyTuple_New((Py_ssize_t)nb);
+    if (!bt || !bd)
+        goto fail;
+    for (size_t i = 0; i <= nb; i++) {
+        PyObject *x = PyLong_FromUnsignedLongLong(nb ? b[i] : 0);
+        if (!x)
+            goto fail;
+        PyTuple_SET_ITEM(bt, (Py_ssize_t)i, x);
+    }
+    for (size_t i = 0; i < nb; i++) {
+        PyObject *x = PyFloat_FromDouble(bounds[i]);
+        if (!x)
+            goto fail;
+        PyTuple_SET_ITEM(bd, (Py_ssize_t)i, x);
+    }
+    return Py_BuildValue("(KdNN)", (unsigned long long)count, sum, bt, bd);
+fail:
+    Py_XDECREF(bt);
+    Py_XDECREF(bd);
+    return NULL;
+}
+
+static PyObject *set_exemplar_check(PyObject *m, PyObject *fn)
+{
+    Py_XDECREF(exemplar_check);
+    exemplar_check = fn == Py_None ? NULL : fn;
+    Py_XINCREF(exemplar_check);
+    Py_RETURN_NONE;
+}
+
+#define KW_METHOD(f) (PyCFunction)(void (*)(void))(f), METH_FASTCALL | METH_KEYWORDS
+
 static PyMethodDef Counter_methods[] = {
-    {"inc", (PyCFunction)(void (*)(void))Counter_inc, METH_FASTCALL,
-     "inc(amount=1): adds a non-negative amount (one atomic add; fractions are carried "
-     "in the handle and reach the segment as whole units)."},
+    {"inc", KW_METHOD(Counter_inc),
+     "inc(amount=1, exemplar=None): adds a non-negative amount (one atomic add; fractions are "
+     "carried in the handle and reach the segment as whole units)."},
     {"get", (PyCFunction)Counter_get, METH_NOARGS,
      "Reads the counter: an int, or a float while a fraction is pending."},
+    {"labels", (PyCFunction)(void (*)(void))Handle_labels, METH_FASTCALL | METH_KEYWORDS,
+     "labels(*values, **names): the child series for these label values."},
+    {"_attach", (PyCFunction)Handle_attach, METH_O, "_attach(handle): update its series."},
+    {"_family", (PyCFunction)Handle_family, METH_VARARGS,
+     "_family(children, labelnames): what labels() looks up."},
+    {NULL}};
+
+static PyMethodDef FCounter_methods[] = {
+    {"inc", KW_METHOD(FCounter_inc),
+     "inc(amount=1, exemplar=None): adds a non-negative finite amount (a whole amount is one "
+     "atomic add, a fractional one a compare-and-swap on the accumulator)."},
+    {"get", (PyCFunction)FCounter_get, METH_NOARGS, "Reads the counter (a float)."},
+    {"labels", (PyCFunction)(void (*)(void))Handle_labels, METH_FASTCALL | METH_KEYWORDS,
+     "labels(*values, **names): the child series for these label values."},
+    {"_attach", (PyCFunction)Handle_attach, METH_O, "_attach(handle): update its series."},
+    {"_family", (PyCFunction)Handle_family, METH_VARARGS,
+     "_family(children, labelnames): what labels() looks up."},
     {NULL}};
 
 static PyMethodDef Gauge_methods[] = {
-    {"set", (PyCFunction)(void (*)(void))Gauge_set, METH_FASTCALL, "set(value): one store."},
-    {"inc", (PyCFunction)(void (*)(void))Gauge_inc, METH_FASTCALL, "inc(amount=1)"},
-    {"dec", (PyCFunction)(void (*)(void))Gauge_dec, METH_FASTCALL, "dec(amount=1)"},
+    {"set", KW_METHOD(Gauge_set), "set(value): one store."},
+    {"inc", KW_METHOD(Gauge_inc), "inc(amount=1)"},
+    {"dec", KW_METHOD(Gauge_dec), "dec(amount=1)"},
     {"get", (PyCFunction)Gauge_get, METH_NOARGS, "Reads the gauge."},
+    {"labels", (PyCFunction)(void (*)(void))Handle_labels, METH_FASTCALL | METH_KEYWORDS,
+     "labels(*values, **names): the child series for these label values."},
+    {"_attach", (PyCFunction)Handle_attach, METH_O, "_attach(handle): update its series."},
+    {"_family", (PyCFunction)Handle_family, METH_VARARGS,
+     "_family(children, labelnames): what labels() looks up."},
     {NULL}};
 
 static PyMethodDef Histogram_methods[] = {
-    {"observe", (PyCFunction)(void (*)(void))Histogram_observe, METH_FASTCALL,
-     "observe(value): records one observation (NaN is ignored)."},
+    {"observe", KW_METHOD(Histogram_observe),
+     "observe(amount, exemplar=None): records one observation (NaN counts: +Inf bucket, the "
+     "sum turns NaN)."},
+    {"read", (PyCFunction)Histogram_read, METH_NOARGS,
+     "read() -> (count, sum, buckets, bounds) as a reader sums them."},
+    {"labels", (PyCFunction)(void (*)(void))Handle_labels, METH_FASTCALL | METH_KEYWORDS,
+     "labels(*values, **names): the child series for these label values."},
+    {"_attach", (PyCFunction)Handle_attach, METH_O, "_attach(handle): update its series."},
+    {"_family", (PyCFunction)Handle_family, METH_VARARGS,
+     "_family(children, labelnames): what labels() looks up."},
     {NULL}};
 
-#define HANDLE_TYPE(T, pyname, methods, doc)                                                       \
+#define HANDLE_TYPE(T, pyname, size, methods, doc)                                                 \
     static PyTypeObject T = {                                                                      \
         PyVarObject_HEAD_INIT(NULL, 0).tp_name = "microview._microview." pyname,                   \
-        .tp_basicsize = sizeof(CounterObject),                                                     \
+        .tp_basicsize = sizeof(size),                                                              \
         .tp_dealloc = (destructor)Handle_dealloc,                                                  \
         .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,                                      \
         .tp_doc = doc,                                                                             \
         .tp_methods = methods,                                                                     \
+        .tp_new = PyType_GenericNew,                                                               \
     }
 
-HANDLE_TYPE(CounterType, "CounterHandle", Counter_methods, "A registered counter series.");
-HANDLE_TYPE(GaugeType, "GaugeHandle", Gauge_methods, "A registered gauge series.");
-HANDLE_TYPE(HistogramType, "HistogramHandle", Histogram_methods, "A registered histogram series.");
+HANDLE_TYPE(CounterType, "CounterHandle", CounterObject, Counter_methods,
+            "A registered counter series (type 1).");
+HANDLE_TYPE(FCounterType, "FCounterHandle", FCounterObject, FCounter_methods,
+            "A registered fractional counter series (type 4).");
+HANDLE_TYPE(GaugeType, "GaugeHandle", GaugeObject, Gauge_methods, "A registered gauge series.");
+HANDLE_TYPE(HistogramType, "HistogramHandle", HistogramObject, Histogram_methods,
+            "A registered histogram series.");
 
 static PyTypeObject SegmentType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "microview._microview.Segment",
@@ -475,18 +866,25 @@ static PyTypeObject SegmentType = {
     .tp_new = PyType_GenericNew,
 };
 
+static PyMethodDef module_methods[] = {
+    {"set_exemplar_check", set_exemplar_check, METH_O,
+     "set_exemplar_check(fn): fn(exemplar) validates an exemplar= argument (raising "
+     "ValueError); the segment does not store exemplars."},
+    {NULL}};
+
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "microview._microview",
     .m_doc = "Binding of libmicroview; use the microview package instead.",
     .m_size = -1,
+    .m_methods = module_methods,
 };
 
 PyMODINIT_FUNC PyInit__microview(void);
 
 PyMODINIT_FUNC PyInit__microview(void)
 {
-    PyTypeObject *types[] = {&SegmentType, &CounterType, &GaugeType, &HistogramType};
+    PyTypeObject *types[] = {&SegmentType, &CounterType, &FCounterType, &GaugeType, &HistogramType};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         if (PyType_Ready(types[i]) < 0)
             return NULL;

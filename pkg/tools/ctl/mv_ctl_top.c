@@ -1,6 +1,6 @@
-/* microviewctl top: live per-pod values, read rates and anomaly scores from a collector. */
+/* mv_ctl_top: `microviewctl top`: live per-pod values, read rates and anomaly scores from a
+ * collector (HTTP, JSON). Calls no other file of the module. */
 #include <curl/curl.h>
-#include <getopt.h>
 #include <json-c/json.h>
 #include <math.h>
 #include <stdio.h>
@@ -10,7 +10,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ctl.h"
+#include "mv_ctl.h"
+#include "mv_opts.h"
 #include "mv_util.h"
 
 #define MAX_BODY  (64u << 20)
@@ -225,42 +226,48 @@ static size_t term_cols(void)
 int mv_ctl_top(int argc, char **argv, const volatile int *stop)
 {
     const char *base = "http://127.0.0.1:9469";
-    int once = 0, opt;
+    int once = 0;
     double interval = 1.0;
-    unsigned limit = 8;
-    uint64_t v;
-    static const struct option opts[] = {{"collector", required_argument, 0, 'c'},
-                                         {"once", no_argument, 0, 'o'},
-                                         {"interval", required_argument, 0, 'i'},
-                                         {"limit", required_argument, 0, 'l'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
-    if (mv_util_opts_exact("microviewctl", argc, argv, opts) < 0)
-        return 2;
-    while ((opt = getopt_long(argc, argv, "c:oi:l:h", opts, NULL)) != -1) {
-        switch (opt) {
-        case 'c':
-            base = optarg;
-            break;
-        case 'o':
-            once = 1;
-            break;
-        case 'i':
-            if (mv_util_flag_number("microviewctl top", "--interval", optarg, 0.1, 3600, &interval))
-                return 2;
-            break;
-        case 'l':
-            if (mv_util_flag_u64("microviewctl top", "--limit", optarg, 0, UINT32_MAX, &v) < 0)
-                return 2;
-            limit = (unsigned)v;
-            break;
-        default:
-            fprintf(opt == 'h' ? stdout : stderr,
-                    "usage: microviewctl top [--collector URL] [--once] [--interval S] "
-                    "[--limit N]\n");
-            return opt == 'h' ? 0 : 2;
-        }
-    }
+    uint64_t limit = 8;
+    mv_opts_opt opts[] = {
+        {.name = "collector",
+         .short_name = 'c',
+         .kind = MV_OPTS_STRING,
+         .meta = "URL",
+         .dest = &base,
+         .help = "the collector's HTTP address"},
+        {.name = "once",
+         .short_name = 'o',
+         .kind = MV_OPTS_FLAG,
+         .dest = &once,
+         .help = "print one frame and exit (exit status 1 when the collector cannot be read)"},
+        {.name = "interval",
+         .short_name = 'i',
+         .kind = MV_OPTS_NUMBER,
+         .meta = "S",
+         .dlo = 0.1,
+         .dhi = 3600,
+         .dest = &interval,
+         .help = "refresh interval in seconds"},
+        {.name = "limit",
+         .short_name = 'l',
+         .kind = MV_OPTS_U64,
+         .meta = "N",
+         .lo = 0,
+         .hi = UINT32_MAX,
+         .dest = &limit,
+         .help = "series rows shown per segment; the rest are counted (... N more)"},
+        {0},
+    };
+    const mv_opts_spec spec = {.prog = "microviewctl top",
+                               .synopsis = "[options]",
+                               .intro = "Live per-pod values, read rates and anomaly scores "
+                                        "from a collector's /debug/segments.",
+                               .opts = opts};
+    int first, prc = mv_opts_parse(&spec, argc, argv, &first);
+    if (prc)
+        return mv_opts_status(prc);
+    (void)first; /* arguments after the flags were never read */
     char url[1024];
     snprintf(url, sizeof url, "%s/debug/segments?series=1", base);
     curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -280,7 +287,7 @@ int mv_ctl_top(int argc, char **argv, const volatile int *stop)
         if (!once)
             fputs("\033[H\033[2J", stdout);
         if (root)
-            print_frame(stdout, base, root, limit, term_cols());
+            print_frame(stdout, base, root, (unsigned)limit, term_cols());
         json_object_put(root);
         fflush(stdout);
         if (once)
