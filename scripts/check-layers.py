@@ -45,6 +45,7 @@ PREFIX = {
     "mv_fd": "fd",
     "mv_agentclient": "agentc",
     "mv_api": "api",
+    "mv_live": "live",
     "mv_authz": "authz",
     "mv_collect": "coll",
     "mv_collector": "collector",

@@ -83,6 +83,11 @@ static int run(int argc, char **argv, mv_export_sel *derived)
              auth_timeout_ms = 0, auth_inflight = 0, max_conns = hc.max_conns,
              max_conns_client = hc.max_conns_per_client, idle_s = hc.timeout_s,
              deadline_s = hc.request_deadline_s;
+    mv_live_opts lo;
+    mv_live_opts_default(&lo);
+    uint64_t ui_streams = lo.max_streams, ui_per_client = lo.max_streams_per_client,
+             ui_series = lo.max_series, ui_ring = lo.ring_len, ui_ring_bytes = lo.max_ring_bytes,
+             ui_lifetime_s = lo.max_lifetime_s;
     /* One row per flag, in --help's order. A new flag: a row here, then its value wired below;
      * `scripts/flag-docs.py --write build` updates the docs' table. */
     mv_opts_opt opts[] = {
@@ -345,6 +350,48 @@ static int run(int argc, char **argv, mv_export_sel *derived)
          .dest = &deadline_s,
          .help = "close a connection that has not sent a whole request N s after connecting or "
                  "after its last response, however slowly it sends; 0: idle timeout only"},
+        {.name = "ui-max-streams",
+         .kind = MV_OPTS_U64,
+         .meta = "N",
+         .lo = 0,
+         .hi = 100000,
+         .dest = &ui_streams,
+         .help = "live view streams (/ui, /api/v1/stream) in all; 0: no live view"},
+        {.name = "ui-max-streams-per-client",
+         .kind = MV_OPTS_U64,
+         .meta = "N",
+         .lo = 1,
+         .hi = 100000,
+         .dest = &ui_per_client,
+         .help = "of which from one client address"},
+        {.name = "ui-max-series",
+         .kind = MV_OPTS_U64,
+         .meta = "N",
+         .lo = 1,
+         .hi = 100000,
+         .dest = &ui_series,
+         .help = "distinct series the live view watches at once"},
+        {.name = "ui-ring-len",
+         .kind = MV_OPTS_U64,
+         .meta = "N",
+         .lo = 16,
+         .hi = 1048576,
+         .dest = &ui_ring,
+         .help = "reads kept per watched series: the live view's history is N ticks"},
+        {.name = "ui-max-ring-bytes",
+         .kind = MV_OPTS_SIZE,
+         .meta = "SIZE",
+         .lo = 4096,
+         .hi = 1ull << 40,
+         .dest = &ui_ring_bytes,
+         .help = "memory of all the live view's rings"},
+        {.name = "ui-max-lifetime-s",
+         .kind = MV_OPTS_U64,
+         .meta = "N",
+         .lo = 1,
+         .hi = 86400,
+         .dest = &ui_lifetime_s,
+         .help = "a live view stream ends after N s"},
         {.name = "log-level",
          .kind = MV_OPTS_STRING,
          .meta = "LEVEL",
@@ -380,6 +427,12 @@ static int run(int argc, char **argv, mv_export_sel *derived)
     hc.max_conns_per_client = (unsigned)max_conns_client;
     hc.timeout_s = (unsigned)idle_s;
     hc.request_deadline_s = (unsigned)deadline_s;
+    lo.max_streams = (unsigned)ui_streams;
+    lo.max_streams_per_client = (unsigned)ui_per_client;
+    lo.max_series = (unsigned)ui_series;
+    lo.ring_len = (uint32_t)ui_ring;
+    lo.max_ring_bytes = ui_ring_bytes;
+    lo.max_lifetime_s = (unsigned)ui_lifetime_s;
     zo.timeout_ms = (int)auth_timeout_ms;
     zo.max_inflight = (unsigned)auth_inflight;
     mv_authz_mode auth_mode = MV_AUTHZ_NONE;
@@ -456,7 +509,8 @@ static int run(int argc, char **argv, mv_export_sel *derived)
                            .authz = zo,
                            .body_cap = body_cap,
                            .cache_cap = cache_cap,
-                           .derived = derived};
+                           .derived = derived,
+                           .live = lo};
     return mv_collector_run(&o);
 }
 

@@ -215,8 +215,9 @@ def collector_auth_checks(ds, readers):
            "collector ClusterRole bound to the collector's ServiceAccount")
     reader = [n for n in roles if n.endswith("-metrics-reader")]
     expect(len(reader) == 1 and roles[reader[0]]["rules"]
-           == [{"nonResourceURLs": ["/metrics", "/api/v1/value", "/debug/*"], "verbs": ["get"]}],
-           "reader ClusterRole: get on /metrics, /api/v1/value, /debug/*")
+           == [{"nonResourceURLs": ["/metrics", "/api/v1/value", "/api/v1/stream",
+                                    "/api/v1/live/*", "/debug/*"], "verbs": ["get"]}],
+           "reader ClusterRole: get on /metrics, /api/v1/value, the live view, /debug/*")
     rb = binds.get(reader[0])
     expect((rb["subjects"] if rb else []) == readers, f"reader binding subjects {readers}")
 

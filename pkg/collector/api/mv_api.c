@@ -12,10 +12,11 @@
 #include "mv_export.h"
 #include "mv_expo.h"
 #include "mv_httpd.h"
+#include "mv_live.h"
 #include "mv_log.h"
 #include "mv_util.h"
 
-#define GUARDED_MAX 8
+#define GUARDED_MAX 12
 
 /* A route behind the access check: the handler it guards. */
 typedef struct guarded {
@@ -253,15 +254,38 @@ static int h_index(void *arg, const mv_httpd_request *req, mv_httpd_response *re
 {
     (void)arg;
     (void)req;
-    return respond_text(resp, 200,
-                        "microview-collector\n"
-                        "  /metrics          Prometheus text 0.0.4 / OpenMetrics 1.0\n"
-                        "  /debug/segments   segments, state, read statistics, anomaly scores\n"
-                        "                    (JSON; ?series=1 adds every metric's values)\n"
-                        "  /api/v1/value     ?metric=NAME&namespace=..&pod=..: current value(s)\n"
-                        "                    of a raw or derived series (JSON, for KEDA);\n"
-                        "                    &selector=app=x,tier in (a,b): a workload's pods\n"
-                        "  /healthz          liveness\n");
+    return respond_text(
+        resp, 200,
+        "microview-collector\n"
+        "  /metrics          Prometheus text 0.0.4 / OpenMetrics 1.0\n"
+        "  /debug/segments   segments, state, read statistics, anomaly scores\n"
+        "                    (JSON; ?series=1 adds every metric's values)\n"
+        "  /api/v1/value     ?metric=NAME&namespace=..&pod=..: current value(s)\n"
+        "                    of a raw or derived series (JSON, for KEDA);\n"
+        "                    &selector=app=x,tier in (a,b): a workload's pods\n"
+        "  /ui               live view in the browser (read resolution)\n"
+        "  /api/v1/stream    ?seg=ID&m=INDEX...: live series as Server-Sent Events\n"
+        "  /healthz          liveness\n");
+}
+
+/* The live view (mv_live): its stream and catalog behind the access check; the page itself
+ * (static code, no data) open, so that a browser can load it and then ask for a token. */
+static int h_stream(void *arg, const mv_httpd_request *req, mv_httpd_response *resp)
+{
+    mv_api *api = arg;
+    return mv_live_handle_stream(api->o.live, req, resp);
+}
+
+static int h_live_segments(void *arg, const mv_httpd_request *req, mv_httpd_response *resp)
+{
+    mv_api *api = arg;
+    return mv_live_handle_segments(api->o.live, req, resp);
+}
+
+static int h_ui(void *arg, const mv_httpd_request *req, mv_httpd_response *resp)
+{
+    (void)arg;
+    return mv_live_handle_asset(mv_httpd_path(req), resp);
 }
 
 /* Runs the access check, then the guarded handler when it allows. */
@@ -293,16 +317,33 @@ int mv_api_route(mv_api *api, mv_httpd *h)
         {"/healthz", h_health, 1},  {"/api/v1/value", h_value, 0},
         {"/", h_index, 1},
     };
-    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
+    static const struct {
+        const char *path;
+        mv_httpd_handler fn;
+        int open;
+    } live_routes[] = {
+        {"/api/v1/stream", h_stream, 0},
+        {"/api/v1/live/segments", h_live_segments, 0},
+        {"/ui", h_ui, 1},
+        {"/ui/app.js", h_ui, 1},
+    };
+    size_t nroutes = sizeof routes / sizeof routes[0];
+    size_t nlive = api->o.live ? sizeof live_routes / sizeof live_routes[0] : 0;
+    for (size_t k = 0; k < nroutes + nlive; k++) {
         int rc;
-        if (api->o.authz && !routes[i].open) {
+        size_t i = k;
+        mv_httpd_handler fn = k < nroutes ? routes[k].fn : live_routes[k - nroutes].fn;
+        const char *path = k < nroutes ? routes[k].path : live_routes[k - nroutes].path;
+        int open = k < nroutes ? routes[k].open : live_routes[k - nroutes].open;
+        (void)i;
+        if (api->o.authz && !open) {
             if (api->nguarded == GUARDED_MAX)
                 return -ENOSPC;
             guarded *g = &api->guarded[api->nguarded++];
-            *g = (guarded){api, routes[i].fn};
-            rc = mv_httpd_route(h, routes[i].path, h_guard, g);
+            *g = (guarded){api, fn};
+            rc = mv_httpd_route(h, path, h_guard, g);
         } else {
-            rc = mv_httpd_route(h, routes[i].path, routes[i].fn, api);
+            rc = mv_httpd_route(h, path, fn, api);
         }
         if (rc)
             return rc;

@@ -28,6 +28,7 @@ typedef struct mv_expo mv_expo;
 typedef struct mv_httpd mv_httpd;
 typedef struct mv_export_sel mv_export_sel;
 typedef struct mv_authz mv_authz;
+typedef struct mv_live mv_live;
 
 typedef struct mv_api mv_api;
 
@@ -47,6 +48,10 @@ typedef struct mv_api_opts {
     /* Who may read (borrowed; NULL = everyone): every route but /healthz and the index page
      * asks it first and answers its 401 (with WWW-Authenticate: Bearer), 403 or 503. */
     mv_authz *authz;
+    /* The live view (borrowed; NULL = none): /api/v1/stream and /api/v1/live/segments behind
+     * the access check, the page (/ui, /ui/app.js) open: it is static code that holds no data
+     * and asks for a token when the stream answers 401. */
+    mv_live *live;
 } mv_api_opts;
 
 /* Returns 0 or -ENOMEM. Free with mv_api_destroy. */

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -333,6 +334,47 @@ static void drop_gone(mv_coll *c, seg *s, int status)
     pthread_mutex_unlock(&c->mu);
     if (fn)
         fn(arg, s->id, s->src);
+}
+
+void mv_coll_set_read_hook(mv_coll *c, mv_coll_read_fn fn, void *arg)
+{
+    pthread_mutex_lock(&c->mu);
+    if (fn)
+        c->read_arg = arg;
+    __atomic_store_n(&c->read_fn, fn, __ATOMIC_SEQ_CST);
+    pthread_mutex_unlock(&c->mu);
+    /* Cleared: wait for the calls already made to return, so `arg` may go. */
+    while (!fn && __atomic_load_n(&c->read_busy, __ATOMIC_SEQ_CST))
+        sched_yield();
+}
+
+int mv_coll_watch(mv_coll *c, const char *id, int delta)
+{
+    int rc = -ENOENT;
+    pthread_mutex_lock(&c->mu);
+    for (size_t i = 0; i < c->nsegs; i++) {
+        if (strcmp(c->segs[i]->id, id) != 0)
+            continue;
+        int *w = &c->segs[i]->watched;
+        int v = __atomic_load_n(w, __ATOMIC_RELAXED) + (delta > 0 ? 1 : -1);
+        __atomic_store_n(w, v < 0 ? 0 : v, __ATOMIC_RELAXED);
+        rc = 0;
+        break;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+/* Hands a published read to the live views' hook when someone watches the segment. */
+static inline void watch_read(mv_coll *c, seg *s, const void *hot, uint64_t now)
+{
+    if (__builtin_expect(__atomic_load_n(&s->watched, __ATOMIC_RELAXED) == 0, 1))
+        return;
+    __atomic_add_fetch(&c->read_busy, 1, __ATOMIC_SEQ_CST);
+    mv_coll_read_fn fn = __atomic_load_n(&c->read_fn, __ATOMIC_SEQ_CST);
+    if (fn && s->cat)
+        fn(c->read_arg, s->id, s->cat->cat, hot, now, s->pipe_flags);
+    __atomic_sub_fetch(&c->read_busy, 1, __ATOMIC_RELEASE);
 }
 
 int mv_coll_remove(mv_coll *c, const char *id)
@@ -669,6 +711,7 @@ static int analyse(mv_coll *c, seg *s, const void *hot, int same, uint64_t now)
         return 0;
     unsigned f =
         same ? mv_pipe_seg_feed_same(s->pipe, hot, now) : mv_pipe_seg_feed(s->pipe, hot, now);
+    s->pipe_flags = f;
     if (s->rate) {
         /* Only a detection step's verdict moves the interval: the reads between steps keep
          * it (undithered). */
@@ -698,6 +741,7 @@ static void publish_same(mv_coll *c, seg *s, uint64_t now)
     s->reads++;
     s->reads_same++;
     pthread_mutex_unlock(&s->mu);
+    watch_read(c, s, s->pub_hot, now);
 }
 
 /* Asks the transport whether the segment's backing object changed under the reader
@@ -835,6 +879,8 @@ static void tick_finish(mv_coll *c, seg *s, int status, uint32_t len, uint64_t *
         s->fail_since_ns = 0;
         int fed = analyse(c, s, s->work, 0, now);
         publish(s, now, hb, torn, stale, omitted);
+        /* The published copy: the tick worker owns its contents until the next publish. */
+        watch_read(c, s, s->pub_hot, now);
         /* A whole copy, seen by the pipeline if there is one: the next may be `same`. */
         s->same_serial = !stale && !omitted && (fed || !c->o.analytics) ? s->cat->serial : 0;
         return;

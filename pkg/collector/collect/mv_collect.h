@@ -152,6 +152,20 @@ int mv_coll_remove(mv_coll *c, const char *id);
  * may add it again, e.g. with a fresh rkey. */
 typedef void (*mv_coll_drop_fn)(void *arg, const char *id, void *src);
 void mv_coll_set_drop_hook(mv_coll *c, mv_coll_drop_fn fn, void *arg);
+/* Read hook for live views (pkg/collector/live): called on the tick worker after each
+ * published read of a segment that someone watches (mv_coll_watch), with the segment's id,
+ * the catalog and the validated copy (sharded records folded), its CLOCK_REALTIME read time
+ * and the pipeline's MV_PIPE_* flags of that read (0 without analytics). It must be quick and
+ * must not call into the table. A segment nobody watches costs the tick one load of a counter
+ * it already holds in cache: no call. */
+typedef void (*mv_coll_read_fn)(void *arg, const char *id, const mv_seg_catalog *cat,
+                                const void *hot, uint64_t now_ns, unsigned pipe_flags);
+/* Sets the hook (NULL: none); `arg` must stay valid until the hook is cleared: clearing it
+ * returns once the calls in flight have returned. */
+void mv_coll_set_read_hook(mv_coll *c, mv_coll_read_fn fn, void *arg);
+/* Counts one more (delta 1) or one less (delta -1) watcher of segment `id`. Returns 0 or
+ * -ENOENT. */
+int mv_coll_watch(mv_coll *c, const char *id, int delta);
 /* Removes every segment whose id is not in `keep` (used after a resync). */
 void mv_coll_retain(mv_coll *c, const char *const *keep, size_t n);
 

@@ -31,7 +31,9 @@ typedef struct seg {
     mv_pipe_seg *pipe;
     cat_ref *pipe_cat; /* the catalog pipe was built on */
     mv_detect_rate *rate;
-    uint64_t due_ns; /* CLOCK_MONOTONIC time of the next read */
+    uint64_t due_ns;     /* CLOCK_MONOTONIC time of the next read */
+    int watched;         /* atomic: live viewers of this segment (mv_coll_watch) */
+    unsigned pipe_flags; /* tick worker: the MV_PIPE_* flags of the last feed */
     /* Unchanged reads: the catalog serial whose last read was published whole (no torn
      * histogram served stale or omitted) and, with analytics, fed to the pipeline; 0 none.
      * While it is the current catalog's, a due segment whose probe words (below) all equal
@@ -164,6 +166,9 @@ struct mv_coll {
     tick_list *tlist;        /* under mu: the ticks' list (a reference of its own); NULL none yet */
     int tlist_stale;         /* under mu: the table's list changed since tlist was made */
     mv_coll_drop_fn drop_fn; /* under mu */
+    mv_coll_read_fn read_fn; /* atomic pointer: the live views' read hook */
+    void *read_arg;
+    int read_busy; /* atomic: read hook calls in flight */
     void *drop_arg;
     /* Tick workers: w[0 .. nw-1] run ticks, w[nw] is mv_coll_tick's caller's scratch. Once
      * started (sched), every tick worker sleeps on wgo (CLOCK_MONOTONIC) until the next

@@ -27,6 +27,7 @@
 #include "mv_collect.h"
 #include "mv_export.h"
 #include "mv_httpd.h"
+#include "mv_live.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -65,6 +66,9 @@ typedef struct mv_collector_opts {
     size_t body_cap;        /* cap on a /metrics body */
     size_t cache_cap;       /* exposition cache; 0: twice body_cap */
     mv_export_sel *derived; /* derived series on /metrics (borrowed) */
+    /* The live view (/ui, /api/v1/stream): its limits; coll and tick_us are set here.
+     * max_streams 0: no live view. */
+    mv_live_opts live;
 } mv_collector_opts;
 
 /* Runs the collector until SIGINT or SIGTERM. Returns the process exit code: 0 after a

@@ -12,6 +12,7 @@
 #include "mv_collector.h"
 #include "mv_discovery.h"
 #include "mv_expo.h"
+#include "mv_live.h"
 #include "mv_log.h"
 #include "mv_util.h"
 #include "mv_verbs.h"
@@ -24,6 +25,7 @@ typedef struct app {
     mv_verbs *verbs; /* --transport verbs only */
     mv_httpd *httpd; /* set before it serves */
     mv_authz *authz; /* --auth kubernetes only */
+    mv_live *live;   /* the live view; NULL with --ui-max-streams 0 */
 } app;
 
 /* The HTTP server's connection figures, so refused clients are visible. */
@@ -95,6 +97,8 @@ static int render_extra(void *arg, mv_expo *e, const mv_coll_snap *snap)
         render_http_stats(a->httpd, e);
     if (a->authz)
         render_authz_stats(a->authz, e);
+    if (a->live)
+        mv_live_render(a->live, e);
     return a->verbs ? mv_verbs_render(a->verbs, e, snap) : 0;
 }
 
@@ -235,7 +239,17 @@ int mv_collector_run(const mv_collector_opts *o)
         MV_ERROR("collector.failed", "error=%s", mv_log_q("--auth kubernetes: see authz.* above"));
         goto destroy_coll;
     }
+    if (o->live.max_streams) {
+        mv_live_opts lo = o->live;
+        lo.coll = a.coll;
+        lo.tick_us = co.tick_us;
+        if (mv_live_create(&lo, &a.live) != 0) {
+            MV_ERROR("collector.failed", "error=%s", mv_log_q("cannot start the live view"));
+            goto destroy_coll;
+        }
+    }
     mv_api_opts ao = {.coll = a.coll,
+                      .live = a.live,
                       .authz = a.authz,
                       .body_cap = o->body_cap,
                       .cache_cap = o->cache_cap,
@@ -322,6 +336,7 @@ destroy_disc:
 destroy_httpd:
     mv_httpd_destroy(httpd);
 destroy_coll:
+    mv_live_destroy(a.live); /* after the server (its streams), before the table (its hook) */
     mv_coll_destroy(a.coll);
     mv_verbs_destroy(a.verbs); /* after the table: its sources used the connections */
     mv_api_destroy(api);

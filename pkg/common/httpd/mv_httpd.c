@@ -23,10 +23,11 @@
 #include "mv_httpd_int.h"
 #include "mv_log.h"
 
-#define MAX_HEADERS 16
-#define MAX_ROUTES  32
-#define DISCARD_MAX (16u << 20) /* an oversized chunked body is read (and dropped) up to this */
-#define SWEEP_MS    200         /* how often the deadline sweeper looks */
+#define MAX_HEADERS   16
+#define MAX_ROUTES    32
+#define DISCARD_MAX   (16u << 20) /* an oversized chunked body is read (and dropped) up to this */
+#define SWEEP_MS      200         /* how often the deadline sweeper looks */
+#define STREAM_SNDBUF (64 * 1024) /* socket send buffer of a streamed response */
 
 typedef struct {
     char *path;
@@ -54,6 +55,23 @@ typedef struct reqctx {
     size_t len, cap;
 } reqctx;
 
+/* A streamed response (mv_httpd_set_stream). Two references: the caller's handle and the
+ * layer's (dropped when libmicrohttpd frees the response, or by resp_clear when it was never
+ * sent). Suspend and resume happen under mu, so a wake never races a park. */
+struct mv_httpd_stream {
+    pthread_mutex_t mu;
+    int refs;                            /* under mu */
+    struct mv_httpd *h;                  /* set when queued */
+    struct MHD_Connection *c;            /* set when queued */
+    struct mv_httpd_stream *prev, *next; /* h->streams, under h->mu */
+    int suspended, pending, done, stopping, linked, fin_done;
+    uint64_t end_ms; /* monotonic end of its lifetime */
+    unsigned lifetime_s;
+    mv_httpd_stream_read_fn rd;
+    void (*fin)(void *arg);
+    void *arg;
+};
+
 struct mv_httpd {
     mv_httpd_config cfg;
     char addr[INET6_ADDRSTRLEN];
@@ -72,7 +90,8 @@ struct mv_httpd {
         unsigned n;
     } * clients;
     size_t nclients_cap;
-    conn_track conns; /* list head of open connections, under mu */
+    conn_track conns;               /* list head of open connections, under mu */
+    struct mv_httpd_stream streams; /* list head of queued streams, under mu */
     mv_httpd_stats st;
     time_t last_refusal_log, last_deadline_log;
     uint64_t refusals_at_log, deadline_at_log;
@@ -99,6 +118,7 @@ struct mv_httpd_response {
     char *hname[MAX_HEADERS];
     char *hvalue[MAX_HEADERS];
     size_t nhdr;
+    mv_httpd_stream *stream; /* a streamed body (the layer's reference) */
 };
 
 static uint64_t mono_ms(void)
@@ -163,6 +183,7 @@ int mv_httpd_create(const mv_httpd_config *cfg, mv_httpd **out)
     pthread_cond_init(&h->stop_cond, &ca);
     pthread_condattr_destroy(&ca);
     h->conns.next = h->conns.prev = &h->conns;
+    h->streams.next = h->streams.prev = &h->streams;
     h->cfg = *cfg;
     h->cfg.tls_cert_file = h->cfg.tls_key_file = NULL; /* not kept: read once here */
     if (!h->cfg.tls_priorities)
@@ -291,8 +312,12 @@ static const char *resp_header(const mv_httpd_response *resp, const char *name)
     return NULL;
 }
 
+static void stream_finish(mv_httpd_stream *st);
+
 static void resp_clear(mv_httpd_response *resp)
 {
+    if (resp->stream)
+        stream_finish(resp->stream); /* never sent */
     free(resp->ctype);
     free(resp->body);
     for (size_t i = 0; i < resp->nhdr; i++) {
@@ -514,8 +539,177 @@ static const route *find_route(const mv_httpd *h, const char *path)
     return NULL;
 }
 
+/* ---- Streams ------------------------------------------------------------------------ */
+
+mv_httpd_stream *mv_httpd_set_stream(mv_httpd_response *resp, mv_httpd_stream_read_fn rd,
+                                     void (*fin)(void *arg), void *arg, unsigned max_lifetime_s)
+{
+    if (!rd || !max_lifetime_s || max_lifetime_s > 86400 || resp->stream)
+        return NULL;
+    mv_httpd_stream *st = calloc(1, sizeof *st);
+    if (!st)
+        return NULL;
+    pthread_mutex_init(&st->mu, NULL);
+    st->refs = 2;
+    st->rd = rd;
+    st->fin = fin;
+    st->arg = arg;
+    st->lifetime_s = max_lifetime_s;
+    st->end_ms = mono_ms() + 1000u * (uint64_t)max_lifetime_s;
+    resp->stream = st;
+    return st;
+}
+
+static void stream_put(mv_httpd_stream *st)
+{
+    pthread_mutex_lock(&st->mu);
+    int last = --st->refs == 0;
+    pthread_mutex_unlock(&st->mu);
+    if (last) {
+        pthread_mutex_destroy(&st->mu);
+        free(st);
+    }
+}
+
+void mv_httpd_stream_release(mv_httpd_stream *st)
+{
+    if (st)
+        stream_put(st);
+}
+
+void mv_httpd_stream_wake(mv_httpd_stream *st)
+{
+    if (!st)
+        return;
+    pthread_mutex_lock(&st->mu);
+    if (!st->done) {
+        if (st->suspended) {
+            st->suspended = 0;
+            MHD_resume_connection(st->c);
+        } else {
+            st->pending = 1;
+        }
+    }
+    pthread_mutex_unlock(&st->mu);
+}
+
+/* The layer is done with the stream: fin once, unlink, drop the layer's reference. */
+static void stream_finish(mv_httpd_stream *st)
+{
+    pthread_mutex_lock(&st->mu);
+    st->done = 1;
+    int run_fin = !st->fin_done;
+    st->fin_done = 1;
+    pthread_mutex_unlock(&st->mu);
+    if (st->linked) {
+        mv_httpd *h = st->h;
+        pthread_mutex_lock(&h->mu);
+        st->prev->next = st->next;
+        st->next->prev = st->prev;
+        st->linked = 0;
+        if (h->st.streams_open)
+            h->st.streams_open--;
+        pthread_mutex_unlock(&h->mu);
+    }
+    if (run_fin && st->fin)
+        st->fin(st->arg);
+    stream_put(st);
+}
+
+static void stream_free_cb(void *cls)
+{
+    stream_finish(cls);
+}
+
+static ssize_t stream_read_cb(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    mv_httpd_stream *st = cls;
+    (void)pos;
+    pthread_mutex_lock(&st->mu);
+    int end = st->stopping || st->fin_done;
+    if (!end && mono_ms() >= st->end_ms) {
+        end = 1;
+        pthread_mutex_unlock(&st->mu);
+        pthread_mutex_lock(&st->h->mu);
+        st->h->st.streams_lifetime_ended++;
+        pthread_mutex_unlock(&st->h->mu);
+        pthread_mutex_lock(&st->mu);
+    }
+    st->pending = 0;
+    pthread_mutex_unlock(&st->mu);
+    if (end)
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    long n = st->rd(st->arg, buf, max);
+    if (n > 0)
+        return n > (long)max ? (ssize_t)max : (ssize_t)n;
+    if (n < 0)
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    pthread_mutex_lock(&st->mu);
+    if (!st->pending && !st->stopping) {
+        st->suspended = 1;
+        MHD_suspend_connection(st->c);
+    }
+    pthread_mutex_unlock(&st->mu);
+    return 0;
+}
+
+/* Queues a streamed response; its connection gets the stream's own deadline. */
+static enum MHD_Result send_stream(mv_httpd *h, struct MHD_Connection *c, mv_httpd_response *resp)
+{
+    mv_httpd_stream *st = resp->stream;
+    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024,
+                                                               stream_read_cb, st, stream_free_cb);
+    if (!r)
+        return MHD_NO;   /* resp_clear finishes it */
+    resp->stream = NULL; /* libmicrohttpd's now: stream_free_cb finishes it */
+    st->h = h;
+    st->c = c;
+    pthread_mutex_lock(&h->mu);
+    st->next = &h->streams;
+    st->prev = h->streams.prev;
+    h->streams.prev->next = st;
+    h->streams.prev = st;
+    st->linked = 1;
+    h->st.streams_open++;
+    conn_track *t = track_of(c);
+    if (t) { /* the bounded exemption: the lifetime and 10 s for a client that stopped reading */
+        t->deadline_ms = st->end_ms + 10000u;
+        /* What the kernel may hold for a stream whose client reads slowly: bounded, so a
+         * slow client falls behind (and its producer sees it) instead of the kernel
+         * buffering megabytes for it. */
+        int sndbuf = STREAM_SNDBUF;
+        if (t->fd >= 0)
+            setsockopt(t->fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
+    }
+    pthread_mutex_unlock(&h->mu);
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
+                            resp->ctype ? resp->ctype : "text/event-stream");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    for (size_t i = 0; i < resp->nhdr; i++)
+        MHD_add_response_header(r, resp->hname[i], resp->hvalue[i]);
+    enum MHD_Result ret = MHD_queue_response(c, resp->status ? resp->status : 200, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+void mv_httpd_client_addr(const mv_httpd_request *req, char *buf, size_t len)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+    snprintf(buf, len, "?");
+    if (sa && sa->sa_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, buf, (socklen_t)len);
+    else if (sa && sa->sa_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, buf, (socklen_t)len);
+}
+
 static enum MHD_Result send_response(mv_httpd *h, struct MHD_Connection *c, mv_httpd_response *resp)
 {
+    if (resp->stream) {
+        answering(h, c);
+        return send_stream(h, c, resp);
+    }
     answering(h, c);
     int vary = 0;
     if (resp->len > h->cfg.gzip_min_bytes && !resp_header(resp, "Content-Encoding")) {
@@ -1008,7 +1202,7 @@ int mv_httpd_start(mv_httpd *h)
 {
     if (h->d)
         return -EBUSY;
-    unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
+    unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
     if (h->v6)
         flags |= MHD_USE_DUAL_STACK;
     fit_fd_limit(h);
@@ -1075,8 +1269,22 @@ void mv_httpd_destroy(mv_httpd *h)
         pthread_mutex_unlock(&h->stop_mu);
         pthread_join(h->sweeper, NULL);
     }
-    if (h->d)
+    if (h->d) {
+        /* libmicrohttpd must not be stopped with suspended connections: resume every stream,
+         * whose next read then ends it. */
+        pthread_mutex_lock(&h->mu);
+        for (mv_httpd_stream *st = h->streams.next; st != &h->streams; st = st->next) {
+            pthread_mutex_lock(&st->mu);
+            st->stopping = 1;
+            if (st->suspended) {
+                st->suspended = 0;
+                MHD_resume_connection(st->c);
+            }
+            pthread_mutex_unlock(&st->mu);
+        }
+        pthread_mutex_unlock(&h->mu);
         MHD_stop_daemon(h->d);
+    }
     mv_httpd__tls_destroy(h->tls);
     for (size_t i = 0; i < h->nroutes; i++)
         free(h->routes[i].path);

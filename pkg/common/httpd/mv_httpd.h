@@ -125,13 +125,15 @@ int mv_httpd_start(mv_httpd *h);
 uint16_t mv_httpd_port(const mv_httpd *h);
 
 typedef struct mv_httpd_stats {
-    uint64_t accepted;        /* connections served */
-    uint64_t active;          /* open now */
-    uint64_t refused_client;  /* refused: the client held max_conns_per_client */
-    uint64_t refused_limit;   /* refused: max_conns reached */
-    uint64_t deadline_closed; /* closed: no complete request within request_deadline_s */
-    uint64_t rejected;        /* requests answered 4xx by the layer (404, 405, 413, 414) */
-    uint64_t tls_reload_ok;   /* key pair reloads after its files changed */
+    uint64_t accepted;               /* connections served */
+    uint64_t active;                 /* open now */
+    uint64_t refused_client;         /* refused: the client held max_conns_per_client */
+    uint64_t refused_limit;          /* refused: max_conns reached */
+    uint64_t deadline_closed;        /* closed: no complete request within request_deadline_s */
+    uint64_t rejected;               /* requests answered 4xx by the layer (404, 405, 413, 414) */
+    uint64_t streams_open;           /* streamed responses being sent now */
+    uint64_t streams_lifetime_ended; /* streams ended at their max_lifetime_s */
+    uint64_t tls_reload_ok;          /* key pair reloads after its files changed */
     uint64_t tls_reload_failed;
     int64_t tls_not_after; /* expiry of the served certificate, Unix time (0: no TLS) */
 } mv_httpd_stats;
@@ -172,6 +174,37 @@ int mv_httpd_copy_body(mv_httpd_response *resp, const void *data, size_t len);
 /* Adds a header (both strings copied; at most 16 headers; no CR/LF allowed).
  * Returns 0, -EINVAL, -ENOSPC or -ENOMEM. */
 int mv_httpd_add_header(mv_httpd_response *resp, const char *name, const char *value);
+
+/* ---- Streamed responses (Server-Sent Events) ---------------------------------------- */
+
+/* A response whose body is produced over time (chunked, never gzipped). The request deadline
+ * does not apply while it streams; instead each stream has its own bounded lifetime: the
+ * layer ends it after max_lifetime_s, and the sweeper shuts its socket down 10 s later if it
+ * is still open then (a client that stopped reading). libmicrohttpd's idle timeout
+ * (timeout_s) closes a stream whose client reads nothing for that long, so a producer must
+ * send something (a heartbeat) more often than that. A stream's socket send buffer is set
+ * to 64 KiB, so the kernel holds little for a client that reads slowly. */
+typedef struct mv_httpd_stream mv_httpd_stream;
+
+/* Fills up to `max` bytes of the body: returns the count (> 0), 0 when there is nothing to
+ * send now (the connection is parked, using no thread, until mv_httpd_stream_wake), or -1
+ * to end the stream. Runs on a server thread; never concurrently for one stream. */
+typedef long (*mv_httpd_stream_read_fn)(void *arg, char *buf, size_t max);
+
+/* Makes `resp` a stream read through rd(arg, ...). fin(arg) runs once when the layer is done
+ * with it (the connection closed, the stream ended, or the response was never sent); rd is
+ * not called after. The handle is the caller's until mv_httpd_stream_release (wake may be
+ * called until then, also after fin). Returns NULL (nothing kept, fin not called) on ENOMEM
+ * or a max_lifetime_s of 0 or over 86400. */
+mv_httpd_stream *mv_httpd_set_stream(mv_httpd_response *resp, mv_httpd_stream_read_fn rd,
+                                     void (*fin)(void *arg), void *arg, unsigned max_lifetime_s);
+/* Tells the layer there is something to send: a parked stream is resumed (rd is called
+ * again soon), and a stream not parked does not park at its next empty read. Any thread. */
+void mv_httpd_stream_wake(mv_httpd_stream *st);
+/* Drops the caller's handle. */
+void mv_httpd_stream_release(mv_httpd_stream *st);
+/* The client's numeric address ("?" when unknown) into buf. */
+void mv_httpd_client_addr(const mv_httpd_request *req, char *buf, size_t len);
 
 /* Returns 1 if an Accept-Encoding header value allows gzip (q > 0 for gzip, x-gzip or *),
  * else 0. NULL means no. Exposed for tests. */

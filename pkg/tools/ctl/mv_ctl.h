@@ -35,5 +35,10 @@ int mv_ctl_dump(int argc, char **argv, mv_ctl_usage_fn *usage);
 int mv_ctl_gen(int argc, char **argv, mv_ctl_usage_fn *usage, const volatile int *stop);
 /* `microviewctl top`: polls a collector until *stop (or once with --once). */
 int mv_ctl_top(int argc, char **argv, const volatile int *stop);
+/* `microviewctl top --watch`: the live view's stream of one segment's metrics (indexes
+ * "0,1,2") as sparklines, until *stop, the stream's end or `seconds` (0: none). */
+int mv_ctl_top_watch(const char *base, const char *seg, const char *metrics, unsigned width,
+                     unsigned window_ms, const char *token, double seconds, int tty,
+                     const volatile int *stop);
 
 #endif

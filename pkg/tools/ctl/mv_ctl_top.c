@@ -228,7 +228,9 @@ int mv_ctl_top(int argc, char **argv, const volatile int *stop)
     const char *base = "http://127.0.0.1:9469";
     int once = 0;
     double interval = 1.0;
-    uint64_t limit = 8;
+    uint64_t limit = 8, width = 0, window_ms = 5000;
+    const char *watch = NULL, *metrics = "0", *token_file = NULL;
+    double seconds = 0;
     mv_opts_opt opts[] = {
         {.name = "collector",
          .short_name = 'c',
@@ -257,6 +259,46 @@ int mv_ctl_top(int argc, char **argv, const volatile int *stop)
          .hi = UINT32_MAX,
          .dest = &limit,
          .help = "series rows shown per segment; the rest are counted (... N more)"},
+        {.name = "watch",
+         .kind = MV_OPTS_STRING,
+         .meta = "SEGMENT_ID",
+         .dest = &watch,
+         .help = "the live view's stream of one segment (every read) as sparklines instead; "
+                 "ids and metric indexes: /api/v1/live/segments"},
+        {.name = "metrics",
+         .kind = MV_OPTS_STRING,
+         .meta = "I,J,...",
+         .dest = &metrics,
+         .def = "0",
+         .help = "--watch: catalog indexes of the metrics to draw"},
+        {.name = "width",
+         .kind = MV_OPTS_U64,
+         .meta = "N",
+         .lo = 16,
+         .hi = 512,
+         .dest = &width,
+         .def = "the terminal's width less 62",
+         .help = "--watch: columns of each sparkline"},
+        {.name = "window-ms",
+         .kind = MV_OPTS_U64,
+         .meta = "MS",
+         .lo = 1000,
+         .hi = 86400000,
+         .dest = &window_ms,
+         .help = "--watch: the time the width spans"},
+        {.name = "token-file",
+         .kind = MV_OPTS_STRING,
+         .meta = "PATH",
+         .dest = &token_file,
+         .help = "--watch: a bearer token for a collector with --auth kubernetes"},
+        {.name = "seconds",
+         .kind = MV_OPTS_NUMBER,
+         .meta = "S",
+         .dlo = 0.1,
+         .dhi = 86400,
+         .dest = &seconds,
+         .def = "until Ctrl-C or the stream's end",
+         .help = "--watch: stop after S seconds"},
         {0},
     };
     const mv_opts_spec spec = {.prog = "microviewctl top",
@@ -268,6 +310,34 @@ int mv_ctl_top(int argc, char **argv, const volatile int *stop)
     if (prc)
         return mv_opts_status(prc);
     (void)first; /* arguments after the flags were never read */
+    if (watch) {
+        if (!metrics[0] || strspn(metrics, "0123456789,") != strlen(metrics) ||
+            strlen(metrics) > 200) {
+            fprintf(stderr, "microviewctl top: --metrics takes catalog indexes such as 0,1,2\n");
+            return 2;
+        }
+        char token[4096] = "";
+        if (token_file) {
+            FILE *tf = fopen(token_file, "r");
+            if (!tf || !fgets(token, sizeof token, tf)) {
+                fprintf(stderr, "microviewctl top: --token-file %s: cannot read it\n", token_file);
+                if (tf)
+                    fclose(tf);
+                return 2;
+            }
+            fclose(tf);
+            token[strcspn(token, "\r\n")] = '\0';
+        }
+        size_t cols = term_cols();
+        if (!width)
+            width = cols > 80 ? (cols - 62 > 512 ? 512 : cols - 62) : 60;
+        curl_global_init(CURL_GLOBAL_DEFAULT);
+        int wrc = mv_ctl_top_watch(base, watch, metrics, (unsigned)width, (unsigned)window_ms,
+                                   token_file ? token : NULL, once ? 2.5 : seconds,
+                                   isatty(STDOUT_FILENO), stop);
+        curl_global_cleanup();
+        return wrc;
+    }
     char url[1024];
     snprintf(url, sizeof url, "%s/debug/segments?series=1", base);
     curl_global_init(CURL_GLOBAL_DEFAULT);
