@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "mv_httpd.h"
+#include "mv_kubec.h"
 #include "mv_log.h"
 #include "mv_scaler.h"
 #include "mv_test.h"
@@ -264,6 +265,120 @@ static void test_bounds(void)
                     -E2BIG);
 }
 
+/* ---- discovery against a stand-in API server ------------------------------------------ */
+
+#define POD(ns, name, node, phase, app, ip)                                                        \
+    "{\"metadata\":{\"namespace\":\"" ns "\",\"name\":\"" name "\",\"labels\":{\"app\":\"" app     \
+    "\"}},\"spec\":{\"nodeName\":\"" node "\"},\"status\":{\"phase\":\"" phase                     \
+    "\",\"podIP\":\"" ip "\"}}"
+
+/* The stand-in ignores labelSelector (as a cache might serve more): the scaler matches again. */
+static const char WORKLOAD[] = "{\"kind\":\"PodList\",\"items\":[" POD(
+    "shop", "c-1", "node-a", "Running", "checkout",
+    "10.1.0.5") "," POD("shop", "c-2", "node-b", "Running", "checkout",
+                        "10.1.1.5") "," POD("shop", "c-3", "node-c", "Pending", "checkout",
+                                            "") "," POD("shop", "o-1", "node-d", "Running", "other",
+                                                        "10.1.3.5") "," POD("shop", "c-4", "node-e",
+                                                                            "Running", "checkout",
+                                                                            "10.1.4.5") "," POD("sh"
+                                                                                                "o"
+                                                                                                "p",
+                                                                                                "c-"
+                                                                                                "5",
+                                                                                                "no"
+                                                                                                "de"
+                                                                                                "-"
+                                                                                                "a",
+                                                                                                "Ru"
+                                                                                                "nn"
+                                                                                                "in"
+                                                                                                "g",
+                                                                                                "ch"
+                                                                                                "ec"
+                                                                                                "ko"
+                                                                                                "u"
+                                                                                                "t",
+                                                                                                "10"
+                                                                                                ".1"
+                                                                                                ".0"
+                                                                                                "."
+                                                                                                "6") "]}";
+static const char COLLECTORS[] = "{\"kind\":\"PodList\",\"items\":[" POD(
+    "microview", "mc-a", "node-a", "Running", "microview-collector",
+    "10.0.0.1") "," POD("microview", "mc-b", "node-b", "Running", "microview-collector",
+                        "fd00::2") "," POD("microview", "mc-d", "node-d", "Running",
+                                           "microview-collector", "10.0.0.4") "]}";
+
+typedef struct apistandin {
+    unsigned status;
+    const char *workload, *collectors;
+} apistandin;
+
+static int h_pods(void *arg, const mv_httpd_request *req, mv_httpd_response *resp)
+{
+    apistandin *a = arg;
+    const char *path = mv_httpd_path(req);
+    const char *body = strstr(path, "/namespaces/shop/") ? a->workload : a->collectors;
+    mv_httpd_set_status(resp, a->status);
+    return mv_httpd_copy_body(resp, body, strlen(body));
+}
+
+static void test_discover(void)
+{
+    apistandin a = {200, WORKLOAD, COLLECTORS};
+    mv_httpd_config c;
+    mv_httpd_config_default(&c);
+    mv_httpd *h;
+    CU_ASSERT_EQUAL_FATAL(mv_httpd_create(&c, &h), 0);
+    CU_ASSERT_EQUAL_FATAL(mv_httpd_route(h, "/api/v1/namespaces/shop/pods", h_pods, &a), 0);
+    CU_ASSERT_EQUAL_FATAL(mv_httpd_route(h, "/api/v1/namespaces/microview/pods", h_pods, &a), 0);
+    CU_ASSERT_EQUAL_FATAL(mv_httpd_start(h), 0);
+    char api[64], err[512];
+    snprintf(api, sizeof api, "http://127.0.0.1:%u", (unsigned)mv_httpd_port(h));
+    mv_kubec_cred_opts co = {.log_area = "scaler"};
+    mv_kubec_cred *cred;
+    CU_ASSERT_EQUAL_FATAL(mv_kubec_cred_create(&co, &cred), 0);
+    mv_scaler_discovery d = {.api = api,
+                             .cred = cred,
+                             .collector_namespace = "microview",
+                             .collector_port = 9469,
+                             .timeout_ms = 1000};
+    CU_ASSERT_EQUAL_FATAL(
+        mv_lsel_parse("app=microview-collector", 23, &d.collector_selector, err, sizeof err), 0);
+    mv_scaler_meta m;
+    meta_for(&m, "");
+    CU_ASSERT_EQUAL_FATAL(mv_lsel_parse("app=checkout", 12, &m.selector, err, sizeof err), 0);
+    mv_scaler_targets t;
+    CU_ASSERT_EQUAL_FATAL(mv_scaler_discover(&d, &m, &t, err, sizeof err), 0);
+    /* node-a (two pods, once), node-b (IPv6 collector), node-e (no collector); not node-c
+     * (Pending), not node-d (another app). */
+    CU_ASSERT_EQUAL(t.nodes, 3);
+    CU_ASSERT_EQUAL(t.n, 2);
+    CU_ASSERT(t.n == 2 && strcmp(t.bases[0], "http://10.0.0.1:9469") == 0 &&
+              strcmp(t.bases[1], "http://[fd00::2]:9469") == 0);
+    CU_ASSERT_EQUAL(t.uncovered, 1);
+    CU_ASSERT_STRING_EQUAL(t.first_uncovered, "node-e");
+    mv_scaler_targets_clear(&t);
+    /* A selector matching nothing: no node, nothing to ask. */
+    CU_ASSERT_EQUAL_FATAL(mv_lsel_parse("app=nope", 8, &m.selector, err, sizeof err), 0);
+    CU_ASSERT_EQUAL(mv_scaler_discover(&d, &m, &t, err, sizeof err), 0);
+    CU_ASSERT_EQUAL(t.nodes, 0);
+    CU_ASSERT_EQUAL(t.n, 0);
+    mv_scaler_targets_clear(&t);
+    /* The API server refusing, answering garbage, unreachable: -EIO naming the request. */
+    a.status = 403;
+    CU_ASSERT_EQUAL(mv_scaler_discover(&d, &m, &t, err, sizeof err), -EIO);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "pods of namespace shop: HTTP 403"));
+    a.status = 200;
+    a.workload = "{\"items\":";
+    CU_ASSERT_EQUAL(mv_scaler_discover(&d, &m, &t, err, sizeof err), -EIO);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "not a pod list"));
+    mv_httpd_destroy(h);
+    CU_ASSERT_EQUAL(mv_scaler_discover(&d, &m, &t, err, sizeof err), -EIO);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "pods of namespace shop"));
+    mv_kubec_cred_destroy(cred);
+}
+
 int main(void)
 {
     mv_log_init("test_scaler", MV_LOG_ERROR);
@@ -274,6 +389,7 @@ int main(void)
          test_sum_max_empty},
         {"query: down, refusing, garbage and slow collectors under fail and partial", test_missing},
         {"query: no collector, too many collectors", test_bounds},
+        {"discovery: the workload's nodes and their collectors; API server faults", test_discover},
     };
     int rc = MV_TEST_RUN("scaler", tests);
     curl_global_cleanup();

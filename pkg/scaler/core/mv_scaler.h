@@ -71,4 +71,33 @@ void mv_scaler_conns_destroy(mv_scaler_conns *c); /* NULL-safe */
 int mv_scaler_query(mv_scaler_conns *conns, const mv_scaler_meta *m, const char *const *bases,
                     size_t n, const char *token, mv_scaler_result *out);
 
+/* ---- Finding the collectors (the API server) ---- */
+
+typedef struct mv_kubec_cred mv_kubec_cred;
+
+typedef struct mv_scaler_discovery {
+    const char *api;     /* "https://10.0.0.1:443" */
+    mv_kubec_cred *cred; /* the scaler's ServiceAccount token (borrowed) */
+    const char *collector_namespace;
+    mv_lsel collector_selector; /* the collector pods' labels */
+    unsigned collector_port;
+    int timeout_ms; /* per API server request */
+} mv_scaler_discovery;
+
+typedef struct mv_scaler_targets {
+    char **bases; /* "http://IP:PORT" of each collector to ask */
+    size_t n;
+    size_t nodes;     /* nodes running a selected (Running) pod of the workload */
+    size_t uncovered; /* of which have no running collector: missing, as for the policy */
+    char first_uncovered[256];
+} mv_scaler_targets;
+
+/* Lists the workload's Running pods (namespace + selector, matched again here) and the
+ * collector pods, and returns the collector of each node that runs one of the workload's pods.
+ * Returns 0, -EIO (API server unreachable or a bad answer; err says which request), -E2BIG,
+ * -ENOMEM. Free with mv_scaler_targets_clear. */
+int mv_scaler_discover(const mv_scaler_discovery *d, const mv_scaler_meta *m,
+                       mv_scaler_targets *out, char *err, size_t errlen);
+void mv_scaler_targets_clear(mv_scaler_targets *t);
+
 #endif
