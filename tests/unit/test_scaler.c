@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "keda/externalscaler/externalscaler.pb-c.h"
 #include "mv_httpd.h"
 #include "mv_kubec.h"
 #include "mv_log.h"
@@ -78,6 +79,51 @@ static void test_meta(void)
     CU_ASSERT_EQUAL(m.policy, MV_SCALER_FAIL);
     CU_ASSERT_EQUAL(m.timeout_ms, MV_SCALER_TIMEOUT_MS_DEF);
     CU_ASSERT_DOUBLE_EQUAL(m.target, 150, 1e-9);
+}
+
+/* KEDA's ScaledObjectRef as the scaler receives it: metadata map, namespace default. */
+static size_t pack_ref(const char *ns, const char *const *kv, size_t n, uint8_t *buf, size_t cap)
+{
+    Externalscaler__ScaledObjectRef r = EXTERNALSCALER__SCALED_OBJECT_REF__INIT;
+    Externalscaler__ScaledObjectRef__ScalerMetadataEntry e[8], *ep[8];
+    r.name = (char *)"checkout";
+    r.namespace_ = (char *)ns;
+    for (size_t i = 0; i < n; i++) {
+        externalscaler__scaled_object_ref__scaler_metadata_entry__init(&e[i]);
+        e[i].key = (char *)kv[2 * i];
+        e[i].value = (char *)kv[2 * i + 1];
+        ep[i] = &e[i];
+    }
+    r.n_scalermetadata = n;
+    r.scalermetadata = ep;
+    size_t len = externalscaler__scaled_object_ref__get_packed_size(&r);
+    return len <= cap ? externalscaler__scaled_object_ref__pack(&r, buf) : 0;
+}
+
+static void test_ref(void)
+{
+    uint8_t buf[4096];
+    char err[256];
+    mv_scaler_meta m;
+    const char *kv[] = {"metric",      "gen_requests_rate_short",
+                        "selector",    "app=checkout",
+                        "targetValue", "150",
+                        "namespace",   "other"};
+    size_t len = pack_ref("shop", kv, 3, buf, sizeof buf);
+    CU_ASSERT_EQUAL_FATAL(mv_scaler_meta_from_ref(buf, len, &m, err, sizeof err), 0);
+    CU_ASSERT_STRING_EQUAL(m.namespace_, "shop"); /* the ScaledObject's namespace */
+    len = pack_ref("shop", kv, 4, buf, sizeof buf);
+    CU_ASSERT_EQUAL_FATAL(mv_scaler_meta_from_ref(buf, len, &m, err, sizeof err), 0);
+    CU_ASSERT_STRING_EQUAL(m.namespace_, "other"); /* metadata wins */
+    const char *bad[] = {"metric", "m", "selector", "app=x", "targetValue", "-3"};
+    len = pack_ref("shop", bad, 3, buf, sizeof buf);
+    CU_ASSERT_EQUAL(mv_scaler_meta_from_ref(buf, len, &m, err, sizeof err), -EINVAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "metadata field targetValue"));
+    static const uint8_t junk[] = {0x1a, 0xff, 0xff, 0xff, 0x0f};
+    CU_ASSERT_EQUAL(mv_scaler_meta_from_ref(junk, sizeof junk, &m, err, sizeof err), -EINVAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "malformed ScaledObjectRef"));
+    static uint8_t big[MV_SCALER_REF_MAX + 1];
+    CU_ASSERT_EQUAL(mv_scaler_meta_from_ref(big, sizeof big, &m, err, sizeof err), -EINVAL);
 }
 
 /* ---- stand-in collectors ------------------------------------------------------------------ */
@@ -385,6 +431,8 @@ int main(void)
     curl_global_init(CURL_GLOBAL_DEFAULT);
     static const mv_test tests[] = {
         {"metadata: accepted forms, and every bad field named", test_meta},
+        {"metadata from KEDA's ScaledObjectRef: namespace default, bad field, malformed bytes",
+         test_ref},
         {"query: sum and max over collectors, the empty value, selector and token sent",
          test_sum_max_empty},
         {"query: down, refusing, garbage and slow collectors under fail and partial", test_missing},

@@ -20,6 +20,7 @@
 #define MV_SCALER_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "mv_labelsel.h"
 
@@ -44,6 +45,15 @@ typedef struct mv_scaler_meta {
     int timeout_ms;                               /* "timeoutMs": per collector */
     mv_scaler_policy policy;                      /* "missingCollectors": fail | partial */
 } mv_scaler_meta;
+
+#define MV_SCALER_REF_MAX          (64u << 10) /* bytes of one ScaledObjectRef accepted */
+#define MV_SCALER_META_ENTRIES_MAX 32
+
+/* Unpacks a KEDA ScaledObjectRef (externalscaler.proto, `len` bytes) and parses its
+ * scalerMetadata; "namespace" defaults to the ScaledObject's. Returns 0, or -EINVAL with `err`
+ * naming the field or saying what is malformed. */
+int mv_scaler_meta_from_ref(const uint8_t *req, size_t len, mv_scaler_meta *out, char *err,
+                            size_t errlen);
 
 /* Parses `n` metadata entries. Returns 0, or -EINVAL with `err` naming the field (an unknown
  * key, a missing required one, or a bad value and why). */
