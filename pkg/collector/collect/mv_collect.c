@@ -290,6 +290,41 @@ int mv_coll_relabel(mv_coll *c, const char *id, const mv_seg_label *labels, size
     return rc;
 }
 
+int mv_coll_set_pod_labels(mv_coll *c, const char *id, const mv_seg_label *labels, size_t n)
+{
+    mv_seg_label *l = calloc(n ? n : 1, sizeof *l);
+    for (size_t i = 0; l && i < n; i++) {
+        l[i].key = strdup(labels[i].key);
+        l[i].value = strdup(labels[i].value ? labels[i].value : "");
+        if (!l[i].key || !l[i].value) {
+            labels_free(l, i + 1);
+            l = NULL;
+        }
+    }
+    if (!l)
+        return -ENOMEM;
+    int rc = -ENOENT;
+    pthread_mutex_lock(&c->mu);
+    for (size_t i = 0; i < c->nsegs; i++) {
+        seg *s = c->segs[i];
+        if (strcmp(s->id, id) != 0)
+            continue;
+        pthread_mutex_lock(&s->mu); /* snapshots copy the labels under it */
+        mv_seg_label *old = s->pod_labels;
+        size_t nold = s->npod_labels;
+        s->pod_labels = l;
+        s->npod_labels = n;
+        pthread_mutex_unlock(&s->mu);
+        l = old;
+        n = nold;
+        rc = 0;
+        break;
+    }
+    pthread_mutex_unlock(&c->mu);
+    labels_free(l, n);
+    return rc;
+}
+
 typedef struct keep_set {
     const char *const *ids;
     size_t n;

@@ -58,6 +58,11 @@ static void seg_free(seg *s)
         free((char *)s->labels[i].value);
     }
     free(s->labels);
+    for (size_t i = 0; i < s->npod_labels; i++) {
+        free((char *)s->pod_labels[i].key);
+        free((char *)s->pod_labels[i].value);
+    }
+    free(s->pod_labels);
     free(s->id);
     free(s->full);
     free(s->work);

@@ -82,6 +82,8 @@ typedef struct seg {
     char *id;
     mv_seg_label *labels;
     size_t nlabels;
+    mv_seg_label *pod_labels; /* the pod's Kubernetes labels (for selectors), under mu */
+    size_t npod_labels;
     uint64_t size;
     void *full;                            /* whole-segment buffer for catalog reads */
     uint64_t hdr2[MV_SEG_HEADER_SIZE / 8]; /* header re-read after a catalog copy */
