@@ -34,6 +34,7 @@ PREFIX = {
     "mv_config": "config",
     "mv_httpd": "httpd",
     "mv_kubec": "kubec",
+    "mv_labelsel": "lsel",
     "mv_rpc": "rpc",
     "mv_rdma": "rdma",
     "mv_rdmatoken": "rdmatoken",
@@ -65,6 +66,7 @@ PREFIX = {
     "mv_inspect": "inspect",
     "mv_workload": "workload",
     "mv_webhook": "wh",
+    "mv_scaler": "scaler",
 }
 GLOBAL_TYPES = set("TDBRVWGSiu")
 

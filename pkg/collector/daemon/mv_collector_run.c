@@ -113,6 +113,16 @@ static int listen_loopback(const char *host)
 
 /* ---- Discovery → table ------------------------------------------------------------ */
 
+/* The pod's labels, which the value API's workload selectors match. */
+static void set_pod_labels(app *a, const mv_disc_segment *s)
+{
+    int rc = mv_coll_set_pod_labels(a->coll, s->id, s->pod_labels, s->npod_labels);
+    if (rc == -ENOMEM)
+        MV_WARN("segment.pod_labels_failed", "id=%s error=%s effect=%s", mv_log_q(s->id),
+                mv_log_q(strerror(-rc)),
+                mv_log_q("label selectors do not see this segment's pod labels"));
+}
+
 static void disc_added(void *arg, const mv_disc_segment *s)
 {
     app *a = arg;
@@ -128,6 +138,8 @@ static void disc_added(void *arg, const mv_disc_segment *s)
     rc = mv_coll_add(a->coll, s->id, size, s->labels, s->nlabels, mv_coll_shm_transport(), src);
     if (rc != 0 && rc != -EEXIST)
         MV_WARN("segment.add_failed", "id=%s error=%s", mv_log_q(s->id), mv_log_q(strerror(-rc)));
+    else
+        set_pod_labels(a, s);
 }
 
 static void disc_removed(void *arg, const char *id)
@@ -143,6 +155,8 @@ static void disc_updated(void *arg, const mv_disc_segment *s)
     app *a = arg;
     if (mv_coll_relabel(a->coll, s->id, s->labels, s->nlabels) == -ENOENT)
         disc_added(arg, s); /* never added (its open failed): try again */
+    else
+        set_pod_labels(a, s);
 }
 
 static void disc_synced(void *arg, const char *const *ids, size_t n)

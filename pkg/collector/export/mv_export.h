@@ -187,4 +187,25 @@ char *mv_export_segments_json(const mv_coll_snap *snap, int metrics);
 int mv_export_value_json(const mv_coll_snap *snap, const char *metric, const mv_seg_label *filters,
                          size_t nfilters, const char *agg, char **out);
 
+/* Decides whether a segment's series belong to the query (1) or not (0), from the segment
+ * (its identity and pod labels) alone. */
+typedef int (*mv_export_seg_match_fn)(void *arg, const mv_coll_seg_view *seg);
+
+typedef struct mv_export_value_req {
+    const char *metric;
+    const mv_seg_label *filters;
+    size_t nfilters;
+    const char *agg;              /* NULL = sum */
+    mv_export_seg_match_fn match; /* NULL = every segment */
+    void *match_arg;
+    /* A workload query: no matching series is a well-formed empty answer (return 0, "count":0,
+     * "value":0, "series":[]) rather than -ENOENT, because a node without the workload's pods
+     * is a normal answer when every node's collector is asked (KEDA's
+     * aggregateFromKubeServiceEndpoints). */
+    int empty_ok;
+} mv_export_value_req;
+
+/* mv_export_value_json with a segment predicate and the empty answer above. */
+int mv_export_value_json_req(const mv_coll_snap *snap, const mv_export_value_req *r, char **out);
+
 #endif

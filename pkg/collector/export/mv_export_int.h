@@ -75,6 +75,8 @@ struct mv_export__sink {
     /* Set by the walk before each sample: what the value was read from (its segment and
      * analytics, for the sample's time). */
     const mv_export__vctx *ctx;
+    /* The segment whose samples are being fed (set by mv_export__emit before them). */
+    const mv_coll_seg_view *seg;
 };
 
 /* ---- The family walk ------------------------------------------------------------------------- */
