@@ -52,6 +52,7 @@ PREFIX = {
     "mv_discovery": "disc",
     "mv_expo": "expo",
     "mv_export": "export",
+    "mv_rw": "rw",
     "mv_pipeline": "pipe",
     "mv_verbs": "verbs",
     "mv_agent": "agent",

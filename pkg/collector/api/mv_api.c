@@ -95,8 +95,11 @@ static int h_metrics(void *arg, const mv_httpd_request *req, mv_httpd_response *
     if (!snap)
         return respond_text(resp, 503, "snapshot failed: out of memory\n");
     pthread_mutex_lock(&api->render_mu);
-    if (!api->body)
+    if (!api->body) {
         api->body = mv_expo_create(fmt, api->o.body_cap);
+        if (api->body && api->o.native_set)
+            mv_expo_set_native(api->body, api->o.native_schema, api->o.native_max_buckets);
+    }
     mv_expo *e = api->body;
     if (!e) {
         pthread_mutex_unlock(&api->render_mu);

@@ -48,6 +48,11 @@ typedef struct mv_api_opts {
     /* Who may read (borrowed; NULL = everyone): every route but /healthz and the index page
      * asks it first and answers its 401 (with WWW-Authenticate: Bearer), 403 or 503. */
     mv_authz *authz;
+    /* Native histograms in the protobuf exposition (mv_expo_set_native): with native_set, the
+     * schema (-4..8, or MV_EXPO_NH_OFF) and bucket limit (0: default); else schema 6. */
+    int native_set;
+    int32_t native_schema;
+    uint32_t native_max_buckets;
     /* The live view (borrowed; NULL = none): /api/v1/stream and /api/v1/live/segments behind
      * the access check, the page (/ui, /ui/app.js) open: it is static code that holds no data
      * and asks for a token when the stream answers 401. */

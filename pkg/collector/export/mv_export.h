@@ -149,6 +149,26 @@ int mv_export_render_views_cached(mv_export_cache *c, mv_expo *e,
                                   const mv_coll_stats *cs, const mv_export_sel *sel,
                                   mv_export_stats *cumulative);
 
+/*
+ * Visiting the series (remote write): every sample of the snapshot's families in exposition
+ * order (mv_export__walk_snap; derived series chosen by `sel`, NULL = all; the collector's own
+ * microview_* families are not included), each with the time it stands for: a raw value (and
+ * a short rate, and the per-segment read figures) the time its segment was read, a window
+ * summary (rates, quantiles, min/max/mean/last, the anomaly score) the end of its window.
+ * `family` returns 0 to receive the family's samples, 1 to skip them, <0 to stop; `sample`
+ * gets the sample's name parts as mv_expo_sample does, its value (exact integers as u with
+ * is_u set) and ts_ms, and returns 0 or <0 to stop. Returns 0, -ENOMEM or the first <0.
+ */
+typedef struct mv_export_visitor {
+    int (*family)(void *arg, const char *name, mv_expo_type t, const char *help, const char *unit);
+    int (*sample)(void *arg, const char *segment_id, const char *suffix, const mv_expo_label *a,
+                  size_t na, const mv_expo_label *b, size_t nb, const char *xname, double xval,
+                  double v, uint64_t u, int is_u, int64_t ts_ms);
+    void *arg;
+} mv_export_visitor;
+int mv_export_visit(const mv_coll_snap *snap, const mv_export_sel *sel,
+                    const mv_export_visitor *vis);
+
 /* Returns a JSON document describing every segment (identity, state, reason,
  * reads, errors, last read, read interval, anomaly score; with `metrics` set
  * also every metric's current value and window figures). Free with free(). */
