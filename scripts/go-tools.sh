@@ -148,8 +148,10 @@ mv_go_tools_main() {
   prometheus3)
     # v0.MNN.P of the module is release 3.(MNN - 300).P
     local v=${PROMETHEUS3_VERSION#v0.}
+    # remove_all_sd: only the file and http service discovery are compiled in (the tests use
+    # static targets); the cloud SDKs and client-go would triple the build on 2 cores.
     mv_go_tool prometheus3 github.com/prometheus/prometheus/cmd/prometheus "$PROMETHEUS3_VERSION" \
-      -ldflags "-s -w -X github.com/prometheus/common/version.Version=3.$((${v%%.*} - 300)).${v#*.}"
+      -tags remove_all_sd -ldflags "-s -w -X github.com/prometheus/common/version.Version=3.$((${v%%.*} - 300)).${v#*.}"
     ;;
   --list)
     echo "helm $HELM_VERSION"
