@@ -10,6 +10,7 @@
 #   collector  transports, collect, pipeline, exposition, agent client
 #   tools      microviewctl's modules
 #   webhook    the admission webhook
+#   scaler     the KEDA external scaler (microview-scaler)
 #
 # Self-test: cmake -DMV_SIDES_SELFTEST=ON -P cmake/sides.cmake
 cmake_policy(VERSION 3.22)
@@ -20,6 +21,7 @@ set(MV_SIDE_ALLOWS_node node common format)
 set(MV_SIDE_ALLOWS_collector collector common format analytics)
 set(MV_SIDE_ALLOWS_tools tools common format collector)
 set(MV_SIDE_ALLOWS_webhook webhook common)
+set(MV_SIDE_ALLOWS_scaler scaler common)
 
 # mv_side_allowed(<from> <to> <outvar>): TRUE if side <from> may link side <to>.
 function(mv_side_allowed from to out)

@@ -34,6 +34,7 @@ PREFIX = {
     "mv_config": "config",
     "mv_httpd": "httpd",
     "mv_kubec": "kubec",
+    "mv_labelsel": "lsel",
     "mv_rpc": "rpc",
     "mv_rdma": "rdma",
     "mv_rdmatoken": "rdmatoken",
@@ -51,6 +52,7 @@ PREFIX = {
     "mv_discovery": "disc",
     "mv_expo": "expo",
     "mv_export": "export",
+    "mv_rw": "rw",
     "mv_pipeline": "pipe",
     "mv_verbs": "verbs",
     "mv_agent": "agent",
@@ -64,6 +66,7 @@ PREFIX = {
     "mv_inspect": "inspect",
     "mv_workload": "workload",
     "mv_webhook": "wh",
+    "mv_scaler": "scaler",
 }
 GLOBAL_TYPES = set("TDBRVWGSiu")
 

@@ -14,6 +14,7 @@ build_pkgs=(
   libibverbs-dev librdmacm-dev rdma-core
   curl
   libgnutls28-dev
+  libsnappy-dev
 )
 test_pkgs=(
   libcunit1-dev clang libclang-rt-14-dev clang-format
@@ -39,6 +40,7 @@ test_pkgs+=(chromium)
 runtime_pkgs=(
   libgrpc29 libprotobuf-c1 libmicrohttpd12 zlib1g libjson-c5 libyaml-0-2 libcurl4
   libibverbs1 librdmacm1 ibverbs-providers ca-certificates
+  libsnappy1v5
 )
 # Cross toolchain + the arm64 halves of build_pkgs' -dev packages (multiarch) + CUnit, and
 # qemu-user to run the arm64 unit tests.

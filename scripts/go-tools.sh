@@ -6,6 +6,7 @@
 #         scripts/go-tools.sh --list        the tools and their pinned versions
 # Tools:  helm      helm.sh/helm/v3/cmd/helm at HELM_VERSION
 #         k8scheck  tests/tools/k8scheck (this tree), keyed by a hash of its sources
+#         prometheus3  github.com/prometheus/prometheus/cmd/prometheus at PROMETHEUS3_VERSION
 #         prometheus-adapter  sigs.k8s.io/prometheus-adapter/cmd/adapter, pinned as a tool of
 #                   the module e2e/cluster/adapter (go install ...@version needs the proxy's
 #                   version list, which it does not serve for every module)
@@ -21,6 +22,9 @@
 
 HELM_VERSION=v3.21.4
 HELM_K8S_MINOR=36 # helm v3.21.4 is built on client-go v0.36.2
+# Prometheus 3.x for remote write 2.0 and native-histogram scrapes: the module's v0.3xx.y
+# tag is release 3.xx.y (Debian's package is 2.x).
+PROMETHEUS3_VERSION=v0.316.0
 
 # The cache: $MV_CACHE, else /var/cache/microview when it can be written (root), else the
 # user's cache directory.
@@ -141,13 +145,22 @@ mv_go_tools_main() {
     mv_go_local prometheus-adapter "$MV_GO_TOOLS_ROOT/e2e/cluster/adapter" \
       sigs.k8s.io/prometheus-adapter/cmd/adapter
     ;;
+  prometheus3)
+    # v0.MNN.P of the module is release 3.(MNN - 300).P
+    local v=${PROMETHEUS3_VERSION#v0.}
+    # remove_all_sd: only the file and http service discovery are compiled in (the tests use
+    # static targets); the cloud SDKs and client-go would triple the build on 2 cores.
+    mv_go_tool prometheus3 github.com/prometheus/prometheus/cmd/prometheus "$PROMETHEUS3_VERSION" \
+      -tags remove_all_sd -ldflags "-s -w -X github.com/prometheus/common/version.Version=3.$((${v%%.*} - 300)).${v#*.}"
+    ;;
   --list)
     echo "helm $HELM_VERSION"
+    echo "prometheus3 $PROMETHEUS3_VERSION (github.com/prometheus/prometheus/cmd/prometheus)"
     echo "prometheus-adapter $(sed -n 's|^\tsigs.k8s.io/prometheus-adapter \(v[^ ]*\).*|\1|p' "$MV_GO_TOOLS_ROOT/e2e/cluster/adapter/go.mod")"
     echo "k8scheck (tests/tools/k8scheck, by source hash)"
     ;;
   *)
-    echo "usage: scripts/go-tools.sh helm|k8scheck|--list" >&2
+    echo "usage: scripts/go-tools.sh helm|k8scheck|prometheus-adapter|prometheus3|--list" >&2
     return 2
     ;;
   esac

@@ -37,6 +37,7 @@ go_lane() {
   step quantity tests/tools/quantity/build.sh
   PATH=/usr/local/go/bin:$PATH step kubernetes e2e/cluster/build.sh
   step prometheus-adapter scripts/go-tools.sh prometheus-adapter
+  step prometheus3 scripts/go-tools.sh prometheus3
   return "$rc"
 }
 image_lane() {

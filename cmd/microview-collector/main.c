@@ -2,11 +2,14 @@
  * and the checks between flags; the collector itself runs in mv_collector_run
  * (pkg/collector/daemon). */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "mv_agentc.h"
 #include "mv_collector.h"
+#include "mv_expo.h"
 #include "mv_log.h"
 #include "mv_opts.h"
 #include "mv_rdmatoken.h"
@@ -18,6 +21,8 @@
 #define MAX_DERIVED   64
 #define RDMA_PORT     7471 /* the agent's default --rdma-listen port */
 #define P             "microview-collector"
+#define NATIVE_AUTO   INT32_MAX /* --native-schema auto */
+#define MAX_EXTERNAL  32
 
 /* --agent and --no-agent: the last one given decides whether and which agent is followed. */
 typedef struct {
@@ -48,6 +53,49 @@ static int derived_flag(void *arg, const char *value, char *err, size_t errlen)
     return rc == -ENOMEM ? rc : rc ? -EINVAL : 0;
 }
 
+/* --native-schema: -4..8, auto or off. */
+static int native_schema_flag(void *arg, const char *value, char *err, size_t errlen)
+{
+    int32_t *out = arg;
+    char *end;
+    if (strcmp(value, "off") == 0) {
+        *out = MV_EXPO_NH_OFF;
+        return 0;
+    }
+    if (strcmp(value, "auto") == 0) {
+        *out = NATIVE_AUTO;
+        return 0;
+    }
+    long v = strtol(value, &end, 10);
+    if (end == value || *end || v < MV_EXPO_NH_SCHEMA_MIN || v > MV_EXPO_NH_SCHEMA_MAX) {
+        snprintf(err, errlen, "'%s' is not -4..8, auto or off", value);
+        return -EINVAL;
+    }
+    *out = (int32_t)v;
+    return 0;
+}
+
+/* --remote-write-external-label NAME=VALUE, repeatable. */
+typedef struct {
+    mv_rw_label l[MAX_EXTERNAL];
+    size_t n;
+} ext_labels;
+
+static int external_label_flag(void *arg, const char *value, char *err, size_t errlen)
+{
+    ext_labels *x = arg;
+    const char *eq = strchr(value, '=');
+    if (!eq || eq == value) {
+        snprintf(err, errlen, "'%s' is not NAME=VALUE", value);
+        return -EINVAL;
+    }
+    char *name = strndup(value, (size_t)(eq - value)); /* kept for the process's life */
+    if (!name)
+        return -ENOMEM;
+    x->l[x->n++] = (mv_rw_label){name, eq + 1};
+    return 0;
+}
+
 static int log_level_flag(void *arg, const char *value, char *err, size_t errlen)
 {
     (void)err, (void)errlen;
@@ -75,6 +123,15 @@ static int run(int argc, char **argv, mv_export_sel *derived)
     mv_agentc_tls agent_tls = {0};
     mv_authz_opts zo = {0};
     mv_log_level level = MV_LOG_INFO;
+    int32_t native_schema = NATIVE_AUTO;
+    uint64_t native_max = MV_EXPO_NH_MAX_BUCKETS;
+    mv_rw_config rw;
+    mv_rw_config_default(&rw);
+    static ext_labels ext;
+    uint64_t rw_interval = rw.interval_ms, rw_version = 1, rw_shards = rw.shards,
+             rw_queue = rw.queue_samples, rw_per_send = rw.max_per_send, rw_timeout = rw.timeout_ms,
+             rw_min_backoff = rw.min_backoff_ms, rw_max_backoff = rw.max_backoff_ms;
+    int rw_insecure = 0;
     int auth = 0, align = 0, tick_poll = 0, no_probe = 0, no_analytics = 0, no_detect = 0;
     uint64_t rdma_port = RDMA_PORT, tick_ms = co.tick_us / 1000, workers = co.tick_workers,
              max_interval_ms = 0, window_ms = co.pipe.window_ns / 1000000,
@@ -392,6 +449,129 @@ static int run(int argc, char **argv, mv_export_sel *derived)
          .hi = 86400,
          .dest = &ui_lifetime_s,
          .help = "a live view stream ends after N s"},
+        {.name = "native-schema",
+         .kind = MV_OPTS_STRING,
+         .meta = "S",
+         .fn = native_schema_flag,
+         .arg = &native_schema,
+         .def = "auto",
+         .help = "native histograms of the protobuf exposition: schema -4..8 (bucket growth "
+                 "2^(2^-S)), off (classic buckets only) or auto (the coarsest schema no wider "
+                 "than the sketch's buckets: 6 for --sketch-alpha 0.01; docs/exposition.md)"},
+        {.name = "native-max-buckets",
+         .kind = MV_OPTS_U64,
+         .meta = "N",
+         .lo = 1,
+         .hi = 100000,
+         .dest = &native_max,
+         .help = "halve a native histogram's resolution while it has more than N buckets"},
+        {.name = "remote-write-url",
+         .kind = MV_OPTS_STRING,
+         .meta = "URL",
+         .dest = &rw.url,
+         .def = "",
+         .help = "send every series by Prometheus remote write (http:// or https://) at its own "
+                 "interval, whether or not anything scrapes"},
+        {.name = "remote-write-interval-ms",
+         .kind = MV_OPTS_U64,
+         .meta = "N",
+         .lo = 10,
+         .hi = 3600000,
+         .dest = &rw_interval,
+         .help = "milliseconds between sends"},
+        {.name = "remote-write-version",
+         .kind = MV_OPTS_U64,
+         .meta = "1|2",
+         .lo = 1,
+         .hi = 2,
+         .dest = &rw_version,
+         .help = "1: prometheus.WriteRequest; 2: io.prometheus.write.v2.Request, falling back "
+                 "to 1 on a 415 or an answer without the written headers"},
+        {.name = "remote-write-bearer-token-file",
+         .kind = MV_OPTS_STRING,
+         .meta = "PATH",
+         .dest = &rw.bearer_token_file,
+         .help = "bearer token sent with each request (the file is re-read every minute)"},
+        {.name = "remote-write-basic-user",
+         .kind = MV_OPTS_STRING,
+         .meta = "USER",
+         .dest = &rw.basic_user,
+         .help = "basic auth user (with --remote-write-basic-password-file)"},
+        {.name = "remote-write-basic-password-file",
+         .kind = MV_OPTS_STRING,
+         .meta = "PATH",
+         .dest = &rw.basic_password_file,
+         .help = "basic auth password"},
+        {.name = "remote-write-ca-file",
+         .kind = MV_OPTS_STRING,
+         .meta = "PATH",
+         .dest = &rw.ca_file,
+         .def = "the system's",
+         .help = "CAs that verify an https receiver"},
+        {.name = "remote-write-cert-file",
+         .kind = MV_OPTS_STRING,
+         .meta = "PATH",
+         .dest = &rw.cert_file,
+         .help = "client certificate (PEM) for an https receiver"},
+        {.name = "remote-write-key-file",
+         .kind = MV_OPTS_STRING,
+         .meta = "PATH",
+         .dest = &rw.key_file,
+         .help = "its private key"},
+        {.name = "remote-write-insecure-skip-verify",
+         .kind = MV_OPTS_FLAG,
+         .dest = &rw_insecure,
+         .help = "do not verify an https receiver (tests only)"},
+        {.name = "remote-write-external-label",
+         .kind = MV_OPTS_STRING,
+         .meta = "NAME=VALUE",
+         .max = MAX_EXTERNAL,
+         .fn = external_label_flag,
+         .arg = &ext,
+         .help = "a label added to every series (a series' own label of that name wins)"},
+        {.name = "remote-write-shards",
+         .kind = MV_OPTS_U64,
+         .meta = "N",
+         .lo = 1,
+         .hi = 64,
+         .dest = &rw_shards,
+         .help = "queues and senders; a series always goes to the same one, in order"},
+        {.name = "remote-write-queue-samples",
+         .kind = MV_OPTS_U64,
+         .meta = "N",
+         .lo = 64,
+         .hi = 1ull << 32,
+         .dest = &rw_queue,
+         .help = "samples held while the receiver is slow or down; beyond it the newest are "
+                 "dropped and counted"},
+        {.name = "remote-write-max-per-send",
+         .kind = MV_OPTS_U64,
+         .meta = "N",
+         .lo = 1,
+         .hi = 1000000,
+         .dest = &rw_per_send,
+         .help = "samples per request"},
+        {.name = "remote-write-timeout-ms",
+         .kind = MV_OPTS_U64,
+         .meta = "N",
+         .lo = 100,
+         .hi = 600000,
+         .dest = &rw_timeout,
+         .help = "per request"},
+        {.name = "remote-write-min-backoff-ms",
+         .kind = MV_OPTS_U64,
+         .meta = "N",
+         .lo = 1,
+         .hi = 600000,
+         .dest = &rw_min_backoff,
+         .help = "first wait before a retry (5xx, 429, transport errors); doubles each time"},
+        {.name = "remote-write-max-backoff-ms",
+         .kind = MV_OPTS_U64,
+         .meta = "N",
+         .lo = 1,
+         .hi = 600000,
+         .dest = &rw_max_backoff,
+         .help = "longest wait between retries (a Retry-After is honoured up to 5 minutes)"},
         {.name = "log-level",
          .kind = MV_OPTS_STRING,
          .meta = "LEVEL",
@@ -438,8 +618,30 @@ static int run(int argc, char **argv, mv_export_sel *derived)
     mv_authz_mode auth_mode = MV_AUTHZ_NONE;
     mv_authz_mode_parse(auth_words[auth], &auth_mode);
 
+    rw.interval_ms = (uint32_t)rw_interval;
+    rw.version = (int)rw_version;
+    rw.shards = (uint32_t)rw_shards;
+    rw.queue_samples = rw_queue;
+    rw.max_per_send = (uint32_t)rw_per_send;
+    rw.timeout_ms = (uint32_t)rw_timeout;
+    rw.min_backoff_ms = (uint32_t)rw_min_backoff;
+    rw.max_backoff_ms = (uint32_t)rw_max_backoff;
+    rw.insecure_skip_verify = rw_insecure;
+    rw.external = ext.l;
+    rw.nexternal = ext.n;
+    if (rw.url && !*rw.url)
+        rw.url = NULL;
+
     /* Checks between flags. */
     mv_log_init("collector", level);
+    if (rw.url && mv_rw_config_check(&rw)) {
+        fprintf(stderr, P ": %s\n", mv_rw_config_check(&rw));
+        return 2;
+    }
+    if (!rw.url && (ext.n || rw.bearer_token_file || rw.basic_user)) {
+        fprintf(stderr, P ": --remote-write-* flags need --remote-write-url\n");
+        return 2;
+    }
     if (co.analytics && mv_pipe_config_check(&co.pipe)) {
         fprintf(stderr, P ": %s\n", mv_pipe_config_check(&co.pipe));
         return 2;
@@ -491,6 +693,12 @@ static int run(int argc, char **argv, mv_export_sel *derived)
         return 2;
     }
 
+    /* auto: native buckets no wider than the sketch's (docs/exposition.md) */
+    int32_t auto_schema = mv_expo_nh_schema_for_gamma((1 + co.pipe.alpha) / (1 - co.pipe.alpha));
+    if (native_schema == NATIVE_AUTO)
+        native_schema = auto_schema;
+    rw.native_set = 1; /* remote write 2.0's native histograms: the same schema */
+    rw.native_schema = native_schema == MV_EXPO_NH_OFF ? auto_schema : native_schema;
     mv_collector_opts o = {.coll = co,
                            .agent = ag.agent,
                            .verbs = verbs,
@@ -510,7 +718,11 @@ static int run(int argc, char **argv, mv_export_sel *derived)
                            .body_cap = body_cap,
                            .cache_cap = cache_cap,
                            .derived = derived,
-                           .live = lo};
+                           .live = lo,
+                           .native_set = 1,
+                           .native_schema = native_schema,
+                           .native_max_buckets = (uint32_t)native_max,
+                           .rw = rw};
     return mv_collector_run(&o);
 }
 

@@ -16,6 +16,7 @@ import sys
 import tempfile
 import time
 import traceback
+import urllib.parse
 import urllib.request
 
 import grpc
@@ -233,7 +234,7 @@ def sc_allocate(env):
 def sc_prestart(env):
     env.start_agent()
     env.ready()
-    env.put_pod("team-a", "web-0", labels={"app": "checkout"},
+    env.put_pod("team-a", "web-0", labels={"app": "checkout", "app.kubernetes.io/name": "checkout-api"},
                 annotations={"microview.io/labels": "app=checkout, tier=web,bad-name=x,pod=evil"})
     a = env.kubelet.allocate("team-a", "web-0", "app", 1)
     check("PreStartContainer was called", a["prestart"] is True)
@@ -245,6 +246,9 @@ def sc_prestart(env):
           lab.get("app") == "checkout" and lab.get("tier") == "web", lab)
     check("invalid and reserved annotation entries ignored",
           "bad-name" not in lab and lab.get("pod") == "web-0", lab)
+    check("the pod's Kubernetes labels are published apart from the series labels",
+          s and s.get("pod_labels") == {"app": "checkout",
+                                        "app.kubernetes.io/name": "checkout-api"}, s)
     check("invalid annotation entry logged", wait_until(lambda: env.log_has("identity.annotation_label_ignored"), 5))
     check("prestart mapping logged", wait_until(lambda: env.log_has("prestart.mapped"), 5))
     check("catalog path is the mounted segment",
@@ -297,7 +301,8 @@ def sc_writer(env):
         raise Skip("unshare (util-linux) not installed")
     env.start_agent()
     env.ready()
-    env.put_pod("team-a", "web-0", annotations={"microview.io/labels": "app=checkout"})
+    env.put_pod("team-a", "web-0", labels={"app.kubernetes.io/name": "checkout", "tier": "web"},
+                annotations={"microview.io/labels": "app=checkout"})
     a = env.kubelet.allocate("team-a", "web-0", "app", 4)
     port = free_port()
     clog = open(os.path.join(env.tmp, "collector.log"), "w")
@@ -318,6 +323,15 @@ def sc_writer(env):
           open(os.path.join(env.tmp, "writer.log")).read()[-2000:])
     check("collector serves the writer's metrics with namespace/pod/container labels",
           bool(lines), fetch(url)[-2000:])
+    # The workload query KEDA's metrics-api trigger sends: namespace plus the pods' selector.
+    base = "http://127.0.0.1:%d/api/v1/value?metric=gen_requests_total&namespace=team-a" % port
+    q = urllib.parse.quote
+    hit = json.loads(fetch(base + "&selector=" + q("app.kubernetes.io/name=checkout,tier in (web,api),!canary")) or "{}")
+    check("a selector over the pod's Kubernetes labels finds its series",
+          hit.get("count", 0) >= 1 and hit.get("value", 0) > 0, hit)
+    miss = json.loads(fetch(base + "&selector=" + q("app.kubernetes.io/name=other")) or "{}")
+    check("a selector matching no pod here answers the empty value (0, count 0)",
+          miss.get("value") == 0 and miss.get("count") == 0 and miss.get("empty") is True, miss)
 
 
 def sc_kubelet_restart(env):

@@ -2,7 +2,7 @@
 """check_render.py: asserts the fields that make each chart scenario work.
 
 Usage: check_render.py SCENARIO RENDERED.yaml
-SCENARIO is default, dpu, dpu-mtls, cert-manager, rdma-required (the ci/*-values.yaml files),
+SCENARIO is default, dpu, dpu-mtls, cert-manager, rdma-required, keda (the ci/*-values.yaml files),
 long-names (any release, names only) or static-pod (the DPU static-pod manifest).
 Exits 1 naming the first failed expectation; prints "N checks" on success.
 """
@@ -420,6 +420,37 @@ else:
         expect(ad["metadata"]["namespace"] == "monitoring", "adapter rules in monitoring")
         rules = yaml.safe_load(ad["data"]["config.yaml"])["rules"]
         expect(len(rules) == 4 and all("metricsQuery" in r for r in rules), "4 adapter rules")
+    elif SCENARIO == "keda":
+        col = collector_checks()
+        svc = find("Service", "-collector-keda")
+        sel = svc["spec"]["selector"]
+        labels = col["spec"]["template"]["metadata"]["labels"]
+        expect(svc["spec"].get("clusterIP") == "None", "the KEDA Service is headless")
+        expect(all(labels.get(k) == v for k, v in sel.items()) and
+               sel.get("app.kubernetes.io/component") == "collector",
+               "the KEDA Service selects the collector pods")
+        expect([(p["port"], p["targetPort"]) for p in svc["spec"]["ports"]] == [(9469, "metrics")],
+               "the KEDA Service's port is the pod port (metrics-api needs the pod port in its url)")
+        sa = find("ServiceAccount", "-keda-reader")
+        tok = find("Secret", "-keda-reader")
+        expect(sa["metadata"]["namespace"] == "keda" and tok["metadata"]["namespace"] == "keda",
+               "reader identity in KEDA's namespace (ClusterTriggerAuthentication reads it there)")
+        expect(tok["type"] == "kubernetes.io/service-account-token" and
+               tok["metadata"]["annotations"]["kubernetes.io/service-account.name"] ==
+               sa["metadata"]["name"], "token Secret of the reader ServiceAccount")
+        rb = find("ClusterRoleBinding", "-keda-reader")
+        expect(rb["roleRef"]["name"] == "microview-metrics-reader" and
+               rb["subjects"] == [{"kind": "ServiceAccount", "name": "microview-keda-reader",
+                                   "namespace": "keda"}],
+               "the reader is bound to the metrics-reader role (get /api/v1/value) and nothing else")
+        pols = network_policies()
+        cfrom = peers_of(pols["collector"])
+        keda_peer = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "keda"}},
+                     "podSelector": {"matchLabels": {"app": "keda-operator"}}}
+        expect(len(cfrom) == 1 and cfrom[0][1] == [9469] and keda_peer in cfrom[0][0] and
+               len(cfrom[0][0]) == 3, f"collector: KEDA's operator added to its peers ({cfrom})")
+        collector_auth_checks(col, [{"kind": "ServiceAccount", "name": "prometheus-k8s",
+                                     "namespace": "monitoring"}])
     elif SCENARIO == "rdma-required":
         expect(conf["require_rdma"] is True and conf["rdma_retry_ms"] == 5000, "require_rdma")
         expect(container(ds_agent)["securityContext"]["privileged"] is True, "agent privileged")

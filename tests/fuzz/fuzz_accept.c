@@ -16,7 +16,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     s[size] = '\0';
 
     mv_expo_format f = mv_expo_negotiate(s);
-    if (f != MV_EXPO_TEXT && f != MV_EXPO_OPENMETRICS)
+    if (f != MV_EXPO_TEXT && f != MV_EXPO_OPENMETRICS && f != MV_EXPO_PROTOBUF)
         abort();
 
     /* The same bytes as HELP text and label value must render within the cap. */

@@ -507,8 +507,22 @@ def keda_checks(rep, prom, curl, served):
                       "(%s, want ~%d)" % (q, want), ok, "%s / %s" % (res, pods))
         elif trig["type"] == "metrics-api":
             u = urllib.parse.urlsplit(md["url"])
-            live = curl + u.path + ("?" + u.query if u.query else "")
             params = dict(urllib.parse.parse_qsl(u.query))
+            query = u.query
+            sel_pods = None
+            if "selector" in params:
+                # The selector names the Deployment's pods by their Kubernetes labels, which only
+                # the agent's Kubernetes mode publishes (k8s_writer checks that path). Here the
+                # generators have identity labels only: the same query shape, with a selector
+                # over those, stands for it.
+                rep.check("KEDA metrics-api asks every collector and sums (%s)" % md["url"],
+                          md.get("aggregateFromKubeServiceEndpoints") == "true" and
+                          md.get("aggregationType") in ("sum", "max") and
+                          params.get("namespace") == HPA_NS, str(md))
+                sel_pods = HPA_PODS
+                params["selector"] = "pod in (%s)" % ",".join(HPA_PODS)
+                query = urllib.parse.urlencode(params)
+            live = curl + u.path + ("?" + query if query else "")
             # The collector's index page lists its endpoints; a 404 from a collector that has
             # /api/v1/value means "no such metric", which is a failure.
             has_endpoint = b"/api/v1/value" in (http_get(curl + "/")[2] or b"")
@@ -525,8 +539,11 @@ def keda_checks(rep, prom, curl, served):
             ok = st == 200 and isinstance(v, (int, float)) and not isinstance(v, bool)
             rep.check("KEDA metrics-api %s: valueLocation %s is a number" % (live, md["valueLocation"]),
                       ok, "%s %s" % (st, body[:300]))
-            if ok and params.get("metric") == "gen_requests_rate":
-                want = expected_rate(params.get("namespace"), params.get("pod"))
+            if ok and params.get("metric") in ("gen_requests_rate", "gen_requests_rate_short"):
+                if sel_pods:
+                    want = sum(expected_rate(HPA_NS, p) for p in sel_pods)
+                else:
+                    want = expected_rate(params.get("namespace"), params.get("pod"))
                 rep.check("KEDA metrics-api value %.1f within tolerance of the generator (%d/s)"
                           % (v, want), within(float(v), want, RATE_TOL))
 

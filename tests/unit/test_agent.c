@@ -159,6 +159,33 @@ static void test_create_list_release(void)
     agent_stop(&a);
 }
 
+/* The pod's labels set in the store reach the client with the segment (ListSegments), apart
+ * from its identity labels. */
+static void test_pod_labels_listed(void)
+{
+    agent a;
+    agent_start(&a, NULL, -1);
+    const char *labels[] = {"namespace", "shop", "pod", "checkout-1"};
+    mv_agentc_segment seg;
+    CU_ASSERT_EQUAL_FATAL(mv_agentc_create(a.cli, 4096, 0, labels, 2, &seg), 0);
+    mv_segstore_label pl[] = {{"app.kubernetes.io/name", "checkout"}, {"tier", "web"}};
+    char err[256];
+    CU_ASSERT_EQUAL(mv_segstore_set_pod_labels(a.store, seg.id, pl, 2, err, sizeof err), 1);
+    mv_agentc_segment *v;
+    size_t n;
+    CU_ASSERT_EQUAL_FATAL(mv_agentc_list(a.cli, &v, &n, NULL), 0);
+    CU_ASSERT_FATAL(n == 1);
+    CU_ASSERT_EQUAL(v[0].nlabels, 2);
+    CU_ASSERT_EQUAL(v[0].npod_labels, 2);
+    CU_ASSERT(v[0].npod_labels == 2 &&
+              strcmp(v[0].pod_labels[0].name, "app.kubernetes.io/name") == 0 &&
+              strcmp(v[0].pod_labels[0].value, "checkout") == 0 &&
+              strcmp(v[0].pod_labels[1].name, "tier") == 0);
+    mv_agentc_segments_free(v, n);
+    mv_agentc_segment_clear(&seg);
+    agent_stop(&a);
+}
+
 static void test_bad_requests(void)
 {
     agent a;
@@ -786,6 +813,7 @@ int main(int argc, char **argv)
         return 1;
     chmod(tmpdir, 0755); /* the other users' children connect in it */
     static const mv_test tests[] = {
+        {"pod labels reach the client with the segment", test_pod_labels_listed},
         {"create, list, release", test_create_list_release},
         {"bad requests get clear errors", test_bad_requests},
         {"control bytes in labels refused, not cut", test_label_control_bytes},

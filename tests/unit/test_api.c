@@ -38,6 +38,10 @@ static const struct {
     {"metric=up&label=zone", "!label wants KEY=VALUE"},
     {"metric=up&label==v", "!label wants KEY=VALUE"},
     {"metric=up&pod=p&label=pod=q", "up|-|pod=p,pod=q"},
+    {"metric=up&selector=app=x,tier in (a,b)", "up|-|"}, /* a predicate, not a filter */
+    {"metric=up&selector=", "!selector: selector requirement 1 at byte 0: the selector is empty"},
+    {"metric=up&selector=app in ()", "!the value set is empty"},
+    {"metric=up&selector=a=\"b", "!unexpected character '?'"}, /* quote kept out of the JSON */
 };
 
 static void format_query(const mv_api_value_query *q, char *buf, size_t len)
@@ -144,6 +148,10 @@ static int serve_open(void)
     mv_seg_label ids[] = {{"namespace", "team-a"}, {"pod", "web-0"}};
     if (mv_coll_shm_open(path, 0, &src, &size, err, sizeof err) != 0 ||
         mv_coll_add(g_coll, "seg-1", size, ids, 2, mv_coll_shm_transport(), src) != 0)
+        return -1;
+    mv_seg_label pl[] = {{"app.kubernetes.io/name", "web"}, {"tier", "front"}};
+    if (mv_coll_set_pod_labels(g_coll, "seg-1", pl, 2) != 0 ||
+        mv_coll_set_pod_labels(g_coll, "nope", pl, 2) != -ENOENT)
         return -1;
     mv_coll_tick(g_coll);
     mv_api_opts ao = {.coll = g_coll, .render_extra = render_extra};
@@ -297,6 +305,46 @@ static void test_value_route(void)
     mv_util_buf_free(&r.body);
 }
 
+/* Workload queries: a selector over the pod's labels and identity labels; no match anywhere on
+ * this node is the well-formed empty answer, never a 404. */
+static void test_value_selector(void)
+{
+    static const struct {
+        const char *query;
+        long status;
+        const char *body; /* substring */
+    } cases[] = {
+        {"metric=queue_depth&selector=app.kubernetes.io/name%3Dweb", 200, "\"value\":7"},
+        {"metric=queue_depth&namespace=team-a&selector=tier%20in%20(front,back),!canary", 200,
+         "\"count\":1"},
+        {"metric=queue_depth&selector=pod%3Dweb-0", 200, "\"value\":7"}, /* identity label */
+        {"metric=queue_depth&selector=app.kubernetes.io/name%3Dapi", 200,
+         "\"value\":0,\"count\":0,\"series\":[],\"empty\":true"},
+        {"metric=queue_depth&namespace=team-b&selector=tier", 200, "\"empty\":true"},
+        {"metric=queue_depth&selector=tier%20notin%20(front)", 200, "\"empty\":true"},
+        /* The metric's own labels are not pod labels: label= filters them. */
+        {"metric=queue_depth&selector=queue%3Djobs", 200, "\"empty\":true"},
+        /* A node without the workload's pods may not know the metric at all. */
+        {"metric=no_such_metric&selector=tier", 200, "\"empty\":true"},
+        {"metric=queue_depth&selector=tier%20in%20()", 400,
+         "selector requirement 1 at byte 9: the value set is empty"},
+        {"metric=queue_depth&selector=replicas%3E3", 400, "(gt/lt) is not supported"},
+        {"metric=queue_depth&selector=app%3Dx%22y", 400, "unexpected character '?'"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char path[512];
+        reply r;
+        snprintf(path, sizeof path, "/api/v1/value?%s", cases[i].query);
+        CU_ASSERT_EQUAL_FATAL(get(path, NULL, &r), 0);
+        int ok = r.status == cases[i].status && strstr(r.body.data, cases[i].body) != NULL &&
+                 r.body.data[0] == '{';
+        if (!ok)
+            fprintf(stderr, "%s: %ld %s\n", cases[i].query, r.status, r.body.data);
+        CU_ASSERT(ok);
+        mv_util_buf_free(&r.body);
+    }
+}
+
 int main(void)
 {
     mv_log_init("test_api", MV_LOG_ERROR);
@@ -311,6 +359,7 @@ int main(void)
         {"value query parser: label key length", test_value_label_key_limit},
         {"routes: health, index, metrics negotiation, segments", test_routes},
         {"route /api/v1/value: 200, 400, 404", test_value_route},
+        {"route /api/v1/value: workload selector and the empty answer", test_value_selector},
     };
     int rc = MV_TEST_RUN("api", tests);
     serve_close();

@@ -368,11 +368,11 @@ static void test_negotiate(void)
          "text/plain;version=1.0.0;escaping=allow-utf-8;q=0.3,"
          "text/plain;version=0.0.4;q=0.2,*/*;q=0.1",
          MV_EXPO_OPENMETRICS},
-        /* Prometheus 3 with native histograms (protobuf first). */
+        /* Prometheus 3 with native histograms (protobuf first): the protobuf exposition. */
         {"application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;"
          "encoding=delimited;q=0.6,application/openmetrics-text;version=1.0.0;"
          "escaping=allow-utf-8;q=0.5,text/plain;version=0.0.4;q=0.2,*/*;q=0.1",
-         MV_EXPO_OPENMETRICS},
+         MV_EXPO_PROTOBUF},
         /* Prometheus 2 default. */
         {"application/openmetrics-text;version=1.0.0,application/openmetrics-text;"
          "version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1",

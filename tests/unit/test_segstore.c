@@ -366,6 +366,87 @@ static void test_journal_durable(void)
     mv_segstore_close(st);
 }
 
+/* Pod labels (the pod's Kubernetes labels, for selectors): checked like the API server's
+ * labels, bounded, persisted through the journal and a reopen, and absent from an entry that has
+ * none. */
+static void test_pod_labels(void)
+{
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/podlabels%d", tmpdir, dir_seq++);
+    mv_segstore_opts o = {.dir = dir, .max_size = 1u << 20, .reap_interval_ms = -1};
+    mv_segstore *st;
+    CU_ASSERT_FATAL(mv_segstore_open(&o, &st) == 0);
+    char err[256];
+    mv_segstore_label l = {"service", "web"};
+    mv_segstore_seg seg;
+    CU_ASSERT_FATAL(mv_segstore_create(st, 4096, 0, &l, 1, &seg, err, sizeof err) == 0);
+    mv_segstore_label pl[] = {{"app.kubernetes.io/name", "checkout"}, {"tier", ""}};
+    CU_ASSERT_EQUAL(mv_segstore_set_pod_labels(st, seg.id, pl, 2, err, sizeof err), 1);
+    CU_ASSERT_EQUAL(mv_segstore_set_pod_labels(st, seg.id, pl, 2, err, sizeof err), 0);
+    CU_ASSERT_EQUAL(mv_segstore_set_pod_labels(st, "seg-0000000000000000", pl, 2, err, sizeof err),
+                    -ENOENT);
+    static const struct {
+        const char *k, *v, *why;
+    } bad[] = {
+        {"Bad.Prefix/x", "v", "key has a prefix that is not a lowercase DNS subdomain"},
+        {"app", "has space", "value holds a byte other than"},
+        {"app", "-x", "value must start and end with a letter or digit"},
+        {"", "v", "key is empty"},
+        {"a\x01", "v", "key holds a byte other than"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        mv_segstore_label b = {(char *)bad[i].k, (char *)bad[i].v};
+        CU_ASSERT_EQUAL(mv_segstore_set_pod_labels(st, seg.id, &b, 1, err, sizeof err), -EINVAL);
+        if (!strstr(err, bad[i].why))
+            fprintf(stderr, "pod label %s=%s: %s\n", bad[i].k, bad[i].v, err);
+        CU_ASSERT_PTR_NOT_NULL(strstr(err, bad[i].why));
+    }
+    mv_segstore_label dup[] = {{"a", "1"}, {"a", "2"}};
+    CU_ASSERT_EQUAL(mv_segstore_set_pod_labels(st, seg.id, dup, 2, err, sizeof err), -EINVAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "appears twice"));
+    mv_segstore_label many[MV_SEGSTORE_POD_LABELS_MAX + 1];
+    char keys[MV_SEGSTORE_POD_LABELS_MAX + 1][8];
+    for (int i = 0; i <= MV_SEGSTORE_POD_LABELS_MAX; i++) {
+        snprintf(keys[i], sizeof keys[i], "k%d", i);
+        many[i] = (mv_segstore_label){keys[i], "v"};
+    }
+    CU_ASSERT_EQUAL(mv_segstore_set_pod_labels(st, seg.id, many, MV_SEGSTORE_POD_LABELS_MAX + 1,
+                                               err, sizeof err),
+                    -EINVAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "at most 32"));
+    /* The refused ones changed nothing: a reopen (journal, then snapshot) serves the good set. */
+    for (int round = 0; round < 2; round++) {
+        mv_segstore_close(st);
+        CU_ASSERT_FATAL(mv_segstore_open(&o, &st) == 0);
+        mv_segstore_seg *v;
+        size_t n;
+        uint64_t rev;
+        CU_ASSERT_FATAL(mv_segstore_list(st, &v, &n, &rev) == 0);
+        CU_ASSERT_FATAL(n == 1);
+        CU_ASSERT_EQUAL(v[0].npod_labels, 2);
+        CU_ASSERT(v[0].npod_labels == 2 &&
+                  strcmp(v[0].pod_labels[0].name, "app.kubernetes.io/name") == 0 &&
+                  strcmp(v[0].pod_labels[0].value, "checkout") == 0 &&
+                  strcmp(v[0].pod_labels[1].value, "") == 0);
+        CU_ASSERT_EQUAL(v[0].nlabels, 1);
+        mv_segstore_segs_free(v, n);
+    }
+    /* catalog.json refuses a bad pod label naming it. */
+    static const char bad_cat[] =
+        "{\"version\":1,\"revision\":1,\"segments\":[{\"id\":\"seg-0000000000000001\","
+        "\"size_bytes\":4096,\"owner_pid\":0,\"created_unix_ns\":1,\"labels\":[],"
+        "\"pod_labels\":[{\"name\":\"app\",\"value\":\"a b\"}]}]}";
+    mv_segstore_seg *v = NULL;
+    size_t n = 0;
+    uint64_t rev;
+    int rc =
+        mv_segstore_catalog_parse(bad_cat, sizeof bad_cat - 1, dir, &v, &n, &rev, err, sizeof err);
+    CU_ASSERT(rc < 0 || n == 0);
+    mv_segstore_segs_free(v, n);
+    mv_segstore_seg_clear(&seg);
+    mv_segstore_close(st);
+}
+
 /* The journal is folded into the snapshot after as many records as the last snapshot had
  * entries, at least 1,024: after 1,030 creates on an empty store the journal holds 6 records
  * and catalog.json the first 1,024 segments. */
@@ -548,6 +629,7 @@ int main(void)
         {"a create whose entry cannot be made durable fails and leaves no file",
          test_create_fails_when_not_durable},
         {"per-uid quotas and the disk reserve", test_quotas},
+        {"pod labels: checked, bounded, persisted", test_pod_labels},
     };
     int fails = MV_TEST_RUN("segstore", tests);
     if (!fails)

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "microview/v1/agent.pb-c.h"
+#include "mv_labelsel.h"
 #include "mv_rpc.h"
 #include "mv_util.h"
 
@@ -228,6 +229,11 @@ void mv_agentc_segment_clear(mv_agentc_segment *s)
         free(s->labels[i].value);
     }
     free(s->labels);
+    for (size_t i = 0; i < s->npod_labels; i++) {
+        free(s->pod_labels[i].name);
+        free(s->pod_labels[i].value);
+    }
+    free(s->pod_labels);
     memset(s, 0, sizeof *s);
 }
 
@@ -248,7 +254,7 @@ static char *dup_or_empty(const char *s)
 static int from_msg(const Microview__V1__Segment *m, uint64_t revision, mv_agentc_segment *out)
 {
     memset(out, 0, sizeof *out);
-    if (m->n_labels > LABELS_MAX)
+    if (m->n_labels > LABELS_MAX || m->n_pod_labels > MV_AGENTC_POD_LABELS_MAX)
         return -EPROTO;
     out->id = dup_or_empty(m->id);
     out->path = dup_or_empty(m->path);
@@ -273,6 +279,22 @@ static int from_msg(const Microview__V1__Segment *m, uint64_t revision, mv_agent
         out->labels[i].name = dup_or_empty(m->labels[i]->name);
         out->labels[i].value = dup_or_empty(m->labels[i]->value);
         if (!out->labels[i].name || !out->labels[i].value)
+            goto nomem;
+    }
+    if (m->n_pod_labels) {
+        out->pod_labels = calloc(m->n_pod_labels, sizeof *out->pod_labels);
+        if (!out->pod_labels)
+            goto nomem;
+    }
+    for (size_t i = 0; i < m->n_pod_labels; i++) {
+        const char *k = m->pod_labels[i]->name ? m->pod_labels[i]->name : "";
+        const char *v = m->pod_labels[i]->value ? m->pod_labels[i]->value : "";
+        if (mv_lsel_check_key(k, strlen(k)) || mv_lsel_check_value(v, strlen(v)))
+            continue; /* the agent checks them; a selector must never see a bad one */
+        mv_agentc_label *l = &out->pod_labels[out->npod_labels++];
+        l->name = strdup(k);
+        l->value = strdup(v);
+        if (!l->name || !l->value)
             goto nomem;
     }
     return 0;

@@ -20,6 +20,8 @@ enum { MV_AGENTC_ADDED = 1, MV_AGENTC_REMOVED = 2, MV_AGENTC_SYNCED = 3, MV_AGEN
 
 typedef struct mv_agentc mv_agentc;
 
+#define MV_AGENTC_POD_LABELS_MAX 32
+
 typedef struct mv_agentc_label {
     char *name, *value;
 } mv_agentc_label;
@@ -31,6 +33,10 @@ typedef struct mv_agentc_segment {
     uint64_t created_ns;
     size_t nlabels;
     mv_agentc_label *labels;
+    /* The pod's Kubernetes labels (for label selectors; not series labels): at most
+     * MV_AGENTC_POD_LABELS_MAX, each a valid Kubernetes label key and value (others left out). */
+    size_t npod_labels;
+    mv_agentc_label *pod_labels;
     uint64_t revision; /* catalog revision of the event or reply that carried it */
     /* RDMA: valid when rdma_readable is nonzero (the agent registered the segment). */
     uint64_t rdma_addr;

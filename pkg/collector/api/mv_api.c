@@ -95,8 +95,11 @@ static int h_metrics(void *arg, const mv_httpd_request *req, mv_httpd_response *
     if (!snap)
         return respond_text(resp, 503, "snapshot failed: out of memory\n");
     pthread_mutex_lock(&api->render_mu);
-    if (!api->body)
+    if (!api->body) {
         api->body = mv_expo_create(fmt, api->o.body_cap);
+        if (api->body && api->o.native_set)
+            mv_expo_set_native(api->body, api->o.native_schema, api->o.native_max_buckets);
+    }
     mv_expo *e = api->body;
     if (!e) {
         pthread_mutex_unlock(&api->render_mu);
@@ -173,6 +176,24 @@ static int first_bad(void *arg, const char *key, const char *value)
     return 1;
 }
 
+/* The selector's label lookup on one segment: the pod's labels, then its identity labels. */
+static const char *seg_label(void *ctx, const char *key, size_t klen)
+{
+    const mv_coll_seg_view *v = ctx;
+    for (size_t i = 0; i < v->npod_labels; i++)
+        if (strlen(v->pod_labels[i].key) == klen && memcmp(v->pod_labels[i].key, key, klen) == 0)
+            return v->pod_labels[i].value;
+    for (size_t i = 0; i < v->nlabels; i++)
+        if (strlen(v->labels[i].key) == klen && memcmp(v->labels[i].key, key, klen) == 0)
+            return v->labels[i].value;
+    return NULL;
+}
+
+static int seg_selected(void *arg, const mv_coll_seg_view *v)
+{
+    return mv_lsel_match(arg, seg_label, (void *)v);
+}
+
 static int h_value(void *arg, const mv_httpd_request *req, mv_httpd_response *resp)
 {
     mv_api *api = arg;
@@ -189,10 +210,11 @@ static int h_value(void *arg, const mv_httpd_request *req, mv_httpd_response *re
         if (bad.bad_utf8)
             mv_util_fmt(msg, sizeof msg, "parameter %s: key or value is not valid UTF-8", key);
         else
-            mv_util_fmt(msg, sizeof msg,
-                        "unknown parameter %s: give metric, agg, label=KEY=VALUE or one of "
-                        "namespace, pod, container, quantile, le, service, instance, node, job",
-                        key);
+            mv_util_fmt(
+                msg, sizeof msg,
+                "unknown parameter %s: give metric, agg, selector, label=KEY=VALUE or one of "
+                "namespace, pod, container, quantile, le, service, instance, node, job",
+                key);
         json_object_object_add(o, "error", json_object_new_string(msg));
         int rc = respond_json(resp, 400,
                               json_object_to_json_string_ext(
@@ -206,7 +228,14 @@ static int h_value(void *arg, const mv_httpd_request *req, mv_httpd_response *re
     if (!snap)
         return respond_text(resp, 503, "snapshot failed: out of memory\n");
     char *json = NULL;
-    int rc = mv_export_value_json(snap, q.metric, q.filters, q.nfilters, q.agg, &json);
+    mv_export_value_req vr = {.metric = q.metric,
+                              .filters = q.filters,
+                              .nfilters = q.nfilters,
+                              .agg = q.agg,
+                              .match = q.has_selector ? seg_selected : NULL,
+                              .match_arg = &q.selector,
+                              .empty_ok = q.has_selector};
+    int rc = mv_export_value_json_req(snap, &vr, &json);
     mv_coll_snap_free(snap);
     if (rc == -EINVAL)
         return respond_json(resp, 400, "{\"error\":\"agg is one of sum, avg, max, min\"}");
@@ -235,7 +264,8 @@ static int h_index(void *arg, const mv_httpd_request *req, mv_httpd_response *re
         "  /debug/segments   segments, state, read statistics, anomaly scores\n"
         "                    (JSON; ?series=1 adds every metric's values)\n"
         "  /api/v1/value     ?metric=NAME&namespace=..&pod=..: current value(s)\n"
-        "                    of a raw or derived series (JSON, for KEDA)\n"
+        "                    of a raw or derived series (JSON, for KEDA);\n"
+        "                    &selector=app=x,tier in (a,b): a workload's pods\n"
         "  /ui               live view in the browser (read resolution)\n"
         "  /api/v1/stream    ?seg=ID&m=INDEX...: live series as Server-Sent Events\n"
         "  /healthz          liveness\n");

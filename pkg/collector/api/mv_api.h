@@ -15,6 +15,7 @@
 
 #include <stddef.h>
 
+#include "mv_labelsel.h"
 #include "mv_segment.h"
 
 #ifdef __cplusplus
@@ -47,6 +48,11 @@ typedef struct mv_api_opts {
     /* Who may read (borrowed; NULL = everyone): every route but /healthz and the index page
      * asks it first and answers its 401 (with WWW-Authenticate: Bearer), 403 or 503. */
     mv_authz *authz;
+    /* Native histograms in the protobuf exposition (mv_expo_set_native): with native_set, the
+     * schema (-4..8, or MV_EXPO_NH_OFF) and bucket limit (0: default); else schema 6. */
+    int native_set;
+    int32_t native_schema;
+    uint32_t native_max_buckets;
     /* The live view (borrowed; NULL = none): /api/v1/stream and /api/v1/live/segments behind
      * the access check, the page (/ui, /ui/app.js) open: it is static code that holds no data
      * and asks for a token when the stream answers 401. */
@@ -61,7 +67,14 @@ int mv_api_route(mv_api *api, mv_httpd *h);
 /* NULL is a no-op. */
 void mv_api_destroy(mv_api *api);
 
-/* ---- /api/v1/value?metric=NAME[&agg=sum|avg|max|min][&LABEL=VALUE...][&label=KEY=VALUE] ---- */
+/* ---- /api/v1/value?metric=NAME[&agg=sum|avg|max|min][&LABEL=VALUE...][&label=KEY=VALUE]
+ *                   [&selector=SELECTOR] ----
+ *
+ * selector= names a workload the way Kubernetes does: a label selector (mv_labelsel.h) over the
+ * pod's labels (published by the agent) and its identity labels, usually with namespace=. Such a
+ * query is a workload query: a collector holding no matching series answers 200 with
+ * {"value":0,"count":0,"series":[],"empty":true}, so that the answers of every node's collector
+ * can be summed or maxed (KEDA metrics-api with aggregateFromKubeServiceEndpoints). */
 
 /* Label filters taken by name: the identity labels and a few common ones. */
 #define MV_API_VALUE_KEYS 9
@@ -76,6 +89,9 @@ typedef struct mv_api_value_query {
     mv_seg_label filters[MV_API_FILTERS_MAX];
     size_t nfilters;
     char extra_key[MV_SEG_LABEL_KEY_MAX + 1];
+    int has_selector;
+    mv_lsel selector;
+    char err_buf[320]; /* a parse error naming the field, when not a static one */
 } mv_api_value_query;
 
 /* Returns the value of query parameter `key`, or NULL when absent. */

@@ -2,6 +2,7 @@
 #include "mv_api.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 static const char *const value_keys[MV_API_VALUE_KEYS] = {
@@ -9,7 +10,8 @@ static const char *const value_keys[MV_API_VALUE_KEYS] = {
 
 int mv_api_value_known_key(const char *key)
 {
-    if (strcmp(key, "metric") == 0 || strcmp(key, "agg") == 0 || strcmp(key, "label") == 0)
+    if (strcmp(key, "metric") == 0 || strcmp(key, "agg") == 0 || strcmp(key, "label") == 0 ||
+        strcmp(key, "selector") == 0)
         return 1;
     for (size_t i = 0; i < MV_API_VALUE_KEYS; i++)
         if (strcmp(key, value_keys[i]) == 0)
@@ -43,6 +45,21 @@ int mv_api_value_parse(mv_api_query_fn get, void *ctx, mv_api_value_query *q, co
         memcpy(q->extra_key, extra, (size_t)(eq - extra));
         q->extra_key[eq - extra] = '\0';
         q->filters[q->nfilters++] = (mv_seg_label){q->extra_key, eq + 1};
+    }
+    const char *sel = get(ctx, "selector");
+    if (sel) {
+        char why[256];
+        if (mv_lsel_parse(sel, strlen(sel), &q->selector, why, sizeof why) < 0) {
+            /* The reason quotes selector text only as the grammar's own characters, but for
+             * one unexpected printable byte: keep the document JSON whatever it is. */
+            for (char *p = why; *p; p++)
+                if (*p == '"' || *p == '\\' || (unsigned char)*p < 0x20 || (unsigned char)*p > 0x7e)
+                    *p = '?';
+            snprintf(q->err_buf, sizeof q->err_buf, "{\"error\":\"selector: %s\"}", why);
+            *err_json = q->err_buf;
+            return -EINVAL;
+        }
+        q->has_selector = 1;
     }
     return 0;
 }

@@ -140,6 +140,9 @@ int mv_coll_add(mv_coll *c, const char *id, uint64_t size, const mv_seg_label *l
 /* Gives segment `id` new identity labels (copied), keeping everything else: its source, reads
  * and analytics. Logs segment.relabeled. Returns 0, -ENOENT or -ENOMEM. */
 int mv_coll_relabel(mv_coll *c, const char *id, const mv_seg_label *labels, size_t nlabels);
+/* Gives segment `id` its pod's Kubernetes labels (copied; keys such as app.kubernetes.io/name),
+ * which only label selectors see: they are not series labels. Returns 0, -ENOENT or -ENOMEM. */
+int mv_coll_set_pod_labels(mv_coll *c, const char *id, const mv_seg_label *labels, size_t n);
 /* Removes a segment (e.g. released or its rkey revoked). Returns 0 or -ENOENT. */
 int mv_coll_remove(mv_coll *c, const char *id);
 /* Called (from a tick worker, no table lock held) after the table dropped a
@@ -178,6 +181,8 @@ typedef struct mv_coll_seg_view {
     const char *id;
     const mv_seg_label *labels; /* identity labels */
     size_t nlabels;
+    const mv_seg_label *pod_labels; /* the pod's Kubernetes labels, for selectors only */
+    size_t npod_labels;
     mv_coll_state state;
     mv_seg_reason reason;      /* last rejection reason, if any */
     const char *detail;        /* its detail text */

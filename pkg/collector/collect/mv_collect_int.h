@@ -82,6 +82,8 @@ typedef struct seg {
     char *id;
     mv_seg_label *labels;
     size_t nlabels;
+    mv_seg_label *pod_labels; /* the pod's Kubernetes labels (for selectors), under mu */
+    size_t npod_labels;
     uint64_t size;
     void *full;                            /* whole-segment buffer for catalog reads */
     uint64_t hdr2[MV_SEG_HEADER_SIZE / 8]; /* header re-read after a catalog copy */
@@ -200,6 +202,10 @@ void mv_coll__cat_put(cat_ref *r);
 cat_ref *mv_coll__cat_get(cat_ref *r);
 /* Reads through the segment's transport and counts the bytes that arrived. */
 void mv_coll__seg_read(mv_coll *c, seg *s, mv_coll_read *rq, size_t n);
+/* Removes (up to all) segments for which pred(seg, arg) holds; returns how many. */
+size_t mv_coll__remove_if(mv_coll *c, int (*pred)(const seg *, const void *), const void *arg);
+/* The predicate "is this very object": arg is a seg *. */
+int mv_coll__seg_is(const seg *s, const void *arg);
 /* Drops a reference to a segment (frees it with the last). */
 void mv_coll__seg_put(seg *s);
 /* Drops a reference to a tick list (and, with the last, its references to the segments). */

@@ -49,6 +49,20 @@ mv_coll_snap *mv_coll_snapshot(mv_coll *c)
             l[k].value = strdup(s->labels[k].value);
         }
         v->labels = l;
+        l = calloc(s->npod_labels ? s->npod_labels : 1, sizeof *l);
+        size_t np = 0;
+        for (size_t k = 0; l && k < s->npod_labels; k++) {
+            l[np].key = strdup(s->pod_labels[k].key);
+            l[np].value = strdup(s->pod_labels[k].value);
+            if (l[np].key && l[np].value) {
+                np++;
+            } else { /* out of memory: that label is left out, never half there */
+                free((char *)l[np].key);
+                free((char *)l[np].value);
+            }
+        }
+        v->pod_labels = l;
+        v->npod_labels = l ? np : 0;
         v->state = s->state;
         v->reason = s->reason;
         v->detail = strdup(s->detail);
@@ -112,6 +126,11 @@ void mv_coll_snap_free(mv_coll_snap *sn)
             free((char *)v->labels[k].value);
         }
         free((void *)v->labels);
+        for (size_t k = 0; v->pod_labels && k < v->npod_labels; k++) {
+            free((char *)v->pod_labels[k].key);
+            free((char *)v->pod_labels[k].value);
+        }
+        free((void *)v->pod_labels);
         free((void *)v->hot);
         free((void *)v->omitted);
         free((void *)v->pipe);

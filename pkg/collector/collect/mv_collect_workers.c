@@ -12,20 +12,6 @@
 #include <string.h>
 #include <time.h>
 
-/* Reads through a transport, one caller at a time unless it says it is
- * concurrent. */
-void mv_coll__read(mv_coll *c, const mv_coll_transport *t, mv_coll_read *rq, size_t n)
-{
-    pthread_mutex_t *mu = NULL;
-    if (c->nw > 1 && !t->concurrent)
-        mu = &c->read_mu[((uintptr_t)t * 0x9E3779B97F4A7C15ull >> 40) % READ_LOCKS];
-    if (mu)
-        pthread_mutex_lock(mu);
-    t->read_many(t->ctx, rq, n);
-    if (mu)
-        pthread_mutex_unlock(mu);
-}
-
 static uint64_t mono_ns(void)
 {
     struct timespec ts;

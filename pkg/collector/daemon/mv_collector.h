@@ -27,6 +27,7 @@
 #include "mv_collect.h"
 #include "mv_export.h"
 #include "mv_httpd.h"
+#include "mv_rw.h"
 #include "mv_live.h"
 
 #ifdef __cplusplus
@@ -66,6 +67,12 @@ typedef struct mv_collector_opts {
     size_t body_cap;        /* cap on a /metrics body */
     size_t cache_cap;       /* exposition cache; 0: twice body_cap */
     mv_export_sel *derived; /* derived series on /metrics (borrowed) */
+    /* Native histograms of the protobuf exposition (mv_api_opts): schema and bucket limit. */
+    int native_set;
+    int32_t native_schema;
+    uint32_t native_max_buckets;
+    /* Remote write (rw.url NULL: off); rw.sel is set to `derived`. */
+    mv_rw_config rw;
     /* The live view (/ui, /api/v1/stream): its limits; coll and tick_us are set here.
      * max_streams 0: no live view. */
     mv_live_opts live;

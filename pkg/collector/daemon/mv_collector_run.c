@@ -25,6 +25,7 @@ typedef struct app {
     mv_verbs *verbs; /* --transport verbs only */
     mv_httpd *httpd; /* set before it serves */
     mv_authz *authz; /* --auth kubernetes only */
+    mv_rw *rw;       /* --remote-write-url only */
     mv_live *live;   /* the live view; NULL with --ui-max-streams 0 */
 } app;
 
@@ -97,6 +98,8 @@ static int render_extra(void *arg, mv_expo *e, const mv_coll_snap *snap)
         render_http_stats(a->httpd, e);
     if (a->authz)
         render_authz_stats(a->authz, e);
+    if (a->rw)
+        mv_rw_render(a->rw, e);
     if (a->live)
         mv_live_render(a->live, e);
     return a->verbs ? mv_verbs_render(a->verbs, e, snap) : 0;
@@ -109,6 +112,16 @@ static int listen_loopback(const char *host)
 }
 
 /* ---- Discovery → table ------------------------------------------------------------ */
+
+/* The pod's labels, which the value API's workload selectors match. */
+static void set_pod_labels(app *a, const mv_disc_segment *s)
+{
+    int rc = mv_coll_set_pod_labels(a->coll, s->id, s->pod_labels, s->npod_labels);
+    if (rc == -ENOMEM)
+        MV_WARN("segment.pod_labels_failed", "id=%s error=%s effect=%s", mv_log_q(s->id),
+                mv_log_q(strerror(-rc)),
+                mv_log_q("label selectors do not see this segment's pod labels"));
+}
 
 static void disc_added(void *arg, const mv_disc_segment *s)
 {
@@ -125,6 +138,8 @@ static void disc_added(void *arg, const mv_disc_segment *s)
     rc = mv_coll_add(a->coll, s->id, size, s->labels, s->nlabels, mv_coll_shm_transport(), src);
     if (rc != 0 && rc != -EEXIST)
         MV_WARN("segment.add_failed", "id=%s error=%s", mv_log_q(s->id), mv_log_q(strerror(-rc)));
+    else
+        set_pod_labels(a, s);
 }
 
 static void disc_removed(void *arg, const char *id)
@@ -140,6 +155,8 @@ static void disc_updated(void *arg, const mv_disc_segment *s)
     app *a = arg;
     if (mv_coll_relabel(a->coll, s->id, s->labels, s->nlabels) == -ENOENT)
         disc_added(arg, s); /* never added (its open failed): try again */
+    else
+        set_pod_labels(a, s);
 }
 
 static void disc_synced(void *arg, const char *const *ids, size_t n)
@@ -241,7 +258,10 @@ int mv_collector_run(const mv_collector_opts *o)
                       .cache_cap = o->cache_cap,
                       .render_extra = render_extra,
                       .extra_arg = &a,
-                      .derived = o->derived};
+                      .derived = o->derived,
+                      .native_set = o->native_set,
+                      .native_schema = o->native_schema,
+                      .native_max_buckets = o->native_max_buckets};
     if (mv_api_create(&ao, &api) != 0) {
         MV_ERROR("collector.failed", "error=%s", mv_log_q("out of memory"));
         goto destroy_coll;
@@ -285,6 +305,15 @@ int mv_collector_run(const mv_collector_opts *o)
         if (mv_verbs_create(&vo, a.coll, &a.verbs) != 0)
             goto destroy_disc; /* logged collector.failed; exits 1 */
     }
+    if (o->rw.url) {
+        mv_rw_config rc_ = o->rw;
+        rc_.sel = o->derived;
+        if (mv_rw_create(&rc_, a.coll, &a.rw) != 0) {
+            MV_ERROR("collector.failed", "error=%s",
+                     mv_log_q("cannot start remote write (out of memory or threads)"));
+            goto destroy_disc;
+        }
+    }
     /* Whether the analytics' heap is on huge pages (docs/install.md, "Huge pages"). */
     char thp[16];
     int huge = mv_util_malloc_huge_pages(thp, sizeof thp);
@@ -322,6 +351,7 @@ destroy_disc:
 destroy_httpd:
     mv_httpd_destroy(httpd);
 destroy_coll:
+    mv_rw_destroy(a.rw);     /* after the server (its /metrics), before the table it reads */
     mv_live_destroy(a.live); /* after the server (its streams), before the table (its hook) */
     mv_coll_destroy(a.coll);
     mv_verbs_destroy(a.verbs); /* after the table: its sources used the connections */

@@ -66,18 +66,27 @@ static void seen_add(mv_disc *d, const char *id)
         d->seen[d->nseen++] = s;
 }
 
-static void to_disc(const mv_agentc_segment *s, mv_seg_label *labels, mv_disc_segment *ds)
+static void to_disc(const mv_agentc_segment *s, mv_seg_label *labels, mv_seg_label *pod_labels,
+                    mv_disc_segment *ds)
 {
     size_t n = s->nlabels < 64 ? s->nlabels : 64;
     for (size_t i = 0; i < n; i++) {
         labels[i].key = s->labels[i].name;
         labels[i].value = s->labels[i].value;
     }
+    size_t np =
+        s->npod_labels < MV_AGENTC_POD_LABELS_MAX ? s->npod_labels : MV_AGENTC_POD_LABELS_MAX;
+    for (size_t i = 0; i < np; i++) {
+        pod_labels[i].key = s->pod_labels[i].name;
+        pod_labels[i].value = s->pod_labels[i].value;
+    }
     *ds = (mv_disc_segment){.id = s->id,
                             .path = s->path,
                             .size = s->size,
                             .labels = labels,
                             .nlabels = n,
+                            .pod_labels = pod_labels,
+                            .npod_labels = np,
                             .rdma_addr = s->rdma_addr,
                             .rdma_rkey = s->rdma_rkey,
                             .rdma_length = s->rdma_length,
@@ -132,9 +141,9 @@ static void on_event(void *arg, int event, const mv_agentc_segment *s)
     }
     if (event != MV_AGENTC_ADDED)
         return;
-    mv_seg_label labels[64];
+    mv_seg_label labels[64], pod_labels[MV_AGENTC_POD_LABELS_MAX];
     mv_disc_segment ds;
-    to_disc(s, labels, &ds);
+    to_disc(s, labels, pod_labels, &ds);
     if (completes_update(d, s)) {
         pend_clear(d);
         d->cb.updated(d->cb.arg, &ds);

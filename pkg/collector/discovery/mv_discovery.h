@@ -14,6 +14,8 @@ typedef struct mv_disc_segment {
     uint64_t size;
     const mv_seg_label *labels;
     size_t nlabels;
+    const mv_seg_label *pod_labels; /* the pod's Kubernetes labels, for selectors */
+    size_t npod_labels;
     /* RDMA (remote collectors): meaningful when rdma_readable is nonzero. */
     uint64_t rdma_addr;
     uint32_t rdma_rkey;

@@ -588,6 +588,7 @@ static int put_sample(mv_export__sink *k, mv_export__vctx *c, const char *suffix
     double d = 0;
     uint64_t u = 0;
     int is_u = mv_export__value(c, src, &d, &u);
+    k->ctx = c;
     return k->sample(k, suffix, a, na, b, nb, xname, xval, d, u, is_u, src);
 }
 
@@ -605,6 +606,7 @@ int mv_export__emit(mv_export__sink *k, walk *w, const entry *en)
 {
     const mv_coll_seg_view *v = w->segs[en->seg];
     const mv_pipe_view *p = mv_export__seg_pipe(v);
+    k->seg = v;
     mv_expo_label idl[MAX_ID + 2], own[MAX_LABELS];
     char renamed[MAX_LABELS][RENAME_MAX];
     size_t nid = v->nlabels < MAX_ID ? v->nlabels : MAX_ID, nown = 0;
@@ -853,7 +855,7 @@ int mv_export_render_views_sel(mv_expo *e, const mv_coll_seg_view *const *views,
         st.dropped_type = w.dropped_type;
         st.dropped_collision = w.dropped_collision;
     }
-    expo_sink k = {{expo_family, expo_sample}, e, 0, 0};
+    expo_sink k = {{expo_family, expo_sample, NULL, NULL}, e, 0, 0};
     rc = mv_export__render_self(e, views, nviews, cs, &st);
     if (rc == 0)
         rc = walk_run(&w, &k.k);

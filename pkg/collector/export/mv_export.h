@@ -149,6 +149,26 @@ int mv_export_render_views_cached(mv_export_cache *c, mv_expo *e,
                                   const mv_coll_stats *cs, const mv_export_sel *sel,
                                   mv_export_stats *cumulative);
 
+/*
+ * Visiting the series (remote write): every sample of the snapshot's families in exposition
+ * order (mv_export__walk_snap; derived series chosen by `sel`, NULL = all; the collector's own
+ * microview_* families are not included), each with the time it stands for: a raw value (and
+ * a short rate, and the per-segment read figures) the time its segment was read, a window
+ * summary (rates, quantiles, min/max/mean/last, the anomaly score) the end of its window.
+ * `family` returns 0 to receive the family's samples, 1 to skip them, <0 to stop; `sample`
+ * gets the sample's name parts as mv_expo_sample does, its value (exact integers as u with
+ * is_u set) and ts_ms, and returns 0 or <0 to stop. Returns 0, -ENOMEM or the first <0.
+ */
+typedef struct mv_export_visitor {
+    int (*family)(void *arg, const char *name, mv_expo_type t, const char *help, const char *unit);
+    int (*sample)(void *arg, const char *segment_id, const char *suffix, const mv_expo_label *a,
+                  size_t na, const mv_expo_label *b, size_t nb, const char *xname, double xval,
+                  double v, uint64_t u, int is_u, int64_t ts_ms);
+    void *arg;
+} mv_export_visitor;
+int mv_export_visit(const mv_coll_snap *snap, const mv_export_sel *sel,
+                    const mv_export_visitor *vis);
+
 /* Returns a JSON document describing every segment (identity, state, reason,
  * reads, errors, last read, read interval, anomaly score; with `metrics` set
  * also every metric's current value and window figures). Free with free(). */
@@ -166,5 +186,26 @@ char *mv_export_segments_json(const mv_coll_snap *snap, int metrics);
  * a JSON error document), -EINVAL (bad agg) or -ENOMEM. */
 int mv_export_value_json(const mv_coll_snap *snap, const char *metric, const mv_seg_label *filters,
                          size_t nfilters, const char *agg, char **out);
+
+/* Decides whether a segment's series belong to the query (1) or not (0), from the segment
+ * (its identity and pod labels) alone. */
+typedef int (*mv_export_seg_match_fn)(void *arg, const mv_coll_seg_view *seg);
+
+typedef struct mv_export_value_req {
+    const char *metric;
+    const mv_seg_label *filters;
+    size_t nfilters;
+    const char *agg;              /* NULL = sum */
+    mv_export_seg_match_fn match; /* NULL = every segment */
+    void *match_arg;
+    /* A workload query: no matching series is a well-formed empty answer (return 0, "count":0,
+     * "value":0, "series":[]) rather than -ENOENT, because a node without the workload's pods
+     * is a normal answer when every node's collector is asked (KEDA's
+     * aggregateFromKubeServiceEndpoints). */
+    int empty_ok;
+} mv_export_value_req;
+
+/* mv_export_value_json with a segment predicate and the empty answer above. */
+int mv_export_value_json_req(const mv_coll_snap *snap, const mv_export_value_req *r, char **out);
 
 #endif

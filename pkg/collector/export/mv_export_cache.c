@@ -743,6 +743,8 @@ int mv_export_render_views_cached(mv_export_cache *c, mv_expo *e,
                                   mv_export_stats *cumulative)
 {
     mv_expo_format f = mv_expo_get_format(e);
+    if (f == MV_EXPO_PROTOBUF) /* the cache keeps text lines: protobuf renders without it */
+        return mv_export_render_views_sel(e, views, nviews, cs, sel, cumulative);
     pthread_mutex_lock(&c->mu);
     int rc = key_check(c, views, nviews, mv_export__sel_serial(sel));
     if (rc == 1 && c->refused[f]) {

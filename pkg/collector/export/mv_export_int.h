@@ -72,6 +72,11 @@ struct mv_export__sink {
     int (*sample)(mv_export__sink *k, const char *suffix, const mv_expo_label *a, size_t na,
                   const mv_expo_label *b, size_t nb, const char *xname, double xval, double v,
                   uint64_t u, int is_u, unsigned src);
+    /* Set by the walk before each sample: what the value was read from (its segment and
+     * analytics, for the sample's time). */
+    const mv_export__vctx *ctx;
+    /* The segment whose samples are being fed (set by mv_export__emit before them). */
+    const mv_coll_seg_view *seg;
 };
 
 /* ---- The family walk ------------------------------------------------------------------------- */

@@ -138,6 +138,10 @@ typedef struct value_sink {
     size_t flen; /* length of the current family name when it is a prefix of metric */
     const mv_seg_label *filters;
     size_t nf;
+    mv_export_seg_match_fn match;
+    void *match_arg;
+    const mv_coll_seg_view *match_seg; /* the segment `matched` is for */
+    int matched;
     json_object *series;
     size_t count;
     double agg_v;
@@ -180,6 +184,14 @@ static int value_sample(mv_export__sink *k, const char *suffix, const mv_expo_la
     const char *rest = s->metric + s->flen;
     if (strcmp(rest, suffix ? suffix : "") != 0)
         return 0;
+    if (s->match) {
+        if (s->match_seg != k->seg || !s->match_seg) {
+            s->match_seg = k->seg;
+            s->matched = k->seg && s->match(s->match_arg, k->seg);
+        }
+        if (!s->matched)
+            return 0;
+    }
     char xbuf[40] = "";
     if (xname)
         mv_expo_format_double(xval, 0, xbuf, sizeof xbuf);
@@ -227,18 +239,28 @@ static int value_sample(mv_export__sink *k, const char *suffix, const mv_expo_la
 int mv_export_value_json(const mv_coll_snap *snap, const char *metric, const mv_seg_label *filters,
                          size_t nfilters, const char *agg, char **out)
 {
+    mv_export_value_req r = {
+        .metric = metric, .filters = filters, .nfilters = nfilters, .agg = agg};
+    return mv_export_value_json_req(snap, &r, out);
+}
+
+int mv_export_value_json_req(const mv_coll_snap *snap, const mv_export_value_req *r, char **out)
+{
     static const char *const aggs[4] = {"sum", "avg", "max", "min"};
+    const char *metric = r->metric;
     int ai = -1;
     *out = NULL;
     for (int i = 0; i < 4; i++)
-        if (strcmp(agg ? agg : "sum", aggs[i]) == 0)
+        if (strcmp(r->agg ? r->agg : "sum", aggs[i]) == 0)
             ai = i;
     if (ai < 0)
         return -EINVAL;
-    value_sink s = {.k = {value_family, value_sample},
+    value_sink s = {.k = {value_family, value_sample, NULL},
                     .metric = metric,
-                    .filters = filters,
-                    .nf = nfilters,
+                    .filters = r->filters,
+                    .nf = r->nfilters,
+                    .match = r->match,
+                    .match_arg = r->match_arg,
                     .series = json_object_new_array(),
                     .agg = ai,
                     .all_u = 1};
@@ -251,14 +273,18 @@ int mv_export_value_json(const mv_coll_snap *snap, const char *metric, const mv_
     json_object_object_add(root, "metric", json_object_new_string(metric));
     json_object_object_add(root, "aggregation", json_object_new_string(aggs[ai]));
     double v = s.count == 0 ? NAN : ai == 1 ? s.agg_v / (double)s.count : s.agg_v;
-    if (s.count && s.all_u && ai != 1 && !s.u_overflow)
+    if (s.count == 0 && r->empty_ok)
+        json_object_object_add(root, "value", json_object_new_uint64(0));
+    else if (s.count && s.all_u && ai != 1 && !s.u_overflow)
         json_object_object_add(root, "value", json_object_new_uint64(s.agg_u));
     else
         json_object_object_add(root, "value", jnum(v));
     json_object_object_add(root, "count", json_object_new_uint64(s.count));
     size_t nseries = json_object_array_length(s.series);
     json_object_object_add(root, "series", s.series);
-    if (nseries == 0)
+    if (nseries == 0 && r->empty_ok)
+        json_object_object_add(root, "empty", json_object_new_boolean(1));
+    else if (nseries == 0)
         json_object_object_add(
             root, "error",
             json_object_new_string(
@@ -270,5 +296,5 @@ int mv_export_value_json(const mv_coll_snap *snap, const char *metric, const mv_
     json_object_put(root);
     if (!*out)
         return -ENOMEM;
-    return nseries ? 0 : -ENOENT;
+    return nseries || r->empty_ok ? 0 : -ENOENT;
 }

@@ -24,6 +24,8 @@ typedef struct vseg {
     uint32_t rkey;
     mv_seg_label *labels; /* copies */
     size_t nlabels;
+    mv_seg_label *pod_labels; /* copies: the pod's Kubernetes labels, for selectors */
+    size_t npod_labels;
     int in_table; /* added to the collector's table */
     void *src;    /* the table's source for it while in_table */
 } vseg;
@@ -58,6 +60,11 @@ static void vseg_free(vseg *s)
         free((char *)s->labels[i].value);
     }
     free(s->labels);
+    for (size_t i = 0; i < s->npod_labels; i++) {
+        free((char *)s->pod_labels[i].key);
+        free((char *)s->pod_labels[i].value);
+    }
+    free(s->pod_labels);
     memset(s, 0, sizeof *s);
 }
 
@@ -132,6 +139,10 @@ static void vseg_add_to_table(vagent *a, vseg *s)
     }
     rc = mv_coll_add(a->set->coll, s->id, s->len, s->labels, s->nlabels,
                      mv_rdmaread_transport(a->conn), src);
+    if (rc == 0 && mv_coll_set_pod_labels(a->set->coll, s->id, s->pod_labels, s->npod_labels) < 0)
+        MV_WARN("segment.pod_labels_failed", "id=%s error=%s effect=%s", mv_log_q(s->id),
+                mv_log_q("out of memory"),
+                mv_log_q("label selectors do not see this segment's pod labels"));
     if (rc == 0 || rc == -EEXIST) {
         s->in_table = rc == 0;
         s->src = rc == 0 ? src : NULL;
@@ -185,6 +196,16 @@ static void on_added(void *arg, const mv_disc_segment *ds)
         s->labels[i].value = strdup(ds->labels[i].value);
         s->nlabels++;
         if (!s->labels[i].key || !s->labels[i].value)
+            goto nomem;
+    }
+    s->pod_labels = ds->npod_labels ? calloc(ds->npod_labels, sizeof *s->pod_labels) : NULL;
+    if (ds->npod_labels && !s->pod_labels)
+        goto nomem;
+    for (size_t i = 0; i < ds->npod_labels; i++) {
+        s->pod_labels[i].key = strdup(ds->pod_labels[i].key);
+        s->pod_labels[i].value = strdup(ds->pod_labels[i].value);
+        s->npod_labels++;
+        if (!s->pod_labels[i].key || !s->pod_labels[i].value)
             goto nomem;
     }
     s->addr = ds->rdma_addr;

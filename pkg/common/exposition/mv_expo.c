@@ -1,4 +1,5 @@
-/* mv_expo: Prometheus text 0.0.4 / OpenMetrics 1.0 renderer and Accept negotiation. */
+/* mv_expo: Prometheus text 0.0.4 / OpenMetrics 1.0 renderer and Accept negotiation (the
+ * protobuf format's encoding is in mv_expo_pb.c). */
 #include "mv_expo_internal.h"
 
 #include <errno.h>
@@ -30,6 +31,10 @@ struct mv_expo {
     char base[NAME_MAX_LEN + 1]; /* sample base name (OM counters: without _total) */
     size_t base_len;
     char errmsg[160];
+    mv_expo__pb *pb;   /* MV_EXPO_PROTOBUF: the family being built (created on first use) */
+    int pb_open;       /* a protobuf family is open in pb */
+    int32_t nh_schema; /* mv_expo_set_native */
+    uint32_t nh_max;
 };
 
 /* ---- Errors ------------------------------------------------------------------------- */
@@ -269,8 +274,36 @@ mv_expo *mv_expo_create(mv_expo_format f, size_t cap)
     if (cap < MV_EXPO_CAP_MIN)
         cap = MV_EXPO_CAP_MIN;
     e->cap = cap;
+    e->nh_schema = 6;
+    e->nh_max = MV_EXPO_NH_MAX_BUCKETS;
     mv_expo_reset(e, f);
     return e;
+}
+
+void mv_expo_set_native(mv_expo *e, int32_t schema, uint32_t max_buckets)
+{
+    e->nh_schema = schema;
+    e->nh_max = max_buckets;
+    if (e->pb)
+        mv_expo__pb_native(e->pb, schema, max_buckets);
+}
+
+/* Ends the open protobuf family: its delimited bytes go to the body (or it is dropped whole
+ * at the cap). */
+static void pb_end_family(mv_expo *e)
+{
+    if (!e->pb_open)
+        return;
+    e->pb_open = 0;
+    const char *d;
+    size_t n;
+    int rc = mv_expo__pb_end(e->pb, &d, &n);
+    if (rc == 0) {
+        e->fam_start = e->len;
+        put(e, d, n);
+    } else {
+        overflow(e, -rc);
+    }
 }
 
 void mv_expo_destroy(mv_expo *e)
@@ -278,12 +311,14 @@ void mv_expo_destroy(mv_expo *e)
     if (!e)
         return;
     free(e->buf);
+    mv_expo__pb_destroy(e->pb);
     free(e);
 }
 
 void mv_expo_reset(mv_expo *e, mv_expo_format f)
 {
-    e->fmt = f == MV_EXPO_OPENMETRICS ? MV_EXPO_OPENMETRICS : MV_EXPO_TEXT;
+    e->fmt = f == MV_EXPO_OPENMETRICS || f == MV_EXPO_PROTOBUF ? f : MV_EXPO_TEXT;
+    e->pb_open = 0;
     e->len = 0;
     e->fam_start = 0;
     e->fail = 0;
@@ -300,6 +335,9 @@ mv_expo_format mv_expo_get_format(const mv_expo *e)
 
 const char *mv_expo_content_type(mv_expo_format f)
 {
+    if (f == MV_EXPO_PROTOBUF)
+        return "application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; "
+               "encoding=delimited";
     return f == MV_EXPO_OPENMETRICS ? "application/openmetrics-text; version=1.0.0; charset=utf-8"
                                     : "text/plain; version=0.0.4; charset=utf-8";
 }
@@ -368,6 +406,27 @@ int mv_expo_family(mv_expo *e, const char *name, mv_expo_type type, const char *
                           NAME_MAX_LEN);
 
     size_t n = strlen(name);
+    if (e->fmt == MV_EXPO_PROTOBUF) {
+        pb_end_family(e);
+        if (e->fail)
+            return fail_code(e);
+        if (!e->pb) {
+            e->pb = mv_expo__pb_create();
+            if (!e->pb) {
+                overflow(e, ENOMEM);
+                return fail_code(e);
+            }
+            mv_expo__pb_native(e->pb, e->nh_schema, e->nh_max);
+        }
+        memcpy(e->base, name, n + 1);
+        e->base_len = n;
+        e->type = type;
+        e->fam_start = e->len;
+        mv_expo__pb_begin(e->pb, name, type, help, unit, e->cap - e->len);
+        e->pb_open = 1;
+        e->have_family = 1;
+        return 0;
+    }
     int om = e->fmt == MV_EXPO_OPENMETRICS;
     if (om && type == MV_EXPO_COUNTER && n > 6 && ends_with(name, n, "_total"))
         n -= 6;
@@ -675,10 +734,40 @@ static int sample_str(mv_expo *e, const char *suffix, const mv_expo_label *a, si
     return e->fail ? fail_code(e) : 0;
 }
 
+/* A protobuf sample: the checks of sample_str, then the family builder. */
+static int sample_pb(mv_expo *e, const char *suffix, const mv_expo_label *a, size_t na,
+                     const mv_expo_label *b, size_t nb, const char *extra_name, double extra_value,
+                     double v, uint64_t u, int is_u, int64_t ts_ms)
+{
+    if (e->fail)
+        return fail_code(e);
+    if (!e->have_family)
+        return fail_inval(e, "sample without a valid family (call mv_expo_family first)");
+    if (!suffix_allowed(e->type, suffix))
+        return fail_inval(e, "%s: suffix %s not allowed for type %s", e->base,
+                          suffix ? suffix : "(none)", type_word(e->fmt, e->type));
+    size_t lens[FAST_LABELS];
+    if (!check_labels_fast(a, na, b, nb, extra_name, lens)) {
+        int rc = check_labels(e, a, na, b, nb, extra_name);
+        if (rc < 0)
+            return rc;
+    }
+    int rc =
+        mv_expo__pb_sample(e->pb, suffix, a, na, b, nb, extra_name, extra_value, v, u, is_u, ts_ms);
+    if (rc < 0) {
+        e->pb_open = 0;
+        overflow(e, -rc);
+        return fail_code(e);
+    }
+    return 0;
+}
+
 int mv_expo_sample(mv_expo *e, const char *suffix, const mv_expo_label *a, size_t na,
                    const mv_expo_label *b, size_t nb, const char *extra_name, double extra_value,
                    double value, int64_t ts_ms)
 {
+    if (e->fmt == MV_EXPO_PROTOBUF)
+        return sample_pb(e, suffix, a, na, b, nb, extra_name, extra_value, value, 0, 0, ts_ms);
     char num[40];
     size_t n = mv_expo_format_double(value, e->fmt == MV_EXPO_OPENMETRICS, num, sizeof num);
     return sample_str(e, suffix, a, na, b, nb, extra_name, extra_value, num, n, ts_ms);
@@ -688,6 +777,8 @@ int mv_expo_sample_u64(mv_expo *e, const char *suffix, const mv_expo_label *a, s
                        const mv_expo_label *b, size_t nb, const char *extra_name,
                        double extra_value, uint64_t value, int64_t ts_ms)
 {
+    if (e->fmt == MV_EXPO_PROTOBUF)
+        return sample_pb(e, suffix, a, na, b, nb, extra_name, extra_value, 0, value, 1, ts_ms);
     char num[32];
     size_t n = mv_expo_format_u64(value, num);
     return sample_str(e, suffix, a, na, b, nb, extra_name, extra_value, num, n, ts_ms);
@@ -697,6 +788,9 @@ int mv_expo_sample_i64(mv_expo *e, const char *suffix, const mv_expo_label *a, s
                        const mv_expo_label *b, size_t nb, const char *extra_name,
                        double extra_value, int64_t value, int64_t ts_ms)
 {
+    if (e->fmt == MV_EXPO_PROTOBUF)
+        return sample_pb(e, suffix, a, na, b, nb, extra_name, extra_value, (double)value, 0, 0,
+                         ts_ms);
     char num[32];
     size_t n = mv_expo__fmt_i64(value, num);
     return sample_str(e, suffix, a, na, b, nb, extra_name, extra_value, num, n, ts_ms);
@@ -707,6 +801,8 @@ int mv_expo_finish(mv_expo *e)
     if (e->finished)
         return 0;
     e->have_family = 0;
+    if (e->fmt == MV_EXPO_PROTOBUF)
+        pb_end_family(e);
     if (e->fmt == MV_EXPO_OPENMETRICS) {
         /* The reserve guarantees room, even after a truncation. */
         if (ensure(e, e->len + OM_EOF_LEN, e->cap) < 0)

@@ -1,4 +1,6 @@
-/* mv_expo: streaming renderer for Prometheus text 0.0.4 and OpenMetrics 1.0 expositions.
+/* mv_expo: streaming renderer for Prometheus text 0.0.4 and OpenMetrics 1.0 expositions, and
+ * for the protobuf exposition (delimited io.prometheus.client.MetricFamily, with native
+ * histograms; docs/exposition.md).
  *
  * The renderer writes families and samples, in the order the caller gives them, into a
  * growable buffer with a hard size cap. It knows no transport and no segment format.
@@ -45,6 +47,13 @@ extern "C" {
 typedef enum {
     MV_EXPO_TEXT = 0,        /* text/plain; version=0.0.4 */
     MV_EXPO_OPENMETRICS = 1, /* application/openmetrics-text; version=1.0.0 */
+    /* application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily;
+     * encoding=delimited: each family a varint length and a MetricFamily message. The same
+     * calls as the text formats; a family's metrics are kept until the family ends (next
+     * family or finish), so the cap drops whole families as in text. Histograms carry their
+     * classic buckets and a native histogram built from them (mv_expo_set_native). Chosen by
+     * mv_expo_negotiate only for an exact media range (never for a wildcard). */
+    MV_EXPO_PROTOBUF = 2,
 } mv_expo_format;
 
 typedef enum {
@@ -144,6 +153,72 @@ int mv_expo_raw_put(mv_expo *e, const char *s, size_t n);
 /* Cuts the body back to `len` bytes (no shorter than where the current family started):
  * lets a renderer of scratch lines reuse its buffer. */
 void mv_expo_raw_truncate(mv_expo *e, size_t len);
+
+/* ---- Native histograms (protobuf exposition, remote write 2.0) -------------------------------
+ * Exponential buckets of schema s (-4..8): bucket i holds (2^((i-1) 2^-s), 2^(i 2^-s)]; each
+ * bucket is 2^(2^-s) times wider than the previous. A value of magnitude at most the zero
+ * threshold goes to the zero bucket. Counts are added at a value (the bucket holding it);
+ * finishing merges them, halves the resolution (schema - 1, buckets i -> ((i - 1) >> 1) + 1,
+ * as Prometheus does) while more than max_buckets buckets are populated and the schema is
+ * above -4, and encodes spans and deltas as the protobuf and remote write 2.0 messages want.
+ */
+#define MV_EXPO_NH_SCHEMA_MIN     (-4)
+#define MV_EXPO_NH_SCHEMA_MAX     8
+#define MV_EXPO_NH_ZERO_THRESHOLD 0x1p-128 /* Prometheus' default */
+#define MV_EXPO_NH_MAX_BUCKETS    160      /* default bucket limit (both signs together) */
+
+typedef struct mv_expo_nh_span {
+    int32_t offset; /* first span: index of its first bucket; then the gap since the last */
+    uint32_t length;
+} mv_expo_nh_span;
+
+typedef struct mv_expo_nh_bkt {
+    int32_t idx;
+    uint32_t neg; /* 1: the bucket of -value */
+    uint64_t n;
+} mv_expo_nh_bkt;
+
+typedef struct mv_expo_nh {
+    int32_t schema;        /* after finish: the schema used (may be below the one asked for) */
+    double zero_threshold; /* MV_EXPO_NH_ZERO_THRESHOLD unless changed before adding */
+    uint64_t zero_count;
+    /* After mv_expo_nh_finish: [0] positive, [1] negative buckets. */
+    mv_expo_nh_span *span[2];
+    size_t nspan[2];
+    int64_t *delta[2]; /* count of each bucket minus the previous one's (the first: itself) */
+    size_t ndelta[2];
+    /* Internal: the added (index, sign, count) entries and the allocations. */
+    mv_expo_nh_bkt *b;
+    size_t nb, bcap, scap[2], dcap[2];
+} mv_expo_nh;
+
+/* Starts an empty histogram of `schema` (clamped to -4..8), keeping memory. A zeroed
+ * mv_expo_nh is a valid empty one to start from. */
+void mv_expo_nh_begin(mv_expo_nh *h, int32_t schema);
+void mv_expo_nh_free(mv_expo_nh *h);
+/* Adds n observations at value v (NaN is ignored). 0 or -ENOMEM. */
+int mv_expo_nh_add(mv_expo_nh *h, double v, uint64_t n);
+/* Adds a classic histogram: bounds[0..nb) strictly increasing upper bounds, cum[0..nb]
+ * cumulative counts (cum[nb]: the +Inf bucket, i.e. the total). Each bucket's count goes to
+ * the native bucket of one representative: 2 lo hi / (lo + hi) for (lo, hi] of one sign, hi
+ * for a bucket from -Inf or straddling zero, the last bound for the +Inf bucket. Bounds on
+ * the schema's boundaries therefore map exactly. -EINVAL for bad bounds, else as add. */
+int mv_expo_nh_add_classic(mv_expo_nh *h, const double *bounds, size_t nb, const uint64_t *cum);
+/* Merges, reduces to at most max_buckets populated buckets (0: MV_EXPO_NH_MAX_BUCKETS) and
+ * encodes spans and deltas. 0 or -ENOMEM. */
+int mv_expo_nh_finish(mv_expo_nh *h, uint32_t max_buckets);
+/* Index of the bucket of schema s holding magnitude x > 0. */
+int32_t mv_expo_nh_index(double x, int32_t schema);
+/* Upper bound of bucket idx of schema s. */
+double mv_expo_nh_upper(int32_t idx, int32_t schema);
+/* The coarsest schema whose growth factor 2^(2^-s) is at most gamma (so that its buckets are
+ * no wider than a sketch's of that gamma), clamped to -4..8. */
+int32_t mv_expo_nh_schema_for_gamma(double gamma);
+
+/* Native histograms in the protobuf exposition: schema (-4..8), or MV_EXPO_NH_OFF for classic
+ * buckets only, and the bucket limit (0: default). Defaults: schema 6, 160 buckets. */
+#define MV_EXPO_NH_OFF INT32_MIN
+void mv_expo_set_native(mv_expo *e, int32_t schema, uint32_t max_buckets);
 
 /* Writes into out (size outsz >= 2) a valid metric name (label_name=0) or label name
  * (label_name=1) derived from `s`: invalid characters become '_', a leading digit gets a

@@ -1,4 +1,5 @@
-/* mv_expo_accept: Accept header negotiation between Prometheus text and OpenMetrics. */
+/* mv_expo_accept: Accept header negotiation between Prometheus text, OpenMetrics and the
+ * protobuf exposition (delimited MetricFamily). */
 #include "mv_expo_internal.h"
 
 #include <stdio.h>
@@ -112,7 +113,7 @@ static void offer(fmt_pref *f, int spec, double q)
 
 mv_expo_format mv_expo_negotiate(const char *accept)
 {
-    fmt_pref text = {0, -1}, om = {0, -1};
+    fmt_pref text = {0, -1}, om = {0, -1}, pb = {0, -1};
     if (!accept)
         return MV_EXPO_TEXT;
     cursor c = {accept, accept + strlen(accept)};
@@ -128,7 +129,7 @@ mv_expo_format mv_expo_negotiate(const char *accept)
         int ok = tl > 0 && sl > 0;
         double q = 1;
         char version[16] = "";
-        int has_version = 0;
+        int has_version = 0, pb_proto = 0, pb_delim = 0;
         for (;;) {
             skip_ows(&c);
             if (c.p >= c.end || *c.p != ';')
@@ -137,7 +138,7 @@ mv_expo_format mv_expo_negotiate(const char *accept)
             skip_ows(&c);
             const char *pn;
             size_t pl = read_token(&c, &pn);
-            char val[16];
+            char val[48];
             int too_long = 0;
             val[0] = '\0';
             skip_ows(&c);
@@ -156,6 +157,10 @@ mv_expo_format mv_expo_negotiate(const char *accept)
                     snprintf(version, sizeof version, "?");
                 else
                     snprintf(version, sizeof version, "%s", val);
+            } else if (tok_eq(pn, pl, "proto")) {
+                pb_proto = !too_long && !strcmp(val, "io.prometheus.client.MetricFamily");
+            } else if (tok_eq(pn, pl, "encoding")) {
+                pb_delim = !too_long && tok_eq(val, strlen(val), "delimited");
             }
         }
         /* Skip anything unparsed up to the next range. */
@@ -182,8 +187,13 @@ mv_expo_format mv_expo_negotiate(const char *accept)
             else if (tok_eq(sub, sl, "openmetrics-text") &&
                      (!has_version || !strcmp(version, "1.0.0")))
                 offer(&om, exact, q);
+            else if (tok_eq(sub, sl, "vnd.google.protobuf") && pb_proto && pb_delim)
+                offer(&pb, 2, q); /* binary only when asked for by name, never by a wildcard */
         }
     }
     double qt = text.spec < 0 ? 0 : text.q, qo = om.spec < 0 ? 0 : om.q;
+    double qp = pb.spec < 0 ? 0 : pb.q;
+    if (qp > 0 && qp > qt && qp > qo)
+        return MV_EXPO_PROTOBUF;
     return (qo > 0 && qo > qt) ? MV_EXPO_OPENMETRICS : MV_EXPO_TEXT;
 }

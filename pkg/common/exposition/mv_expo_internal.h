@@ -17,4 +17,18 @@ static inline int expo_is_digit(unsigned char c)
 /* The same for a signed value (at least 21 bytes). */
 size_t mv_expo__fmt_i64(int64_t v, char *out);
 
+/* The protobuf family builder (mv_expo_pb.c): begin a family, feed its samples (checked by
+ * mv_expo.c), end it to get its delimited bytes (valid until the next begin). Errors are
+ * -ENOSPC (the family passed `cap` bytes) and -ENOMEM, sticky until the next begin. */
+typedef struct mv_expo__pb mv_expo__pb;
+mv_expo__pb *mv_expo__pb_create(void);
+void mv_expo__pb_destroy(mv_expo__pb *p);
+void mv_expo__pb_native(mv_expo__pb *p, int32_t schema, uint32_t max_buckets);
+void mv_expo__pb_begin(mv_expo__pb *p, const char *name, mv_expo_type t, const char *help,
+                       const char *unit, size_t cap);
+int mv_expo__pb_sample(mv_expo__pb *p, const char *suffix, const mv_expo_label *a, size_t na,
+                       const mv_expo_label *b, size_t nb, const char *xname, double xval, double v,
+                       uint64_t u, int is_u, int64_t ts);
+int mv_expo__pb_end(mv_expo__pb *p, const char **data, size_t *len);
+
 #endif

@@ -79,6 +79,33 @@ static void on_invalid_label(void *arg, const char *entry, const char *why)
             mv_log_q(why));
 }
 
+/* Publishes the pod's Kubernetes labels with the segment, for the value API's workload
+ * selectors: the first MV_SEGSTORE_POD_LABELS_MAX valid ones in the API server's order (the
+ * API server validated them; a label that does not pass the same check here is left out and
+ * logged, never cut). */
+static void publish_pod_labels(mv_agent_k8s *a, const mv_segstore_seg *seg, const mv_kube_pod *pod)
+{
+    mv_segstore_label pl[MV_SEGSTORE_POD_LABELS_MAX];
+    size_t n = 0, left_out = 0;
+    char err[MV_ERR_MAX];
+    for (size_t i = 0; i < pod->nlabels; i++) {
+        const char *k = pod->labels[i].key, *v = pod->labels[i].value;
+        mv_segstore_label one = {(char *)k, (char *)v};
+        if (n == MV_SEGSTORE_POD_LABELS_MAX ||
+            mv_segstore_check_pod_labels(&one, 1, err, sizeof err) < 0) {
+            left_out++;
+            continue;
+        }
+        pl[n++] = one;
+    }
+    if (left_out)
+        MV_WARN("identity.pod_labels_left_out", "id=%s pod=%s kept=%zu left_out=%zu max=%d",
+                seg->id, mv_log_q(pod->name ? pod->name : ""), n, left_out,
+                MV_SEGSTORE_POD_LABELS_MAX);
+    if (mv_segstore_set_pod_labels(a->store, seg->id, pl, n, err, sizeof err) < 0)
+        MV_WARN("identity.pod_labels_refused", "id=%s err=%s", seg->id, mv_log_q(err));
+}
+
 /* Resolves the identity of segment `seg` and stores it. `why` names the trigger
  * (prestart, retry). Returns 1 when the identity is complete, 0 when a fallback
  * was stored and a retry is due. */
@@ -164,6 +191,7 @@ static int resolve_identity(mv_agent_k8s *a, const mv_segstore_seg *seg, const c
             if (mv_segstore_set_owner(a->store, seg->id, uid, gid, err, sizeof err) < 0)
                 MV_WARN("segment.owner_failed", "id=%s pod=%s container=%s err=%s", seg->id,
                         mv_log_q(e->pod), mv_log_q(e->container), mv_log_q(err));
+            publish_pod_labels(a, seg, &pod);
         }
     }
     rc = mv_segstore_set_labels(a->store, seg->id, labels, nl, err, sizeof err);

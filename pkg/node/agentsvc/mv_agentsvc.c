@@ -42,6 +42,8 @@ typedef struct seg_msg {
     Microview__V1__Segment m;
     Microview__V1__Label lab[MV_SEGSTORE_LABELS_MAX];
     Microview__V1__Label *labp[MV_SEGSTORE_LABELS_MAX];
+    Microview__V1__Label plab[MV_SEGSTORE_POD_LABELS_MAX];
+    Microview__V1__Label *plabp[MV_SEGSTORE_POD_LABELS_MAX];
 } seg_msg;
 
 static void seg_to_msg(const mv_segstore_seg *s, seg_msg *out)
@@ -61,6 +63,15 @@ static void seg_to_msg(const mv_segstore_seg *s, seg_msg *out)
     }
     out->m.n_labels = n;
     out->m.labels = n ? out->labp : NULL;
+    n = s->npod_labels < MV_SEGSTORE_POD_LABELS_MAX ? s->npod_labels : MV_SEGSTORE_POD_LABELS_MAX;
+    for (size_t i = 0; i < n; i++) {
+        microview__v1__label__init(&out->plab[i]);
+        out->plab[i].name = s->pod_labels[i].name;
+        out->plab[i].value = s->pod_labels[i].value;
+        out->plabp[i] = &out->plab[i];
+    }
+    out->m.n_pod_labels = n;
+    out->m.pod_labels = n ? out->plabp : NULL;
 }
 
 /* Adds the RDMA exporter's view of the segment, if there is an exporter. */

@@ -817,6 +817,17 @@ static int labels_equal(const mv_segstore_seg *s, const mv_segstore_label *label
     return 1;
 }
 
+static int pod_labels_equal(const mv_segstore_seg *s, const mv_segstore_label *labels, size_t n)
+{
+    if (s->npod_labels != n)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(s->pod_labels[i].name, labels[i].name) ||
+            strcmp(s->pod_labels[i].value, labels[i].value))
+            return 0;
+    return 1;
+}
+
 int mv_segstore_set_owner(mv_segstore *st, const char *id, int64_t uid, int64_t gid, char *err,
                           size_t errlen)
 {
@@ -925,6 +936,57 @@ int mv_segstore_set_labels(mv_segstore *st, const char *id, const mv_segstore_la
         notify(st, MV_SEGSTORE_CHANGED, s);
         MV_INFO("segment.labels_set", "id=%s labels=%zu revision=%" PRIu64, s->id, s->nlabels,
                 st->revision);
+        rc = 1;
+        break;
+    }
+    pthread_mutex_unlock(&st->mu);
+    mv_segstore_seg_clear(&nl);
+    return rc;
+}
+
+int mv_segstore_set_pod_labels(mv_segstore *st, const char *id, const mv_segstore_label *labels,
+                               size_t nlabels, char *err, size_t errlen)
+{
+    int rc = mv_segstore_check_pod_labels(labels, nlabels, err, errlen);
+    if (rc < 0)
+        return rc;
+    mv_segstore_seg tmpl = {
+        .path = (char *)"", .npod_labels = nlabels, .pod_labels = (mv_segstore_label *)labels};
+    mv_segstore_seg nl;
+    if (mv_segstore_seg_copy(&nl, &tmpl) < 0) {
+        mv_util_err_set(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    rc = -ENOENT;
+    mv_util_err_set(err, errlen, "no segment with id %.40s", id ? id : "");
+    pthread_mutex_lock(&st->mu);
+    for (size_t i = 0; id && i < st->nsegs; i++) {
+        mv_segstore_seg *s = &st->segs[i];
+        if (strcmp(s->id, id) != 0)
+            continue;
+        if (pod_labels_equal(s, labels, nlabels)) {
+            rc = 0;
+            break;
+        }
+        mv_segstore_label *old = s->pod_labels;
+        size_t nold = s->npod_labels;
+        s->pod_labels = nl.pod_labels;
+        s->npod_labels = nl.npod_labels;
+        nl.pod_labels = old;
+        nl.npod_labels = nold;
+        rc = mv_segstore__journal_put(st, s, st->revision + 1, err, errlen);
+        if (rc < 0) { /* not durable: the labels stay as they were */
+            nl.pod_labels = s->pod_labels;
+            nl.npod_labels = s->npod_labels;
+            s->pod_labels = old;
+            s->npod_labels = nold;
+            break;
+        }
+        st->revision++;
+        mv_segstore__journal_maybe_compact(st);
+        notify(st, MV_SEGSTORE_CHANGED, s);
+        MV_INFO("segment.pod_labels_set", "id=%s pod_labels=%zu revision=%" PRIu64, s->id,
+                s->npod_labels, st->revision);
         rc = 1;
         break;
     }

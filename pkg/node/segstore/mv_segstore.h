@@ -25,11 +25,16 @@
 #define MV_SEGSTORE_LABELS_MAX       16
 #define MV_SEGSTORE_LABEL_NAME_MAX   127
 #define MV_SEGSTORE_LABEL_VALUE_MAX  255
-#define MV_SEGSTORE_SEGMENTS_MAX     65536
-#define MV_SEGSTORE_CATALOG_MAX      (1u << 30) /* bytes of catalog.json read; larger: set aside */
-#define MV_SEGSTORE_DEVICE_ID_MAX    63         /* bytes of a device ID (kubelet limit) */
-#define MV_SEGSTORE_DEVICES_MAX      262144     /* device IDs backing one segment */
-#define MV_SEGSTORE_SEG_FILE         "segment"  /* file name in per-segment directories */
+/* The pod's Kubernetes labels, kept for label selectors (not series labels): keys and values
+ * as the API server validates them (mv_labelsel), at most this many per segment. */
+#define MV_SEGSTORE_POD_LABELS_MAX      32
+#define MV_SEGSTORE_POD_LABEL_KEY_MAX   317 /* 253-byte prefix, '/', 63-byte name */
+#define MV_SEGSTORE_POD_LABEL_VALUE_MAX 63
+#define MV_SEGSTORE_SEGMENTS_MAX        65536
+#define MV_SEGSTORE_CATALOG_MAX         (1u << 30) /* bytes of catalog.json read; larger: set aside */
+#define MV_SEGSTORE_DEVICE_ID_MAX       63         /* bytes of a device ID (kubelet limit) */
+#define MV_SEGSTORE_DEVICES_MAX         262144     /* device IDs backing one segment */
+#define MV_SEGSTORE_SEG_FILE            "segment" /* file name in per-segment directories */
 
 typedef struct mv_segstore mv_segstore;
 
@@ -46,6 +51,8 @@ typedef struct mv_segstore_seg {
     uint64_t created_ns;
     size_t nlabels;
     mv_segstore_label *labels;
+    size_t npod_labels; /* the pod's Kubernetes labels (catalog.json "pod_labels") */
+    mv_segstore_label *pod_labels;
     size_t ndevices; /* device IDs backing the segment (Kubernetes mode); 0 otherwise */
     char **devices;
     /* The uid its file belongs to, as the agent set it or (after a restart) found it; what the
@@ -145,6 +152,17 @@ int mv_segstore_file_owner(mv_segstore *st, const char *id, int64_t *uid, int *f
  * if unchanged, -ENOENT or -EINVAL (reason in `err`). */
 int mv_segstore_set_labels(mv_segstore *st, const char *id, const mv_segstore_label *labels,
                            size_t nlabels, char *err, size_t errlen);
+
+/* Replaces a segment's pod labels (the pod's Kubernetes labels, for label selectors), checked
+ * with mv_segstore_check_pod_labels. Persisted and announced (CHANGED) like mv_segstore_set_labels;
+ * same returns. */
+int mv_segstore_set_pod_labels(mv_segstore *st, const char *id, const mv_segstore_label *labels,
+                               size_t n, char *err, size_t errlen);
+
+/* Checks pod labels: at most MV_SEGSTORE_POD_LABELS_MAX, keys and values valid Kubernetes label
+ * keys and values, no key twice. Returns 0, or -EINVAL with a reason naming the label. */
+int mv_segstore_check_pod_labels(const mv_segstore_label *labels, size_t n, char *err,
+                                 size_t errlen);
 
 /* Copies the segment backed by `device` into *out. 0 or -ENOENT. */
 int mv_segstore_find_device(mv_segstore *st, const char *device, mv_segstore_seg *out);

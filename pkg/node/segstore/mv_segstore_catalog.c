@@ -12,6 +12,7 @@
 
 #include <json-c/json.h>
 
+#include "mv_labelsel.h"
 #include "mv_log.h"
 #include "mv_segment.h"
 #include "mv_util.h"
@@ -39,6 +40,11 @@ void mv_segstore_seg_clear(mv_segstore_seg *s)
         free(s->labels[i].value);
     }
     free(s->labels);
+    for (size_t i = 0; i < s->npod_labels; i++) {
+        free(s->pod_labels[i].name);
+        free(s->pod_labels[i].value);
+    }
+    free(s->pod_labels);
     for (size_t i = 0; i < s->ndevices; i++)
         free(s->devices[i]);
     free(s->devices);
@@ -75,6 +81,18 @@ int mv_segstore_seg_copy(mv_segstore_seg *dst, const mv_segstore_seg *src)
             dst->labels[i].name = strdup(src->labels[i].name);
             dst->labels[i].value = strdup(src->labels[i].value);
             if (!dst->labels[i].name || !dst->labels[i].value)
+                goto fail;
+        }
+    }
+    if (src->npod_labels) {
+        dst->pod_labels = calloc(src->npod_labels, sizeof *dst->pod_labels);
+        if (!dst->pod_labels)
+            goto fail;
+        for (size_t i = 0; i < src->npod_labels; i++) {
+            dst->npod_labels++;
+            dst->pod_labels[i].name = strdup(src->pod_labels[i].name);
+            dst->pod_labels[i].value = strdup(src->pod_labels[i].value);
+            if (!dst->pod_labels[i].name || !dst->pod_labels[i].value)
                 goto fail;
         }
     }
@@ -193,6 +211,35 @@ int mv_segstore__check_labels(const mv_segstore_label *labels, size_t n, char *e
         for (size_t j = 0; j < i; j++)
             if (strcmp(labels[j].name, k) == 0) {
                 mv_util_err_set(err, errlen, "label %.64s appears twice", k);
+                return -EINVAL;
+            }
+    }
+    return 0;
+}
+
+int mv_segstore_check_pod_labels(const mv_segstore_label *labels, size_t n, char *err,
+                                 size_t errlen)
+{
+    if (n > MV_SEGSTORE_POD_LABELS_MAX) {
+        mv_util_err_set(err, errlen, "%zu pod labels: at most %d are kept", n,
+                        MV_SEGSTORE_POD_LABELS_MAX);
+        return -EINVAL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const char *k = labels[i].name, *v = labels[i].value;
+        const char *why = k ? mv_lsel_check_key(k, strlen(k)) : "is missing";
+        if (why) {
+            mv_util_err_set(err, errlen, "pod label %zu: key %s", i, why);
+            return -EINVAL;
+        }
+        why = v ? mv_lsel_check_value(v, strlen(v)) : "is missing";
+        if (why) {
+            mv_util_err_set(err, errlen, "pod label %.64s: value %s", k, why);
+            return -EINVAL;
+        }
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(labels[j].name, k) == 0) {
+                mv_util_err_set(err, errlen, "pod label %.64s appears twice", k);
                 return -EINVAL;
             }
     }
@@ -330,6 +377,42 @@ static int parse_entry(json_object *e, const char *dir, uint64_t max_size, mv_se
     }
     char lerr[160];
     if (mv_segstore__check_labels(seg->labels, seg->nlabels, lerr, sizeof lerr) < 0) {
+        mv_util_err_set(err, errlen, "%s: %s", id, lerr);
+        goto fail;
+    }
+    json_object *pl;
+    if (!json_object_object_get_ex(e, "pod_labels", &pl))
+        return 0;
+    if (!json_object_is_type(pl, json_type_array) ||
+        json_object_array_length(pl) > MV_SEGSTORE_POD_LABELS_MAX) {
+        mv_util_err_set(err, errlen, "%s: pod_labels is not an array of at most %d", id,
+                        MV_SEGSTORE_POD_LABELS_MAX);
+        goto fail;
+    }
+    size_t npl = json_object_array_length(pl);
+    if (npl) {
+        seg->pod_labels = calloc(npl, sizeof *seg->pod_labels);
+        if (!seg->pod_labels)
+            goto nomem;
+    }
+    for (size_t i = 0; i < npl; i++) {
+        json_object *l = json_object_array_get_idx(pl, i);
+        size_t kl, vl;
+        const char *k = json_object_is_type(l, json_type_object)
+                            ? json_str(l, "name", MV_SEGSTORE_POD_LABEL_KEY_MAX, &kl)
+                            : NULL;
+        const char *v = k ? json_str(l, "value", MV_SEGSTORE_POD_LABEL_VALUE_MAX, &vl) : NULL;
+        if (!k || !v) {
+            mv_util_err_set(err, errlen, "%s: pod label %zu is not {name, value}", id, i);
+            goto fail;
+        }
+        seg->npod_labels++;
+        seg->pod_labels[i].name = strdup(k);
+        seg->pod_labels[i].value = strdup(v);
+        if (!seg->pod_labels[i].name || !seg->pod_labels[i].value)
+            goto nomem;
+    }
+    if (mv_segstore_check_pod_labels(seg->pod_labels, seg->npod_labels, lerr, sizeof lerr) < 0) {
         mv_util_err_set(err, errlen, "%s: %s", id, lerr);
         goto fail;
     }
@@ -511,6 +594,21 @@ json_object *mv_segstore__entry_json(const mv_segstore_seg *s)
         }
         json_object_object_add(l, "name", json_object_new_string(s->labels[j].name));
         json_object_object_add(l, "value", json_object_new_string(s->labels[j].value));
+    }
+    if (s->npod_labels) { /* absent when none: catalogs of earlier agents read the same */
+        json_object *pl = json_object_new_array_ext((int)s->npod_labels);
+        if (!pl)
+            goto fail;
+        json_object_object_add(e, "pod_labels", pl);
+        for (size_t j = 0; j < s->npod_labels; j++) {
+            json_object *l = json_object_new_object();
+            if (!l || json_object_array_add(pl, l) < 0) {
+                json_object_put(l);
+                goto fail;
+            }
+            json_object_object_add(l, "name", json_object_new_string(s->pod_labels[j].name));
+            json_object_object_add(l, "value", json_object_new_string(s->pod_labels[j].value));
+        }
     }
     return e;
 fail:

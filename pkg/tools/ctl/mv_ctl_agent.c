@@ -138,6 +138,13 @@ static json_object *segment_json(const mv_agentc_segment *s)
         json_object_object_add(labels, s->labels[i].name,
                                json_object_new_string(s->labels[i].value));
     json_object_object_add(o, "labels", labels);
+    if (s->npod_labels) {
+        json_object *pl = json_object_new_object();
+        for (size_t i = 0; i < s->npod_labels; i++)
+            json_object_object_add(pl, s->pod_labels[i].name,
+                                   json_object_new_string(s->pod_labels[i].value));
+        json_object_object_add(o, "pod_labels", pl);
+    }
     json_object_object_add(rdma, "readable", json_object_new_boolean(s->rdma_readable));
     json_object_object_add(rdma, "addr", json_object_new_uint64(s->rdma_addr));
     json_object_object_add(rdma, "rkey", json_object_new_uint64(s->rdma_rkey));

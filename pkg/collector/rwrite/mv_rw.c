@@ -1,0 +1,952 @@
+/* mv_rw: the remote write sender: interval thread, sharded bounded queues, HTTP senders with
+ * retry and backoff. See mv_rw.h. */
+#include "mv_rw.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "mv_log.h"
+
+#define MAX_SHARDS      64
+#define MAX_LABELS      64
+#define RETRY_AFTER_MAX 300 /* seconds */
+#define TOKEN_MAX       8192
+#define USER_AGENT      "microview-collector"
+
+/* One queued sample: its labels (sorted, __name__ included) and strings in one block. */
+typedef struct item {
+    uint64_t enq_ns; /* CLOCK_MONOTONIC */
+    int64_t ts_ms;
+    double value;
+    int is_hist; /* a histogram: bounds, cum (in the block), sum in value, count */
+    size_t nbounds;
+    double *bounds;
+    uint64_t *cum;
+    uint64_t count;
+    size_t nlabels;
+    mv_rw_label labels[];
+} item;
+
+typedef struct shard {
+    struct mv_rw *rw;
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    item **ring;
+    size_t cap, head, n;
+    size_t inflight;       /* items of the batch being sent (not yet acknowledged or dropped) */
+    uint64_t inflight_enq; /* when the oldest of them was queued */
+    CURL *curl;
+    char retry_after[64];
+    int written_seen;
+} shard;
+
+/* Last time queued per series (hash of its labels), for this interval and the previous. */
+typedef struct {
+    uint64_t *key; /* 0: empty */
+    int64_t *ts;
+    size_t nslot, n;
+} seen_tab;
+
+struct mv_rw {
+    mv_rw_config c;
+    mv_coll *coll;
+    char *url;
+    mv_rw_label *ext;
+    size_t next;
+    char *strs; /* external labels' strings */
+    shard sh[MAX_SHARDS];
+    pthread_t tick;
+    pthread_mutex_t mu; /* stop flag, stats, token, version */
+    pthread_cond_t cv;
+    int stop;
+    int version;
+    mv_rw_stats st;
+    char token[TOKEN_MAX];
+    uint64_t token_read_ns;
+    char password[TOKEN_MAX];
+    seen_tab seen[2];
+    int cur;
+};
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void mv_rw_config_default(mv_rw_config *c)
+{
+    memset(c, 0, sizeof *c);
+    c->interval_ms = 1000;
+    c->version = 1;
+    c->shards = 2;
+    c->queue_samples = 500000;
+    c->max_per_send = 2000;
+    c->min_backoff_ms = 30;
+    c->max_backoff_ms = 5000;
+    c->timeout_ms = 10000;
+}
+
+const char *mv_rw_config_check(const mv_rw_config *c)
+{
+    if (!c->url || (strncmp(c->url, "http://", 7) != 0 && strncmp(c->url, "https://", 8) != 0))
+        return "the remote write URL must start with http:// or https://";
+    if (c->interval_ms < 10 || c->interval_ms > 3600000)
+        return "the remote write interval must be 10 ms .. 1 h";
+    if (c->version != 1 && c->version != 2)
+        return "the remote write version must be 1 or 2";
+    if (c->shards < 1 || c->shards > MAX_SHARDS)
+        return "remote write shards must be 1..64";
+    if (c->queue_samples < c->shards || c->max_per_send < 1)
+        return "the remote write queue must hold at least one sample per shard";
+    if (c->min_backoff_ms < 1 || c->max_backoff_ms < c->min_backoff_ms)
+        return "remote write backoff: 1 <= min <= max";
+    if (c->bearer_token_file && c->basic_user)
+        return "remote write takes a bearer token or basic auth, not both";
+    if (c->basic_user && !c->basic_password_file)
+        return "remote write basic auth needs a password file";
+    if (c->nexternal > 32)
+        return "at most 32 external labels";
+    return NULL;
+}
+
+/* ---- Files ------------------------------------------------------------------------------------
+ */
+
+/* Reads a small secret file, without its trailing newline. 0 or -errno. */
+static int read_secret(const char *path, char *out, size_t outsz)
+{
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return -errno;
+    size_t n = fread(out, 1, outsz - 1, f);
+    int err = ferror(f);
+    fclose(f);
+    if (err)
+        return -EIO;
+    while (n && (out[n - 1] == '\n' || out[n - 1] == '\r'))
+        n--;
+    out[n] = '\0';
+    return 0;
+}
+
+/* ---- Series dedup ------------------------------------------------------------------------------
+ */
+
+static int seen_put(seen_tab *t, uint64_t key, int64_t ts)
+{
+    if (2 * (t->n + 1) > t->nslot) {
+        size_t ns = t->nslot ? 2 * t->nslot : 1024;
+        uint64_t *k = calloc(ns, sizeof *k);
+        int64_t *v = malloc(ns * sizeof *v);
+        if (!k || !v) {
+            free(k);
+            free(v);
+            return -ENOMEM;
+        }
+        for (size_t i = 0; i < t->nslot; i++) {
+            if (!t->key[i])
+                continue;
+            size_t j = t->key[i] & (ns - 1);
+            while (k[j])
+                j = (j + 1) & (ns - 1);
+            k[j] = t->key[i];
+            v[j] = t->ts[i];
+        }
+        free(t->key);
+        free(t->ts);
+        t->key = k;
+        t->ts = v;
+        t->nslot = ns;
+    }
+    size_t j = key & (t->nslot - 1);
+    while (t->key[j] && t->key[j] != key)
+        j = (j + 1) & (t->nslot - 1);
+    if (!t->key[j])
+        t->n++;
+    t->key[j] = key;
+    t->ts[j] = ts;
+    return 0;
+}
+
+static int seen_get(const seen_tab *t, uint64_t key, int64_t *ts)
+{
+    if (!t->nslot)
+        return 0;
+    size_t j = key & (t->nslot - 1);
+    while (t->key[j]) {
+        if (t->key[j] == key) {
+            *ts = t->ts[j];
+            return 1;
+        }
+        j = (j + 1) & (t->nslot - 1);
+    }
+    return 0;
+}
+
+static void seen_clear(seen_tab *t)
+{
+    if (t->key)
+        memset(t->key, 0, t->nslot * sizeof *t->key);
+    t->n = 0;
+}
+
+/* ---- The interval: snapshot to queues -----------------------------------------------------------
+ */
+
+#define HIST_MAX 256 /* bounds of a histogram gathered for one item */
+
+typedef struct {
+    mv_rw *rw;
+    char name[1100];
+    mv_expo_type type;
+    uint64_t queued, dropped;
+    /* The histogram series being gathered: its labels (copied), bounds and counts. */
+    int hopen;
+    mv_expo_label hl[MAX_LABELS];
+    size_t nhl;
+    char hstr[8192];
+    size_t hstr_len;
+    double hb[HIST_MAX];
+    uint64_t hc[HIST_MAX + 1];
+    size_t nhb;
+    double hsum;
+} visit_ctx;
+
+static int v_family(void *arg, const char *name, mv_expo_type t, const char *help, const char *unit)
+{
+    (void)help;
+    (void)unit;
+    visit_ctx *v = arg;
+    snprintf(v->name, sizeof v->name, "%s", name);
+    v->type = t;
+    v->hopen = 0;
+    return 0;
+}
+
+static int lbl_cmp(const void *x, const void *y)
+{
+    return strcmp(((const mv_rw_label *)x)->name, ((const mv_rw_label *)y)->name);
+}
+
+static int queue_one(visit_ctx *v, const char *suffix, const mv_expo_label *a, size_t na,
+                     const mv_expo_label *b, size_t nb, const char *xname, double xval, double val,
+                     int64_t ts_ms, int hist);
+
+/* Copies a string into the gathered histogram's storage (NULL when full). */
+static const char *hcopy(visit_ctx *v, const char *s)
+{
+    size_t n = strlen(s) + 1;
+    if (v->hstr_len + n > sizeof v->hstr)
+        return NULL;
+    char *o = memcpy(v->hstr + v->hstr_len, s, n);
+    v->hstr_len += n;
+    return o;
+}
+
+static int v_sample(void *arg, const char *segment_id, const char *suffix, const mv_expo_label *a,
+                    size_t na, const mv_expo_label *b, size_t nb, const char *xname, double xval,
+                    double val, uint64_t u, int is_u, int64_t ts_ms)
+{
+    (void)segment_id;
+    visit_ctx *v = arg;
+    if (suffix && strcmp(suffix, "_created") == 0)
+        return 0;
+    double dv = is_u ? (double)u : val;
+    if (v->type == MV_EXPO_HISTOGRAM && suffix) {
+        /* One item per histogram series: its buckets, _sum and _count come in that order. */
+        if (strcmp(suffix, "_bucket") == 0) {
+            if (!v->hopen) {
+                v->hopen = 1;
+                v->nhb = v->nhl = v->hstr_len = 0;
+                v->hsum = 0;
+                for (size_t i = 0; i < na + nb && v->nhl < MAX_LABELS; i++) {
+                    const mv_expo_label *e = i < na ? &a[i] : &b[i - na];
+                    const char *n = hcopy(v, e->name), *x = hcopy(v, e->value ? e->value : "");
+                    if (!n || !x) {
+                        v->hopen = 0; /* labels too long to gather: classic series instead */
+                        break;
+                    }
+                    v->hl[v->nhl++] = (mv_expo_label){n, x};
+                }
+            }
+            if (v->hopen && v->nhb <= HIST_MAX) {
+                if (isinf(xval) && xval > 0) {
+                    v->hc[v->nhb] = is_u ? u : (uint64_t)dv;
+                } else if (v->nhb < HIST_MAX) {
+                    v->hb[v->nhb] = xval;
+                    v->hc[v->nhb++] = is_u ? u : (uint64_t)dv;
+                }
+                return 0;
+            }
+        } else if (v->hopen && strcmp(suffix, "_sum") == 0) {
+            v->hsum = dv;
+            return 0;
+        } else if (v->hopen && strcmp(suffix, "_count") == 0) {
+            v->hopen = 0;
+            v->hc[v->nhb] = is_u ? u : (uint64_t)dv;
+            return queue_one(v, NULL, v->hl, v->nhl, NULL, 0, NULL, 0, dv, ts_ms, 1);
+        }
+    }
+    return queue_one(v, suffix, a, na, b, nb, xname, xval, dv, ts_ms, 0);
+}
+
+static int queue_one(visit_ctx *v, const char *suffix, const mv_expo_label *a, size_t na,
+                     const mv_expo_label *b, size_t nb, const char *xname, double xval, double val,
+                     int64_t ts_ms, int hist)
+{
+    mv_rw *rw = v->rw;
+    mv_rw_label l[MAX_LABELS + 40];
+    char name[1200], xv[40];
+    snprintf(name, sizeof name, "%s%s", v->name, suffix ? suffix : "");
+    size_t n = 0;
+    l[n++] = (mv_rw_label){"__name__", name};
+    for (size_t i = 0; i < na + nb && n < MAX_LABELS; i++) {
+        const mv_expo_label *e = i < na ? &a[i] : &b[i - na];
+        l[n++] = (mv_rw_label){e->name, e->value ? e->value : ""};
+    }
+    if (xname) {
+        mv_expo_format_double(xval, 0, xv, sizeof xv);
+        l[n++] = (mv_rw_label){xname, xv};
+    }
+    size_t own = n;
+    for (size_t i = 0; i < rw->next; i++) {
+        int dup = 0;
+        for (size_t j = 0; j < own && !dup; j++)
+            dup = strcmp(l[j].name, rw->ext[i].name) == 0;
+        if (!dup)
+            l[n++] = rw->ext[i];
+    }
+    qsort(l, n, sizeof l[0], lbl_cmp);
+    uint64_t h = 1469598103934665603ull;
+    size_t bytes = 0;
+    for (size_t i = 0; i < n; i++) {
+        for (const char *p = l[i].name; *p; p++)
+            h = (h ^ (unsigned char)*p) * 1099511628211ull;
+        h = (h ^ 0xff) * 1099511628211ull;
+        for (const char *p = l[i].value; *p; p++)
+            h = (h ^ (unsigned char)*p) * 1099511628211ull;
+        h = (h ^ 0xfe) * 1099511628211ull;
+        bytes += strlen(l[i].name) + strlen(l[i].value) + 2;
+    }
+    h |= 1;
+    /* A series whose time did not move since it was last queued is not queued again. */
+    int64_t last;
+    int known =
+        seen_get(&rw->seen[rw->cur ^ 1], h, &last) || seen_get(&rw->seen[rw->cur], h, &last);
+    if (known && ts_ms <= last) {
+        seen_put(&rw->seen[rw->cur], h, last);
+        return 0;
+    }
+    seen_put(&rw->seen[rw->cur], h, ts_ms);
+    size_t hb = hist ? v->nhb * sizeof(double) + (v->nhb + 1) * sizeof(uint64_t) : 0;
+    item *it = malloc(sizeof *it + n * sizeof(mv_rw_label) + hb + bytes);
+    if (!it) {
+        v->dropped++;
+        return 0;
+    }
+    it->ts_ms = ts_ms;
+    it->value = hist ? v->hsum : val;
+    it->is_hist = hist;
+    it->nbounds = hist ? v->nhb : 0;
+    it->count = hist ? v->hc[v->nhb] : 0;
+    it->bounds = (double *)(it->labels + n);
+    it->cum = (uint64_t *)(it->bounds + it->nbounds);
+    if (hist) {
+        memcpy(it->bounds, v->hb, v->nhb * sizeof(double));
+        memcpy(it->cum, v->hc, (v->nhb + 1) * sizeof(uint64_t));
+    }
+    it->nlabels = n;
+    it->enq_ns = mono_ns();
+    char *o = (char *)(it->labels + n) + hb;
+    for (size_t i = 0; i < n; i++) {
+        size_t ln = strlen(l[i].name) + 1, lv = strlen(l[i].value) + 1;
+        memcpy(o, l[i].name, ln);
+        it->labels[i].name = o;
+        o += ln;
+        memcpy(o, l[i].value, lv);
+        it->labels[i].value = o;
+        o += lv;
+    }
+    shard *s = &rw->sh[(h >> 17) % rw->c.shards];
+    pthread_mutex_lock(&s->mu);
+    if (s->n == s->cap) {
+        pthread_mutex_unlock(&s->mu);
+        free(it);
+        v->dropped++;
+        return 0;
+    }
+    s->ring[(s->head + s->n) % s->cap] = it;
+    s->n++;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    v->queued++;
+    return 0;
+}
+
+static void interval_once(mv_rw *rw)
+{
+    mv_coll_snap *snap = mv_coll_snapshot(rw->coll);
+    if (!snap)
+        return;
+    rw->cur ^= 1;
+    seen_clear(&rw->seen[rw->cur]);
+    visit_ctx v = {.rw = rw};
+    mv_export_visitor vis = {.family = v_family, .sample = v_sample, .arg = &v};
+    mv_export_visit(snap, rw->c.sel, &vis);
+    mv_coll_snap_free(snap);
+    pthread_mutex_lock(&rw->mu);
+    rw->st.samples_queued += v.queued;
+    rw->st.dropped_queue_full += v.dropped;
+    pthread_mutex_unlock(&rw->mu);
+    if (v.dropped)
+        MV_WARN("remote_write.queue_full", "dropped=%llu hint=%s", (unsigned long long)v.dropped,
+                mv_log_q("the receiver is slow or down; raise --remote-write-queue-samples"));
+}
+
+static void *tick_main(void *arg)
+{
+    mv_rw *rw = arg;
+    struct timespec next;
+    clock_gettime(CLOCK_MONOTONIC, &next);
+    pthread_mutex_lock(&rw->mu);
+    while (!rw->stop) {
+        pthread_mutex_unlock(&rw->mu);
+        interval_once(rw);
+        pthread_mutex_lock(&rw->mu);
+        uint64_t ns = (uint64_t)next.tv_nsec + (uint64_t)rw->c.interval_ms * 1000000ull;
+        next.tv_sec += (time_t)(ns / 1000000000ull);
+        next.tv_nsec = (long)(ns % 1000000000ull);
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (now.tv_sec > next.tv_sec + 5) /* far behind (a stopped process): skip ahead */
+            next = now;
+        while (!rw->stop && pthread_cond_timedwait(&rw->cv, &rw->mu, &next) != ETIMEDOUT)
+            ;
+    }
+    pthread_mutex_unlock(&rw->mu);
+    return NULL;
+}
+
+/* ---- Senders ------------------------------------------------------------------------------------
+ */
+
+static size_t on_header(char *buf, size_t size, size_t n, void *arg)
+{
+    shard *s = arg;
+    size_t len = size * n;
+    if (len > 12 && strncasecmp(buf, "Retry-After:", 12) == 0) {
+        size_t o = 12;
+        while (o < len && (buf[o] == ' ' || buf[o] == '\t'))
+            o++;
+        size_t m = len - o;
+        while (m && (buf[o + m - 1] == '\r' || buf[o + m - 1] == '\n' || buf[o + m - 1] == ' '))
+            m--;
+        if (m >= sizeof s->retry_after)
+            m = sizeof s->retry_after - 1;
+        memcpy(s->retry_after, buf + o, m);
+        s->retry_after[m] = '\0';
+    } else if (len > 34 && strncasecmp(buf, "X-Prometheus-Remote-Write-", 26) == 0) {
+        const char *colon = memchr(buf, ':', len);
+        /* *-Samples-Written, *-Histograms-Written, *-Exemplars-Written */
+        if (colon && colon - buf > 34 && strncasecmp(colon - 8, "-Written", 8) == 0)
+            s->written_seen = 1;
+    }
+    return len;
+}
+
+static size_t on_body(char *buf, size_t size, size_t n, void *arg)
+{
+    (void)buf;
+    (void)arg;
+    return size * n; /* the answer's body is not needed (its status says it all) */
+}
+
+/* Milliseconds a Retry-After asks for, or -1. */
+static long retry_after_ms(const char *v)
+{
+    if (!*v)
+        return -1;
+    char *end;
+    long s = strtol(v, &end, 10);
+    if (end != v && *end == '\0' && s >= 0)
+        return (s > RETRY_AFTER_MAX ? RETRY_AFTER_MAX : s) * 1000;
+    time_t t = curl_getdate(v, NULL);
+    if (t < 0)
+        return -1;
+    long d = (long)(t - time(NULL));
+    if (d < 0)
+        d = 0;
+    return (d > RETRY_AFTER_MAX ? RETRY_AFTER_MAX : d) * 1000;
+}
+
+/* Sleeps ms unless stopping; returns 1 when stopping. */
+static int nap(mv_rw *rw, long ms)
+{
+    struct timespec until; /* rw->cv runs on CLOCK_MONOTONIC */
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    uint64_t ns = (uint64_t)until.tv_nsec + (uint64_t)ms * 1000000ull;
+    until.tv_sec += (time_t)(ns / 1000000000ull);
+    until.tv_nsec = (long)(ns % 1000000000ull);
+    pthread_mutex_lock(&rw->mu);
+    while (!rw->stop && pthread_cond_timedwait(&rw->cv, &rw->mu, &until) != ETIMEDOUT)
+        ;
+    int stop = rw->stop;
+    pthread_mutex_unlock(&rw->mu);
+    return stop;
+}
+
+/* One POST. Returns the HTTP status, or 0 for a transport error. */
+static long post(shard *s, const uint8_t *body, size_t len, int version)
+{
+    mv_rw *rw = s->rw;
+    CURL *c = s->curl;
+    struct curl_slist *h = NULL;
+    h = curl_slist_append(h, "Content-Encoding: snappy");
+    if (version == 2) {
+        h = curl_slist_append(h, "Content-Type: application/x-protobuf;proto=io.prometheus.write."
+                                 "v2.Request");
+        h = curl_slist_append(h, "X-Prometheus-Remote-Write-Version: 2.0.0");
+    } else {
+        h = curl_slist_append(h, "Content-Type: application/x-protobuf");
+        h = curl_slist_append(h, "X-Prometheus-Remote-Write-Version: 0.1.0");
+    }
+    char auth[TOKEN_MAX + 32];
+    if (rw->c.bearer_token_file) {
+        pthread_mutex_lock(&rw->mu);
+        uint64_t now = mono_ns();
+        if (!rw->token_read_ns || now - rw->token_read_ns > 60000000000ull) {
+            if (read_secret(rw->c.bearer_token_file, rw->token, sizeof rw->token) == 0)
+                rw->token_read_ns = now;
+        }
+        snprintf(auth, sizeof auth, "Authorization: Bearer %s", rw->token);
+        pthread_mutex_unlock(&rw->mu);
+        h = curl_slist_append(h, auth);
+    }
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, (const char *)body);
+    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+    s->retry_after[0] = '\0';
+    s->written_seen = 0;
+    CURLcode rc = curl_easy_perform(c);
+    curl_slist_free_all(h);
+    long code = 0;
+    if (rc == CURLE_OK)
+        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
+    else
+        MV_WARN("remote_write.error", "url=%s error=%s", mv_log_q(rw->url),
+                mv_log_q(curl_easy_strerror(rc)));
+    return code;
+}
+
+static void free_items(item **it, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(it[i]);
+}
+
+/* Samples a batch carries on the wire: a histogram is its classic series in 1.0, one native
+ * histogram in 2.0. */
+static uint64_t wire_samples(item **it, size_t n, int version)
+{
+    uint64_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        k += it[i]->is_hist && version == 1 ? it[i]->nbounds + 3 : 1;
+    return k;
+}
+
+/* Sends one batch until it is acknowledged, refused or the sender stops. */
+static void send_batch(shard *s, item **it, size_t n)
+{
+    mv_rw *rw = s->rw;
+    mv_rw_series *ser = malloc(n * sizeof *ser);
+    if (!ser) {
+        free_items(it, n);
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        ser[i] = (mv_rw_series){.labels = it[i]->labels,
+                                .nlabels = it[i]->nlabels,
+                                .value = it[i]->value,
+                                .ts_ms = it[i]->ts_ms,
+                                .is_hist = it[i]->is_hist,
+                                .bounds = it[i]->bounds,
+                                .cum = it[i]->cum,
+                                .nbounds = it[i]->nbounds,
+                                .sum = it[i]->value,
+                                .count = it[i]->count};
+    long backoff = rw->c.min_backoff_ms;
+    int encoded_version = 0;
+    uint8_t *body = NULL;
+    size_t len = 0, raw = 0;
+    for (;;) {
+        pthread_mutex_lock(&rw->mu);
+        int version = rw->version;
+        pthread_mutex_unlock(&rw->mu);
+        if (version != encoded_version) {
+            free(body);
+            body = NULL;
+            if (mv_rw_encode(version, ser, n, rw->c.native_set ? rw->c.native_schema : 6, &body,
+                             &len, &raw) != 0) {
+                MV_WARN("remote_write.encode_failed", "samples=%zu error=%s", n,
+                        mv_log_q("out of memory"));
+                break;
+            }
+            encoded_version = version;
+        }
+        long code = post(s, body, len, version);
+        uint64_t ns = wire_samples(it, n, version);
+        pthread_mutex_lock(&rw->mu);
+        rw->st.requests++;
+        if (code >= 200 && code < 300 && version == 2 && !s->written_seen) {
+            /* A 2xx without the written headers: the spec has the sender assume nothing was
+             * written (typically a 1.0 receiver that ignored Content-Type and found none of
+             * its fields in the body). Send the batch again as 1.0, and 1.0 from now on. */
+            rw->st.written_missing++;
+            rw->version = 1;
+            rw->st.version = 1;
+            rw->st.fallbacks_v1++;
+            pthread_mutex_unlock(&rw->mu);
+            MV_WARN("remote_write.fallback", "url=%s status=%ld effect=%s", mv_log_q(rw->url), code,
+                    mv_log_q("2.0 answer without X-Prometheus-Remote-Write-*-Written headers: "
+                             "batch sent again, remote write 1.0 from now on"));
+            continue;
+        }
+        if (code >= 200 && code < 300) {
+            rw->st.samples_sent += ns;
+            rw->st.bytes_sent += len;
+            rw->st.bytes_uncompressed += raw;
+            pthread_mutex_unlock(&rw->mu);
+            break;
+        }
+        rw->st.requests_failed++;
+        if (code == 415 && version == 2) {
+            /* The receiver does not take 2.0: remote write 1.0 from now on. */
+            rw->version = 1;
+            rw->st.version = 1;
+            rw->st.fallbacks_v1++;
+            pthread_mutex_unlock(&rw->mu);
+            MV_WARN("remote_write.fallback", "url=%s status=415 effect=%s", mv_log_q(rw->url),
+                    mv_log_q("remote write 1.0 from now on"));
+            continue;
+        }
+        if (code >= 400 && code < 500 && code != 429) {
+            rw->st.dropped_http_4xx += ns;
+            pthread_mutex_unlock(&rw->mu);
+            MV_WARN("remote_write.refused", "url=%s status=%ld samples=%zu effect=%s",
+                    mv_log_q(rw->url), code, n, mv_log_q("batch dropped, not retried"));
+            break;
+        }
+        rw->st.samples_retried += ns;
+        pthread_mutex_unlock(&rw->mu);
+        long wait = backoff;
+        long ra = (code == 429 || code == 503) ? retry_after_ms(s->retry_after) : -1;
+        if (ra >= 0)
+            wait = ra;
+        else if (backoff < (long)rw->c.max_backoff_ms)
+            backoff =
+                backoff * 2 > (long)rw->c.max_backoff_ms ? (long)rw->c.max_backoff_ms : backoff * 2;
+        if (nap(rw, wait))
+            break;
+    }
+    free(body);
+    free(ser);
+    free_items(it, n);
+}
+
+static void *shard_main(void *arg)
+{
+    shard *s = arg;
+    mv_rw *rw = s->rw;
+    item **batch = malloc(rw->c.max_per_send * sizeof *batch);
+    if (!batch)
+        return NULL;
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        while (s->n == 0) {
+            pthread_mutex_lock(&rw->mu);
+            int stop = rw->stop;
+            pthread_mutex_unlock(&rw->mu);
+            if (stop)
+                break;
+            struct timespec until;
+            clock_gettime(CLOCK_REALTIME, &until);
+            until.tv_nsec += 200000000L;
+            if (until.tv_nsec >= 1000000000L) {
+                until.tv_sec++;
+                until.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&s->cv, &s->mu, &until);
+        }
+        if (s->n == 0) {
+            pthread_mutex_unlock(&s->mu);
+            break;
+        }
+        size_t n = s->n < rw->c.max_per_send ? s->n : rw->c.max_per_send;
+        for (size_t i = 0; i < n; i++)
+            batch[i] = s->ring[(s->head + i) % s->cap];
+        s->head = (s->head + n) % s->cap;
+        s->n -= n;
+        s->inflight = n;
+        s->inflight_enq = batch[0]->enq_ns;
+        pthread_mutex_unlock(&s->mu);
+        send_batch(s, batch, n);
+        pthread_mutex_lock(&s->mu);
+        s->inflight = 0;
+        pthread_mutex_unlock(&s->mu);
+        pthread_mutex_lock(&rw->mu);
+        int stop = rw->stop;
+        pthread_mutex_unlock(&rw->mu);
+        if (stop)
+            break;
+    }
+    free(batch);
+    return NULL;
+}
+
+/* ---- Lifecycle
+ * ----------------------------------------------------------------------------------- */
+
+static int curl_setup(mv_rw *rw, shard *s)
+{
+    CURL *c = s->curl = curl_easy_init();
+    if (!c)
+        return -ENOMEM;
+    curl_easy_setopt(c, CURLOPT_URL, rw->url);
+    curl_easy_setopt(c, CURLOPT_POST, 1L);
+    curl_easy_setopt(c, CURLOPT_USERAGENT, USER_AGENT);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)rw->c.timeout_ms);
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)rw->c.timeout_ms);
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(c, CURLOPT_HEADERDATA, s);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+    if (rw->c.ca_file)
+        curl_easy_setopt(c, CURLOPT_CAINFO, rw->c.ca_file);
+    if (rw->c.cert_file)
+        curl_easy_setopt(c, CURLOPT_SSLCERT, rw->c.cert_file);
+    if (rw->c.key_file)
+        curl_easy_setopt(c, CURLOPT_SSLKEY, rw->c.key_file);
+    if (rw->c.insecure_skip_verify) {
+        curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 0L);
+        curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 0L);
+    }
+    if (rw->c.basic_user) {
+        curl_easy_setopt(c, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC);
+        curl_easy_setopt(c, CURLOPT_USERNAME, rw->c.basic_user);
+        curl_easy_setopt(c, CURLOPT_PASSWORD, rw->password);
+    }
+    return 0;
+}
+
+int mv_rw_create(const mv_rw_config *c, mv_coll *coll, mv_rw **out)
+{
+    *out = NULL;
+    if (mv_rw_config_check(c))
+        return -EINVAL;
+    mv_rw *rw = calloc(1, sizeof *rw);
+    if (!rw)
+        return -ENOMEM;
+    rw->c = *c;
+    rw->coll = coll;
+    rw->version = rw->st.version = c->version;
+    rw->url = strdup(c->url);
+    size_t sb = 1;
+    for (size_t i = 0; i < c->nexternal; i++)
+        sb += strlen(c->external[i].name) + strlen(c->external[i].value) + 2;
+    rw->ext = calloc(c->nexternal + 1, sizeof *rw->ext);
+    rw->strs = malloc(sb);
+    if (!rw->url || !rw->ext || !rw->strs) {
+        free(rw->url);
+        free(rw->ext);
+        free(rw->strs);
+        free(rw);
+        return -ENOMEM;
+    }
+    char *o = rw->strs;
+    for (size_t i = 0; i < c->nexternal; i++) {
+        size_t ln = strlen(c->external[i].name) + 1, lv = strlen(c->external[i].value) + 1;
+        rw->ext[i].name = memcpy(o, c->external[i].name, ln);
+        o += ln;
+        rw->ext[i].value = memcpy(o, c->external[i].value, lv);
+        o += lv;
+    }
+    rw->next = c->nexternal;
+    rw->c.external = NULL;
+    if (c->basic_password_file &&
+        read_secret(c->basic_password_file, rw->password, sizeof rw->password) != 0)
+        MV_WARN("remote_write.secret", "file=%s error=%s", mv_log_q(c->basic_password_file),
+                mv_log_q("cannot read the basic auth password"));
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    pthread_mutex_init(&rw->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&rw->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    size_t per = (size_t)(c->queue_samples / c->shards);
+    uint32_t started = 0;
+    int rc = 0;
+    for (uint32_t i = 0; i < c->shards; i++) {
+        shard *s = &rw->sh[i];
+        s->rw = rw;
+        s->cap = per;
+        pthread_mutex_init(&s->mu, NULL);
+        pthread_cond_init(&s->cv, NULL);
+        s->ring = malloc(per * sizeof *s->ring);
+        if (!s->ring || curl_setup(rw, s)) {
+            rc = -ENOMEM;
+            break;
+        }
+    }
+    for (uint32_t i = 0; rc == 0 && i < c->shards; i++, started++)
+        if (pthread_create(&rw->sh[i].th, NULL, shard_main, &rw->sh[i]))
+            rc = -ENOMEM;
+    if (rc == 0 && pthread_create(&rw->tick, NULL, tick_main, rw))
+        rc = -ENOMEM;
+    if (rc) {
+        pthread_mutex_lock(&rw->mu);
+        rw->stop = 1;
+        pthread_cond_broadcast(&rw->cv);
+        pthread_mutex_unlock(&rw->mu);
+        for (uint32_t i = 0; i < started; i++)
+            pthread_join(rw->sh[i].th, NULL);
+        rw->c.shards = c->shards;
+        rw->tick = 0;
+        /* fall through to the common free */
+        for (uint32_t i = 0; i < c->shards; i++) {
+            if (rw->sh[i].curl)
+                curl_easy_cleanup(rw->sh[i].curl);
+            free(rw->sh[i].ring);
+        }
+        free(rw->url);
+        free(rw->ext);
+        free(rw->strs);
+        free(rw);
+        return rc;
+    }
+    MV_INFO("remote_write.started",
+            "url=%s version=%d interval_ms=%u shards=%u queue_samples=%llu max_per_send=%u "
+            "external_labels=%zu auth=%s",
+            mv_log_q(rw->url), c->version, c->interval_ms, c->shards,
+            (unsigned long long)c->queue_samples, c->max_per_send, c->nexternal,
+            c->bearer_token_file ? "bearer"
+            : c->basic_user      ? "basic"
+                                 : "none");
+    *out = rw;
+    return 0;
+}
+
+void mv_rw_destroy(mv_rw *rw)
+{
+    if (!rw)
+        return;
+    pthread_mutex_lock(&rw->mu);
+    rw->stop = 1;
+    pthread_cond_broadcast(&rw->cv);
+    pthread_mutex_unlock(&rw->mu);
+    pthread_join(rw->tick, NULL);
+    for (uint32_t i = 0; i < rw->c.shards; i++) {
+        shard *s = &rw->sh[i];
+        pthread_mutex_lock(&s->mu);
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->th, NULL);
+        for (size_t k = 0; k < s->n; k++)
+            free(s->ring[(s->head + k) % s->cap]);
+        free(s->ring);
+        curl_easy_cleanup(s->curl);
+        pthread_mutex_destroy(&s->mu);
+        pthread_cond_destroy(&s->cv);
+    }
+    for (int i = 0; i < 2; i++) {
+        free(rw->seen[i].key);
+        free(rw->seen[i].ts);
+    }
+    pthread_mutex_destroy(&rw->mu);
+    pthread_cond_destroy(&rw->cv);
+    free(rw->url);
+    free(rw->ext);
+    free(rw->strs);
+    free(rw);
+}
+
+void mv_rw_get_stats(mv_rw *rw, mv_rw_stats *st)
+{
+    uint64_t now = mono_ns(), oldest = 0, q = 0;
+    for (uint32_t i = 0; i < rw->c.shards; i++) {
+        shard *s = &rw->sh[i];
+        pthread_mutex_lock(&s->mu);
+        q += s->n + s->inflight;
+        if (s->n || s->inflight) {
+            uint64_t t = s->inflight ? s->inflight_enq : s->ring[s->head]->enq_ns;
+            if (!oldest || t < oldest)
+                oldest = t;
+        }
+        pthread_mutex_unlock(&s->mu);
+    }
+    pthread_mutex_lock(&rw->mu);
+    *st = rw->st;
+    pthread_mutex_unlock(&rw->mu);
+    st->queue_samples = q;
+    st->oldest_age_s = oldest ? (double)(now - oldest) / 1e9 : 0;
+}
+
+static void fam_u64(mv_expo *e, const char *name, mv_expo_type t, const char *help,
+                    const char *lname, const char *lval, uint64_t v)
+{
+    mv_expo_label l = {lname, lval};
+    mv_expo_family(e, name, t, help, NULL);
+    mv_expo_sample_u64(e, NULL, &l, lname ? 1 : 0, NULL, 0, NULL, 0, v, MV_EXPO_NO_TS);
+}
+
+int mv_rw_render(mv_rw *rw, mv_expo *e)
+{
+    mv_rw_stats st;
+    mv_rw_get_stats(rw, &st);
+    fam_u64(e, "microview_remote_write_samples_total", MV_EXPO_COUNTER,
+            "Samples acknowledged by the remote write receiver.", NULL, NULL, st.samples_sent);
+    mv_expo_family(e, "microview_remote_write_samples_dropped_total", MV_EXPO_COUNTER,
+                   "Samples not delivered: reason queue_full (the queue was full when they were "
+                   "taken) or http_4xx (refused by the receiver, not retried).",
+                   NULL);
+    mv_expo_label r1 = {"reason", "queue_full"}, r2 = {"reason", "http_4xx"};
+    mv_expo_sample_u64(e, NULL, &r1, 1, NULL, 0, NULL, 0, st.dropped_queue_full, MV_EXPO_NO_TS);
+    mv_expo_sample_u64(e, NULL, &r2, 1, NULL, 0, NULL, 0, st.dropped_http_4xx, MV_EXPO_NO_TS);
+    fam_u64(e, "microview_remote_write_samples_retried_total", MV_EXPO_COUNTER,
+            "Samples in requests that were tried again (5xx, 429, transport errors).", NULL, NULL,
+            st.samples_retried);
+    fam_u64(e, "microview_remote_write_requests_total", MV_EXPO_COUNTER,
+            "Remote write requests sent, each try counted.", NULL, NULL, st.requests);
+    fam_u64(e, "microview_remote_write_requests_failed_total", MV_EXPO_COUNTER,
+            "Remote write tries that did not get a 2xx answer.", NULL, NULL, st.requests_failed);
+    fam_u64(e, "microview_remote_write_bytes_total", MV_EXPO_COUNTER,
+            "Compressed bytes of acknowledged remote write requests.", NULL, NULL, st.bytes_sent);
+    fam_u64(e, "microview_remote_write_queue_samples", MV_EXPO_GAUGE,
+            "Items (a histogram is one) not yet acknowledged: queued or being sent.", NULL, NULL,
+            st.queue_samples);
+    mv_expo_family(e, "microview_remote_write_queue_oldest_age_seconds", MV_EXPO_GAUGE,
+                   "Age of the oldest item not yet acknowledged (0: none).", NULL);
+    mv_expo_sample(e, NULL, NULL, 0, NULL, 0, NULL, 0, st.oldest_age_s, MV_EXPO_NO_TS);
+    fam_u64(e, "microview_remote_write_version", MV_EXPO_GAUGE,
+            "Remote write protocol in use (1 or 2; 2 falls back to 1 after a 415).", NULL, NULL,
+            (uint64_t)st.version);
+    fam_u64(e, "microview_remote_write_fallbacks_total", MV_EXPO_COUNTER,
+            "Falls back from remote write 2.0 to 1.0 (a 415, or a 2xx without the written "
+            "headers).",
+            NULL, NULL, st.fallbacks_v1);
+    fam_u64(e, "microview_remote_write_written_headers_missing_total", MV_EXPO_COUNTER,
+            "Remote write 2.0 answers without X-Prometheus-Remote-Write-*-Written headers.", NULL,
+            NULL, st.written_missing);
+    return 0;
+}

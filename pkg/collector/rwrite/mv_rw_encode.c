@@ -1,0 +1,387 @@
+/* mv_rw_encode: remote write bodies: WriteRequest (1.0) and io.prometheus.write.v2.Request
+ * (2.0, symbols table) packed with protobuf-c, compressed with Debian's libsnappy (the Snappy
+ * block format the protocol mandates). */
+#include <errno.h>
+#include <math.h>
+#include <snappy-c.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mv_expo.h"
+#include "mv_rw.h"
+#include "prometheus/prompb/remote.pb-c.h"
+#include "prometheus/write/v2/types.pb-c.h"
+
+/* ---- Snappy ------------------------------------------------------------------------------- */
+
+int mv_rw_unsnappy(const uint8_t *in, size_t n, size_t max_out, uint8_t **out, size_t *len)
+{
+    size_t ulen;
+    *out = NULL;
+    *len = 0;
+    if (snappy_uncompressed_length((const char *)in, n, &ulen) != SNAPPY_OK)
+        return -EINVAL;
+    if (ulen > max_out)
+        return -E2BIG;
+    if (snappy_validate_compressed_buffer((const char *)in, n) != SNAPPY_OK)
+        return -EINVAL;
+    uint8_t *o = malloc(ulen ? ulen : 1);
+    if (!o)
+        return -ENOMEM;
+    size_t got = ulen;
+    if (snappy_uncompress((const char *)in, n, (char *)o, &got) != SNAPPY_OK || got != ulen) {
+        free(o);
+        return -EINVAL;
+    }
+    *out = o;
+    *len = got;
+    return 0;
+}
+
+static int snappy_pack(const uint8_t *raw, size_t n, uint8_t **out, size_t *len)
+{
+    size_t cap = snappy_max_compressed_length(n);
+    uint8_t *o = malloc(cap ? cap : 1);
+    if (!o)
+        return -ENOMEM;
+    size_t got = cap;
+    if (snappy_compress((const char *)raw, n, (char *)o, &got) != SNAPPY_OK) {
+        free(o);
+        return -ENOMEM;
+    }
+    *out = o;
+    *len = got;
+    return 0;
+}
+
+/* ---- 1.0 ------------------------------------------------------------------------------------ */
+
+/* A histogram's classic series for 1.0: <name>_bucket{le} per bucket, _sum, _count. Fills
+ * out[] (room for nbounds + 3) with labels from lab (room for (nbounds + 3) (nlabels + 1))
+ * and strings from str (room for (nbounds + 3) * 40 + 3 * (strlen(name) + 8)). */
+static size_t expand_hist(const mv_rw_series *h, mv_rw_series *out, mv_rw_label *lab, char *str)
+{
+    const char *name = "";
+    for (size_t j = 0; j < h->nlabels; j++)
+        if (strcmp(h->labels[j].name, "__name__") == 0)
+            name = h->labels[j].value;
+    size_t nl = strlen(name), k = 0;
+    char *nb = str, *ns = str + nl + 8, *nc = str + 2 * (nl + 8), *le = str + 3 * (nl + 8);
+    memcpy(nb, name, nl);
+    memcpy(nb + nl, "_bucket", 8);
+    memcpy(ns, name, nl);
+    memcpy(ns + nl, "_sum", 5);
+    memcpy(nc, name, nl);
+    memcpy(nc + nl, "_count", 7);
+    for (size_t b = 0; b <= h->nbounds + 2; b++) {
+        int bucket = b <= h->nbounds;
+        mv_rw_label *l = lab + b * (h->nlabels + 1);
+        size_t m = 0;
+        const char *nm = bucket ? nb : b == h->nbounds + 1 ? ns : nc;
+        char *v = le + b * 40;
+        if (bucket)
+            mv_expo_format_double(b < h->nbounds ? h->bounds[b] : INFINITY, 0, v, 40);
+        int put_le = bucket;
+        for (size_t j = 0; j < h->nlabels; j++) {
+            const mv_rw_label *src = &h->labels[j];
+            if (put_le && strcmp(src->name, "le") > 0) {
+                l[m++] = (mv_rw_label){"le", v};
+                put_le = 0;
+            }
+            if (strcmp(src->name, "__name__") == 0)
+                l[m++] = (mv_rw_label){"__name__", nm};
+            else
+                l[m++] = *src;
+        }
+        if (put_le)
+            l[m++] = (mv_rw_label){"le", v};
+        double val = bucket ? (double)h->cum[b] : b == h->nbounds + 1 ? h->sum : (double)h->count;
+        out[k++] = (mv_rw_series){.labels = l, .nlabels = m, .value = val, .ts_ms = h->ts_ms};
+    }
+    return k;
+}
+
+static int pack_v1(const mv_rw_series *in, size_t nin, uint8_t **raw, size_t *rlen)
+{
+    /* Histograms become their classic series. */
+    size_t n = 0, nlab = 0, nstr = 0;
+    for (size_t i = 0; i < nin; i++) {
+        if (!in[i].is_hist) {
+            n++;
+            continue;
+        }
+        n += in[i].nbounds + 3;
+        nlab += (in[i].nbounds + 3) * (in[i].nlabels + 1);
+        for (size_t j = 0; j < in[i].nlabels; j++)
+            if (strcmp(in[i].labels[j].name, "__name__") == 0)
+                nstr += 3 * (strlen(in[i].labels[j].value) + 8);
+        nstr += (in[i].nbounds + 3) * 40;
+    }
+    mv_rw_series *s = malloc((n ? n : 1) * sizeof *s);
+    mv_rw_label *xl = malloc((nlab ? nlab : 1) * sizeof *xl);
+    char *xs = malloc(nstr ? nstr : 1);
+    int rc = -ENOMEM;
+    Prometheus__TimeSeries *ts = NULL, **pts = NULL;
+    Prometheus__Sample *sm = NULL, **psm = NULL;
+    Prometheus__Label *lb = NULL, **plb = NULL;
+    if (!s || !xl || !xs)
+        goto out;
+    {
+        size_t k = 0, lo = 0, so = 0;
+        for (size_t i = 0; i < nin; i++) {
+            if (!in[i].is_hist) {
+                s[k++] = in[i];
+                continue;
+            }
+            size_t name_len = 0;
+            for (size_t j = 0; j < in[i].nlabels; j++)
+                if (strcmp(in[i].labels[j].name, "__name__") == 0)
+                    name_len = strlen(in[i].labels[j].value);
+            k += expand_hist(&in[i], s + k, xl + lo, xs + so);
+            lo += (in[i].nbounds + 3) * (in[i].nlabels + 1);
+            so += 3 * (name_len + 8) + (in[i].nbounds + 3) * 40;
+        }
+    }
+    size_t nl = 0;
+    for (size_t i = 0; i < n; i++)
+        nl += s[i].nlabels;
+    ts = calloc(n ? n : 1, sizeof *ts);
+    pts = calloc(n ? n : 1, sizeof *pts);
+    sm = calloc(n ? n : 1, sizeof *sm);
+    psm = calloc(n ? n : 1, sizeof *psm);
+    lb = calloc(nl ? nl : 1, sizeof *lb);
+    plb = calloc(nl ? nl : 1, sizeof *plb);
+    if (!ts || !pts || !sm || !psm || !lb || !plb)
+        goto out;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        prometheus__time_series__init(&ts[i]);
+        prometheus__sample__init(&sm[i]);
+        sm[i].value = s[i].value;
+        sm[i].timestamp = s[i].ts_ms;
+        psm[i] = &sm[i];
+        ts[i].n_samples = 1;
+        ts[i].samples = &psm[i];
+        ts[i].n_labels = s[i].nlabels;
+        ts[i].labels = &plb[k];
+        for (size_t j = 0; j < s[i].nlabels; j++, k++) {
+            prometheus__label__init(&lb[k]);
+            lb[k].name = (char *)s[i].labels[j].name;
+            lb[k].value = (char *)s[i].labels[j].value;
+            plb[k] = &lb[k];
+        }
+        pts[i] = &ts[i];
+    }
+    Prometheus__WriteRequest wr = PROMETHEUS__WRITE_REQUEST__INIT;
+    wr.n_timeseries = n;
+    wr.timeseries = pts;
+    size_t sz = prometheus__write_request__get_packed_size(&wr);
+    *raw = malloc(sz ? sz : 1);
+    if (!*raw)
+        goto out;
+    *rlen = prometheus__write_request__pack(&wr, *raw);
+    rc = 0;
+out:
+    free(s);
+    free(xl);
+    free(xs);
+    free(ts);
+    free(pts);
+    free(sm);
+    free(psm);
+    free(lb);
+    free(plb);
+    return rc;
+}
+
+/* ---- 2.0 ------------------------------------------------------------------------------------ */
+
+/* The symbols table: "" first, as the spec requires, then each string once. */
+typedef struct {
+    const char **sym;
+    size_t n, cap;
+    uint32_t *slot; /* open addressing: index + 1 into sym, 0 empty */
+    size_t nslot;
+} symtab;
+
+static uint64_t str_hash(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+static int sym_ref(symtab *t, const char *s, uint32_t *ref)
+{
+    size_t mask = t->nslot - 1;
+    for (size_t i = str_hash(s) & mask;; i = (i + 1) & mask) {
+        uint32_t v = t->slot[i];
+        if (!v) {
+            if (t->n == t->cap)
+                return -ENOMEM; /* sized for every string up front */
+            t->sym[t->n] = s;
+            t->slot[i] = (uint32_t)++t->n;
+            *ref = (uint32_t)(t->n - 1);
+            return 0;
+        }
+        if (strcmp(t->sym[v - 1], s) == 0) {
+            *ref = v - 1;
+            return 0;
+        }
+    }
+}
+
+/* A histogram's native form for 2.0 (nh and the span structs stay alive until packed). */
+static int native_v2(const mv_rw_series *s, int32_t schema, mv_expo_nh *nh,
+                     Io__Prometheus__Write__V2__Histogram *h,
+                     Io__Prometheus__Write__V2__BucketSpan **sp,
+                     Io__Prometheus__Write__V2__BucketSpan ***psp)
+{
+    io__prometheus__write__v2__histogram__init(h);
+    mv_expo_nh_begin(nh, schema);
+    int rc = mv_expo_nh_add_classic(nh, s->bounds, s->nbounds, s->cum);
+    if (rc == -EINVAL) /* bounds that are not increasing: the count alone */
+        mv_expo_nh_begin(nh, schema);
+    else if (rc)
+        return rc;
+    if ((rc = mv_expo_nh_finish(nh, 0)))
+        return rc;
+    h->count_case = IO__PROMETHEUS__WRITE__V2__HISTOGRAM__COUNT_COUNT_INT;
+    h->count_int = s->count;
+    h->sum = s->sum;
+    h->schema = nh->schema;
+    h->zero_threshold = nh->zero_threshold;
+    h->zero_count_case = IO__PROMETHEUS__WRITE__V2__HISTOGRAM__ZERO_COUNT_ZERO_COUNT_INT;
+    h->zero_count_int = nh->zero_count;
+    h->timestamp = s->ts_ms;
+    size_t ns = nh->nspan[0] + nh->nspan[1];
+    *sp = calloc(ns ? ns : 1, sizeof **sp);
+    *psp = calloc(ns ? ns : 1, sizeof **psp);
+    if (!*sp || !*psp)
+        return -ENOMEM;
+    size_t k = 0;
+    for (int sign = 0; sign < 2; sign++) {
+        for (size_t i = 0; i < nh->nspan[sign]; i++, k++) {
+            io__prometheus__write__v2__bucket_span__init(&(*sp)[k]);
+            (*sp)[k].offset = nh->span[sign][i].offset;
+            (*sp)[k].length = nh->span[sign][i].length;
+            (*psp)[k] = &(*sp)[k];
+        }
+    }
+    h->n_positive_spans = nh->nspan[0];
+    h->positive_spans = *psp;
+    h->n_positive_deltas = nh->ndelta[0];
+    h->positive_deltas = nh->delta[0];
+    h->n_negative_spans = nh->nspan[1];
+    h->negative_spans = *psp + nh->nspan[0];
+    h->n_negative_deltas = nh->ndelta[1];
+    h->negative_deltas = nh->delta[1];
+    return 0;
+}
+
+static int pack_v2(const mv_rw_series *s, size_t n, int32_t schema, uint8_t **raw, size_t *rlen)
+{
+    size_t nh_n = 0;
+    for (size_t i = 0; i < n; i++)
+        nh_n += s[i].is_hist != 0;
+    mv_expo_nh *nh = calloc(nh_n ? nh_n : 1, sizeof *nh);
+    Io__Prometheus__Write__V2__Histogram *hs = calloc(nh_n ? nh_n : 1, sizeof *hs);
+    Io__Prometheus__Write__V2__Histogram **phs = calloc(nh_n ? nh_n : 1, sizeof *phs);
+    Io__Prometheus__Write__V2__BucketSpan **sps = calloc(nh_n ? nh_n : 1, sizeof *sps);
+    Io__Prometheus__Write__V2__BucketSpan ***psps = calloc(nh_n ? nh_n : 1, sizeof *psps);
+    size_t hk = 0;
+    size_t nl = 0;
+    for (size_t i = 0; i < n; i++)
+        nl += s[i].nlabels;
+    symtab t = {0};
+    t.cap = 2 * nl + 1;
+    t.nslot = 16;
+    while (t.nslot < 2 * t.cap)
+        t.nslot *= 2;
+    t.sym = malloc(t.cap * sizeof *t.sym);
+    t.slot = calloc(t.nslot, sizeof *t.slot);
+    Io__Prometheus__Write__V2__TimeSeries *ts = calloc(n ? n : 1, sizeof *ts);
+    Io__Prometheus__Write__V2__TimeSeries **pts = calloc(n ? n : 1, sizeof *pts);
+    Io__Prometheus__Write__V2__Sample *sm = calloc(n ? n : 1, sizeof *sm);
+    Io__Prometheus__Write__V2__Sample **psm = calloc(n ? n : 1, sizeof *psm);
+    uint32_t *refs = calloc(2 * nl + 1, sizeof *refs);
+    int rc = -ENOMEM;
+    if (!t.sym || !t.slot || !ts || !pts || !sm || !psm || !refs || !nh || !hs || !phs || !sps ||
+        !psps)
+        goto out;
+    uint32_t r0;
+    sym_ref(&t, "", &r0);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        io__prometheus__write__v2__time_series__init(&ts[i]);
+        io__prometheus__write__v2__sample__init(&sm[i]);
+        if (s[i].is_hist) {
+            if (native_v2(&s[i], schema, &nh[hk], &hs[hk], &sps[hk], &psps[hk]))
+                goto out;
+            phs[hk] = &hs[hk];
+            ts[i].n_histograms = 1;
+            ts[i].histograms = &phs[hk];
+            hk++;
+        } else {
+            sm[i].value = s[i].value;
+            sm[i].timestamp = s[i].ts_ms;
+            psm[i] = &sm[i];
+            ts[i].n_samples = 1;
+            ts[i].samples = &psm[i];
+        }
+        ts[i].labels_refs = &refs[k];
+        ts[i].n_labels_refs = 2 * s[i].nlabels;
+        for (size_t j = 0; j < s[i].nlabels; j++) {
+            if (sym_ref(&t, s[i].labels[j].name, &refs[k++]) ||
+                sym_ref(&t, s[i].labels[j].value, &refs[k++]))
+                goto out;
+        }
+        pts[i] = &ts[i];
+    }
+    Io__Prometheus__Write__V2__Request req = IO__PROMETHEUS__WRITE__V2__REQUEST__INIT;
+    req.n_symbols = t.n;
+    req.symbols = (char **)t.sym;
+    req.n_timeseries = n;
+    req.timeseries = pts;
+    size_t sz = io__prometheus__write__v2__request__get_packed_size(&req);
+    *raw = malloc(sz ? sz : 1);
+    if (!*raw)
+        goto out;
+    *rlen = io__prometheus__write__v2__request__pack(&req, *raw);
+    rc = 0;
+out:
+    free(t.sym);
+    free(t.slot);
+    free(ts);
+    free(pts);
+    free(sm);
+    free(psm);
+    free(refs);
+    for (size_t i = 0; i < nh_n && nh && sps && psps; i++) {
+        mv_expo_nh_free(&nh[i]);
+        free(sps[i]);
+        free(psps[i]);
+    }
+    free(nh);
+    free(hs);
+    free(phs);
+    free(sps);
+    free(psps);
+    return rc;
+}
+
+int mv_rw_encode(int version, const mv_rw_series *s, size_t n, int32_t schema, uint8_t **out,
+                 size_t *len, size_t *raw_len)
+{
+    uint8_t *raw = NULL;
+    size_t rlen = 0;
+    int rc = version == 2 ? pack_v2(s, n, schema, &raw, &rlen) : pack_v1(s, n, &raw, &rlen);
+    if (rc == 0) {
+        rc = snappy_pack(raw, rlen, out, len);
+        if (raw_len)
+            *raw_len = rlen;
+    }
+    free(raw);
+    return rc;
+}

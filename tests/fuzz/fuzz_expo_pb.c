@@ -1,0 +1,162 @@
+/* libFuzzer driver: the protobuf exposition writer and native histograms of mv_expo. The input is
+ * a program of families and samples (types, suffixes, label bytes, bucket bounds, counts and
+ * values taken from the bytes); the body must stay within the cap and decode with protobuf-c,
+ * and every native histogram must hold the counts it was given. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mv_expo.h"
+#include "prometheus/client/metrics.pb-c.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+typedef struct {
+    const uint8_t *p, *end;
+} rd;
+
+static uint8_t u8(rd *r)
+{
+    return r->p < r->end ? *r->p++ : 0;
+}
+
+static uint64_t u64(rd *r)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = v << 8 | u8(r);
+    return v;
+}
+
+static double dbl(rd *r)
+{
+    uint64_t b = u64(r);
+    double d;
+    memcpy(&d, &b, sizeof d);
+    return d;
+}
+
+/* A NUL-terminated string of up to 15 input bytes in buf. */
+static const char *str(rd *r, char *buf)
+{
+    size_t n = u8(r) & 15;
+    size_t i = 0;
+    for (; i < n && r->p < r->end; i++)
+        buf[i] = (char)(*r->p++ ? r->p[-1] : 'x');
+    buf[i] = '\0';
+    return buf;
+}
+
+static void check_nh(rd *r)
+{
+    mv_expo_nh h = {0};
+    mv_expo_nh_begin(&h, (int8_t)u8(r));
+    size_t nb = u8(r) & 31;
+    double bounds[32];
+    uint64_t cum[33];
+    uint64_t total = 0;
+    for (size_t i = 0; i < nb; i++)
+        bounds[i] = dbl(r);
+    for (size_t i = 0; i <= nb; i++) {
+        cum[i] = u8(r);
+        if (i)
+            cum[i] += cum[i - 1];
+    }
+    int rc = mv_expo_nh_add_classic(&h, bounds, nb, cum);
+    if (rc == 0)
+        total = cum[nb];
+    else
+        mv_expo_nh_begin(&h, h.schema);
+    size_t nv = u8(r) & 15;
+    for (size_t i = 0; i < nv; i++) {
+        double v = dbl(r);
+        uint64_t n = u8(r);
+        if (mv_expo_nh_add(&h, v, n) == 0 && !isnan(v))
+            total += n;
+    }
+    if (mv_expo_nh_finish(&h, u8(r)) == 0) {
+        if (h.schema < MV_EXPO_NH_SCHEMA_MIN || h.schema > MV_EXPO_NH_SCHEMA_MAX)
+            abort();
+        uint64_t got = h.zero_count;
+        for (int s = 0; s < 2; s++) {
+            uint64_t len = 0;
+            for (size_t i = 0; i < h.nspan[s]; i++)
+                len += h.span[s][i].length;
+            if (len != h.ndelta[s])
+                abort();
+            int64_t c = 0;
+            for (size_t i = 0; i < h.ndelta[s]; i++) {
+                c += h.delta[s][i];
+                if (c < 0)
+                    abort();
+                got += (uint64_t)c;
+            }
+        }
+        if (got != total)
+            abort();
+    }
+    mv_expo_nh_free(&h);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    rd r = {data, data + size};
+    check_nh(&r);
+    size_t cap = 64 + (u8(&r) * 37u);
+    mv_expo *e = mv_expo_create(MV_EXPO_PROTOBUF, cap);
+    if (!e)
+        return 0;
+    int8_t schema = (int8_t)u8(&r);
+    uint8_t maxb = u8(&r);
+    mv_expo_set_native(e, schema == 99 ? MV_EXPO_NH_OFF : schema, maxb);
+    static const char *const sfx[] = {NULL, "_bucket", "_sum", "_count", "_created"};
+    static const char *const fams[] = {"a", "b_total", "c_seconds", "d:e"};
+    while (r.p < r.end) {
+        uint8_t op = u8(&r);
+        if ((op & 7) == 0) {
+            char help[16], unit[16];
+            mv_expo_family(e, fams[op >> 3 & 3], (mv_expo_type)((op >> 5) % 6), str(&r, help),
+                           str(&r, unit));
+        } else {
+            char n0[16], v0[16], v1[16];
+            mv_expo_label l[2] = {{str(&r, n0), str(&r, v0)}, {"pod", str(&r, v1)}};
+            const char *suffix = sfx[(op >> 3) % 5];
+            const char *extra = (op & 0x80) ? ((op & 0x40) ? "le" : "quantile") : NULL;
+            double x = dbl(&r);
+            if (op & 1)
+                mv_expo_sample_u64(e, suffix, l, 2, NULL, 0, extra, x, u64(&r), (int64_t)u64(&r));
+            else
+                mv_expo_sample(e, suffix, l + 1, 1, l, op & 2 ? 1 : 0, extra, x, dbl(&r),
+                               MV_EXPO_NO_TS);
+        }
+    }
+    mv_expo_finish(e);
+    size_t len;
+    const uint8_t *d = (const uint8_t *)mv_expo_data(e, &len);
+    if (len > cap)
+        abort();
+    /* Every family decodes. */
+    size_t o = 0;
+    while (o < len) {
+        uint64_t l = 0;
+        int sh = 0;
+        while (o < len && (d[o] & 0x80) && sh < 63) {
+            l |= (uint64_t)(d[o++] & 0x7f) << sh;
+            sh += 7;
+        }
+        if (o >= len)
+            abort();
+        l |= (uint64_t)d[o++] << sh;
+        if (l > len - o)
+            abort();
+        Io__Prometheus__Client__MetricFamily *f =
+            io__prometheus__client__metric_family__unpack(NULL, l, d + o);
+        if (!f)
+            abort();
+        io__prometheus__client__metric_family__free_unpacked(f, NULL);
+        o += l;
+    }
+    mv_expo_destroy(e);
+    return 0;
+}

@@ -1,0 +1,170 @@
+/* Unit tests for mv_rw: configuration checks and the remote write 1.0 / 2.0 bodies (snappy
+ * block, WriteRequest, v2 Request with its symbols table) decoded back with protobuf-c. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mv_log.h"
+#include "mv_rw.h"
+#include "mv_test.h"
+#include "prometheus/prompb/remote.pb-c.h"
+#include "prometheus/write/v2/types.pb-c.h"
+
+static const mv_rw_label L0[] = {{"__name__", "req_total"}, {"namespace", "shop"}, {"pod", "a"}};
+static const mv_rw_label L1[] = {{"__name__", "req_total"}, {"namespace", "shop"}, {"pod", "b"}};
+
+static void test_config(void)
+{
+    mv_rw_config c;
+    mv_rw_config_default(&c);
+    CU_ASSERT_PTR_NOT_NULL(mv_rw_config_check(&c)); /* no URL */
+    c.url = "https://mimir.example:443/api/v1/push";
+    CU_ASSERT_PTR_NULL(mv_rw_config_check(&c));
+    c.version = 3;
+    CU_ASSERT_PTR_NOT_NULL(mv_rw_config_check(&c));
+    c.version = 2;
+    c.shards = 0;
+    CU_ASSERT_PTR_NOT_NULL(mv_rw_config_check(&c));
+    c.shards = 2;
+    c.bearer_token_file = "/t";
+    c.basic_user = "u";
+    CU_ASSERT_PTR_NOT_NULL(mv_rw_config_check(&c)); /* both auths */
+    c.bearer_token_file = NULL;
+    CU_ASSERT_PTR_NOT_NULL(mv_rw_config_check(&c)); /* basic without password file */
+    c.basic_password_file = "/p";
+    CU_ASSERT_PTR_NULL(mv_rw_config_check(&c));
+    c.url = "ftp://x";
+    CU_ASSERT_PTR_NOT_NULL(mv_rw_config_check(&c));
+}
+
+static void test_v1(void)
+{
+    mv_rw_series s[] = {{.labels = L0, .nlabels = 3, .value = 42, .ts_ms = 1700000000123},
+                        {.labels = L1, .nlabels = 3, .value = -0.5, .ts_ms = 1700000000456}};
+    uint8_t *enc, *raw;
+    size_t len, rlen, plen;
+    CU_ASSERT_EQUAL_FATAL(mv_rw_encode(1, s, 2, 6, &enc, &len, &plen), 0);
+    CU_ASSERT_EQUAL_FATAL(mv_rw_unsnappy(enc, len, 1 << 20, &raw, &rlen), 0);
+    CU_ASSERT_EQUAL(rlen, plen);
+    Prometheus__WriteRequest *w = prometheus__write_request__unpack(NULL, rlen, raw);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(w);
+    CU_ASSERT_EQUAL_FATAL(w->n_timeseries, 2);
+    CU_ASSERT_EQUAL(w->timeseries[1]->n_labels, 3);
+    CU_ASSERT_STRING_EQUAL(w->timeseries[1]->labels[2]->value, "b");
+    CU_ASSERT_EQUAL(w->timeseries[1]->samples[0]->value, -0.5);
+    CU_ASSERT_EQUAL(w->timeseries[1]->samples[0]->timestamp, 1700000000456);
+    prometheus__write_request__free_unpacked(w, NULL);
+    free(raw);
+    /* Bad snappy input is refused, a too large one too. */
+    CU_ASSERT_EQUAL(mv_rw_unsnappy(enc, len, 4, &raw, &rlen), -E2BIG);
+    enc[len - 1] ^= 0xff;
+    uint8_t junk[] = {0x08, 0x09, 0x7f};
+    CU_ASSERT_EQUAL(mv_rw_unsnappy(junk, sizeof junk, 1 << 20, &raw, &rlen), -EINVAL);
+    free(enc);
+}
+
+static void test_v2(void)
+{
+    mv_rw_series s[] = {{.labels = L0, .nlabels = 3, .value = 1, .ts_ms = 10},
+                        {.labels = L1, .nlabels = 3, .value = 2, .ts_ms = 20}};
+    uint8_t *enc, *raw;
+    size_t len, rlen;
+    CU_ASSERT_EQUAL_FATAL(mv_rw_encode(2, s, 2, 6, &enc, &len, NULL), 0);
+    CU_ASSERT_EQUAL_FATAL(mv_rw_unsnappy(enc, len, 1 << 20, &raw, &rlen), 0);
+    Io__Prometheus__Write__V2__Request *r =
+        io__prometheus__write__v2__request__unpack(NULL, rlen, raw);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(r);
+    /* "" first, then each string once: __name__ req_total namespace shop pod a b. */
+    CU_ASSERT_EQUAL(r->n_symbols, 8);
+    CU_ASSERT_STRING_EQUAL(r->symbols[0], "");
+    CU_ASSERT_EQUAL_FATAL(r->n_timeseries, 2);
+    const Io__Prometheus__Write__V2__TimeSeries *t = r->timeseries[1];
+    CU_ASSERT_EQUAL_FATAL(t->n_labels_refs, 6);
+    CU_ASSERT_STRING_EQUAL(r->symbols[t->labels_refs[0]], "__name__");
+    CU_ASSERT_STRING_EQUAL(r->symbols[t->labels_refs[5]], "b");
+    CU_ASSERT_EQUAL(t->labels_refs[0], r->timeseries[0]->labels_refs[0]);
+    CU_ASSERT_EQUAL(t->samples[0]->timestamp, 20);
+    io__prometheus__write__v2__request__free_unpacked(r, NULL);
+    free(raw);
+    free(enc);
+}
+
+/* A histogram: classic series in 1.0 (le placed in label order), one native histogram in 2.0. */
+static void test_hist(void)
+{
+    static const mv_rw_label hl[] = {{"__name__", "lat_seconds"}, {"pod", "a"}};
+    double bounds[] = {exp2(1 / 64.0), exp2(2 / 64.0), exp2(3 / 64.0)};
+    uint64_t cum[] = {1, 3, 6, 10};
+    mv_rw_series s = {.labels = hl,
+                      .nlabels = 2,
+                      .ts_ms = 99,
+                      .is_hist = 1,
+                      .bounds = bounds,
+                      .cum = cum,
+                      .nbounds = 3,
+                      .sum = 12.5,
+                      .count = 10};
+    uint8_t *enc, *raw;
+    size_t len, rlen;
+    CU_ASSERT_EQUAL_FATAL(mv_rw_encode(1, &s, 1, 6, &enc, &len, NULL), 0);
+    CU_ASSERT_EQUAL_FATAL(mv_rw_unsnappy(enc, len, 1 << 20, &raw, &rlen), 0);
+    Prometheus__WriteRequest *w = prometheus__write_request__unpack(NULL, rlen, raw);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(w);
+    CU_ASSERT_EQUAL_FATAL(w->n_timeseries, 6); /* 4 buckets, _sum, _count */
+    const Prometheus__TimeSeries *b3 = w->timeseries[3];
+    CU_ASSERT_EQUAL_FATAL(b3->n_labels, 3);
+    CU_ASSERT_STRING_EQUAL(b3->labels[0]->value, "lat_seconds_bucket");
+    CU_ASSERT_STRING_EQUAL(b3->labels[1]->name, "le");
+    CU_ASSERT_STRING_EQUAL(b3->labels[1]->value, "+Inf");
+    CU_ASSERT_STRING_EQUAL(b3->labels[2]->name, "pod");
+    CU_ASSERT_EQUAL(b3->samples[0]->value, 10);
+    CU_ASSERT_EQUAL(b3->samples[0]->timestamp, 99);
+    CU_ASSERT_STRING_EQUAL(w->timeseries[4]->labels[0]->value, "lat_seconds_sum");
+    CU_ASSERT_EQUAL(w->timeseries[4]->samples[0]->value, 12.5);
+    CU_ASSERT_STRING_EQUAL(w->timeseries[5]->labels[0]->value, "lat_seconds_count");
+    CU_ASSERT_EQUAL(w->timeseries[5]->n_labels, 2);
+    prometheus__write_request__free_unpacked(w, NULL);
+    free(raw);
+    free(enc);
+
+    CU_ASSERT_EQUAL_FATAL(mv_rw_encode(2, &s, 1, 6, &enc, &len, NULL), 0);
+    CU_ASSERT_EQUAL_FATAL(mv_rw_unsnappy(enc, len, 1 << 20, &raw, &rlen), 0);
+    Io__Prometheus__Write__V2__Request *r =
+        io__prometheus__write__v2__request__unpack(NULL, rlen, raw);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(r);
+    CU_ASSERT_EQUAL_FATAL(r->n_timeseries, 1);
+    const Io__Prometheus__Write__V2__TimeSeries *t = r->timeseries[0];
+    CU_ASSERT_EQUAL(t->n_samples, 0);
+    CU_ASSERT_EQUAL_FATAL(t->n_histograms, 1);
+    const Io__Prometheus__Write__V2__Histogram *h = t->histograms[0];
+    CU_ASSERT_EQUAL(h->count_case, IO__PROMETHEUS__WRITE__V2__HISTOGRAM__COUNT_COUNT_INT);
+    CU_ASSERT_EQUAL(h->count_int, 10);
+    CU_ASSERT_EQUAL(h->sum, 12.5);
+    CU_ASSERT_EQUAL(h->schema, 6);
+    CU_ASSERT_EQUAL(h->timestamp, 99);
+    /* Buckets 1 (-Inf, 2^(1/64)] -> native 1, 2, 3, and +Inf just above -> 4: counts 1 2 3 4. */
+    CU_ASSERT_EQUAL_FATAL(h->n_positive_spans, 1);
+    CU_ASSERT_EQUAL(h->positive_spans[0]->offset, 1);
+    CU_ASSERT_EQUAL(h->positive_spans[0]->length, 4);
+    int64_t c = 0;
+    for (size_t i = 0; i < h->n_positive_deltas; i++) {
+        c += h->positive_deltas[i];
+        CU_ASSERT_EQUAL(c, (int64_t)i + 1);
+    }
+    io__prometheus__write__v2__request__free_unpacked(r, NULL);
+    free(raw);
+    free(enc);
+}
+
+int main(void)
+{
+    mv_log_init("test_rw", MV_LOG_ERROR);
+    static const mv_test tests[] = {
+        {"config checks", test_config},
+        {"remote write 1.0 body", test_v1},
+        {"remote write 2.0 body", test_v2},
+        {"histograms: classic in 1.0, native in 2.0", test_hist},
+    };
+    return MV_TEST_RUN("rw", tests);
+}
