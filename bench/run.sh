@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # run.sh: builds and runs the MicroView benchmarks and their Prometheus client peers, prints tables.
 #
-# Usage: bench/run.sh [--quick] [--out FILE]
-#   --quick     fewer iterations and sizes (a smoke run, figures are noisy)
-#   --out FILE  also save the raw key=value result lines to FILE
+# Usage: bench/run.sh [--quick] [--out FILE] [--only GROUP]
+#   --quick       fewer iterations and sizes (a smoke run, figures are noisy)
+#   --out FILE    also save the raw key=value result lines to FILE
+#   --only GROUP  run one group: tick (the collector's tick, its floor and the scale curve)
 # Uses the CMake build dir `build` if it is an optimised, non-sanitized build,
 # else configures `build-bench` (RelWithDebInfo, -O2). Go peers are built
 # offline in GOPATH mode against Debian's client_golang, with all Go output
@@ -13,11 +14,18 @@ set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 quick=()
 out=
+only=
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=(--quick) ;;
     --out) out=${2:?--out needs a file}; shift ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    --only)
+      only=${2:?--only needs a group}; shift
+      case "$only" in
+        tick) ;;
+        *) echo "run.sh: unknown group $only (groups: tick)" >&2; exit 2 ;;
+      esac ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
@@ -30,6 +38,8 @@ results=$tmp/results.txt
 failed=0
 
 note() { echo "run.sh: $*" >&2; }
+# want GROUP: whether this run includes GROUP (every group without --only).
+want() { [ -z "$only" ] || [ "$only" = "$1" ]; }
 
 # ---- Build the C benchmarks --------------------------------------------------
 build=$root/build
@@ -46,8 +56,10 @@ if [ ! -f "$build/CMakeCache.txt" ]; then
   cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMV_BUILD_TESTS=OFF >/dev/null ||
     { note "cmake configure failed"; exit 1; }
 fi
-cmake --build "$build" -j"$(nproc)" --target writer_bench ingest_bench >/dev/null ||
-  { note "building the C benchmarks failed"; exit 1; }
+if want other; then
+  cmake --build "$build" -j"$(nproc)" --target writer_bench ingest_bench >/dev/null ||
+    { note "building the C benchmarks failed"; exit 1; }
+fi
 
 # run NAME CMD...: runs one benchmark, keeps its result lines, echoes progress.
 run() {
@@ -64,35 +76,67 @@ run() {
 }
 
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
-cmake --build "$build" -j"$(nproc)" --target mem_bench >/dev/null &&
-  run mem_bench "$build/bin/mem_bench" "${quick[@]}"
-run writer_bench "$build/bin/writer_bench" "${quick[@]}"
-run ingest_bench "$build/bin/ingest_bench" "${quick[@]}"
+if want other; then
+  cmake --build "$build" -j"$(nproc)" --target mem_bench >/dev/null &&
+    run mem_bench "$build/bin/mem_bench" "${quick[@]}"
+  run writer_bench "$build/bin/writer_bench" "${quick[@]}"
+  run ingest_bench "$build/bin/ingest_bench" "${quick[@]}"
+fi
 # The collector's benchmarks run with its heap as the chart runs it: on transparent huge pages
 # where the kernel allows them (collector.mallocHugePages, on by default; tick_bench reports
 # thp=, malloc_hugetlb= and anon_huge_bytes=). MV_BENCH_HUGE=0: 4 KiB pages.
 collector_env=(env)
 [ "${MV_BENCH_HUGE:-1}" = 0 ] || collector_env=(env GLIBC_TUNABLES=glibc.malloc.hugetlb=1)
-cmake --build "$build" -j"$(nproc)" --target pipeline_bench >/dev/null &&
-  run pipeline_bench "${collector_env[@]}" "$build/bin/pipeline_bench" "${quick[@]}"
-# 1 and 2 tick workers, 60 s each (--quick: 5 s), idle workers sleeping; then 2 workers polling
-# (--tick-poll, for cores of the collector's own).
-cmake --build "$build" -j"$(nproc)" --target tick_bench >/dev/null &&
-  run tick_bench "${collector_env[@]}" "$build/bin/tick_bench" "${quick[@]}" &&
-  run tick_bench_poll "${collector_env[@]}" "$build/bin/tick_bench" --poll --workers 2 "${quick[@]}"
-# The floor under those figures on this machine: the same collector with one segment of one
-# metric and analytics off (tick_bench --floor), sleeping and polling; and, with nothing of
-# MicroView running, how late the machine wakes a thread that sleeps to each tick (cyclictest).
-if [ -x "$build/bin/tick_bench" ]; then # built just above
-  run tick_floor "$build/bin/tick_bench" --floor --workers 2 "${quick[@]}"
-  run tick_floor_poll "$build/bin/tick_bench" --floor --poll --workers 2 "${quick[@]}"
+if want other; then
+  cmake --build "$build" -j"$(nproc)" --target pipeline_bench >/dev/null &&
+    run pipeline_bench "${collector_env[@]}" "$build/bin/pipeline_bench" "${quick[@]}"
 fi
-if command -v cyclictest >/dev/null; then
-  run host_wake "$root/bench/host_wake.sh" "${quick[@]}"
-else
-  note "host_wake SKIPPED: cyclictest is not installed (Debian package rt-tests, scripts/deps.sh test)"
+if want tick; then
+  # 1 and 2 tick workers, 60 s each (--quick: 5 s), 10 % of the metrics changing each tick,
+  # idle workers sleeping; 2 workers with 100 % changing; then 2 workers polling (--tick-poll,
+  # for cores of the collector's own). CPU per tick: the tick workers' threads' CPU time.
+  cmake --build "$build" -j"$(nproc)" --target tick_bench >/dev/null &&
+    run tick_bench "${collector_env[@]}" "$build/bin/tick_bench" "${quick[@]}" &&
+    run tick_bench_100 "${collector_env[@]}" "$build/bin/tick_bench" --change-pct 100 --workers 2 "${quick[@]}" &&
+    run tick_bench_poll "${collector_env[@]}" "$build/bin/tick_bench" --poll --workers 2 "${quick[@]}"
+  # The floor under those figures on this machine: the same collector with one segment of one
+  # metric and analytics off (tick_bench --floor), sleeping and polling, as long as the runs
+  # above; and, with nothing of MicroView running, how late the machine wakes a thread that
+  # sleeps to each tick (cyclictest).
+  if [ -x "$build/bin/tick_bench" ]; then # built just above
+    run tick_floor "$build/bin/tick_bench" --floor --workers 2 "${quick[@]}"
+    run tick_floor_poll "$build/bin/tick_bench" --floor --poll --workers 2 "${quick[@]}"
+    # The scale curve: 100 / 1,000 / 4,000 segments x 64 metrics, 0 / 10 / 100 % changing,
+    # 2 workers, 10 s each (--quick: 2 s).
+    run tick_curve "${collector_env[@]}" "$build/bin/tick_bench" --curve "${quick[@]}"
+  fi
+  if command -v cyclictest >/dev/null; then
+    run host_wake "$root/bench/host_wake.sh" "${quick[@]}"
+  else
+    note "host_wake SKIPPED: cyclictest is not installed (Debian package rt-tests, scripts/deps.sh test)"
+  fi
+  # Missed ticks beyond the floor of this run: the 2-worker run's missed ticks less the floor
+  # run's (same workers, same idle mode, same length), each raw count kept on the line.
+  awk '
+  function kv(line, key,   n, i, a, f) {
+    n = split(line, f, " ")
+    for (i = 1; i <= n; i++) { split(f[i], a, "="); if (a[1] == key) return substr(f[i], length(key) + 2) }
+    return ""
+  }
+  /^bench=tick / && kv($0, "workers") == "2" && kv($0, "change_pct") == "10" { m[kv($0, "tick_poll")] = kv($0, "missed"); s[kv($0, "tick_poll")] = kv($0, "seconds"); t[kv($0, "tick_poll")] = kv($0, "ticks") }
+  /^bench=tick_floor / && kv($0, "workers") == "2" { f[kv($0, "tick_poll")] = kv($0, "missed"); fs[kv($0, "tick_poll")] = kv($0, "seconds") }
+  /^goal=tick.host_floor / { hw = kv($0, "figure") }
+  END {
+    for (p = 0; p <= 1; p++) {
+      if (!(p in m) || !(p in f)) continue
+      x = m[p] - f[p]; if (x < 0) x = 0
+      printf "goal=tick.missed_beyond_floor%s issue=40 workers=2 segments=1000 metrics=64 change_pct=10 figure=%d target=0 unit=ticks missed=%s ticks=%s seconds=%s floor_missed=%s floor_seconds=%s host_wake_skipped=%s tick_poll=%d met=%s\n", p ? "_poll" : "", x, m[p], t[p], s[p], f[p], fs[p], hw == "" ? "-" : hw, p, x == 0 ? "yes" : "no"
+    }
+  }' "$results" >"$tmp/goals_floor.txt"
+  cat "$tmp/goals_floor.txt" >>"$results"
 fi
 
+if want other; then
 # The agent's cost on its node with 1,000 segments and a collector reading them every 1 ms.
 node_args=()
 [ ${#quick[@]} -gt 0 ] && node_args=(--quick --segments 200)
@@ -165,6 +209,8 @@ if cmake --build "$build" --target microview_static >/dev/null; then
   fi
 fi
 
+fi # want other
+
 [ -n "$out" ] && cp "$results" "$out"
 
 # ---- Tables ---------------------------------------------------------------------
@@ -178,6 +224,7 @@ awk '/^bench=memory /{ for (i = 2; i <= NF; i++) { split($i, kv, "="); f[kv[1]] 
   else mlp = mlp sprintf(" %s chains %s ns;", f["chains"], f["ns_per_line"]) }
   END { if (lat != "") { print "   memory: a random line, one at a time:" lat
                          print "   at 64 MiB, per line with independent chains:" mlp } }' "$results"
+if want other; then
 echo
 echo "== Update cost, ns per operation per thread (median; lower is better)"
 echo "   wall: the slowest thread's loop time / iterations; clean: median of the timed chunks"
@@ -333,15 +380,19 @@ grep -E '^bench=(pipeline|expo|freshness|calm) ' "$results" | sed 's/^/  /'
 echo "   goals (issue goals 3 and 6; samples/s/core by the thread's CPU clock, detection and scorer on;"
 echo "   analytics bytes per series from the allocator, values in a narrow range):"
 grep -E '^goal=(pipeline\.[a-z]+|memory\.(counter|gauge|histogram)) ' "$results" | sed 's/^/  /'
+fi # want other
 
+if want tick; then
 echo
 echo "== Collector tick: 1,000 segments x 64 metrics read every 1 ms, analytics on (tick_bench)"
-echo "   cpu_per_tick_us: CPU of all tick workers per tick; cpu_cores: cores they kept busy;"
+echo "   change_pct: metrics changing each ms (whole segments, in turn);"
+echo "   cpu_per_tick_us: the tick workers' threads' CPU time (schedstat) per tick, not wall time,"
+echo "   polling excluded (process_cpu_per_tick_us: the process less the writer, as before); cpu_cores: cores they kept busy;"
 echo "   cpu_ns_per_sample: that CPU per metric read (the per-core cost); collector_rss_anon_bytes:"
 echo "   the collector's anonymous RSS beyond the writer's; analytics_bytes_per_metric: accounted"
 grep -E '^bench=tick ' "$results" | sed 's/^/  /'
 echo "   goals (issue goals 4 and 6):"
-grep -E '^goal=(tick\.[a-z_]+|memory\.collector_rss) ' "$results" | grep -vE '^goal=tick\.(floor|host)' | sed 's/^/  /'
+grep -E '^goal=(tick\.[a-z_0-9]+|memory\.collector_rss) ' "$results" | grep -vE '^goal=tick\.(floor|host|missed_beyond)' | sed 's/^/  /'
 echo "   the floor: the same collector with 1 segment of 1 metric, analytics off (tick_bench --floor),"
 echo "   and how late the machine wakes a sleeping thread at each tick, nothing of ours running (cyclictest):"
 grep -E '^bench=(tick_floor|host_wake) ' "$results" | sed 's/^/  /'
@@ -365,7 +416,34 @@ END {
   for (m in modes)
     printf "   goal (no missed tick with 2 workers, idle workers %s): %s (missed=%s in %s s; %s whole seconds without a miss, median %s missed per second; ticks started up to %s ms late, %s times over half a tick; %s segment reads deferred to the next tick, a share of %s; %s cores spent polling)\n", m, missed[m] + 0 == 0 ? "met" : "not met", missed[m], secs[m], clean[m], med[m], late[m], nlate[m], deferred[m], share[m], pc[m]
 }' "$results"
+echo "   missed ticks beyond the floor of this run (the 2-worker run's less the floor run's, raw counts kept):"
+grep -E '^goal=tick\.missed_beyond' "$results" | sed 's/^/  /'
+echo
+echo "== Collector tick, scale curve: CPU per tick (us, tick workers' thread CPU time), 2 workers, 1 ms"
+echo "   rows: segments x 64 metrics; columns: metrics changing each ms; ns/metric in brackets"
+awk '
+function kv(line, key,   n, i, a, f) {
+  n = split(line, f, " ")
+  for (i = 1; i <= n; i++) { split(f[i], a, "="); if (a[1] == key) return substr(f[i], length(key) + 2) }
+  return ""
+}
+/^bench=tick_curve / {
+  sg = kv($0, "segments"); p = kv($0, "change_pct") + 0
+  if (!(sg in seen)) { seen[sg] = 1; order[++n] = sg }
+  v[sg, p] = sprintf("%s (%s)", kv($0, "cpu_per_tick_us"), kv($0, "cpu_ns_per_sample"))
+  ms[sg, p] = kv($0, "missed")
+}
+END {
+  if (n == 0) { print "   (not measured)"; exit }
+  printf "   %-9s %-22s %-22s %-22s\n", "segments", "0 %", "10 %", "100 %"
+  for (i = 1; i <= n; i++) {
+    sg = order[i]
+    printf "   %-9s %-22s %-22s %-22s\n", sg, v[sg, 0], v[sg, 10], v[sg, 100]
+  }
+}' "$results"
+fi # want tick
 
+if want other; then
 echo
 echo "== The agent on its node (node_bench: standalone agent, live owners, collector at 1 ms)"
 grep -E '^bench=node(_thread)? ' "$results" | sed 's/^/  /'
@@ -373,10 +451,13 @@ grep -E '^bench=node(_thread)? ' "$results" | sed 's/^/  /'
 echo
 echo "== What the verbs collector's READs cost the host (verbs_host_cpu: two Soft-RoCE VMs)"
 grep -E '^bench=verbs_host_cpu ' "$results" | sed 's/^/  /'
+fi # want other
 
+if want other; then
 echo
 echo "== microview (Python) against prometheus_client, one process (compat_bench; goal >= 10x)"
 grep -E '^impl=(compare|floor) ' "$results" | sed 's/^/  /'
+fi # want other
 
 echo
 echo "== Goals (each from a row above, this run)"

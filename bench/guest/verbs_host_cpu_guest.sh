@@ -3,7 +3,9 @@
 # host whose segments it reads. a ("host") runs the agent and the writers; b ("DPU") the
 # verbs collector. a measures two equal windows, first with b's collector connected but not
 # reading (it reads once a minute), then with b reading every segment every tick: the CPU
-# time of the agent's process and of the writers' (utime + stime from /proc/PID/stat), how
+# time of the agent's process and of the writers' (utime + stime from /proc/PID/stat, in clock
+# ticks; and, for the agent and the writers, every thread's on-CPU time in nanoseconds from
+# /proc/PID/task/TID/schedstat, the figure the goal uses), how
 # often the agent's threads woke up (voluntary context switches), and the kernel's CPU (the
 # VM's system + irq + softirq time from /proc/stat: with Soft-RoCE the responder side of
 # every READ runs in this kernel's rxe driver, the work a hardware RNIC does without the
@@ -29,6 +31,14 @@ proc_ms() {
     t=$((t + v))
   done
   echo $((t * 1000 / hz))
+}
+# proc_ns PID...: on-CPU time of every thread of the processes so far, in nanoseconds (the
+# first field of /proc/PID/task/TID/schedstat: the scheduler's own count, not clock ticks).
+proc_ns() {
+  local p
+  for p in "$@"; do
+    cat /proc/"$p"/task/*/schedstat 2>/dev/null
+  done | awk '{s += $1} END {printf "%.0f\n", s}'
 }
 # wakeups PID: the times the process's threads gave up the CPU so far (voluntary context
 # switches, all threads): a count of its events, whatever the emulation's speed. One awk:
@@ -80,7 +90,9 @@ a)
   sleep 2
   threads "$WIRE_AGENT_PID" >/tmp/agent-t0
   s0=$(wakeups "$WIRE_AGENT_PID") a0=$(proc_ms "$WIRE_AGENT_PID") w0=$(proc_ms "${gens[@]}") k0=$(kernel_ms)
+  n0=$(proc_ns "$WIRE_AGENT_PID") g0=$(proc_ns "${gens[@]}")
   sleep "$secs"
+  n1=$(proc_ns "$WIRE_AGENT_PID") g1=$(proc_ns "${gens[@]}")
   a1=$(proc_ms "$WIRE_AGENT_PID") w1=$(proc_ms "${gens[@]}") k1=$(kernel_ms) s1=$(wakeups "$WIRE_AGENT_PID")
   threads "$WIRE_AGENT_PID" >/tmp/agent-t1
   wire_flag a.ready
@@ -88,7 +100,9 @@ a)
   wire_await b.reading 120
   threads "$WIRE_AGENT_PID" >/tmp/agent-t2
   s2=$(wakeups "$WIRE_AGENT_PID") a2=$(proc_ms "$WIRE_AGENT_PID") w2=$(proc_ms "${gens[@]}") k2=$(kernel_ms)
+  n2=$(proc_ns "$WIRE_AGENT_PID") g2=$(proc_ns "${gens[@]}")
   sleep "$secs"
+  n3=$(proc_ns "$WIRE_AGENT_PID") g3=$(proc_ns "${gens[@]}")
   a3=$(proc_ms "$WIRE_AGENT_PID") w3=$(proc_ms "${gens[@]}") k3=$(kernel_ms) s3=$(wakeups "$WIRE_AGENT_PID")
   threads "$WIRE_AGENT_PID" >/tmp/agent-t3
   # Where the agent's CPU went, by thread (the goal line's diagnosis when it grew).
@@ -99,7 +113,9 @@ a)
   e2e_result "role=host seconds=$secs segments=$nseg agent_ms_idle=$((a1 - a0))" \
     "agent_ms_reading=$((a3 - a2)) writers_ms_idle=$((w1 - w0)) writers_ms_reading=$((w3 - w2))" \
     "kernel_ms_idle=$((k1 - k0)) kernel_ms_reading=$((k3 - k2))" \
-    "agent_wakeups_idle=$((s1 - s0)) agent_wakeups_reading=$((s3 - s2))"
+    "agent_wakeups_idle=$((s1 - s0)) agent_wakeups_reading=$((s3 - s2))" \
+    "agent_ns_idle=$((n1 - n0)) agent_ns_reading=$((n3 - n2))" \
+    "writers_ns_idle=$((g1 - g0)) writers_ns_reading=$((g3 - g2))"
   ;;
 b)
   # collector TICK_MS: the verbs collector, reading every segment every TICK_MS (no backing

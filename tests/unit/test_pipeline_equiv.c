@@ -7,11 +7,13 @@
 #include <string.h>
 
 #include "microview.h"
+#include "mv_detect.h"
 #include "mv_pipeline.h"
 #include "mv_test.h"
 #include "pipeline_fixture.h"
 
 typedef struct mixed {
+    int counters; /* the counters are registered (and written) */
     mv_counter c[4];
     mv_gauge g[4];
     mv_histogram *h[2];
@@ -20,7 +22,8 @@ typedef struct mixed {
 static void mixed_write(mixed *m, int i)
 {
     for (int k = 0; k < 4; k++) {
-        mv_counter_add(m->c[k], (uint64_t)(1 + (i * 7 + k) % 5));
+        if (m->counters)
+            mv_counter_add(m->c[k], (uint64_t)(1 + (i * 7 + k) % 5));
         if ((i + k) % 3 == 0) /* gauges move one read in three */
             mv_gauge_set(m->g[k], (double)((i * 13 + k * 5) % 97) + 0.5);
     }
@@ -103,15 +106,18 @@ static void test_spread_close_equals_immediate(void)
 }
 
 /* A segment `file` with the mixed metrics and a gauge to be set to NaN, its catalog parsed. */
-static void mixed_open(fixture *f, const char *file, mixed *m, mv_gauge *nan_g)
+static void mixed_open_as(fixture *f, const char *file, mixed *m, mv_gauge *nan_g, int counters)
 {
     double bounds[8];
     mv_exponential_buckets(0.001, 2.0, 8, bounds);
     fx_open(f, file, 65536);
     char name[32];
+    m->counters = counters;
     for (int k = 0; k < 4; k++) {
         snprintf(name, sizeof name, "c%d_total", k);
-        CU_ASSERT_FATAL(mv_counter_register(f->seg, name, NULL, NULL, NULL, 0, &m->c[k]) == MV_OK);
+        if (counters)
+            CU_ASSERT_FATAL(mv_counter_register(f->seg, name, NULL, NULL, NULL, 0, &m->c[k]) ==
+                            MV_OK);
         snprintf(name, sizeof name, "g%d", k);
         CU_ASSERT_FATAL(mv_gauge_register(f->seg, name, NULL, NULL, NULL, 0, &m->g[k]) == MV_OK);
     }
@@ -122,6 +128,11 @@ static void mixed_open(fixture *f, const char *file, mixed *m, mv_gauge *nan_g)
     }
     CU_ASSERT_FATAL(mv_gauge_register(f->seg, "g_nan", NULL, NULL, NULL, 0, nan_g) == MV_OK);
     fx_catalog(f);
+}
+
+static void mixed_open(fixture *f, const char *file, mixed *m, mv_gauge *nan_g)
+{
+    mixed_open_as(f, file, m, nan_g, 1);
 }
 
 /* Two views of the same reads, to the bit. */
@@ -217,15 +228,16 @@ static void test_feed_same_equals_feed(void)
 }
 
 /* A detection period that every read reaches (reads 8 to 12 ms apart, a period of 10 ms,
- * at a phase): every read is a step, and the flags and views are, to the bit, those of
- * detection at every read, through level changes, a reset, a NaN gauge, reads of unchanged
- * values and a rebuild of the state for the same catalog. */
+ * at a phase): every read is a step, and for gauges and histograms the flags and views are,
+ * to the bit, those of detection at every read, through level changes, a NaN gauge, reads of
+ * unchanged values and a rebuild of the state for the same catalog. (Counters are scored
+ * differently at steps - on their rises, test_counter_steps_follow_rises below.) */
 static void test_period_reached_equals_each_read(void)
 {
     fixture f;
     mixed m;
     mv_gauge nan_g;
-    mixed_open(&f, "period.seg", &m, &nan_g);
+    mixed_open_as(&f, "period.seg", &m, &nan_g, 0);
     mv_pipe_config cfg;
     mv_pipe_config_default(&cfg);
     cfg.window_ns = SEC;
@@ -242,18 +254,13 @@ static void test_period_reached_equals_each_read(void)
         int write = i % 4 != 3 && !(i > 2600 && i < 2700);
         if (write) {
             mixed_write(&m, i);
-            if (i >= 1500) /* ten times the increments: the rates step up */
-                for (int k = 0; k < 4; k++)
-                    mv_counter_add(m.c[k], 40);
             if (i >= 2000) /* the gauges' level moves */
                 for (int k = 0; k < 4; k++)
                     mv_gauge_set(m.g[k], 500.0 + (double)(i % 7));
         }
-        if (i == 1800)
-            *m.c[2].slot = 1; /* a reset */
         if (i % 500 == 0)
             mv_gauge_set(nan_g, i % 1000 ? NAN : 2.0);
-        int changed = write || i == 1800 || i % 500 == 0;
+        int changed = write || i % 500 == 0;
         unsigned fa, fb;
         if (changed) {
             fa = mv_pipe_seg_feed(each, f.map, t);
@@ -292,6 +299,139 @@ static void test_period_reached_equals_each_read(void)
     fx_close(&f);
 }
 
+/* The documented rule, written out independently of the pipeline's records: at a detection
+ * step a counter that rose since its last sample scores its rise over the span since then
+ * (sigma at least one increment, or the read interval over the span, whichever is less),
+ * one that did not rise for 4 of its usual gaps between rises scores 0, and any other waits. */
+typedef struct ref_ctr {
+    int primed, rose;
+    uint64_t prev, total, det_total, det_e;
+    uint32_t gap_us;
+    mv_detect_series d;
+    uint64_t changes;
+} ref_ctr;
+
+static unsigned ref_step(const mv_detect_params *p, ref_ctr *c, uint64_t e, uint64_t prev_step_e,
+                         uint64_t gap, uint64_t period)
+{
+    uint64_t span = e - c->det_e, d = c->total - c->det_total;
+    unsigned f = 0;
+    if (d && span) {
+        double sp = (double)span * 1e-9, res = fmin(1.0, (double)d * ((double)gap * 1e-9) / sp);
+        f = mv_detect_series_update_floor(p, &c->d, (double)d / sp, res / sp);
+        if (c->det_e != prev_step_e)
+            f &= ~(unsigned)MV_DETECT_WARMUP;
+        uint32_t u = (uint32_t)(span / 1000u);
+        c->gap_us = c->gap_us && c->rose ? (uint32_t)(((uint64_t)c->gap_us * 3u + u) / 4u)
+                    : c->gap_us          ? c->gap_us
+                                         : u;
+        c->rose = 1;
+        c->det_e = e;
+        c->det_total = c->total;
+    } else if (c->gap_us && span >= (4000ull * c->gap_us > period ? 4000ull * c->gap_us : period)) {
+        f = mv_detect_series_update(p, &c->d, 0.0) & ~(unsigned)MV_DETECT_WARMUP;
+        c->rose = 0;
+        c->det_e = e;
+    }
+    c->changes += (f & MV_DETECT_CHANGED) != 0;
+    return (f & MV_DETECT_CHANGED ? MV_PIPE_CHANGED | MV_PIPE_MOVING : 0) |
+           (f & MV_DETECT_MOVING ? MV_PIPE_MOVING : 0) |
+           (f & MV_DETECT_WARMUP ? MV_PIPE_WARMUP : 0);
+}
+
+/* Counters at detection steps (every read a step: reads 8 to 12 ms apart, a 10 ms period)
+ * give, read for read, the flags and change counts of the rule written out above: rises of
+ * 1..5 per read at 3 reads in 4, ten times that from read 1500 (a change), a reset at 1800,
+ * 100 reads without a write from 2600 (it stopped: a change), a rebuild of the state. */
+static void test_counter_steps_follow_rises(void)
+{
+    fixture f;
+    mv_counter c[4];
+    fx_open(&f, "rises.seg", 65536);
+    char name[32];
+    for (int k = 0; k < 4; k++) {
+        snprintf(name, sizeof name, "c%d_total", k);
+        CU_ASSERT_FATAL(mv_counter_register(f.seg, name, NULL, NULL, NULL, 0, &c[k]) == MV_OK);
+    }
+    fx_catalog(&f);
+    mv_pipe_config cfg;
+    mv_pipe_config_default(&cfg);
+    cfg.window_ns = SEC;
+    cfg.close_spread_ns = 30 * MS;
+    cfg.fd_period_ns = 100 * MS;
+    cfg.phase_ns = 7 * MS;
+    cfg.detect_period_ns = 10 * MS;
+    mv_pipe_seg *per = NULL;
+    CU_ASSERT_FATAL(mv_pipe_seg_create(&cfg, f.cat, NULL, &per) == 0);
+    mv_detect_params dp;
+    CU_ASSERT_FATAL(mv_detect_params_init(&dp, NULL) == 0);
+    ref_ctr ref[4];
+    memset(ref, 0, sizeof ref);
+    uint64_t t = 31000 * SEC, e = 0, prev_step_e = 0, gap = 0;
+    int mismatches = 0, steps = 0, changed_reads = 0, rebuilt = 0, last_window = 0;
+    for (int i = 0; i < 3000; i++) {
+        int write = i % 4 != 3 && !(i > 2600 && i < 2700);
+        for (int k = 0; write && k < 4; k++)
+            mv_counter_add(c[k], (uint64_t)(1 + (i * 7 + k) % 5) * (i >= 1500 ? 10u : 1u));
+        if (i == 1800)
+            *c[2].slot = 1; /* a reset */
+        int changed = write || i == 1800;
+        unsigned fb =
+            changed ? mv_pipe_seg_feed(per, f.map, t) : mv_pipe_seg_feed_same(per, f.map, t);
+        unsigned fr = 0;
+        for (int k = 0; k < 4; k++) {
+            uint64_t v = *c[k].slot;
+            ref_ctr *r = &ref[k];
+            if (!r->primed) {
+                r->primed = 1;
+                r->prev = v;
+                r->det_e = e;
+                continue;
+            }
+            r->total += v >= r->prev ? v - r->prev : v;
+            r->prev = v;
+            fr |= ref_step(&dp, r, e, prev_step_e, gap, cfg.detect_period_ns);
+        }
+        prev_step_e = e;
+        if (fb & MV_PIPE_WINDOW)
+            last_window = i;
+        if (!rebuilt && i >= 1200 && i - last_window > 5) {
+            rebuilt = 1;
+            mv_pipe_seg *np = NULL;
+            CU_ASSERT_FATAL(mv_pipe_seg_create(&cfg, f.cat, per, &np) == 0);
+            mv_pipe_seg_destroy(per);
+            per = np;
+        }
+        steps += (fb & MV_PIPE_STEP) != 0;
+        changed_reads += (fb & MV_PIPE_CHANGED) != 0;
+        mismatches += (fb & (MV_PIPE_CHANGED | MV_PIPE_MOVING | MV_PIPE_WARMUP)) != fr;
+        gap = 8 * MS + (uint64_t)((i * 37) % 5) * MS; /* 8 .. 12 ms */
+        t += gap;
+        e += gap;
+    }
+    mv_pipe_seg_feed(per, f.map, t + 2 * SEC);
+    mv_pipe_view *v = mv_pipe_seg_view(per);
+    CU_ASSERT_FATAL(v != NULL);
+    int count_mismatch = 0;
+    for (int k = 0; k < 4; k++)
+        count_mismatch += v->m[k].changes != ref[k].changes;
+    printf("\n  %d reads, %d steps, %d with a change (%llu, %llu, %llu, %llu per counter), %d "
+           "mismatches ",
+           3000, steps, changed_reads, (unsigned long long)ref[0].changes,
+           (unsigned long long)ref[1].changes, (unsigned long long)ref[2].changes,
+           (unsigned long long)ref[3].changes, mismatches + count_mismatch);
+    CU_ASSERT_EQUAL(steps, 3000);
+    CU_ASSERT(changed_reads >= 2);
+    for (int k = 0; k < 4; k++) /* the step up and the stop, at least */
+        CU_ASSERT(ref[k].changes >= 2);
+    CU_ASSERT(rebuilt);
+    CU_ASSERT_EQUAL(mismatches, 0);
+    CU_ASSERT_EQUAL(count_mismatch, 0);
+    free(v);
+    mv_pipe_seg_destroy(per);
+    fx_close(&f);
+}
+
 int main(void)
 {
     g_dir = mv_test_tmpdir("test-pipeline-equiv");
@@ -302,6 +442,7 @@ int main(void)
         {"feed of unchanged values equals a full feed", test_feed_same_equals_feed},
         {"a detection period every read reaches: as at every read",
          test_period_reached_equals_each_read},
+        {"counters at detection steps follow the documented rule", test_counter_steps_follow_rises},
     };
     int fails = MV_TEST_RUN("pipeline equivalences", tests);
     if (mv_test_rmrf(g_dir) != 0)

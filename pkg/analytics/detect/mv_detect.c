@@ -149,6 +149,12 @@ void mv_detect_copy(mv_detect *dst, size_t di, const mv_detect *src, size_t si)
 
 unsigned mv_detect_series_update_slow(const mv_detect_params *p, mv_detect_series *s, double x)
 {
+    return mv_detect_series_update_slow_floor(p, s, x, 0.0);
+}
+
+unsigned mv_detect_series_update_slow_floor(const mv_detect_params *p, mv_detect_series *s,
+                                            double x, double min_sigma)
+{
     const mv_detect_config *c = &p->cfg;
     unsigned flags = 0;
 
@@ -164,6 +170,8 @@ unsigned mv_detect_series_update_slow(const mv_detect_params *p, mv_detect_serie
     double floor_s = c->sigma_floor_rel * fabs(s->mean);
     if (floor_s < c->sigma_floor_abs)
         floor_s = c->sigma_floor_abs;
+    if (floor_s < min_sigma)
+        floor_s = min_sigma;
     double sigma = sqrt(s->var);
     if (sigma < floor_s)
         sigma = floor_s;

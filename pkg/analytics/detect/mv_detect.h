@@ -113,6 +113,10 @@ int mv_detect_params_init(mv_detect_params *p, const mv_detect_config *cfg);
 /* Out-of-line part of mv_detect_series_update (warm-up, cool-down, learning
  * phase, changes, invalid samples); same contract. */
 unsigned mv_detect_series_update_slow(const mv_detect_params *p, mv_detect_series *s, double x);
+/* The same with a floor of this sample's own under sigma (see
+ * mv_detect_series_update_floor). */
+unsigned mv_detect_series_update_slow_floor(const mv_detect_params *p, mv_detect_series *s,
+                                            double x, double min_sigma);
 
 /* Feeds sample x to one embedded series: exactly what mv_detect_update does
  * for a series of a bank (the caller counts MV_DETECT_CHANGED). */
@@ -138,8 +142,15 @@ MV_DETECT_INLINE void mv_detect__learn(mv_detect_series *s, double w, double dev
     mv_detect__count(s);
 }
 
-MV_DETECT_INLINE unsigned mv_detect_series_update(const mv_detect_params *p, mv_detect_series *s,
-                                                  double x)
+/* mv_detect_series_update with a floor of this sample's own under sigma: sigma is at least
+ * max(sigma_floor_abs, sigma_floor_rel |mean|, min_sigma). For a sample whose resolution is known
+ * (a counter's rate over a span: one increment, or the read interval the increment fell in,
+ * is what the same steady rate can differ by), so that a series that was exactly constant
+ * does not report the next sample that lands one resolution step away. min_sigma <= 0: exactly
+ * mv_detect_series_update. */
+MV_DETECT_INLINE unsigned mv_detect_series_update_floor(const mv_detect_params *p,
+                                                        mv_detect_series *s, double x,
+                                                        double min_sigma)
 {
     const mv_detect_config *c = &p->cfg;
     /* Warm-up, the first sample after a change (n_mean 0) and NaN/Inf take the out-of-line
@@ -147,11 +158,13 @@ MV_DETECT_INLINE unsigned mv_detect_series_update(const mv_detect_params *p, mv_
      * each change a series spends 1/lambda samples learning, and a series that changes
      * often spends most of its samples there. */
     if (__builtin_expect(s->n < c->warmup || s->n_mean == 0 || !(x - x == 0.0), 0))
-        return mv_detect_series_update_slow(p, s, x);
+        return mv_detect_series_update_slow_floor(p, s, x, min_sigma);
     double am = s->mean < 0 ? -s->mean : s->mean;
     double floor_s = c->sigma_floor_rel * am;
     if (floor_s < c->sigma_floor_abs)
         floor_s = c->sigma_floor_abs;
+    if (floor_s < min_sigma)
+        floor_s = min_sigma;
     double sigma = __builtin_sqrt(s->var);
     if (sigma < floor_s)
         sigma = floor_s;
@@ -173,7 +186,7 @@ MV_DETECT_INLINE unsigned mv_detect_series_update(const mv_detect_params *p, mv_
         float sm = 0.5f * (vm + __builtin_fabsf(vm));
         double az = __builtin_fabs(z);
         if (__builtin_expect((az > c->z_threshold) | (sp > p->h_f) | (sm > p->h_f), 0))
-            return mv_detect_series_update_slow(p, s, x); /* a change: the slow path redoes it */
+            return mv_detect_series_update_slow_floor(p, s, x, min_sigma); /* a change: redone */
         s->splus = sp;
         s->sminus = sm;
         if (__builtin_expect((az > c->moving_z) | (sp > p->half_h_f) | (sm > p->half_h_f), 0)) {
@@ -192,6 +205,12 @@ MV_DETECT_INLINE unsigned mv_detect_series_update(const mv_detect_params *p, mv_
      * (from n_lam on, exactly lambda). */
     mv_detect__learn(s, s->n_mean < p->n_lam ? 1.0 / ((double)s->n_mean + 1.0) : c->lambda, dev);
     return flags;
+}
+
+MV_DETECT_INLINE unsigned mv_detect_series_update(const mv_detect_params *p, mv_detect_series *s,
+                                                  double x)
+{
+    return mv_detect_series_update_floor(p, s, x, 0.0);
 }
 
 /* Feeds one sample per series (x[0..n_series)). Returns how many series

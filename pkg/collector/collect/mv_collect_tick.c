@@ -269,10 +269,13 @@ static int analyse(mv_coll *c, seg *s, const void *hot, int same, uint64_t now)
     s->pipe_flags = f;
     if (s->rate) {
         /* Only a detection step's verdict moves the interval: the reads between steps keep
-         * it (undithered). */
-        uint64_t iv = f & MV_PIPE_STEP ? mv_detect_rate_observe(s->rate, (f & MV_PIPE_CHANGED) != 0,
-                                                                (f & MV_PIPE_MOVING) != 0)
-                                       : mv_detect_rate_interval(s->rate);
+         * it (undithered). A detector still learning its first baseline (a new metric) holds
+         * the fast tick, so its warm-up takes that many fast steps, not that many seconds. */
+        uint64_t iv =
+            f & MV_PIPE_STEP
+                ? mv_detect_rate_observe(s->rate, (f & (MV_PIPE_CHANGED | MV_PIPE_WARMUP)) != 0,
+                                         (f & MV_PIPE_MOVING) != 0)
+                : mv_detect_rate_interval(s->rate);
         s->due_ns = mv_util_mono_ns() + iv; /* iv is dithered when backed off */
         iv = mv_detect_rate_interval(s->rate);
         if (iv != s->interval_ns) {

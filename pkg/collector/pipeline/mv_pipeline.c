@@ -86,7 +86,7 @@ size_t pipe_fixed_bytes(uint8_t type)
 {
     size_t b = sizeof(uint32_t) + sizeof(mv_pipe_out);
     if (type == MV_SEG_COUNTER)
-        return b + sizeof(mv_detect_series) + sizeof(hctr) + sizeof(cctr) +
+        return b + sizeof(mv_detect_series) + sizeof(hctr) + sizeof(cctr) + sizeof(cdet) +
                (SHORT_SLOTS + 1) * sizeof(uint64_t);
     if (type == MV_SEG_GAUGE)
         return b + sizeof(hgauge) + sizeof(cgauge);
@@ -193,14 +193,22 @@ static mv_sketch *gauge_sketch(mv_pipe_seg *s, size_t j)
     return s->hg[j].sk;
 }
 
-MV_DETECT_INLINE unsigned detect(mv_pipe_seg *s, mv_detect_series *d, uint64_t *changes, double x)
+/* One detector update; MV_PIPE_WARMUP while the detector learns its first baseline. */
+MV_DETECT_INLINE unsigned detect_floor(mv_pipe_seg *s, mv_detect_series *d, uint64_t *changes,
+                                       double x, double min_sigma)
 {
-    unsigned f = mv_detect_series_update(s->dp, d, x);
+    unsigned f = mv_detect_series_update_floor(s->dp, d, x, min_sigma);
     if (__builtin_expect(f & MV_DETECT_CHANGED, 0)) {
         (*changes)++;
         return MV_PIPE_CHANGED | MV_PIPE_MOVING;
     }
-    return f & MV_DETECT_MOVING ? MV_PIPE_MOVING : 0;
+    return (f & MV_DETECT_MOVING ? MV_PIPE_MOVING : 0) |
+           (f & MV_DETECT_WARMUP ? MV_PIPE_WARMUP : 0);
+}
+
+MV_DETECT_INLINE unsigned detect(mv_pipe_seg *s, mv_detect_series *d, uint64_t *changes, double x)
+{
+    return detect_floor(s, d, changes, x, 0.0);
 }
 
 /* The detectors run at every read (no detection period). */
@@ -225,6 +233,7 @@ MV_DETECT_INLINE unsigned feed_counters(mv_pipe_seg *s, const char *vals, int fo
             h->primed = 2;
             s->coff[j] = (uint64_t)0 - v;
             s->cc[j].prime_e = s->e;
+            s->cd[j].det_e = s->e;
             h->prev = h->det_raw = v;
             continue;
         }
@@ -261,18 +270,18 @@ MV_DETECT_INLINE unsigned feed_gauges(mv_pipe_seg *s, const char *vals)
     /* Runs to flush into sketches, added in batches (the sketches are cold in cache). */
     mv_sketch_add_req req[GAUGE_BATCH];
     size_t nb = 0;
+    uint32_t g0 = s->greads++; /* this read counts a repeat of every gauge's `last` */
     for (size_t j = 0; j < s->ng; j++) {
         hgauge *h = &s->hg[j];
         double x;
         memcpy(&x, vals + h->off, 8);
-        if (__builtin_expect(x == h->last, 1)) {
-            h->run++; /* a repeat: one more of `last`, no sketch touched */
-        } else {
-            if (h->run) {
+        if (__builtin_expect(x != h->last, 0)) {
+            uint32_t run = h->last == h->last ? g0 - h->run0 : 0; /* before this read */
+            if (run) {
                 /* The window now holds two distinct values: the run goes to the sketch. */
                 mv_sketch *sk = h->sk && !s->cl ? h->sk : gauge_sketch(s, j);
                 if (sk) {
-                    req[nb++] = (mv_sketch_add_req){.sk = sk, .value = h->last, .count = h->run};
+                    req[nb++] = (mv_sketch_add_req){.sk = sk, .value = h->last, .count = run};
                     if (nb == GAUGE_BATCH) {
                         s->sk_mem += mv_sketch_add_many(req, nb);
                         nb = 0;
@@ -280,7 +289,7 @@ MV_DETECT_INLINE unsigned feed_gauges(mv_pipe_seg *s, const char *vals)
                 }
             }
             h->last = x;
-            h->run = isfinite(x) ? 1 : 0; /* NaN/Inf are left out of the window */
+            h->run0 = isfinite(x) ? g0 : g0 + 1; /* run 1; NaN/Inf are left out (run 0) */
         }
         if (det)
             flags |= detect(s, &h->det, &s->cg[j].changes, x);
@@ -390,11 +399,7 @@ unsigned pipe_run_same(mv_pipe_seg *s)
     unsigned flags = 0;
     uint32_t nc = s->same_c, ng = s->same_g;
     s->same_c = s->same_g = 0;
-    for (size_t j = 0; j < s->ng; j++) {
-        hgauge *h = &s->hg[j];
-        if (h->last == h->last) /* a NaN last value stays out of the window (run 0) */
-            h->run += ng;
-    }
+    s->greads += ng; /* a repeat of every gauge's last value per read (see gauge_run) */
     if (!detect_each_read(s))
         return 0; /* steps take the values as they are then (detect_step) */
     for (uint32_t k = 0; k < nc; k++)
@@ -407,27 +412,55 @@ unsigned pipe_run_same(mv_pipe_seg *s)
 }
 
 /* A detection step (cfg.detect_period_ns): every detector scores what changed since the
- * previous step - a counter its rate over the elapsed clock since then (or since its first
- * read), a gauge its value, a histogram the mean of the observations since then. */
-static unsigned detect_step(mv_pipe_seg *s)
+ * previous step - a counter its rate over the span since its last sample (see cdet: at a step
+ * where it rose, or where it has not risen for 4 of its usual gaps between rises), a gauge its
+ * value, a histogram the mean of the observations since the previous step (when there was
+ * one). `gap`: this read's interval, the resolution of a rise's time. MV_PIPE_WARMUP comes
+ * from a detector that learns its first baseline at the pace of the steps (gauges, and
+ * counters that rose at the previous step too): holding the fast tick then speeds it up. A
+ * counter that rises once a second learns at that pace whatever the tick. */
+static unsigned detect_step(mv_pipe_seg *s, uint64_t gap)
 {
     unsigned flags = 0;
     uint64_t e = s->e;
+    double g = (double)gap * 1e-9;
     for (size_t j = 0; j < s->nc; j++) {
         hctr *h = &s->hc[j];
         if (!h->primed)
             continue;
-        uint64_t from = s->det_e;
-        if (__builtin_expect(h->primed == 2, 0)) { /* first read since the last step */
-            from = s->cc[j].prime_e;
-            h->primed = 1;
+        h->primed = 1;
+        cdet *c = &s->cd[j];
+        uint64_t span = e - c->det_e, d = h->prev - h->det_raw;
+        if (d && span) {
+            double sc = pipe_ctr_scale(h), sp = (double)span * 1e-9, x = (double)d * sc / sp;
+            /* What the same steady rate can differ by over this span: one increment (one
+             * unit of a counter_f), or the read interval the last rise fell in (a rise is
+             * placed within one read). */
+            double res = (double)d * g / sp, one = 1.0 / sc;
+            res = (res < one ? res : one) * sc / sp;
+            unsigned f = detect_floor(s, &s->dc[j], &s->cc[j].changes, x, res);
+            if (c->det_e != s->det_e)
+                f &= ~(unsigned)MV_PIPE_WARMUP; /* sparse: not at the steps' pace */
+            flags |= f;
+            uint64_t us = span / 1000u;
+            uint32_t u = us < UINT32_MAX ? (uint32_t)us : UINT32_MAX;
+            if (!c->gap_us || !c->rose)
+                c->gap_us = c->gap_us ? c->gap_us : (u ? u : 1);
+            else
+                c->gap_us = (uint32_t)(((uint64_t)c->gap_us * 3u + u) / 4u);
+            c->rose = 1;
+            c->det_e = e;
+            h->det_raw = h->prev;
+        } else if (c->gap_us) {
+            uint64_t idle = 4000ull * c->gap_us;
+            if (idle < s->cfg.detect_period_ns)
+                idle = s->cfg.detect_period_ns;
+            if (span >= idle) { /* stopped, or slowed to a quarter: a rate of 0 */
+                flags |= detect(s, &s->dc[j], &s->cc[j].changes, 0.0) & ~(unsigned)MV_PIPE_WARMUP;
+                c->rose = 0;
+                c->det_e = e;
+            }
         }
-        if (e > from) {
-            uint64_t d = h->prev - h->det_raw;
-            double x = d ? (double)d * pipe_ctr_scale(h) / ((double)(e - from) * 1e-9) : 0.0;
-            flags |= detect(s, &s->dc[j], &s->cc[j].changes, x);
-        }
-        h->det_raw = h->prev;
     }
     for (size_t j = 0; j < s->ng; j++)
         flags |= detect(s, &s->hg[j].det, &s->cg[j].changes, s->hg[j].last);
@@ -536,7 +569,7 @@ MV_DETECT_INLINE unsigned feed(mv_pipe_seg *s, const void *hot, uint64_t now_ns,
     if (detect_each_read(s))
         flags |= MV_PIPE_STEP;
     else if (s->cfg.detect && detect_due(s, now_ns, gap))
-        flags |= MV_PIPE_STEP | detect_step(s);
+        flags |= MV_PIPE_STEP | detect_step(s, gap);
     s->fed = 1;
     pthread_mutex_unlock(&s->mu);
     if (s->fd) {
@@ -581,17 +614,20 @@ void mv_pipe_seg_prefetch(const mv_pipe_seg *s, int what)
         return;
     }
     /* A feed_same that will likely wait (cfg.same_batch) touches no record but the
-     * histograms'. */
+     * histograms'; one that does not wait touches the gauges' and counters' detectors only
+     * when they run at every read (the gauges' repeats are folded: see hgauge.run0). */
     int wait = what == MV_PIPE_PF_SAME && s->fed && s->cfg.same_batch && !s->cl &&
                s->same_g + 1u < s->cfg.same_batch;
     /* With a detection period the counters' detectors are touched only at a step (which
      * also reads the gauges' and counters' hot records), and at a step whatever waits. */
     int each = !s->cfg.detect_period_ns;
     int step = !each && s->cfg.detect && (!s->fed || s->det_soon);
-    if (!wait || step)
+    if (what != MV_PIPE_PF_SAME || !s->fed || step || (each && s->cfg.detect && !wait))
         prefetch_lines(s->hg, s->ng, sizeof *s->hg);
     if ((each && !wait) || step)
         prefetch_lines(s->dc, s->nc, sizeof *s->dc);
+    if (step)
+        prefetch_lines(s->cd, s->nc, sizeof *s->cd);
     prefetch_lines(s->hh, s->nh, sizeof *s->hh); /* feed_same reads whether they are primed */
     if (what != MV_PIPE_PF_SAME || !s->fed || step)
         prefetch_lines(s->hc, s->nc, sizeof *s->hc);

@@ -47,9 +47,11 @@
  * latest read (at least the latest interval). It follows a step within
  * short_ns plus one read interval, instead of up to two windows.
  * Change detection (EWMA z + CUSUM) runs at every read, or at most every
- * detect_period_ns (a step): counters on the rate since the previous step,
- * gauges on the value, histograms on the mean observation since the previous
- * step (when there was one). Changes are counted per metric.
+ * detect_period_ns (a step): counters on their rise over the span since their
+ * last sample, at a step where they rose (or a rate of 0 once they have not
+ * risen for 4 of their usual gaps between rises), gauges on the value,
+ * histograms on the mean observation since the previous step (when there was
+ * one). Changes are counted per metric.
  *
  * Anomaly score: every fd_period_ns the segment's feature vector (counter
  * and histogram-count rates over the period, gauge last values; the first
@@ -125,7 +127,7 @@ typedef struct mv_pipe_config {
     /* Change detection steps at most this often: 0 (default) at every read. Otherwise a read
      * is a step when the last step is at least this long ago, less half the read interval (a
      * read interval at or above it: every read), and the detectors score, at each step, a
-     * counter's rate over the time since the previous step, a gauge's value and a
+     * counter's rise over the span since its last sample (see above), a gauge's value and a
      * histogram's mean observation since the previous step. Reads between steps only update
      * the windows. The first read is a step; the next ones count from it less phase_ns (mod
      * this), so segments read in one tick step in different ticks. At most one hour. The
@@ -177,6 +179,11 @@ enum {
     /* This read was a detection step (detection on: every read without detect_period_ns):
      * the absence of CHANGED and MOVING is a verdict only on such a read. */
     MV_PIPE_STEP = 1u << 3,
+    /* At this step a detector learnt its first baseline at the steps' pace (its warm-up):
+     * the collector holds the fast tick meanwhile, so that the warm-up takes warmup steps
+     * of the fast tick, not warmup reads of a backed-off segment (a new metric on a calm
+     * segment). */
+    MV_PIPE_WARMUP = 1u << 4,
 };
 
 typedef struct mv_pipe_seg mv_pipe_seg;

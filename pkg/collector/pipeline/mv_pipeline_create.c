@@ -82,6 +82,7 @@ static void free_state(mv_pipe_seg *s)
     free(s->hg);
     free(s->hh);
     free(s->cc);
+    free(s->cd);
     free(s->coff);
     free(s->cg);
     free(s->ch);
@@ -209,6 +210,7 @@ int mv_pipe_seg_create(const mv_pipe_config *cfg, const mv_seg_catalog *cat, mv_
     s->dc = calloc_lines(s->nc + 1, sizeof *s->dc);
     s->hc = calloc_lines(s->nc + 1, sizeof *s->hc);
     s->cc = calloc(s->nc + 1, sizeof *s->cc);
+    s->cd = calloc_lines(s->nc + 1, sizeof *s->cd);
     s->coff = calloc(s->nc + 1, sizeof *s->coff);
     s->slot_tot = calloc((s->nc + 1) * SHORT_SLOTS, sizeof *s->slot_tot);
     s->hg = calloc_lines(s->ng + 1, sizeof *s->hg);
@@ -216,8 +218,8 @@ int mv_pipe_seg_create(const mv_pipe_config *cfg, const mv_seg_catalog *cat, mv_
     s->hh = calloc_lines(s->nh + 1, sizeof *s->hh);
     s->ch = calloc(s->nh + 1, sizeof *s->ch);
     from = malloc(n1 * sizeof *from);
-    if (!s->loc || !s->pub || !s->dc || !s->hc || !s->cc || !s->coff || !s->slot_tot || !s->hg ||
-        !s->cg || !s->hh || !s->ch || !from)
+    if (!s->loc || !s->pub || !s->dc || !s->hc || !s->cc || !s->cd || !s->coff || !s->slot_tot ||
+        !s->hg || !s->cg || !s->hh || !s->ch || !from)
         goto fail_state;
     if (prev) {
         /* Updates prev's reads left waiting run, and the summaries prev still owes are
@@ -247,6 +249,7 @@ int mv_pipe_seg_create(const mv_pipe_config *cfg, const mv_seg_catalog *cat, mv_
         s->cur_w = prev->cur_w;
         s->win_e = prev->win_e;
         s->win_reads = prev->win_reads;
+        s->greads = prev->greads; /* the gauges' folded runs count from it */
         s->win_gap_max = prev->win_gap_max;
         memcpy(s->slot_id, prev->slot_id, sizeof s->slot_id);
         memcpy(s->slot_e, prev->slot_e, sizeof s->slot_e);
@@ -293,6 +296,7 @@ int mv_pipe_seg_create(const mv_pipe_config *cfg, const mv_seg_catalog *cat, mv_
                 s->dc[jc] = prev->dc[pj];
                 s->hc[jc] = prev->hc[pj];
                 s->cc[jc] = prev->cc[pj];
+                s->cd[jc] = prev->cd[pj];
                 s->coff[jc] = prev->coff[pj];
                 for (int k = 0; k < SHORT_SLOTS; k++)
                     s->slot_tot[(size_t)k * s->nc + jc] = prev->slot_tot[(size_t)k * prev->nc + pj];

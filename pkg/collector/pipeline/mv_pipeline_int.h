@@ -23,13 +23,13 @@
 /* ---- Per-metric records ------------------------------------------------------------------ */
 
 /* Hot records: touched by every read that copies the segment, packed per type. A read
- * that finds the segment unchanged (feed_same) touches only the counters' detectors (the
- * dc array: their sample is a rate of 0) and the gauges' records. */
+ * that finds the segment unchanged (feed_same) touches no counter or gauge record between
+ * detection steps (the gauges' repeats are folded: hgauge.run0). */
 typedef struct hctr {
     uint64_t prev;   /* raw value at the previous read */
     double rate_max; /* window: highest increase / elapsed over one read interval */
-    /* The total at the previous detection step (cfg.detect_period_ns) less the reset offset:
-     * prev - det_raw is the increase since that step (moved with every change of coff). */
+    /* The raw total at its last detection sample (cfg.detect_period_ns; cdet): prev - det_raw
+     * is the increase since then (moved with every change of coff). */
     uint64_t det_raw;
     uint32_t off;    /* value offset in the value area */
     uint16_t primed; /* a previous read exists; 2: its first read came after the last step */
@@ -65,7 +65,11 @@ typedef struct hgauge {
     double last;   /* last sample read (NaN/Inf included) */
     mv_sketch *sk; /* NULL: no window yet needed one */
     uint32_t off;
-    uint32_t run; /* reads of `last` in this window not yet in the sketch */
+    /* Reads of `last` in this window not yet in the sketch, folded: gauge_run(s, h) =
+     * s->greads - run0 while `last` is not NaN (0 when it is), so a read that finds the
+     * value unchanged - and a read of an unchanged segment, all its gauges at once - touches
+     * no gauge record: it only counts in s->greads. */
+    uint32_t run0;
 } hgauge;
 
 typedef struct hhist {
@@ -107,6 +111,18 @@ typedef struct chist {
     uint32_t idx, nb; /* nb = bucket_count + 1 */
 } chist;
 
+/* A counter's detection samples (cfg.detect_period_ns), touched at detection steps only. A
+ * counter is scored on its rate over the span since its last sample, at a step where it has
+ * risen (so a sparse counter, one increment a second at a 10 ms step, scores one increment
+ * over the second it took, not a burst against mostly-zero steps), or at a step where it has
+ * not risen for 4 of its usual gaps between rises (a rate of 0: it stopped). */
+typedef struct cdet {
+    uint64_t det_e;  /* elapsed clock at its last sample (or at its first read) */
+    uint32_t gap_us; /* EWMA (weight 1/4) of the span between samples that saw it rise, us;
+                        0: none yet (it is not scored before it first rises) */
+    uint32_t rose;   /* its last sample saw it rise (the span was a gap between rises) */
+} cdet;
+
 /* What the closing window needs of a metric that the next reads overwrite. */
 typedef struct wsnap {
     uint64_t u; /* counter: total at the close; gauge: run; histogram: primed */
@@ -128,6 +144,7 @@ struct mv_pipe_seg {
     /* feed_same reads waiting for their detector updates (cfg.same_batch): all of them
      * for gauges, the forward ones for counters. */
     uint32_t same_g, same_c;
+    uint32_t greads;      /* reads whose gauge values are in the window (see hgauge.run0) */
     mv_detect_series *dc; /* counters' detectors */
     hctr *hc;
     hgauge *hg;
@@ -152,6 +169,7 @@ struct mv_pipe_seg {
     mv_pipe_config cfg;
     /* Touched when something happens (a change, a reset, a first read, a sketch). */
     cctr *cc;
+    cdet *cd;       /* counters' detection samples (touched at steps) */
     uint64_t *coff; /* counters' reset offsets: total = prev + coff */
     cgauge *cg;
     chist *ch;
@@ -198,6 +216,12 @@ struct mv_pipe_seg {
 
 /* End of the hot fields: what a read touches of the struct. */
 #define PIPE_HOT_END offsetof(struct mv_pipe_seg, cc)
+
+/* Gauge h's reads of its last value in this window not yet in its sketch. */
+static inline uint32_t gauge_run(const mv_pipe_seg *s, const hgauge *h)
+{
+    return h->last == h->last ? s->greads - h->run0 : 0; /* a NaN stays out of the window */
+}
 
 /* A counter's or histogram's cumulative increase (its total) by its location; 0 for a gauge. */
 static inline uint64_t pipe_total_of(const mv_pipe_seg *s, uint32_t loc)

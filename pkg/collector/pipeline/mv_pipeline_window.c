@@ -231,14 +231,15 @@ void pipe_close_begin(mv_pipe_seg *s, uint64_t w, uint64_t now_ns)
     }
     for (size_t j = 0; j < s->ng; j++) {
         hgauge *h = &s->hg[j];
+        uint32_t run = gauge_run(s, h);
         if (ok)
-            s->cl[s->cg[j].idx] = (wsnap){.u = h->run, .d = h->last};
-        else if (h->run && h->sk) {
+            s->cl[s->cg[j].idx] = (wsnap){.u = run, .d = h->last};
+        else if (run && h->sk) {
             size_t m0 = mv_sketch_memory_used(h->sk);
-            mv_sketch_add_n(h->sk, h->last, h->run);
+            mv_sketch_add_n(h->sk, h->last, run);
             s->sk_mem += mv_sketch_memory_used(h->sk) - m0;
         }
-        h->run = 0;
+        h->run0 = s->greads; /* run 0 */
     }
     for (size_t j = 0; j < s->nh && ok; j++)
         s->cl[s->ch[j].idx] = (wsnap){.u = s->hh[j].primed};
