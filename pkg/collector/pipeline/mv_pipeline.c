@@ -33,8 +33,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-const double mv_pipe_quantiles[MV_PIPE_QUANTILES] = {0.5, 0.9, 0.99, 0.999};
-
 void mv_pipe_config_default(mv_pipe_config *cfg)
 {
     cfg->window_ns = 15000000000ull;
@@ -82,7 +80,7 @@ static size_t sketch_bytes(const mv_pipe_config *cfg)
 
 /* Fixed bytes per metric of each type: hot and cold records, catalog map, published
  * summary; counters their short-rate column and offset. */
-size_t pipe_fixed_bytes(uint8_t type)
+size_t mv_pipe__fixed_bytes(uint8_t type)
 {
     size_t b = sizeof(uint32_t) + sizeof(mv_pipe_out);
     if (type == MV_SEG_COUNTER)
@@ -100,7 +98,7 @@ size_t mv_pipe_metric_bytes(const mv_pipe_config *cfg, uint8_t type, uint32_t nb
         mv_pipe_config_default(&def);
         cfg = &def;
     }
-    size_t b = pipe_fixed_bytes(type);
+    size_t b = mv_pipe__fixed_bytes(type);
     if (type == MV_SEG_GAUGE)
         b += sketch_bytes(cfg);
     if (type == MV_SEG_HISTOGRAM) /* previous and window counts; the deltas' scratch */
@@ -122,7 +120,7 @@ static void hist_w_init(void)
     mv_detect_params_init(&g_dp, NULL);
 }
 
-const mv_detect_params *pipe_init(void)
+const mv_detect_params *mv_pipe__init(void)
 {
     pthread_once(&g_hist_w_once, hist_w_init);
     return &g_dp;
@@ -183,7 +181,7 @@ static mv_sketch *gauge_sketch(mv_pipe_seg *s, size_t j)
 {
     uint32_t idx = s->cg[j].idx;
     if (s->cl && s->cl_pending[idx])
-        pipe_close_one(s, idx);
+        mv_pipe__close_one(s, idx);
     if (!s->hg[j].sk) {
         mv_sketch_config sc = {.alpha = s->cfg.alpha, .max_buckets = s->cfg.sketch_buckets};
         /* NULL on ENOMEM: the window keeps its last value */
@@ -319,7 +317,7 @@ static unsigned feed_hists(mv_pipe_seg *s, const char *vals, int same)
         uint64_t *prev_b = c->b, *wb = c->b + nb;
         int primed = h->primed;
         if (primed && s->cl && s->cl_pending[c->idx])
-            pipe_close_one(s, c->idx); /* its window counts are about to move */
+            mv_pipe__close_one(s, c->idx); /* its window counts are about to move */
         /* One pass: the torn-copy checks of mv_seg_read_histogram (weighted checksum,
          * bucket total), the deltas added to the window, whether a bucket went down
          * (a reset). Undone below in the rare cases (torn, reset, first read). */
@@ -362,11 +360,11 @@ static unsigned feed_hists(mv_pipe_seg *s, const char *vals, int same)
             }
             if (dc) {
                 if (!isfinite(ds)) { /* no usable sum: the representatives stand in */
-                    const mv_seg_metric *m = pipe_cat_m(s, c->idx);
+                    const mv_seg_metric *m = mv_pipe__cat_m(s, c->idx);
                     double rs = 0;
                     for (uint32_t b = 0; b < nb; b++)
                         if (d[b])
-                            rs += pipe_bucket_rep(m->bounds, m->bucket_count, b) * (double)d[b];
+                            rs += mv_pipe__bucket_rep(m->bounds, m->bucket_count, b) * (double)d[b];
                     c->win_sum += rs;
                 } else {
                     c->win_sum += ds;
@@ -394,7 +392,7 @@ static unsigned feed_hists(mv_pipe_seg *s, const char *vals, int same)
  * them wait): each gauge's repeats of its last value and every detector's updates, in the
  * order the reads would have run them (read by read; within a read, series by series: each
  * series' updates in its own order). */
-unsigned pipe_run_same(mv_pipe_seg *s)
+unsigned mv_pipe__run_same(mv_pipe_seg *s)
 {
     unsigned flags = 0;
     uint32_t nc = s->same_c, ng = s->same_g;
@@ -508,7 +506,7 @@ MV_DETECT_INLINE unsigned feed(mv_pipe_seg *s, const void *hot, uint64_t now_ns,
     if (!(now_ns >= s->w_lo_ns && now_ns < s->w_hi_ns)) {
         uint64_t ph = s->cfg.window_phase_ns;
         w = (now_ns <= UINT64_MAX - ph ? now_ns + ph : UINT64_MAX) / s->cfg.window_ns;
-        pipe_window_span(&s->cfg, w, &s->w_lo_ns, &s->w_hi_ns);
+        mv_pipe__window_span(&s->cfg, w, &s->w_lo_ns, &s->w_hi_ns);
     }
     if (!(now_ns >= s->slot_lo_ns && now_ns < s->slot_hi_ns)) {
         uint64_t len = s->cfg.short_ns / SHORT_SLOTS;
@@ -529,13 +527,13 @@ MV_DETECT_INLINE unsigned feed(mv_pipe_seg *s, const void *hot, uint64_t now_ns,
     int wait =
         same && s->cfg.same_batch && !s->cl && w == s->cur_w && s->same_g + 1u < s->cfg.same_batch;
     if (!wait && s->same_g)
-        flags |= pipe_run_same(s);
+        flags |= mv_pipe__run_same(s);
     if (s->cur_w == UINT64_MAX) {
         s->cur_w = w;
         s->fd_wmax = NAN;
     } else if (w > s->cur_w) {
-        pipe_close_all(s); /* the window before, if its summaries are still pending */
-        pipe_close_begin(s, s->cur_w, now_ns);
+        mv_pipe__close_all(s); /* the window before, if its summaries are still pending */
+        mv_pipe__close_begin(s, s->cur_w, now_ns);
         s->cur_w = w;
         flags |= MV_PIPE_WINDOW;
     }
@@ -553,13 +551,13 @@ MV_DETECT_INLINE unsigned feed(mv_pipe_seg *s, const void *hot, uint64_t now_ns,
     /* This read's share of the pending summaries, before it changes any state: with
      * close_spread_ns 0 the window is summarised exactly as of its last read. */
     if (s->cl)
-        pipe_close_step(s, now_ns, gap);
+        mv_pipe__close_step(s, now_ns, gap);
     if (same) {
         /* Its updates wait, or run now with those waiting (none: run_same ran above). */
         s->same_g++;
         s->same_c += forward;
         if (!wait)
-            flags |= pipe_run_same(s);
+            flags |= mv_pipe__run_same(s);
     } else {
         flags |= feed_counters(s, vals, forward, dt);
         flags |= feed_gauges(s, vals);

@@ -1,6 +1,7 @@
-/* mv_pipeline's segment state: create (carrying each metric's state over from the
- * pipeline of the segment's previous catalog, matched by name and labels), destroy, and the
- * allocation of the per-metric records the feeds in mv_pipeline.c stream through. */
+/* mv_pipeline_create: the top of the module: a segment's pipeline state created (carrying each
+ * metric's state over from the pipeline of the segment's previous catalog, matched by name and
+ * labels) and destroyed, and the allocation of the per-metric records the feeds stream
+ * through. Below it: mv_pipeline.c (the feeds), then mv_pipeline_window.c (window summaries). */
 #include "mv_pipeline_int.h"
 
 #include <errno.h>
@@ -35,39 +36,23 @@ static int metric_same(const mv_seg_metric *a, const mv_seg_metric *b)
     return 1;
 }
 
-const mv_seg_metric *pipe_cat_m(const mv_pipe_seg *s, size_t i)
-{
-    return mv_seg_catalog_metric(s->cat, i);
-}
-
 /* Index in prev of the metric with m's identity, or SIZE_MAX. `table` is an
  * open-addressing map of prev's indexes + 1 (0 = empty), `mask` its size - 1. */
 static size_t find_prev(const mv_pipe_seg *prev, const uint32_t *table, size_t mask,
                         const mv_seg_metric *m, size_t hint)
 {
-    if (hint < prev->n && metric_same(pipe_cat_m(prev, hint), m))
+    if (hint < prev->n && metric_same(mv_pipe__cat_m(prev, hint), m))
         return hint;
     for (size_t h = metric_hash(m) & mask;; h = (h + 1) & mask) {
         uint32_t v = table[h];
         if (!v)
             return SIZE_MAX;
-        if (metric_same(pipe_cat_m(prev, v - 1), m))
+        if (metric_same(mv_pipe__cat_m(prev, v - 1), m))
             return v - 1;
     }
 }
 
 /* ---- Create / destroy -------------------------------------------------------------------- */
-
-void pipe_cl_free(mv_pipe_seg *s)
-{
-    free(s->cl);
-    free(s->cl_out);
-    free(s->cl_pending);
-    s->cl = NULL;
-    s->cl_out = NULL;
-    s->cl_pending = NULL;
-    s->cl_left = 0;
-}
 
 static void free_state(mv_pipe_seg *s)
 {
@@ -75,7 +60,7 @@ static void free_state(mv_pipe_seg *s)
         mv_sketch_destroy(s->hg[j].sk);
     for (size_t j = 0; s->ch && j < s->nh; j++)
         free(s->ch[j].b);
-    pipe_cl_free(s);
+    mv_pipe__cl_free(s);
     free(s->loc);
     free(s->dc);
     free(s->hc);
@@ -145,9 +130,10 @@ static int setup_fd(mv_pipe_seg *s, mv_pipe_seg *prev, const size_t *from)
 
 static uint64_t mem_fixed(const mv_pipe_seg *s)
 {
-    uint64_t b = sizeof *s + s->nc * pipe_fixed_bytes(MV_SEG_COUNTER) +
-                 s->ng * pipe_fixed_bytes(MV_SEG_GAUGE) +
-                 s->nh * pipe_fixed_bytes(MV_SEG_HISTOGRAM) + s->scratch_len * sizeof *s->scratch;
+    uint64_t b = sizeof *s + s->nc * mv_pipe__fixed_bytes(MV_SEG_COUNTER) +
+                 s->ng * mv_pipe__fixed_bytes(MV_SEG_GAUGE) +
+                 s->nh * mv_pipe__fixed_bytes(MV_SEG_HISTOGRAM) +
+                 s->scratch_len * sizeof *s->scratch;
     for (size_t j = 0; j < s->nh; j++)
         b += 16u * s->ch[j].nb;
     if (s->fd) {
@@ -190,7 +176,7 @@ int mv_pipe_seg_create(const mv_pipe_config *cfg, const mv_seg_catalog *cat, mv_
         free(s);
         return -EINVAL;
     }
-    s->dp = pipe_init();
+    s->dp = mv_pipe__init();
     pthread_mutex_init(&s->mu, NULL);
     s->cat = cat;
     s->n = mv_seg_catalog_count(cat);
@@ -226,8 +212,8 @@ int mv_pipe_seg_create(const mv_pipe_config *cfg, const mv_seg_catalog *cat, mv_
          * finished: they describe its window. */
         pthread_mutex_lock(&prev->mu);
         if (prev->same_g)
-            pipe_run_same(prev);
-        pipe_close_all(prev);
+            mv_pipe__run_same(prev);
+        mv_pipe__close_all(prev);
         pthread_mutex_unlock(&prev->mu);
     }
     if (prev && prev->n) {
@@ -239,7 +225,7 @@ int mv_pipe_seg_create(const mv_pipe_config *cfg, const mv_seg_catalog *cat, mv_
         if (!table)
             goto fail_state;
         for (size_t i = 0; i < prev->n; i++) {
-            size_t h = metric_hash(pipe_cat_m(prev, i)) & mask;
+            size_t h = metric_hash(mv_pipe__cat_m(prev, i)) & mask;
             while (table[h])
                 h = (h + 1) & mask;
             table[h] = (uint32_t)(i + 1);

@@ -236,30 +236,33 @@ static inline uint64_t pipe_total_of(const mv_pipe_seg *s, uint32_t loc)
 
 /* mv_pipeline.c */
 /* Analytics bytes a metric of `type` holds besides a gauge's sketch and a histogram's buckets. */
-size_t pipe_fixed_bytes(uint8_t type);
+size_t mv_pipe__fixed_bytes(uint8_t type);
 /* The histogram checksum weights and the detectors' parameters, made once; returns the
  * parameters, shared by every pipeline. */
-const mv_detect_params *pipe_init(void);
+const mv_detect_params *mv_pipe__init(void);
 /* Runs the detector updates and gauge repeats that reads of unchanged values left waiting. */
-unsigned pipe_run_same(mv_pipe_seg *s);
+unsigned mv_pipe__run_same(mv_pipe_seg *s);
 
 /* mv_pipeline_create.c */
-const mv_seg_metric *pipe_cat_m(const mv_pipe_seg *s, size_t i);
-void pipe_cl_free(mv_pipe_seg *s);
+static inline const mv_seg_metric *mv_pipe__cat_m(const mv_pipe_seg *s, size_t i)
+{
+    return mv_seg_catalog_metric(s->cat, i);
+}
+void mv_pipe__cl_free(mv_pipe_seg *s);
 
 /* mv_pipeline_window.c: window summaries and their spread over the reads after a boundary. */
 /* Representative of pod bucket b (of nbounds + 1): the value every observation in it is
  * taken to be. */
-double pipe_bucket_rep(const double *bounds, uint32_t nbounds, uint32_t b);
+double mv_pipe__bucket_rep(const double *bounds, uint32_t nbounds, uint32_t b);
 /* The wall-clock span [lo, hi) of window w under cfg's window_ns and window_phase_ns. */
-void pipe_window_span(const mv_pipe_config *cfg, uint64_t w, uint64_t *lo, uint64_t *hi);
+void mv_pipe__window_span(const mv_pipe_config *cfg, uint64_t w, uint64_t *lo, uint64_t *hi);
 /* Computes metric i's pending summary now (it is about to change). */
-void pipe_close_one(mv_pipe_seg *s, size_t i);
+void mv_pipe__close_one(mv_pipe_seg *s, size_t i);
 /* Finishes every pending summary and publishes them. */
-void pipe_close_all(mv_pipe_seg *s);
+void mv_pipe__close_all(mv_pipe_seg *s);
 /* Snapshots what window w needs at the first read after its boundary. */
-void pipe_close_begin(mv_pipe_seg *s, uint64_t w, uint64_t now_ns);
+void mv_pipe__close_begin(mv_pipe_seg *s, uint64_t w, uint64_t now_ns);
 /* This read's share of the pending summaries; publishes when none is left. */
-void pipe_close_step(mv_pipe_seg *s, uint64_t now_ns, uint64_t gap);
+void mv_pipe__close_step(mv_pipe_seg *s, uint64_t now_ns, uint64_t gap);
 
 #endif

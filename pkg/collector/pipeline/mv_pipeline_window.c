@@ -1,18 +1,34 @@
 /* mv_pipeline_window: the window summaries of a segment's pipeline. At the first read after
  * a boundary, what the closing window needs is snapshotted (close_begin); the summaries are
  * computed over the following reads within cfg.close_spread_ns (close_step) and published
- * at once. See mv_pipeline.c for the records. */
+ * at once. The bottom of the module: calls no other file of it (mv_pipeline.c, the feeds, and
+ * mv_pipeline_create.c sit above). See mv_pipeline.c for the records. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "mv_pipeline_int.h"
 
+/* The quantiles every window summary reports (mv_pipeline.h). */
+const double mv_pipe_quantiles[MV_PIPE_QUANTILES] = {0.5, 0.9, 0.99, 0.999};
+
+/* Frees a segment's closing-window state (also when the segment is destroyed). */
+void mv_pipe__cl_free(mv_pipe_seg *s)
+{
+    free(s->cl);
+    free(s->cl_out);
+    free(s->cl_pending);
+    s->cl = NULL;
+    s->cl_out = NULL;
+    s->cl_pending = NULL;
+    s->cl_left = 0;
+}
+
 /* ---- Window summaries ----------------------------------------------------------------------- */
 
 /* Representative of pod bucket b (of nb = nbounds + 1): the value every observation in it
  * is taken to be (as mv_sketch_add_buckets does). */
-double pipe_bucket_rep(const double *bounds, uint32_t nbounds, uint32_t b)
+double mv_pipe__bucket_rep(const double *bounds, uint32_t nbounds, uint32_t b)
 {
     double rep;
     if (b == 0) {
@@ -108,7 +124,7 @@ static void summarise_gauge(mv_pipe_seg *s, size_t j, const wsnap *w, mv_pipe_ou
 static void summarise_hist(mv_pipe_seg *s, size_t j, const wsnap *w, mv_pipe_out *o)
 {
     chist *h = &s->ch[j];
-    const mv_seg_metric *m = pipe_cat_m(s, h->idx);
+    const mv_seg_metric *m = mv_pipe__cat_m(s, h->idx);
     uint64_t *wb = h->b + h->nb, cnt = h->win_count;
     memset(o, 0, sizeof *o);
     o->type = MV_SEG_HISTOGRAM;
@@ -130,7 +146,7 @@ static void summarise_hist(mv_pipe_seg *s, size_t j, const wsnap *w, mv_pipe_out
         for (uint32_t b = 0; b < h->nb; b++) {
             if (!wb[b])
                 continue;
-            double rep = pipe_bucket_rep(m->bounds, m->bucket_count, b);
+            double rep = mv_pipe__bucket_rep(m->bounds, m->bucket_count, b);
             if (isnan(o->min))
                 o->min = rep;
             o->max = rep;
@@ -148,7 +164,7 @@ static void summarise_hist(mv_pipe_seg *s, size_t j, const wsnap *w, mv_pipe_out
 }
 
 /* Summarises catalog metric i of the closing window. */
-void pipe_close_one(mv_pipe_seg *s, size_t i)
+void mv_pipe__close_one(mv_pipe_seg *s, size_t i)
 {
     if (!s->cl_pending[i])
         return;
@@ -163,7 +179,7 @@ void pipe_close_one(mv_pipe_seg *s, size_t i)
         summarise_hist(s, LOC_J(l), &s->cl[i], &s->cl_out[i]);
 }
 
-void pipe_window_span(const mv_pipe_config *cfg, uint64_t w, uint64_t *lo, uint64_t *hi)
+void mv_pipe__window_span(const mv_pipe_config *cfg, uint64_t w, uint64_t *lo, uint64_t *hi)
 {
     /* [w W - phase, (w + 1) W - phase), clamped to [0, UINT64_MAX]. */
     uint64_t W = cfg->window_ns, ph = cfg->window_phase_ns;
@@ -179,28 +195,28 @@ static void close_publish(mv_pipe_seg *s)
     mv_pipe_out *old = s->pub;
     s->pub = s->cl_out;
     s->cl_out = old; /* freed below */
-    pipe_window_span(&s->cfg, s->cl_w, &s->pub_start, &s->pub_end);
+    mv_pipe__window_span(&s->cfg, s->cl_w, &s->pub_start, &s->pub_end);
     s->pub_score = s->cl_score;
     s->pub_steps = s->cl_steps;
     s->pub_collapses = s->cl_collapses;
     s->pub_reads = s->cl_reads;
     s->pub_gap_max = s->cl_gap_max;
-    pipe_cl_free(s);
+    mv_pipe__cl_free(s);
 }
 
 /* Called with mu held: finishes a closing window at once. */
-void pipe_close_all(mv_pipe_seg *s)
+void mv_pipe__close_all(mv_pipe_seg *s)
 {
     if (!s->cl)
         return;
     for (size_t i = 0; i < s->n && s->cl_left; i++)
-        pipe_close_one(s, i);
+        mv_pipe__close_one(s, i);
     close_publish(s);
 }
 
 /* Called with mu held, at the first read after a boundary (before it is processed):
  * snapshots what window w needs; summaries follow within close_spread_ns. */
-void pipe_close_begin(mv_pipe_seg *s, uint64_t w, uint64_t now_ns)
+void mv_pipe__close_begin(mv_pipe_seg *s, uint64_t w, uint64_t now_ns)
 {
     size_t n1 = s->n ? s->n : 1;
     s->cl = malloc(n1 * sizeof *s->cl);
@@ -245,7 +261,7 @@ void pipe_close_begin(mv_pipe_seg *s, uint64_t w, uint64_t now_ns)
         s->cl[s->ch[j].idx] = (wsnap){.u = s->hh[j].primed};
     if (!ok) {
         /* Out of memory: this window's summary is skipped (the published one stays). */
-        pipe_cl_free(s);
+        mv_pipe__cl_free(s);
         for (size_t j = 0; j < s->ng; j++)
             if (s->hg[j].sk)
                 mv_sketch_reset(s->hg[j].sk);
@@ -264,7 +280,7 @@ void pipe_close_begin(mv_pipe_seg *s, uint64_t w, uint64_t now_ns)
 }
 
 /* Called with mu held after a read: this read's share of the pending summaries. */
-void pipe_close_step(mv_pipe_seg *s, uint64_t now_ns, uint64_t gap)
+void mv_pipe__close_step(mv_pipe_seg *s, uint64_t now_ns, uint64_t gap)
 {
     size_t share = s->cl_left;
     if (now_ns < s->cl_deadline && gap > 0 && gap < s->cl_deadline - now_ns) {
@@ -273,7 +289,7 @@ void pipe_close_step(mv_pipe_seg *s, uint64_t now_ns, uint64_t gap)
     }
     for (; share && s->cl_next < s->n; s->cl_next++) {
         if (s->cl_pending[s->cl_next]) {
-            pipe_close_one(s, s->cl_next);
+            mv_pipe__close_one(s, s->cl_next);
             share--;
         }
     }
