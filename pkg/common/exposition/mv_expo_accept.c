@@ -153,10 +153,12 @@ mv_expo_format mv_expo_negotiate(const char *accept)
                     ok = 0;
             } else if (tok_eq(pn, pl, "version")) {
                 has_version = 1;
-                if (too_long)
-                    snprintf(version, sizeof version, "?");
+                /* A value longer than any version we know of is no version we know of. */
+                size_t vl = strlen(val);
+                if (too_long || vl >= sizeof version)
+                    memcpy(version, "?", 2);
                 else
-                    snprintf(version, sizeof version, "%s", val);
+                    memcpy(version, val, vl + 1);
             } else if (tok_eq(pn, pl, "proto")) {
                 pb_proto = !too_long && !strcmp(val, "io.prometheus.client.MetricFamily");
             } else if (tok_eq(pn, pl, "encoding")) {
