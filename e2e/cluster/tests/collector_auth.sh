@@ -42,9 +42,9 @@ kc create serviceaccount microview-collector -n "$NS" >/dev/null
 kc create serviceaccount prometheus-k8s -n monitoring >/dev/null
 kc create serviceaccount nosy -n tenant-a >/dev/null
 kc apply -f "$D/collector-rbac.yaml" >/dev/null || die "kubectl apply of the chart's collector RBAC"
-check "the chart's reader role: get on /metrics, /api/v1/value, /debug/*" \
+check "the chart's reader role: get on /metrics, /api/v1/value, the live view's stream, /debug/*" \
   test "$(kc get clusterrole microview-metrics-reader -o jsonpath='{.rules[0].nonResourceURLs}')" \
-  = '["/metrics","/api/v1/value","/debug/*"]'
+  = '["/metrics","/api/v1/value","/api/v1/stream","/api/v1/live/*","/debug/*"]'
 
 token() { kc create token "$2" -n "$1" --duration 1h; }
 (umask 077 && token "$NS" microview-collector >"$D/collector.token") || die "collector token"
