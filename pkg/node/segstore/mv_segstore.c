@@ -893,49 +893,65 @@ int mv_segstore_file_owner(mv_segstore *st, const char *id, int64_t *uid, int *f
     return rc;
 }
 
-int mv_segstore_set_labels(mv_segstore *st, const char *id, const mv_segstore_label *labels,
-                           size_t nlabels, char *err, size_t errlen)
+/* A segment's identity labels (pod = 0) or its pod's labels (pod = 1), one list of each. */
+static mv_segstore_label **label_list(mv_segstore_seg *s, int pod, size_t **n)
 {
-    int rc = mv_segstore__check_labels(labels, nlabels, err, errlen);
-    if (rc < 0)
-        return rc;
-    mv_segstore_seg tmpl = {
-        .path = (char *)"", .nlabels = nlabels, .labels = (mv_segstore_label *)labels};
-    mv_segstore_seg nl;
+    *n = pod ? &s->npod_labels : &s->nlabels;
+    return pod ? &s->pod_labels : &s->labels;
+}
+
+/* Replaces one of a segment's label lists, durably (journal first) and with one CHANGED
+ * event; the list is left as it was when the journal cannot take the change. Returns 1
+ * (changed), 0 (already so), -ENOENT or -errno with a message. */
+static int replace_labels(mv_segstore *st, const char *id, const mv_segstore_label *labels,
+                          size_t nlabels, int pod, char *err, size_t errlen)
+{
+    mv_segstore_seg tmpl = {.path = (char *)""}, nl;
+    size_t *ntmpl;
+    *label_list(&tmpl, pod, &ntmpl) = (mv_segstore_label *)labels;
+    *ntmpl = nlabels;
     if (mv_segstore_seg_copy(&nl, &tmpl) < 0) {
         mv_util_err_set(err, errlen, "out of memory");
         return -ENOMEM;
     }
-    rc = -ENOENT;
+    size_t *nnew;
+    mv_segstore_label **newl = label_list(&nl, pod, &nnew);
+    int rc = -ENOENT;
     mv_util_err_set(err, errlen, "no segment with id %.40s", id ? id : "");
     pthread_mutex_lock(&st->mu);
     for (size_t i = 0; id && i < st->nsegs; i++) {
         mv_segstore_seg *s = &st->segs[i];
         if (strcmp(s->id, id) != 0)
             continue;
-        if (labels_equal(s, labels, nlabels)) {
+        if (pod ? pod_labels_equal(s, labels, nlabels) : labels_equal(s, labels, nlabels)) {
             rc = 0;
             break;
         }
-        mv_segstore_label *old = s->labels;
-        size_t nold = s->nlabels;
-        s->labels = nl.labels;
-        s->nlabels = nl.nlabels;
-        nl.labels = old;
-        nl.nlabels = nold;
+        size_t *ncur;
+        mv_segstore_label **cur = label_list(s, pod, &ncur);
+        mv_segstore_label *old = *cur;
+        size_t nold = *ncur;
+        *cur = *newl;
+        *ncur = *nnew;
+        *newl = old;
+        *nnew = nold;
         rc = mv_segstore__journal_put(st, s, st->revision + 1, err, errlen);
         if (rc < 0) { /* not durable: the labels stay as they were */
-            nl.labels = s->labels;
-            nl.nlabels = s->nlabels;
-            s->labels = old;
-            s->nlabels = nold;
+            *newl = *cur;
+            *nnew = *ncur;
+            *cur = old;
+            *ncur = nold;
             break;
         }
         st->revision++;
         mv_segstore__journal_maybe_compact(st);
         notify(st, MV_SEGSTORE_CHANGED, s);
-        MV_INFO("segment.labels_set", "id=%s labels=%zu revision=%" PRIu64, s->id, s->nlabels,
-                st->revision);
+        if (pod)
+            MV_INFO("segment.pod_labels_set", "id=%s pod_labels=%zu revision=%" PRIu64, s->id,
+                    *ncur, st->revision);
+        else
+            MV_INFO("segment.labels_set", "id=%s labels=%zu revision=%" PRIu64, s->id, *ncur,
+                    st->revision);
         rc = 1;
         break;
     }
@@ -944,55 +960,18 @@ int mv_segstore_set_labels(mv_segstore *st, const char *id, const mv_segstore_la
     return rc;
 }
 
+int mv_segstore_set_labels(mv_segstore *st, const char *id, const mv_segstore_label *labels,
+                           size_t nlabels, char *err, size_t errlen)
+{
+    int rc = mv_segstore__check_labels(labels, nlabels, err, errlen);
+    return rc < 0 ? rc : replace_labels(st, id, labels, nlabels, 0, err, errlen);
+}
+
 int mv_segstore_set_pod_labels(mv_segstore *st, const char *id, const mv_segstore_label *labels,
                                size_t nlabels, char *err, size_t errlen)
 {
     int rc = mv_segstore_check_pod_labels(labels, nlabels, err, errlen);
-    if (rc < 0)
-        return rc;
-    mv_segstore_seg tmpl = {
-        .path = (char *)"", .npod_labels = nlabels, .pod_labels = (mv_segstore_label *)labels};
-    mv_segstore_seg nl;
-    if (mv_segstore_seg_copy(&nl, &tmpl) < 0) {
-        mv_util_err_set(err, errlen, "out of memory");
-        return -ENOMEM;
-    }
-    rc = -ENOENT;
-    mv_util_err_set(err, errlen, "no segment with id %.40s", id ? id : "");
-    pthread_mutex_lock(&st->mu);
-    for (size_t i = 0; id && i < st->nsegs; i++) {
-        mv_segstore_seg *s = &st->segs[i];
-        if (strcmp(s->id, id) != 0)
-            continue;
-        if (pod_labels_equal(s, labels, nlabels)) {
-            rc = 0;
-            break;
-        }
-        mv_segstore_label *old = s->pod_labels;
-        size_t nold = s->npod_labels;
-        s->pod_labels = nl.pod_labels;
-        s->npod_labels = nl.npod_labels;
-        nl.pod_labels = old;
-        nl.npod_labels = nold;
-        rc = mv_segstore__journal_put(st, s, st->revision + 1, err, errlen);
-        if (rc < 0) { /* not durable: the labels stay as they were */
-            nl.pod_labels = s->pod_labels;
-            nl.npod_labels = s->npod_labels;
-            s->pod_labels = old;
-            s->npod_labels = nold;
-            break;
-        }
-        st->revision++;
-        mv_segstore__journal_maybe_compact(st);
-        notify(st, MV_SEGSTORE_CHANGED, s);
-        MV_INFO("segment.pod_labels_set", "id=%s pod_labels=%zu revision=%" PRIu64, s->id,
-                s->npod_labels, st->revision);
-        rc = 1;
-        break;
-    }
-    pthread_mutex_unlock(&st->mu);
-    mv_segstore_seg_clear(&nl);
-    return rc;
+    return rc < 0 ? rc : replace_labels(st, id, labels, nlabels, 1, err, errlen);
 }
 
 int mv_segstore_find_device(mv_segstore *st, const char *device, mv_segstore_seg *out)
