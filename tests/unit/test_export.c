@@ -303,6 +303,39 @@ static void test_segments_without_pipe(void)
     scene_close(&s);
 }
 
+/* microview_segment_fullness: the writer's own mv_segment_usage figure, read from the header of
+ * the copy; not shown for a view without a copy. */
+static void test_fullness(void)
+{
+    scene s;
+    scene_open(&s);
+    mv_usage u;
+    CU_ASSERT_FATAL(mv_segment_usage(s.seg, &u) == MV_OK);
+    CU_ASSERT_FATAL(u.fullness > 0 && u.fullness < 1);
+    const mv_coll_seg_view *v[1] = {&s.view};
+    for (int with_copy = 0; with_copy < 2; with_copy++) {
+        s.view.hot_len = with_copy ? (uint32_t)s.size : 0;
+        mv_expo *e = mv_expo_create(MV_EXPO_TEXT, 0);
+        mv_export_stats st = {0};
+        CU_ASSERT_EQUAL_FATAL(mv_export_render_views(e, v, 1, &s.stats, &st), 0);
+        size_t len;
+        const char *d = mv_expo_data(e, &len);
+        static const char key[] =
+            "\nmicroview_segment_fullness{namespace=\"shop\",pod=\"web-7d4b9\","
+            "service=\"web\"} ";
+        const char *at = memmem(d, len, key, sizeof key - 1);
+        if (!with_copy) {
+            CU_ASSERT_PTR_NULL(at);
+        } else {
+            CU_ASSERT_PTR_NOT_NULL_FATAL(at);
+            double got = strtod(at + sizeof key - 1, NULL);
+            CU_ASSERT_DOUBLE_EQUAL(got, u.fullness, 1e-9);
+        }
+        mv_expo_destroy(e);
+    }
+    scene_close(&s);
+}
+
 /* Occurrences of `needle` at the start of a line of d[0, len). */
 static int count_lines(const char *d, size_t len, const char *needle)
 {
@@ -398,6 +431,7 @@ int main(void)
         {"derived fixtures (text and OpenMetrics)", test_fixtures},
         {"choice of derived series", test_selection},
         {"truncation is counted", test_truncation},
+        {"segment fullness from the copy's header", test_fullness},
         {"no analytics: raw only", test_segments_without_pipe},
         {"a Go and a Python counter of one name: no duplicate derived series",
          test_cross_language_collision},

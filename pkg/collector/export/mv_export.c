@@ -42,6 +42,7 @@ enum kind {
     K_STALE,   /* microview_segment_stale_histograms */
     K_OMIT,    /* microview_segment_omitted_histograms */
     K_BUSY,    /* microview_segment_busy_seconds */
+    K_FULL,    /* microview_segment_fullness */
     K_COUNT_
 };
 
@@ -94,6 +95,10 @@ static const struct {
     [K_BUSY] = {NULL, "microview_segment_busy_seconds", MV_EXPO_GAUGE,
                 "How long the segment's catalog has been busy (an append in progress or an "
                 "appender that died): its values are frozen meanwhile; 0 = not busy."},
+    [K_FULL] = {NULL, "microview_segment_fullness", MV_EXPO_GAUGE,
+                "How full the segment is: the larger of its value area's and its catalog's used "
+                "fraction (0 to 1). At 1 the writer's next new series fails; ask for more with "
+                "the pod annotation microview.io/metrics-memory."},
     [K_OMIT] = {NULL, "microview_segment_omitted_histograms", MV_EXPO_GAUGE,
                 "Histograms of the segment omitted because no consistent copy was read within the "
                 "staleness bound."},
@@ -399,7 +404,7 @@ int mv_export__walk_build(walk *w, const mv_coll_seg_view *const *views, size_t 
         if (!mv_export__seg_valid(v))
             continue;
         size_t n = mv_seg_catalog_count(v->cat);
-        total += 9 + n * (mv_export__seg_pipe(v) ? 7 : 1);
+        total += 10 + n * (mv_export__seg_pipe(v) ? 7 : 1);
         if (mv_export__seg_pipe(v))
             for (size_t j = 0; j < n; j++)
                 arena += 6 * ((size_t)mv_seg_catalog_metric(v->cat, j)->name_len + 16);
@@ -499,6 +504,8 @@ int mv_export__walk_build(walk *w, const mv_coll_seg_view *const *views, size_t 
         w->ents[k++] = (entry){kinds[K_STALE].fixed, (uint32_t)i, NO_METRIC, K_STALE, 0, 0, 0};
         w->ents[k++] = (entry){kinds[K_OMIT].fixed, (uint32_t)i, NO_METRIC, K_OMIT, 0, 0, 0};
         w->ents[k++] = (entry){kinds[K_BUSY].fixed, (uint32_t)i, NO_METRIC, K_BUSY, 0, 0, 0};
+        if (v->hot && v->hot_len >= sizeof(mv_seg_header))
+            w->ents[k++] = (entry){kinds[K_FULL].fixed, (uint32_t)i, NO_METRIC, K_FULL, 0, 0, 0};
     }
     w->n = k;
     qsort(w->ents, k, sizeof *w->ents, entry_cmp);
@@ -594,12 +601,24 @@ static int put_sample(mv_export__sink *k, mv_export__vctx *c, const char *suffix
 
 /* The kinds of per-segment series and where their values come from. */
 static const uint8_t seg_src[K_COUNT_] = {
-    [K_ANOM] = VS_ANOM,     [K_COLL] = VS_COLL,         [K_GAP] = VS_GAP,
-    [K_MEM] = VS_MEM,       [K_IVAL] = VS_IVAL,         [K_BUSY] = VS_BUSY,
-    [K_STALE] = VS_STALE,   [K_OMIT] = VS_OMIT,         [K_READS] = VS_READS,
-    [K_RATE] = VS_RATE,     [K_RATE_MAX] = VS_RATE_MAX, [K_RATE_SHORT] = VS_RATE_SHORT,
-    [K_RESETS] = VS_RESETS, [K_GMIN] = VS_GMIN,         [K_GMAX] = VS_GMAX,
-    [K_GMEAN] = VS_GMEAN,   [K_GLAST] = VS_GLAST,
+    [K_ANOM] = VS_ANOM,
+    [K_COLL] = VS_COLL,
+    [K_GAP] = VS_GAP,
+    [K_MEM] = VS_MEM,
+    [K_IVAL] = VS_IVAL,
+    [K_BUSY] = VS_BUSY,
+    [K_FULL] = VS_FULL,
+    [K_STALE] = VS_STALE,
+    [K_OMIT] = VS_OMIT,
+    [K_READS] = VS_READS,
+    [K_RATE] = VS_RATE,
+    [K_RATE_MAX] = VS_RATE_MAX,
+    [K_RATE_SHORT] = VS_RATE_SHORT,
+    [K_RESETS] = VS_RESETS,
+    [K_GMIN] = VS_GMIN,
+    [K_GMAX] = VS_GMAX,
+    [K_GMEAN] = VS_GMEAN,
+    [K_GLAST] = VS_GLAST,
 };
 
 int mv_export__emit(mv_export__sink *k, walk *w, const entry *en)

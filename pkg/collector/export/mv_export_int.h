@@ -39,6 +39,7 @@ enum mv_export__vs {
     VS_MEM, /* (u64) */
     VS_IVAL,
     VS_BUSY,
+    VS_FULL,      /* (double) used fraction of the larger-used area, from the copied header */
     VS_STALE,     /* (u64) */
     VS_OMIT,      /* (u64) */
     VS_READS,     /* (u64) */

@@ -2,9 +2,27 @@
  * same way by the family walk (mv_export.c) and by the exposition cache at each scrape
  * (mv_export_cache.c), and when a derived entry is shown. */
 #include <math.h>
+#include <string.h>
 #include <time.h>
 
 #include "mv_export_int.h"
+
+/* The used fraction of the fuller of the segment's two areas, from the header of the copy the
+ * tick read (the counts it holds are the writers' at the copy; a size of 0 or a count over its
+ * size, which a validated catalog cannot have, reads as full). NaN without a copy. */
+static double fullness(const mv_coll_seg_view *v)
+{
+    if (!v->hot || v->hot_len < sizeof(mv_seg_header))
+        return NAN;
+    mv_seg_header h;
+    memcpy(&h, v->hot, sizeof h);
+    double fv =
+        h.values_size && h.values_used <= h.values_size ? (double)h.values_used / h.values_size : 1;
+    double fc = h.catalog_size && h.catalog_used <= h.catalog_size
+                    ? (double)h.catalog_used / h.catalog_size
+                    : 1;
+    return fv > fc ? fv : fc;
+}
 
 int mv_export__value(mv_export__vctx *c, unsigned src, double *d, uint64_t *u)
 {
@@ -90,6 +108,9 @@ int mv_export__value(mv_export__vctx *c, unsigned src, double *d, uint64_t *u)
                  : 0;
         return 0;
     }
+    case VS_FULL:
+        *d = fullness(c->v);
+        return 0;
     case VS_STALE:
         *u = c->v->stale_histograms;
         return 1;
