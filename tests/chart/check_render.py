@@ -193,6 +193,48 @@ def network_policies(agent_port=None):
     return by
 
 
+def scaler_checks(sc, col, pols):
+    """scaler.enabled: its flags name the collectors the chart runs, its RBAC reads only what
+    the scaler reads, KEDA's operator alone reaches its gRPC port."""
+    col_labels = col["spec"]["template"]["metadata"]["labels"]
+    sel = dict(kv.split("=", 1) for kv in flag(sc, "--collector-selector").split(","))
+    expect(sel.get("app.kubernetes.io/component") == "collector" and
+           all(col_labels.get(k) == v for k, v in sel.items()),
+           f"scaler: --collector-selector selects the collector pods ({sel})")
+    expect(flag(sc, "--collector-namespace") == col["metadata"]["namespace"],
+           "scaler: --collector-namespace is the collectors'")
+    expect(flag(sc, "--collector-port") == "9469", "scaler: --collector-port is collector.port")
+    expect(flag(sc, "--listen") == ":9090" and flag(sc, "--metrics-listen") == ":9091",
+           "scaler: gRPC and metrics ports from values")
+    spec = sc["spec"]["template"]["spec"]
+    expect(spec["serviceAccountName"] == sc["metadata"]["name"] and
+           spec.get("automountServiceAccountToken", True) is True,
+           "scaler: its own ServiceAccount, token mounted (it calls the API server)")
+    probe = container(sc)["readinessProbe"]["httpGet"]
+    expect(probe == {"path": "/healthz", "port": "http-metrics"}, "scaler: readiness on /healthz")
+    role = find("ClusterRole", "-scaler")
+    rules = sorted((tuple(r["apiGroups"]), tuple(r["resources"]), tuple(r["verbs"]))
+                   for r in role["rules"])
+    expect(rules == [(("",), ("pods",), ("list",)),
+                     (("apps",), ("deployments/scale", "statefulsets/scale", "replicasets/scale"),
+                      ("get",)),
+                     (("keda.sh",), ("scaledobjects",), ("get",))],
+           f"scaler: RBAC limited to what it reads ({rules})")
+    rb = find("ClusterRoleBinding", "-scaler-reader")
+    expect(rb["roleRef"]["name"] == "microview-metrics-reader",
+           "scaler: bound to the metrics-reader role for the collectors' auth")
+    pdb = find("PodDisruptionBudget", "-scaler")
+    expect(pdb["spec"]["minAvailable"] == 1, "scaler: PDB keeps one replica")
+    svc = find("Service", "-scaler")
+    expect(sorted(p["port"] for p in svc["spec"]["ports"]) == [9090, 9091], "scaler: Service ports")
+    sfrom = peers_of(pols["scaler"])
+    keda_peer = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "keda"}},
+                 "podSelector": {"matchLabels": {"app": "keda-operator"}}}
+    expect(sfrom[0] == ([keda_peer], [9090]), f"scaler: KEDA's operator alone on gRPC ({sfrom})")
+    expect(len(sfrom) == 2 and sfrom[1][1] == [9091],
+           f"scaler: the collector's readers reach its metrics port ({sfrom})")
+
+
 def collector_auth_checks(ds, readers):
     """collector.auth.mode kubernetes: flags, the token mounted, the two ClusterRoles and their
     bindings (the collector: create token and access reviews; readers: get on the paths)."""
@@ -447,10 +489,14 @@ else:
         cfrom = peers_of(pols["collector"])
         keda_peer = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "keda"}},
                      "podSelector": {"matchLabels": {"app": "keda-operator"}}}
+        sc = find("Deployment", "-scaler")
+        scaler_peer = {"podSelector": {"matchLabels": sc["spec"]["selector"]["matchLabels"]}}
         expect(len(cfrom) == 1 and cfrom[0][1] == [9469] and keda_peer in cfrom[0][0] and
-               len(cfrom[0][0]) == 3, f"collector: KEDA's operator added to its peers ({cfrom})")
+               scaler_peer in cfrom[0][0] and len(cfrom[0][0]) == 4,
+               f"collector: KEDA's operator and the scaler added to its peers ({cfrom})")
         collector_auth_checks(col, [{"kind": "ServiceAccount", "name": "prometheus-k8s",
                                      "namespace": "monitoring"}])
+        scaler_checks(sc, col, pols)
     elif SCENARIO == "rdma-required":
         expect(conf["require_rdma"] is True and conf["rdma_retry_ms"] == 5000, "require_rdma")
         expect(container(ds_agent)["securityContext"]["privileged"] is True, "agent privileged")

@@ -169,6 +169,8 @@ expect_fail "validate: pool smaller than a page" "agent.poolSize 4Ki: must hold 
   "$HELM" template microview "$CHART" --set global.pageSize=8Ki --set agent.poolSize=4Ki
 expect_fail "validate: host collector without agent" "collector.mode host needs agent.enabled" \
   "$HELM" template microview "$CHART" --set agent.enabled=false
+expect_fail "validate: scaler without collectors" "scaler.enabled needs collector.enabled" \
+  "$HELM" template microview "$CHART" --set scaler.enabled=true --set collector.enabled=false
 expect_fail "validate: ServiceMonitor and PodMonitor" "both enabled" \
   "$HELM" template microview "$CHART" --set collector.serviceMonitor.enabled=true \
   --set collector.podMonitor.enabled=true

@@ -41,6 +41,13 @@ app.kubernetes.io/instance: {{ $ctx.Release.Name | trunc 63 | trimSuffix "-" }}
 app.kubernetes.io/component: {{ index . 1 }}
 {{- end -}}
 
+{{/* The selector labels of a component as a label selector string ("k=v,k=v"), the form the
+scaler's --collector-selector takes. Call with (list . "collector"). */}}
+{{- define "microview.selectorString" -}}
+{{- $ctx := index . 0 -}}
+{{- printf "app.kubernetes.io/name=%s,app.kubernetes.io/instance=%s,app.kubernetes.io/component=%s" (include "microview.name" $ctx) ($ctx.Release.Name | trunc 63 | trimSuffix "-") (index . 1) -}}
+{{- end -}}
+
 {{/* All labels of a component's objects. Call with (list . "agent"). */}}
 {{- define "microview.labels" -}}
 {{- $ctx := index . 0 -}}
