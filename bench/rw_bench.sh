@@ -71,16 +71,31 @@ a0=$(cpu_ticks "$plain")
 b0=$(cpu_ticks "$rw")
 s0=$(metric "$pb" microview_remote_write_samples_total)
 y0=$(metric "$pb" microview_remote_write_bytes_total)
-sleep "$secs"
+# Instructions of both collectors over the same seconds (load-independent, unlike CPU time on
+# a shared machine), where perf can count them (not in guests without a virtual PMU).
+ia=0 ib=0
+if perf stat -x, -e instructions:u true 2>&1 | grep -q '^[0-9]'; then
+  perf stat -x, -e instructions:u -p "$plain" -o "$tmp/ia" -- sleep "$secs" &
+  pa_perf=$!
+  perf stat -x, -e instructions:u -p "$rw" -o "$tmp/ib" -- sleep "$secs" &
+  wait "$pa_perf" $!
+  ia=$(awk -F, '$3 ~ /instructions/ {print $1}' "$tmp/ia")
+  ib=$(awk -F, '$3 ~ /instructions/ {print $1}' "$tmp/ib")
+else
+  sleep "$secs"
+fi
 a1=$(cpu_ticks "$plain")
 b1=$(cpu_ticks "$rw")
 s1=$(metric "$pb" microview_remote_write_samples_total)
 y1=$(metric "$pb" microview_remote_write_bytes_total)
 dq=$(curl -s "http://127.0.0.1:$pb/metrics" | awk '$1 ~ /^microview_remote_write_samples_dropped_total/ {s += $2} END {print s + 0}')
 awk -v a="$((a1 - a0))" -v b="$((b1 - b0))" -v hz="$hz" -v t="$secs" -v s="$((${s1%.*} - ${s0%.*}))" \
-  -v y="$((${y1%.*} - ${y0%.*}))" -v series="$n" -v dq="$dq" 'BEGIN {
+  -v y="$((${y1%.*} - ${y0%.*}))" -v series="$n" -v dq="$dq" -v ia="${ia:-0}" -v ib="${ib:-0}" 'BEGIN {
   ca = a / hz; cb = b / hz; d = cb - ca;
   printf "bench=rw_e2e series=%d seconds=%d samples=%d samples_per_s=%.0f collector_cpu_core=%.3f " \
          "collector_rw_cpu_core=%.3f rw_share_of_core=%.2f%% rw_samples_per_core_second=%.0f " \
          "bytes_per_sample=%.2f dropped=%d\n",
-         series, t, s, s / t, ca / t, cb / t, 100 * d / t, (d > 0 ? s / d : 0), (s ? y / s : 0), dq }'
+         series, t, s, s / t, ca / t, cb / t, 100 * d / t, (d > 0 ? s / d : 0), (s ? y / s : 0), dq
+  if (ia > 0 && ib > 0 && s > 0)
+    printf "bench=rw_e2e_instructions rw_instructions_per_sample=%.0f collector_instructions_per_s=%.0f\n",
+           (ib - ia) / s, ia / t }'

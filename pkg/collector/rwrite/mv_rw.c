@@ -16,7 +16,8 @@
 
 #define MAX_SHARDS      64
 #define MAX_LABELS      64
-#define RETRY_AFTER_MAX 300 /* seconds */
+#define STAGE_MAX       65536 /* items staged per shard before they are queued */
+#define RETRY_AFTER_MAX 300   /* seconds */
 #define TOKEN_MAX       8192
 #define USER_AGENT      "microview-collector"
 
@@ -46,6 +47,10 @@ typedef struct shard {
     CURL *curl;
     char retry_after[64];
     int written_seen;
+    /* The interval thread's items for this shard not yet queued: moved into the ring under one
+     * lock (and one wake-up of the sender) per request's worth, not one per sample. */
+    item **stage;
+    size_t nstage, stage_cap;
 } shard;
 
 /* Last time queued per series (hash of its labels), for this interval and the previous. */
@@ -207,7 +212,9 @@ static void seen_clear(seen_tab *t)
 
 typedef struct {
     mv_rw *rw;
+    uint64_t enq_ns; /* CLOCK_MONOTONIC at the start of the interval's walk */
     char name[1100];
+    size_t name_len;
     mv_expo_type type;
     uint64_t queued, dropped;
     /* The histogram series being gathered: its labels (copied), bounds and counts. */
@@ -227,15 +234,11 @@ static int v_family(void *arg, const char *name, mv_expo_type t, const char *hel
     (void)help;
     (void)unit;
     visit_ctx *v = arg;
-    snprintf(v->name, sizeof v->name, "%s", name);
+    int k = snprintf(v->name, sizeof v->name, "%s", name);
+    v->name_len = k < 0 ? 0 : (size_t)k < sizeof v->name ? (size_t)k : sizeof v->name - 1;
     v->type = t;
     v->hopen = 0;
     return 0;
-}
-
-static int lbl_cmp(const void *x, const void *y)
-{
-    return strcmp(((const mv_rw_label *)x)->name, ((const mv_rw_label *)y)->name);
 }
 
 static int queue_one(visit_ctx *v, const char *suffix, const mv_expo_label *a, size_t na,
@@ -300,14 +303,40 @@ static int v_sample(void *arg, const char *segment_id, const char *suffix, const
     return queue_one(v, suffix, a, na, b, nb, xname, xval, dv, ts_ms, 0);
 }
 
+/* Moves a shard's staged items into its queue, dropping (and counting) what does not fit, and
+ * wakes its sender once. */
+static void stage_flush(visit_ctx *v, shard *s)
+{
+    if (!s->nstage)
+        return;
+    pthread_mutex_lock(&s->mu);
+    size_t room = s->cap - s->n, k = s->nstage < room ? s->nstage : room;
+    for (size_t i = 0; i < k; i++)
+        s->ring[(s->head + s->n + i) % s->cap] = s->stage[i];
+    s->n += k;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    for (size_t i = k; i < s->nstage; i++)
+        free(s->stage[i]);
+    v->queued += k;
+    v->dropped += s->nstage - k;
+    s->nstage = 0;
+}
+
 static int queue_one(visit_ctx *v, const char *suffix, const mv_expo_label *a, size_t na,
                      const mv_expo_label *b, size_t nb, const char *xname, double xval, double val,
                      int64_t ts_ms, int hist)
 {
     mv_rw *rw = v->rw;
     mv_rw_label l[MAX_LABELS + 40];
-    char name[1200], xv[40];
-    snprintf(name, sizeof name, "%s%s", v->name, suffix ? suffix : "");
+    size_t ln[MAX_LABELS + 40], lv[MAX_LABELS + 40]; /* string lengths, NULs included */
+    char name[sizeof v->name + 64], xv[40];
+    size_t sl = suffix ? strlen(suffix) : 0;
+    if (v->name_len + sl >= sizeof name)
+        sl = sizeof name - 1 - v->name_len;
+    memcpy(name, v->name, v->name_len);
+    memcpy(name + v->name_len, suffix ? suffix : "", sl);
+    name[v->name_len + sl] = '\0';
     size_t n = 0;
     l[n++] = (mv_rw_label){"__name__", name};
     for (size_t i = 0; i < na + nb && n < MAX_LABELS; i++) {
@@ -326,17 +355,29 @@ static int queue_one(visit_ctx *v, const char *suffix, const mv_expo_label *a, s
         if (!dup)
             l[n++] = rw->ext[i];
     }
-    qsort(l, n, sizeof l[0], lbl_cmp);
+    /* Sorted by name: insertion sort, as a series has a handful of labels, mostly in order. */
+    for (size_t i = 1; i < n; i++) {
+        mv_rw_label x = l[i];
+        size_t j = i;
+        while (j > 0 && strcmp(l[j - 1].name, x.name) > 0) {
+            l[j] = l[j - 1];
+            j--;
+        }
+        l[j] = x;
+    }
     uint64_t h = 1469598103934665603ull;
     size_t bytes = 0;
     for (size_t i = 0; i < n; i++) {
-        for (const char *p = l[i].name; *p; p++)
+        const char *p = l[i].name;
+        for (; *p; p++)
             h = (h ^ (unsigned char)*p) * 1099511628211ull;
+        ln[i] = (size_t)(p - l[i].name) + 1;
         h = (h ^ 0xff) * 1099511628211ull;
-        for (const char *p = l[i].value; *p; p++)
+        for (p = l[i].value; *p; p++)
             h = (h ^ (unsigned char)*p) * 1099511628211ull;
+        lv[i] = (size_t)(p - l[i].value) + 1;
         h = (h ^ 0xfe) * 1099511628211ull;
-        bytes += strlen(l[i].name) + strlen(l[i].value) + 2;
+        bytes += ln[i] + lv[i];
     }
     h |= 1;
     /* A series whose time did not move since it was last queued is not queued again. */
@@ -366,30 +407,20 @@ static int queue_one(visit_ctx *v, const char *suffix, const mv_expo_label *a, s
         memcpy(it->cum, v->hc, (v->nhb + 1) * sizeof(uint64_t));
     }
     it->nlabels = n;
-    it->enq_ns = mono_ns();
+    it->enq_ns = v->enq_ns;
     char *o = (char *)(it->labels + n) + hb;
     for (size_t i = 0; i < n; i++) {
-        size_t ln = strlen(l[i].name) + 1, lv = strlen(l[i].value) + 1;
-        memcpy(o, l[i].name, ln);
+        memcpy(o, l[i].name, ln[i]);
         it->labels[i].name = o;
-        o += ln;
-        memcpy(o, l[i].value, lv);
+        o += ln[i];
+        memcpy(o, l[i].value, lv[i]);
         it->labels[i].value = o;
-        o += lv;
+        o += lv[i];
     }
     shard *s = &rw->sh[(h >> 17) % rw->c.shards];
-    pthread_mutex_lock(&s->mu);
-    if (s->n == s->cap) {
-        pthread_mutex_unlock(&s->mu);
-        free(it);
-        v->dropped++;
-        return 0;
-    }
-    s->ring[(s->head + s->n) % s->cap] = it;
-    s->n++;
-    pthread_cond_signal(&s->cv);
-    pthread_mutex_unlock(&s->mu);
-    v->queued++;
+    s->stage[s->nstage++] = it;
+    if (s->nstage == s->stage_cap)
+        stage_flush(v, s);
     return 0;
 }
 
@@ -400,10 +431,12 @@ static void interval_once(mv_rw *rw)
         return;
     rw->cur ^= 1;
     seen_clear(&rw->seen[rw->cur]);
-    visit_ctx v = {.rw = rw};
+    visit_ctx v = {.rw = rw, .enq_ns = mono_ns()};
     mv_export_visitor vis = {.family = v_family, .sample = v_sample, .arg = &v};
     mv_export_visit(snap, rw->c.sel, &vis);
     mv_coll_snap_free(snap);
+    for (uint32_t i = 0; i < rw->c.shards; i++)
+        stage_flush(&v, &rw->sh[i]);
     pthread_mutex_lock(&rw->mu);
     rw->st.samples_queued += v.queued;
     rw->st.dropped_queue_full += v.dropped;
@@ -804,7 +837,11 @@ int mv_rw_create(const mv_rw_config *c, mv_coll *coll, mv_rw **out)
         pthread_mutex_init(&s->mu, NULL);
         pthread_cond_init(&s->cv, NULL);
         s->ring = malloc(per * sizeof *s->ring);
-        if (!s->ring || curl_setup(rw, s)) {
+        s->stage_cap = c->max_per_send < per ? c->max_per_send : per;
+        if (s->stage_cap > STAGE_MAX)
+            s->stage_cap = STAGE_MAX;
+        s->stage = malloc(s->stage_cap * sizeof *s->stage);
+        if (!s->ring || !s->stage || curl_setup(rw, s)) {
             rc = -ENOMEM;
             break;
         }
@@ -828,6 +865,7 @@ int mv_rw_create(const mv_rw_config *c, mv_coll *coll, mv_rw **out)
             if (rw->sh[i].curl)
                 curl_easy_cleanup(rw->sh[i].curl);
             free(rw->sh[i].ring);
+            free(rw->sh[i].stage);
         }
         free(rw->url);
         free(rw->ext);
@@ -865,6 +903,7 @@ void mv_rw_destroy(mv_rw *rw)
         for (size_t k = 0; k < s->n; k++)
             free(s->ring[(s->head + k) % s->cap]);
         free(s->ring);
+        free(s->stage);
         curl_easy_cleanup(s->curl);
         pthread_mutex_destroy(&s->mu);
         pthread_cond_destroy(&s->cv);
