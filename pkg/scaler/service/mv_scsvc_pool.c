@@ -231,7 +231,8 @@ int mv_scsvc__pool_submit(mv_scsvc__pool *p, const char *key, const char *so_ns,
         return -ESHUTDOWN;
     }
     flight *f = flight_for(p, key);
-    if (f && !f->running && f->done_ms && now - f->done_ms <= p->ctx->cfg.cache_ms) {
+    if (f && !f->running && f->done_ms && p->ctx->cfg.cache_ms &&
+        now - f->done_ms <= p->ctx->cfg.cache_ms) {
         mv_scsvc__result r = f->r; /* a fresh result: answered here */
         pthread_mutex_unlock(&p->mu);
         free(w);
