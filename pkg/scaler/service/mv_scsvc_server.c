@@ -640,7 +640,7 @@ int mv_scsvc_start(const mv_scsvc_config *cfg, mv_scsvc **out, char *err, size_t
         mv_httpd_config_default(&hc);
         hc.addr = host[0] ? host : "::";
         hc.port = port;
-        hc.threads = 1;
+        hc.threads = 2;
         hc.max_conns = 64;
         if (rc == 0 && ((rc = mv_httpd_create(&hc, &s->http)) != 0 ||
                         (rc = mv_httpd_route(s->http, "/metrics", h_metrics, s)) != 0 ||
