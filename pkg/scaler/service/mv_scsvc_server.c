@@ -153,8 +153,8 @@ static void ucall_done(void *arg, const mv_scsvc__result *r)
     } else if (u->method == MV_SCSVC__IS_ACTIVE) {
         Externalscaler__IsActiveResponse resp = EXTERNALSCALER__IS_ACTIVE_RESPONSE__INIT;
         resp.result = r->value > u->activation;
-        mv_rpc_reply_msg(u->call, &resp.base);
         mv_scsvc__metrics_call(&s->ctx.metrics, u->method, MV_RPC_OK, mv_util_mono_ns() - u->t0_ns);
+        mv_rpc_reply_msg(u->call, &resp.base);
     } else {
         Externalscaler__MetricValue v = EXTERNALSCALER__METRIC_VALUE__INIT, *vp = &v;
         v.metricname = u->metric;
@@ -163,8 +163,8 @@ static void ucall_done(void *arg, const mv_scsvc__result *r)
         Externalscaler__GetMetricsResponse resp = EXTERNALSCALER__GET_METRICS_RESPONSE__INIT;
         resp.n_metricvalues = 1;
         resp.metricvalues = &vp;
-        mv_rpc_reply_msg(u->call, &resp.base);
         mv_scsvc__metrics_call(&s->ctx.metrics, u->method, MV_RPC_OK, mv_util_mono_ns() - u->t0_ns);
+        mv_rpc_reply_msg(u->call, &resp.base);
     }
     free(u);
 }
