@@ -293,9 +293,9 @@ static int targets_unpack(char *s, mv_scaler_targets *t, char ***bases)
 /* ---- logs of state changes per ScaledObject ---- */
 
 /* Logs scaler.query_failed, scaler.partial or scaler.query_recovered when the state of
- * `so` changed since its last evaluation. */
+ * trigger `so` ("ns/name metric") changed since its last evaluation. */
 static void log_state(mv_scsvc__ctx *c, const char *ns, const char *name, const char *so,
-                      const mv_scsvc__result *r)
+                      const char *metric, const mv_scsvc__result *r)
 {
     char now[600];
     if (r->code != MV_RPC_OK)
@@ -307,13 +307,15 @@ static void log_state(mv_scsvc__ctx *c, const char *ns, const char *name, const 
     char *before = mv_scsvc__kv_get(&c->failing, so, UINT64_MAX, NULL);
     if (before ? strcmp(before, now) != 0 : now[0] != '\0') {
         if (r->code != MV_RPC_OK)
-            MV_WARN("scaler.query_failed", "namespace=%s name=%s code=%s reason=%s", mv_log_q(ns),
-                    mv_log_q(name), mv_rpc_code_name(r->code), mv_log_q(r->msg));
+            MV_WARN("scaler.query_failed", "namespace=%s name=%s metric=%s code=%s reason=%s",
+                    mv_log_q(ns), mv_log_q(name), mv_log_q(metric), mv_rpc_code_name(r->code),
+                    mv_log_q(r->msg));
         else if (r->missing)
-            MV_WARN("scaler.partial", "namespace=%s name=%s missing=%zu reason=%s", mv_log_q(ns),
-                    mv_log_q(name), r->missing, mv_log_q(r->msg));
+            MV_WARN("scaler.partial", "namespace=%s name=%s metric=%s missing=%zu reason=%s",
+                    mv_log_q(ns), mv_log_q(name), mv_log_q(metric), r->missing, mv_log_q(r->msg));
         else
-            MV_INFO("scaler.query_recovered", "namespace=%s name=%s", mv_log_q(ns), mv_log_q(name));
+            MV_INFO("scaler.query_recovered", "namespace=%s name=%s metric=%s", mv_log_q(ns),
+                    mv_log_q(name), mv_log_q(metric));
         if (now[0])
             mv_scsvc__kv_put(&c->failing, so, now, strlen(now));
         else
@@ -434,5 +436,8 @@ void mv_scsvc__eval(mv_scsvc__ctx *c, const char *so_ns, const char *so_name, mv
     char so[2 * MV_SCSVC_NAME_MAX + 4];
     snprintf(so, sizeof so, "%s/%s", so_ns, so_name);
     evaluate(c, so_ns, so_name, so, m, conns, out);
-    log_state(c, so_ns, so_name, so, out);
+    /* The state is per trigger: a ScaledObject may have several, one per metric. */
+    char state[sizeof so + MV_SCALER_METRIC_MAX + 2];
+    snprintf(state, sizeof state, "%s %s", so, m->metric);
+    log_state(c, so_ns, so_name, state, m->metric, out);
 }
