@@ -1,6 +1,6 @@
-# MicroView image: microview-agent, microview-collector, microviewctl, microview-webhook and
-# libmicroview (shared + static library, header, pkg-config file) — whatever `cmake --install`
-# installs, under /usr.
+# MicroView image: microview-agent, microview-collector, microviewctl, microview-webhook,
+# microview-scaler and libmicroview (shared + static library, header, pkg-config file) — whatever
+# `cmake --install` installs, under /usr.
 #
 # The FROM images are made locally from Debian packages (no registry): scripts/base-image.sh.
 # Build (amd64):   scripts/base-image.sh build runtime
@@ -52,6 +52,6 @@ LABEL org.opencontainers.image.title="microview" \
       org.opencontainers.image.documentation="docs/image.md"
 # The collector's HTTP port (/metrics); the agent's TCP control plane is off unless configured.
 EXPOSE 9469
-# Collector and webhook run as this user; the agent's chart sets runAsUser 0 (docs/image.md).
+# Collector, webhook and scaler run as this user; the agent's chart sets runAsUser 0 (docs/image.md).
 USER 65532:65532
 CMD ["/usr/bin/microview-collector"]

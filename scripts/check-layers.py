@@ -67,6 +67,7 @@ PREFIX = {
     "mv_workload": "workload",
     "mv_webhook": "wh",
     "mv_scaler": "scaler",
+    "mv_scsvc": "scsvc",
 }
 GLOBAL_TYPES = set("TDBRVWGSiu")
 

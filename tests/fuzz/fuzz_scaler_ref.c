@@ -14,7 +14,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char err[256];
     int rc = mv_scaler_meta_from_ref(data, size, &m, err, sizeof err);
     if (rc == 0) {
-        if (!m.metric[0] || !m.namespace_[0] || m.selector.nreqs == 0 || !(m.target > 0))
+        if (!m.metric[0] || !m.namespace_[0] || m.has_selector != (m.selector.nreqs > 0) ||
+            !(m.target > 0))
             abort();
     } else if (!err[0]) {
         abort();

@@ -64,6 +64,10 @@ if [ -d cmd/microview-webhook ]; then
   check "image has microview-webhook (cmd/microview-webhook is in the tree)" \
     grep -q '/microview-webhook$' "$tmp/files.txt"
 fi
+if [ -d cmd/microview-scaler ]; then
+  check "image has microview-scaler (cmd/microview-scaler is in the tree)" \
+    grep -q '/microview-scaler$' "$tmp/files.txt"
+fi
 # shellcheck disable=SC2016
 in_image 'for f in /usr/bin/microview* /usr/lib/*/libmicroview.so.*; do
             ldd "$f" >/dev/null 2>&1 || { echo "$f: ldd failed"; continue; }

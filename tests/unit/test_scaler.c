@@ -47,7 +47,7 @@ static void test_meta(void)
         {GOOD "|aggregation=max|timeoutMs=250|missingCollectors=partial|activationValue=0.5", NULL},
         {"namespace=shop|selector=a|targetValue=1", "metadata field metric: required"},
         {"metric=m|selector=a|targetValue=1", "metadata field namespace: required"},
-        {"metric=m|namespace=shop|targetValue=1", "metadata field selector: required"},
+        {"metric=m|namespace=shop|targetValue=1", NULL}, /* the scale target's selector */
         {"metric=m|namespace=shop|selector=a", "metadata field targetValue: required"},
         {GOOD "|metric=9bad", "metadata field metric: a series name"},
         {GOOD "|namespace=Shop", "metadata field namespace: a namespace name"},
@@ -79,6 +79,10 @@ static void test_meta(void)
     CU_ASSERT_EQUAL(m.policy, MV_SCALER_FAIL);
     CU_ASSERT_EQUAL(m.timeout_ms, MV_SCALER_TIMEOUT_MS_DEF);
     CU_ASSERT_DOUBLE_EQUAL(m.target, 150, 1e-9);
+    CU_ASSERT_EQUAL(m.has_selector, 1);
+    CU_ASSERT_EQUAL_FATAL(parse_kv("metric=m|namespace=shop|targetValue=1", &m, err, sizeof err),
+                          0);
+    CU_ASSERT_EQUAL(m.has_selector, 0);
 }
 
 /* KEDA's ScaledObjectRef as the scaler receives it: metadata map, namespace default. */

@@ -38,12 +38,13 @@ typedef enum mv_scaler_policy { MV_SCALER_FAIL = 0, MV_SCALER_PARTIAL = 1 } mv_s
 typedef struct mv_scaler_meta {
     char metric[MV_SCALER_METRIC_MAX + 1];        /* "metric" (required) */
     char namespace_[MV_SCALER_NAMESPACE_MAX + 1]; /* "namespace" (required) */
-    mv_lsel selector;                             /* "selector" (required) */
-    double target;                                /* "targetValue" (required, > 0) */
-    double activation;                            /* "activationValue" (default 0) */
-    mv_scaler_agg agg;                            /* "aggregation": sum (default) | max */
-    int timeout_ms;                               /* "timeoutMs": per collector */
-    mv_scaler_policy policy;                      /* "missingCollectors": fail | partial */
+    mv_lsel selector;                             /* "selector" (optional: see has_selector) */
+    int has_selector;  /* 0: no "selector"; the caller takes the ScaledObject's scale target's */
+    double target;     /* "targetValue" (required, > 0) */
+    double activation; /* "activationValue" (default 0) */
+    mv_scaler_agg agg; /* "aggregation": sum (default) | max */
+    int timeout_ms;    /* "timeoutMs": per collector */
+    mv_scaler_policy policy; /* "missingCollectors": fail | partial */
 } mv_scaler_meta;
 
 #define MV_SCALER_REF_MAX          (64u << 10) /* bytes of one ScaledObjectRef accepted */
@@ -55,8 +56,10 @@ typedef struct mv_scaler_meta {
 int mv_scaler_meta_from_ref(const uint8_t *req, size_t len, mv_scaler_meta *out, char *err,
                             size_t errlen);
 
-/* Parses `n` metadata entries. Returns 0, or -EINVAL with `err` naming the field (an unknown
- * key, a missing required one, or a bad value and why). */
+/* Parses `n` metadata entries. Without a "selector" key, has_selector is 0 and `selector`
+ * empty: the caller sets both (from the scale target) before mv_scaler_query or
+ * mv_scaler_discover, which would otherwise select every pod. Returns 0, or -EINVAL with `err`
+ * naming the field (an unknown key, a missing required one, or a bad value and why). */
 int mv_scaler_meta_parse(const char *const *keys, const char *const *values, size_t n,
                          mv_scaler_meta *out, char *err, size_t errlen);
 

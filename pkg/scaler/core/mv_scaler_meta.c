@@ -58,7 +58,7 @@ int mv_scaler_meta_parse(const char *const *keys, const char *const *values, siz
     out->timeout_ms = MV_SCALER_TIMEOUT_MS_DEF;
     if (errlen)
         err[0] = '\0';
-    int have_metric = 0, have_ns = 0, have_sel = 0, have_target = 0;
+    int have_metric = 0, have_ns = 0, have_target = 0;
     for (size_t i = 0; i < n; i++) {
         const char *k = keys[i] ? keys[i] : "", *v = values[i] ? values[i] : "";
         if (strcmp(k, "metric") == 0) {
@@ -76,7 +76,7 @@ int mv_scaler_meta_parse(const char *const *keys, const char *const *values, siz
             char why[256];
             if (mv_lsel_parse(v, strlen(v), &out->selector, why, sizeof why) < 0)
                 return bad(err, errlen, k, why);
-            have_sel = 1;
+            out->has_selector = 1;
         } else if (strcmp(k, "targetValue") == 0) {
             if (number(v, &out->target) < 0 || out->target <= 0)
                 return bad(err, errlen, k, "a number above 0");
@@ -120,8 +120,6 @@ int mv_scaler_meta_parse(const char *const *keys, const char *const *values, siz
         return bad(err, errlen, "metric", "required");
     if (!have_ns)
         return bad(err, errlen, "namespace", "required");
-    if (!have_sel)
-        return bad(err, errlen, "selector", "required");
     if (!have_target)
         return bad(err, errlen, "targetValue", "required");
     return 0;
