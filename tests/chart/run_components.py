@@ -12,6 +12,9 @@ Usage: run_components.py BUILD_DIR RENDERED.yaml
    mode: its unix socket; DPU mode: its TCP listener with the token and the render's TLS flags
    pointing at the throwaway CA and client pair), listening on a free loopback port, polls its
    readiness probe path and, in DPU mode, waits for event=agent.synced from that agent;
+ - scaler (when BUILD_DIR has microview-scaler): runs the Deployment's command and arguments
+   on free loopback ports (an unreachable API server: no trigger is evaluated), polls its
+   readiness probe on the metrics port, connects to the gRPC port and reads /metrics;
  - webhook (when BUILD_DIR has microview-webhook): runs the Deployment's command and arguments
    with the render's own generated certificate and key, and polls /healthz over HTTPS,
    checking the server certificate against the render's caBundle and service DNS name, then
@@ -315,6 +318,48 @@ def run():
                     and got.get("limits", {}).get(res) == want):
                 fail("webhook", f"AdmissionReview for 64Ki: want {res}={want} pages, got {resp}, patch {patch}")
             done.append(f"webhook (TLS verified against caBundle, /healthz ok, 64Ki -> {want} pages of {res})")
+
+    # ---- scaler
+    dep = find("Deployment", "-scaler")
+    if dep and not os.path.exists(binary(dep["spec"]["template"]["spec"]["containers"][0]["command"][0])):
+        done.append("scaler not built: not run")
+    elif dep:
+        ctr = dep["spec"]["template"]["spec"]["containers"][0]
+        gport, mport = free_port(), free_port()
+        args, i = [], 0
+        while i < len(ctr["args"]):
+            a = ctr["args"][i]
+            if a == "--listen":
+                args += [a, f"127.0.0.1:{gport}"]
+            elif a == "--metrics-listen":
+                args += [a, f"127.0.0.1:{mport}"]
+            else:
+                args += [a, ctr["args"][i + 1]]
+            i += 2
+        # In a pod: KUBERNETES_SERVICE_HOST and the mounted token; here a closed port and the
+        # test token (no trigger is evaluated, so the API server is never asked).
+        sc_token = f"{tmp}/scaler-token"
+        with open(sc_token, "w") as f:
+            f.write("test-token\n")
+        args += ["--api-server", "https://127.0.0.1:9", "--api-token-file", sc_token]
+        sc = start("scaler", [binary(ctr["command"][0])] + args)
+        probe = ctr["readinessProbe"]["httpGet"]
+        ports = {p["name"]: p["containerPort"] for p in ctr["ports"]}
+        if ports.get(probe["port"]) != int(ctr["args"][ctr["args"].index("--metrics-listen") + 1][1:]):
+            fail("scaler", f"readiness probe port {probe['port']} is not --metrics-listen's ({ports})")
+
+        def sc_healthy():
+            with urllib.request.urlopen(f"http://127.0.0.1:{mport}{probe['path']}", timeout=2) as r:
+                return r.status == 200
+
+        poll("scaler", sc, sc_healthy, f"200 on {probe['path']}")
+        with socket.create_connection(("127.0.0.1", gport), timeout=2):
+            pass
+        with urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics", timeout=2) as r:
+            body = r.read().decode()
+        if "microview_scaler_" not in body:
+            fail("scaler", "/metrics has no microview_scaler_ family")
+        done.append(f"scaler ({len(args)} args, {probe['path']} ok, gRPC port open, /metrics)")
     return done
 
 
