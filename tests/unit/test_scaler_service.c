@@ -1,7 +1,7 @@
 /* Unit and fault tests for pkg/scaler/service (microview-scaler): a real gRPC client (mv_rpc
  * over loopback TCP) against the service on port 0, with stand-in collectors on 127.0.0.1 and
  * 127.0.0.2 (one port, as a DaemonSet's collectors share one) and a stand-in API server
- * (mv_httpd). One case per fault of issue 36: unknown metric, malformed metadata, a selector
+ * (mv_httpd). One case per fault: unknown metric, malformed metadata, a selector
  * matching nothing, a collector down or slow under both policies, the API server unreachable, a
  * call storm, a stream's change, the scale target's selector and a kind without one. */
 #include <curl/curl.h>
