@@ -637,17 +637,19 @@ static void test_stream(void)
     CU_ASSERT_EQUAL(st.code, MV_RPC_RESOURCE_EXHAUSTED);
     CU_ASSERT_PTR_NOT_NULL(strstr(st.message, "streams open"));
     mv_rpc_cstream_close(cs2);
-    /* The value crosses the activation: the change arrives within two intervals. */
-    const char *san = getenv("MV_SANITIZED");
-    int limit = (san && *san == '1' ? 4 : 2) * INTERVAL_MS;
+    /* The value crosses the activation: the change is pushed by the first evaluation that
+     * reads the new value, or the next one (one may have been under way with the old value):
+     * counted in the collector's requests, not in time, so a loaded machine cannot fail it. */
+    int asked0 = atomic_load(&e.a.requests);
     atomic_store(&e.a.value_x100, 5000);
     uint64_t t0 = mv_test_mono_ms();
     CU_ASSERT_EQUAL_FATAL(next_result(cs, 5000, &r), 1);
     uint64_t took = mv_test_mono_ms() - t0;
+    int asked = atomic_load(&e.a.requests) - asked0;
     CU_ASSERT_EQUAL(r, 1);
-    if (took > (uint64_t)limit)
-        fprintf(stderr, "change after %llu ms, limit %d\n", (unsigned long long)took, limit);
-    CU_ASSERT(took <= (uint64_t)limit);
+    if (asked > 2)
+        fprintf(stderr, "change after %d evaluations (%llu ms)\n", asked, (unsigned long long)took);
+    CU_ASSERT(asked >= 1 && asked <= 2);
     /* And back. */
     atomic_store(&e.a.value_x100, 0);
     CU_ASSERT_EQUAL_FATAL(next_result(cs, 5000, &r), 1);
