@@ -250,6 +250,29 @@ static void test_cap(void)
     mv_expo_destroy(e);
 }
 
+/* A family fits when its length prefix and message fit, to the byte. */
+static void test_cap_exact(void)
+{
+    size_t full = 0;
+    for (int k = 0; k < 3; k++) {
+        size_t cap = k == 0 ? 1 << 20 : k == 1 ? full : full - 1;
+        mv_expo *e = mv_expo_create(MV_EXPO_PROTOBUF, cap);
+        mv_expo_label l = {"pod", "web-1"};
+        CU_ASSERT_EQUAL(mv_expo_family(e, "g", MV_EXPO_GAUGE, "Some help.", NULL), 0);
+        for (int i = 0; i < 20; i++)
+            mv_expo_sample(e, NULL, &l, 1, NULL, 0, NULL, 0, i * 0.5, MV_EXPO_NO_TS);
+        mv_expo_finish(e);
+        size_t len;
+        mv_expo_data(e, &len);
+        if (k == 0)
+            full = len;
+        CU_ASSERT_EQUAL(len, k == 2 ? 0 : full);
+        CU_ASSERT_EQUAL(mv_expo_truncated(e), k == 2);
+        mv_expo_destroy(e);
+    }
+    CU_ASSERT(full > MV_EXPO_CAP_MIN);
+}
+
 static void test_negotiate(void)
 {
     /* Prometheus' Accept header with native histograms on (protobuf first). */
@@ -288,6 +311,7 @@ int main(void)
         {"resolution reduction", test_reduce},
         {"protobuf render decodes", test_render},
         {"protobuf cap drops whole families", test_cap},
+        {"protobuf family fits the cap to the byte", test_cap_exact},
         {"protobuf negotiation", test_negotiate},
     };
     return MV_TEST_RUN("expo_pb", tests);

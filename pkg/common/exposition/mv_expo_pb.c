@@ -152,12 +152,15 @@ void mv_expo__pb_native(mv_expo__pb *p, int32_t schema, uint32_t max_buckets)
     p->max_buckets = max_buckets ? max_buckets : MV_EXPO_NH_MAX_BUCKETS;
 }
 
-/* Room for n more bytes in the family body; sets fail (ENOSPC past the cap, ENOMEM). */
+/* Room for n more bytes in the family body; sets fail (ENOSPC past the cap, ENOMEM). A
+ * request holds at most LEN_ROOM - 1 bytes more than is written, so one that passes the cap by
+ * 2 LEN_ROOM is sure to: the exact test (length prefix and body against the cap) is made when
+ * the family ends, so that whether a family fits depends on its size alone. */
 static uint8_t *room(mv_expo__pb *p, size_t n)
 {
     if (p->fail)
         return NULL;
-    if (p->len + n > p->cap) {
+    if (p->len + n > p->cap + 2 * LEN_ROOM) {
         p->fail = ENOSPC;
         return NULL;
     }
@@ -279,7 +282,7 @@ void mv_expo__pb_begin(mv_expo__pb *p, const char *name, mv_expo_type t, const c
                        const char *unit, size_t cap)
 {
     p->len = LEN_ROOM;
-    p->cap = cap > LEN_ROOM ? cap : LEN_ROOM;
+    p->cap = cap;
     p->fail = 0;
     p->open = 0;
     p->type = t;
@@ -555,6 +558,10 @@ int mv_expo__pb_end(mv_expo__pb *p, const char **data, size_t *len)
     size_t body = p->len - LEN_ROOM;
     uint8_t tmp[LEN_ROOM];
     size_t h = put_varint(tmp, body);
+    if (h + body > p->cap) {
+        p->fail = ENOSPC;
+        return -ENOSPC;
+    }
     memcpy(p->buf + LEN_ROOM - h, tmp, h);
     *data = (const char *)p->buf + LEN_ROOM - h;
     *len = body + h;
