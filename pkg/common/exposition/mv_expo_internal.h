@@ -30,5 +30,10 @@ int mv_expo__pb_sample(mv_expo__pb *p, const char *suffix, const mv_expo_label *
                        const mv_expo_label *b, size_t nb, const char *xname, double xval, double v,
                        uint64_t u, int is_u, int64_t ts);
 int mv_expo__pb_end(mv_expo__pb *p, const char **data, size_t *len);
+/* mv_expo_pb_histogram / mv_expo_pb_summary on the builder (no series open). */
+int mv_expo__pb_hist_part(mv_expo__pb *p, const double *le, const uint64_t *cum, size_t n,
+                          double sum, uint64_t count, const uint8_t **out, size_t *len);
+int mv_expo__pb_summary_part(mv_expo__pb *p, const double *q, const double *v, size_t n, double sum,
+                             uint64_t count, const uint8_t **out, size_t *len);
 
 #endif
