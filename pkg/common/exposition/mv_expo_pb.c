@@ -54,6 +54,14 @@ struct mv_expo__pb {
     size_t spcap[2];
     uint8_t *obuf; /* mv_expo__pb_*_part: the packed part */
     size_t ocap;
+    /* The classic-to-native map of the last histogram's bounds (histograms of one family
+     * usually share them): valid for mnb bounds mb, schema mschema, zero threshold mzt. */
+    double *mb;
+    mv_expo__nh_slot *map;
+    size_t mnb, mcap;
+    int32_t mschema;
+    double mzt;
+    int mrc; /* 1: no map (nothing cached); 0 or -EINVAL: the map's result for those bounds */
 };
 
 /* Length of the valid UTF-8 sequence at s (1..4), or 0; reads no further than a NUL (which
@@ -120,6 +128,7 @@ mv_expo__pb *mv_expo__pb_create(void)
     if (p) {
         p->schema = 6;
         p->max_buckets = MV_EXPO_NH_MAX_BUCKETS;
+        p->mrc = 1;
     }
     return p;
 }
@@ -130,6 +139,8 @@ void mv_expo__pb_destroy(mv_expo__pb *p)
         return;
     free(p->buf);
     free(p->obuf);
+    free(p->mb);
+    free(p->map);
     free(p->arena);
     free(p->lbl);
     free(p->pairs);
@@ -400,7 +411,20 @@ static int fill_hist(mv_expo__pb *p, Io__Prometheus__Client__Histogram *h)
         return 0;
     p->cum[nfin] = p->count; /* the +Inf bucket (room: nx + 1) */
     mv_expo_nh_begin(&p->nh, p->schema);
-    if (mv_expo_nh_add_classic(&p->nh, p->xs, nfin, p->cum) != 0 ||
+    if (p->mrc == 1 || p->mnb != nfin || p->mschema != p->nh.schema ||
+        p->mzt != p->nh.zero_threshold ||
+        (nfin && memcmp(p->mb, p->xs, nfin * sizeof *p->xs) != 0)) {
+        p->mrc = 1;
+        if (grow_n(&p->mcap, nfin + 1, (void **)&p->mb, sizeof *p->mb, (void **)&p->map,
+                   sizeof *p->map, NULL, 0, NULL, 0))
+            return 0; /* as a failed add: no native part */
+        memcpy(p->mb, p->xs, nfin * sizeof *p->xs);
+        p->mnb = nfin;
+        p->mschema = p->nh.schema;
+        p->mzt = p->nh.zero_threshold;
+        p->mrc = mv_expo__nh_classic_map(&p->nh, p->xs, nfin, p->map);
+    }
+    if (p->mrc != 0 || mv_expo__nh_add_mapped(&p->nh, p->map, nfin, p->cum) != 0 ||
         mv_expo_nh_finish(&p->nh, p->max_buckets) != 0)
         return 0;
     h->has_schema = h->has_zero_threshold = h->has_zero_count = 1;
@@ -470,11 +494,12 @@ static int flush_series(mv_expo__pb *p)
     return -p->fail;
 }
 
-/* Packs m into p->obuf. */
-static int pack_out(mv_expo__pb *p, const ProtobufCMessage *m, const uint8_t **out, size_t *len)
+/* Packs m into p->obuf, which `bound` bytes are sure to hold (one pass of protobuf-c instead of
+ * two: sizing, then packing). */
+static int pack_out(mv_expo__pb *p, const ProtobufCMessage *m, size_t bound, const uint8_t **out,
+                    size_t *len)
 {
-    size_t sz = protobuf_c_message_get_packed_size(m);
-    if (grow((void **)&p->obuf, &p->ocap, sz + 1, 1))
+    if (grow((void **)&p->obuf, &p->ocap, bound, 1))
         return -ENOMEM;
     *len = protobuf_c_message_pack(m, p->obuf);
     *out = p->obuf;
@@ -511,7 +536,11 @@ int mv_expo__pb_hist_part(mv_expo__pb *p, const double *le, const uint64_t *cum,
     int fail = p->fail; /* a counter or gauge family may be open: its state is kept */
     rc = fill_hist(p, &h);
     p->fail = fail;
-    return rc ? rc : pack_out(p, &h.base, out, len);
+    /* Varints at most 10 bytes, doubles 8, tags 1: a bucket is at most 2 + 11 + 9 bytes, a span
+     * 2 + 6 + 6, a delta 10, the rest (counts, sum, schema, zero bucket, lengths) under 96. */
+    size_t bound = 96 + 24 * h.n_bucket + 16 * (h.n_positive_span + h.n_negative_span) +
+                   10 * (h.n_positive_delta + h.n_negative_delta);
+    return rc ? rc : pack_out(p, &h.base, bound, out, len);
 }
 
 int mv_expo__pb_summary_part(mv_expo__pb *p, const double *q, const double *v, size_t n, double sum,
@@ -524,7 +553,8 @@ int mv_expo__pb_summary_part(mv_expo__pb *p, const double *q, const double *v, s
     int fail = p->fail;
     rc = fill_summary(p, &s);
     p->fail = fail;
-    return rc ? rc : pack_out(p, &s.base, out, len);
+    /* A quantile is at most 2 + 9 + 9 bytes; count and sum 20. */
+    return rc ? rc : pack_out(p, &s.base, 32 + 24 * s.n_quantile, out, len);
 }
 
 int mv_expo__pb_sample(mv_expo__pb *p, const char *suffix, const mv_expo_label *a, size_t na,
