@@ -1113,6 +1113,18 @@ static uint64_t var_mlen(const pmet *pm, uint32_t len)
     return (uint64_t)pm->len + 1 + varint_len(len) + len;
 }
 
+/* Points c at an entry's segment, analytics and metric (its histogram view is left as it
+ * is: mv_seg_read_histogram fills it before a histogram's values are read). */
+static void vc_set(mv_export__vctx *c, const mv_coll_seg_view *v, const mv_pipe_view *pv,
+                   uint32_t metric)
+{
+    c->v = v;
+    c->p = pv;
+    c->metric = metric;
+    c->cum = 0;
+    c->m = metric != MV_EXPORT_NO_METRIC ? mv_seg_catalog_metric(v->cat, metric) : NULL;
+}
+
 /* Is the entry shown this scrape (its condition holds)? pv: its segment's analytics. */
 static int pb_shown(const cent *en, const mv_pipe_view *pv)
 {
@@ -1130,6 +1142,10 @@ static int plan_run_pb(mv_export_cache *c, const plan *p, const mv_coll_seg_view
                        mv_expo *e, replay *r)
 {
     const char *text = p->text.p;
+    /* One value context for every entry: it holds a histogram view of MV_SEG_BUCKETS_MAX + 1
+     * sums, which initialising per entry would cost more than the rest of the entry. */
+    mv_export__vctx vc;
+    vc.hv.buckets = NULL;
     /* Ends the collector's last family (its series arrays are reused below). */
     int rc = mv_expo_raw_family(e, "", 0);
     if (rc < 0)
@@ -1175,9 +1191,7 @@ static int plan_run_pb(mv_export_cache *c, const plan *p, const mv_coll_seg_view
                 body += pm->len;
                 continue;
             }
-            mv_export__vctx vc = {.v = v, .p = pv, .metric = en->metric};
-            if (en->metric != MV_EXPORT_NO_METRIC)
-                vc.m = mv_seg_catalog_metric(v->cat, en->metric);
+            vc_set(&vc, v, pv, en->metric);
             int torn =
                 (en->flags & F_HIST) && mv_seg_read_histogram(v->hot, vc.m, &vc.hv) != MV_SEG_OK;
             if (!torn) { /* as the walk does: a torn copy is not shown */
@@ -1226,9 +1240,7 @@ static int plan_run_pb(mv_export_cache *c, const plan *p, const mv_coll_seg_view
             if (pm->kind == PM_NONE)
                 continue;
             if (pm->kind == PM_FIXED) {
-                mv_export__vctx vc = {.v = v, .p = pv, .metric = en->metric};
-                if (en->metric != MV_EXPORT_NO_METRIC)
-                    vc.m = mv_seg_catalog_metric(v->cat, en->metric);
+                vc_set(&vc, v, pv, en->metric);
                 double d = 0;
                 uint64_t u = 0;
                 int is_u = mv_export__value(&vc, pm->src, &d, &u);
