@@ -1,7 +1,8 @@
 /* libFuzzer driver: the protobuf exposition writer and native histograms of mv_expo. The input is
  * a program of families and samples (types, suffixes, label bytes, bucket bounds, counts and
  * values taken from the bytes); the body must stay within the cap and decode with protobuf-c,
- * and every native histogram must hold the counts it was given. */
+ * every native histogram must hold the counts it was given, and a histogram's value message
+ * packed alone (mv_expo_pb_histogram, the exposition cache's way) must be the rendered one. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -99,10 +100,72 @@ static void check_nh(rd *r)
     mv_expo_nh_free(&h);
 }
 
+/* A histogram series rendered through samples, and its value message packed alone by
+ * mv_expo_pb_histogram (twice: the second from the remembered bounds), must agree. */
+static void check_parts(rd *r)
+{
+    mv_expo *e = mv_expo_create(MV_EXPO_PROTOBUF, 0);
+    if (!e)
+        return;
+    int8_t schema = (int8_t)u8(r);
+    mv_expo_set_native(e, schema == 99 ? MV_EXPO_NH_OFF : schema, u8(r));
+    size_t n = 1 + (u8(r) & 15);
+    double le[16];
+    uint64_t cum[16];
+    for (size_t i = 0; i < n; i++) {
+        le[i] = i + 1 < n ? dbl(r) : INFINITY;
+        cum[i] = u8(r) & 1 ? u64(r) : u8(r);
+    }
+    double sum = dbl(r);
+    uint64_t count = u64(r);
+    mv_expo_label l = {"pod", "p"};
+    int ok = mv_expo_family(e, "h", MV_EXPO_HISTOGRAM, NULL, NULL) == 0;
+    for (size_t i = 0; ok && i < n; i++)
+        ok = mv_expo_sample_u64(e, "_bucket", &l, 1, NULL, 0, "le", le[i], cum[i], MV_EXPO_NO_TS) ==
+             0;
+    ok = ok && mv_expo_sample(e, "_sum", &l, 1, NULL, 0, NULL, 0, sum, MV_EXPO_NO_TS) == 0;
+    ok = ok && mv_expo_sample_u64(e, "_count", &l, 1, NULL, 0, NULL, 0, count, MV_EXPO_NO_TS) == 0;
+    ok = ok && mv_expo_finish(e) == 0 && !mv_expo_truncated(e);
+    size_t len, o = 0;
+    const uint8_t *d = (const uint8_t *)mv_expo_data(e, &len);
+    uint64_t fl = 0;
+    for (int sh = 0; ok && o < len && sh < 64; sh += 7) {
+        fl |= (uint64_t)(d[o] & 0x7f) << sh;
+        if (!(d[o++] & 0x80))
+            break;
+    }
+    Io__Prometheus__Client__MetricFamily *f =
+        ok && fl == len - o ? io__prometheus__client__metric_family__unpack(NULL, fl, d + o) : NULL;
+    if (f && f->n_metric == 1 && f->metric[0]->histogram) {
+        size_t want_len =
+            io__prometheus__client__histogram__get_packed_size(f->metric[0]->histogram);
+        uint8_t *want = malloc(want_len + 1);
+        if (want) {
+            io__prometheus__client__histogram__pack(f->metric[0]->histogram, want);
+            for (int k = 0; k < 2; k++) {
+                const uint8_t *got;
+                size_t got_len;
+                if (mv_expo_pb_histogram(e, le, cum, n, sum, count, &got, &got_len) != 0)
+                    abort();
+                if (got_len != want_len || memcmp(got, want, got_len) != 0)
+                    abort();
+            }
+            free(want);
+        }
+    } else if (ok) {
+        abort(); /* a valid series renders as one histogram */
+    }
+    if (f)
+        io__prometheus__client__metric_family__free_unpacked(f, NULL);
+    mv_expo_destroy(e);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     rd r = {data, data + size};
     check_nh(&r);
+    rd r2 = {data, data + size}; /* the same bytes read as a histogram series */
+    check_parts(&r2);
     size_t cap = 64 + (u8(&r) * 37u);
     mv_expo *e = mv_expo_create(MV_EXPO_PROTOBUF, cap);
     if (!e)

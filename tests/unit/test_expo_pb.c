@@ -250,6 +250,80 @@ static void test_cap(void)
     mv_expo_destroy(e);
 }
 
+/* A family fits when its length prefix and message fit, to the byte. */
+static void test_cap_exact(void)
+{
+    size_t full = 0;
+    for (int k = 0; k < 3; k++) {
+        size_t cap = k == 0 ? 1 << 20 : k == 1 ? full : full - 1;
+        mv_expo *e = mv_expo_create(MV_EXPO_PROTOBUF, cap);
+        mv_expo_label l = {"pod", "web-1"};
+        CU_ASSERT_EQUAL(mv_expo_family(e, "g", MV_EXPO_GAUGE, "Some help.", NULL), 0);
+        for (int i = 0; i < 20; i++)
+            mv_expo_sample(e, NULL, &l, 1, NULL, 0, NULL, 0, i * 0.5, MV_EXPO_NO_TS);
+        mv_expo_finish(e);
+        size_t len;
+        mv_expo_data(e, &len);
+        if (k == 0)
+            full = len;
+        CU_ASSERT_EQUAL(len, k == 2 ? 0 : full);
+        CU_ASSERT_EQUAL(mv_expo_truncated(e), k == 2);
+        mv_expo_destroy(e);
+    }
+    CU_ASSERT(full > MV_EXPO_CAP_MIN);
+}
+
+/* mv_expo_pb_histogram / mv_expo_pb_summary give the value message a render of the same
+ * samples holds, with the renderer's native-histogram settings. */
+static void test_parts(void)
+{
+    static const double le[] = {0.001, 0.01, 0.1, 1, INFINITY};
+    static const uint64_t cum[] = {2, 2, 300, 4000, 4100};
+    static const int32_t schemas[] = {6, 0, MV_EXPO_NH_OFF};
+    for (size_t k = 0; k < 3; k++) {
+        mv_expo *e = mv_expo_create(MV_EXPO_PROTOBUF, 0);
+        mv_expo_set_native(e, schemas[k], 2);
+        mv_expo_label l = {"pod", "web-1"};
+        CU_ASSERT_EQUAL(mv_expo_family(e, "h", MV_EXPO_HISTOGRAM, NULL, NULL), 0);
+        for (int i = 0; i < 5; i++)
+            mv_expo_sample_u64(e, "_bucket", &l, 1, NULL, 0, "le", le[i], cum[i], MV_EXPO_NO_TS);
+        mv_expo_sample(e, "_sum", &l, 1, NULL, 0, NULL, 0, 812.5, MV_EXPO_NO_TS);
+        mv_expo_sample_u64(e, "_count", &l, 1, NULL, 0, NULL, 0, 4100, MV_EXPO_NO_TS);
+        CU_ASSERT_EQUAL(mv_expo_family(e, "s", MV_EXPO_SUMMARY, NULL, NULL), 0);
+        static const double q[] = {0.5, 0.99};
+        static const double qv[] = {0.25, 7e-3};
+        for (int i = 0; i < 2; i++)
+            mv_expo_sample(e, NULL, &l, 1, NULL, 0, "quantile", q[i], qv[i], MV_EXPO_NO_TS);
+        mv_expo_sample(e, "_sum", &l, 1, NULL, 0, NULL, 0, 3.5, MV_EXPO_NO_TS);
+        mv_expo_sample_u64(e, "_count", &l, 1, NULL, 0, NULL, 0, 1ull << 40, MV_EXPO_NO_TS);
+        mv_expo_finish(e);
+        size_t len;
+        const uint8_t *d = (const uint8_t *)mv_expo_data(e, &len);
+        Io__Prometheus__Client__MetricFamily *f[2];
+        CU_ASSERT_EQUAL_FATAL(decode(d, len, f, 2), 2);
+        uint8_t want[2][1024];
+        size_t wl[2];
+        CU_ASSERT_FATAL(f[0]->n_metric == 1 && f[0]->metric[0]->histogram);
+        CU_ASSERT_FATAL(f[1]->n_metric == 1 && f[1]->metric[0]->summary);
+        CU_ASSERT_FATAL(io__prometheus__client__histogram__get_packed_size(
+                            f[0]->metric[0]->histogram) < sizeof want[0]);
+        wl[0] = io__prometheus__client__histogram__pack(f[0]->metric[0]->histogram, want[0]);
+        wl[1] = io__prometheus__client__summary__pack(f[1]->metric[0]->summary, want[1]);
+        CU_ASSERT_EQUAL(f[0]->metric[0]->histogram->has_schema, schemas[k] != MV_EXPO_NH_OFF);
+        const uint8_t *out;
+        size_t ol;
+        for (int rep = 0; rep < 2; rep++) { /* the second from the remembered bounds */
+            CU_ASSERT_EQUAL(mv_expo_pb_histogram(e, le, cum, 5, 812.5, 4100, &out, &ol), 0);
+            CU_ASSERT(ol == wl[0] && memcmp(out, want[0], ol) == 0);
+        }
+        CU_ASSERT_EQUAL(mv_expo_pb_summary(e, q, qv, 2, 3.5, 1ull << 40, &out, &ol), 0);
+        CU_ASSERT(ol == wl[1] && memcmp(out, want[1], ol) == 0);
+        for (int i = 0; i < 2; i++)
+            io__prometheus__client__metric_family__free_unpacked(f[i], NULL);
+        mv_expo_destroy(e);
+    }
+}
+
 static void test_negotiate(void)
 {
     /* Prometheus' Accept header with native histograms on (protobuf first). */
@@ -288,6 +362,8 @@ int main(void)
         {"resolution reduction", test_reduce},
         {"protobuf render decodes", test_render},
         {"protobuf cap drops whole families", test_cap},
+        {"protobuf family fits the cap to the byte", test_cap_exact},
+        {"protobuf histogram and summary parts", test_parts},
         {"protobuf negotiation", test_negotiate},
     };
     return MV_TEST_RUN("expo_pb", tests);

@@ -16,6 +16,8 @@
 #include "mv_export.h"
 #include "mv_test.h"
 
+#define NFORMATS 3 /* text, OpenMetrics, protobuf: each has its plan */
+
 static char *g_dir;
 static uint64_t g_serial; /* catalog serials of the views built here */
 
@@ -60,12 +62,12 @@ static int same_render(mv_export_cache *c, const mv_coll_seg_view *const *v, siz
     return same;
 }
 
-/* Both formats; returns the cached text-format body (free()). */
+/* Every format (protobuf, OpenMetrics, text); returns the cached text-format body (free()). */
 static char *check_same(mv_export_cache *c, const mv_coll_seg_view *const *v, size_t n,
                         const mv_coll_stats *cs, const mv_export_sel *sel, const char *what)
 {
     char *text = NULL;
-    for (int f = 1; f >= 0; f--) {
+    for (int f = NFORMATS - 1; f >= 0; f--) {
         char *body = NULL;
         int ok = same_render(c, v, n, cs, sel, (mv_expo_format)f, 0, &body);
         if (!ok)
@@ -226,7 +228,7 @@ static void test_invalidation(void)
     free(t);
     mv_export_cache_stats st;
     mv_export_cache_get_stats(c, &st);
-    CU_ASSERT_EQUAL(st.builds, 2); /* one plan per format */
+    CU_ASSERT_EQUAL(st.builds, NFORMATS); /* one plan per format */
     CU_ASSERT(st.hits >= 2);
     CU_ASSERT(st.bytes > 0);
 
@@ -366,14 +368,14 @@ static void test_truncation(void)
     const mv_coll_seg_view *v[1] = {&a.view};
     mv_coll_stats cs = {0};
     mv_export_cache *c = mv_export_cache_create();
-    for (int f = 0; f < 2; f++) {
+    for (int f = 0; f < NFORMATS; f++) {
         mv_expo *e = mv_expo_create((mv_expo_format)f, 0);
         mv_export_render_views_sel(e, v, 1, &cs, NULL, NULL);
         size_t full;
         mv_expo_data(e, &full);
         mv_expo_destroy(e);
         int bad = 0;
-        for (size_t cap = MV_EXPO_CAP_MIN; cap <= full + 8 && !bad; cap += 7)
+        for (size_t cap = MV_EXPO_CAP_MIN; cap <= full + 8 && !bad; cap += f == 2 ? 1 : 7)
             bad = !same_render(c, v, 1, &cs, NULL, (mv_expo_format)f, cap, NULL);
         CU_ASSERT(!bad);
     }
@@ -396,24 +398,24 @@ static void test_limit(void)
     mv_export_cache_set_limit(c, 1);
     free(check_same(c, v, 2, &cs, NULL, "over the limit"));
     mv_export_cache_get_stats(c, &st);
-    CU_ASSERT_EQUAL(st.over_limit, 2); /* one per format */
+    CU_ASSERT_EQUAL(st.over_limit, NFORMATS); /* one per format */
     CU_ASSERT_EQUAL(st.builds, 0);
-    CU_ASSERT_EQUAL(st.uncached, 2);
+    CU_ASSERT_EQUAL(st.uncached, NFORMATS);
     CU_ASSERT_EQUAL(st.bytes, 0);
     CU_ASSERT(st.last_refused_bytes > 1);
     free(check_same(c, v, 2, &cs, NULL, "over the limit, again"));
     mv_export_cache_get_stats(c, &st);
-    CU_ASSERT_EQUAL(st.over_limit, 2); /* not built again for the same table */
-    CU_ASSERT_EQUAL(st.uncached, 4);
+    CU_ASSERT_EQUAL(st.over_limit, NFORMATS); /* not built again for the same table */
+    CU_ASSERT_EQUAL(st.uncached, 2 * NFORMATS);
     free(check_same(c, v, 1, &cs, NULL, "a changed table"));
     mv_export_cache_get_stats(c, &st);
-    CU_ASSERT_EQUAL(st.over_limit, 4); /* tried again once */
+    CU_ASSERT_EQUAL(st.over_limit, 2 * NFORMATS); /* tried again once */
     /* A limit both plans fit in: cached again. */
     mv_export_cache_set_limit(c, 0);
     free(check_same(c, v, 2, &cs, NULL, "no limit"));
     mv_export_cache_get_stats(c, &st);
     size_t both = st.bytes;
-    CU_ASSERT_EQUAL(st.builds, 2);
+    CU_ASSERT_EQUAL(st.builds, NFORMATS);
     CU_ASSERT(both > 0);
     mv_export_cache_destroy(c);
     c = mv_export_cache_create();
@@ -421,7 +423,7 @@ static void test_limit(void)
     free(check_same(c, v, 2, &cs, NULL, "at the limit"));
     free(check_same(c, v, 2, &cs, NULL, "at the limit, warm"));
     mv_export_cache_get_stats(c, &st);
-    CU_ASSERT_EQUAL(st.builds, 2);
+    CU_ASSERT_EQUAL(st.builds, NFORMATS);
     CU_ASSERT_EQUAL(st.over_limit, 0);
     CU_ASSERT(st.hits >= 2);
     CU_ASSERT(st.bytes <= both);
@@ -499,7 +501,7 @@ static void test_random_changes(void)
             t->view.pipe = (r & 256) ? NULL : t->pipe;
             break;
         }
-        for (int f = 0; f < 2 && !bad; f++)
+        for (int f = 0; f < NFORMATS && !bad; f++)
             bad = !same_render(c, v, n, &cs, sels[sel], (mv_expo_format)f, 0, NULL);
         if (bad)
             printf("  (iteration %d)\n", it);
@@ -510,6 +512,101 @@ static void test_random_changes(void)
         mv_export_sel_destroy(sels[i]);
         tseg_close(&s[i]);
     }
+}
+
+/* ---- The protobuf plan ----------------------------------------------------------------------- */
+
+/* Protobuf: values patched, histograms and summaries packed again at each scrape, a torn
+ * histogram left out, native-histogram settings of the renderer followed, a catalog change
+ * between scrapes; each render byte for byte the uncached one, and served from the plan. */
+static void test_protobuf(void)
+{
+    tseg a, b;
+    tseg_open(&a, "seg-pa", "web-1");
+    tseg_open(&b, "seg-pb", "web-2");
+    /* a's values are read from a private copy, which this test tears. */
+    char *copy = malloc(a.size);
+    CU_ASSERT_FATAL(copy != NULL);
+    memcpy(copy, a.map, a.size);
+    a.view.hot = copy;
+    const mv_coll_seg_view *v[2] = {&a.view, &b.view};
+    mv_coll_stats cs = {0};
+    mv_export_cache *c = mv_export_cache_create();
+    mv_export_cache_stats st;
+    mv_export_sel *sel = mv_export_sel_create();
+    char err[128];
+    CU_ASSERT_FATAL(mv_export_sel_add(sel, "lat_seconds=quantiles", err, sizeof err) == 0);
+    const mv_export_sel *sels[2] = {NULL, sel};
+    for (int k = 0; k < 2; k++) {
+        CU_ASSERT(same_render(c, v, 2, &cs, sels[k], MV_EXPO_PROTOBUF, 0, NULL));
+        CU_ASSERT(same_render(c, v, 2, &cs, sels[k], MV_EXPO_PROTOBUF, 0, NULL));
+        /* Values change (a histogram's bucket counts grow past one varint byte). */
+        for (int i = 0; i < 300; i++)
+            mv_histogram_observe(b.h, 0.05 * (i % 30));
+        mv_gauge_set(b.g, -1e300);
+        mv_counter_add(b.c1, 1ull << 40);
+        tseg_pipe(&b, 4);
+        b.pipe->m[0].rate = NAN;
+        CU_ASSERT(same_render(c, v, 2, &cs, sels[k], MV_EXPO_PROTOBUF, 0, NULL));
+    }
+    mv_export_cache_get_stats(c, &st);
+    CU_ASSERT(st.hits >= 4);
+    CU_ASSERT_EQUAL(st.uncached, 0);
+
+    /* A torn histogram copy: bucket counts that do not add up to the count. */
+    const mv_seg_metric *m = mv_seg_catalog_metric(a.cat, 3);
+    CU_ASSERT_FATAL(m->type == MV_SEG_HISTOGRAM);
+    const mv_seg_header *h = (const mv_seg_header *)(const void *)copy;
+    uint64_t *w = (uint64_t *)(void *)(copy + h->values_offset + m->value_offset);
+    w[0] += 5;
+    mv_expo *e = mv_expo_create(MV_EXPO_PROTOBUF, 0);
+    mv_export_render_views_cached(c, e, v, 2, &cs, NULL, NULL);
+    size_t torn_len, full_len;
+    mv_expo_data(e, &torn_len);
+    CU_ASSERT(same_render(c, v, 2, &cs, NULL, MV_EXPO_PROTOBUF, 0, NULL));
+    w[0] -= 5;
+    mv_expo_reset(e, MV_EXPO_PROTOBUF);
+    mv_export_render_views_cached(c, e, v, 2, &cs, NULL, NULL);
+    mv_expo_data(e, &full_len);
+    CU_ASSERT(torn_len < full_len); /* the torn series was left out */
+
+    /* The renderer's native-histogram settings: schema, bucket limit, classic only. */
+    static const int32_t schemas[] = {0, -4, 8, MV_EXPO_NH_OFF};
+    for (size_t i = 0; i < sizeof schemas / sizeof schemas[0]; i++) {
+        mv_expo *x = mv_expo_create(MV_EXPO_PROTOBUF, 0), *y = mv_expo_create(MV_EXPO_PROTOBUF, 0);
+        mv_expo_set_native(x, schemas[i], 1 + (uint32_t)i);
+        mv_expo_set_native(y, schemas[i], 1 + (uint32_t)i);
+        mv_export_render_views_sel(x, v, 2, &cs, NULL, NULL);
+        mv_export_render_views_cached(c, y, v, 2, &cs, NULL, NULL);
+        size_t lx, ly;
+        const char *dx = mv_expo_data(x, &lx), *dy = mv_expo_data(y, &ly);
+        CU_ASSERT(lx == ly && memcmp(dx, dy, lx) == 0);
+        mv_expo_destroy(x);
+        mv_expo_destroy(y);
+    }
+
+    /* A catalog change between scrapes (a new family, a new series of an existing one). */
+    uint64_t builds;
+    mv_export_cache_get_stats(c, &st);
+    builds = st.builds;
+    mv_gauge g2;
+    mv_label lq = {"queue", "slow"};
+    CU_ASSERT_FATAL(mv_gauge_register(b.seg, "queue_depth", "Jobs waiting.", NULL, &lq, 1, &g2) ==
+                    MV_OK);
+    mv_gauge_set(g2, 12);
+    tseg_parse(&b);
+    CU_ASSERT(same_render(c, v, 2, &cs, NULL, MV_EXPO_PROTOBUF, 0, NULL));
+    CU_ASSERT(same_render(c, v, 2, &cs, NULL, MV_EXPO_PROTOBUF, 0, NULL));
+    mv_export_cache_get_stats(c, &st);
+    CU_ASSERT_EQUAL(st.builds, builds + 1);
+
+    mv_expo_destroy(e);
+    mv_export_cache_destroy(c);
+    mv_export_sel_destroy(sel);
+    a.view.hot = a.map;
+    free(copy);
+    tseg_close(&a);
+    tseg_close(&b);
 }
 
 /* ---- Scrapes in parallel with ticks and table changes ------------------------------------------
@@ -654,6 +751,7 @@ int main(void)
         {"cache truncates where the uncached render does", test_truncation},
         {"cache memory limit", test_limit},
         {"random changes between scrapes", test_random_changes},
+        {"protobuf plan: patched values, packed histograms, torn copy", test_protobuf},
         {"scrapes in parallel with ticks and table changes", test_parallel},
     };
     int fails = MV_TEST_RUN("export_cache", tests);

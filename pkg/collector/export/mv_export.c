@@ -758,6 +758,9 @@ typedef struct expo_sink {
     mv_expo *e;
     uint64_t series;
     uint64_t invalid; /* samples the renderer refused (-EINVAL) */
+    /* Protobuf: a family's samples are written when it ends (or dropped whole at the cap), so
+     * they count once it has been written. */
+    uint64_t pending;
 } expo_sink;
 
 static int expo_family(mv_export__sink *k, const char *name, mv_expo_type t, const char *help,
@@ -765,6 +768,10 @@ static int expo_family(mv_export__sink *k, const char *name, mv_expo_type t, con
 {
     expo_sink *s = (expo_sink *)k;
     int rc = mv_expo_family(s->e, name, t, help, unit);
+    if (rc != -EINVAL) { /* the family before it ended: written, or dropped at the cap */
+        s->series += rc == 0 ? s->pending : 0;
+        s->pending = 0;
+    }
     return rc == -EINVAL ? 1 : rc;
 }
 
@@ -777,7 +784,7 @@ static int expo_sample(mv_export__sink *k, const char *suffix, const mv_expo_lab
     int rc = is_u ? mv_expo_sample_u64(s->e, suffix, a, na, b, nb, xname, xval, u, MV_EXPO_NO_TS)
                   : mv_expo_sample(s->e, suffix, a, na, b, nb, xname, xval, v, MV_EXPO_NO_TS);
     if (rc == 0)
-        s->series++;
+        (*(mv_expo_get_format(s->e) == MV_EXPO_PROTOBUF ? &s->pending : &s->series))++;
     if (rc == -EINVAL)
         s->invalid++; /* an unrenderable series is skipped and counted, not fatal */
     return rc == -EINVAL ? 0 : rc;
@@ -874,7 +881,7 @@ int mv_export_render_views_sel(mv_expo *e, const mv_coll_seg_view *const *views,
         st.dropped_type = w.dropped_type;
         st.dropped_collision = w.dropped_collision;
     }
-    expo_sink k = {{expo_family, expo_sample, NULL, NULL}, e, 0, 0};
+    expo_sink k = {{expo_family, expo_sample, NULL, NULL}, e, 0, 0, 0};
     rc = mv_export__render_self(e, views, nviews, cs, &st);
     if (rc == 0)
         rc = walk_run(&w, &k.k);
@@ -882,6 +889,8 @@ int mv_export_render_views_sel(mv_expo *e, const mv_coll_seg_view *const *views,
         rc = mv_expo_finish(e);
     if (mv_expo_truncated(e))
         rc = -ENOSPC;
+    else
+        k.series += k.pending;
     if (cumulative) {
         cumulative->series = k.series;
         cumulative->renamed_labels += w.renamed;

@@ -117,9 +117,13 @@ int mv_export_render_views_sel(mv_expo *e, const mv_coll_seg_view *const *views,
  * a remove and an add), its catalog is re-read (cat_serial), its analytics start or stop
  * matching its catalog, a histogram is omitted or comes back, or the --derived selection
  * changes. What a derived series shows (and whether it is shown at all) is read from each
- * snapshot. The body is byte for byte that of mv_export_render_views_sel for the same
- * snapshot. Views without catalog serials (cat_serial 0) are rendered without the cache.
- * Thread-safe: renders through one cache take turns on its mutex (mv_export_cache.c).
+ * snapshot. In the protobuf format the plan holds each family's header fields and each
+ * series' Metric pre-encoded (protobuf-c, through the renderer): a counter's or gauge's value
+ * is patched in place, a histogram's or summary's value message is packed again per scrape
+ * with the renderer's native-histogram settings, lengths are recomputed. The body is byte for byte
+ * that of mv_export_render_views_sel for the same snapshot. Views without catalog serials
+ * (cat_serial 0) are rendered without the cache. Thread-safe: renders through one cache take turns
+ * on its mutex (mv_export_cache.c).
  */
 typedef struct mv_export_cache mv_export_cache;
 typedef struct mv_export_cache_stats {
@@ -134,7 +138,7 @@ typedef struct mv_export_cache_stats {
 } mv_export_cache_stats;
 
 mv_export_cache *mv_export_cache_create(void); /* NULL on ENOMEM */
-/* The most memory the plans may hold together (both formats; 0, the default: no limit). A
+/* The most memory the plans may hold together (all formats; 0, the default: no limit). A
  * plan that would pass it is given up while being built and its memory released; until the
  * table changes, scrapes in that format render without the cache: the same bytes, at the
  * uncached cost. */

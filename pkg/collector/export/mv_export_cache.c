@@ -1,6 +1,8 @@
 /* mv_export_cache: the exposition cache. Between scrapes it keeps every family's header and
  * every sample's rendered name and label set (escaped, per format), so that a scrape of an
- * unchanged table only formats values. See mv_export.h for the interface.
+ * unchanged table only formats values; in protobuf, every family's header fields and every
+ * series' Metric as the renderer packed it (plan_run_pb patches values and packs histograms
+ * and summaries again). See mv_export.h for the interface.
  *
  * What a cached render depends on, and so what the key holds (compared at every scrape):
  *   - per segment, in the walk's sorted order: id, identity labels, whether its values are
@@ -119,6 +121,36 @@ typedef struct chdr {
     uint32_t off, len;
 } chdr;
 
+/* The protobuf plan: per entry (cent.line0 indexes pms, nlines is 1), its Metric pre-encoded
+ * by a protobuf render of the entry alone. */
+enum {
+    PM_NONE = 0, /* nothing written (the samples were refused: ninvalid counts them) */
+    PM_FIXED,    /* counter, gauge, untyped: the whole field-4 record, its double at the end */
+    PM_HIST,     /* histogram: the Metric's label fields; the Histogram encoded per scrape */
+    PM_SUMMARY,  /* summary: the label fields; the Summary encoded per scrape */
+};
+
+typedef struct pmet {
+    uint32_t off, len; /* in the plan's text */
+    uint16_t src;      /* PM_FIXED: MV_EXPORT_SRC of the value */
+    uint16_t mask;     /* PM_SUMMARY: the MV_DERIVED_P* shown */
+    uint8_t kind;
+    uint8_t pad;
+    uint16_t ninvalid; /* samples refused (counted as the uncached render counts them) */
+    uint32_t nsamples; /* samples written (the series count) */
+} pmet;
+
+/* A protobuf family whose every entry is always shown, with a fixed size (no condition, no
+ * histogram or summary, no unrenderable series): its length and counts are known at build. */
+typedef struct pfam {
+    uint32_t ent0, nents; /* its entries */
+    uint64_t body;        /* fixed: the Metrics' bytes */
+    uint64_t nsamples, ninvalid, renamed;
+    uint8_t fixed;
+} pfam;
+
+#define NFMT 3 /* text, OpenMetrics, protobuf */
+
 typedef struct plan {
     area text; /* headers, names, label parts */
     cline *lines;
@@ -127,6 +159,10 @@ typedef struct plan {
     size_t nents, ndrops, cap_ents, cap_drops;
     chdr *hdrs;
     size_t nhdrs, cap_hdrs;
+    pmet *pms;
+    size_t npms, cap_pms;
+    pfam *fams;
+    size_t nfams, cap_fams;
     char *raw_collided; /* a raw family dropped for a collision (the warning names it) */
 } plan;
 
@@ -146,13 +182,21 @@ struct mv_export_cache {
     kseg *key;
     size_t nkey;
     uint64_t sel_serial;
-    plan *plans[2]; /* by mv_expo_format */
-    plan *spare[2]; /* plans dropped by a key change: their memory is reused, already mapped */
+    plan *plans[NFMT]; /* by mv_expo_format (the protobuf plan: pms and fams, no lines) */
+    plan *spare[NFMT]; /* plans dropped by a key change: their memory is reused, already mapped */
     const mv_coll_seg_view **sorted;
     size_t cap_sorted;
-    size_t limit;       /* most bytes the plans may hold together; 0: no limit */
-    uint8_t refused[2]; /* by format: the plan of this key passed the limit (not built again) */
+    size_t limit;          /* most bytes the plans may hold together; 0: no limit */
+    uint8_t refused[NFMT]; /* by format: the plan of this key passed the limit (not built again) */
     mv_export_cache_stats st;
+    /* Protobuf renders: per entry of the family being written, and the parts encoded for it. */
+    struct pstate *pst;
+    size_t cap_pst;
+    uint8_t *side;
+    size_t side_len, side_cap;
+    double *le, *qv;
+    uint64_t *cum;
+    size_t cap_le;
 };
 
 mv_export_cache *mv_export_cache_create(void)
@@ -172,6 +216,8 @@ static void plan_free(plan *p)
     vm_free(p->ents, p->cap_ents * sizeof *p->ents);
     vm_free(p->drops, p->cap_drops * sizeof *p->drops);
     vm_free(p->hdrs, p->cap_hdrs * sizeof *p->hdrs);
+    vm_free(p->pms, p->cap_pms * sizeof *p->pms);
+    vm_free(p->fams, p->cap_fams * sizeof *p->fams);
     free(p->raw_collided);
     free(p);
 }
@@ -180,15 +226,26 @@ void mv_export_cache_set_limit(mv_export_cache *c, size_t max_bytes)
 {
     pthread_mutex_lock(&c->mu);
     c->limit = max_bytes;
-    c->refused[0] = c->refused[1] = 0;
+    memset(c->refused, 0, sizeof c->refused);
     pthread_mutex_unlock(&c->mu);
 }
 
 static size_t plan_bytes(const plan *p)
 {
     return p ? p->text.cap + p->cap_lines * sizeof(cline) +
-                   (p->cap_ents + p->cap_drops) * sizeof(cent) + p->cap_hdrs * sizeof(chdr)
+                   (p->cap_ents + p->cap_drops) * sizeof(cent) + p->cap_hdrs * sizeof(chdr) +
+                   p->cap_pms * sizeof(pmet) + p->cap_fams * sizeof(pfam)
              : 0;
+}
+
+/* What the plans other than format f's hold. */
+static size_t others_bytes(const mv_export_cache *c, mv_expo_format f)
+{
+    size_t n = 0;
+    for (int i = 0; i < NFMT; i++)
+        if (i != (int)f)
+            n += plan_bytes(c->plans[i]);
+    return n;
 }
 
 static void key_free(mv_export_cache *c)
@@ -201,8 +258,8 @@ static void key_free(mv_export_cache *c)
     c->key = NULL;
     c->nkey = 0;
     c->have_key = 0;
-    c->refused[0] = c->refused[1] = 0;
-    for (int f = 0; f < 2; f++) {
+    memset(c->refused, 0, sizeof c->refused);
+    for (int f = 0; f < NFMT; f++) {
         plan *p = c->plans[f];
         c->plans[f] = NULL;
         if (!p)
@@ -210,7 +267,7 @@ static void key_free(mv_export_cache *c)
         plan_free(c->spare[f]);
         free(p->raw_collided);
         p->raw_collided = NULL;
-        p->text.len = p->nlines = p->nents = p->ndrops = p->nhdrs = 0;
+        p->text.len = p->nlines = p->nents = p->ndrops = p->nhdrs = p->npms = p->nfams = 0;
         c->spare[f] = p;
     }
 }
@@ -220,9 +277,14 @@ void mv_export_cache_destroy(mv_export_cache *c)
     if (!c)
         return;
     key_free(c);
-    plan_free(c->spare[0]);
-    plan_free(c->spare[1]);
+    for (int f = 0; f < NFMT; f++)
+        plan_free(c->spare[f]);
     free(c->sorted);
+    free(c->pst);
+    free(c->side);
+    free(c->le);
+    free(c->qv);
+    free(c->cum);
     pthread_mutex_destroy(&c->mu);
     free(c);
 }
@@ -231,8 +293,9 @@ void mv_export_cache_get_stats(mv_export_cache *c, mv_export_cache_stats *out)
 {
     pthread_mutex_lock(&c->mu);
     *out = c->st;
-    out->bytes = plan_bytes(c->plans[0]) + plan_bytes(c->plans[1]) + plan_bytes(c->spare[0]) +
-                 plan_bytes(c->spare[1]);
+    out->bytes = 0;
+    for (int f = 0; f < NFMT; f++)
+        out->bytes += plan_bytes(c->plans[f]) + plan_bytes(c->spare[f]);
     pthread_mutex_unlock(&c->mu);
 }
 
@@ -360,6 +423,8 @@ typedef struct builder {
     uint32_t names[GROUP_NAMES][2];
     int nnames;
     int err;
+    uint32_t nsamp, ninval; /* protobuf: samples of the entry written and refused */
+    unsigned src;           /* protobuf: the last sample's source */
 } builder;
 
 static int grow(void **p, size_t *cap, size_t need, size_t size)
@@ -452,6 +517,169 @@ static int rec_sample(mv_export__sink *k, const char *suffix, const mv_expo_labe
     return 0;
 }
 
+/* ---- The protobuf plan ------------------------------------------------------------------------
+ * Each entry is rendered alone as a family (the real renderer, so protobuf-c packs it); its one
+ * Metric is kept: whole for a counter, gauge or untyped series (its value, a double, is the last
+ * 8 bytes and is patched at each scrape), or its label fields only for a histogram or summary,
+ * whose value message (varints, spans and deltas) is packed again at each scrape. */
+
+static int pb_rec_sample(mv_export__sink *k, const char *suffix, const mv_expo_label *a, size_t na,
+                         const mv_expo_label *lb, size_t nb, const char *xname, double xval,
+                         double v, uint64_t u, int is_u, unsigned src)
+{
+    builder *b = (builder *)k;
+    int rc =
+        is_u ? mv_expo_sample_u64(b->scratch, suffix, a, na, lb, nb, xname, xval, u, MV_EXPO_NO_TS)
+             : mv_expo_sample(b->scratch, suffix, a, na, lb, nb, xname, xval, v, MV_EXPO_NO_TS);
+    if (rc == 0) {
+        b->nsamp++;
+        b->src = src;
+    } else if (rc == -EINVAL) {
+        b->ninval++;
+    } else {
+        b->err = -ENOMEM;
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+/* Reads a varint at d[*i] (below n). 0, or -1 when it runs past n or past 64 bits. */
+static int get_varint(const uint8_t *d, size_t n, size_t *i, uint64_t *v)
+{
+    *v = 0;
+    for (unsigned sh = 0; *i < n && sh < 64; sh += 7) {
+        uint8_t c = d[(*i)++];
+        *v |= (uint64_t)(c & 0x7f) << sh;
+        if (!(c & 0x80))
+            return 0;
+    }
+    return -1;
+}
+
+static size_t put_varint(uint8_t *o, uint64_t v)
+{
+    size_t n = 0;
+    while (v >= 0x80) {
+        o[n++] = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    o[n++] = (uint8_t)v;
+    return n;
+}
+
+static size_t varint_len(uint64_t v)
+{
+    size_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+/* Skips the length-delimited field whose tag is at d[*i]. 0 or -1. */
+static int skip_ld(const uint8_t *d, size_t n, size_t *i)
+{
+    uint64_t l;
+    (*i)++;
+    if (get_varint(d, n, i, &l) != 0 || l > n - *i)
+        return -1;
+    *i += (size_t)l;
+    return 0;
+}
+
+/* Keeps the entry just rendered into b->scratch (one family) as a pmet. 0, 1 (not cacheable:
+ * not the shape expected) or -ENOMEM. */
+static int pb_record(builder *b, plan *p, mv_expo_type t, uint16_t mask)
+{
+    if (mv_expo_finish(b->scratch) != 0 || mv_expo_truncated(b->scratch))
+        return -ENOMEM;
+    size_t n, i = 0;
+    const uint8_t *d = (const uint8_t *)mv_expo_data(b->scratch, &n);
+    uint64_t l;
+    if (get_varint(d, n, &i, &l) != 0 || l != n - i)
+        return 1;
+    /* The family's header: name (1), help (2), type (3, a varint), unit (5). */
+    while (i < n && d[i] != (4 << 3 | 2)) {
+        if (d[i] == (3 << 3)) {
+            i++;
+            if (get_varint(d, n, &i, &l) != 0)
+                return 1;
+        } else if (d[i] == (1 << 3 | 2) || d[i] == (2 << 3 | 2) || d[i] == (5 << 3 | 2)) {
+            if (skip_ld(d, n, &i) != 0)
+                return 1;
+        } else {
+            return 1;
+        }
+    }
+    if (b->ninval > UINT16_MAX ||
+        (b->ninval && b->nsamp && t >= MV_EXPO_HISTOGRAM && t <= MV_EXPO_SUMMARY))
+        return 1; /* part of a series refused: not worth a plan */
+    pmet pm = {.mask = mask, .ninvalid = (uint16_t)b->ninval, .nsamples = b->nsamp};
+    if (i < n) {
+        size_t r0 = i++;
+        if (get_varint(d, n, &i, &l) != 0 || l != n - i)
+            return 1; /* not exactly one Metric */
+        const uint8_t *m = d + i;
+        size_t ml = (size_t)l, keep_off, keep_len;
+        if (t == MV_EXPO_HISTOGRAM || t == MV_EXPO_SUMMARY) {
+            size_t j = 0;
+            while (j < ml && m[j] == (1 << 3 | 2))
+                if (skip_ld(m, ml, &j) != 0)
+                    return 1;
+            size_t lab = j;
+            if (j >= ml || m[j] != (t == MV_EXPO_HISTOGRAM ? (7 << 3 | 2) : (4 << 3 | 2)) ||
+                skip_ld(m, ml, &j) != 0 || j != ml)
+                return 1;
+            pm.kind = t == MV_EXPO_HISTOGRAM ? PM_HIST : PM_SUMMARY;
+            keep_off = (size_t)(m - d);
+            keep_len = lab;
+        } else {
+            /* ... value message: tag, length 9, tag of field 1 (double), 8 bytes. */
+            uint8_t tag = t == MV_EXPO_COUNTER ? (3 << 3 | 2)
+                          : t == MV_EXPO_GAUGE ? (2 << 3 | 2)
+                                               : (5 << 3 | 2);
+            if (ml < 11 || m[ml - 11] != tag || m[ml - 10] != 9 || m[ml - 9] != (1 << 3 | 1))
+                return 1;
+            pm.kind = PM_FIXED;
+            pm.src = (uint16_t)b->src;
+            keep_off = r0;
+            keep_len = n - r0;
+        }
+        int64_t o = area_add(&p->text, (const char *)d + keep_off, keep_len);
+        if (o < 0)
+            return -ENOMEM;
+        pm.off = (uint32_t)o;
+        pm.len = (uint32_t)keep_len;
+    } else if (b->nsamp) {
+        return 1;
+    }
+    if (grow((void **)&p->pms, &p->cap_pms, p->npms + 1, sizeof *p->pms) != 0)
+        return -ENOMEM;
+    p->pms[p->npms++] = pm;
+    return 0;
+}
+
+/* Ends a protobuf family whose entries are ents[ent0..nents). */
+static int pb_family(plan *p, size_t ent0)
+{
+    if (grow((void **)&p->fams, &p->cap_fams, p->nfams + 1, sizeof *p->fams) != 0)
+        return -ENOMEM;
+    pfam fm = {.ent0 = (uint32_t)ent0, .nents = (uint32_t)(p->nents - ent0), .fixed = 1};
+    for (size_t k = ent0; k < p->nents && fm.fixed; k++) {
+        const cent *en = &p->ents[k];
+        const pmet *pm = &p->pms[en->line0];
+        fm.fixed = !en->cond && !(en->flags & (F_UNRENDERABLE | F_HIST)) &&
+                   (pm->kind == PM_FIXED || pm->kind == PM_NONE);
+        fm.body += pm->kind == PM_FIXED ? pm->len : 0;
+        fm.nsamples += pm->nsamples;
+        fm.ninvalid += pm->ninvalid;
+        fm.renamed += en->renamed;
+    }
+    p->fams[p->nfams++] = fm;
+    return 0;
+}
+
 static int add_hdr(plan *p, mv_expo *hs, mv_expo_format f, const char *name, mv_expo_type t,
                    const char *help, const char *unit, uint32_t *idx)
 {
@@ -461,6 +689,17 @@ static int add_hdr(plan *p, mv_expo *hs, mv_expo_format f, const char *name, mv_
         return rc;
     size_t len;
     const char *d = mv_expo_data(hs, &len);
+    if (f == MV_EXPO_PROTOBUF) { /* the header fields, without the family's length */
+        size_t i = 0;
+        uint64_t l;
+        if (mv_expo_finish(hs) != 0 || mv_expo_truncated(hs))
+            return -ENOMEM;
+        d = mv_expo_data(hs, &len);
+        if (get_varint((const uint8_t *)d, len, &i, &l) != 0 || l != len - i)
+            return -EINVAL;
+        d += i;
+        len -= i;
+    }
     int64_t o = area_add(&p->text, d, len);
     if (o < 0 || grow((void **)&p->hdrs, &p->cap_hdrs, p->nhdrs + 1, sizeof *p->hdrs) != 0)
         return -ENOMEM;
@@ -507,7 +746,7 @@ static int plan_build(mv_export_cache *c, mv_expo_format f, size_t n, const mv_e
     }
     mv_expo *hs = NULL;
     if (rc == 0) {
-        b.k.sample = rec_sample;
+        b.k.sample = f == MV_EXPO_PROTOBUF ? pb_rec_sample : rec_sample;
         b.p = p;
         b.scratch = mv_expo_create(f, SIZE_MAX / 4);
         hs = mv_expo_create(f, SIZE_MAX / 4);
@@ -553,6 +792,7 @@ static int plan_build(mv_export_cache *c, mv_expo_format f, size_t n, const mv_e
             continue;
         }
         b.nnames = 0;
+        size_t ent0 = p->nents;
         const char *last_help = NULL, *last_unit = NULL;
         uint32_t hdr = 0;
         int first_ent = 1;
@@ -580,16 +820,30 @@ static int plan_build(mv_export_cache *c, mv_expo_format f, size_t n, const mv_e
             b.metric = en->metric;
             b.share = en->metric != MV_EXPORT_NO_METRIC &&
                       strcmp(en->name, "microview_changes_total") != 0;
-            size_t line0 = p->nlines;
-            rc = mv_export__emit(&b.k, &w, en);
-            if (rc < 0)
-                break;
-            rc = 0;
+            size_t line0 = f == MV_EXPO_PROTOBUF ? p->npms : p->nlines;
+            if (f == MV_EXPO_PROTOBUF) {
+                mv_expo_reset(b.scratch, f);
+                b.nsamp = b.ninval = 0;
+                rc = mv_expo_family(b.scratch, en->name, t, help, unit);
+                if (rc == 0)
+                    rc = mv_export__emit(&b.k, &w, en);
+                if (rc == 0)
+                    rc = pb_record(&b, p, t, en->mask);
+                if (rc == -EINVAL)
+                    rc = 1;
+                if (rc != 0)
+                    break;
+            } else {
+                rc = mv_export__emit(&b.k, &w, en);
+                if (rc < 0)
+                    break;
+                rc = 0;
+            }
             p->ents[p->nents++] =
                 (cent){.seg = en->seg,
                        .metric = en->metric,
                        .line0 = (uint32_t)line0,
-                       .nlines = (uint32_t)(p->nlines - line0),
+                       .nlines = f == MV_EXPO_PROTOBUF ? 1 : (uint32_t)(p->nlines - line0),
                        .hdr = hdr,
                        .renamed = (uint16_t)(w.renamed - renamed),
                        .cond = en->cond,
@@ -597,10 +851,12 @@ static int plan_build(mv_export_cache *c, mv_expo_format f, size_t n, const mv_e
                                           (w.unrenderable != unrenderable ? F_UNRENDERABLE : 0))};
             first_ent = 0;
             /* Past the limit: given up at once, so the build never holds much more. */
-            if (c->limit && plan_bytes(p) + plan_bytes(c->plans[!f]) > c->limit)
+            if (c->limit && plan_bytes(p) + others_bytes(c, f) > c->limit)
                 rc = 2;
         }
         mv_expo_raw_truncate(b.scratch, 0);
+        if (rc == 0 && f == MV_EXPO_PROTOBUF && !first_ent)
+            rc = pb_family(p, ent0);
         i = j;
     }
     if (rc == 0 && b.err)
@@ -614,7 +870,7 @@ static int plan_build(mv_export_cache *c, mv_expo_format f, size_t n, const mv_e
     mv_export__walk_free(&w);
     if (rc != 0) {
         if (rc == 2)
-            c->st.last_refused_bytes = plan_bytes(p) + plan_bytes(c->plans[!f]);
+            c->st.last_refused_bytes = plan_bytes(p) + others_bytes(c, f);
         plan_free(p);
         return rc == 1 || rc == 2 ? rc : -ENOMEM;
     }
@@ -715,6 +971,322 @@ static int plan_run(const plan *p, const mv_coll_seg_view *const *segs, mv_expo 
     return 0;
 }
 
+/* A histogram or summary of the protobuf family being written: its value message packed this
+ * scrape (in c->side), or not shown (a torn copy). In entry order. */
+typedef struct pstate {
+    uint32_t off, len; /* len UINT32_MAX: not shown */
+} pstate;
+
+static int grow_heap(void **p, size_t *cap, size_t need, size_t size)
+{
+    if (need <= *cap)
+        return 0;
+    size_t n = *cap ? *cap * 2 : 64;
+    while (n < need)
+        n *= 2;
+    void *q = realloc(*p, n * size);
+    if (!q)
+        return -1;
+    *p = q;
+    *cap = n;
+    return 0;
+}
+
+/* The value as the protobuf renderer takes it: a double, and a count (non-negative integer). */
+static double as_double(int is_u, double d, uint64_t u)
+{
+    return is_u ? (double)u : d;
+}
+
+static uint64_t as_count(int is_u, double d, uint64_t u)
+{
+    return is_u ? u : (d > 0 && d < 1.8e19 ? (uint64_t)llround(d) : 0);
+}
+
+/* Room for n bucket bounds / quantiles in c->le, c->qv and c->cum. */
+static int parts_room(mv_export_cache *c, size_t n)
+{
+    if (n <= c->cap_le)
+        return 0;
+    size_t cap = c->cap_le ? c->cap_le * 2 : 64;
+    while (cap < n)
+        cap *= 2;
+    double *le = realloc(c->le, cap * sizeof *le);
+    if (le)
+        c->le = le;
+    double *qv = realloc(c->qv, cap * sizeof *qv);
+    if (qv)
+        c->qv = qv;
+    uint64_t *cum = realloc(c->cum, cap * sizeof *cum);
+    if (cum)
+        c->cum = cum;
+    if (!le || !qv || !cum)
+        return -ENOMEM;
+    c->cap_le = cap;
+    return 0;
+}
+
+/* Packs an entry's value message (histogram or summary) with the renderer, from the values
+ * the uncached walk would read, into c->side; st gets its place and the Metric's length. */
+static int pb_part(mv_export_cache *c, mv_expo *e, const pmet *pm, mv_export__vctx *vc, pstate *st)
+{
+    double d = 0, sum;
+    uint64_t u = 0, count;
+    const uint8_t *out;
+    size_t len, n = 0;
+    int rc, is_u;
+    if (pm->kind == PM_HIST) {
+        const mv_seg_metric *m = vc->m;
+        if (parts_room(c, (size_t)m->bucket_count + 1) != 0)
+            return -ENOMEM;
+        vc->cum = 0;
+        for (uint32_t i = 0; i <= m->bucket_count; i++) {
+            is_u = mv_export__value(vc, MV_EXPORT_SRC(VS_HBUCKET, i), &d, &u);
+            c->le[i] = i < m->bucket_count ? m->bounds[i] : INFINITY;
+            c->cum[i] = as_count(is_u, d, u);
+        }
+        n = (size_t)m->bucket_count + 1;
+        is_u = mv_export__value(vc, VS_HSUM, &d, &u);
+        sum = as_double(is_u, d, u);
+        is_u = mv_export__value(vc, VS_HCOUNT, &d, &u);
+        count = as_count(is_u, d, u);
+        rc = mv_expo_pb_histogram(e, c->le, c->cum, n, sum, count, &out, &len);
+    } else {
+        if (parts_room(c, MV_PIPE_QUANTILES) != 0)
+            return -ENOMEM;
+        for (int q = 0; q < MV_PIPE_QUANTILES; q++)
+            if (pm->mask & (MV_DERIVED_P50 << q)) {
+                is_u = mv_export__value(vc, MV_EXPORT_SRC(VS_Q, q), &d, &u);
+                c->le[n] = mv_pipe_quantiles[q];
+                c->qv[n++] = as_double(is_u, d, u);
+            }
+        is_u = mv_export__value(vc, VS_PSUM, &d, &u);
+        sum = as_double(is_u, d, u);
+        is_u = mv_export__value(vc, VS_PCOUNT, &d, &u);
+        count = as_count(is_u, d, u);
+        rc = mv_expo_pb_summary(e, c->le, c->qv, n, sum, count, &out, &len);
+    }
+    if (rc != 0)
+        return rc;
+    if (c->side_len + len > UINT32_MAX)
+        return -ENOMEM;
+    if (grow_heap((void **)&c->side, &c->side_cap, c->side_len + len, 1) != 0)
+        return -ENOMEM;
+    memcpy(c->side + c->side_len, out, len);
+    st->off = (uint32_t)c->side_len;
+    st->len = (uint32_t)len;
+    c->side_len += len;
+    return 0;
+}
+
+/* Output into the renderer: straight into its room, or through it near the end of the buffer
+ * (where it grows the buffer or truncates). */
+typedef struct pout {
+    mv_expo *e;
+    char *o, *start, *end;
+} pout;
+
+static void pout_open(pout *w)
+{
+    size_t avail;
+    mv_expo_raw_room(w->e, &w->o, &avail);
+    w->start = w->o;
+    w->end = w->o + avail;
+}
+
+static int pout_put(pout *w, const void *s, size_t n)
+{
+    if ((size_t)(w->end - w->o) >= n) {
+        memcpy(w->o, s, n);
+        w->o += n;
+        return 0;
+    }
+    mv_expo_raw_commit(w->e, (size_t)(w->o - w->start));
+    int rc = mv_expo_raw_put(w->e, s, n);
+    pout_open(w);
+    return rc;
+}
+
+/* The length of a histogram's or summary's Metric with a value message of `len` bytes. */
+static uint64_t var_mlen(const pmet *pm, uint32_t len)
+{
+    return (uint64_t)pm->len + 1 + varint_len(len) + len;
+}
+
+/* Points c at an entry's segment, analytics and metric (its histogram view is left as it
+ * is: mv_seg_read_histogram fills it before a histogram's values are read). */
+static void vc_set(mv_export__vctx *c, const mv_coll_seg_view *v, const mv_pipe_view *pv,
+                   uint32_t metric)
+{
+    c->v = v;
+    c->p = pv;
+    c->metric = metric;
+    c->cum = 0;
+    c->m = metric != MV_EXPORT_NO_METRIC ? mv_seg_catalog_metric(v->cat, metric) : NULL;
+}
+
+/* Is the entry shown this scrape (its condition holds)? pv: its segment's analytics. */
+static int pb_shown(const cent *en, const mv_pipe_view *pv)
+{
+    if (!en->cond)
+        return 1;
+    mv_export__entry tmp = {.metric = en->metric, .cond = en->cond};
+    return mv_export__cond_holds(&tmp, pv);
+}
+
+/* Writes the protobuf plan's families for the sorted views. Per family, a first pass finds the
+ * entries shown and the family's length (packing its histograms and summaries), a second reads
+ * the values of the others and writes the length, the header and the Metrics. 0 or the
+ * renderer's -ENOSPC/-ENOMEM. */
+static int plan_run_pb(mv_export_cache *c, const plan *p, const mv_coll_seg_view *const *segs,
+                       mv_expo *e, replay *r)
+{
+    const char *text = p->text.p;
+    /* One value context for every entry: it holds a histogram view of MV_SEG_BUCKETS_MAX + 1
+     * sums, which initialising per entry would cost more than the rest of the entry. */
+    mv_export__vctx vc;
+    vc.hv.buckets = NULL;
+    /* Ends the collector's last family (its series arrays are reused below). */
+    int rc = mv_expo_raw_family(e, "", 0);
+    if (rc < 0)
+        return rc;
+    for (size_t fi = 0; fi < p->nfams; fi++) {
+        const pfam *fm = &p->fams[fi];
+        size_t i = fm->ent0, j = i + fm->nents;
+        c->side_len = 0;
+        size_t nvar = 0;
+        uint64_t body = 0, nsamples = 0;
+        const chdr *hdr = NULL;
+        uint32_t last_seg = UINT32_MAX;
+        const mv_coll_seg_view *v = NULL;
+        const mv_pipe_view *pv = NULL;
+        if (fm->fixed) { /* every entry shown, sizes known */
+            hdr = &p->hdrs[p->ents[i].hdr];
+            body = fm->body;
+            nsamples = fm->nsamples;
+            r->invalid += fm->ninvalid;
+            r->renamed += fm->renamed;
+            j = i; /* no first pass */
+        }
+        for (size_t k = i; k < j; k++) {
+            const cent *en = &p->ents[k];
+            if (en->seg != last_seg) {
+                last_seg = en->seg;
+                v = segs[en->seg];
+                pv = mv_export__seg_pipe(v);
+            }
+            if (!pb_shown(en, pv))
+                continue;
+            if (!hdr)
+                hdr = &p->hdrs[en->hdr];
+            r->renamed += en->renamed;
+            if (en->flags & F_UNRENDERABLE) {
+                r->unrenderable++;
+                continue;
+            }
+            const pmet *pm = &p->pms[en->line0];
+            if (pm->kind == PM_FIXED) {
+                r->invalid += pm->ninvalid;
+                nsamples += pm->nsamples;
+                body += pm->len;
+                continue;
+            }
+            vc_set(&vc, v, pv, en->metric);
+            int torn =
+                (en->flags & F_HIST) && mv_seg_read_histogram(v->hot, vc.m, &vc.hv) != MV_SEG_OK;
+            if (!torn) { /* as the walk does: a torn copy is not shown */
+                r->invalid += pm->ninvalid;
+                nsamples += pm->nsamples;
+            }
+            if (pm->kind == PM_NONE)
+                continue;
+            if (grow_heap((void **)&c->pst, &c->cap_pst, nvar + 1, sizeof *c->pst) != 0)
+                return -ENOMEM;
+            pstate *st = &c->pst[nvar++];
+            st->len = UINT32_MAX;
+            if (torn)
+                continue;
+            rc = pb_part(c, e, pm, &vc, st);
+            if (rc != 0)
+                return rc;
+            uint64_t ml = var_mlen(pm, st->len);
+            body += 1 + varint_len(ml) + ml;
+        }
+        j = i + fm->nents;
+        if (!hdr)
+            continue;
+        body += hdr->len;
+        uint8_t pre[16];
+        size_t np = put_varint(pre, body);
+        rc = mv_expo_raw_family(e, (const char *)pre, np);
+        if (rc == 0)
+            rc = mv_expo_raw_put(e, text + hdr->off, hdr->len);
+        if (rc < 0)
+            return rc;
+        pout w = {.e = e};
+        pout_open(&w);
+        last_seg = UINT32_MAX;
+        size_t q = 0;
+        for (size_t k = i; k < j && rc == 0; k++) {
+            const cent *en = &p->ents[k];
+            if (en->seg != last_seg) {
+                last_seg = en->seg;
+                v = segs[en->seg];
+                pv = mv_export__seg_pipe(v);
+            }
+            if ((en->flags & F_UNRENDERABLE) || !pb_shown(en, pv))
+                continue;
+            const pmet *pm = &p->pms[en->line0];
+            if (pm->kind == PM_NONE)
+                continue;
+            if (pm->kind == PM_FIXED) {
+                vc_set(&vc, v, pv, en->metric);
+                double d = 0;
+                uint64_t u = 0;
+                int is_u = mv_export__value(&vc, pm->src, &d, &u);
+                double dv = as_double(is_u, d, u);
+                uint64_t bits;
+                memcpy(&bits, &dv, sizeof bits);
+                uint8_t le[8];
+                for (int b = 0; b < 8; b++)
+                    le[b] = (uint8_t)(bits >> (8 * b));
+                if ((size_t)(w.end - w.o) >= pm->len) {
+                    memcpy(w.o, text + pm->off, pm->len);
+                    memcpy(w.o + pm->len - 8, le, 8);
+                    w.o += pm->len;
+                } else {
+                    rc = pout_put(&w, text + pm->off, pm->len - 8);
+                    if (rc == 0)
+                        rc = pout_put(&w, le, 8);
+                }
+                continue;
+            }
+            const pstate *st = &c->pst[q++];
+            if (st->len == UINT32_MAX)
+                continue;
+            uint8_t h[24];
+            size_t nh = 0;
+            h[nh++] = 4 << 3 | 2; /* MetricFamily.metric */
+            nh += put_varint(h + nh, var_mlen(pm, st->len));
+            rc = pout_put(&w, h, nh);
+            if (rc == 0)
+                rc = pout_put(&w, text + pm->off, pm->len);
+            nh = 0;
+            h[nh++] = pm->kind == PM_HIST ? (7 << 3 | 2) : (4 << 3 | 2);
+            nh += put_varint(h + nh, st->len);
+            if (rc == 0)
+                rc = pout_put(&w, h, nh);
+            if (rc == 0)
+                rc = pout_put(&w, c->side + st->off, st->len);
+        }
+        mv_expo_raw_commit(e, (size_t)(w.o - w.start));
+        if (rc < 0)
+            return rc;
+        r->series += nsamples; /* as the uncached render: once the family is written */
+    }
+    return 0;
+}
+
 /* Drops of this scrape: the walk's counts for the entries shown now. */
 static const char *plan_drops(const plan *p, const mv_coll_seg_view *const *segs, uint64_t *type,
                               uint64_t *coll)
@@ -743,8 +1315,6 @@ int mv_export_render_views_cached(mv_export_cache *c, mv_expo *e,
                                   mv_export_stats *cumulative)
 {
     mv_expo_format f = mv_expo_get_format(e);
-    if (f == MV_EXPO_PROTOBUF) /* the cache keeps text lines: protobuf renders without it */
-        return mv_export_render_views_sel(e, views, nviews, cs, sel, cumulative);
     pthread_mutex_lock(&c->mu);
     int rc = key_check(c, views, nviews, mv_export__sel_serial(sel));
     if (rc == 1 && c->refused[f]) {
@@ -785,7 +1355,8 @@ int mv_export_render_views_cached(mv_export_cache *c, mv_expo *e,
     replay r = {0};
     rc = mv_export__render_self(e, views, nviews, cs, &st);
     if (rc == 0)
-        rc = plan_run(p, segs, e, f == MV_EXPO_OPENMETRICS, &r);
+        rc = f == MV_EXPO_PROTOBUF ? plan_run_pb(c, p, segs, e, &r)
+                                   : plan_run(p, segs, e, f == MV_EXPO_OPENMETRICS, &r);
     if (rc == 0)
         rc = mv_expo_finish(e);
     if (mv_expo_truncated(e))

@@ -819,6 +819,8 @@ int mv_expo_finish(mv_expo *e)
 
 int mv_expo_raw_family(mv_expo *e, const char *hdr, size_t n)
 {
+    if (e->fmt == MV_EXPO_PROTOBUF)
+        pb_end_family(e);
     if (e->fail)
         return fail_code(e);
     e->have_family = 0;
@@ -852,4 +854,34 @@ void mv_expo_raw_truncate(mv_expo *e, size_t len)
 {
     if (len >= e->fam_start && len <= e->len)
         e->len = len;
+}
+
+/* ---- Protobuf parts --------------------------------------------------------------------- */
+
+static mv_expo__pb *pb_scratch(mv_expo *e)
+{
+    if (!e->pb) {
+        e->pb = mv_expo__pb_create();
+        if (e->pb)
+            mv_expo__pb_native(e->pb, e->nh_schema, e->nh_max);
+    }
+    return e->pb;
+}
+
+int mv_expo_pb_histogram(mv_expo *e, const double *le, const uint64_t *cum, size_t n, double sum,
+                         uint64_t count, const uint8_t **out, size_t *len)
+{
+    mv_expo__pb *p = pb_scratch(e);
+    if (!p)
+        return -ENOMEM;
+    return mv_expo__pb_hist_part(p, le, cum, n, sum, count, out, len);
+}
+
+int mv_expo_pb_summary(mv_expo *e, const double *q, const double *v, size_t n, double sum,
+                       uint64_t count, const uint8_t **out, size_t *len)
+{
+    mv_expo__pb *p = pb_scratch(e);
+    if (!p)
+        return -ENOMEM;
+    return mv_expo__pb_summary_part(p, q, v, n, sum, count, out, len);
 }

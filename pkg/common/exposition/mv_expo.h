@@ -141,7 +141,9 @@ const char *mv_expo_errmsg(const mv_expo *e);
  * dropped whole and later output refused. The normal sample calls cannot follow
  * mv_expo_raw_family (no family is open for them). */
 
-/* Starts a family whose header (TYPE/UNIT/HELP lines) is `hdr`. 0, or -ENOSPC/-ENOMEM. */
+/* Starts a family whose header (TYPE/UNIT/HELP lines) is `hdr`. 0, or -ENOSPC/-ENOMEM. In
+ * the protobuf format `hdr` is the family's varint length and the start of its MetricFamily
+ * message (the caller frames it), and a family left open by mv_expo_family ends first. */
 int mv_expo_raw_family(mv_expo *e, const char *hdr, size_t n);
 /* The writable room after the body: *p and the bytes that may be written there without any
  * check (never past the cap). Write, then mv_expo_raw_commit the count written. */
@@ -153,6 +155,20 @@ int mv_expo_raw_put(mv_expo *e, const char *s, size_t n);
 /* Cuts the body back to `len` bytes (no shorter than where the current family started):
  * lets a renderer of scratch lines reuse its buffer. */
 void mv_expo_raw_truncate(mv_expo *e, size_t len);
+
+/* ---- Protobuf parts (the exposition cache's protobuf plan) ----------------------------------
+ * The value message of one histogram series (Metric field 7) or summary series (field 4),
+ * packed with protobuf-c from the same code a protobuf render of the samples goes through, so
+ * the bytes are the same: histogram: le[0..n) the bucket bounds as the "_bucket" samples give
+ * them (+Inf among them), cum[0..n) their cumulative counts, and the native histogram built
+ * from them as mv_expo_set_native(e) says; summary: q[0..n) the quantiles, v their values.
+ * *out points into e and stays valid until the next call on e. Call between families (or
+ * around mv_expo_raw_* output), never while mv_expo_sample is filling a histogram or summary
+ * family. 0, -EINVAL (a family's series is being assembled) or -ENOMEM. */
+int mv_expo_pb_histogram(mv_expo *e, const double *le, const uint64_t *cum, size_t n, double sum,
+                         uint64_t count, const uint8_t **out, size_t *len);
+int mv_expo_pb_summary(mv_expo *e, const double *q, const double *v, size_t n, double sum,
+                       uint64_t count, const uint8_t **out, size_t *len);
 
 /* ---- Native histograms (protobuf exposition, remote write 2.0) -------------------------------
  * Exponential buckets of schema s (-4..8): bucket i holds (2^((i-1) 2^-s), 2^(i 2^-s)]; each

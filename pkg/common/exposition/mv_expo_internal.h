@@ -17,6 +17,20 @@ static inline int expo_is_digit(unsigned char c)
 /* The same for a signed value (at least 21 bytes). */
 size_t mv_expo__fmt_i64(int64_t v, char *out);
 
+/* Where a classic bucket's observations go in a native histogram (of one schema and zero
+ * threshold): mv_expo__nh_classic_map works it out once per set of bounds, and
+ * mv_expo__nh_add_mapped adds counts as mv_expo_nh_add_classic would (map: nb + 1 slots). */
+enum { MV_EXPO__NH_SKIP = 0, MV_EXPO__NH_ZERO = 1, MV_EXPO__NH_BUCKET = 2 };
+typedef struct mv_expo__nh_slot {
+    int32_t idx;
+    uint8_t kind;
+    uint8_t neg;
+} mv_expo__nh_slot;
+int mv_expo__nh_classic_map(const mv_expo_nh *h, const double *bounds, size_t nb,
+                            mv_expo__nh_slot *map);
+int mv_expo__nh_add_mapped(mv_expo_nh *h, const mv_expo__nh_slot *map, size_t nb,
+                           const uint64_t *cum);
+
 /* The protobuf family builder (mv_expo_pb.c): begin a family, feed its samples (checked by
  * mv_expo.c), end it to get its delimited bytes (valid until the next begin). Errors are
  * -ENOSPC (the family passed `cap` bytes) and -ENOMEM, sticky until the next begin. */
@@ -30,5 +44,10 @@ int mv_expo__pb_sample(mv_expo__pb *p, const char *suffix, const mv_expo_label *
                        const mv_expo_label *b, size_t nb, const char *xname, double xval, double v,
                        uint64_t u, int is_u, int64_t ts);
 int mv_expo__pb_end(mv_expo__pb *p, const char **data, size_t *len);
+/* mv_expo_pb_histogram / mv_expo_pb_summary on the builder (no series open). */
+int mv_expo__pb_hist_part(mv_expo__pb *p, const double *le, const uint64_t *cum, size_t n,
+                          double sum, uint64_t count, const uint8_t **out, size_t *len);
+int mv_expo__pb_summary_part(mv_expo__pb *p, const double *q, const double *v, size_t n, double sum,
+                             uint64_t count, const uint8_t **out, size_t *len);
 
 #endif

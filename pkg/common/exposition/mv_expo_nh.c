@@ -108,17 +108,9 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem)
     return 0;
 }
 
-int mv_expo_nh_add(mv_expo_nh *h, double v, uint64_t n)
+/* Adds n observations to the bucket (idx, neg). */
+static int add_bucket(mv_expo_nh *h, int32_t idx, uint32_t neg, uint64_t n)
 {
-    if (isnan(v) || n == 0)
-        return 0;
-    double a = fabs(v);
-    if (a <= h->zero_threshold) {
-        h->zero_count += n;
-        return 0;
-    }
-    int32_t idx = isinf(a) ? INT32_MAX / 2 : mv_expo_nh_index(a, h->schema);
-    uint32_t neg = v < 0;
     /* Consecutive adds often hit one bucket (classic buckets narrower than native ones). */
     if (h->nb && h->b[h->nb - 1].idx == idx && h->b[h->nb - 1].neg == neg) {
         h->b[h->nb - 1].n += n;
@@ -130,11 +122,90 @@ int mv_expo_nh_add(mv_expo_nh *h, double v, uint64_t n)
     return 0;
 }
 
-int mv_expo_nh_add_classic(mv_expo_nh *h, const double *bounds, size_t nb, const uint64_t *cum)
+/* Where a value goes in h (its schema and zero threshold). */
+static mv_expo__nh_slot slot_of(const mv_expo_nh *h, double v)
+{
+    if (isnan(v))
+        return (mv_expo__nh_slot){0, MV_EXPO__NH_SKIP, 0};
+    double a = fabs(v);
+    if (a <= h->zero_threshold)
+        return (mv_expo__nh_slot){0, MV_EXPO__NH_ZERO, 0};
+    int32_t idx = isinf(a) ? INT32_MAX / 2 : mv_expo_nh_index(a, h->schema);
+    return (mv_expo__nh_slot){idx, MV_EXPO__NH_BUCKET, v < 0};
+}
+
+static int add_slot(mv_expo_nh *h, mv_expo__nh_slot sl, uint64_t n)
+{
+    if (n == 0 || sl.kind == MV_EXPO__NH_SKIP)
+        return 0;
+    if (sl.kind == MV_EXPO__NH_ZERO) {
+        h->zero_count += n;
+        return 0;
+    }
+    return add_bucket(h, sl.idx, sl.neg, n);
+}
+
+int mv_expo_nh_add(mv_expo_nh *h, double v, uint64_t n)
+{
+    if (isnan(v) || n == 0)
+        return 0;
+    return add_slot(h, slot_of(h, v), n);
+}
+
+/* The representative value of classic bucket i (0..nb) of bounds[0..nb). */
+static double classic_rep(const double *bounds, size_t nb, size_t i)
+{
+    if (nb == 0)
+        return 0; /* only the +Inf bucket: nothing known */
+    if (i == nb)
+        return nextafter(bounds[nb - 1], INFINITY); /* (b, +Inf): just above the last bound */
+    if (i == 0)
+        return bounds[0]; /* (-Inf, b0] */
+    double lo = bounds[i - 1], hi = bounds[i];
+    if (lo > 0 || hi < 0)
+        return 2 / (1 / lo + 1 / hi); /* harmonic mean: the bucket's centre in ratio */
+    if (lo == 0)
+        return hi;
+    return lo / 2 + hi / 2; /* straddling zero */
+}
+
+static int bounds_ok(const double *bounds, size_t nb)
 {
     for (size_t i = 0; i < nb; i++)
         if (!isfinite(bounds[i]) || (i && !(bounds[i] > bounds[i - 1])))
-            return -EINVAL;
+            return 0;
+    return 1;
+}
+
+int mv_expo__nh_classic_map(const mv_expo_nh *h, const double *bounds, size_t nb,
+                            mv_expo__nh_slot *map)
+{
+    if (!bounds_ok(bounds, nb))
+        return -EINVAL;
+    for (size_t i = 0; i <= nb; i++)
+        map[i] = slot_of(h, classic_rep(bounds, nb, i));
+    return 0;
+}
+
+int mv_expo__nh_add_mapped(mv_expo_nh *h, const mv_expo__nh_slot *map, size_t nb,
+                           const uint64_t *cum)
+{
+    uint64_t prev = 0;
+    for (size_t i = 0; i <= nb; i++) {
+        uint64_t c = cum[i] > prev ? cum[i] - prev : 0; /* a torn or hostile decrease: 0 */
+        if (cum[i] > prev)
+            prev = cum[i];
+        int rc = add_slot(h, map[i], c);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+int mv_expo_nh_add_classic(mv_expo_nh *h, const double *bounds, size_t nb, const uint64_t *cum)
+{
+    if (!bounds_ok(bounds, nb))
+        return -EINVAL;
     uint64_t prev = 0;
     for (size_t i = 0; i <= nb; i++) {
         uint64_t c = cum[i] > prev ? cum[i] - prev : 0; /* a torn or hostile decrease: 0 */
@@ -142,24 +213,7 @@ int mv_expo_nh_add_classic(mv_expo_nh *h, const double *bounds, size_t nb, const
             prev = cum[i];
         if (!c)
             continue;
-        double rep;
-        if (nb == 0) {
-            rep = 0; /* only the +Inf bucket: nothing known */
-        } else if (i == nb) {
-            double b = bounds[nb - 1]; /* (b, +Inf): just above the last bound */
-            rep = nextafter(b, INFINITY);
-        } else if (i == 0) {
-            rep = bounds[0]; /* (-Inf, b0] */
-        } else {
-            double lo = bounds[i - 1], hi = bounds[i];
-            if (lo > 0 || hi < 0)
-                rep = 2 / (1 / lo + 1 / hi); /* harmonic mean: the bucket's centre in ratio */
-            else if (lo == 0)
-                rep = hi;
-            else
-                rep = lo / 2 + hi / 2; /* straddling zero */
-        }
-        int rc = mv_expo_nh_add(h, rep, c);
+        int rc = add_slot(h, slot_of(h, classic_rep(bounds, nb, i)), c);
         if (rc)
             return rc;
     }
@@ -177,7 +231,10 @@ static int bkt_cmp(const void *x, const void *y)
 /* Sorts and merges equal buckets in place. */
 static void merge(mv_expo_nh *h)
 {
-    if (h->nb > 1)
+    size_t sorted = 1; /* classic buckets come in order: no sort needed then */
+    while (sorted < h->nb && bkt_cmp(&h->b[sorted - 1], &h->b[sorted]) < 0)
+        sorted++;
+    if (sorted < h->nb)
         qsort(h->b, h->nb, sizeof *h->b, bkt_cmp);
     size_t o = 0;
     for (size_t i = 0; i < h->nb; i++) {

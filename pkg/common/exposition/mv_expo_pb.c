@@ -52,6 +52,16 @@ struct mv_expo__pb {
     Io__Prometheus__Client__BucketSpan *sp[2];
     Io__Prometheus__Client__BucketSpan **psp[2];
     size_t spcap[2];
+    uint8_t *obuf; /* mv_expo__pb_*_part: the packed part */
+    size_t ocap;
+    /* The classic-to-native map of the last histogram's bounds (histograms of one family
+     * usually share them): valid for mnb bounds mb, schema mschema, zero threshold mzt. */
+    double *mb;
+    mv_expo__nh_slot *map;
+    size_t mnb, mcap;
+    int32_t mschema;
+    double mzt;
+    int mrc; /* 1: no map (nothing cached); 0 or -EINVAL: the map's result for those bounds */
 };
 
 /* Length of the valid UTF-8 sequence at s (1..4), or 0; reads no further than a NUL (which
@@ -118,6 +128,7 @@ mv_expo__pb *mv_expo__pb_create(void)
     if (p) {
         p->schema = 6;
         p->max_buckets = MV_EXPO_NH_MAX_BUCKETS;
+        p->mrc = 1;
     }
     return p;
 }
@@ -127,6 +138,9 @@ void mv_expo__pb_destroy(mv_expo__pb *p)
     if (!p)
         return;
     free(p->buf);
+    free(p->obuf);
+    free(p->mb);
+    free(p->map);
     free(p->arena);
     free(p->lbl);
     free(p->pairs);
@@ -152,12 +166,15 @@ void mv_expo__pb_native(mv_expo__pb *p, int32_t schema, uint32_t max_buckets)
     p->max_buckets = max_buckets ? max_buckets : MV_EXPO_NH_MAX_BUCKETS;
 }
 
-/* Room for n more bytes in the family body; sets fail (ENOSPC past the cap, ENOMEM). */
+/* Room for n more bytes in the family body; sets fail (ENOSPC past the cap, ENOMEM). A
+ * request holds at most LEN_ROOM - 1 bytes more than is written, so one that passes the cap by
+ * 2 LEN_ROOM is sure to: the exact test (length prefix and body against the cap) is made when
+ * the family ends, so that whether a family fits depends on its size alone. */
 static uint8_t *room(mv_expo__pb *p, size_t n)
 {
     if (p->fail)
         return NULL;
-    if (p->len + n > p->cap) {
+    if (p->len + n > p->cap + 2 * LEN_ROOM) {
         p->fail = ENOSPC;
         return NULL;
     }
@@ -279,7 +296,7 @@ void mv_expo__pb_begin(mv_expo__pb *p, const char *name, mv_expo_type t, const c
                        const char *unit, size_t cap)
 {
     p->len = LEN_ROOM;
-    p->cap = cap > LEN_ROOM ? cap : LEN_ROOM;
+    p->cap = cap;
     p->fail = 0;
     p->open = 0;
     p->type = t;
@@ -339,6 +356,115 @@ static int labels_copy(mv_expo__pb *p, const mv_expo_label *a, size_t na, const 
     return 0;
 }
 
+/* The Summary of the series held in p (xs quantiles, qv values, sum, count). */
+static int fill_summary(mv_expo__pb *p, Io__Prometheus__Client__Summary *s)
+{
+    if (grow_n(&p->qcap, p->nx + 1, (void **)&p->qs, sizeof *p->qs, (void **)&p->pqs,
+               sizeof *p->pqs, (void **)&p->bs, sizeof *p->bs, (void **)&p->pbs, sizeof *p->pbs)) {
+        p->fail = ENOMEM;
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < p->nx; i++) {
+        io__prometheus__client__quantile__init(&p->qs[i]);
+        p->qs[i].has_quantile = p->qs[i].has_value = 1;
+        p->qs[i].quantile = p->xs[i];
+        p->qs[i].value = p->qv[i];
+        p->pqs[i] = &p->qs[i];
+    }
+    s->n_quantile = p->nx;
+    s->quantile = p->pqs;
+    s->has_sample_sum = s->has_sample_count = 1;
+    s->sample_sum = p->sum;
+    s->sample_count = p->count;
+    return 0;
+}
+
+/* The Histogram of the series held in p (xs bounds with +Inf among them, cum their cumulative
+ * counts, sum, count): classic buckets and, unless off, the native histogram built from them.
+ * xs and cum are compacted to the finite bounds (room: nx + 1). */
+static int fill_hist(mv_expo__pb *p, Io__Prometheus__Client__Histogram *h)
+{
+    if (grow_n(&p->qcap, p->nx + 1, (void **)&p->qs, sizeof *p->qs, (void **)&p->pqs,
+               sizeof *p->pqs, (void **)&p->bs, sizeof *p->bs, (void **)&p->pbs, sizeof *p->pbs)) {
+        p->fail = ENOMEM;
+        return -ENOMEM;
+    }
+    size_t nfin = 0; /* the finite bounds: the +Inf bucket is the count */
+    for (size_t i = 0; i < p->nx; i++) {
+        if (isinf(p->xs[i]) && p->xs[i] > 0)
+            continue;
+        io__prometheus__client__bucket__init(&p->bs[nfin]);
+        p->bs[nfin].has_cumulative_count = p->bs[nfin].has_upper_bound = 1;
+        p->bs[nfin].cumulative_count = p->cum[i];
+        p->bs[nfin].upper_bound = p->xs[i];
+        p->pbs[nfin] = &p->bs[nfin];
+        p->xs[nfin] = p->xs[i];
+        p->cum[nfin] = p->cum[i];
+        nfin++;
+    }
+    h->n_bucket = nfin;
+    h->bucket = p->pbs;
+    h->has_sample_sum = h->has_sample_count = 1;
+    h->sample_sum = p->sum;
+    h->sample_count = p->count;
+    if (p->schema == MV_EXPO_NH_OFF)
+        return 0;
+    p->cum[nfin] = p->count; /* the +Inf bucket (room: nx + 1) */
+    mv_expo_nh_begin(&p->nh, p->schema);
+    if (p->mrc == 1 || p->mnb != nfin || p->mschema != p->nh.schema ||
+        p->mzt != p->nh.zero_threshold ||
+        (nfin && memcmp(p->mb, p->xs, nfin * sizeof *p->xs) != 0)) {
+        p->mrc = 1;
+        if (grow_n(&p->mcap, nfin + 1, (void **)&p->mb, sizeof *p->mb, (void **)&p->map,
+                   sizeof *p->map, NULL, 0, NULL, 0))
+            return 0; /* as a failed add: no native part */
+        memcpy(p->mb, p->xs, nfin * sizeof *p->xs);
+        p->mnb = nfin;
+        p->mschema = p->nh.schema;
+        p->mzt = p->nh.zero_threshold;
+        p->mrc = mv_expo__nh_classic_map(&p->nh, p->xs, nfin, p->map);
+    }
+    if (p->mrc != 0 || mv_expo__nh_add_mapped(&p->nh, p->map, nfin, p->cum) != 0 ||
+        mv_expo_nh_finish(&p->nh, p->max_buckets) != 0)
+        return 0;
+    h->has_schema = h->has_zero_threshold = h->has_zero_count = 1;
+    h->schema = p->nh.schema;
+    h->zero_threshold = p->nh.zero_threshold;
+    h->zero_count = p->nh.zero_count;
+    for (int sg = 0; sg < 2; sg++) {
+        size_t ns = p->nh.nspan[sg];
+        if (grow_n(&p->spcap[sg], ns + 1, (void **)&p->sp[sg], sizeof *p->sp[sg],
+                   (void **)&p->psp[sg], sizeof *p->psp[sg], NULL, 0, NULL, 0)) {
+            p->fail = ENOMEM;
+            return -ENOMEM;
+        }
+        for (size_t i = 0; i < ns; i++) {
+            io__prometheus__client__bucket_span__init(&p->sp[sg][i]);
+            p->sp[sg][i].has_offset = p->sp[sg][i].has_length = 1;
+            p->sp[sg][i].offset = p->nh.span[sg][i].offset;
+            p->sp[sg][i].length = p->nh.span[sg][i].length;
+            p->psp[sg][i] = &p->sp[sg][i];
+        }
+    }
+    h->n_positive_span = p->nh.nspan[0];
+    h->positive_span = p->psp[0];
+    h->n_positive_delta = p->nh.ndelta[0];
+    h->positive_delta = p->nh.delta[0];
+    h->n_negative_span = p->nh.nspan[1];
+    h->negative_span = p->psp[1];
+    h->n_negative_delta = p->nh.ndelta[1];
+    h->negative_delta = p->nh.delta[1];
+    if (!h->n_positive_span && !h->n_negative_span) {
+        /* No observations: a no-op span keeps it a native histogram. */
+        io__prometheus__client__bucket_span__init(&p->sp[0][0]);
+        p->sp[0][0].has_offset = p->sp[0][0].has_length = 1;
+        p->psp[0][0] = &p->sp[0][0];
+        h->n_positive_span = 1;
+        h->positive_span = p->psp[0];
+    }
+    return 0;
+}
+
 static int flush_series(mv_expo__pb *p)
 {
     if (!p->open)
@@ -353,93 +479,82 @@ static int flush_series(mv_expo__pb *p)
         m.has_timestamp_ms = 1;
         m.timestamp_ms = p->ts;
     }
-    size_t need = p->nx + 1;
-    if (grow_n(&p->qcap, need, (void **)&p->qs, sizeof *p->qs, (void **)&p->pqs, sizeof *p->pqs,
-               (void **)&p->bs, sizeof *p->bs, (void **)&p->pbs, sizeof *p->pbs)) {
-        p->fail = ENOMEM;
-        return -ENOMEM;
-    }
     Io__Prometheus__Client__Summary s = IO__PROMETHEUS__CLIENT__SUMMARY__INIT;
     Io__Prometheus__Client__Histogram h = IO__PROMETHEUS__CLIENT__HISTOGRAM__INIT;
     if (p->type == MV_EXPO_SUMMARY) {
-        for (size_t i = 0; i < p->nx; i++) {
-            io__prometheus__client__quantile__init(&p->qs[i]);
-            p->qs[i].has_quantile = p->qs[i].has_value = 1;
-            p->qs[i].quantile = p->xs[i];
-            p->qs[i].value = p->qv[i];
-            p->pqs[i] = &p->qs[i];
-        }
-        s.n_quantile = p->nx;
-        s.quantile = p->pqs;
-        s.has_sample_sum = s.has_sample_count = 1;
-        s.sample_sum = p->sum;
-        s.sample_count = p->count;
+        if (fill_summary(p, &s))
+            return -p->fail;
         m.summary = &s;
     } else {
-        size_t nfin = 0; /* the finite bounds: the +Inf bucket is the count */
-        for (size_t i = 0; i < p->nx; i++) {
-            if (isinf(p->xs[i]) && p->xs[i] > 0)
-                continue;
-            io__prometheus__client__bucket__init(&p->bs[nfin]);
-            p->bs[nfin].has_cumulative_count = p->bs[nfin].has_upper_bound = 1;
-            p->bs[nfin].cumulative_count = p->cum[i];
-            p->bs[nfin].upper_bound = p->xs[i];
-            p->pbs[nfin] = &p->bs[nfin];
-            p->xs[nfin] = p->xs[i];
-            p->cum[nfin] = p->cum[i];
-            nfin++;
-        }
-        h.n_bucket = nfin;
-        h.bucket = p->pbs;
-        h.has_sample_sum = h.has_sample_count = 1;
-        h.sample_sum = p->sum;
-        h.sample_count = p->count;
-        if (p->schema != MV_EXPO_NH_OFF) {
-            p->cum[nfin] = p->count; /* the +Inf bucket (room: nx + 2 at each sample) */
-            mv_expo_nh_begin(&p->nh, p->schema);
-            if (mv_expo_nh_add_classic(&p->nh, p->xs, nfin, p->cum) == 0 &&
-                mv_expo_nh_finish(&p->nh, p->max_buckets) == 0) {
-                h.has_schema = h.has_zero_threshold = h.has_zero_count = 1;
-                h.schema = p->nh.schema;
-                h.zero_threshold = p->nh.zero_threshold;
-                h.zero_count = p->nh.zero_count;
-                for (int sg = 0; sg < 2; sg++) {
-                    size_t ns = p->nh.nspan[sg];
-                    if (grow_n(&p->spcap[sg], ns + 1, (void **)&p->sp[sg], sizeof *p->sp[sg],
-                               (void **)&p->psp[sg], sizeof *p->psp[sg], NULL, 0, NULL, 0)) {
-                        p->fail = ENOMEM;
-                        return -ENOMEM;
-                    }
-                    for (size_t i = 0; i < ns; i++) {
-                        io__prometheus__client__bucket_span__init(&p->sp[sg][i]);
-                        p->sp[sg][i].has_offset = p->sp[sg][i].has_length = 1;
-                        p->sp[sg][i].offset = p->nh.span[sg][i].offset;
-                        p->sp[sg][i].length = p->nh.span[sg][i].length;
-                        p->psp[sg][i] = &p->sp[sg][i];
-                    }
-                }
-                h.n_positive_span = p->nh.nspan[0];
-                h.positive_span = p->psp[0];
-                h.n_positive_delta = p->nh.ndelta[0];
-                h.positive_delta = p->nh.delta[0];
-                h.n_negative_span = p->nh.nspan[1];
-                h.negative_span = p->psp[1];
-                h.n_negative_delta = p->nh.ndelta[1];
-                h.negative_delta = p->nh.delta[1];
-                if (!h.n_positive_span && !h.n_negative_span) {
-                    /* No observations: a no-op span keeps it a native histogram. */
-                    io__prometheus__client__bucket_span__init(&p->sp[0][0]);
-                    p->sp[0][0].has_offset = p->sp[0][0].has_length = 1;
-                    p->psp[0][0] = &p->sp[0][0];
-                    h.n_positive_span = 1;
-                    h.positive_span = p->psp[0];
-                }
-            }
-        }
+        if (fill_hist(p, &h))
+            return -p->fail;
         m.histogram = &h;
     }
     put_msg(p, 4, &m.base);
     return -p->fail;
+}
+
+/* Packs m into p->obuf, which `bound` bytes are sure to hold (one pass of protobuf-c instead of
+ * two: sizing, then packing). */
+static int pack_out(mv_expo__pb *p, const ProtobufCMessage *m, size_t bound, const uint8_t **out,
+                    size_t *len)
+{
+    if (grow((void **)&p->obuf, &p->ocap, bound, 1))
+        return -ENOMEM;
+    *len = protobuf_c_message_pack(m, p->obuf);
+    *out = p->obuf;
+    return 0;
+}
+
+/* Loads a series' parts into p's arrays (as the samples of a summary or histogram would). */
+static int load_parts(mv_expo__pb *p, const double *x, const double *qv, const uint64_t *cum,
+                      size_t n, double sum, uint64_t count)
+{
+    if (p->open)
+        return -EINVAL; /* a family's series is being assembled */
+    if (grow_n(&p->xcap, n + 2, (void **)&p->xs, sizeof *p->xs, (void **)&p->qv, sizeof *p->qv,
+               (void **)&p->cum, sizeof *p->cum, NULL, 0))
+        return -ENOMEM;
+    memcpy(p->xs, x, n * sizeof *x);
+    if (qv)
+        memcpy(p->qv, qv, n * sizeof *qv);
+    if (cum)
+        memcpy(p->cum, cum, n * sizeof *cum);
+    p->nx = n;
+    p->sum = sum;
+    p->count = count;
+    return 0;
+}
+
+int mv_expo__pb_hist_part(mv_expo__pb *p, const double *le, const uint64_t *cum, size_t n,
+                          double sum, uint64_t count, const uint8_t **out, size_t *len)
+{
+    int rc = load_parts(p, le, NULL, cum, n, sum, count);
+    if (rc)
+        return rc;
+    Io__Prometheus__Client__Histogram h = IO__PROMETHEUS__CLIENT__HISTOGRAM__INIT;
+    int fail = p->fail; /* a counter or gauge family may be open: its state is kept */
+    rc = fill_hist(p, &h);
+    p->fail = fail;
+    /* Varints at most 10 bytes, doubles 8, tags 1: a bucket is at most 2 + 11 + 9 bytes, a span
+     * 2 + 6 + 6, a delta 10, the rest (counts, sum, schema, zero bucket, lengths) under 96. */
+    size_t bound = 96 + 24 * h.n_bucket + 16 * (h.n_positive_span + h.n_negative_span) +
+                   10 * (h.n_positive_delta + h.n_negative_delta);
+    return rc ? rc : pack_out(p, &h.base, bound, out, len);
+}
+
+int mv_expo__pb_summary_part(mv_expo__pb *p, const double *q, const double *v, size_t n, double sum,
+                             uint64_t count, const uint8_t **out, size_t *len)
+{
+    int rc = load_parts(p, q, v, NULL, n, sum, count);
+    if (rc)
+        return rc;
+    Io__Prometheus__Client__Summary s = IO__PROMETHEUS__CLIENT__SUMMARY__INIT;
+    int fail = p->fail;
+    rc = fill_summary(p, &s);
+    p->fail = fail;
+    /* A quantile is at most 2 + 9 + 9 bytes; count and sum 20. */
+    return rc ? rc : pack_out(p, &s.base, 32 + 24 * s.n_quantile, out, len);
 }
 
 int mv_expo__pb_sample(mv_expo__pb *p, const char *suffix, const mv_expo_label *a, size_t na,
@@ -555,6 +670,10 @@ int mv_expo__pb_end(mv_expo__pb *p, const char **data, size_t *len)
     size_t body = p->len - LEN_ROOM;
     uint8_t tmp[LEN_ROOM];
     size_t h = put_varint(tmp, body);
+    if (h + body > p->cap) {
+        p->fail = ENOSPC;
+        return -ENOSPC;
+    }
     memcpy(p->buf + LEN_ROOM - h, tmp, h);
     *data = (const char *)p->buf + LEN_ROOM - h;
     *len = body + h;
