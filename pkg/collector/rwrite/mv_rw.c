@@ -303,6 +303,22 @@ static int v_sample(void *arg, const char *segment_id, const char *suffix, const
     return queue_one(v, suffix, a, na, b, nb, xname, xval, dv, ts_ms, 0);
 }
 
+/* Mixes `n` bytes into `h` eight at a time (a series' identity for the seen table and its
+ * shard: not kept anywhere, so it may change between versions). */
+static uint64_t hash_bytes(uint64_t h, const char *p, size_t n)
+{
+    uint64_t w;
+    for (; n >= 8; n -= 8, p += 8) {
+        memcpy(&w, p, 8);
+        h = (h ^ w) * 0xff51afd7ed558ccdull;
+        h ^= h >> 32;
+    }
+    w = 0;
+    memcpy(&w, p, n);
+    h = (h ^ w ^ (uint64_t)n << 56) * 0xc4ceb9fe1a85ec53ull;
+    return h ^ (h >> 29);
+}
+
 /* Moves a shard's staged items into its queue, dropping (and counting) what does not fit, and
  * wakes its sender once. */
 static void stage_flush(visit_ctx *v, shard *s)
@@ -359,26 +375,24 @@ static int queue_one(visit_ctx *v, const char *suffix, const mv_expo_label *a, s
     for (size_t i = 1; i < n; i++) {
         mv_rw_label x = l[i];
         size_t j = i;
-        while (j > 0 && strcmp(l[j - 1].name, x.name) > 0) {
+        while (j > 0 && (l[j - 1].name[0] > x.name[0] ||
+                         (l[j - 1].name[0] == x.name[0] && strcmp(l[j - 1].name, x.name) > 0))) {
             l[j] = l[j - 1];
             j--;
         }
         l[j] = x;
     }
-    uint64_t h = 1469598103934665603ull;
+    uint64_t h = 0x9e3779b97f4a7c15ull;
     size_t bytes = 0;
     for (size_t i = 0; i < n; i++) {
-        const char *p = l[i].name;
-        for (; *p; p++)
-            h = (h ^ (unsigned char)*p) * 1099511628211ull;
-        ln[i] = (size_t)(p - l[i].name) + 1;
-        h = (h ^ 0xff) * 1099511628211ull;
-        for (p = l[i].value; *p; p++)
-            h = (h ^ (unsigned char)*p) * 1099511628211ull;
-        lv[i] = (size_t)(p - l[i].value) + 1;
-        h = (h ^ 0xfe) * 1099511628211ull;
+        ln[i] = strlen(l[i].name) + 1;
+        lv[i] = strlen(l[i].value) + 1;
+        /* The NULs are hashed too: they separate names from values. */
+        h = hash_bytes(h, l[i].name, ln[i]);
+        h = hash_bytes(h, l[i].value, lv[i]);
         bytes += ln[i] + lv[i];
     }
+    h ^= h >> 29;
     h |= 1;
     /* A series whose time did not move since it was last queued is not queued again. */
     int64_t last;
