@@ -347,8 +347,9 @@ fi
 # ---- yamllint -----------------------------------------------------------------------------------
 if yamllint -s -c "$ROOT/deploy/.yamllint.yaml" "$CHART/Chart.yaml" "$CHART/values.yaml" "$CHART"/ci/*.yaml \
   "$CHART"/files/*.yaml "$ROOT"/deploy/manifests/*.yaml "$ROOT"/deploy/manifests/dpu-static-pod/*.yaml \
+  "$ROOT"/deploy/autoscaling/*.yaml \
   >"$TMP/out" 2>&1; then
-  ok "yamllint (chart values, scenarios, files, manifests)"
+  ok "yamllint (chart values, scenarios, files, manifests, autoscaling examples)"
 else
   ko "yamllint"
   cat "$TMP/out"
