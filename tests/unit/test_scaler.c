@@ -62,6 +62,14 @@ static void test_meta(void)
         {GOOD "|timeoutMs=100.5", "metadata field timeoutMs"},
         {GOOD "|missingCollectors=zero", "metadata field missingCollectors: fail or partial"},
         {GOOD "|treshold=5", "metadata field treshold: unknown"},
+        /* KEDA's own keys of the external triggers come along and are not ours to refuse. */
+        {GOOD "|scalerAddress=microview-scaler.microview.svc:9090|enableTLS=false|unsafeSsl=true",
+         NULL},
+        /* KEYFromEnv: the value KEDA resolved from the environment variable. */
+        {"metric=m|namespace=shop|targetValueFromEnv=150", NULL},
+        {"metric=m|namespace=shop|targetValueFromEnv=0", "metadata field targetValue: a number"},
+        {GOOD "|targetValueFromEnv=150", "metadata field targetValue: given both directly"},
+        {GOOD "|thresholdFromEnv=5", "metadata field threshold: unknown"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         mv_scaler_meta m;

@@ -59,8 +59,33 @@ int mv_scaler_meta_parse(const char *const *keys, const char *const *values, siz
     if (errlen)
         err[0] = '\0';
     int have_metric = 0, have_ns = 0, have_target = 0;
+    unsigned direct = 0, env = 0; /* bit per known key: given as KEY, as KEYFromEnv */
     for (size_t i = 0; i < n; i++) {
         const char *k = keys[i] ? keys[i] : "", *v = values[i] ? values[i] : "";
+        /* KEDA passes the trigger's whole metadata: its own keys for reaching the scaler are
+         * not ours to check. */
+        if (strcmp(k, "scalerAddress") == 0 || strcmp(k, "enableTLS") == 0 ||
+            strcmp(k, "unsafeSsl") == 0)
+            continue;
+        /* KEYFromEnv: KEDA has replaced the value by the named environment variable's. */
+        char base[32];
+        size_t kl = strlen(k);
+        int from_env = 0;
+        if (kl > 7 && kl - 7 < sizeof base && strcmp(k + kl - 7, "FromEnv") == 0) {
+            memcpy(base, k, kl - 7);
+            base[kl - 7] = '\0';
+            k = base;
+            from_env = 1;
+        }
+        static const char *const known[] = {"metric",      "namespace",        "selector",
+                                            "targetValue", "activationValue",  "aggregation",
+                                            "timeoutMs",   "missingCollectors"};
+        for (unsigned q = 0; q < sizeof known / sizeof known[0]; q++)
+            if (strcmp(k, known[q]) == 0) {
+                if ((from_env ? direct : env) & 1u << q)
+                    return bad(err, errlen, k, "given both directly and as FromEnv: choose one");
+                *(from_env ? &env : &direct) |= 1u << q;
+            }
         if (strcmp(k, "metric") == 0) {
             if (!metric_name_ok(v))
                 return bad(err, errlen, k,
@@ -106,7 +131,7 @@ int mv_scaler_meta_parse(const char *const *keys, const char *const *values, siz
                 return bad(err, errlen, k, "fail or partial");
         } else {
             char name[80];
-            size_t kl = strlen(k);
+            kl = strlen(k);
             snprintf(name, sizeof name, "%.*s", (int)(kl > 64 ? 64 : kl), k);
             for (char *p = name; *p; p++)
                 if ((unsigned char)*p < 0x20 || (unsigned char)*p > 0x7e)
