@@ -276,7 +276,10 @@ metadata: {name: microview-scaler, namespace: keda}
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
 metadata: {name: microview-scaler-e2e}
-rules: [{apiGroups: [""], resources: [pods], verbs: [get, list, watch]}]
+rules:
+- {apiGroups: [""], resources: [pods], verbs: [get, list, watch]}
+- {apiGroups: [keda.sh], resources: [scaledobjects], verbs: [get, list, watch]}
+- {apiGroups: [apps], resources: [deployments, statefulsets, replicasets, deployments/scale, statefulsets/scale], verbs: [get, list, watch]}
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding

@@ -271,7 +271,7 @@ def main():
     ap.add_argument("--target", type=float, required=True, help="the autoscalers' per-pod target")
     ap.add_argument("--max", type=int, default=3, help="maxReplicas of every path")
     ap.add_argument("--poll", type=float, default=0.5)
-    ap.add_argument("--warm-timeout", type=float, default=240)
+    ap.add_argument("--warm-timeout", type=float, default=180)
     ap.add_argument("--up-timeout", type=float, default=150)
     ap.add_argument("--down-timeout", type=float, default=150)
     ap.add_argument("--out", required=True)
@@ -296,9 +296,14 @@ def main():
             except Exception:
                 pass
         time.sleep(1)
-    if pending:
-        print("sidebyside: not ready before the step: %s" % ", ".join(
-            "%s (HPA %s, API %s)" % (p.name, p.hpa, p.api_path) for p in pending), flush=True)
+    not_ready = {}
+    for p in pending:
+        # Left out of the step (its checks fail for want of figures), the others still run.
+        print("path (%s) %s: not ready before the step: HPA %s has no current metric or %s does not answer"
+              % (p.name, p.label, p.hpa, p.api_path), flush=True)
+        not_ready[p.name] = {"label": p.label, "not_ready": True, "up": {}, "down": {}}
+        paths.remove(p)
+    if not paths:
         return 1
 
     load = Load(api, a.namespace, [p.deployment for p in paths], a.rate)
@@ -330,7 +335,7 @@ def main():
     for t in threads:
         t.join(timeout=5)
 
-    result = {"step_at": t_step, "rate": a.rate, "target": a.target, "paths": {}}
+    result = {"step_at": t_step, "rate": a.rate, "target": a.target, "paths": dict(not_ready)}
     for p in paths:
         up, down = up_events[p.name], dict(p.events)
         q = up_query[p.name]
