@@ -79,8 +79,6 @@ IMAGE=$("$MV_CLUSTER_SRC/images.sh" microview) || fail_now "the MicroView image"
 "$MV_CLUSTER_SRC/images.sh" sample-app "$build" || fail_now "the sample-app image"
 t_images=$(now_ms)
 echo "timing: tools $(secs "$t0" "$t_tools")s, cluster up $(secs "$t_tools" "$t_up")s (HPA sync $MV_HPA_SYNC), images $(secs "$t_up" "$t_images")s"
-GW=$(bridge_ip)
-[ -n "$GW" ] || fail_now "no IPv4 address on $MV_BRIDGE"
 
 # ---- 1. the chart with keda.enabled -------------------------------------------------------------
 chart_values "$D/values.yaml" "keda: {enabled: true}"
@@ -97,6 +95,9 @@ ready1() { [ "$(kc get deploy "sample-$1" -n "$APP" -o jsonpath='{.status.readyR
 for p in "${PATHS[@]}"; do
   wait_for --what "sample-$p ready" 120 ready1 "$p" || fail_now "Deployment sample-$p never became ready"
 done
+# The bridge exists once pods are on it (the CNI plugin creates it).
+GW=$(bridge_ip)
+[ -n "$GW" ] || fail_now "no IPv4 address on $MV_BRIDGE"
 
 # ---- Prometheus (15 s scrapes) and prometheus-adapter --------------------------------------------
 start_prometheus "$SCRAPE" "$COLLECTOR_IP:9469"
