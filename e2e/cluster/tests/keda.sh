@@ -255,10 +255,15 @@ scaled_object sample-b "  - type: prometheus
       serverAddress: $PROM
       query: 'sum($METRIC{namespace=\"$APP\",pod=~\"sample-b-.*\"})'
       threshold: \"$TARGET\"" || fail_now "ScaledObject sample-b"
+# KEDA v2.21.0 builds each endpoint's URL from the url's scheme, the endpoint's address and port
+# and the url's *path* only (pkg/scalers/metrics_api_scaler.go, getEndpointsUrlsFromServiceURL):
+# the query is dropped, and every collector answers 400 (no metric=). Written with the '?'
+# percent-encoded, the query is part of the path KEDA keeps and decodes once, so each endpoint
+# gets ?metric=...&selector=app%3Dsample-c (the selector's '=' encoded twice).
 scaled_object sample-c "  - type: metrics-api
     metricType: AverageValue
     metadata:
-      url: \"http://microview-collector-keda.$NS.svc:9469/api/v1/value?metric=$METRIC&namespace=$APP&agg=sum&selector=app%3Dsample-c\"
+      url: \"http://microview-collector-keda.$NS.svc:9469/api/v1/value%3Fmetric=$METRIC&namespace=$APP&agg=sum&selector=app%253Dsample-c\"
       aggregateFromKubeServiceEndpoints: \"true\"
       aggregationType: sum
       valueLocation: value
@@ -380,7 +385,7 @@ spec:
   triggers:
   - type: metrics-api
     metadata:
-      url: "http://microview-collector-keda.$NS.svc:9469/api/v1/value?metric=app_requests_total&$VALUE_Q"
+      url: "http://microview-collector-keda.$NS.svc:9469/api/v1/value%3Fmetric=app_requests_total&${VALUE_Q//%3D/%253D}"
       aggregateFromKubeServiceEndpoints: "true"
       aggregationType: sum
       valueLocation: value
