@@ -330,7 +330,8 @@ for p in "${PATHS_RUN[@]}"; do
     ran+=("$p")
   else
     # Measured without it: the other paths still run.
-    why=$(grep -F "\"name\": \"sample-$p\"" "$LOGS/keda-operator.log" | grep -o '"error": "[^"]*"' | tail -1)
+    why=$(grep -F "\"name\": \"sample-$p\"" "$LOGS/keda-operator.log" | grep -o '"error": "[^"]*"' |
+      grep -m1 'rpc error')
     fail "($p) $(label_of "$p"): no HPA $(hpa_of "$p"); KEDA's operator: ${why:-see its log}"
   fi
 done
