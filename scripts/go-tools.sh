@@ -10,6 +10,9 @@
 #         prometheus-adapter  sigs.k8s.io/prometheus-adapter/cmd/adapter, pinned as a tool of
 #                   the module e2e/cluster/adapter (go install ...@version needs the proxy's
 #                   version list, which it does not serve for every module)
+#         keda      KEDA's operator and metrics API server (github.com/kedacore/keda/v2 cmd/operator,
+#                   cmd/adapter), pinned as tools of the module e2e/cluster/keda, plus the CRDs of
+#                   the same module version; prints the directory holding operator, adapter, crds/
 #
 # Binaries land in $MV_CACHE/bin/<tool>-<version> (default /var/cache/microview, or
 # ~/.cache/microview when that is not writable); a binary already there is reused without
@@ -128,6 +131,56 @@ _mv_go_build_local() {
   mv "$out.tmp" "$out"
 }
 
+# mv_go_keda: builds KEDA's operator and adapter from the wrapper module e2e/cluster/keda into
+# $MV_CACHE/keda-<version>-<hash of the module's go.mod and go.sum>/ and copies next to them the
+# manifests of the same module version: crds/ (config/crd/bases) and rbac/ (the ServiceAccount,
+# the operator's and the metrics server's roles and bindings). Prints the directory. A directory
+# with its stamp is reused without touching the network.
+mv_go_keda() {
+  local dir=$MV_GO_TOOLS_ROOT/e2e/cluster/keda version hash out
+  version=$(sed -n 's|^\tgithub.com/kedacore/keda/v2 \(v[^ ]*\).*|\1|p' "$dir/go.mod")
+  [ -n "$version" ] || { echo "go-tools: no KEDA version in $dir/go.mod" >&2; return 1; }
+  hash=$(cat "$dir/go.mod" "$dir/go.sum" | sha256sum | cut -c1-16)
+  out="$MV_CACHE/keda-$version-$hash"
+  if [ ! -f "$out/stamp" ]; then
+    mv_go_locked keda _mv_go_build_keda "$out" "$dir" "$version" >&2
+  fi
+  [ -f "$out/stamp" ] || { echo "go-tools: keda $version was not built" >&2; return 1; }
+  echo "$out"
+}
+
+_mv_go_build_keda() {
+  local out=$1 dir=$2 version=$3 go src
+  [ -f "$out/stamp" ] && return 0
+  go=$(mv_go_bin)
+  mkdir -p "$out" || return 1
+  if [ ! -x "$out/operator" ] || [ ! -x "$out/adapter" ]; then
+    echo "go-tools: building KEDA $version operator and adapter (once; cached in $out)"
+    rm -rf "$out/.build" && mkdir -p "$out/.build" || return 1
+    (cd "$dir" && GOFLAGS=-buildvcs=false GOTOOLCHAIN=local CGO_ENABLED=0 nice -n 19 "$go" build -trimpath \
+      -ldflags "-s -w -X github.com/kedacore/keda/v2/version.Version=${version#v}" -o "$out/.build/" \
+      github.com/kedacore/keda/v2/cmd/operator github.com/kedacore/keda/v2/cmd/adapter) || {
+      rm -rf "$out/.build"
+      echo "go-tools: go build of KEDA in $dir failed (is the Go module proxy reachable?)"
+      return 1
+    }
+    mv "$out/.build/operator" "$out/.build/adapter" "$out/" && rm -rf "$out/.build" || return 1
+  fi
+  src=$(cd "$dir" && GOFLAGS=-mod=mod GOTOOLCHAIN=local "$go" list -m -f '{{.Dir}}' github.com/kedacore/keda/v2) ||
+    return 1
+  rm -rf "$out/crds" "$out/rbac" && mkdir -p "$out/crds" "$out/rbac" || return 1
+  (cd "$src" && cp config/crd/bases/*.yaml "$out/crds/" &&
+    cp config/service_account/service_account.yaml "$out/rbac/service-account.yaml" &&
+    cp config/rbac/role.yaml "$out/rbac/operator-role.yaml" &&
+    cp config/rbac/role_binding.yaml "$out/rbac/operator-role-binding.yaml" &&
+    cp config/metrics-server/role.yaml "$out/rbac/metrics-server-role.yaml" &&
+    cp config/metrics-server/role_binding.yaml "$out/rbac/metrics-server-role-binding.yaml") || {
+    echo "go-tools: KEDA's manifests (config/crd/bases, config/rbac, ...) not found in $src"
+    return 1
+  }
+  chmod -R u+w "$out" && echo "$version" >"$out/stamp"
+}
+
 mv_go_tools_main() {
   case "${1:-}" in
   helm)
@@ -145,6 +198,9 @@ mv_go_tools_main() {
     mv_go_local prometheus-adapter "$MV_GO_TOOLS_ROOT/e2e/cluster/adapter" \
       sigs.k8s.io/prometheus-adapter/cmd/adapter
     ;;
+  keda)
+    mv_go_keda
+    ;;
   prometheus3)
     # v0.MNN.P of the module is release 3.(MNN - 300).P
     local v=${PROMETHEUS3_VERSION#v0.}
@@ -157,10 +213,11 @@ mv_go_tools_main() {
     echo "helm $HELM_VERSION"
     echo "prometheus3 $PROMETHEUS3_VERSION (github.com/prometheus/prometheus/cmd/prometheus)"
     echo "prometheus-adapter $(sed -n 's|^\tsigs.k8s.io/prometheus-adapter \(v[^ ]*\).*|\1|p' "$MV_GO_TOOLS_ROOT/e2e/cluster/adapter/go.mod")"
+    echo "keda $(sed -n 's|^\tgithub.com/kedacore/keda/v2 \(v[^ ]*\).*|\1|p' "$MV_GO_TOOLS_ROOT/e2e/cluster/keda/go.mod")"
     echo "k8scheck (tests/tools/k8scheck, by source hash)"
     ;;
   *)
-    echo "usage: scripts/go-tools.sh helm|k8scheck|prometheus-adapter|prometheus3|--list" >&2
+    echo "usage: scripts/go-tools.sh helm|k8scheck|keda|prometheus-adapter|prometheus3|--list" >&2
     return 2
     ;;
   esac

@@ -122,11 +122,11 @@ elif [ -x scripts/fuzz.sh ]; then
 fi
 
 # In the order the prebuild finishes what they need: the base images first (ready long before
-# the Go builds), then helm and the Kubernetes components (both builds), and last cluster_helm
-# and the Prometheus 3 tests, which need prometheus-adapter and Prometheus 3, the last Go builds. On a cold machine each group
-# runs while the next tool is still building.
+# the Go builds), then helm and the Kubernetes components (both builds), and last cluster_helm,
+# the Prometheus 3 tests and cluster_keda, which need prometheus-adapter, Prometheus 3 and KEDA,
+# the last Go builds. On a cold machine each group runs while the next tool is still building.
 images_only='^(image_containers|image_quickstart|arm64_unit_qemu)$'
-needs_adapter='^(cluster_helm|e2e_native_histograms_prom3|e2e_remote_write2)$'
+needs_adapter='^(cluster_helm|e2e_native_histograms_prom3|e2e_remote_write2|cluster_keda)$'
 prebuilt_ctest() { # <stage> <build dir> <log name> <ctest selection args...>
   local stage=$1 dir=$2 log=$2/$3
   shift 3
@@ -149,7 +149,7 @@ if [ $asan_ok -eq 0 ]; then
   prebuilt_ctest tests-asan-prebuilt build-asan ctest-prebuilt.log
 fi
 if [ $build_ok -eq 0 ]; then
-  note "tests needing prometheus-adapter and Prometheus 3 (build)"
+  note "tests needing prometheus-adapter, Prometheus 3 and KEDA (build)"
   prebuilt_ctest tests-prebuilt-adapter build ctest-prebuilt-adapter.log -R "$needs_adapter"
 fi
 

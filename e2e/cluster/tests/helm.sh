@@ -24,6 +24,8 @@ set -uo pipefail
 . "$(dirname "$0")/../lib.sh"
 cluster_exclusive "$@"
 . "$MV_CLUSTER_SRC/certs.sh"
+# shellcheck source=e2e/cluster/tests/chart-lib.sh
+. "$MV_CLUSTER_SRC/tests/chart-lib.sh"
 build=${1:?usage: helm.sh BUILD_DIR [LOG_DIR]}
 build=$(cd "$build" && pwd)
 keep=${2:-$MV_CACHE/e2e-cluster-logs/helm}
@@ -83,84 +85,12 @@ t_images=$(now_ms)
 echo "timing: tools $(secs "$t0" "$t_tools")s, cluster up $(secs "$t_tools" "$t_up")s, images $(secs "$t_up" "$t_images")s"
 
 # ---- 1. helm install ----------------------------------------------------------------------------
-# The cluster's API server listens on loopback and has no kube-proxy, so the agent (which reads
-# pod labels from the API) uses the node's network and is told the API server's address, as on
-# clusters without kube-proxy. Host paths live under the cluster directory.
-STATE=$D/microview-state
-cat >"$D/values.yaml" <<EOF
-image: {repository: ${IMAGE%:*}, tag: "${IMAGE##*:}", pullPolicy: Never}
-global: {stateDir: "$STATE"}
-agent:
-  hostNetwork: true
-  apiServer: "https://127.0.0.1:$MV_API_PORT"
-  podResourcesDir: "$KUBELET_ROOT/pod-resources"
-  gcIntervalMs: 1000
-  gcGraceMs: 2000
-collector:
-  windowMs: 5000
-  # The test cluster's API server listens on loopback and there is no kube-proxy, so a collector
-  # in the pod network cannot ask it for reviews: no authentication here (collector_auth.sh
-  # covers --auth kubernetes against this API server).
-  auth: {mode: none}
-webhook:
-  replicas: 1
-  podDisruptionBudget: {enabled: false}
-EOF
-t0=$(now_ms)
-if ! "$HELM" install microview "$SRC/deploy/helm/microview" --kubeconfig "$ADMIN_KUBECONFIG" \
-  -n "$NS" --create-namespace -f "$D/values.yaml" --wait --timeout 5m >"$LOGS/helm-install.log" 2>&1; then
-  cat "$LOGS/helm-install.log"
-  fail_now "helm install"
-fi
-t_installed=$(now_ms)
-echo "timing: helm install --wait $(secs "$t0" "$t_installed")s"
-ds_ready() { # NAME
-  local want have
-  want=$(kc get ds "$1" -n "$NS" -o jsonpath='{.status.desiredNumberScheduled}')
-  have=$(kc get ds "$1" -n "$NS" -o jsonpath='{.status.numberReady}')
-  [ -n "$want" ] && [ "$want" -gt 0 ] && [ "$have" = "$want" ]
-}
-# helm's --wait counts a DaemonSet as ready once desired - maxUnavailable pods are (0 of 1 here),
-# so the pods' readiness is waited for on the DaemonSet status itself.
-wait_for --what "the agent DaemonSet ready" 120 ds_ready microview-agent
-check "agent DaemonSet ready" ds_ready microview-agent
-wait_for --what "the collector DaemonSet ready" 120 ds_ready microview-collector
-check "collector DaemonSet ready" ds_ready microview-collector
-allocatable() { kc get node "$MV_NODE" -o jsonpath="{.status.allocatable.microview\\.io/metrics}"; }
-has_allocatable() { [ -n "$(allocatable)" ]; }
-wait_for --what "allocatable $RES" 30 has_allocatable
-POOL=$(allocatable)
-check "node allocatable shows $RES: '$POOL' (16Mi pool / 4Ki pages = 4096)" test "$POOL" = 4096
+chart_values "$D/values.yaml"
+chart_install "$D/values.yaml"
 
 # ---- 2. the annotated Deployment ---------------------------------------------------------------
 kc create namespace "$APP" >/dev/null
-deployment() { # REPLICAS
-  kc apply -f - >/dev/null <<EOF
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: sample, namespace: $APP}
-spec:
-  replicas: $1
-  selector: {matchLabels: {app: sample}}
-  template:
-    metadata:
-      labels: {app: sample}
-      annotations:
-        microview.io/metrics-memory: 64Ki
-        microview.io/labels: "app=sample,tier=web"
-    spec:
-      terminationGracePeriodSeconds: 2
-      securityContext: {runAsNonRoot: true, runAsUser: 1000, runAsGroup: 1000}
-      containers:
-      - name: app
-        image: mv.local/sample-app:e2e
-        imagePullPolicy: Never
-        args: ["8080"]
-        ports: [{name: http, containerPort: 8080}]
-        readinessProbe: {httpGet: {path: /healthz, port: http}, periodSeconds: 1}
-        securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}
-EOF
-}
+deployment() { sample_deployment sample "$APP" "$1"; } # REPLICAS
 t0=$(now_ms)
 deployment 1
 ready_replicas() { kc get deploy sample -n "$APP" -o jsonpath='{.status.readyReplicas}'; }
@@ -170,7 +100,6 @@ echo "timing: annotated Deployment ready $(secs "$t0" "$(now_ms)")s"
 POD=$(kc get pods -n "$APP" -l app=sample -o jsonpath='{.items[0].metadata.name}')
 limit() { kc get pod "$1" -n "$APP" -o jsonpath="{.spec.containers[0].resources.limits.microview\\.io/metrics}"; }
 check "the webhook set $RES on the created pod: limit '$(limit "$POD")' (64Ki / 4Ki)" test "$(limit "$POD")" = 16
-comp_pod() { kc get pods -n "$NS" -l "app.kubernetes.io/component=$1" -o jsonpath='{.items[0].metadata.name}'; }
 AGENT=$(comp_pod agent)
 kc logs -n "$NS" "$AGENT" >"$LOGS/agent-pod.log" 2>&1
 check "the kubelet called Allocate (agent logged dp.allocated)" grep -q 'event=dp.allocated' "$LOGS/agent-pod.log"
@@ -239,23 +168,7 @@ check "kubectl prints the webhook's message naming the value" named
 
 # ---- 4. Prometheus, prometheus-adapter, HPA -----------------------------------------------------
 COLLECTOR_IP=$(kc get pod "$(comp_pod collector)" -n "$NS" -o jsonpath='{.status.podIP}')
-PROM_PORT=$(free_port)
-mkdir -p "$D/prometheus"
-cat >"$D/prometheus/prometheus.yml" <<EOF
-global: {scrape_interval: 1s, evaluation_interval: 1s}
-scrape_configs:
-  - job_name: microview
-    honor_labels: true
-    static_configs: [{targets: ["$COLLECTOR_IP:9469"]}]
-EOF
-start_proc prometheus prometheus --config.file="$D/prometheus/prometheus.yml" \
-  --storage.tsdb.path="$D/prometheus/data" --web.listen-address="127.0.0.1:$PROM_PORT"
-PROM=http://127.0.0.1:$PROM_PORT
-prom_value() { # PROMQL: the first sample's value
-  curl -fsS --max-time 3 "$PROM/api/v1/query" --data-urlencode "query=$1" |
-    python3 -c 'import json,sys; r=json.load(sys.stdin)["data"]["result"]; print(r[0]["value"][1] if r else "")'
-}
-prom_has() { [ -n "$(prom_value "$1")" ]; }
+start_prometheus 1s "$COLLECTOR_IP:9469"
 wait_for --what "Prometheus scraping the collector" 60 prom_has "app_requests_total{namespace=\"$APP\",pod=\"$POD\"}"
 check "Prometheus keeps the pod's own namespace/pod labels (honor_labels)" \
   prom_has "app_requests_total{namespace=\"$APP\",pod=\"$POD\",container=\"app\"}"
@@ -266,39 +179,9 @@ check "Prometheus keeps the pod's own namespace/pod labels (honor_labels)" \
 kc create namespace monitoring >/dev/null
 kc apply -f "$SRC/deploy/autoscaling/prometheus-adapter-rules.yaml" >/dev/null
 kc get configmap microview-adapter-config -n monitoring -o jsonpath='{.data.config\.yaml}' >"$D/adapter-rules.yaml"
-GW=$(ip -4 -o addr show dev "$MV_BRIDGE" | awk '{print $4}' | cut -d/ -f1 | head -1)
+GW=$(bridge_ip)
 [ -n "$GW" ] || fail_now "no IPv4 address on $MV_BRIDGE"
-APORT=$(free_port)
-(umask 077 && cert_leaf ca adapter "/CN=prometheus-adapter" serverAuth \
-  "DNS:prometheus-adapter.monitoring.svc,IP:$GW")
-start_proc prometheus-adapter "$ADAPTER" --secure-port="$APORT" --bind-address="$GW" \
-  --tls-cert-file="$CERTS/adapter.crt" --tls-private-key-file="$CERTS/adapter.key" \
-  --lister-kubeconfig="$ADMIN_KUBECONFIG" --authentication-kubeconfig="$ADMIN_KUBECONFIG" \
-  --authorization-kubeconfig="$ADMIN_KUBECONFIG" --prometheus-url="$PROM/" \
-  --config="$D/adapter-rules.yaml" --metrics-relist-interval=5s --v=1
-kc apply -f - >/dev/null <<EOF
-apiVersion: v1
-kind: Service
-metadata: {name: prometheus-adapter, namespace: monitoring}
-spec:
-  ports: [{name: https, port: 443, targetPort: $APORT}]
----
-apiVersion: v1
-kind: Endpoints
-metadata: {name: prometheus-adapter, namespace: monitoring}
-subsets: [{addresses: [{ip: "$GW"}], ports: [{name: https, port: $APORT}]}]
----
-apiVersion: apiregistration.k8s.io/v1
-kind: APIService
-metadata: {name: v1beta1.custom.metrics.k8s.io}
-spec:
-  group: custom.metrics.k8s.io
-  version: v1beta1
-  service: {namespace: monitoring, name: prometheus-adapter, port: 443}
-  caBundle: $(base64 -w0 <"$CERTS/ca.crt")
-  groupPriorityMinimum: 100
-  versionPriority: 100
-EOF
+start_prometheus_adapter "$D/adapter-rules.yaml" 5s
 METRIC=app_requests_per_second
 CM_PATH="/apis/custom.metrics.k8s.io/v1beta1/namespaces/$APP/pods/*/$METRIC"
 # adapter_values: "pod value" lines from the custom metrics API (values in plain units).
