@@ -555,6 +555,126 @@ size_t mv_sketch_add_many(mv_sketch_add_req *req, size_t n)
     return grown;
 }
 
+/* ---- Runs: a few values per sketch, many sketches ------------------------------------------ */
+
+#define RUN_KEYS 8 /* keys of a run computed ahead, with its fetches (the rest: as added) */
+
+/* The header lines an add of a positive value touches. */
+static inline void runs_fetch_header(const mv_sketch *sk)
+{
+    PREFETCH_W(sk);
+    PREFETCH_W((const char *)sk + 64);
+}
+
+/* Keys of r's first values (UINT32_MAX: not a positive finite value with a count, added by
+ * mv_sketch_add_n), and the directory slots of their pages. Needs r->sk's header. */
+static inline void runs_keys(const mv_sketch_runs *r, uint32_t *keys)
+{
+    const mv_sketch *sk = r->sk;
+    const store *st = &sk->pos;
+    uint32_t m = r->n < RUN_KEYS ? r->n : RUN_KEYS;
+    for (uint32_t i = 0; i < m; i++) {
+        double x = r->value[i];
+        uint32_t key = UINT32_MAX;
+        if (x > MV_SKETCH_MIN_INDEXABLE && x < INFINITY && r->count[i]) {
+            key = ukey_of(sk, x);
+            uint32_t d = (key >> PAGE_SHIFT) - st->lo_page;
+            if (d < st->dir_len)
+                PREFETCH_R(&st->dir[d]);
+        }
+        keys[i] = key;
+    }
+}
+
+/* The page lines of r's first keys. Needs the header and the directory slots. */
+static inline void runs_pages(const mv_sketch_runs *r, const uint32_t *keys)
+{
+    const store *st = &r->sk->pos;
+    uint32_t m = r->n < RUN_KEYS ? r->n : RUN_KEYS;
+    for (uint32_t i = 0; i < m; i++) {
+        uint32_t key = keys[i], d = (key >> PAGE_SHIFT) - st->lo_page;
+        if (key != UINT32_MAX && d < st->dir_len && st->dir[d])
+            PREFETCH_W(st->pool + (size_t)(st->dir[d] - 1) * PAGE + (key & (PAGE - 1)));
+    }
+}
+
+/* Adds r's values in order; returns the bytes allocated. The header's fields are kept in
+ * locals between the slow adds (which read and write them in the sketch). */
+static size_t runs_add(const mv_sketch_runs *r, const uint32_t *keys)
+{
+    mv_sketch *sk = r->sk;
+    store *st = &sk->pos;
+    size_t grown = 0;
+    uint64_t count = sk->count, total = st->total;
+    double sum = sk->sum, mn = sk->min, mx = sk->max;
+    for (uint32_t i = 0; i < r->n; i++) {
+        double x = r->value[i];
+        uint64_t c = r->count[i];
+        uint32_t key;
+        if (i < RUN_KEYS)
+            key = keys[i];
+        else
+            key = x > MV_SKETCH_MIN_INDEXABLE && x < INFINITY && c ? ukey_of(sk, x) : UINT32_MAX;
+        uint32_t d = (key >> PAGE_SHIFT) - st->lo_page;
+        if (key != UINT32_MAX && d < st->dir_len && st->dir[d]) {
+            st->pool[(size_t)(st->dir[d] - 1) * PAGE + (key & (PAGE - 1))] += c;
+            total += c;
+            count += c;
+            sum += c == 1 ? x : x * (double)c;
+            if (x < mn)
+                mn = x;
+            if (x > mx)
+                mx = x;
+            continue;
+        }
+        /* The slow side (another sign, zero, NaN, a new page, a wider directory): through
+         * the sketch itself. */
+        sk->count = count;
+        st->total = total;
+        sk->sum = sum;
+        sk->min = mn;
+        sk->max = mx;
+        size_t m0 = mv_sketch_memory_used(sk);
+        mv_sketch_add_n(sk, x, c);
+        grown += mv_sketch_memory_used(sk) - m0;
+        count = sk->count;
+        total = st->total;
+        sum = sk->sum;
+        mn = sk->min;
+        mx = sk->max;
+    }
+    sk->count = count;
+    st->total = total;
+    sk->sum = sum;
+    sk->min = mn;
+    sk->max = mx;
+    return grown;
+}
+
+size_t mv_sketch_add_runs(const mv_sketch_runs *r, size_t nr)
+{
+    /* Run k is added while run k + 1's pages, run k + 2's directory slots (its keys) and
+     * run k + 3's header are on their way. */
+    uint32_t keys[4][RUN_KEYS];
+    size_t grown = 0;
+    for (size_t k = 0; k < nr && k < 3; k++)
+        runs_fetch_header(r[k].sk);
+    for (size_t k = 0; k < nr && k < 2; k++)
+        runs_keys(&r[k], keys[k]);
+    if (nr)
+        runs_pages(&r[0], keys[0]);
+    for (size_t k = 0; k < nr; k++) {
+        if (k + 3 < nr)
+            runs_fetch_header(r[k + 3].sk);
+        if (k + 2 < nr)
+            runs_keys(&r[k + 2], keys[(k + 2) & 3]);
+        if (k + 1 < nr)
+            runs_pages(&r[k + 1], keys[(k + 1) & 3]);
+        grown += runs_add(&r[k], keys[k & 3]);
+    }
+    return grown;
+}
+
 int mv_sketch_add(mv_sketch *sk, double x)
 {
     return mv_sketch_add_n(sk, x, 1);
