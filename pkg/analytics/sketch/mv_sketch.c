@@ -557,7 +557,8 @@ size_t mv_sketch_add_many(mv_sketch_add_req *req, size_t n)
 
 /* ---- Runs: a few values per sketch, many sketches ------------------------------------------ */
 
-#define RUN_KEYS 8 /* keys of a run computed ahead, with its fetches (the rest: as added) */
+#define RUN_KEYS   8  /* keys of a run computed ahead, with its fetches (the rest: as added) */
+#define RUNS_CHUNK 16 /* runs whose fetches are asked for together */
 
 /* The header lines an add of a positive value touches. */
 static inline void runs_fetch_header(const mv_sketch *sk)
@@ -653,24 +654,21 @@ static size_t runs_add(const mv_sketch_runs *r, const uint32_t *keys)
 
 size_t mv_sketch_add_runs(const mv_sketch_runs *r, size_t nr)
 {
-    /* Run k is added while run k + 1's pages, run k + 2's directory slots (its keys) and
-     * run k + 3's header are on their way. */
-    uint32_t keys[4][RUN_KEYS];
+    /* Stage by stage over a chunk of runs, so that the misses of each stage overlap: the
+     * headers, then the keys and their directory slots, then the pages, then the adds. */
+    uint32_t keys[RUNS_CHUNK][RUN_KEYS];
     size_t grown = 0;
-    for (size_t k = 0; k < nr && k < 3; k++)
-        runs_fetch_header(r[k].sk);
-    for (size_t k = 0; k < nr && k < 2; k++)
-        runs_keys(&r[k], keys[k]);
-    if (nr)
-        runs_pages(&r[0], keys[0]);
-    for (size_t k = 0; k < nr; k++) {
-        if (k + 3 < nr)
-            runs_fetch_header(r[k + 3].sk);
-        if (k + 2 < nr)
-            runs_keys(&r[k + 2], keys[(k + 2) & 3]);
-        if (k + 1 < nr)
-            runs_pages(&r[k + 1], keys[(k + 1) & 3]);
-        grown += runs_add(&r[k], keys[k & 3]);
+    for (size_t c0 = 0; c0 < nr; c0 += RUNS_CHUNK) {
+        size_t m = nr - c0 < RUNS_CHUNK ? nr - c0 : RUNS_CHUNK;
+        const mv_sketch_runs *c = r + c0;
+        for (size_t k = 0; k < m; k++)
+            runs_fetch_header(c[k].sk);
+        for (size_t k = 0; k < m; k++)
+            runs_keys(&c[k], keys[k]);
+        for (size_t k = 0; k < m; k++)
+            runs_pages(&c[k], keys[k]);
+        for (size_t k = 0; k < m; k++)
+            grown += runs_add(&c[k], keys[k]);
     }
     return grown;
 }

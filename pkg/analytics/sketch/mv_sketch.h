@@ -109,11 +109,11 @@ typedef struct mv_sketch_runs {
 
 /* mv_sketch_add_n(r[k].sk, r[k].value[i], r[k].count[i]) for every k and, within it, every
  * i, in that order: the same contents, sum included to the bit. For many sketches each given
- * a few values, cold in cache: while the values of one sketch are added, the pages of the
- * next, the directory slots of the one after and the header of the one after that are
- * fetched, and each sketch's header is read once for all its values. A sketch may appear
- * more than once. Returns the bytes these adds allocated (mv_sketch_memory_used grew by
- * that much). */
+ * a few values, cold in cache: the headers of a chunk of them, then the directory slots of
+ * their values' keys, then the pages are fetched stage by stage, so that the misses of a
+ * stage overlap, and each sketch's header is read once for all its values. A sketch may
+ * appear more than once. Returns the bytes these adds allocated (mv_sketch_memory_used grew
+ * by that much). */
 size_t mv_sketch_add_runs(const mv_sketch_runs *r, size_t nr);
 
 /* Adds a pod-written explicit-bucket histogram delta: `bounds` holds nbounds
