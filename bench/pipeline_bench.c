@@ -634,12 +634,214 @@ out:
     return res;
 }
 
+/* ---- The tick's analytics, simulated ----------------------------------------------------------
+ *
+ * --tick-sim: the analytics part of tick_bench's tick alone, on a simulated clock, so that its
+ * work is the same on every run and under valgrind (`callgrind --toggle-collect=sim_tick`
+ * counts the instructions of the measured ticks only). `nsegs` segments of 64 metrics
+ * (counters and gauges alternating), each with the pipeline configuration the collector gives
+ * it (mv_coll_opts_default's, and its per-segment phases, close spread and same_batch); every
+ * simulated millisecond the writer of tick_bench gives every metric of `pct` % of the segments,
+ * the next ones in turn, a new value (not timed), then one tick feeds every segment as the
+ * collector does: a copy of the segment's values when it changed (mv_pipe_seg_feed), else a
+ * read of unchanged values (mv_pipe_seg_feed_same), with the collector's prefetches. `warm`
+ * ticks run first (16,000: one 15 s window and a margin, so the sketches have their pages),
+ * then `ticks` measured ones, timed by the thread's CPU clock. */
+
+typedef struct sim_seg {
+    mseg m;
+    mv_counter ctr[64];
+    mv_gauge g[64];
+    mv_pipe_seg *p;
+    char *snap; /* the collector's copy of the hot area */
+    int changed;
+} sim_seg;
+
+/* One tick's feeds. */
+static inline unsigned sim_feed_all(sim_seg *ss, unsigned n, uint64_t now)
+{
+    unsigned f = 0;
+    /* Unchanged segments first, as the collector serves them in its first phase. */
+    for (unsigned i = 0; i < n; i++) {
+        if (i + 2 < n && !ss[i + 2].changed)
+            mv_pipe_seg_prefetch(ss[i + 2].p, MV_PIPE_PF_STATE);
+        if (i + 1 < n && !ss[i + 1].changed)
+            mv_pipe_seg_prefetch(ss[i + 1].p, MV_PIPE_PF_SAME);
+        if (!ss[i].changed)
+            f |= mv_pipe_seg_feed_same(ss[i].p, ss[i].snap, now);
+    }
+    /* Then the copies, 8 at a time (the collector's LOCAL_GROUP). */
+    unsigned grp[8], k = 0;
+    for (unsigned i = 0; i <= n; i++) {
+        if (i < n && ss[i].changed) {
+            grp[k++] = i;
+            mv_pipe_seg_prefetch(ss[i].p, MV_PIPE_PF_STATE);
+        }
+        if (k == 8 || (i == n && k)) {
+            for (unsigned j = 0; j < k; j++) {
+                if (j + 1 < k)
+                    mv_pipe_seg_prefetch(ss[grp[j + 1]].p, MV_PIPE_PF_RECORDS);
+                f |= mv_pipe_seg_feed(ss[grp[j]].p, ss[grp[j]].snap, now);
+            }
+            k = 0;
+        }
+    }
+    return f;
+}
+
+/* A measured tick and a warm-up one, out of line: callgrind's --toggle-collect=sim_tick counts
+ * the measured ones only. */
+__attribute__((noinline)) static unsigned sim_tick(sim_seg *ss, unsigned n, uint64_t now)
+{
+    return sim_feed_all(ss, n, now);
+}
+
+static unsigned g_sim_warm_ticks; /* keeps sim_tick_warm's code apart from sim_tick's */
+
+__attribute__((noinline)) static unsigned sim_tick_warm(sim_seg *ss, unsigned n, uint64_t now)
+{
+    g_sim_warm_ticks++;
+    return sim_feed_all(ss, n, now);
+}
+
+/* Folds what every segment's view publishes (the summaries, the window, the scorer; not the
+ * bytes held, which a change of layout may move) into h: equal hashes from two builds say
+ * that their analytics gave the same outputs, to the bit. */
+static uint64_t sim_views_hash(sim_seg *ss, unsigned n, uint64_t h)
+{
+    for (unsigned i = 0; i < n; i++) {
+        mv_pipe_view *v = mv_pipe_seg_view(ss[i].p);
+        if (!v)
+            continue;
+        uint64_t w[6] = {v->window_start_ns, v->window_end_ns, 0,
+                         v->fd_steps,        v->collapses,     v->window_reads};
+        memcpy(&w[2], &v->anomaly_score, 8);
+        h = h * 0x100000001b3ull ^ mv_seg_fnv1a64(w, sizeof w);
+        h = h * 0x100000001b3ull ^ mv_seg_fnv1a64(v->m, v->n * sizeof v->m[0]);
+        free(v);
+    }
+    return h;
+}
+
+static void bench_tick_sim(unsigned nsegs, double pct, unsigned warm, unsigned ticks)
+{
+    sim_seg *ss = calloc(nsegs, sizeof *ss);
+    size_t hot = 0;
+    mv_coll_opts co;
+    mv_coll_opts_default(&co);
+    co.tick_us = 1000;
+    if (!ss)
+        return;
+    size_t heap0 = bench_heap_in_use();
+    for (unsigned i = 0; i < nsegs; i++) {
+        sim_seg *s = &ss[i];
+        char name[48], id[32];
+        if (mseg_open(&s->m, 32u << 10) != 0) {
+            fprintf(stderr, "pipeline_bench: cannot create segment %u\n", i);
+            return;
+        }
+        for (unsigned j = 0; j < 64; j++) {
+            snprintf(name, sizeof name, j % 2 ? "app_level_%02u" : "app_events_%02u_total", j);
+            int rc = j % 2 ? mv_gauge_register(s->m.w, name, NULL, NULL, NULL, 0, &s->g[j])
+                           : mv_counter_register(s->m.w, name, NULL, NULL, NULL, 0, &s->ctr[j]);
+            if (rc != MV_OK) {
+                fprintf(stderr, "pipeline_bench: register: %s\n", mv_strerror(rc));
+                return;
+            }
+        }
+        if (mseg_parse(&s->m) != 0)
+            return;
+        /* The collector's configuration for a segment with this id (mv_collect_tick.c). */
+        snprintf(id, sizeof id, "seg-%04u", i);
+        mv_pipe_config pc = co.pipe;
+        uint64_t h = mv_seg_fnv1a64(id, strlen(id));
+        pc.close_spread_ns = 8ull * co.tick_us * 1000ull;
+        pc.phase_ns = h % pc.fd_period_ns;
+        pc.same_batch = 8;
+        uint64_t m = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
+        m = (m ^ (m >> 27)) * 0x94d049bb133111ebull;
+        pc.window_phase_ns = (m ^ (m >> 31)) % pc.window_ns;
+        hot = mv_seg_catalog_hot_size(s->m.cat);
+        s->snap = aligned_alloc(64, (hot + 63) & ~(size_t)63);
+        if (!s->snap || mv_pipe_seg_create(&pc, s->m.cat, NULL, &s->p) != 0) {
+            fprintf(stderr, "pipeline_bench: pipeline %u\n", i);
+            return;
+        }
+        close(s->m.fd); /* the mapping stays: 4,000 segments need no 4,000 descriptors */
+        s->m.fd = -1;
+        s->changed = 1;
+    }
+    unsigned per = (unsigned)((double)nsegs * pct / 100.0 + 0.5);
+    uint64_t t = 1000ull * 1000 * MS, cpu = 0, cursor = 0, hash = 14695981039346656037ull;
+    for (unsigned tk = 0; tk < warm + ticks; tk++, t += MS) {
+        /* tick_bench's writer: every metric of the next `per` segments. */
+        for (unsigned k = 0; k < per; k++) {
+            unsigned i = (unsigned)((cursor + k) % nsegs);
+            for (unsigned j = 0; j < 64; j++) {
+                if (j % 2 == 0)
+                    mv_counter_add(ss[i].ctr[j], 1 + (tk + j) % 5);
+                else
+                    mv_gauge_set(ss[i].g[j], (double)((tk * 7u + i + j) % 1000));
+            }
+            ss[i].changed = 1;
+        }
+        cursor += per;
+        for (unsigned i = 0; i < nsegs; i++)
+            if (ss[i].changed)
+                memcpy(ss[i].snap, ss[i].m.map, hot);
+        uint64_t c0 = tk >= warm ? clock_ns(CLOCK_THREAD_CPUTIME_ID) : 0;
+        unsigned f = tk >= warm ? sim_tick(ss, nsegs, t) : sim_tick_warm(ss, nsegs, t);
+        if (tk >= warm)
+            cpu += clock_ns(CLOCK_THREAD_CPUTIME_ID) - c0;
+        hash = hash * 0x100000001b3ull ^ f; /* every tick's flags */
+        if (tk % 1000 == 999)
+            hash = sim_views_hash(ss, nsegs, hash);
+        for (unsigned i = 0; i < nsegs; i++)
+            ss[i].changed = 0;
+    }
+    BENCH_KEEP(g_sim_warm_ticks);
+    hash = sim_views_hash(ss, nsegs, hash);
+    uint64_t mem = 0;
+    for (unsigned i = 0; i < nsegs; i++) {
+        mv_pipe_view *v = mv_pipe_seg_view(ss[i].p);
+        mem += v ? v->mem_bytes : 0;
+        free(v);
+    }
+    double us = ticks ? (double)cpu / ticks / 1e3 : 0;
+    printf("bench=pipeline_tick segments=%u metrics=64 change_pct=%g warm_ticks=%u ticks=%u "
+           "cpu_per_tick_us=%.1f cpu_ns_per_metric=%.2f clock=thread_cpu "
+           "analytics_bytes_per_metric=%.0f heap_bytes_per_metric=%.0f outputs_hash=%016llx\n",
+           nsegs, pct, warm, ticks, us, us * 1e3 / (64.0 * nsegs), (double)mem / (64.0 * nsegs),
+           (double)(bench_heap_in_use() - heap0) / (64.0 * nsegs), (unsigned long long)hash);
+    for (unsigned i = 0; i < nsegs; i++) {
+        mv_pipe_seg_destroy(ss[i].p);
+        free(ss[i].snap);
+        mv_seg_catalog_free(ss[i].m.cat);
+        munmap(ss[i].m.map, ss[i].m.size);
+        mv_close(ss[i].m.w);
+    }
+    free(ss);
+}
+
 int main(int argc, char **argv)
 {
-    int quick = 0, only_fresh = 0, only_expo = 0, only_pipe = 0;
+    int quick = 0, only_fresh = 0, only_expo = 0, only_pipe = 0, tick_sim = 0;
+    unsigned sim_segs = 1000, sim_ticks = 2000, sim_warm = 16000;
+    double sim_pct = 10;
     for (int i = 1; i < argc; i++) {
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(argv[i], "--quick") == 0)
             quick = 1;
+        else if (strcmp(argv[i], "--tick-sim") == 0)
+            tick_sim = 1;
+        else if (strcmp(argv[i], "--segments") == 0 && v && atoi(v) > 0 && atoi(v) <= 100000)
+            sim_segs = (unsigned)atoi(argv[++i]);
+        else if (strcmp(argv[i], "--change-pct") == 0 && v && atof(v) >= 0 && atof(v) <= 100)
+            sim_pct = atof(argv[++i]);
+        else if (strcmp(argv[i], "--ticks") == 0 && v && atoi(v) > 0)
+            sim_ticks = (unsigned)atoi(argv[++i]);
+        else if (strcmp(argv[i], "--warm-ticks") == 0 && v && atoi(v) >= 0)
+            sim_warm = (unsigned)atoi(argv[++i]);
         else if (strcmp(argv[i], "--freshness") == 0)
             only_fresh = 1;
         else if (strcmp(argv[i], "--expo") == 0)
@@ -649,10 +851,18 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--cpu-time") == 0)
             g_cpu_time = 1;
         else {
-            fprintf(stderr, "usage: pipeline_bench [--quick] [--cpu-time] [--freshness | --expo | "
-                            "--pipeline]\n");
+            fprintf(stderr,
+                    "usage: pipeline_bench [--quick] [--cpu-time] [--freshness | --expo | "
+                    "--pipeline]\n"
+                    "       pipeline_bench --tick-sim [--segments N] [--change-pct P] [--ticks T] "
+                    "[--warm-ticks W]\n");
             return 2;
         }
+    }
+    if (tick_sim) {
+        setvbuf(stdout, NULL, _IOLBF, 0);
+        bench_tick_sim(sim_segs, sim_pct, sim_warm, sim_ticks);
+        return 0;
     }
     unsigned reads = quick ? 320 : 3008; /* multiples of BATCH */
     setvbuf(stdout, NULL, _IOLBF, 0);

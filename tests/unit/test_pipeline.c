@@ -780,6 +780,86 @@ static void test_gauge_repeats_batched(void)
     fx_close(&f);
 }
 
+/* Gauges' runs wait for their sketches in groups (mv_pipeline_int.h, GPEND): each window's
+ * summary is the one a sketch fed one add per change (mv_sketch_add_n of the run before it,
+ * in order) gives - quantiles, sum, min and max to the bit - over windows whose numbers of
+ * changes are not multiples of the group, with runs of repeats, and across a rebuild of the
+ * pipeline in the middle of a window (the runs waiting carried over). Two gauges: one that
+ * changes at every read but one in four, one that changes one read in three. */
+static void test_gauge_waiting_runs_exact(void)
+{
+    fixture f;
+    mv_gauge g[2];
+    fx_open(&f, "waiting.seg", 16384);
+    CU_ASSERT_FATAL(mv_gauge_register(f.seg, "busy", NULL, NULL, NULL, 0, &g[0]) == MV_OK);
+    CU_ASSERT_FATAL(mv_gauge_register(f.seg, "slow", NULL, NULL, NULL, 0, &g[1]) == MV_OK);
+    fx_catalog(&f);
+    mv_pipe_config cfg;
+    mv_pipe_config_default(&cfg);
+    cfg.window_ns = SEC;
+    cfg.fd = 0;
+    mv_pipe_seg *p = NULL;
+    CU_ASSERT_FATAL(mv_pipe_seg_create(&cfg, f.cat, NULL, &p) == 0);
+    mv_sketch_config sc = {.alpha = cfg.alpha, .max_buckets = cfg.sketch_buckets};
+    mv_sketch *ref[2];
+    double last[2] = {NAN, NAN};
+    uint64_t run[2] = {0, 0}, cur_w = UINT64_MAX;
+    for (int m = 0; m < 2; m++)
+        CU_ASSERT_FATAL(mv_sketch_create(&sc, &ref[m]) == 0);
+    uint64_t t0 = 17000 * SEC;
+    int checked = 0;
+    /* 7 ms reads: 142 or 143 a window, so the changes per window vary. */
+    for (int i = 0; i < 1000; i++) {
+        uint64_t t = t0 + (uint64_t)i * 7 * MS;
+        double x[2] = {1.0 + (double)((i - i / 4) * 37 % 101), 5.0 + (double)(i / 3 % 17)};
+        for (int m = 0; m < 2; m++)
+            mv_gauge_set(g[m], x[m]);
+        if (i == 500) { /* a rebuild in the middle of a window carries the runs waiting */
+            mv_pipe_seg *np = NULL;
+            CU_ASSERT_FATAL(mv_pipe_seg_create(&cfg, f.cat, p, &np) == 0);
+            mv_pipe_seg_destroy(p);
+            p = np;
+        }
+        mv_pipe_seg_feed(p, f.map, t);
+        uint64_t w = t / SEC;
+        if (cur_w != UINT64_MAX && w != cur_w) {
+            /* The read after the boundary published the window before it. */
+            mv_pipe_view *v = mv_pipe_seg_view(p);
+            for (int m = 0; m < 2; m++) {
+                if (run[m])
+                    mv_sketch_add_n(ref[m], last[m], run[m]);
+                double q[MV_PIPE_QUANTILES];
+                mv_sketch_quantiles(ref[m], mv_pipe_quantiles, MV_PIPE_QUANTILES, q);
+                const mv_pipe_out *o = &v->m[m];
+                CU_ASSERT_EQUAL(o->count, mv_sketch_count(ref[m]));
+                CU_ASSERT(o->sum == mv_sketch_sum(ref[m]));
+                CU_ASSERT(o->min == mv_sketch_min(ref[m]) && o->max == mv_sketch_max(ref[m]));
+                for (int k = 0; k < MV_PIPE_QUANTILES; k++)
+                    CU_ASSERT(o->q[k] == q[k]);
+                mv_sketch_reset(ref[m]);
+                run[m] = 0;
+            }
+            free(v);
+            checked++;
+        }
+        cur_w = w;
+        for (int m = 0; m < 2; m++) {
+            if (x[m] != last[m]) {
+                if (run[m])
+                    mv_sketch_add_n(ref[m], last[m], run[m]);
+                last[m] = x[m];
+                run[m] = 0;
+            }
+            run[m]++;
+        }
+    }
+    CU_ASSERT(checked >= 6);
+    for (int m = 0; m < 2; m++)
+        mv_sketch_destroy(ref[m]);
+    mv_pipe_seg_destroy(p);
+    fx_close(&f);
+}
+
 /* Feeds one read of counters, gauges and histograms (deterministic values for read i). */
 /* ---- Sparse signals under the collector's default flags (simulated time) ---------------------
  * A model of the collector's tick for one segment, as mv_collect runs it: a 10 ms tick, 10 ms
@@ -1025,6 +1105,7 @@ int main(void)
         {"rebuild carries state", test_rebuild_carries_state},
         {"gauge sketch allocated lazily", test_gauge_sketch_lazy},
         {"gauge repeats batched into the sketch", test_gauge_repeats_batched},
+        {"gauge runs waiting for the sketch: exact", test_gauge_waiting_runs_exact},
         {"steady sparse and dense counters: no change", test_steady_counters_quiet},
         {"warm-up at the fast tick, then a step", test_warmup_fast_then_step},
     };

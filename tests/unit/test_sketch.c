@@ -553,6 +553,81 @@ static void test_add_many_equals_adds(void)
     }
 }
 
+/* mv_sketch_add_runs gives the contents sequential mv_sketch_add_n calls give - the same
+ * buckets, count, sum to the bit, min, max, collapses and memory - with sketches repeated in
+ * a batch, runs longer than the keys it computes ahead, empty runs, counts of 0 and of
+ * 2^32 - 1, both signs, zeros, NaN and infinities, growing directories and, with a small
+ * budget, collapsing buckets; and reports the bytes the adds allocated. */
+static void test_add_runs_equals_adds(void)
+{
+    enum { NS = 7, N = 4000, B = 24, L = 13 };
+    for (int budget = 0; budget < 2; budget++) {
+        mv_sketch_config cfg;
+        mv_sketch_config_default(&cfg);
+        cfg.max_buckets = budget ? 64 : 512;
+        mv_sketch *a[NS], *b[NS];
+        for (int i = 0; i < NS; i++) {
+            CU_ASSERT_FATAL(mv_sketch_create(&cfg, &a[i]) == 0);
+            CU_ASSERT_FATAL(mv_sketch_create(&cfg, &b[i]) == 0);
+        }
+        test_rng r = {91 + (uint64_t)budget};
+        static double v[B][L];
+        static uint32_t c[B][L];
+        mv_sketch_runs runs[B];
+        size_t nb = 0, grown = 0, mem0 = 0, mem1 = 0, values = 0;
+        for (int i = 0; i < NS; i++)
+            mem0 += mv_sketch_memory_used(b[i]);
+        for (int i = 0; i < N; i++) {
+            int k = (int)(rng_u64(&r) % NS);
+            uint32_t n = (uint32_t)(rng_u64(&r) % L); /* 0 .. 12: some longer than 8 */
+            for (uint32_t j = 0; j < n; j++, values++) {
+                double x = pow(10.0, -6.0 + 12.0 * rng_unif(&r)) * (k % 3 == 0 ? -1.0 : 1.0);
+                if (values % 101 == 0)
+                    x = 0.0;
+                if (values % 997 == 0)
+                    x = NAN;
+                if (values % 499 == 0)
+                    x = INFINITY;
+                if (values % 7 == 0) /* a narrow band too: pages reused within a run */
+                    x = 100.0 + (double)(rng_u64(&r) % 50);
+                uint32_t m = (uint32_t)(1 + rng_u64(&r) % 5);
+                if (values % 53 == 0)
+                    m = 0;
+                if (values % 211 == 0)
+                    m = UINT32_MAX;
+                v[nb][j] = x;
+                c[nb][j] = m;
+                mv_sketch_add_n(a[k], x, m);
+            }
+            runs[nb] = (mv_sketch_runs){.sk = b[k], .value = v[nb], .count = c[nb], .n = n};
+            if (++nb == B || i == N - 1) {
+                grown += mv_sketch_add_runs(runs, nb);
+                nb = 0;
+            }
+        }
+        for (int i = 0; i < NS; i++)
+            mem1 += mv_sketch_memory_used(b[i]);
+        CU_ASSERT_EQUAL(grown, mem1 - mem0);
+        for (int i = 0; i < NS; i++) {
+            CU_ASSERT_EQUAL(mv_sketch_count(a[i]), mv_sketch_count(b[i]));
+            CU_ASSERT_EQUAL(mv_sketch_bucket_count(a[i]), mv_sketch_bucket_count(b[i]));
+            double sa = mv_sketch_sum(a[i]), sb = mv_sketch_sum(b[i]);
+            CU_ASSERT(memcmp(&sa, &sb, sizeof sa) == 0);
+            CU_ASSERT(mv_sketch_min(a[i]) == mv_sketch_min(b[i]));
+            CU_ASSERT(mv_sketch_max(a[i]) == mv_sketch_max(b[i]));
+            CU_ASSERT_EQUAL(mv_sketch_collapses(a[i]), mv_sketch_collapses(b[i]));
+            CU_ASSERT_EQUAL(mv_sketch_memory_used(a[i]), mv_sketch_memory_used(b[i]));
+            if (budget)
+                CU_ASSERT(mv_sketch_collapses(a[i]) > 0); /* the slow side was exercised */
+            for (int q = 0; q <= 1000; q++)
+                CU_ASSERT(mv_sketch_quantile(a[i], q / 1000.0) ==
+                          mv_sketch_quantile(b[i], q / 1000.0));
+            mv_sketch_destroy(a[i]);
+            mv_sketch_destroy(b[i]);
+        }
+    }
+}
+
 int main(void)
 {
     static const mv_test tests[] = {
@@ -568,6 +643,7 @@ int main(void)
         {"several quantiles in one walk", test_quantiles_one_walk},
         {"directories allocated lazily, widened", test_lazy_directories},
         {"batched adds equal single adds", test_add_many_equals_adds},
+        {"runs of adds equal single adds", test_add_runs_equals_adds},
     };
     int fails = MV_TEST_RUN("sketch", tests);
     return fails;

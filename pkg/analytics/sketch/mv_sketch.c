@@ -555,6 +555,124 @@ size_t mv_sketch_add_many(mv_sketch_add_req *req, size_t n)
     return grown;
 }
 
+/* ---- Runs: a few values per sketch, many sketches ------------------------------------------ */
+
+#define RUN_KEYS   8  /* keys of a run computed ahead, with its fetches (the rest: as added) */
+#define RUNS_CHUNK 16 /* runs whose fetches are asked for together */
+
+/* The header lines an add of a positive value touches. */
+static inline void runs_fetch_header(const mv_sketch *sk)
+{
+    PREFETCH_W(sk);
+    PREFETCH_W((const char *)sk + 64);
+}
+
+/* Keys of r's first values (UINT32_MAX: not a positive finite value with a count, added by
+ * mv_sketch_add_n), and the directory slots of their pages. Needs r->sk's header. */
+static inline void runs_keys(const mv_sketch_runs *r, uint32_t *keys)
+{
+    const mv_sketch *sk = r->sk;
+    const store *st = &sk->pos;
+    uint32_t m = r->n < RUN_KEYS ? r->n : RUN_KEYS;
+    for (uint32_t i = 0; i < m; i++) {
+        double x = r->value[i];
+        uint32_t key = UINT32_MAX;
+        if (x > MV_SKETCH_MIN_INDEXABLE && x < INFINITY && r->count[i]) {
+            key = ukey_of(sk, x);
+            uint32_t d = (key >> PAGE_SHIFT) - st->lo_page;
+            if (d < st->dir_len)
+                PREFETCH_R(&st->dir[d]);
+        }
+        keys[i] = key;
+    }
+}
+
+/* The page lines of r's first keys. Needs the header and the directory slots. */
+static inline void runs_pages(const mv_sketch_runs *r, const uint32_t *keys)
+{
+    const store *st = &r->sk->pos;
+    uint32_t m = r->n < RUN_KEYS ? r->n : RUN_KEYS;
+    for (uint32_t i = 0; i < m; i++) {
+        uint32_t key = keys[i], d = (key >> PAGE_SHIFT) - st->lo_page;
+        if (key != UINT32_MAX && d < st->dir_len && st->dir[d])
+            PREFETCH_W(st->pool + (size_t)(st->dir[d] - 1) * PAGE + (key & (PAGE - 1)));
+    }
+}
+
+/* Adds r's values in order; returns the bytes allocated. The header's fields are kept in
+ * locals between the slow adds (which read and write them in the sketch). */
+static size_t runs_add(const mv_sketch_runs *r, const uint32_t *keys)
+{
+    mv_sketch *sk = r->sk;
+    store *st = &sk->pos;
+    size_t grown = 0;
+    uint64_t count = sk->count, total = st->total;
+    double sum = sk->sum, mn = sk->min, mx = sk->max;
+    for (uint32_t i = 0; i < r->n; i++) {
+        double x = r->value[i];
+        uint64_t c = r->count[i];
+        uint32_t key;
+        if (i < RUN_KEYS)
+            key = keys[i];
+        else
+            key = x > MV_SKETCH_MIN_INDEXABLE && x < INFINITY && c ? ukey_of(sk, x) : UINT32_MAX;
+        uint32_t d = (key >> PAGE_SHIFT) - st->lo_page;
+        if (key != UINT32_MAX && d < st->dir_len && st->dir[d]) {
+            st->pool[(size_t)(st->dir[d] - 1) * PAGE + (key & (PAGE - 1))] += c;
+            total += c;
+            count += c;
+            sum += c == 1 ? x : x * (double)c;
+            if (x < mn)
+                mn = x;
+            if (x > mx)
+                mx = x;
+            continue;
+        }
+        /* The slow side (another sign, zero, NaN, a new page, a wider directory): through
+         * the sketch itself. */
+        sk->count = count;
+        st->total = total;
+        sk->sum = sum;
+        sk->min = mn;
+        sk->max = mx;
+        size_t m0 = mv_sketch_memory_used(sk);
+        mv_sketch_add_n(sk, x, c);
+        grown += mv_sketch_memory_used(sk) - m0;
+        count = sk->count;
+        total = st->total;
+        sum = sk->sum;
+        mn = sk->min;
+        mx = sk->max;
+    }
+    sk->count = count;
+    st->total = total;
+    sk->sum = sum;
+    sk->min = mn;
+    sk->max = mx;
+    return grown;
+}
+
+size_t mv_sketch_add_runs(const mv_sketch_runs *r, size_t nr)
+{
+    /* Stage by stage over a chunk of runs, so that the misses of each stage overlap: the
+     * headers, then the keys and their directory slots, then the pages, then the adds. */
+    uint32_t keys[RUNS_CHUNK][RUN_KEYS];
+    size_t grown = 0;
+    for (size_t c0 = 0; c0 < nr; c0 += RUNS_CHUNK) {
+        size_t m = nr - c0 < RUNS_CHUNK ? nr - c0 : RUNS_CHUNK;
+        const mv_sketch_runs *c = r + c0;
+        for (size_t k = 0; k < m; k++)
+            runs_fetch_header(c[k].sk);
+        for (size_t k = 0; k < m; k++)
+            runs_keys(&c[k], keys[k]);
+        for (size_t k = 0; k < m; k++)
+            runs_pages(&c[k], keys[k]);
+        for (size_t k = 0; k < m; k++)
+            grown += runs_add(&c[k], keys[k]);
+    }
+    return grown;
+}
+
 int mv_sketch_add(mv_sketch *sk, double x)
 {
     return mv_sketch_add_n(sk, x, 1);

@@ -98,6 +98,24 @@ typedef struct mv_sketch_add_req {
  * bytes these adds allocated (mv_sketch_memory_used grew by that much). */
 size_t mv_sketch_add_many(mv_sketch_add_req *req, size_t n);
 
+/* One sketch's share of a batch (mv_sketch_add_runs): value[i] added count[i] times, for i
+ * in [0, n), in that order. */
+typedef struct mv_sketch_runs {
+    mv_sketch *sk;
+    const double *value;
+    const uint32_t *count;
+    uint32_t n;
+} mv_sketch_runs;
+
+/* mv_sketch_add_n(r[k].sk, r[k].value[i], r[k].count[i]) for every k and, within it, every
+ * i, in that order: the same contents, sum included to the bit. For many sketches each given
+ * a few values, cold in cache: the headers of a chunk of them, then the directory slots of
+ * their values' keys, then the pages are fetched stage by stage, so that the misses of a
+ * stage overlap, and each sketch's header is read once for all its values. A sketch may
+ * appear more than once. Returns the bytes these adds allocated (mv_sketch_memory_used grew
+ * by that much). */
+size_t mv_sketch_add_runs(const mv_sketch_runs *r, size_t nr);
+
 /* Adds a pod-written explicit-bucket histogram delta: `bounds` holds nbounds
  * strictly increasing finite upper bounds, `counts` holds nbounds + 1
  * NON-cumulative counts (counts[i] for (bounds[i-1], bounds[i]], the last for

@@ -13,7 +13,10 @@
  *
  * Batching: a gauge read equal to the previous one only counts a repeat (`run`); the
  * repeats go into the sketch as one weighted add when the value changes or the window
- * closes - the same multiset, so the same quantiles. Counter increments are not summed
+ * closes - the same multiset, so the same quantiles; and the runs that end wait in small
+rows (GPEND of them per gauge, mv_pipeline_int.h) until a group goes to the sketch at once,
+in order (mv_sketch_add_runs): the sketch's cold lines are touched once per group. Counter
+increments are not summed
  * per read at all: a counter keeps its raw value and a reset offset, so its cumulative
  * increase (total) is prev + off, and the window rate, the short rate and the scorer's
  * increase are differences of totals taken at the window start, at each short-rate slot
@@ -87,7 +90,8 @@ size_t mv_pipe__fixed_bytes(uint8_t type)
         return b + sizeof(mv_detect_series) + sizeof(hctr) + sizeof(cctr) + sizeof(cdet) +
                (SHORT_SLOTS + 1) * sizeof(uint64_t);
     if (type == MV_SEG_GAUGE)
-        return b + sizeof(hgauge) + sizeof(cgauge);
+        return b + sizeof(hgauge) + sizeof(cgauge) + GPEND * (sizeof(double) + sizeof(uint32_t)) +
+               1;
     return b + sizeof(hhist) + sizeof(chist);
 }
 
@@ -175,22 +179,6 @@ static void slot_begin(mv_pipe_seg *s, uint64_t slot)
         t[j] = s->hc[j].prev + s->coff[j];
 }
 
-/* Gauge j needs its sketch for the current window: closes its previous window first if
- * that is still pending, and allocates the sketch on first use. */
-static mv_sketch *gauge_sketch(mv_pipe_seg *s, size_t j)
-{
-    uint32_t idx = s->cg[j].idx;
-    if (s->cl && s->cl_pending[idx])
-        mv_pipe__close_one(s, idx);
-    if (!s->hg[j].sk) {
-        mv_sketch_config sc = {.alpha = s->cfg.alpha, .max_buckets = s->cfg.sketch_buckets};
-        /* NULL on ENOMEM: the window keeps its last value */
-        if (mv_sketch_create(&sc, &s->hg[j].sk) == 0)
-            s->sk_mem += mv_sketch_memory_used(s->hg[j].sk);
-    }
-    return s->hg[j].sk;
-}
-
 /* One detector update; MV_PIPE_WARMUP while the detector learns its first baseline. */
 MV_DETECT_INLINE unsigned detect_floor(mv_pipe_seg *s, mv_detect_series *d, uint64_t *changes,
                                        double x, double min_sigma)
@@ -259,30 +247,45 @@ MV_DETECT_INLINE unsigned feed_counters(mv_pipe_seg *s, const char *vals, int fo
     return flags;
 }
 
-#define GAUGE_BATCH 64
+#define FLUSH_BATCH 64 /* gauges whose runs go to their sketches in one mv_sketch_add_runs */
 
 MV_DETECT_INLINE unsigned feed_gauges(mv_pipe_seg *s, const char *vals)
 {
     unsigned flags = 0;
     int det = detect_each_read(s);
-    /* Runs to flush into sketches, added in batches (the sketches are cold in cache). */
-    mv_sketch_add_req req[GAUGE_BATCH];
-    size_t nb = 0;
+    size_t ng = s->ng;
+    /* Gauges whose waiting runs fill up with this read: their sketches take them together. */
+    mv_sketch_runs fl[FLUSH_BATCH];
+    double fv[FLUSH_BATCH][GPEND];
+    uint32_t fn[FLUSH_BATCH][GPEND];
+    size_t nf = 0;
     uint32_t g0 = s->greads++; /* this read counts a repeat of every gauge's `last` */
-    for (size_t j = 0; j < s->ng; j++) {
+    for (size_t j = 0; j < ng; j++) {
         hgauge *h = &s->hg[j];
         double x;
         memcpy(&x, vals + h->off, 8);
         if (__builtin_expect(x != h->last, 0)) {
             uint32_t run = h->last == h->last ? g0 - h->run0 : 0; /* before this read */
             if (run) {
-                /* The window now holds two distinct values: the run goes to the sketch. */
-                mv_sketch *sk = h->sk && !s->cl ? h->sk : gauge_sketch(s, j);
-                if (sk) {
-                    req[nb++] = (mv_sketch_add_req){.sk = sk, .value = h->last, .count = run};
-                    if (nb == GAUGE_BATCH) {
-                        s->sk_mem += mv_sketch_add_many(req, nb);
-                        nb = 0;
+                /* The window now holds two distinct values: the run waits for the sketch. If
+                 * the previous window's summary is still to come, the runs waiting are its:
+                 * it is made now. */
+                if (__builtin_expect(s->cl != NULL, 0) && s->cl_pending[s->cg[j].idx])
+                    mv_pipe__close_one(s, s->cg[j].idx);
+                uint32_t k = s->pl[j];
+                s->pv[k * ng + j] = h->last;
+                s->pn[k * ng + j] = run;
+                s->pl[j] = (uint8_t)(k + 1);
+                if (k + 1 == GPEND) {
+                    mv_sketch *sk = h->sk ? h->sk : mv_pipe__gauge_sketch(s, j);
+                    uint32_t np = gauge_take(s, j, fv[nf], fn[nf]);
+                    if (sk) { /* else no memory for a sketch: the window keeps its last value */
+                        fl[nf] =
+                            (mv_sketch_runs){.sk = sk, .value = fv[nf], .count = fn[nf], .n = np};
+                        if (++nf == FLUSH_BATCH) {
+                            s->sk_mem += mv_sketch_add_runs(fl, nf);
+                            nf = 0;
+                        }
                     }
                 }
             }
@@ -292,8 +295,8 @@ MV_DETECT_INLINE unsigned feed_gauges(mv_pipe_seg *s, const char *vals)
         if (det)
             flags |= detect(s, &h->det, &s->cg[j].changes, x);
     }
-    if (nb)
-        s->sk_mem += mv_sketch_add_many(req, nb);
+    if (nf)
+        s->sk_mem += mv_sketch_add_runs(fl, nf);
     return flags;
 }
 
@@ -629,6 +632,8 @@ void mv_pipe_seg_prefetch(const mv_pipe_seg *s, int what)
     prefetch_lines(s->hh, s->nh, sizeof *s->hh); /* feed_same reads whether they are primed */
     if (what != MV_PIPE_PF_SAME || !s->fed || step)
         prefetch_lines(s->hc, s->nc, sizeof *s->hc);
+    if (what != MV_PIPE_PF_SAME) /* a gauge that changes appends a run */
+        prefetch_lines(s->pl, s->ng, sizeof *s->pl);
 }
 
 unsigned mv_pipe_seg_feed_same(mv_pipe_seg *s, const void *hot, uint64_t now_ns)

@@ -66,6 +66,9 @@ static void free_state(mv_pipe_seg *s)
     free(s->hc);
     free(s->hg);
     free(s->hh);
+    free(s->pv);
+    free(s->pn);
+    free(s->pl);
     free(s->cc);
     free(s->cd);
     free(s->coff);
@@ -201,11 +204,14 @@ int mv_pipe_seg_create(const mv_pipe_config *cfg, const mv_seg_catalog *cat, mv_
     s->slot_tot = calloc((s->nc + 1) * SHORT_SLOTS, sizeof *s->slot_tot);
     s->hg = calloc_lines(s->ng + 1, sizeof *s->hg);
     s->cg = calloc(s->ng + 1, sizeof *s->cg);
+    s->pv = calloc_lines(GPEND * s->ng + 1, sizeof *s->pv);
+    s->pn = calloc_lines(GPEND * s->ng + 1, sizeof *s->pn);
+    s->pl = calloc_lines(s->ng + 1, sizeof *s->pl);
     s->hh = calloc_lines(s->nh + 1, sizeof *s->hh);
     s->ch = calloc(s->nh + 1, sizeof *s->ch);
     from = malloc(n1 * sizeof *from);
     if (!s->loc || !s->pub || !s->dc || !s->hc || !s->cc || !s->cd || !s->coff || !s->slot_tot ||
-        !s->hg || !s->cg || !s->hh || !s->ch || !from)
+        !s->hg || !s->cg || !s->pv || !s->pn || !s->pl || !s->hh || !s->ch || !from)
         goto fail_state;
     if (prev) {
         /* Updates prev's reads left waiting run, and the summaries prev still owes are
@@ -297,6 +303,12 @@ int mv_pipe_seg_create(const mv_pipe_config *cfg, const mv_seg_catalog *cat, mv_
             if (j != SIZE_MAX) {
                 s->hg[jg] = prev->hg[pj];
                 s->cg[jg] = prev->cg[pj];
+                /* The current window's runs still waiting. */
+                s->pl[jg] = prev->pl[pj];
+                for (size_t k = 0; k < prev->pl[pj]; k++) {
+                    s->pv[k * s->ng + jg] = prev->pv[k * prev->ng + pj];
+                    s->pn[k * s->ng + jg] = prev->pn[k * prev->ng + pj];
+                }
                 prev->hg[pj].sk = NULL;
             } else {
                 s->hg[jg].last = NAN;

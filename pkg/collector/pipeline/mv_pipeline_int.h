@@ -72,6 +72,19 @@ typedef struct hgauge {
     uint32_t run0;
 } hgauge;
 
+/* Gauges' runs waiting for their sketches, in the order they ended (s->pv, pn, pl): a change
+ * of value appends the run of the value before it, and a gauge's sketch (cold: its header,
+ * directory and pages are lines of their own, a few KiB per gauge) takes GPEND runs at once
+ * (mv_sketch_add_runs, batched over the gauges of a read): the same adds in the same order as
+ * one add per change, so the same sketch, its sum to the bit; and a gauge that moves little
+ * puts its GPEND values in a page or two. Gauge j's k-th run waiting is pv[k * ng + j]
+ * (value), pn[k * ng + j] (reads) for k < pl[j]: the runs that the gauges of a segment append
+ * at one read, as they do when their writer sets them together, share a few lines. The runs
+ * waiting at a window's close are the closing window's: its summary adds them first
+ * (summarise_gauge), and a change in the new window before that summary closes it on the
+ * spot (as a sketch needed by the new window always did). */
+#define GPEND 6
+
 typedef struct hhist {
     mv_detect_series det;
     uint64_t prev_count;
@@ -149,6 +162,10 @@ struct mv_pipe_seg {
     hctr *hc;
     hgauge *hg;
     hhist *hh;
+    /* Gauges' runs waiting for their sketches (GPEND rows of ng; touched on a change of value). */
+    double *pv;
+    uint32_t *pn;
+    uint8_t *pl;
     /* Time. e: elapsed clock, the sum of the forward read intervals (ns). */
     uint64_t e, last_read_ns;
     uint64_t cur_w;                  /* window index being accumulated; UINT64_MAX = none */
@@ -223,6 +240,18 @@ static inline uint32_t gauge_run(const mv_pipe_seg *s, const hgauge *h)
     return h->last == h->last ? s->greads - h->run0 : 0; /* a NaN stays out of the window */
 }
 
+/* Takes gauge j's runs waiting for its sketch into v and n (GPEND each); returns how many. */
+static inline uint32_t gauge_take(mv_pipe_seg *s, size_t j, double *v, uint32_t *n)
+{
+    uint32_t len = s->pl[j];
+    for (uint32_t k = 0; k < len; k++) {
+        v[k] = s->pv[k * s->ng + j];
+        n[k] = s->pn[k * s->ng + j];
+    }
+    s->pl[j] = 0;
+    return len;
+}
+
 /* A counter's or histogram's cumulative increase (its total) by its location; 0 for a gauge. */
 static inline uint64_t pipe_total_of(const mv_pipe_seg *s, uint32_t loc)
 {
@@ -251,6 +280,8 @@ static inline const mv_seg_metric *mv_pipe__cat_m(const mv_pipe_seg *s, size_t i
 void mv_pipe__cl_free(mv_pipe_seg *s);
 
 /* mv_pipeline_window.c: window summaries and their spread over the reads after a boundary. */
+/* Gauge j's sketch, created on first use (NULL when there is no memory for it). */
+mv_sketch *mv_pipe__gauge_sketch(mv_pipe_seg *s, size_t j);
 /* Representative of pod bucket b (of nbounds + 1): the value every observation in it is
  * taken to be. */
 double mv_pipe__bucket_rep(const double *bounds, uint32_t nbounds, uint32_t b);

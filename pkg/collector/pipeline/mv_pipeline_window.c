@@ -64,13 +64,35 @@ static void summarise_counter(mv_pipe_seg *s, size_t j, const wsnap *w, mv_pipe_
     c->win_base = w->u;
 }
 
-/* Summary of gauge j: its sketch (if its window held several values) plus the pending run. */
+mv_sketch *mv_pipe__gauge_sketch(mv_pipe_seg *s, size_t j)
+{
+    if (!s->hg[j].sk) {
+        mv_sketch_config sc = {.alpha = s->cfg.alpha, .max_buckets = s->cfg.sketch_buckets};
+        /* NULL on ENOMEM: the window keeps its last value */
+        if (mv_sketch_create(&sc, &s->hg[j].sk) == 0)
+            s->sk_mem += mv_sketch_memory_used(s->hg[j].sk);
+    }
+    return s->hg[j].sk;
+}
+
+/* Summary of gauge j: its sketch (if its window held several values), with the runs still
+ * waiting for it and the pending run. */
 static void summarise_gauge(mv_pipe_seg *s, size_t j, const wsnap *w, mv_pipe_out *o)
 {
     cgauge *g = &s->cg[j];
     mv_sketch **skp = &s->hg[j].sk;
     uint64_t run = w->u;
     double last = w->d;
+    double pv[GPEND];
+    uint32_t pn[GPEND];
+    uint32_t np = gauge_take(s, j, pv, pn);
+    if (np) {
+        mv_sketch *sk = mv_pipe__gauge_sketch(s, j);
+        if (sk) {
+            mv_sketch_runs r = {.sk = sk, .value = pv, .count = pn, .n = np};
+            s->sk_mem += mv_sketch_add_runs(&r, 1);
+        }
+    }
     memset(o, 0, sizeof *o);
     o->type = MV_SEG_GAUGE;
     o->changes = g->changes;
@@ -248,12 +270,22 @@ void mv_pipe__close_begin(mv_pipe_seg *s, uint64_t w, uint64_t now_ns)
     for (size_t j = 0; j < s->ng; j++) {
         hgauge *h = &s->hg[j];
         uint32_t run = gauge_run(s, h);
-        if (ok)
+        if (ok) {
             s->cl[s->cg[j].idx] = (wsnap){.u = run, .d = h->last};
-        else if (run && h->sk) {
-            size_t m0 = mv_sketch_memory_used(h->sk);
-            mv_sketch_add_n(h->sk, h->last, run);
-            s->sk_mem += mv_sketch_memory_used(h->sk) - m0;
+        } else {
+            /* The window's runs go to the sketch, which is reset below. */
+            double pv[GPEND];
+            uint32_t pn[GPEND];
+            uint32_t np = gauge_take(s, j, pv, pn);
+            if (np && h->sk) {
+                mv_sketch_runs r = {.sk = h->sk, .value = pv, .count = pn, .n = np};
+                s->sk_mem += mv_sketch_add_runs(&r, 1);
+            }
+            if (run && h->sk) {
+                size_t m0 = mv_sketch_memory_used(h->sk);
+                mv_sketch_add_n(h->sk, h->last, run);
+                s->sk_mem += mv_sketch_memory_used(h->sk) - m0;
+            }
         }
         h->run0 = s->greads; /* run 0 */
     }
