@@ -507,6 +507,12 @@ def keda_checks(rep, prom, curl, served):
                       "(%s, want ~%d)" % (q, want), ok, "%s / %s" % (res, pods))
         elif trig["type"] == "metrics-api":
             u = urllib.parse.urlsplit(md["url"])
+            if md.get("aggregateFromKubeServiceEndpoints") == "true":
+                # What KEDA asks each endpoint: the url's path decoded once (its query is
+                # dropped), so the example carries the query %3F-encoded inside the path.
+                rep.check("KEDA metrics-api url carries its query inside the path (%s)" % md["url"],
+                          not u.query and "%3F" in u.path, u.geturl())
+                u = urllib.parse.urlsplit("http://endpoint" + urllib.parse.unquote(u.path))
             params = dict(urllib.parse.parse_qsl(u.query))
             query = u.query
             sel_pods = None
