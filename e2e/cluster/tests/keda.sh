@@ -14,6 +14,7 @@
 #      every collector through the headless Service (aggregateFromKubeServiceEndpoints, sum),
 #      (d) KEDA external trigger with BUILD_DIR's microview-scaler (a skipped part when it is
 #      not built). One line per path: load -> desired replicas with its parts, scale-down.
+#   3b. the same step again with a 1 s HPA sync and 1 s scrapes, for reference.
 #   4. two collectors: a second collector (host process, --no-agent --segment) standing for a
 #      second node, serving one more sample-app instance of Deployment (c), added to the
 #      headless Service as an EndpointSlice: KEDA's metrics-api value equals the sum of both
@@ -354,16 +355,59 @@ python3 "$MV_CLUSTER_SRC/tests/sidebyside.py" --api "https://127.0.0.1:$MV_API_P
   2>"$LOGS/sidebyside.log" | tee "$LOGS/sidebyside.out" || fail_now "the side-by-side run did not complete (see $LOGS/sidebyside.log)"
 echo "timing: side-by-side step (warm-up, scale-up, scale-down) $(secs "$t0" "$(now_ms)")s"
 cp "$D/sidebyside.json" "$LOGS/" 2>/dev/null
-event() { # PATH PHASE KEY: the recorded second, or nothing
+event_in() { # FILE PATH PHASE KEY: the recorded second, or nothing
   python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["paths"][sys.argv[2]][sys.argv[3]]; v=r.get(sys.argv[4]); print("" if v is None else v)' \
-    "$D/sidebyside.json" "$1" "$2" "$3" 2>/dev/null
+    "$1" "$2" "$3" "$4" 2>/dev/null
 }
+event() { event_in "$D/sidebyside.json" "$@"; }
 for p in "${PATHS_RUN[@]}"; do
   l=$(label_of "$p")
   check "($p) $l: desired replicas rose under the load step ($(event "$p" up desired_up)s)" test -n "$(event "$p" up desired_up)"
   check "($p) $l: $MAXR replicas ready under load ($(event "$p" up ready_up)s)" test -n "$(event "$p" up ready_up)"
   check "($p) $l: desired back to 1 after the load stopped ($(event "$p" down desired_down)s)" test -n "$(event "$p" down desired_down)"
   check "($p) $l: back to 1 replica ($(event "$p" down ready_down)s)" test -n "$(event "$p" down ready_down)"
+done
+
+# ---- 3b. the 1 s reference: HPA sync 1 s, Prometheus scraping every 1 s ----------------------
+# The same step again with the shortest intervals, for reference: the controller-manager
+# restarted with a 1 s HPA sync (its own command line, that flag changed), Prometheus reloaded
+# (SIGHUP) with 1 s scrapes on the same address, so every path keeps its configuration.
+restart_kcm_sync() { # PERIOD
+  local pid i args=()
+  pid=$(cat "$PIDS/kube-controller-manager.pid")
+  mapfile -d '' args <"/proc/$pid/cmdline"
+  for i in "${!args[@]}"; do
+    case ${args[$i]} in --horizontal-pod-autoscaler-sync-period=*)
+      args[i]=--horizontal-pod-autoscaler-sync-period=$1 ;;
+    esac
+  done
+  stop_proc kube-controller-manager
+  start_proc kube-controller-manager "${args[@]}"
+}
+kcm_sync_is() { tr '\0' ' ' <"/proc/$(cat "$PIDS/kube-controller-manager.pid")/cmdline" | grep -q -- "--horizontal-pod-autoscaler-sync-period=$1 "; }
+kcm_up() { curl -fsk --max-time 2 "https://127.0.0.1:$MV_KCM_PORT/healthz" >/dev/null; }
+sed -i "s/scrape_interval: $SCRAPE, evaluation_interval: $SCRAPE/scrape_interval: 1s, evaluation_interval: 1s/" \
+  "$D/prometheus/prometheus.yml"
+kill -HUP "$(cat "$PIDS/prometheus.pid")"
+restart_kcm_sync 1s
+wait_for --what "kube-controller-manager back with a 1 s HPA sync" 60 kcm_up ||
+  fail_now "kube-controller-manager did not come back"
+check "1 s reference: the controller-manager syncs HPAs every 1 s" kcm_sync_is 1s
+prom_1s() { grep -q "scrape_interval: 1s" "$D/prometheus/prometheus.yml" && grep -q "Completed loading of configuration file" "$LOGS/prometheus.log"; }
+check "1 s reference: Prometheus reloaded with 1 s scrapes" prom_1s
+t0=$(now_ms)
+python3 "$MV_CLUSTER_SRC/tests/sidebyside.py" --api "https://127.0.0.1:$MV_API_PORT" \
+  --ca "$CERTS/ca.crt" --cert "$CERTS/admin.crt" --key "$CERTS/admin.key" --namespace "$APP" \
+  --paths "$D/paths.json" --rate "$RATE" --target "$TARGET" --max "$MAXR" --out "$D/sidebyside-1s.json" \
+  2>"$LOGS/sidebyside-1s.log" | sed 's/^/1 s reference: /' | tee "$LOGS/sidebyside-1s.out" ||
+  fail_now "the 1 s reference run did not complete (see $LOGS/sidebyside-1s.log)"
+echo "timing: 1 s reference step $(secs "$t0" "$(now_ms)")s"
+cp "$D/sidebyside-1s.json" "$LOGS/" 2>/dev/null
+event1s() { event_in "$D/sidebyside-1s.json" "$@"; }
+for p in "${PATHS_RUN[@]}"; do
+  l=$(label_of "$p")
+  check "1 s reference ($p) $l: desired replicas rose ($(event1s "$p" up desired_up)s)" test -n "$(event1s "$p" up desired_up)"
+  check "1 s reference ($p) $l: desired back to 1 ($(event1s "$p" down desired_down)s)" test -n "$(event1s "$p" down desired_down)"
 done
 
 # ---- 4. two collectors: KEDA's aggregate is the sum over both ----------------------------------
