@@ -119,15 +119,10 @@ static char *metrics_text(mv_wh_server *s, const char *accept, mv_expo_format *f
     mv_expo_sample_i64(e, NULL, NULL, 0, NULL, 0, NULL, 0, (int64_t)st.tls_not_after,
                        MV_EXPO_NO_TS);
     mv_expo_finish(e);
-    char *out = NULL;
-    if (!mv_expo_truncated(e)) {
-        const char *d = mv_expo_data(e, len);
-        out = malloc(*len ? *len : 1);
-        if (out)
-            memcpy(out, d, *len);
-    } else {
-        MV_ERROR("webhook.metrics_failed", "err=%s", mv_log_q(mv_expo_errmsg(e)));
-    }
+    char *out = mv_expo_copy(e, len);
+    if (!out)
+        MV_ERROR("webhook.metrics_failed", "err=%s",
+                 mv_log_q(mv_expo_truncated(e) ? mv_expo_errmsg(e) : "out of memory"));
     mv_expo_destroy(e);
     return out;
 }

@@ -349,6 +349,17 @@ const char *mv_expo_data(const mv_expo *e, size_t *len)
     return e->buf ? e->buf : "";
 }
 
+char *mv_expo_copy(const mv_expo *e, size_t *len)
+{
+    if (mv_expo_truncated(e))
+        return NULL;
+    const char *d = mv_expo_data(e, len);
+    char *out = malloc(*len ? *len : 1);
+    if (out)
+        memcpy(out, d, *len);
+    return out;
+}
+
 int mv_expo_truncated(const mv_expo *e)
 {
     return e->fail != 0;

@@ -132,6 +132,9 @@ int mv_expo_finish(mv_expo *e);
 /* The rendered bytes (not NUL-terminated) and their length. */
 const char *mv_expo_data(const mv_expo *e, size_t *len);
 int mv_expo_truncated(const mv_expo *e);
+/* A malloc'd copy of the rendered bytes (free()), *len its length; NULL when the exposition was
+ * truncated or out of memory. For servers that render under a lock and send after it. */
+char *mv_expo_copy(const mv_expo *e, size_t *len);
 /* The last error as text ("" if none). Valid until the next call on `e`. */
 const char *mv_expo_errmsg(const mv_expo *e);
 

@@ -106,16 +106,12 @@ char *mv_scsvc__metrics_render(mv_scsvc__metrics *m, const char *accept, const c
                            MV_EXPO_NO_TS);
     }
     mv_expo_finish(e);
-    char *out = NULL;
-    if (!mv_expo_truncated(e)) {
-        const char *d = mv_expo_data(e, len);
-        out = malloc(*len ? *len : 1);
-        if (out)
-            memcpy(out, d, *len);
+    char *out = mv_expo_copy(e, len);
+    if (!out)
+        MV_ERROR("scaler.metrics_failed", "err=%s",
+                 mv_log_q(mv_expo_truncated(e) ? mv_expo_errmsg(e) : "out of memory"));
+    else
         *ctype = mv_expo_content_type(fmt);
-    } else {
-        MV_ERROR("scaler.metrics_failed", "err=%s", mv_log_q(mv_expo_errmsg(e)));
-    }
     mv_expo_destroy(e);
     return out;
 }
