@@ -556,17 +556,6 @@ static int get_varint(const uint8_t *d, size_t n, size_t *i, uint64_t *v)
     return -1;
 }
 
-static size_t put_varint(uint8_t *o, uint64_t v)
-{
-    size_t n = 0;
-    while (v >= 0x80) {
-        o[n++] = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    o[n++] = (uint8_t)v;
-    return n;
-}
-
 static size_t varint_len(uint64_t v)
 {
     size_t n = 1;
@@ -1217,7 +1206,7 @@ static int plan_run_pb(mv_export_cache *c, const plan *p, const mv_coll_seg_view
             continue;
         body += hdr->len;
         uint8_t pre[16];
-        size_t np = put_varint(pre, body);
+        size_t np = mv_expo_pb_put_varint(pre, body);
         rc = mv_expo_raw_family(e, (const char *)pre, np);
         if (rc == 0)
             rc = mv_expo_raw_put(e, text + hdr->off, hdr->len);
@@ -1267,13 +1256,13 @@ static int plan_run_pb(mv_export_cache *c, const plan *p, const mv_coll_seg_view
             uint8_t h[24];
             size_t nh = 0;
             h[nh++] = 4 << 3 | 2; /* MetricFamily.metric */
-            nh += put_varint(h + nh, var_mlen(pm, st->len));
+            nh += mv_expo_pb_put_varint(h + nh, var_mlen(pm, st->len));
             rc = pout_put(&w, h, nh);
             if (rc == 0)
                 rc = pout_put(&w, text + pm->off, pm->len);
             nh = 0;
             h[nh++] = pm->kind == PM_HIST ? (7 << 3 | 2) : (4 << 3 | 2);
-            nh += put_varint(h + nh, st->len);
+            nh += mv_expo_pb_put_varint(h + nh, st->len);
             if (rc == 0)
                 rc = pout_put(&w, h, nh);
             if (rc == 0)

@@ -159,6 +159,9 @@ int mv_expo_raw_put(mv_expo *e, const char *s, size_t n);
  * lets a renderer of scratch lines reuse its buffer. */
 void mv_expo_raw_truncate(mv_expo *e, size_t len);
 
+/* Writes `v` as a protobuf varint at `o` (room for 10 bytes); returns the bytes written. */
+size_t mv_expo_pb_put_varint(uint8_t *o, uint64_t v);
+
 /* ---- Protobuf parts (the exposition cache's protobuf plan) ----------------------------------
  * The value message of one histogram series (Metric field 7) or summary series (field 4),
  * packed with protobuf-c from the same code a protobuf render of the samples goes through, so

@@ -193,7 +193,7 @@ static uint8_t *room(mv_expo__pb *p, size_t n)
     return p->buf + p->len;
 }
 
-static size_t put_varint(uint8_t *o, uint64_t v)
+size_t mv_expo_pb_put_varint(uint8_t *o, uint64_t v)
 {
     size_t n = 0;
     while (v >= 0x80) {
@@ -258,7 +258,7 @@ static void put_msg(mv_expo__pb *p, unsigned field, const ProtobufCMessage *m)
         return;
     size_t h = 0;
     o[h++] = (uint8_t)(field << 3 | 2);
-    h += put_varint(o + h, sz);
+    h += mv_expo_pb_put_varint(o + h, sz);
     protobuf_c_message_pack(m, o + h);
     p->len += h + sz;
 }
@@ -271,7 +271,7 @@ static void put_str_field(mv_expo__pb *p, unsigned field, const char *s)
         return;
     size_t h = 0;
     o[h++] = (uint8_t)(field << 3 | 2);
-    h += put_varint(o + h, n);
+    h += mv_expo_pb_put_varint(o + h, n);
     memcpy(o + h, s, n);
     p->len += h + n;
 }
@@ -312,7 +312,7 @@ void mv_expo__pb_begin(mv_expo__pb *p, const char *name, mv_expo_type t, const c
     uint8_t *o = room(p, 1 + LEN_ROOM);
     if (o) {
         o[0] = 3 << 3; /* type, varint */
-        p->len += 1 + put_varint(o + 1, (uint64_t)pb_type(t));
+        p->len += 1 + mv_expo_pb_put_varint(o + 1, (uint64_t)pb_type(t));
     }
     if (unit && *unit && utf8_ok(unit))
         put_str_field(p, 5, unit);
@@ -669,7 +669,7 @@ int mv_expo__pb_end(mv_expo__pb *p, const char **data, size_t *len)
         return -p->fail;
     size_t body = p->len - LEN_ROOM;
     uint8_t tmp[LEN_ROOM];
-    size_t h = put_varint(tmp, body);
+    size_t h = mv_expo_pb_put_varint(tmp, body);
     if (h + body > p->cap) {
         p->fail = ENOSPC;
         return -ENOSPC;
