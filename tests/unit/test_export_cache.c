@@ -433,6 +433,142 @@ static void test_limit(void)
 }
 
 /* Random changes between scrapes, each render checked against the uncached one. */
+/* ---- Visits through the cache (mv_export_visit_views_cached) -------------------------------- */
+
+/* A visit written out: per sample shown, its family, name parts, value and time, one line each. */
+typedef struct vrec {
+    char *buf;
+    size_t len, cap;
+    const char *family; /* plain visits: the current family */
+    char **desc;        /* planned visits: the description of each series number */
+    size_t ndesc, cap_desc;
+    unsigned begins;
+} vrec;
+
+static void vrec_put(vrec *r, const char *s)
+{
+    size_t n = strlen(s);
+    if (r->len + n + 1 > r->cap) {
+        r->cap = (r->len + n + 1) * 2;
+        r->buf = realloc(r->buf, r->cap);
+    }
+    memcpy(r->buf + r->len, s, n + 1);
+    r->len += n;
+}
+
+static void describe_into(char *o, size_t osz, const char *family, const char *suffix,
+                          const mv_expo_label *a, size_t na, const mv_expo_label *b, size_t nb,
+                          const char *xname, double xval)
+{
+    int k = snprintf(o, osz, "%s%s{", family, suffix ? suffix : "");
+    for (size_t i = 0; i < na + nb && k > 0 && (size_t)k < osz; i++) {
+        const mv_expo_label *l = i < na ? &a[i] : &b[i - na];
+        k += snprintf(o + k, osz - (size_t)k, "%s=%s,", l->name, l->value ? l->value : "");
+    }
+    if (xname && k > 0 && (size_t)k < osz)
+        k += snprintf(o + k, osz - (size_t)k, "%s=%.17g,", xname, xval);
+    if (k > 0 && (size_t)k < osz)
+        snprintf(o + k, osz - (size_t)k, "}");
+}
+
+static void vrec_value(vrec *r, const char *desc, double v, uint64_t u, int is_u, int64_t ts)
+{
+    char line[1400];
+    if (is_u)
+        snprintf(line, sizeof line, "%s %llu %lld\n", desc, (unsigned long long)u, (long long)ts);
+    else
+        snprintf(line, sizeof line, "%s %.17g %lld\n", desc, v, (long long)ts);
+    vrec_put(r, line);
+}
+
+static int pv_family(void *arg, const char *name, mv_expo_type t, const char *help,
+                     const char *unit)
+{
+    (void)t;
+    (void)help;
+    (void)unit;
+    ((vrec *)arg)->family = name;
+    return 0;
+}
+
+static int pv_sample(void *arg, const char *segment_id, const char *suffix, const mv_expo_label *a,
+                     size_t na, const mv_expo_label *b, size_t nb, const char *xname, double xval,
+                     double v, uint64_t u, int is_u, int64_t ts_ms)
+{
+    (void)segment_id;
+    vrec *r = arg;
+    char d[1200];
+    describe_into(d, sizeof d, r->family, suffix, a, na, b, nb, xname, xval);
+    vrec_value(r, d, v, u, is_u, ts_ms);
+    return 0;
+}
+
+static int cv_begin(void *arg)
+{
+    vrec *r = arg;
+    for (size_t i = 0; i < r->ndesc; i++)
+        free(r->desc[i]);
+    r->ndesc = 0;
+    r->begins++;
+    return 0;
+}
+
+static int cv_describe(void *arg, uint32_t series, const char *family, mv_expo_type t,
+                       const char *suffix, const mv_expo_label *a, size_t na,
+                       const mv_expo_label *b, size_t nb, const char *xname, double xval)
+{
+    (void)t;
+    vrec *r = arg;
+    if (series != r->ndesc)
+        return -EINVAL; /* numbered 0, 1, ... */
+    if (r->ndesc == r->cap_desc) {
+        r->cap_desc = r->cap_desc ? 2 * r->cap_desc : 64;
+        r->desc = realloc(r->desc, r->cap_desc * sizeof *r->desc);
+    }
+    char d[1200];
+    describe_into(d, sizeof d, family, suffix, a, na, b, nb, xname, xval);
+    r->desc[r->ndesc++] = strdup(d);
+    return 0;
+}
+
+static int cv_value(void *arg, uint32_t series, double v, uint64_t u, int is_u, int64_t ts_ms)
+{
+    vrec *r = arg;
+    if (series >= r->ndesc)
+        return -EINVAL;
+    vrec_value(r, r->desc[series], v, u, is_u, ts_ms);
+    return 0;
+}
+
+/* Visits the views plainly and through the cache: the same samples, values and times, in the
+ * same order. Returns 1 when they agree. */
+static int same_visit(mv_export_cache *c, vrec *planned, const mv_coll_seg_view *const *v, size_t n,
+                      const mv_export_sel *sel)
+{
+    vrec plain = {0};
+    mv_export_visitor pv = {.family = pv_family, .sample = pv_sample, .arg = &plain};
+    mv_export_plan_visitor cv = {
+        .begin = cv_begin, .describe = cv_describe, .value = cv_value, .arg = planned};
+    vrec_put(&plain, "");
+    planned->len = 0;
+    vrec_put(planned, "");
+    int ra = mv_export_visit_views(v, n, sel, &pv);
+    int rb = mv_export_visit_views_cached(c, v, n, sel, &cv);
+    int same = ra == 0 && rb == 0 && strcmp(plain.buf, planned->buf) == 0;
+    if (!same)
+        printf("\n  planned visit differs (rc %d/%d):\n--- plain\n%s--- planned\n%s", ra, rb,
+               plain.buf, planned->buf);
+    free(plain.buf);
+    return same;
+}
+
+static void vrec_free(vrec *r)
+{
+    cv_begin(r);
+    free(r->desc);
+    free(r->buf);
+}
+
 static void test_random_changes(void)
 {
     tseg s[3];
@@ -445,7 +581,8 @@ static void test_random_changes(void)
     char err[128];
     mv_export_sel_add(sels[2], "counter=all", err, sizeof err);
     mv_export_sel_add(sels[2], "lat_seconds=quantiles", err, sizeof err);
-    mv_export_cache *c = mv_export_cache_create();
+    mv_export_cache *c = mv_export_cache_create(), *vc = mv_export_cache_create();
+    vrec planned = {0};
     uint64_t rng = 12345;
     size_t n = 3;
     int sel = 0, bad = 0, extra = 0;
@@ -503,10 +640,37 @@ static void test_random_changes(void)
         }
         for (int f = 0; f < NFORMATS && !bad; f++)
             bad = !same_render(c, v, n, &cs, sels[sel], (mv_expo_format)f, 0, NULL);
+        if (!bad)
+            bad = !same_visit(vc, &planned, v, n, sels[sel]);
         if (bad)
             printf("  (iteration %d)\n", it);
     }
     CU_ASSERT(!bad);
+    /* An unchanged table is visited from the plan: no new description, values still read. */
+    n = 3;
+    for (int i = 0; i < 3; i++) {
+        s[i].view.state = MV_COLL_OK;
+        s[i].view.pipe = s[i].pipe;
+    }
+    CU_ASSERT(same_visit(vc, &planned, v, n, sels[sel]));
+    unsigned begins = planned.begins;
+    mv_export_cache_stats st0, st1;
+    mv_export_cache_get_stats(vc, &st0);
+    mv_gauge_set(s[0].g, 123.5);
+    CU_ASSERT(same_visit(vc, &planned, v, n, sels[sel]));
+    CU_ASSERT(same_visit(vc, &planned, v, n, sels[sel]));
+    mv_export_cache_get_stats(vc, &st1);
+    CU_ASSERT_EQUAL(planned.begins, begins);
+    CU_ASSERT_EQUAL(st1.hits, st0.hits + 2);
+    CU_ASSERT(strstr(planned.buf, " 123.5 ") != NULL);
+    /* A new catalog: the plan is built again (begin, new numbers). */
+    mv_gauge g;
+    CU_ASSERT(mv_gauge_register(s[0].seg, "late_gauge", NULL, NULL, NULL, 0, &g) == MV_OK);
+    tseg_parse(&s[0]);
+    CU_ASSERT(same_visit(vc, &planned, v, n, sels[sel]));
+    CU_ASSERT_EQUAL(planned.begins, begins + 1);
+    vrec_free(&planned);
+    mv_export_cache_destroy(vc);
     mv_export_cache_destroy(c);
     for (int i = 0; i < 3; i++) {
         mv_export_sel_destroy(sels[i]);
@@ -750,7 +914,7 @@ int main(void)
         {"cache follows label, catalog, selection and table changes", test_invalidation},
         {"cache truncates where the uncached render does", test_truncation},
         {"cache memory limit", test_limit},
-        {"random changes between scrapes", test_random_changes},
+        {"random changes between scrapes and planned visits", test_random_changes},
         {"protobuf plan: patched values, packed histograms, torn copy", test_protobuf},
         {"scrapes in parallel with ticks and table changes", test_parallel},
     };

@@ -800,16 +800,23 @@ static const mv_coll_seg_view **snap_views(const mv_coll_snap *snap)
     return v;
 }
 
-int mv_export__walk_snap(const mv_coll_snap *snap, const mv_export_sel *sel, mv_export__sink *k)
+int mv_export__walk_views(const mv_coll_seg_view *const *views, size_t n, const mv_export_sel *sel,
+                          mv_export__sink *k)
 {
     walk w;
-    const mv_coll_seg_view **views = snap_views(snap);
-    if (!views)
-        return -ENOMEM;
-    int rc = mv_export__walk_build(&w, views, mv_coll_snap_count(snap), sel, 0);
+    int rc = mv_export__walk_build(&w, views, n, sel, 0);
     if (rc == 0)
         rc = walk_run(&w, k);
     mv_export__walk_free(&w);
+    return rc;
+}
+
+int mv_export__walk_snap(const mv_coll_snap *snap, const mv_export_sel *sel, mv_export__sink *k)
+{
+    const mv_coll_seg_view **views = snap_views(snap);
+    if (!views)
+        return -ENOMEM;
+    int rc = mv_export__walk_views(views, mv_coll_snap_count(snap), sel, k);
     free(views);
     return rc;
 }

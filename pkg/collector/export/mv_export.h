@@ -173,6 +173,40 @@ typedef struct mv_export_visitor {
 int mv_export_visit(const mv_coll_snap *snap, const mv_export_sel *sel,
                     const mv_export_visitor *vis);
 
+/*
+ * Visiting through the exposition cache: a consumer that visits the table again and again
+ * (remote write, every interval) describes each series once and then receives values only.
+ * The cache numbers the series every sample of the table could be (the plan, kept while the
+ * cache's key holds; see mv_export_cache above) and, at each visit, gives the value and time
+ * of those shown now (conditions, torn histograms: as mv_export_visit), in plan order:
+ *   - `begin` (nseries 0) when a new plan is being built: every series number given before
+ *     is void from then on;
+ *   - `describe` once per series of the new plan, numbered 0, 1, ... in exposition order, with
+ *     its family (name, type) and name parts as mv_export_visitor.sample gets them; it returns
+ *     0 to receive the series' values, 1 never to receive them, <0 to stop;
+ *   - `value` per series shown at this visit: its number, value (exact integers as u with
+ *     is_u set) and the time it stands for (as mv_export_visit), 0 or <0 to stop.
+ * A table the cache cannot plan (a segment without a catalog serial, derived families of mixed
+ * types) is visited with a plan of this visit alone: begin, then describe and value per series.
+ * One cache per consumer (its key is replaced by every table it sees). Returns 0, -ENOMEM or
+ * the first <0 of a callback.
+ */
+typedef struct mv_export_plan_visitor {
+    int (*begin)(void *arg);
+    int (*describe)(void *arg, uint32_t series, const char *family, mv_expo_type t,
+                    const char *suffix, const mv_expo_label *a, size_t na, const mv_expo_label *b,
+                    size_t nb, const char *xname, double xval);
+    int (*value)(void *arg, uint32_t series, double v, uint64_t u, int is_u, int64_t ts_ms);
+    void *arg;
+} mv_export_plan_visitor;
+int mv_export_visit_cached(mv_export_cache *c, const mv_coll_snap *snap, const mv_export_sel *sel,
+                           const mv_export_plan_visitor *vis);
+/* Both visits for an array of segment views built by the caller (tests, benchmarks). */
+int mv_export_visit_views(const mv_coll_seg_view *const *views, size_t n, const mv_export_sel *sel,
+                          const mv_export_visitor *vis);
+int mv_export_visit_views_cached(mv_export_cache *c, const mv_coll_seg_view *const *views, size_t n,
+                                 const mv_export_sel *sel, const mv_export_plan_visitor *vis);
+
 /* Returns a JSON document describing every segment (identity, state, reason,
  * reads, errors, last read, read interval, anomaly score; with `metrics` set
  * also every metric's current value and window figures). Free with free(). */

@@ -149,7 +149,9 @@ typedef struct pfam {
     uint8_t fixed;
 } pfam;
 
-#define NFMT 3 /* text, OpenMetrics, protobuf */
+#define NFMT  3    /* text, OpenMetrics, protobuf */
+#define PV    NFMT /* the visit plan (mv_export_visit_cached): ents and lines (src only) */
+#define NPLAN (NFMT + 1)
 
 typedef struct plan {
     area text; /* headers, names, label parts */
@@ -182,12 +184,12 @@ struct mv_export_cache {
     kseg *key;
     size_t nkey;
     uint64_t sel_serial;
-    plan *plans[NFMT]; /* by mv_expo_format (the protobuf plan: pms and fams, no lines) */
-    plan *spare[NFMT]; /* plans dropped by a key change: their memory is reused, already mapped */
+    plan *plans[NPLAN]; /* by mv_expo_format (the protobuf plan: pms and fams, no lines), PV */
+    plan *spare[NPLAN]; /* plans dropped by a key change: their memory is reused, already mapped */
     const mv_coll_seg_view **sorted;
     size_t cap_sorted;
-    size_t limit;          /* most bytes the plans may hold together; 0: no limit */
-    uint8_t refused[NFMT]; /* by format: the plan of this key passed the limit (not built again) */
+    size_t limit;           /* most bytes the plans may hold together; 0: no limit */
+    uint8_t refused[NPLAN]; /* by format: the plan of this key passed the limit (not built again) */
     mv_export_cache_stats st;
     /* Protobuf renders: per entry of the family being written, and the parts encoded for it. */
     struct pstate *pst;
@@ -242,7 +244,7 @@ static size_t plan_bytes(const plan *p)
 static size_t others_bytes(const mv_export_cache *c, mv_expo_format f)
 {
     size_t n = 0;
-    for (int i = 0; i < NFMT; i++)
+    for (int i = 0; i < NPLAN; i++)
         if (i != (int)f)
             n += plan_bytes(c->plans[i]);
     return n;
@@ -259,7 +261,7 @@ static void key_free(mv_export_cache *c)
     c->nkey = 0;
     c->have_key = 0;
     memset(c->refused, 0, sizeof c->refused);
-    for (int f = 0; f < NFMT; f++) {
+    for (int f = 0; f < NPLAN; f++) {
         plan *p = c->plans[f];
         c->plans[f] = NULL;
         if (!p)
@@ -277,7 +279,7 @@ void mv_export_cache_destroy(mv_export_cache *c)
     if (!c)
         return;
     key_free(c);
-    for (int f = 0; f < NFMT; f++)
+    for (int f = 0; f < NPLAN; f++)
         plan_free(c->spare[f]);
     free(c->sorted);
     free(c->pst);
@@ -294,7 +296,7 @@ void mv_export_cache_get_stats(mv_export_cache *c, mv_export_cache_stats *out)
     pthread_mutex_lock(&c->mu);
     *out = c->st;
     out->bytes = 0;
-    for (int f = 0; f < NFMT; f++)
+    for (int f = 0; f < NPLAN; f++)
         out->bytes += plan_bytes(c->plans[f]) + plan_bytes(c->spare[f]);
     pthread_mutex_unlock(&c->mu);
 }
@@ -1374,6 +1376,167 @@ int mv_export_render_cached(mv_export_cache *c, mv_expo *e, const mv_coll_snap *
     for (size_t i = 0; i < n; i++)
         v[i] = mv_coll_snap_seg(snap, i);
     int rc = mv_export_render_views_cached(c, e, v, n, mv_coll_snap_stats(snap), sel, cumulative);
+    free(v);
+    return rc;
+}
+
+/* ---- Visit plans (mv_export_visit_cached) ---------------------------------------------------
+ * The entries of an "every" walk and, per sample, its source; the sample's index in `lines` is
+ * the series number the visitor was given when it described the sample. */
+
+typedef struct vbuilder {
+    mv_export__sink k;
+    plan *p;
+    const mv_export_plan_visitor *vis;
+    const char *family;
+    mv_expo_type type;
+    int err;
+} vbuilder;
+
+static int vrec_sample(mv_export__sink *k, const char *suffix, const mv_expo_label *a, size_t na,
+                       const mv_expo_label *lb, size_t nb, const char *xname, double xval, double v,
+                       uint64_t u, int is_u, unsigned src)
+{
+    (void)v;
+    (void)u;
+    (void)is_u;
+    vbuilder *b = (vbuilder *)k;
+    plan *p = b->p;
+    if (p->nlines >= UINT32_MAX ||
+        grow((void **)&p->lines, &p->cap_lines, p->nlines + 1, sizeof *p->lines) != 0) {
+        b->err = -ENOMEM;
+        return -ENOMEM;
+    }
+    int rc = b->vis->describe(b->vis->arg, (uint32_t)p->nlines, b->family, b->type, suffix, a, na,
+                              lb, nb, xname, xval);
+    if (rc < 0) {
+        b->err = rc;
+        return rc;
+    }
+    p->lines[p->nlines++] = (cline){.src = (uint16_t)(rc == 0 ? src : VS_NONE)};
+    return 0;
+}
+
+/* Builds the visit plan for the sorted views, describing its series. 0, 1 (not cacheable) or
+ * <0 (-ENOMEM or the visitor's). */
+static int vplan_build(mv_export_cache *c, size_t n, const mv_export_sel *sel,
+                       const mv_export_plan_visitor *vis, plan **out)
+{
+    mv_export__walk w;
+    plan *p = c->spare[PV] ? c->spare[PV] : calloc(1, sizeof *p);
+    c->spare[PV] = NULL;
+    int rc = p ? mv_export__walk_build(&w, c->sorted, n, sel, 1) : -ENOMEM;
+    if (!p)
+        memset(&w, 0, sizeof w);
+    else if (rc == 0 && w.mixed_derived)
+        rc = 1;
+    if (rc == 0)
+        rc = vis->begin(vis->arg);
+    vbuilder b = {.k = {.sample = vrec_sample}, .p = p, .vis = vis};
+    for (size_t e = 0; rc == 0 && e < w.n; e++) {
+        const mv_export__entry *en = &w.ents[e];
+        if (en->drop)
+            continue;
+        const char *help, *unit;
+        mv_export__family_info(&w, en, &b.type, &help, &unit);
+        b.family = en->name;
+        if (grow((void **)&p->ents, &p->cap_ents, p->nents + 1, sizeof *p->ents) != 0) {
+            rc = -ENOMEM;
+            break;
+        }
+        const mv_coll_seg_view *v = w.segs[en->seg];
+        int hist = en->kind == 0 && en->metric != MV_EXPORT_NO_METRIC &&
+                   mv_seg_catalog_metric(v->cat, en->metric)->type == MV_SEG_HISTOGRAM;
+        uint64_t unrenderable = w.unrenderable;
+        size_t line0 = p->nlines;
+        rc = mv_export__emit(&b.k, &w, en);
+        if (rc < 0)
+            break;
+        rc = 0;
+        p->ents[p->nents++] =
+            (cent){.seg = en->seg,
+                   .metric = en->metric,
+                   .line0 = (uint32_t)line0,
+                   .nlines = (uint32_t)(p->nlines - line0),
+                   .cond = en->cond,
+                   .flags = (uint8_t)((hist ? F_HIST : 0) |
+                                      (w.unrenderable != unrenderable ? F_UNRENDERABLE : 0))};
+    }
+    if (rc == 0 && b.err)
+        rc = b.err;
+    mv_export__walk_free(&w);
+    if (rc != 0) {
+        plan_free(p);
+        return rc;
+    }
+    *out = p;
+    return 0;
+}
+
+/* Gives the visitor the values of the plan's series shown in the sorted views. */
+static int vplan_run(const plan *p, const mv_coll_seg_view *const *segs,
+                     const mv_export_plan_visitor *vis)
+{
+    for (size_t i = 0; i < p->nents; i++) {
+        const cent *en = &p->ents[i];
+        const mv_coll_seg_view *v = segs[en->seg];
+        const mv_pipe_view *pv = mv_export__seg_pipe(v);
+        if (!pb_shown(en, pv) || (en->flags & F_UNRENDERABLE))
+            continue;
+        mv_export__vctx c;
+        vc_set(&c, v, pv, en->metric);
+        if ((en->flags & F_HIST) && mv_seg_read_histogram(v->hot, c.m, &c.hv) != MV_SEG_OK)
+            continue; /* as the walk does: a torn copy is not shown */
+        for (uint32_t j = en->line0; j < en->line0 + en->nlines; j++) {
+            unsigned src = p->lines[j].src;
+            if (src == VS_NONE)
+                continue;
+            double d = 0;
+            uint64_t u = 0;
+            int is_u = mv_export__value(&c, src, &d, &u);
+            int rc = vis->value(vis->arg, j, d, u, is_u, mv_export__sample_ts_ms(&c, src));
+            if (rc < 0)
+                return rc;
+        }
+    }
+    return 0;
+}
+
+int mv_export_visit_views_cached(mv_export_cache *c, const mv_coll_seg_view *const *views, size_t n,
+                                 const mv_export_sel *sel, const mv_export_plan_visitor *vis)
+{
+    pthread_mutex_lock(&c->mu);
+    int rc = key_check(c, views, n, mv_export__sel_serial(sel));
+    if (rc == 1 && !c->plans[PV]) {
+        rc = vplan_build(c, n, sel, vis, &c->plans[PV]);
+        if (rc == 0) {
+            c->st.builds++;
+            rc = 1;
+        } else if (rc == 1 || rc == -ENOMEM) {
+            rc = 0; /* not cacheable, or no memory for the plan: a visit without it */
+        }
+    } else if (rc == 1) {
+        c->st.hits++;
+    }
+    int unplanned = rc == 0 || rc == -ENOMEM;
+    if (rc == 1)
+        rc = vplan_run(c->plans[PV], c->sorted, vis);
+    else if (unplanned)
+        c->st.uncached++;
+    pthread_mutex_unlock(&c->mu);
+    return unplanned ? mv_export__visit_unplanned(views, n, sel, vis) : rc;
+}
+
+int mv_export_visit_cached(mv_export_cache *c, const mv_coll_snap *snap, const mv_export_sel *sel,
+                           const mv_export_plan_visitor *vis)
+{
+    size_t n = mv_coll_snap_count(snap);
+    const mv_coll_seg_view **v = calloc(n ? n : 1, sizeof *v);
+    if (!v)
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        v[i] = mv_coll_snap_seg(snap, i);
+    int rc = mv_export_visit_views_cached(c, v, n, sel, vis);
     free(v);
     return rc;
 }

@@ -145,9 +145,20 @@ void mv_export__note_drops(mv_export_stats *st, const char *collided_name, uint6
 /* The selection's serial: changes whenever the selection does, never reused (NULL: 0). */
 uint64_t mv_export__sel_serial(const mv_export_sel *sel);
 
+/* The time (ms) a sample from `src` of c's segment stands for: its window's end for a window
+ * summary, else the segment's read. */
+int64_t mv_export__sample_ts_ms(const mv_export__vctx *c, unsigned src);
+/* mv_export_visit_cached's visit of a table it cannot plan: begin, then describe and value per
+ * sample of an uncached walk. */
+int mv_export__visit_unplanned(const mv_coll_seg_view *const *views, size_t n,
+                               const mv_export_sel *sel, const mv_export_plan_visitor *vis);
+
 /* Walks every family of the snapshot in order (mv_export.h; derived series chosen by `sel`,
  * NULL = all), feeding `k`. Returns 0, -ENOMEM, or k's first negative return. */
 int mv_export__walk_snap(const mv_coll_snap *snap, const mv_export_sel *sel, mv_export__sink *k);
+/* The same for an array of views. */
+int mv_export__walk_views(const mv_coll_seg_view *const *views, size_t n, const mv_export_sel *sel,
+                          mv_export__sink *k);
 
 /* A segment whose values are served: catalog and hot copy published, state OK. */
 static inline int mv_export__seg_valid(const mv_coll_seg_view *v)
