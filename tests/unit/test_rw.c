@@ -157,12 +157,80 @@ static void test_hist(void)
     free(enc);
 }
 
+/* Labels packed once (mv_rw_labels_pb_pack) and copied give protobuf-c's exact WriteRequest,
+ * for values and times protobuf-c leaves out (0, 0.0, -0.0) or writes (NaN, negative times),
+ * mixed with histograms and series without packed labels. */
+static void test_v1_packed_labels(void)
+{
+    static const double vals[] = {0.0, -0.0, 1.0, -2.5, 1e300, NAN, INFINITY, 5e-324};
+    static const int64_t tss[] = {0, 1, -1, 1700000000123, INT64_MIN, 127, 128};
+    static const mv_rw_label hl[] = {{"__name__", "lat_seconds"}, {"pod", "a"}};
+    double bounds[] = {0.5, 1};
+    uint64_t cum[] = {1, 3, 3};
+    enum { N = 8 * 7 + 1 };
+    mv_rw_series a[N], b[N];
+    uint8_t pb0[256], pb1[256];
+    size_t l0 = mv_rw_labels_pb_size(L0, 3), l1 = mv_rw_labels_pb_size(L1, 3);
+    CU_ASSERT_FATAL(l0 > 0 && l0 <= sizeof pb0 && l1 > 0 && l1 <= sizeof pb1);
+    mv_rw_labels_pb_pack(L0, 3, pb0);
+    mv_rw_labels_pb_pack(L1, 3, pb1);
+    size_t n = 0;
+    for (size_t i = 0; i < 8; i++)
+        for (size_t j = 0; j < 7; j++, n++) {
+            a[n] = (mv_rw_series){
+                .labels = (n & 1) ? L1 : L0, .nlabels = 3, .value = vals[i], .ts_ms = tss[j]};
+            b[n] = a[n];
+            if (n % 3) { /* every third series without packed labels */
+                b[n].pb_labels = (n & 1) ? pb1 : pb0;
+                b[n].pb_len = (n & 1) ? l1 : l0;
+            }
+        }
+    a[n] = (mv_rw_series){.labels = hl,
+                          .nlabels = 2,
+                          .ts_ms = 7,
+                          .is_hist = 1,
+                          .bounds = bounds,
+                          .cum = cum,
+                          .nbounds = 2,
+                          .sum = 2,
+                          .count = 3};
+    b[n] = a[n];
+    n++;
+    uint8_t *ea, *eb, *ra, *rb;
+    size_t la, lb, pa, pb, rla, rlb;
+    CU_ASSERT_EQUAL_FATAL(mv_rw_encode(1, a, n, 6, &ea, &la, &pa), 0);
+    CU_ASSERT_EQUAL_FATAL(mv_rw_encode(1, b, n, 6, &eb, &lb, &pb), 0);
+    CU_ASSERT_EQUAL_FATAL(mv_rw_unsnappy(ea, la, 1 << 20, &ra, &rla), 0);
+    CU_ASSERT_EQUAL_FATAL(mv_rw_unsnappy(eb, lb, 1 << 20, &rb, &rlb), 0);
+    CU_ASSERT_EQUAL(pa, pb);
+    CU_ASSERT_EQUAL_FATAL(rla, rlb);
+    CU_ASSERT(memcmp(ra, rb, rla) == 0);
+    /* And protobuf-c packs the decoded request to the same bytes. */
+    Prometheus__WriteRequest *w = prometheus__write_request__unpack(NULL, rlb, rb);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(w);
+    CU_ASSERT_EQUAL(w->n_timeseries, N - 1 + 5);
+    size_t sz = prometheus__write_request__get_packed_size(w);
+    uint8_t *again = malloc(sz);
+    CU_ASSERT_EQUAL_FATAL(prometheus__write_request__pack(w, again), rlb);
+    CU_ASSERT(memcmp(again, rb, rlb) == 0);
+    CU_ASSERT_EQUAL(w->timeseries[7]->samples[0]->value, 0); /* -0.0: left out, as protobuf-c */
+    CU_ASSERT(isnan(w->timeseries[35]->samples[0]->value));
+    CU_ASSERT_EQUAL(w->timeseries[4]->samples[0]->timestamp, INT64_MIN);
+    prometheus__write_request__free_unpacked(w, NULL);
+    free(again);
+    free(ra);
+    free(rb);
+    free(ea);
+    free(eb);
+}
+
 int main(void)
 {
     mv_log_init("test_rw", MV_LOG_ERROR);
     static const mv_test tests[] = {
         {"config checks", test_config},
         {"remote write 1.0 body", test_v1},
+        {"remote write 1.0 with labels packed once", test_v1_packed_labels},
         {"remote write 2.0 body", test_v2},
         {"histograms: classic in 1.0, native in 2.0", test_hist},
     };

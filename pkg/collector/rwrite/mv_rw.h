@@ -122,7 +122,16 @@ typedef struct mv_rw_series {
     size_t nbounds;
     double sum;
     uint64_t count;
+    /* Optional, 1.0 only (not a histogram): the labels already packed as a TimeSeries' label
+     * fields (mv_rw_labels_pb_pack of `labels`), copied instead of packed again. */
+    const uint8_t *pb_labels;
+    size_t pb_len;
 } mv_rw_series;
+
+/* The label fields (field 1 of io.prometheus.TimeSeries, protobuf-c's encoding) of n labels:
+ * their size, and packing them into out (that many bytes). */
+size_t mv_rw_labels_pb_size(const mv_rw_label *l, size_t n);
+void mv_rw_labels_pb_pack(const mv_rw_label *l, size_t n, uint8_t *out);
 
 /* Packs a remote write 1.0 WriteRequest (version 1) or a 2.0 Request (version 2) for the
  * series and snappy-compresses it into *out (malloc'd; free()). *raw_len gets the protobuf

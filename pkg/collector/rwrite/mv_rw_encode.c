@@ -101,6 +101,80 @@ static size_t expand_hist(const mv_rw_series *h, mv_rw_series *out, mv_rw_label 
     return k;
 }
 
+static size_t varint_len(uint64_t v)
+{
+    size_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+/* A Sample's fields as protobuf-c packs them: proto3 scalars are left out when they compare
+ * equal to zero (so -0.0 as well: it arrives as 0). */
+static size_t sample_len(double v, int64_t ts)
+{
+    return (v != 0.0 ? 9 : 0) + (ts ? 1 + varint_len((uint64_t)ts) : 0);
+}
+
+static size_t put_sample(uint8_t *o, double v, int64_t ts)
+{
+    uint8_t *p = o;
+    uint64_t bits;
+    memcpy(&bits, &v, sizeof bits);
+    if (v != 0.0) {
+        *p++ = 0x09; /* field 1, 64-bit */
+        for (int i = 0; i < 8; i++)
+            *p++ = (uint8_t)(bits >> (8 * i));
+    }
+    if (ts) {
+        *p++ = 0x10; /* field 2, varint */
+        p += mv_expo_pb_put_varint(p, (uint64_t)ts);
+    }
+    return (size_t)(p - o);
+}
+
+/* The label fields of a TimeSeries: n Label messages, as protobuf-c packs them. */
+static void labels_pb(const mv_rw_label *l, size_t n, Prometheus__Label *lb,
+                      Prometheus__Label **plb, Prometheus__TimeSeries *ts)
+{
+    prometheus__time_series__init(ts);
+    for (size_t j = 0; j < n; j++) {
+        prometheus__label__init(&lb[j]);
+        lb[j].name = (char *)l[j].name;
+        lb[j].value = (char *)l[j].value;
+        plb[j] = &lb[j];
+    }
+    ts->n_labels = n;
+    ts->labels = plb;
+}
+
+#define PB_LABELS_MAX 256
+
+size_t mv_rw_labels_pb_size(const mv_rw_label *l, size_t n)
+{
+    Prometheus__Label lb[PB_LABELS_MAX], *plb[PB_LABELS_MAX];
+    Prometheus__TimeSeries ts;
+    if (n > PB_LABELS_MAX)
+        return 0;
+    labels_pb(l, n, lb, plb, &ts);
+    return prometheus__time_series__get_packed_size(&ts);
+}
+
+void mv_rw_labels_pb_pack(const mv_rw_label *l, size_t n, uint8_t *out)
+{
+    Prometheus__Label lb[PB_LABELS_MAX], *plb[PB_LABELS_MAX];
+    Prometheus__TimeSeries ts;
+    if (n > PB_LABELS_MAX)
+        return;
+    labels_pb(l, n, lb, plb, &ts);
+    prometheus__time_series__pack(&ts, out);
+}
+
+/* A WriteRequest is its TimeSeries, each as field 1 (tag, length, message), in order: each
+ * series is packed alone (its labels by protobuf-c, or copied from pb_labels when given; its
+ * one Sample), which gives protobuf-c's bytes for the whole request. */
 static int pack_v1(const mv_rw_series *in, size_t nin, uint8_t **raw, size_t *rlen)
 {
     /* Histograms become their classic series. */
@@ -120,11 +194,12 @@ static int pack_v1(const mv_rw_series *in, size_t nin, uint8_t **raw, size_t *rl
     mv_rw_series *s = malloc((n ? n : 1) * sizeof *s);
     mv_rw_label *xl = malloc((nlab ? nlab : 1) * sizeof *xl);
     char *xs = malloc(nstr ? nstr : 1);
+    size_t *tlen = malloc((n ? n : 1) * sizeof *tlen);
     int rc = -ENOMEM;
-    Prometheus__TimeSeries *ts = NULL, **pts = NULL;
+    Prometheus__TimeSeries *ts = NULL;
     Prometheus__Sample *sm = NULL, **psm = NULL;
     Prometheus__Label *lb = NULL, **plb = NULL;
-    if (!s || !xl || !xs)
+    if (!s || !xl || !xs || !tlen)
         goto out;
     {
         size_t k = 0, lo = 0, so = 0;
@@ -142,51 +217,63 @@ static int pack_v1(const mv_rw_series *in, size_t nin, uint8_t **raw, size_t *rl
             so += 3 * (name_len + 8) + (in[i].nbounds + 3) * 40;
         }
     }
-    size_t nl = 0;
+    /* protobuf-c messages for the series without packed labels. */
+    size_t np = 0, nl = 0;
     for (size_t i = 0; i < n; i++)
-        nl += s[i].nlabels;
-    ts = calloc(n ? n : 1, sizeof *ts);
-    pts = calloc(n ? n : 1, sizeof *pts);
-    sm = calloc(n ? n : 1, sizeof *sm);
-    psm = calloc(n ? n : 1, sizeof *psm);
+        if (!s[i].pb_labels) {
+            np++;
+            nl += s[i].nlabels;
+        }
+    ts = calloc(np ? np : 1, sizeof *ts);
+    sm = calloc(np ? np : 1, sizeof *sm);
+    psm = calloc(np ? np : 1, sizeof *psm);
     lb = calloc(nl ? nl : 1, sizeof *lb);
     plb = calloc(nl ? nl : 1, sizeof *plb);
-    if (!ts || !pts || !sm || !psm || !lb || !plb)
+    if (!ts || !sm || !psm || !lb || !plb)
         goto out;
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
-        prometheus__time_series__init(&ts[i]);
-        prometheus__sample__init(&sm[i]);
-        sm[i].value = s[i].value;
-        sm[i].timestamp = s[i].ts_ms;
-        psm[i] = &sm[i];
-        ts[i].n_samples = 1;
-        ts[i].samples = &psm[i];
-        ts[i].n_labels = s[i].nlabels;
-        ts[i].labels = &plb[k];
-        for (size_t j = 0; j < s[i].nlabels; j++, k++) {
-            prometheus__label__init(&lb[k]);
-            lb[k].name = (char *)s[i].labels[j].name;
-            lb[k].value = (char *)s[i].labels[j].value;
-            plb[k] = &lb[k];
+    size_t total = 0;
+    for (size_t i = 0, p = 0, k = 0; i < n; i++) {
+        if (s[i].pb_labels) {
+            size_t sl = sample_len(s[i].value, s[i].ts_ms);
+            tlen[i] = s[i].pb_len + 1 + varint_len(sl) + sl;
+        } else {
+            labels_pb(s[i].labels, s[i].nlabels, &lb[k], &plb[k], &ts[p]);
+            k += s[i].nlabels;
+            prometheus__sample__init(&sm[p]);
+            sm[p].value = s[i].value;
+            sm[p].timestamp = s[i].ts_ms;
+            psm[p] = &sm[p];
+            ts[p].n_samples = 1;
+            ts[p].samples = &psm[p];
+            tlen[i] = prometheus__time_series__get_packed_size(&ts[p]);
+            p++;
         }
-        pts[i] = &ts[i];
+        total += 1 + varint_len(tlen[i]) + tlen[i];
     }
-    Prometheus__WriteRequest wr = PROMETHEUS__WRITE_REQUEST__INIT;
-    wr.n_timeseries = n;
-    wr.timeseries = pts;
-    size_t sz = prometheus__write_request__get_packed_size(&wr);
-    *raw = malloc(sz ? sz : 1);
-    if (!*raw)
+    uint8_t *o = *raw = malloc(total ? total : 1);
+    if (!o)
         goto out;
-    *rlen = prometheus__write_request__pack(&wr, *raw);
+    for (size_t i = 0, p = 0; i < n; i++) {
+        *o++ = 0x0a; /* WriteRequest.timeseries, field 1 */
+        o += mv_expo_pb_put_varint(o, tlen[i]);
+        if (s[i].pb_labels) {
+            memcpy(o, s[i].pb_labels, s[i].pb_len);
+            o += s[i].pb_len;
+            *o++ = 0x12; /* TimeSeries.samples, field 2 */
+            o += mv_expo_pb_put_varint(o, sample_len(s[i].value, s[i].ts_ms));
+            o += put_sample(o, s[i].value, s[i].ts_ms);
+        } else {
+            o += prometheus__time_series__pack(&ts[p++], o);
+        }
+    }
+    *rlen = (size_t)(o - *raw);
     rc = 0;
 out:
     free(s);
     free(xl);
     free(xs);
+    free(tlen);
     free(ts);
-    free(pts);
     free(sm);
     free(psm);
     free(lb);
