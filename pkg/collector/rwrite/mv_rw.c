@@ -6,6 +6,8 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,18 +23,42 @@
 #define TOKEN_MAX       8192
 #define USER_AGENT      "microview-collector"
 
-/* One queued sample: its labels (sorted, __name__ included) and strings in one block. */
+/* One series of the visit plan as it is sent: its labels sorted by name (__name__ and the
+ * external labels included), the same packed once as a 1.0 TimeSeries' label fields, and a
+ * histogram's bounds. It lives in a `names` block and never changes once described. */
+typedef struct series {
+    const mv_rw_label *labels;
+    const uint8_t *pb;
+    size_t nlabels, pb_len;
+    const double *bounds;
+    size_t nbounds;
+    int is_hist;
+} series;
+
+/* The series and strings of one visit plan, in chunks allocated while the plan is described.
+ * Freed when the plan has been replaced and the last item queued from it is sent or dropped:
+ * `refs` counts the plan (1 while it is current) and the items in queues. */
+typedef struct chunk {
+    struct chunk *next;
+    size_t len, cap;
+    max_align_t data[];
+} chunk;
+
+typedef struct names {
+    atomic_size_t refs;
+    chunk *chunks;
+} names;
+
+/* One queued sample: its series (kept alive by a reference to its names block), value and
+ * time; a histogram's cumulative counts follow it. */
 typedef struct item {
     uint64_t enq_ns; /* CLOCK_MONOTONIC */
     int64_t ts_ms;
-    double value;
-    int is_hist; /* a histogram: bounds, cum (in the block), sum in value, count */
-    size_t nbounds;
-    double *bounds;
-    uint64_t *cum;
+    double value; /* a histogram's sum */
     uint64_t count;
-    size_t nlabels;
-    mv_rw_label labels[];
+    const series *s;
+    names *nm;
+    uint64_t cum[];
 } item;
 
 typedef struct shard {
@@ -77,8 +103,14 @@ struct mv_rw {
     char token[TOKEN_MAX];
     uint64_t token_read_ns;
     char password[TOKEN_MAX];
-    seen_tab seen[2];
-    int cur;
+    /* The interval thread's: the visit plan (mv_export_visit_cached), its names block and,
+     * per series number, what to send; the last times of the previous plan's series by
+     * identity, carried over to the next plan. */
+    mv_export_cache *plan;
+    names *nm;
+    struct slot *slots;
+    size_t nslots, cap_slots;
+    seen_tab seen;
 };
 
 static uint64_t mono_ns(void)
@@ -205,103 +237,105 @@ static void seen_clear(seen_tab *t)
     t->n = 0;
 }
 
+/* ---- Names blocks ------------------------------------------------------------------------------
+ */
+
+#define CHUNK_BYTES (1u << 20)
+
+static names *names_new(void)
+{
+    names *nm = calloc(1, sizeof *nm);
+    if (nm)
+        atomic_init(&nm->refs, 1);
+    return nm;
+}
+
+static void names_free(names *nm)
+{
+    while (nm->chunks) {
+        chunk *c = nm->chunks;
+        nm->chunks = c->next;
+        free(c);
+    }
+    free(nm);
+}
+
+/* Drops n references (the plan's, or items'); the last one frees the block. */
+static void names_release(names *nm, size_t n)
+{
+    if (nm && atomic_fetch_sub_explicit(&nm->refs, n, memory_order_acq_rel) == n)
+        names_free(nm);
+}
+
+/* n bytes from the block, aligned for any type; NULL when out of memory. */
+static void *names_alloc(names *nm, size_t n)
+{
+    n = (n + sizeof(max_align_t) - 1) / sizeof(max_align_t) * sizeof(max_align_t);
+    chunk *c = nm->chunks;
+    if (!c || c->cap - c->len < n) {
+        size_t cap = n > CHUNK_BYTES ? n : CHUNK_BYTES;
+        c = malloc(sizeof *c + cap);
+        if (!c)
+            return NULL;
+        c->cap = cap;
+        c->len = 0;
+        c->next = nm->chunks;
+        nm->chunks = c;
+    }
+    void *p = (char *)c->data + c->len;
+    c->len += n;
+    return p;
+}
+
+/* Items of a batch are released in runs of the same block (one atomic operation per run). */
+static void free_items(item **it, size_t n)
+{
+    size_t run = 0;
+    names *cur = NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (it[i]->nm != cur) {
+            names_release(cur, run);
+            cur = it[i]->nm;
+            run = 0;
+        }
+        run++;
+        free(it[i]);
+    }
+    names_release(cur, run);
+}
+
 /* ---- The interval: snapshot to queues -----------------------------------------------------------
  */
 
-#define HIST_MAX 256 /* bounds of a histogram gathered for one item */
+#define HIST_MAX (MV_SEG_BUCKETS_MAX + 1) /* finite bounds of a histogram */
 
-typedef struct {
+enum { S_SKIP = 0, S_PLAIN, S_HBUCKET, S_HSUM, S_HCOUNT };
+
+/* What to do with the value of one series number of the plan. */
+typedef struct slot {
+    const series *s; /* S_PLAIN, S_HCOUNT: what is sent */
+    uint64_t h;      /* S_PLAIN, S_HCOUNT: identity (shard; last time across plans) */
+    int64_t last;    /* S_PLAIN, S_HCOUNT: the time last queued (INT64_MIN: never) */
+    uint32_t head;   /* histogram parts: the series number of its first bucket */
+    uint16_t bucket; /* S_HBUCKET: index of its bound (nbounds: the +Inf bucket) */
+    uint8_t kind;
+} slot;
+
+typedef struct visit_ctx {
     mv_rw *rw;
     uint64_t enq_ns; /* CLOCK_MONOTONIC at the start of the interval's walk */
-    char name[1100];
-    size_t name_len;
-    mv_expo_type type;
     uint64_t queued, dropped;
-    /* The histogram series being gathered: its labels (copied), bounds and counts. */
-    int hopen;
-    mv_expo_label hl[MAX_LABELS];
-    size_t nhl;
-    char hstr[8192];
-    size_t hstr_len;
-    double hb[HIST_MAX];
+    /* While describing: the histogram being described (its first bucket's number, labels
+     * and bounds so far). */
+    uint32_t dhead;
+    int dopen;
+    double db[HIST_MAX];
+    size_t ndb;
+    /* While valuing: the histogram whose counts are being gathered. */
+    uint32_t vhead;
     uint64_t hc[HIST_MAX + 1];
-    size_t nhb;
     double hsum;
 } visit_ctx;
-
-static int v_family(void *arg, const char *name, mv_expo_type t, const char *help, const char *unit)
-{
-    (void)help;
-    (void)unit;
-    visit_ctx *v = arg;
-    int k = snprintf(v->name, sizeof v->name, "%s", name);
-    v->name_len = k < 0 ? 0 : (size_t)k < sizeof v->name ? (size_t)k : sizeof v->name - 1;
-    v->type = t;
-    v->hopen = 0;
-    return 0;
-}
-
-static int queue_one(visit_ctx *v, const char *suffix, const mv_expo_label *a, size_t na,
-                     const mv_expo_label *b, size_t nb, const char *xname, double xval, double val,
-                     int64_t ts_ms, int hist);
-
-/* Copies a string into the gathered histogram's storage (NULL when full). */
-static const char *hcopy(visit_ctx *v, const char *s)
-{
-    size_t n = strlen(s) + 1;
-    if (v->hstr_len + n > sizeof v->hstr)
-        return NULL;
-    char *o = memcpy(v->hstr + v->hstr_len, s, n);
-    v->hstr_len += n;
-    return o;
-}
-
-static int v_sample(void *arg, const char *segment_id, const char *suffix, const mv_expo_label *a,
-                    size_t na, const mv_expo_label *b, size_t nb, const char *xname, double xval,
-                    double val, uint64_t u, int is_u, int64_t ts_ms)
-{
-    (void)segment_id;
-    visit_ctx *v = arg;
-    if (suffix && strcmp(suffix, "_created") == 0)
-        return 0;
-    double dv = is_u ? (double)u : val;
-    if (v->type == MV_EXPO_HISTOGRAM && suffix) {
-        /* One item per histogram series: its buckets, _sum and _count come in that order. */
-        if (strcmp(suffix, "_bucket") == 0) {
-            if (!v->hopen) {
-                v->hopen = 1;
-                v->nhb = v->nhl = v->hstr_len = 0;
-                v->hsum = 0;
-                for (size_t i = 0; i < na + nb && v->nhl < MAX_LABELS; i++) {
-                    const mv_expo_label *e = i < na ? &a[i] : &b[i - na];
-                    const char *n = hcopy(v, e->name), *x = hcopy(v, e->value ? e->value : "");
-                    if (!n || !x) {
-                        v->hopen = 0; /* labels too long to gather: classic series instead */
-                        break;
-                    }
-                    v->hl[v->nhl++] = (mv_expo_label){n, x};
-                }
-            }
-            if (v->hopen && v->nhb <= HIST_MAX) {
-                if (isinf(xval) && xval > 0) {
-                    v->hc[v->nhb] = is_u ? u : (uint64_t)dv;
-                } else if (v->nhb < HIST_MAX) {
-                    v->hb[v->nhb] = xval;
-                    v->hc[v->nhb++] = is_u ? u : (uint64_t)dv;
-                }
-                return 0;
-            }
-        } else if (v->hopen && strcmp(suffix, "_sum") == 0) {
-            v->hsum = dv;
-            return 0;
-        } else if (v->hopen && strcmp(suffix, "_count") == 0) {
-            v->hopen = 0;
-            v->hc[v->nhb] = is_u ? u : (uint64_t)dv;
-            return queue_one(v, NULL, v->hl, v->nhl, NULL, 0, NULL, 0, dv, ts_ms, 1);
-        }
-    }
-    return queue_one(v, suffix, a, na, b, nb, xname, xval, dv, ts_ms, 0);
-}
 
 /* Mixes `n` bytes into `h` eight at a time (a series' identity for the seen table and its
  * shard: not kept anywhere, so it may change between versions). */
@@ -319,40 +353,21 @@ static uint64_t hash_bytes(uint64_t h, const char *p, size_t n)
     return h ^ (h >> 29);
 }
 
-/* Moves a shard's staged items into its queue, dropping (and counting) what does not fit, and
- * wakes its sender once. */
-static void stage_flush(visit_ctx *v, shard *s)
+/* Builds series `name`{a, b, xname=xval} with the external labels, sorted, in the names block.
+ * Its identity goes to *h. NULL when out of memory. */
+static series *series_make(mv_rw *rw, const char *family, const char *suffix,
+                           const mv_expo_label *a, size_t na, const mv_expo_label *b, size_t nb,
+                           const char *xname, double xval, int hist, uint64_t *h)
 {
-    if (!s->nstage)
-        return;
-    pthread_mutex_lock(&s->mu);
-    size_t room = s->cap - s->n, k = s->nstage < room ? s->nstage : room;
-    for (size_t i = 0; i < k; i++)
-        s->ring[(s->head + s->n + i) % s->cap] = s->stage[i];
-    s->n += k;
-    pthread_cond_signal(&s->cv);
-    pthread_mutex_unlock(&s->mu);
-    for (size_t i = k; i < s->nstage; i++)
-        free(s->stage[i]);
-    v->queued += k;
-    v->dropped += s->nstage - k;
-    s->nstage = 0;
-}
-
-static int queue_one(visit_ctx *v, const char *suffix, const mv_expo_label *a, size_t na,
-                     const mv_expo_label *b, size_t nb, const char *xname, double xval, double val,
-                     int64_t ts_ms, int hist)
-{
-    mv_rw *rw = v->rw;
     mv_rw_label l[MAX_LABELS + 40];
     size_t ln[MAX_LABELS + 40], lv[MAX_LABELS + 40]; /* string lengths, NULs included */
-    char name[sizeof v->name + 64], xv[40];
-    size_t sl = suffix ? strlen(suffix) : 0;
-    if (v->name_len + sl >= sizeof name)
-        sl = sizeof name - 1 - v->name_len;
-    memcpy(name, v->name, v->name_len);
-    memcpy(name + v->name_len, suffix ? suffix : "", sl);
-    name[v->name_len + sl] = '\0';
+    char name[1100], xv[40];
+    size_t fl = strlen(family), sl = suffix ? strlen(suffix) : 0;
+    if (fl + sl >= sizeof name)
+        return NULL; /* metric names are at most 255 bytes */
+    memcpy(name, family, fl);
+    memcpy(name + fl, suffix ? suffix : "", sl);
+    name[fl + sl] = '\0';
     size_t n = 0;
     l[n++] = (mv_rw_label){"__name__", name};
     for (size_t i = 0; i < na + nb && n < MAX_LABELS; i++) {
@@ -375,63 +390,212 @@ static int queue_one(visit_ctx *v, const char *suffix, const mv_expo_label *a, s
     for (size_t i = 1; i < n; i++) {
         mv_rw_label x = l[i];
         size_t j = i;
-        while (j > 0 && (l[j - 1].name[0] > x.name[0] ||
-                         (l[j - 1].name[0] == x.name[0] && strcmp(l[j - 1].name, x.name) > 0))) {
+        while (j > 0 && strcmp(l[j - 1].name, x.name) > 0) {
             l[j] = l[j - 1];
             j--;
         }
         l[j] = x;
     }
-    uint64_t h = 0x9e3779b97f4a7c15ull;
+    uint64_t hh = 0x9e3779b97f4a7c15ull;
     size_t bytes = 0;
     for (size_t i = 0; i < n; i++) {
         ln[i] = strlen(l[i].name) + 1;
         lv[i] = strlen(l[i].value) + 1;
         /* The NULs are hashed too: they separate names from values. */
-        h = hash_bytes(h, l[i].name, ln[i]);
-        h = hash_bytes(h, l[i].value, lv[i]);
+        hh = hash_bytes(hh, l[i].name, ln[i]);
+        hh = hash_bytes(hh, l[i].value, lv[i]);
         bytes += ln[i] + lv[i];
     }
-    h ^= h >> 29;
-    h |= 1;
-    /* A series whose time did not move since it was last queued is not queued again. */
-    int64_t last;
-    int known =
-        seen_get(&rw->seen[rw->cur ^ 1], h, &last) || seen_get(&rw->seen[rw->cur], h, &last);
-    if (known && ts_ms <= last) {
-        seen_put(&rw->seen[rw->cur], h, last);
+    hh ^= hh >> 29;
+    *h = hh | 1;
+    size_t pb_len = hist ? 0 : mv_rw_labels_pb_size(l, n);
+    series *s = names_alloc(rw->nm, sizeof *s + n * sizeof(mv_rw_label) + pb_len + bytes);
+    if (!s)
+        return NULL;
+    mv_rw_label *sl_ = (mv_rw_label *)(s + 1);
+    uint8_t *pb = (uint8_t *)(sl_ + n);
+    char *o = (char *)pb + pb_len;
+    for (size_t i = 0; i < n; i++) {
+        memcpy(o, l[i].name, ln[i]);
+        sl_[i].name = o;
+        o += ln[i];
+        memcpy(o, l[i].value, lv[i]);
+        sl_[i].value = o;
+        o += lv[i];
+    }
+    if (pb_len)
+        mv_rw_labels_pb_pack(sl_, n, pb);
+    *s = (series){
+        .labels = sl_, .nlabels = n, .pb = pb_len ? pb : NULL, .pb_len = pb_len, .is_hist = hist};
+    return s;
+}
+
+/* A new plan: the last times of the old one's series are kept by identity, its series numbers
+ * and names block let go (items still queued keep the block alive). */
+static int v_begin(void *arg)
+{
+    visit_ctx *v = arg;
+    mv_rw *rw = v->rw;
+    seen_clear(&rw->seen);
+    for (size_t i = 0; i < rw->nslots; i++) {
+        const slot *sl = &rw->slots[i];
+        if ((sl->kind == S_PLAIN || sl->kind == S_HCOUNT) && sl->last != INT64_MIN &&
+            seen_put(&rw->seen, sl->h, sl->last) != 0)
+            return -ENOMEM;
+    }
+    rw->nslots = 0;
+    names *nm = names_new();
+    if (!nm)
+        return -ENOMEM;
+    names_release(rw->nm, 1);
+    rw->nm = nm;
+    v->dopen = 0;
+    v->vhead = UINT32_MAX;
+    return 0;
+}
+
+static int v_describe(void *arg, uint32_t id, const char *family, mv_expo_type t,
+                      const char *suffix, const mv_expo_label *a, size_t na, const mv_expo_label *b,
+                      size_t nb, const char *xname, double xval)
+{
+    visit_ctx *v = arg;
+    mv_rw *rw = v->rw;
+    if (id != rw->nslots)
+        return -EINVAL; /* numbered 0, 1, ... */
+    if (rw->nslots == rw->cap_slots) {
+        size_t cap = rw->cap_slots ? 2 * rw->cap_slots : 4096;
+        slot *ns = realloc(rw->slots, cap * sizeof *ns);
+        if (!ns)
+            return -ENOMEM;
+        rw->slots = ns;
+        rw->cap_slots = cap;
+    }
+    slot *sl = &rw->slots[rw->nslots++];
+    *sl = (slot){.kind = S_SKIP, .last = INT64_MIN, .head = UINT32_MAX};
+    if (suffix && strcmp(suffix, "_created") == 0)
+        return 1;
+    int part = t == MV_EXPO_HISTOGRAM && suffix;
+    if (part && strcmp(suffix, "_bucket") == 0) {
+        /* One item per histogram series: its buckets, _sum and _count come in that order. */
+        if (!v->dopen) {
+            v->dopen = 1;
+            v->dhead = id;
+            v->ndb = 0;
+        }
+        sl->kind = S_HBUCKET;
+        sl->head = v->dhead;
+        sl->bucket = (uint16_t)v->ndb;
+        if (!(isinf(xval) && xval > 0) && v->ndb < HIST_MAX)
+            v->db[v->ndb++] = xval;
         return 0;
     }
-    seen_put(&rw->seen[rw->cur], h, ts_ms);
-    size_t hb = hist ? v->nhb * sizeof(double) + (v->nhb + 1) * sizeof(uint64_t) : 0;
-    item *it = malloc(sizeof *it + n * sizeof(mv_rw_label) + hb + bytes);
+    if (part && v->dopen && strcmp(suffix, "_sum") == 0) {
+        sl->kind = S_HSUM;
+        sl->head = v->dhead;
+        return 0;
+    }
+    if (part && v->dopen && strcmp(suffix, "_count") == 0) {
+        v->dopen = 0;
+        series *s = series_make(rw, family, NULL, a, na, b, nb, NULL, 0, 1, &sl->h);
+        double *bounds = s ? names_alloc(rw->nm, (v->ndb ? v->ndb : 1) * sizeof *bounds) : NULL;
+        if (!bounds)
+            return -ENOMEM;
+        memcpy(bounds, v->db, v->ndb * sizeof *bounds);
+        s->bounds = bounds;
+        s->nbounds = v->ndb;
+        sl->s = s;
+        sl->kind = S_HCOUNT;
+        sl->head = v->dhead;
+        sl->bucket = (uint16_t)v->ndb;
+        seen_get(&rw->seen, sl->h, &sl->last);
+        return 0;
+    }
+    sl->s = series_make(rw, family, suffix, a, na, b, nb, xname, xval, 0, &sl->h);
+    if (!sl->s)
+        return -ENOMEM;
+    sl->kind = S_PLAIN;
+    seen_get(&rw->seen, sl->h, &sl->last);
+    return 0;
+}
+
+/* Moves a shard's staged items into its queue, dropping (and counting) what does not fit, and
+ * wakes its sender once. */
+static void stage_flush(visit_ctx *v, shard *s)
+{
+    if (!s->nstage)
+        return;
+    /* The items' references to their names blocks, before a sender can see them. */
+    for (size_t i = 0, j; i < s->nstage; i = j) {
+        for (j = i + 1; j < s->nstage && s->stage[j]->nm == s->stage[i]->nm;)
+            j++;
+        atomic_fetch_add_explicit(&s->stage[i]->nm->refs, j - i, memory_order_relaxed);
+    }
+    pthread_mutex_lock(&s->mu);
+    size_t room = s->cap - s->n, k = s->nstage < room ? s->nstage : room;
+    for (size_t i = 0; i < k; i++)
+        s->ring[(s->head + s->n + i) % s->cap] = s->stage[i];
+    s->n += k;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    free_items(s->stage + k, s->nstage - k);
+    v->queued += k;
+    v->dropped += s->nstage - k;
+    s->nstage = 0;
+}
+
+static int v_value(void *arg, uint32_t id, double d, uint64_t u, int is_u, int64_t ts_ms)
+{
+    visit_ctx *v = arg;
+    mv_rw *rw = v->rw;
+    if (id >= rw->nslots)
+        return 0;
+    slot *sl = &rw->slots[id];
+    switch (sl->kind) {
+    case S_SKIP:
+        return 0;
+    case S_HBUCKET:
+        if (sl->bucket == 0)
+            v->vhead = sl->head;
+        if (v->vhead == sl->head)
+            v->hc[sl->bucket] = is_u ? u : (uint64_t)d;
+        return 0;
+    case S_HSUM:
+        if (v->vhead == sl->head)
+            v->hsum = is_u ? (double)u : d;
+        return 0;
+    case S_HCOUNT:
+        if (v->vhead != sl->head)
+            return 0; /* its buckets were not shown */
+        v->vhead = UINT32_MAX;
+        v->hc[sl->bucket] = is_u ? u : (uint64_t)d;
+        break;
+    default:
+        break;
+    }
+    /* A series whose time did not move since it was last queued is not queued again. */
+    if (ts_ms <= sl->last)
+        return 0;
+    sl->last = ts_ms;
+    const series *se = sl->s;
+    size_t ncum = se->is_hist ? se->nbounds + 1 : 0;
+    item *it = malloc(sizeof *it + ncum * sizeof(uint64_t));
     if (!it) {
         v->dropped++;
         return 0;
     }
-    it->ts_ms = ts_ms;
-    it->value = hist ? v->hsum : val;
-    it->is_hist = hist;
-    it->nbounds = hist ? v->nhb : 0;
-    it->count = hist ? v->hc[v->nhb] : 0;
-    it->bounds = (double *)(it->labels + n);
-    it->cum = (uint64_t *)(it->bounds + it->nbounds);
-    if (hist) {
-        memcpy(it->bounds, v->hb, v->nhb * sizeof(double));
-        memcpy(it->cum, v->hc, (v->nhb + 1) * sizeof(uint64_t));
-    }
-    it->nlabels = n;
     it->enq_ns = v->enq_ns;
-    char *o = (char *)(it->labels + n) + hb;
-    for (size_t i = 0; i < n; i++) {
-        memcpy(o, l[i].name, ln[i]);
-        it->labels[i].name = o;
-        o += ln[i];
-        memcpy(o, l[i].value, lv[i]);
-        it->labels[i].value = o;
-        o += lv[i];
+    it->ts_ms = ts_ms;
+    it->s = se;
+    it->nm = rw->nm;
+    if (se->is_hist) {
+        it->value = v->hsum;
+        it->count = v->hc[se->nbounds];
+        memcpy(it->cum, v->hc, ncum * sizeof(uint64_t));
+    } else {
+        it->value = is_u ? (double)u : d;
+        it->count = 0;
     }
-    shard *s = &rw->sh[(h >> 17) % rw->c.shards];
+    shard *s = &rw->sh[(sl->h >> 17) % rw->c.shards];
     s->stage[s->nstage++] = it;
     if (s->nstage == s->stage_cap)
         stage_flush(v, s);
@@ -443,14 +607,16 @@ static void interval_once(mv_rw *rw)
     mv_coll_snap *snap = mv_coll_snapshot(rw->coll);
     if (!snap)
         return;
-    rw->cur ^= 1;
-    seen_clear(&rw->seen[rw->cur]);
-    visit_ctx v = {.rw = rw, .enq_ns = mono_ns()};
-    mv_export_visitor vis = {.family = v_family, .sample = v_sample, .arg = &v};
-    mv_export_visit(snap, rw->c.sel, &vis);
+    visit_ctx v = {.rw = rw, .enq_ns = mono_ns(), .vhead = UINT32_MAX};
+    mv_export_plan_visitor vis = {
+        .begin = v_begin, .describe = v_describe, .value = v_value, .arg = &v};
+    int rc = mv_export_visit_cached(rw->plan, snap, rw->c.sel, &vis);
     mv_coll_snap_free(snap);
     for (uint32_t i = 0; i < rw->c.shards; i++)
         stage_flush(&v, &rw->sh[i]);
+    if (rc < 0)
+        MV_WARN("remote_write.interval_failed", "error=%s effect=%s", mv_log_q(strerror(-rc)),
+                mv_log_q("this interval's samples were not all queued"));
     pthread_mutex_lock(&rw->mu);
     rw->st.samples_queued += v.queued;
     rw->st.dropped_queue_full += v.dropped;
@@ -595,19 +761,13 @@ static long post(shard *s, const uint8_t *body, size_t len, int version)
     return code;
 }
 
-static void free_items(item **it, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        free(it[i]);
-}
-
 /* Samples a batch carries on the wire: a histogram is its classic series in 1.0, one native
  * histogram in 2.0. */
 static uint64_t wire_samples(item **it, size_t n, int version)
 {
     uint64_t k = 0;
     for (size_t i = 0; i < n; i++)
-        k += it[i]->is_hist && version == 1 ? it[i]->nbounds + 3 : 1;
+        k += it[i]->s->is_hist && version == 1 ? it[i]->s->nbounds + 3 : 1;
     return k;
 }
 
@@ -620,17 +780,21 @@ static void send_batch(shard *s, item **it, size_t n)
         free_items(it, n);
         return;
     }
-    for (size_t i = 0; i < n; i++)
-        ser[i] = (mv_rw_series){.labels = it[i]->labels,
-                                .nlabels = it[i]->nlabels,
+    for (size_t i = 0; i < n; i++) {
+        const series *se = it[i]->s;
+        ser[i] = (mv_rw_series){.labels = se->labels,
+                                .nlabels = se->nlabels,
                                 .value = it[i]->value,
                                 .ts_ms = it[i]->ts_ms,
-                                .is_hist = it[i]->is_hist,
-                                .bounds = it[i]->bounds,
+                                .is_hist = se->is_hist,
+                                .bounds = se->bounds,
                                 .cum = it[i]->cum,
-                                .nbounds = it[i]->nbounds,
+                                .nbounds = se->nbounds,
                                 .sum = it[i]->value,
-                                .count = it[i]->count};
+                                .count = it[i]->count,
+                                .pb_labels = se->pb,
+                                .pb_len = se->pb_len};
+    }
     long backoff = rw->c.min_backoff_ms;
     int encoded_version = 0;
     uint8_t *body = NULL;
@@ -808,12 +972,14 @@ int mv_rw_create(const mv_rw_config *c, mv_coll *coll, mv_rw **out)
     rw->coll = coll;
     rw->version = rw->st.version = c->version;
     rw->url = strdup(c->url);
+    rw->plan = mv_export_cache_create();
     size_t sb = 1;
     for (size_t i = 0; i < c->nexternal; i++)
         sb += strlen(c->external[i].name) + strlen(c->external[i].value) + 2;
     rw->ext = calloc(c->nexternal + 1, sizeof *rw->ext);
     rw->strs = malloc(sb);
-    if (!rw->url || !rw->ext || !rw->strs) {
+    if (!rw->url || !rw->ext || !rw->strs || !rw->plan) {
+        mv_export_cache_destroy(rw->plan);
         free(rw->url);
         free(rw->ext);
         free(rw->strs);
@@ -881,6 +1047,7 @@ int mv_rw_create(const mv_rw_config *c, mv_coll *coll, mv_rw **out)
             free(rw->sh[i].ring);
             free(rw->sh[i].stage);
         }
+        mv_export_cache_destroy(rw->plan);
         free(rw->url);
         free(rw->ext);
         free(rw->strs);
@@ -915,17 +1082,18 @@ void mv_rw_destroy(mv_rw *rw)
         pthread_mutex_unlock(&s->mu);
         pthread_join(s->th, NULL);
         for (size_t k = 0; k < s->n; k++)
-            free(s->ring[(s->head + k) % s->cap]);
+            free_items(&s->ring[(s->head + k) % s->cap], 1);
         free(s->ring);
         free(s->stage);
         curl_easy_cleanup(s->curl);
         pthread_mutex_destroy(&s->mu);
         pthread_cond_destroy(&s->cv);
     }
-    for (int i = 0; i < 2; i++) {
-        free(rw->seen[i].key);
-        free(rw->seen[i].ts);
-    }
+    free(rw->seen.key);
+    free(rw->seen.ts);
+    free(rw->slots);
+    names_release(rw->nm, 1);
+    mv_export_cache_destroy(rw->plan);
     pthread_mutex_destroy(&rw->mu);
     pthread_cond_destroy(&rw->cv);
     free(rw->url);
