@@ -82,6 +82,8 @@ static void free_state(mv_pipe_seg *s)
     free(s->fd_scale);
     free(s->fd_base);
     free(s->pub);
+    free(s->nat[0]);
+    free(s->nat[1]);
 }
 
 void mv_pipe_seg_destroy(mv_pipe_seg *s)
