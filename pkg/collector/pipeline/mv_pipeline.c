@@ -668,6 +668,7 @@ mv_pipe_view *mv_pipe_seg_view(mv_pipe_seg *s)
     v->cat = s->cat;
     v->n = s->n;
     mv_sketch_nbucket *nat = (mv_sketch_nbucket *)(void *)(v->m + s->n);
+    v->native_on = s->cfg.native_schema != MV_PIPE_NATIVE_OFF;
     v->nnative = s->nat_len[s->nat_pub];
     v->native = nat;
     if (v->nnative)

@@ -181,6 +181,7 @@ typedef struct mv_pipe_view {
     uint64_t window_reads;           /* reads fed in the last complete window */
     uint64_t window_max_interval_ns; /* longest gap between two reads ending in it: above
                                         the fast tick the window was read backed off */
+    int native_on;                   /* cfg.native_schema is set: gauges publish native buckets */
     const mv_sketch_nbucket *native; /* the gauges' native histograms (mv_pipe_out.native),
                                         in the same allocation as the view */
     size_t nnative;
