@@ -807,6 +807,23 @@ static void test_gauge_native_buckets(void)
                 mem = v->mem_bytes;
             if (w == 4) /* buffers reused: no more memory than a window before */
                 CU_ASSERT(v->mem_bytes <= mem);
+            if (w == 4) {
+                /* A catalog rebuild carries the published native histograms over. */
+                mv_pipe_seg *q = NULL;
+                CU_ASSERT_FATAL(mv_pipe_seg_create(&cfg, f.cat, p, &q) == 0);
+                mv_pipe_view *u = mv_pipe_seg_view(q);
+                CU_ASSERT_FATAL(u != NULL);
+                for (int m = 0; m < 2; m++) {
+                    CU_ASSERT_EQUAL(u->m[m].native, v->m[m].native);
+                    const mv_sketch_nbucket *x = &u->native[u->m[m].native - 1],
+                                            *y = &v->native[v->m[m].native - 1];
+                    CU_ASSERT(u->m[m].native <= u->nnative &&
+                              memcmp(x, y, (1 + y->negative) * sizeof *y) == 0);
+                }
+                free(u);
+                mv_pipe_seg_destroy(p);
+                p = q;
+            }
             free(v);
         }
         mv_sketch_destroy(ref);
