@@ -69,7 +69,10 @@
  * bytes and 72 of short-rate ring and offset; gauges: 24; histograms: 72 +
  * 16 * (buckets + 1) of previous and window counts), plus for gauges a sparse
  * sketch once needed (at most mv_sketch_memory_bytes; 336 bytes for one
- * value). The view reports the bytes held as of the latest read (mem_bytes).
+ * value). With cfg.native_schema, gauges also hold 2 * 16 bytes per native bucket of
+ * their largest window so far, plus 2 * 16 for its head (the published window's buffer and
+ * the closing one's, per segment; not in mv_pipe_metric_bytes). The view reports the bytes
+ * held as of the latest read (mem_bytes).
  *
  * Threads: feed and create/destroy run on one thread (the tick); view may be
  * called from any thread concurrently with feed.
