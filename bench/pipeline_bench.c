@@ -62,6 +62,7 @@ static const char *const kind_names[3] = {"counter", "gauge", "histogram"};
 /* --cpu-time: time feeds by the thread's CPU clock, so that a machine shared
  * with other jobs does not count their time slices as ours. */
 static int g_cpu_time;
+static int g_native; /* --native-gauges: gauge windows published as native buckets (schema 6) */
 
 static uint64_t clock_ns(clockid_t clk)
 {
@@ -138,6 +139,7 @@ static void bench_pipeline(int kind, unsigned nmetrics, int detect, int fd, unsi
     cfg.detect = detect;
     cfg.fd = fd;
     cfg.same_batch = same_every > 1 ? 8 : 0;
+    cfg.native_schema = g_native ? 6 : MV_PIPE_NATIVE_OFF;
     unsigned nread = 0;
     mv_pipe_seg *p;
     size_t heap0 = bench_heap_in_use();
@@ -186,13 +188,13 @@ static void bench_pipeline(int kind, unsigned nmetrics, int detect, int fd, unsi
     double med = g_cpu_time ? cpu_b[nbatch / 2] : wall_b[nbatch / 2];
     double goal = kind == KIND_HIST ? 2e7 : 4e7;
     printf("bench=pipeline clock=%s kind=%s metrics=%u reads=%u same_every=%u detect=%d fd=%d "
-           "ns_per_sample=%.2f "
+           "native=%d ns_per_sample=%.2f "
            "ns_per_sample_median=%.2f samples_per_s_core=%.3g samples_per_s_core_median=%.3g "
            "heap_bytes_per_metric=%.0f state_bytes_used_per_metric=%.0f "
            "state_bytes_per_metric_max=%zu goal_samples_per_s_core=%.0e\n",
            g_cpu_time ? "thread_cpu" : "wall", kind_names[kind], nmetrics, nbatch * BATCH,
-           same_every > 1 ? same_every : 1, detect, fd, mean, med, 1e9 / mean, 1e9 / med, heap,
-           used,
+           same_every > 1 ? same_every : 1, detect, fd, g_native, mean, med, 1e9 / mean, 1e9 / med,
+           heap, used,
            mv_pipe_metric_bytes(&cfg,
                                 kind == KIND_COUNTER ? MV_SEG_COUNTER
                                 : kind == KIND_GAUGE ? MV_SEG_GAUGE
@@ -848,11 +850,14 @@ int main(int argc, char **argv)
             only_expo = 1;
         else if (strcmp(argv[i], "--pipeline") == 0)
             only_pipe = 1;
+        else if (strcmp(argv[i], "--native-gauges") == 0)
+            g_native = 1;
         else if (strcmp(argv[i], "--cpu-time") == 0)
             g_cpu_time = 1;
         else {
             fprintf(stderr,
-                    "usage: pipeline_bench [--quick] [--cpu-time] [--freshness | --expo | "
+                    "usage: pipeline_bench [--quick] [--cpu-time] [--native-gauges] [--freshness | "
+                    "--expo | "
                     "--pipeline]\n"
                     "       pipeline_bench --tick-sim [--segments N] [--change-pct P] [--ticks T] "
                     "[--warm-ticks W]\n");

@@ -133,6 +133,7 @@ static int run(int argc, char **argv, mv_export_sel *derived)
              rw_min_backoff = rw.min_backoff_ms, rw_max_backoff = rw.max_backoff_ms;
     int rw_insecure = 0;
     int auth = 0, align = 0, tick_poll = 0, no_probe = 0, no_analytics = 0, no_detect = 0;
+    int native_gauges = 0;
     uint64_t rdma_port = RDMA_PORT, tick_ms = co.tick_us / 1000, workers = co.tick_workers,
              max_interval_ms = 0, window_ms = co.pipe.window_ns / 1000000,
              buckets = co.pipe.sketch_buckets, detect_ms = co.pipe.detect_period_ns / 1000000,
@@ -465,6 +466,12 @@ static int run(int argc, char **argv, mv_export_sel *derived)
          .hi = 100000,
          .dest = &native_max,
          .help = "halve a native histogram's resolution while it has more than N buckets"},
+        {.name = "native-gauge-histograms",
+         .kind = MV_OPTS_FLAG,
+         .dest = &native_gauges,
+         .help = "also serve each gauge's window as a native gauge histogram "
+                 "NAME_window_distribution in the protobuf exposition (schema of "
+                 "--native-schema, auto when off; docs/exposition.md)"},
         {.name = "remote-write-url",
          .kind = MV_OPTS_STRING,
          .meta = "URL",
@@ -699,6 +706,8 @@ static int run(int argc, char **argv, mv_export_sel *derived)
         native_schema = auto_schema;
     rw.native_set = 1; /* remote write 2.0's native histograms: the same schema */
     rw.native_schema = native_schema == MV_EXPO_NH_OFF ? auto_schema : native_schema;
+    /* The gauge windows' native buckets, built at each window's close (docs/exposition.md). */
+    co.pipe.native_schema = native_gauges ? rw.native_schema : MV_PIPE_NATIVE_OFF;
     mv_collector_opts o = {.coll = co,
                            .agent = ag.agent,
                            .verbs = verbs,

@@ -10,6 +10,7 @@
 
 #include "mv_expo.h"
 #include "mv_log.h"
+#include "mv_sketch.h"
 #include "mv_test.h"
 #include "prometheus/client/metrics.pb-c.h"
 
@@ -353,6 +354,120 @@ static void test_negotiate(void)
                            "proto=io.prometheus.client.MetricFamily; encoding=delimited");
 }
 
+/* The buckets (index, sign, count) a native histogram's spans and deltas stand for. */
+static size_t expand(const Io__Prometheus__Client__Histogram *h, int neg, mv_expo_nh_bkt *out,
+                     size_t max)
+{
+    size_t ns = neg ? h->n_negative_span : h->n_positive_span, k = 0, n = 0;
+    Io__Prometheus__Client__BucketSpan **sp = neg ? h->negative_span : h->positive_span;
+    const int64_t *d = neg ? h->negative_delta : h->positive_delta;
+    int32_t idx = 0;
+    int64_t c = 0;
+    for (size_t i = 0; i < ns; i++) {
+        idx += sp[i]->offset;
+        for (uint32_t j = 0; j < sp[i]->length; j++, idx++) {
+            c += d[k++];
+            if (c && n < max)
+                out[n++] = (mv_expo_nh_bkt){idx, (uint32_t)neg, (uint64_t)c};
+        }
+    }
+    return n;
+}
+
+/* A gauge histogram family: GAUGE_HISTOGRAM, native fields only (no classic buckets), the
+ * buckets given back by its spans and deltas; the part function packs the same bytes; the
+ * text formats refuse the family and a sample call refuses it too. */
+static void test_gauge_histogram(void)
+{
+    static const mv_expo_nh_bkt in_b[] = {{10, 1, 3}, {9, 1, 1}, {2, 1, 5}, {-3, 0, 2},
+                                          {0, 0, 7},  {1, 0, 1}, {4, 0, 9}, {40, 0, 1}};
+    mv_expo_native_in in = {.schema = 3,
+                            .zero_count = 4,
+                            .b = in_b,
+                            .nb = sizeof in_b / sizeof in_b[0],
+                            .count = 33,
+                            .sum = -12.5};
+    mv_expo *e = mv_expo_create(MV_EXPO_PROTOBUF, 0);
+    mv_expo_label l[2] = {{"pod", "web-1"}, {"namespace", "shop"}};
+    CU_ASSERT_EQUAL(mv_expo_family(e, "temp_window_distribution", MV_EXPO_GAUGE_HISTOGRAM,
+                                   "Distribution.", NULL),
+                    0);
+    CU_ASSERT_EQUAL(mv_expo_sample(e, NULL, l, 2, NULL, 0, NULL, 0, 1.0, MV_EXPO_NO_TS), -EINVAL);
+    CU_ASSERT_EQUAL(mv_expo_native(e, l, 2, NULL, 0, &in, MV_EXPO_NO_TS), 0);
+    mv_expo_native_in bad = in;
+    bad.schema = 9;
+    CU_ASSERT_EQUAL(mv_expo_native(e, l, 2, NULL, 0, &bad, MV_EXPO_NO_TS), -EINVAL);
+    mv_expo_finish(e);
+    size_t len;
+    const uint8_t *d = (const uint8_t *)mv_expo_data(e, &len);
+    Io__Prometheus__Client__MetricFamily *f[2];
+    CU_ASSERT_EQUAL_FATAL(decode(d, len, f, 2), 1);
+    CU_ASSERT_STRING_EQUAL(f[0]->name, "temp_window_distribution");
+    CU_ASSERT_EQUAL(f[0]->type, IO__PROMETHEUS__CLIENT__METRIC_TYPE__GAUGE_HISTOGRAM);
+    CU_ASSERT_FATAL(f[0]->n_metric == 1 && f[0]->metric[0]->histogram);
+    CU_ASSERT_EQUAL(f[0]->metric[0]->n_label, 2);
+    const Io__Prometheus__Client__Histogram *h = f[0]->metric[0]->histogram;
+    CU_ASSERT_EQUAL(h->n_bucket, 0);
+    CU_ASSERT(h->has_schema && h->schema == 3);
+    CU_ASSERT_EQUAL(h->zero_count, 4);
+    CU_ASSERT_EQUAL(h->zero_threshold, MV_EXPO_NH_ZERO_THRESHOLD);
+    CU_ASSERT_EQUAL(h->sample_count, 33);
+    CU_ASSERT_EQUAL(h->sample_sum, -12.5);
+    mv_expo_nh_bkt got[16];
+    size_t np = expand(h, 0, got, 16), nn = expand(h, 1, got + np, 16 - np);
+    CU_ASSERT_EQUAL(np, 5);
+    CU_ASSERT_EQUAL(nn, 3);
+    for (size_t i = 0; i < sizeof in_b / sizeof in_b[0]; i++) {
+        int found = 0;
+        for (size_t j = 0; j < np + nn; j++)
+            found |=
+                got[j].idx == in_b[i].idx && got[j].neg == in_b[i].neg && got[j].n == in_b[i].n;
+        CU_ASSERT(found);
+    }
+    uint8_t want[1024];
+    CU_ASSERT_FATAL(io__prometheus__client__histogram__get_packed_size(h) < sizeof want);
+    size_t wl = io__prometheus__client__histogram__pack(h, want);
+    const uint8_t *out;
+    size_t ol;
+    CU_ASSERT_EQUAL(mv_expo_pb_native(e, &in, &out, &ol), 0);
+    CU_ASSERT(ol == wl && memcmp(out, want, ol) == 0);
+    io__prometheus__client__metric_family__free_unpacked(f[0], NULL);
+    /* Past the bucket limit the schema is lowered, as for any native histogram. */
+    mv_expo_set_native(e, 6, 4);
+    CU_ASSERT_EQUAL(mv_expo_pb_native(e, &in, &out, &ol), 0);
+    Io__Prometheus__Client__Histogram *r = io__prometheus__client__histogram__unpack(NULL, ol, out);
+    CU_ASSERT_FATAL(r != NULL);
+    CU_ASSERT(r->schema < 3 && r->sample_count == 33);
+    io__prometheus__client__histogram__free_unpacked(r, NULL);
+    mv_expo_destroy(e);
+    /* Text and OpenMetrics have no such family. */
+    for (int fmt = 0; fmt < 2; fmt++) {
+        e = mv_expo_create(fmt ? MV_EXPO_OPENMETRICS : MV_EXPO_TEXT, 0);
+        CU_ASSERT_EQUAL(mv_expo_family(e, "x", MV_EXPO_GAUGE_HISTOGRAM, NULL, NULL), -EINVAL);
+        CU_ASSERT_EQUAL(mv_expo_native(e, l, 2, NULL, 0, &in, MV_EXPO_NO_TS), -EINVAL);
+        mv_expo_destroy(e);
+    }
+}
+
+/* The sketch's native index is the exposition's, value for value. */
+static void test_sketch_index_agrees(void)
+{
+    uint64_t x = 88172645463325252ull;
+    for (int i = 0; i < 200000; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        double v = ldexp(1.0 + (double)(x >> 11) / 9007199254740992.0, (int)(x % 300) - 150);
+        if (i % 4 == 0) /* exact boundaries too */
+            v = exp2((double)((int)(x % 4000) - 2000) / 256.0);
+        for (int32_t s = -4; s <= 8; s++)
+            if (mv_sketch_native_index(v, s) != mv_expo_nh_index(v, s)) {
+                CU_FAIL("index differs");
+                return;
+            }
+    }
+}
+
 int main(void)
 {
     mv_log_init("test_expo_pb", MV_LOG_ERROR); /* the cap case truncates on purpose */
@@ -365,6 +480,8 @@ int main(void)
         {"protobuf family fits the cap to the byte", test_cap_exact},
         {"protobuf histogram and summary parts", test_parts},
         {"protobuf negotiation", test_negotiate},
+        {"gauge histogram family", test_gauge_histogram},
+        {"sketch and exposition native index agree", test_sketch_index_agrees},
     };
     return MV_TEST_RUN("expo_pb", tests);
 }

@@ -15,6 +15,7 @@
 #include "mv_collect.h"
 #include "mv_export.h"
 #include "mv_test.h"
+#include "prometheus/client/metrics.pb-c.h"
 
 #define NFORMATS 3 /* text, OpenMetrics, protobuf: each has its plan */
 
@@ -98,6 +99,7 @@ typedef struct tseg {
     mv_gauge g, coll;
     mv_histogram *h;
     uint8_t omitted[64];
+    uint64_t native_total; /* tseg_native: the native buckets' counts together */
 } tseg;
 
 /* Fills the analytics of every metric with figures derived from k. */
@@ -773,6 +775,177 @@ static void test_protobuf(void)
     tseg_close(&b);
 }
 
+/* The analytics of tseg_pipe(s, k) plus native histograms for its gauges (queue_depth with
+ * `nb` buckets, http_requests_rate with none: its cond does not hold) as a pipeline with
+ * native_schema publishes them. */
+static void tseg_native(tseg *s, unsigned k, size_t nb)
+{
+    tseg_pipe(s, k);
+    size_t n = s->pipe->n;
+    mv_pipe_view *p =
+        calloc(1, sizeof *p + n * sizeof(mv_pipe_out) + (nb + 1) * sizeof(mv_sketch_nbucket));
+    CU_ASSERT_FATAL(p != NULL);
+    memcpy(p, s->pipe, sizeof *p + n * sizeof(mv_pipe_out));
+    free(s->pipe);
+    s->pipe = p;
+    mv_sketch_nbucket *nat = (mv_sketch_nbucket *)(void *)(p->m + n);
+    p->native_on = 1;
+    p->native = nat;
+    p->nnative = nb + 1;
+    uint64_t total = k;
+    nat[0] = (mv_sketch_nbucket){.index = 4, .negative = (uint32_t)nb, .count = k};
+    for (size_t i = 0; i < nb; i++) {
+        /* both signs, counts past one varint byte */
+        nat[1 + i] = (mv_sketch_nbucket){(int32_t)(i * 3) - 20, i < nb / 3, 1 + 97 * i * k};
+        total += 1 + 97 * i * k;
+    }
+    p->m[2].native = 1; /* queue_depth: its count and sum are the summary's */
+    s->native_total = total;
+    s->view.pipe = p;
+}
+
+/* Decodes the delimited families of a protobuf body; returns how many (0 on a bad body). */
+static size_t pb_decode(const uint8_t *d, size_t len, Io__Prometheus__Client__MetricFamily **out,
+                        size_t max)
+{
+    size_t n = 0, o = 0;
+    while (o < len && n < max) {
+        uint64_t l = 0;
+        int sh = 0;
+        while (o < len && (d[o] & 0x80) && sh < 63) {
+            l |= (uint64_t)(d[o++] & 0x7f) << sh;
+            sh += 7;
+        }
+        if (o >= len)
+            return 0;
+        l |= (uint64_t)d[o++] << sh;
+        if (l > len - o ||
+            !(out[n] = io__prometheus__client__metric_family__unpack(NULL, l, d + o)))
+            return 0;
+        n++;
+        o += l;
+    }
+    return o == len ? n : 0;
+}
+
+/* Gauge windows as native gauge histograms: the cached protobuf body is the uncached one as
+ * the buckets come, change and go; the family decodes as GAUGE_HISTOGRAM with the buckets,
+ * count and sum published; text and OpenMetrics are the same bytes with or without them; a
+ * raw family of the same name wins over it. */
+static void test_protobuf_gauge_histograms(void)
+{
+    tseg a, b;
+    tseg_open(&a, "seg-na", "web-1");
+    tseg_open(&b, "seg-nb", "web-2");
+    const mv_coll_seg_view *v[2] = {&a.view, &b.view};
+    mv_coll_stats cs = {0};
+    mv_export_cache *c = mv_export_cache_create();
+    /* Text and OpenMetrics without native histograms, for the comparison below. */
+    char *plain[2];
+    for (int f = 0; f < 2; f++)
+        CU_ASSERT(same_render(c, v, 2, &cs, NULL, (mv_expo_format)f, 0, &plain[f]));
+    static const size_t nbs[] = {5, 5, 40, 0, 2, 200};
+    for (size_t step = 0; step < sizeof nbs / sizeof nbs[0]; step++) {
+        tseg_native(&a, 2 + (unsigned)step, nbs[step]);
+        if (step == 3)
+            a.pipe->m[2].native = 0; /* no native histogram this window: not shown */
+        tseg_native(&b, 7, 3);
+        char *body = NULL;
+        CU_ASSERT(same_render(c, v, 2, &cs, NULL, MV_EXPO_PROTOBUF, 0, &body));
+        free(body);
+        /* Decode the uncached body: the family and a's series. */
+        mv_expo *e = mv_expo_create(MV_EXPO_PROTOBUF, 0);
+        mv_expo_set_native(e, 6, 1000);
+        CU_ASSERT(mv_export_render_views_sel(e, v, 2, &cs, NULL, NULL) == 0);
+        size_t len;
+        const uint8_t *d = (const uint8_t *)mv_expo_data(e, &len);
+        Io__Prometheus__Client__MetricFamily *fam[64];
+        size_t nf = pb_decode(d, len, fam, 64);
+        CU_ASSERT_FATAL(nf > 0);
+        int seen = 0;
+        for (size_t i = 0; i < nf; i++) {
+            if (strcmp(fam[i]->name, "queue_depth_window_distribution") == 0) {
+                seen = 1;
+                CU_ASSERT_EQUAL(fam[i]->type, IO__PROMETHEUS__CLIENT__METRIC_TYPE__GAUGE_HISTOGRAM);
+                CU_ASSERT_EQUAL(fam[i]->n_metric, step == 3 ? 1 : 2);
+                const Io__Prometheus__Client__Histogram *h = fam[i]->metric[0]->histogram;
+                CU_ASSERT_FATAL(h != NULL);
+                CU_ASSERT_STRING_EQUAL(fam[i]->metric[0]->label[1]->value,
+                                       step == 3 ? "web-2" : "web-1");
+                if (step == 3)
+                    continue;
+                CU_ASSERT_EQUAL(h->n_bucket, 0);
+                CU_ASSERT_EQUAL(h->schema, 4);
+                CU_ASSERT_EQUAL(h->zero_count, 2 + step);
+                CU_ASSERT_EQUAL(h->sample_count, a.pipe->m[2].count);
+                CU_ASSERT_EQUAL(h->sample_sum, a.pipe->m[2].sum);
+                /* Every bucket's count back from the deltas. */
+                uint64_t tot = h->zero_count;
+                for (int sg = 0; sg < 2; sg++) {
+                    int64_t run = 0;
+                    size_t nd = sg ? h->n_negative_delta : h->n_positive_delta;
+                    for (size_t q = 0; q < nd; q++) {
+                        run += sg ? h->negative_delta[q] : h->positive_delta[q];
+                        tot += (uint64_t)run;
+                    }
+                }
+                CU_ASSERT_EQUAL(tot, a.native_total);
+                CU_ASSERT_EQUAL(h->n_negative_delta ? 1 : 0, nbs[step] / 3 ? 1 : 0);
+            }
+            CU_ASSERT(strcmp(fam[i]->name, "http_requests_rate_window_distribution") != 0);
+        }
+        CU_ASSERT(seen);
+        for (size_t i = 0; i < nf; i++)
+            io__prometheus__client__metric_family__free_unpacked(fam[i], NULL);
+        mv_expo_destroy(e);
+        /* Text and OpenMetrics: unchanged by the native histograms (same values otherwise). */
+        for (int f = 0; f < 2; f++) {
+            tseg_pipe(&a, 1);
+            tseg_pipe(&b, 1);
+            char *t0 = NULL;
+            CU_ASSERT(same_render(c, v, 2, &cs, NULL, (mv_expo_format)f, 0, &t0));
+            CU_ASSERT(t0 && strcmp(t0, plain[f]) == 0);
+            free(t0);
+            tseg_native(&a, 1, nbs[step]);
+            tseg_native(&b, 1, 3);
+            CU_ASSERT(same_render(c, v, 2, &cs, NULL, (mv_expo_format)f, 0, &t0));
+            CU_ASSERT(t0 && strcmp(t0, plain[f]) == 0);
+            CU_ASSERT(t0 && !strstr(t0, "_window_distribution"));
+            free(t0);
+        }
+    }
+    /* A pod's own family of that name wins: the gauge histogram is dropped as a collision. */
+    mv_gauge own;
+    CU_ASSERT_FATAL(mv_gauge_register(b.seg, "queue_depth_window_distribution", "Own.", NULL, NULL,
+                                      0, &own) == MV_OK);
+    tseg_parse(&b);
+    tseg_native(&a, 3, 4);
+    tseg_native(&b, 3, 4);
+    char *body = NULL;
+    CU_ASSERT(same_render(c, v, 2, &cs, NULL, MV_EXPO_PROTOBUF, 0, &body));
+    free(body);
+    mv_expo *e = mv_expo_create(MV_EXPO_PROTOBUF, 0);
+    mv_export_stats st = {0};
+    mv_export_render_views_sel(e, v, 2, &cs, NULL, &st);
+    CU_ASSERT(st.dropped_collision >= 2);
+    size_t len;
+    const uint8_t *d = (const uint8_t *)mv_expo_data(e, &len);
+    Io__Prometheus__Client__MetricFamily *fam[64];
+    size_t nf = pb_decode(d, len, fam, 64);
+    CU_ASSERT_FATAL(nf > 0);
+    for (size_t i = 0; i < nf; i++) {
+        if (strcmp(fam[i]->name, "queue_depth_window_distribution") == 0)
+            CU_ASSERT_EQUAL(fam[i]->type, IO__PROMETHEUS__CLIENT__METRIC_TYPE__GAUGE);
+        io__prometheus__client__metric_family__free_unpacked(fam[i], NULL);
+    }
+    mv_expo_destroy(e);
+    free(plain[0]);
+    free(plain[1]);
+    mv_export_cache_destroy(c);
+    tseg_close(&a);
+    tseg_close(&b);
+}
+
 /* ---- Scrapes in parallel with ticks and table changes ------------------------------------------
  */
 
@@ -916,6 +1089,8 @@ int main(void)
         {"cache memory limit", test_limit},
         {"random changes between scrapes and planned visits", test_random_changes},
         {"protobuf plan: patched values, packed histograms, torn copy", test_protobuf},
+        {"protobuf gauge histograms: cached, decoded, text unchanged",
+         test_protobuf_gauge_histograms},
         {"scrapes in parallel with ticks and table changes", test_parallel},
     };
     int fails = MV_TEST_RUN("export_cache", tests);

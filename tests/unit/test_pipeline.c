@@ -734,6 +734,108 @@ static void test_gauge_sketch_lazy(void)
     fx_close(&f);
 }
 
+/* cfg.native_schema: each gauge's window is published as native buckets, those of a sketch
+ * fed the window's values (negative values and zeros included); a window on one value is
+ * that value's bucket; the buffers are reused across windows (memory stops growing); off,
+ * nothing is published. */
+static void test_gauge_native_buckets(void)
+{
+    fixture f;
+    mv_gauge g[2];
+    fx_open(&f, "native.seg", 16384);
+    CU_ASSERT_FATAL(mv_gauge_register(f.seg, "moving", NULL, NULL, NULL, 0, &g[0]) == MV_OK);
+    CU_ASSERT_FATAL(mv_gauge_register(f.seg, "steady", NULL, NULL, NULL, 0, &g[1]) == MV_OK);
+    fx_catalog(&f);
+    for (int on = 0; on < 2; on++) {
+        mv_pipe_config cfg;
+        mv_pipe_config_default(&cfg);
+        cfg.window_ns = SEC;
+        cfg.fd = 0;
+        cfg.native_schema = on ? 5 : MV_PIPE_NATIVE_OFF;
+        mv_pipe_seg *p = NULL;
+        CU_ASSERT_FATAL(mv_pipe_seg_create(&cfg, f.cat, NULL, &p) == 0);
+        mv_sketch_config sc = {.alpha = cfg.alpha, .max_buckets = cfg.sketch_buckets};
+        mv_sketch *ref = NULL;
+        CU_ASSERT_FATAL(mv_sketch_create(&sc, &ref) == 0);
+        uint64_t t0 = 30000 * SEC, mem = 0;
+        test_rng r = {77};
+        enum { N = 400 };
+        double prev = 0;
+        for (int w = 0; w < 5; w++) {
+            mv_sketch_reset(ref);
+            if (w) /* the read that closed the window before is this window's first */
+                mv_sketch_add(ref, prev);
+            for (int i = 0; i < N; i++) {
+                double u = rng_unif(&r);
+                double x = u < 0.1 ? 0.0 : (u < 0.4 ? -1 : 1) * exp(2 * rng_gauss(&r));
+                mv_gauge_set(g[0], x);
+                mv_gauge_set(g[1], -2.5);
+                mv_sketch_add(ref, x);
+                prev = x;
+                mv_pipe_seg_feed(p, f.map, t0 + (uint64_t)w * SEC + (uint64_t)i * (SEC / N));
+            }
+            mv_pipe_seg_feed(p, f.map, t0 + (uint64_t)(w + 1) * SEC); /* closes window w */
+            mv_pipe_view *v = mv_pipe_seg_view(p);
+            CU_ASSERT_FATAL(v != NULL);
+            if (!on) {
+                CU_ASSERT(v->m[0].native == 0 && v->m[1].native == 0 && v->nnative == 0);
+                free(v);
+                continue;
+            }
+            const mv_pipe_out *o = &v->m[0];
+            CU_ASSERT_FATAL(o->native > 0 && o->native <= v->nnative);
+            const mv_sketch_nbucket *h = &v->native[o->native - 1];
+            mv_sketch_nbucket want[512];
+            uint64_t zero = 0;
+            size_t n = mv_sketch_to_native(ref, 5, want, 512, &zero);
+            CU_ASSERT(h->index == 5);
+            CU_ASSERT_EQUAL(h->negative, n);
+            CU_ASSERT_EQUAL(h->count, zero);
+            CU_ASSERT(zero > 0);
+            CU_ASSERT_FATAL(o->native + h->negative <= v->nnative);
+            CU_ASSERT(memcmp(h + 1, want, n * sizeof *want) == 0);
+            uint64_t total = h->count;
+            for (size_t k = 0; k < h->negative; k++)
+                total += h[1 + k].count;
+            CU_ASSERT_EQUAL(total, o->count);
+            /* The steady gauge: one negative bucket holding its N reads. */
+            const mv_sketch_nbucket *s1 = &v->native[v->m[1].native - 1];
+            CU_ASSERT(v->m[1].native > 0 && s1->negative == 1 && s1->count == 0);
+            CU_ASSERT(s1[1].negative == 1 && s1[1].count == N + (w > 0) &&
+                      s1[1].index == mv_sketch_native_index(2.5, 5));
+            if (w == 3)
+                mem = v->mem_bytes;
+            if (w == 4) /* buffers reused: no more memory than a window before */
+                CU_ASSERT(v->mem_bytes <= mem);
+            if (w == 4) {
+                /* A catalog rebuild carries the published native histograms over. */
+                mv_pipe_seg *q = NULL;
+                CU_ASSERT_FATAL(mv_pipe_seg_create(&cfg, f.cat, p, &q) == 0);
+                mv_pipe_view *u = mv_pipe_seg_view(q);
+                CU_ASSERT_FATAL(u != NULL);
+                for (int m = 0; m < 2; m++) {
+                    CU_ASSERT_EQUAL(u->m[m].native, v->m[m].native);
+                    const mv_sketch_nbucket *x = &u->native[u->m[m].native - 1],
+                                            *y = &v->native[v->m[m].native - 1];
+                    CU_ASSERT(u->m[m].native <= u->nnative &&
+                              memcmp(x, y, (1 + y->negative) * sizeof *y) == 0);
+                }
+                free(u);
+                mv_pipe_seg_destroy(p);
+                p = q;
+            }
+            free(v);
+        }
+        mv_sketch_destroy(ref);
+        mv_pipe_seg_destroy(p);
+    }
+    mv_pipe_config bad;
+    mv_pipe_config_default(&bad);
+    bad.native_schema = 9;
+    CU_ASSERT(mv_pipe_config_check(&bad) != NULL);
+    fx_close(&f);
+}
+
 /* Repeated values are counted in the hot record and enter the sketch as one weighted
  * add: the window's quantiles, count, sum, min and max are those of a sketch fed every
  * sample one by one (the same multiset), within the sketch's alpha of the exact ones. */
@@ -1108,6 +1210,7 @@ int main(void)
         {"gauge runs waiting for the sketch: exact", test_gauge_waiting_runs_exact},
         {"steady sparse and dense counters: no change", test_steady_counters_quiet},
         {"warm-up at the fast tick, then a step", test_warmup_fast_then_step},
+        {"gauge windows as native buckets", test_gauge_native_buckets},
     };
     int fails = MV_TEST_RUN("pipeline", tests);
     if (mv_test_rmrf(g_dir) != 0)

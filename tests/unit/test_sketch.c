@@ -628,6 +628,192 @@ static void test_add_runs_equals_adds(void)
     }
 }
 
+/* ---- Native histograms ---------------------------------------------------------------------- */
+
+/* histogram_quantile over a native histogram as Prometheus computes it: the bucket holding rank
+ * q * count, linearly inside it; negative buckets (-U, -L], the zero bucket [-z, z] ([0, z]
+ * without negative buckets), positive buckets (L, U]. */
+static double native_quantile(const mv_sketch_nbucket *b, size_t n, uint64_t zero, int32_t schema,
+                              double q)
+{
+    uint64_t count = zero;
+    int neg = 0;
+    for (size_t i = 0; i < n; i++) {
+        count += b[i].count;
+        neg |= b[i].negative != 0;
+    }
+    double rank = q * (double)count, cum = 0;
+    double per = ldexp(1.0, -schema);
+    for (size_t i = 0; i <= n; i++) {
+        /* the zero bucket sits before the first positive bucket */
+        int at_zero = i == n || !b[i].negative;
+        if (at_zero && zero) {
+            if (cum + (double)zero >= rank) {
+                double lo = neg ? -MV_SKETCH_NATIVE_ZERO : 0, hi = MV_SKETCH_NATIVE_ZERO;
+                return lo + (hi - lo) * (rank - cum) / (double)zero;
+            }
+            cum += (double)zero;
+            zero = 0;
+        }
+        if (i == n)
+            break;
+        double up = exp2((double)b[i].index * per), low = exp2((double)(b[i].index - 1) * per);
+        double lo = b[i].negative ? -up : low, hi = b[i].negative ? -low : up;
+        if (cum + (double)b[i].count >= rank)
+            return lo + (hi - lo) * (rank - cum) / (double)b[i].count;
+        cum += (double)b[i].count;
+    }
+    return NAN;
+}
+
+/* Worst error of the native histogram's quantiles, as a fraction of the bound
+ * eps = (1 + alpha) g - 1 (docs/exposition.md), against the exact quantiles (a value between
+ * the two rank conventions' elements) and against the sketch's own; > 1: out of bound.
+ * *worst_rel: the worst relative error against the exact quantiles. */
+static double native_check(gen_fn gen, uint64_t seed, int32_t schema, double *worst_rel)
+{
+    enum { N = 50000 };
+    const double alpha = 0.01;
+    mv_sketch_config cfg = {.alpha = alpha, .max_buckets = 4096};
+    mv_sketch *sk = NULL;
+    CU_ASSERT_FATAL(mv_sketch_create(&cfg, &sk) == 0);
+    double *v = malloc(sizeof(double) * N);
+    CU_ASSERT_FATAL(v != NULL);
+    test_rng r = {seed};
+    for (size_t i = 0; i < N; i++) {
+        v[i] = gen(&r, i);
+        mv_sketch_add(sk, v[i]);
+    }
+    qsort(v, N, sizeof *v, cmp_double);
+    size_t need = mv_sketch_to_native(sk, schema, NULL, 0, NULL);
+    mv_sketch_nbucket *b = malloc(sizeof *b * (need + 1));
+    uint64_t zero = 0;
+    CU_ASSERT_FATAL(b != NULL);
+    CU_ASSERT(mv_sketch_to_native(sk, schema, b, need, &zero) == need);
+    uint64_t total = zero;
+    for (size_t i = 0; i < need; i++) {
+        total += b[i].count;
+        if (i) /* value order, each bucket once */
+            CU_ASSERT(b[i - 1].negative > b[i].negative ||
+                      (b[i].negative ? b[i - 1].index > b[i].index : b[i - 1].index < b[i].index));
+    }
+    CU_ASSERT(total == N);
+    double g = exp2(ldexp(1.0, -schema)), eps = (1 + alpha) * g - 1, worst = 0;
+    *worst_rel = 0;
+    for (int k = 1; k < 1000; k++) {
+        double q = k / 1000.0;
+        double y = native_quantile(b, need, zero, schema, q);
+        size_t a = (size_t)floor(q * (N - 1)), c = (size_t)ceil(q * N) - 1;
+        double lo = v[a < c ? a : c], hi = v[a < c ? c : a];
+        double tol = MV_SKETCH_NATIVE_ZERO;
+        double e = y < lo ? (lo - y - tol) / fabs(lo) : y > hi ? (y - hi - tol) / fabs(hi) : 0;
+        /* the sketch's own, at either rank */
+        double s0 = mv_sketch_quantile(sk, (a + 0.5) / (N - 1));
+        double s1 = mv_sketch_quantile(sk, (c + 0.5) / (N - 1));
+        double slo = s0 < s1 ? s0 : s1, shi = s0 < s1 ? s1 : s0;
+        double es = y < slo   ? (slo - y - tol) / fabs(slo)
+                    : y > shi ? (y - shi - tol) / fabs(shi)
+                              : 0;
+        if (e > *worst_rel)
+            *worst_rel = e;
+        if (e / eps > worst)
+            worst = e / eps;
+        if (es / eps > worst)
+            worst = es / eps;
+    }
+    free(b);
+    free(v);
+    mv_sketch_destroy(sk);
+    return worst;
+}
+
+static void test_native_mapping(void)
+{
+    const gen_fn gens[] = {gen_lognormal, gen_uniform, gen_negative,
+                           gen_mixed,     gen_decades, gen_constant};
+    for (size_t i = 0; i < sizeof gens / sizeof gens[0]; i++) {
+        for (int32_t schema = 3; schema <= 8; schema++) {
+            double rel;
+            double w = native_check(gens[i], 1000 + i, schema, &rel);
+            if (w > 1)
+                printf("generator %zu schema %d: %.3f of the bound\n", i, schema, (double)w);
+            CU_ASSERT(w <= 1);
+        }
+    }
+    /* The check can fail: at schema -2 (growth 16) the error is far above schema 6's bound. */
+    double rel;
+    native_check(gen_lognormal, 7, -2, &rel);
+    CU_ASSERT(rel > 1.01 * exp2(1.0 / 64) - 1);
+}
+
+typedef struct walk_acc {
+    double prev;
+    uint64_t n, zero;
+    int ok;
+} walk_acc;
+
+static int walk_fn(void *arg, const mv_sketch_bucket *b)
+{
+    walk_acc *a = arg;
+    if (!(b->rep > a->prev) || b->count == 0)
+        a->ok = 0;
+    if (b->sign == 0) {
+        a->zero += b->count;
+    } else if (!(b->lo < b->hi && fabs(b->rep) >= b->lo && fabs(b->rep) <= b->hi &&
+                 b->hi / b->lo <= 1.01 / 0.99 * (1 + 1e-12))) {
+        a->ok = 0;
+    }
+    a->prev = b->rep;
+    a->n += b->count;
+    return 0;
+}
+
+static int stop_fn(void *arg, const mv_sketch_bucket *b)
+{
+    (void)b;
+    return ++*(int *)arg == 2 ? 7 : 0;
+}
+
+static void test_native_foreach(void)
+{
+    mv_sketch *sk = NULL;
+    CU_ASSERT_FATAL(mv_sketch_create(NULL, &sk) == 0);
+    static const double vals[] = {-100, -100, -1, 0, 0, 0, 2, 2, 2, 1000};
+    for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++)
+        mv_sketch_add(sk, vals[i]);
+    walk_acc a = {-INFINITY, 0, 0, 1};
+    CU_ASSERT(mv_sketch_foreach(sk, walk_fn, &a) == 0);
+    CU_ASSERT(a.ok);
+    CU_ASSERT_EQUAL(a.n, 10);
+    CU_ASSERT_EQUAL(a.zero, 3);
+    int calls = 0;
+    CU_ASSERT(mv_sketch_foreach(sk, stop_fn, &calls) == 7);
+    CU_ASSERT_EQUAL(calls, 2);
+    mv_sketch_nbucket nb[8];
+    uint64_t zero = 0;
+    size_t n = mv_sketch_to_native(sk, 6, nb, 8, &zero);
+    CU_ASSERT_EQUAL(zero, 3);
+    CU_ASSERT_EQUAL(n, 4); /* -100, -1, 2, 1000 */
+    CU_ASSERT(n == 4 && nb[0].negative && nb[0].count == 2 && nb[1].negative && nb[1].count == 1 &&
+              !nb[2].negative && nb[2].count == 3 && nb[3].count == 1);
+    /* A short buffer: the count is still right. */
+    CU_ASSERT_EQUAL(mv_sketch_to_native(sk, 6, nb, 2, &zero), 4);
+    /* Magnitudes up to 2^-128 go to the native zero bucket (the sketch keeps them apart). */
+    mv_sketch_reset(sk);
+    mv_sketch_add_n(sk, 1e-40, 2);
+    mv_sketch_add(sk, -1e-30);
+    CU_ASSERT_EQUAL(mv_sketch_bucket_count(sk), 2);
+    n = mv_sketch_to_native(sk, 6, nb, 8, &zero);
+    CU_ASSERT(n == 1 && zero == 2 && nb[0].negative);
+    /* Native bucket boundaries: 1 is the upper bound of bucket 0 at every schema. */
+    for (int32_t s = -4; s <= 8; s++) {
+        CU_ASSERT_EQUAL(mv_sketch_native_index(1.0, s), 0);
+        CU_ASSERT_EQUAL(mv_sketch_native_index(nextafter(1.0, 2.0), s), 1);
+        CU_ASSERT_EQUAL(mv_sketch_native_index(2.0, s), 1 << (s > 0 ? s : 0));
+    }
+    mv_sketch_destroy(sk);
+}
+
 int main(void)
 {
     static const mv_test tests[] = {
@@ -644,6 +830,8 @@ int main(void)
         {"directories allocated lazily, widened", test_lazy_directories},
         {"batched adds equal single adds", test_add_many_equals_adds},
         {"runs of adds equal single adds", test_add_runs_equals_adds},
+        {"native histogram within its bound", test_native_mapping},
+        {"bucket walk and native buckets", test_native_foreach},
     };
     int fails = MV_TEST_RUN("sketch", tests);
     return fails;

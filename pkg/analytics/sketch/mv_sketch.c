@@ -921,3 +921,126 @@ uint64_t mv_sketch_collapses(const mv_sketch *sk)
 {
     return sk->collapses;
 }
+
+/* ---- Buckets and native histograms ---------------------------------------------------------- */
+
+static int foreach_store(const mv_sketch *sk, const store *st, int sign,
+                         int (*fn)(void *arg, const mv_sketch_bucket *b), void *arg)
+{
+    if (st->total == 0)
+        return 0;
+    for (uint32_t n = 0; n < st->dir_len; n++) {
+        /* Negative values: highest magnitude first. */
+        uint32_t i = sign < 0 ? st->dir_len - 1 - n : n;
+        if (!st->dir[i])
+            continue;
+        const uint64_t *c = st->pool + (size_t)(st->dir[i] - 1) * PAGE;
+        for (uint32_t m = 0; m < PAGE; m++) {
+            uint32_t j = sign < 0 ? PAGE - 1 - m : m;
+            if (!c[j])
+                continue;
+            uint32_t ukey = ((st->lo_page + i) << PAGE_SHIFT) + j;
+            int32_t key = (int32_t)ukey - sk->bias;
+            mv_sketch_bucket b = {.key = key, .sign = sign, .count = c[j]};
+            b.lo = f_inverse((double)key / sk->mult);
+            b.hi = f_inverse((double)(key + 1) / sk->mult);
+            b.rep = sign * key_value(sk, ukey);
+            int rc = fn(arg, &b);
+            if (rc)
+                return rc;
+        }
+    }
+    return 0;
+}
+
+int mv_sketch_foreach(const mv_sketch *sk, int (*fn)(void *arg, const mv_sketch_bucket *b),
+                      void *arg)
+{
+    int rc = foreach_store(sk, &sk->neg, -1, fn, arg);
+    if (rc)
+        return rc;
+    if (sk->zero_count) {
+        mv_sketch_bucket z = {.count = sk->zero_count};
+        rc = fn(arg, &z);
+        if (rc)
+            return rc;
+    }
+    return foreach_store(sk, &sk->pos, 1, fn, arg);
+}
+
+static int32_t native_clamp(int32_t s)
+{
+    return s < -4 ? -4 : s > 8 ? 8 : s;
+}
+
+/* Upper bound of native bucket idx of schema s (clamped). */
+static double native_upper(int32_t idx, int32_t schema)
+{
+    if (schema <= 0) {
+        int64_t e = (int64_t)idx * ((int64_t)1 << -schema);
+        return e > 2000 ? INFINITY : e < -2000 ? 0.0 : ldexp(1, (int)e);
+    }
+    int32_t per = 1 << schema;
+    int32_t q = idx >= 0 ? idx / per : -((-idx + per - 1) / per);
+    int32_t r = idx - q * per;
+    return q > 2000 ? INFINITY : q < -2000 ? 0.0 : ldexp(exp2((double)r / per), q);
+}
+
+int32_t mv_sketch_native_index(double x, int32_t schema)
+{
+    schema = native_clamp(schema);
+    if (!(x > 0))
+        return INT32_MIN / 2;
+    if (isinf(x))
+        return INT32_MAX / 2;
+    int e;
+    double f = frexp(x, &e); /* x = f 2^e, f in [0.5, 1) */
+    double t = ceil(ldexp((double)(e - 1) + log2(2 * f), schema));
+    int32_t idx = (int32_t)t;
+    /* log2 rounds: settle on the bucket whose bounds hold x exactly. */
+    while (native_upper(idx - 1, schema) >= x)
+        idx--;
+    while (native_upper(idx, schema) < x)
+        idx++;
+    return idx;
+}
+
+typedef struct native_ctx {
+    int32_t schema;
+    mv_sketch_nbucket *out;
+    size_t cap, n;
+    uint64_t zero;
+    mv_sketch_nbucket last; /* the bucket n - 1 */
+} native_ctx;
+
+static int native_add(void *arg, const mv_sketch_bucket *b)
+{
+    native_ctx *c = arg;
+    if (b->sign == 0 || fabs(b->rep) <= MV_SKETCH_NATIVE_ZERO) {
+        c->zero += b->count;
+        return 0;
+    }
+    mv_sketch_nbucket nb = {mv_sketch_native_index(fabs(b->rep), c->schema), b->sign < 0, b->count};
+    /* Buckets come in value order and the map is monotonic: equal ones are adjacent. */
+    if (c->n && c->last.index == nb.index && c->last.negative == nb.negative) {
+        c->last.count += nb.count;
+        if (c->n <= c->cap)
+            c->out[c->n - 1].count += nb.count;
+        return 0;
+    }
+    if (c->n < c->cap)
+        c->out[c->n] = nb;
+    c->last = nb;
+    c->n++;
+    return 0;
+}
+
+size_t mv_sketch_to_native(const mv_sketch *sk, int32_t schema, mv_sketch_nbucket *out, size_t cap,
+                           uint64_t *zero)
+{
+    native_ctx c = {.schema = native_clamp(schema), .out = out, .cap = cap};
+    mv_sketch_foreach(sk, native_add, &c);
+    if (zero)
+        *zero = c.zero;
+    return c.n;
+}

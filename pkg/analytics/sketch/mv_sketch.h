@@ -160,4 +160,47 @@ uint64_t mv_sketch_collapses(const mv_sketch *sk);
 /* Bytes the sketch holds now (header, directories, pages allocated so far). */
 size_t mv_sketch_memory_used(const mv_sketch *sk);
 
+/* ---- Buckets and native histograms ------------------------------------------------------------
+ * A non-empty bucket of the sketch, as mv_sketch_foreach gives it: key (signed, unbiased: the
+ * magnitudes of the bucket are [lo, hi)), sign (+1, -1; 0 for the zero bucket, whose lo, hi and
+ * rep are 0), its representative rep (signed: the value mv_sketch_quantile reports for it,
+ * before the clamp to [min, max]) and its count. */
+typedef struct mv_sketch_bucket {
+    int32_t key;
+    int32_t sign;
+    double lo, hi;
+    double rep;
+    uint64_t count;
+} mv_sketch_bucket;
+
+/* Calls fn for each non-empty bucket in increasing value order: negative buckets (most
+ * negative first), the zero bucket, positive buckets. Stops at fn's first nonzero return and
+ * returns it; 0 when every bucket was given. */
+int mv_sketch_foreach(const mv_sketch *sk, int (*fn)(void *arg, const mv_sketch_bucket *b),
+                      void *arg);
+
+/* Values of magnitude at most this go to a native histogram's zero bucket (Prometheus'
+ * default zero threshold). */
+#define MV_SKETCH_NATIVE_ZERO 0x1p-128
+
+/* Index of the native-histogram bucket of schema s (clamped to -4..8) holding magnitude x > 0:
+ * bucket i holds (2^((i-1) 2^-s), 2^(i 2^-s)]. */
+int32_t mv_sketch_native_index(double x, int32_t schema);
+
+/* One bucket of a native histogram (mv_sketch_to_native). */
+typedef struct mv_sketch_nbucket {
+    int32_t index;
+    uint32_t negative; /* 1: the bucket of -value */
+    uint64_t count;
+} mv_sketch_nbucket;
+
+/* Maps the sketch into a native histogram of schema s: each non-empty bucket's count goes to
+ * the native bucket holding its representative (rep), a representative of magnitude at most
+ * MV_SKETCH_NATIVE_ZERO (and the zero bucket) to *zero. Writes the buckets in increasing value
+ * order (negative ones by decreasing index, then positive ones by increasing index), each
+ * once, into out[0..cap); returns how many there are (more than cap: only cap were written;
+ * call again with room for that many). Error bound: docs/exposition.md, "Gauge sketches". */
+size_t mv_sketch_to_native(const mv_sketch *sk, int32_t schema, mv_sketch_nbucket *out, size_t cap,
+                           uint64_t *zero);
+
 #endif

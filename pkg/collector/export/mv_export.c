@@ -43,6 +43,7 @@ enum kind {
     K_OMIT,    /* microview_segment_omitted_histograms */
     K_BUSY,    /* microview_segment_busy_seconds */
     K_FULL,    /* microview_segment_fullness */
+    K_GDIST,   /* G_window_distribution gauge histogram (protobuf) */
     K_COUNT_
 };
 
@@ -99,6 +100,9 @@ static const struct {
                 "How full the segment is: the larger of its value area's and its catalog's used "
                 "fraction (0 to 1). At 1 the writer's next new series fails; ask for more with "
                 "the pod annotation microview.io/metrics-memory."},
+    [K_GDIST] = {"_window_distribution", NULL, MV_EXPO_GAUGE_HISTOGRAM,
+                 "Distribution of the samples read in the last complete window: the window "
+                 "sketch as a native histogram (docs/exposition.md has its error bound)."},
     [K_OMIT] = {NULL, "microview_segment_omitted_histograms", MV_EXPO_GAUGE,
                 "Histograms of the segment omitted because no consistent copy was read within the "
                 "staleness bound."},
@@ -390,11 +394,13 @@ void mv_export__walk_free(walk *w)
 #define QMASK (MV_DERIVED_P50 | MV_DERIVED_P90 | MV_DERIVED_P99 | MV_DERIVED_P999)
 
 int mv_export__walk_build(walk *w, const mv_coll_seg_view *const *views, size_t nviews,
-                          const mv_export_sel *sel, int every)
+                          const mv_export_sel *sel, int flags)
 {
+    int every = (flags & MV_EXPORT__WALK_EVERY) != 0;
     memset(w, 0, sizeof *w);
     w->nseg = nviews;
     w->every = every;
+    w->native = (flags & MV_EXPORT__WALK_NATIVE) != 0;
     size_t total = 0, arena = 1;
     w->segs = calloc(w->nseg ? w->nseg : 1, sizeof *w->segs);
     if (!w->segs)
@@ -404,10 +410,10 @@ int mv_export__walk_build(walk *w, const mv_coll_seg_view *const *views, size_t 
         if (!mv_export__seg_valid(v))
             continue;
         size_t n = mv_seg_catalog_count(v->cat);
-        total += 10 + n * (mv_export__seg_pipe(v) ? 7 : 1);
+        total += 10 + n * (mv_export__seg_pipe(v) ? 8 : 1);
         if (mv_export__seg_pipe(v))
             for (size_t j = 0; j < n; j++)
-                arena += 6 * ((size_t)mv_seg_catalog_metric(v->cat, j)->name_len + 16);
+                arena += 7 * ((size_t)mv_seg_catalog_metric(v->cat, j)->name_len + 24);
     }
     qsort(w->segs, w->nseg, sizeof *w->segs, mv_export__seg_cmp);
     /* Segments with equal identity labels (two standalone workloads started
@@ -440,7 +446,7 @@ int mv_export__walk_build(walk *w, const mv_coll_seg_view *const *views, size_t 
                 continue;
             const mv_pipe_out *o = &p->m[j];
             uint32_t mask = mv_export_sel_mask(sel, m->type, m->name);
-            uint8_t ks[5], cs[5];
+            uint8_t ks[6], cs[6];
             int nk = 0;
             /* Kind q is listed when chosen and, unless `every`, its condition holds. */
 #define ADD_KIND(q, c, holds)                                                                      \
@@ -471,6 +477,9 @@ int mv_export__walk_build(walk *w, const mv_coll_seg_view *const *views, size_t 
                     ADD_KIND(K_GMEAN, COND_WINDOW, win);
                 if (mask & MV_DERIVED_LAST)
                     ADD_KIND(K_GLAST, COND_WINDOW, win);
+                /* Not a --derived item: --native-gauge-histograms (the pipeline) turns it on. */
+                if (w->native && p->native_on)
+                    ADD_KIND(K_GDIST, COND_NATIVE, o->native != 0);
             } else if (m->type == MV_SEG_HISTOGRAM && (mask & QMASK)) {
                 ADD_KIND(K_HWIN, COND_WINDOW, win);
             }
@@ -599,6 +608,13 @@ static int put_sample(mv_export__sink *k, mv_export__vctx *c, const char *suffix
     return k->sample(k, suffix, a, na, b, nb, xname, xval, d, u, is_u, src);
 }
 
+/* Feeds a gauge histogram's series (its native histogram is read from c). */
+static int put_native(mv_export__sink *k, mv_export__vctx *c, const mv_expo_label *a, size_t na,
+                      const mv_expo_label *b, size_t nb)
+{
+    return k->native ? k->native(k, c, a, na, b, nb) : 0;
+}
+
 /* The kinds of per-segment series and where their values come from. */
 static const uint8_t seg_src[K_COUNT_] = {
     [K_ANOM] = VS_ANOM,
@@ -660,6 +676,8 @@ int mv_export__emit(mv_export__sink *k, walk *w, const entry *en)
     }
     nown = (size_t)no;
     int rc = 0;
+    if (en->kind == K_GDIST)
+        return put_native(k, &c, idl, nid, own, nown);
     if (en->kind != K_RAW) {
         if (en->kind != K_GWIN && en->kind != K_HWIN)
             return put_sample(k, &c, NULL, idl, nid, own, nown, NULL, 0, seg_src[en->kind]);
@@ -761,6 +779,8 @@ typedef struct expo_sink {
     /* Protobuf: a family's samples are written when it ends (or dropped whole at the cap), so
      * they count once it has been written. */
     uint64_t pending;
+    mv_expo_nh_bkt *nb; /* native buckets of the gauge histogram being written */
+    size_t nb_cap;
 } expo_sink;
 
 static int expo_family(mv_export__sink *k, const char *name, mv_expo_type t, const char *help,
@@ -787,6 +807,21 @@ static int expo_sample(mv_export__sink *k, const char *suffix, const mv_expo_lab
         (*(mv_expo_get_format(s->e) == MV_EXPO_PROTOBUF ? &s->pending : &s->series))++;
     if (rc == -EINVAL)
         s->invalid++; /* an unrenderable series is skipped and counted, not fatal */
+    return rc == -EINVAL ? 0 : rc;
+}
+
+static int expo_native(mv_export__sink *k, const mv_export__vctx *c, const mv_expo_label *a,
+                       size_t na, const mv_expo_label *b, size_t nb)
+{
+    expo_sink *s = (expo_sink *)k;
+    mv_expo_native_in in;
+    if (mv_export__native_in(c->p, c->metric, &in, &s->nb, &s->nb_cap) != 0)
+        return -ENOMEM;
+    int rc = mv_expo_native(s->e, a, na, b, nb, &in, MV_EXPO_NO_TS);
+    if (rc == 0)
+        s->pending++;
+    if (rc == -EINVAL)
+        s->invalid++;
     return rc == -EINVAL ? 0 : rc;
 }
 
@@ -874,7 +909,9 @@ int mv_export_render_views_sel(mv_expo *e, const mv_coll_seg_view *const *views,
                                mv_export_stats *cumulative)
 {
     walk w;
-    int rc = mv_export__walk_build(&w, views, nviews, sel, 0);
+    int rc = mv_export__walk_build(
+        &w, views, nviews, sel,
+        mv_expo_get_format(e) == MV_EXPO_PROTOBUF ? MV_EXPORT__WALK_NATIVE : 0);
     if (rc != 0) {
         mv_export__walk_free(&w);
         return rc;
@@ -888,7 +925,7 @@ int mv_export_render_views_sel(mv_expo *e, const mv_coll_seg_view *const *views,
         st.dropped_type = w.dropped_type;
         st.dropped_collision = w.dropped_collision;
     }
-    expo_sink k = {{expo_family, expo_sample, NULL, NULL}, e, 0, 0, 0};
+    expo_sink k = {{expo_family, expo_sample, expo_native, NULL, NULL}, e, 0, 0, 0, NULL, 0};
     rc = mv_export__render_self(e, views, nviews, cs, &st);
     if (rc == 0)
         rc = walk_run(&w, &k.k);
@@ -906,6 +943,7 @@ int mv_export_render_views_sel(mv_expo *e, const mv_coll_seg_view *const *views,
         if (rc == -ENOSPC)
             cumulative->truncated++;
     }
+    free(k.nb);
     mv_export__walk_free(&w);
     if (rc == -ENOMEM)
         return rc;

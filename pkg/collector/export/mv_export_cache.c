@@ -128,6 +128,7 @@ enum {
     PM_FIXED,    /* counter, gauge, untyped: the whole field-4 record, its double at the end */
     PM_HIST,     /* histogram: the Metric's label fields; the Histogram encoded per scrape */
     PM_SUMMARY,  /* summary: the label fields; the Summary encoded per scrape */
+    PM_GHIST,    /* gauge histogram: the label fields; its native Histogram encoded per scrape */
 };
 
 typedef struct pmet {
@@ -199,6 +200,8 @@ struct mv_export_cache {
     double *le, *qv;
     uint64_t *cum;
     size_t cap_le;
+    mv_expo_nh_bkt *nb; /* a gauge histogram's native buckets */
+    size_t nb_cap;
 };
 
 mv_export_cache *mv_export_cache_create(void)
@@ -287,6 +290,7 @@ void mv_export_cache_destroy(mv_export_cache *c)
     free(c->le);
     free(c->qv);
     free(c->cum);
+    free(c->nb);
     pthread_mutex_destroy(&c->mu);
     free(c);
 }
@@ -427,6 +431,8 @@ typedef struct builder {
     int err;
     uint32_t nsamp, ninval; /* protobuf: samples of the entry written and refused */
     unsigned src;           /* protobuf: the last sample's source */
+    mv_expo_nh_bkt *nb;     /* protobuf: a gauge histogram's native buckets */
+    size_t nb_cap;
 } builder;
 
 static int grow(void **p, size_t *cap, size_t need, size_t size)
@@ -545,6 +551,25 @@ static int pb_rec_sample(mv_export__sink *k, const char *suffix, const mv_expo_l
     return 0;
 }
 
+static int pb_rec_native(mv_export__sink *k, const mv_export__vctx *c, const mv_expo_label *a,
+                         size_t na, const mv_expo_label *lb, size_t nb)
+{
+    builder *b = (builder *)k;
+    mv_expo_native_in in;
+    int rc = mv_export__native_in(c->p, c->metric, &in, &b->nb, &b->nb_cap);
+    if (rc == 0)
+        rc = mv_expo_native(b->scratch, a, na, lb, nb, &in, MV_EXPO_NO_TS);
+    if (rc == 0) {
+        b->nsamp++;
+    } else if (rc == -EINVAL) {
+        b->ninval++;
+    } else {
+        b->err = -ENOMEM;
+        return -ENOMEM;
+    }
+    return 0;
+}
+
 /* Reads a varint at d[*i] (below n). 0, or -1 when it runs past n or past 64 bits. */
 static int get_varint(const uint8_t *d, size_t n, size_t *i, uint64_t *v)
 {
@@ -613,16 +638,18 @@ static int pb_record(builder *b, plan *p, mv_expo_type t, uint16_t mask)
             return 1; /* not exactly one Metric */
         const uint8_t *m = d + i;
         size_t ml = (size_t)l, keep_off, keep_len;
-        if (t == MV_EXPO_HISTOGRAM || t == MV_EXPO_SUMMARY) {
+        if (t == MV_EXPO_HISTOGRAM || t == MV_EXPO_SUMMARY || t == MV_EXPO_GAUGE_HISTOGRAM) {
             size_t j = 0;
             while (j < ml && m[j] == (1 << 3 | 2))
                 if (skip_ld(m, ml, &j) != 0)
                     return 1;
             size_t lab = j;
-            if (j >= ml || m[j] != (t == MV_EXPO_HISTOGRAM ? (7 << 3 | 2) : (4 << 3 | 2)) ||
+            if (j >= ml || m[j] != (t == MV_EXPO_SUMMARY ? (4 << 3 | 2) : (7 << 3 | 2)) ||
                 skip_ld(m, ml, &j) != 0 || j != ml)
                 return 1;
-            pm.kind = t == MV_EXPO_HISTOGRAM ? PM_HIST : PM_SUMMARY;
+            pm.kind = t == MV_EXPO_HISTOGRAM ? PM_HIST
+                      : t == MV_EXPO_SUMMARY ? PM_SUMMARY
+                                             : PM_GHIST;
             keep_off = (size_t)(m - d);
             keep_len = lab;
         } else {
@@ -729,7 +756,8 @@ static int plan_build(mv_export_cache *c, mv_expo_format f, size_t n, const mv_e
     memset(&b, 0, sizeof b);
     plan *p = c->spare[f] ? c->spare[f] : calloc(1, sizeof *p);
     c->spare[f] = NULL;
-    int rc = p ? mv_export__walk_build(&w, c->sorted, n, sel, 1) : -ENOMEM;
+    int flags = MV_EXPORT__WALK_EVERY | (f == MV_EXPO_PROTOBUF ? MV_EXPORT__WALK_NATIVE : 0);
+    int rc = p ? mv_export__walk_build(&w, c->sorted, n, sel, flags) : -ENOMEM;
     if (!p) {
         memset(&w, 0, sizeof w);
     } else if (rc == 0 && w.mixed_derived) {
@@ -738,6 +766,7 @@ static int plan_build(mv_export_cache *c, mv_expo_format f, size_t n, const mv_e
     mv_expo *hs = NULL;
     if (rc == 0) {
         b.k.sample = f == MV_EXPO_PROTOBUF ? pb_rec_sample : rec_sample;
+        b.k.native = f == MV_EXPO_PROTOBUF ? pb_rec_native : NULL;
         b.p = p;
         b.scratch = mv_expo_create(f, SIZE_MAX / 4);
         hs = mv_expo_create(f, SIZE_MAX / 4);
@@ -856,6 +885,7 @@ static int plan_build(mv_export_cache *c, mv_expo_format f, size_t n, const mv_e
         rc = 1;
     mv_expo_destroy(b.scratch);
     mv_expo_destroy(hs);
+    free(b.nb);
     free(b.lab_of);
     free(b.seg_base);
     mv_export__walk_free(&w);
@@ -1042,6 +1072,11 @@ static int pb_part(mv_export_cache *c, mv_expo *e, const pmet *pm, mv_export__vc
         is_u = mv_export__value(vc, VS_HCOUNT, &d, &u);
         count = as_count(is_u, d, u);
         rc = mv_expo_pb_histogram(e, c->le, c->cum, n, sum, count, &out, &len);
+    } else if (pm->kind == PM_GHIST) {
+        mv_expo_native_in in;
+        rc = mv_export__native_in(vc->p, vc->metric, &in, &c->nb, &c->nb_cap);
+        if (rc == 0)
+            rc = mv_expo_pb_native(e, &in, &out, &len);
     } else {
         if (parts_room(c, MV_PIPE_QUANTILES) != 0)
             return -ENOMEM;
@@ -1263,7 +1298,7 @@ static int plan_run_pb(mv_export_cache *c, const plan *p, const mv_coll_seg_view
             if (rc == 0)
                 rc = pout_put(&w, text + pm->off, pm->len);
             nh = 0;
-            h[nh++] = pm->kind == PM_HIST ? (7 << 3 | 2) : (4 << 3 | 2);
+            h[nh++] = pm->kind == PM_SUMMARY ? (4 << 3 | 2) : (7 << 3 | 2);
             nh += mv_expo_pb_put_varint(h + nh, st->len);
             if (rc == 0)
                 rc = pout_put(&w, h, nh);

@@ -73,6 +73,10 @@ struct mv_export__sink {
     int (*sample)(mv_export__sink *k, const char *suffix, const mv_expo_label *a, size_t na,
                   const mv_expo_label *b, size_t nb, const char *xname, double xval, double v,
                   uint64_t u, int is_u, unsigned src);
+    /* A gauge histogram's series (the walk's native entries: protobuf renders only): labels,
+     * and the native histogram read from c (mv_export__native_in). NULL: skipped. */
+    int (*native)(mv_export__sink *k, const struct mv_export__vctx *c, const mv_expo_label *a,
+                  size_t na, const mv_expo_label *b, size_t nb);
     /* Set by the walk before each sample: what the value was read from (its segment and
      * analytics, for the sample's time). */
     const mv_export__vctx *ctx;
@@ -92,6 +96,7 @@ enum mv_export__cond {
     COND_RATE_SHORT, /* !isnan(p->m[metric].rate_short) */
     COND_ANOM,       /* !isnan(p->anomaly_score) */
     COND_GAP,        /* p->window_end_ns != 0 */
+    COND_NATIVE,     /* p->m[metric].native != 0 */
 };
 
 typedef struct mv_export__entry {
@@ -118,15 +123,24 @@ typedef struct mv_export__walk {
      * that which of them are dropped depends on which are present. */
     int mixed_derived;
     int every;                     /* built with `every` (below) */
+    int native;                    /* built with MV_EXPORT__WALK_NATIVE */
     const char *raw_collided_name; /* a raw family dropped for a name collision */
 } mv_export__walk;
 
-/* Builds the sorted entries and marks drops. With `every` set, derived entries whose
- * condition (cond) does not hold now are kept as well (for the exposition cache: drops
- * then count them too, and the caller tests cond). Free with mv_export__walk_free, also on
- * error. Returns 0 or -ENOMEM. */
+/* Builds the sorted entries and marks drops. With `every` (MV_EXPORT__WALK_EVERY) set,
+ * derived entries whose condition (cond) does not hold now are kept as well (for the
+ * exposition cache: drops then count them too, and the caller tests cond). With
+ * MV_EXPORT__WALK_NATIVE (protobuf renders), gauges whose analytics publish native buckets
+ * get their <name>_window_distribution gauge histogram entry. Free with
+ * mv_export__walk_free, also on error. Returns 0 or -ENOMEM. */
+#define MV_EXPORT__WALK_EVERY  1
+#define MV_EXPORT__WALK_NATIVE 2
 int mv_export__walk_build(mv_export__walk *w, const mv_coll_seg_view *const *views, size_t nviews,
-                          const mv_export_sel *sel, int every);
+                          const mv_export_sel *sel, int flags);
+/* The native histogram of gauge `metric` in p's window (empty when it has none), its buckets
+ * converted into *buf (grown as needed, kept by the caller). 0 or -ENOMEM. */
+int mv_export__native_in(const mv_pipe_view *p, uint32_t metric, mv_expo_native_in *in,
+                         mv_expo_nh_bkt **buf, size_t *cap);
 void mv_export__walk_free(mv_export__walk *w);
 /* Feeds entry `en`'s samples to k (counting renamed and unrenderable series in w). */
 int mv_export__emit(mv_export__sink *k, mv_export__walk *w, const mv_export__entry *en);

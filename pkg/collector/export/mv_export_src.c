@@ -1,6 +1,8 @@
 /* mv_export_src: where a sample's value comes from (mv_export_int.h's value sources), read the
  * same way by the family walk (mv_export.c) and by the exposition cache at each scrape
  * (mv_export_cache.c), and when a derived entry is shown. */
+#include <errno.h>
+#include <stdlib.h>
 #include <math.h>
 #include <string.h>
 #include <time.h>
@@ -137,7 +139,42 @@ int mv_export__cond_holds(const mv_export__entry *en, const mv_pipe_view *p)
         return !isnan(p->anomaly_score);
     case COND_GAP:
         return p->window_end_ns != 0;
+    case COND_NATIVE:
+        return p->m[en->metric].native != 0;
     default:
         return 1;
     }
+}
+
+int mv_export__native_in(const mv_pipe_view *p, uint32_t metric, mv_expo_native_in *in,
+                         mv_expo_nh_bkt **buf, size_t *cap)
+{
+    const mv_pipe_out *o = &p->m[metric];
+    memset(in, 0, sizeof *in);
+    if (!o->native || o->native > p->nnative)
+        return 0;
+    const mv_sketch_nbucket *h = &p->native[o->native - 1];
+    size_t n = h->negative;
+    if (n > p->nnative - o->native || h->index < MV_EXPO_NH_SCHEMA_MIN ||
+        h->index > MV_EXPO_NH_SCHEMA_MAX)
+        return 0;
+    if (n > *cap) {
+        size_t c = *cap ? *cap : 64;
+        while (c < n)
+            c *= 2;
+        mv_expo_nh_bkt *q = realloc(*buf, c * sizeof *q);
+        if (!q)
+            return -ENOMEM;
+        *buf = q;
+        *cap = c;
+    }
+    for (size_t i = 0; i < n; i++)
+        (*buf)[i] = (mv_expo_nh_bkt){h[1 + i].index, h[1 + i].negative, h[1 + i].count};
+    in->schema = h->index;
+    in->zero_count = h->count;
+    in->b = *buf;
+    in->nb = n;
+    in->count = o->count;
+    in->sum = o->sum;
+    return 0;
 }

@@ -51,6 +51,7 @@ void mv_pipe_config_default(mv_pipe_config *cfg)
     cfg->window_phase_ns = 0;
     cfg->same_batch = 0;
     cfg->detect_period_ns = 0;
+    cfg->native_schema = MV_PIPE_NATIVE_OFF;
 }
 
 const char *mv_pipe_config_check(const mv_pipe_config *cfg)
@@ -63,6 +64,9 @@ const char *mv_pipe_config_check(const mv_pipe_config *cfg)
         return "at most 65535 reads of unchanged values may wait for their updates";
     if (cfg->detect_period_ns > 3600000000000ull)
         return "the detection period must be at most one hour";
+    if (cfg->native_schema != MV_PIPE_NATIVE_OFF &&
+        (cfg->native_schema < -4 || cfg->native_schema > 8))
+        return "the native histograms' schema must be within [-4, 8]";
     if (cfg->short_ns < 1000000ull)
         return "the short rate horizon must be at least 1 ms";
     mv_sketch_config sc = {.alpha = cfg->alpha, .max_buckets = cfg->sketch_buckets};
@@ -645,17 +649,35 @@ unsigned mv_pipe_seg_feed_same(mv_pipe_seg *s, const void *hot, uint64_t now_ns)
 
 mv_pipe_view *mv_pipe_seg_view(mv_pipe_seg *s)
 {
-    mv_pipe_view *v = malloc(sizeof *v + s->n * sizeof(mv_pipe_out));
-    if (!v)
-        return NULL;
+    /* The native buckets published may grow between the size read and the copy (a window
+     * closed): then again, with the new size. */
+    size_t nn;
+    mv_pipe_view *v;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        nn = s->nat_len[s->nat_pub];
+        pthread_mutex_unlock(&s->mu);
+        v = malloc(sizeof *v + s->n * sizeof(mv_pipe_out) + nn * sizeof(mv_sketch_nbucket));
+        if (!v)
+            return NULL;
+        pthread_mutex_lock(&s->mu);
+        if (s->nat_len[s->nat_pub] <= nn)
+            break;
+        free(v);
+    }
     v->cat = s->cat;
     v->n = s->n;
-    pthread_mutex_lock(&s->mu);
+    mv_sketch_nbucket *nat = (mv_sketch_nbucket *)(void *)(v->m + s->n);
+    v->native_on = s->cfg.native_schema != MV_PIPE_NATIVE_OFF;
+    v->nnative = s->nat_len[s->nat_pub];
+    v->native = nat;
+    if (v->nnative)
+        memcpy(nat, s->nat[s->nat_pub], v->nnative * sizeof *nat);
     v->window_start_ns = s->pub_start;
     v->window_end_ns = s->pub_end;
     v->anomaly_score = s->pub_score;
     v->fd_steps = s->pub_steps;
-    v->mem_bytes = s->mem_fixed + s->sk_mem;
+    v->mem_bytes = s->mem_fixed + s->sk_mem + s->nat_mem;
     v->collapses = s->pub_collapses;
     v->window_reads = s->pub_reads;
     v->window_max_interval_ns = s->pub_gap_max;

@@ -69,7 +69,10 @@
  * bytes and 72 of short-rate ring and offset; gauges: 24; histograms: 72 +
  * 16 * (buckets + 1) of previous and window counts), plus for gauges a sparse
  * sketch once needed (at most mv_sketch_memory_bytes; 336 bytes for one
- * value). The view reports the bytes held as of the latest read (mem_bytes).
+ * value). With cfg.native_schema, gauges also hold 2 * 16 bytes per native bucket of
+ * their largest window so far, plus 2 * 16 for its head (the published window's buffer and
+ * the closing one's, per segment; not in mv_pipe_metric_bytes). The view reports the bytes
+ * held as of the latest read (mem_bytes).
  *
  * Threads: feed and create/destroy run on one thread (the tick); view may be
  * called from any thread concurrently with feed.
@@ -84,6 +87,7 @@
 #include <stdint.h>
 
 #include "mv_segment.h"
+#include "mv_sketch.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -133,7 +137,14 @@ typedef struct mv_pipe_config {
      * this), so segments read in one tick step in different ticks. At most one hour. The
      * collector uses 10 ms (--detect-ms). */
     uint64_t detect_period_ns;
+    /* MV_PIPE_NATIVE_OFF (default), or a native-histogram schema (-4..8): each gauge's window
+     * is also published as native-histogram buckets of that schema (mv_pipe_view.native), the
+     * sketch's buckets mapped by mv_sketch_to_native (a window of one value: that value's
+     * bucket). The buffers are kept per segment and reused across windows. */
+    int32_t native_schema;
 } mv_pipe_config;
+
+#define MV_PIPE_NATIVE_OFF INT32_MIN
 
 void mv_pipe_config_default(mv_pipe_config *cfg);
 /* NULL if valid, else a sentence saying what to fix. */
@@ -143,7 +154,12 @@ const char *mv_pipe_config_check(const mv_pipe_config *cfg);
 typedef struct mv_pipe_out {
     uint8_t type;       /* MV_SEG_COUNTER/GAUGE/HISTOGRAM */
     uint8_t has_window; /* 1 when a complete window with data was summarised */
-    uint8_t pad[6];
+    uint8_t pad[2];
+    /* Gauges with cfg.native_schema: 1 + the index in the view's `native` of the window's
+     * native histogram (0: none). That entry is its head: index = the schema, negative = the
+     * number of buckets that follow it, count = the zero bucket's count (magnitudes up to
+     * MV_SKETCH_NATIVE_ZERO); the buckets follow in value order. */
+    uint32_t native;
     uint64_t changes;            /* changes detected since the state was created */
     uint64_t resets;             /* counters: resets since the state was created */
     double rate;                 /* counters: per-second increase over the window */
@@ -168,7 +184,11 @@ typedef struct mv_pipe_view {
     uint64_t window_reads;           /* reads fed in the last complete window */
     uint64_t window_max_interval_ns; /* longest gap between two reads ending in it: above
                                         the fast tick the window was read backed off */
-    size_t n;                        /* metrics (catalog order) */
+    int native_on;                   /* cfg.native_schema is set: gauges publish native buckets */
+    const mv_sketch_nbucket *native; /* the gauges' native histograms (mv_pipe_out.native),
+                                        in the same allocation as the view */
+    size_t nnative;
+    size_t n; /* metrics (catalog order) */
     mv_pipe_out m[];
 } mv_pipe_view;
 

@@ -82,6 +82,8 @@ static void free_state(mv_pipe_seg *s)
     free(s->fd_scale);
     free(s->fd_base);
     free(s->pub);
+    free(s->nat[0]);
+    free(s->nat[1]);
 }
 
 void mv_pipe_seg_destroy(mv_pipe_seg *s)
@@ -253,6 +255,18 @@ int mv_pipe_seg_create(const mv_pipe_config *cfg, const mv_seg_catalog *cat, mv_
         s->pub_collapses = prev->pub_collapses;
         s->pub_reads = prev->pub_reads;
         s->pub_gap_max = prev->pub_gap_max;
+        /* The published native buckets, which the summaries carried over below index. */
+        pthread_mutex_lock(&prev->mu);
+        size_t nn = prev->nat_len[prev->nat_pub];
+        if (nn) {
+            s->nat[0] = malloc(nn * sizeof *s->nat[0]);
+            if (s->nat[0]) {
+                memcpy(s->nat[0], prev->nat[prev->nat_pub], nn * sizeof *s->nat[0]);
+                s->nat_len[0] = s->nat_cap[0] = nn;
+                s->nat_mem = nn * sizeof *s->nat[0];
+            }
+        }
+        pthread_mutex_unlock(&prev->mu);
         s->fd_step = prev->fd_step;
         s->fd_last_ns = prev->fd_last_ns;
         s->fd_wmax = prev->fd_wmax;
@@ -270,6 +284,8 @@ int mv_pipe_seg_create(const mv_pipe_config *cfg, const mv_seg_catalog *cat, mv_
         from[i] = SIZE_MAX;
         if (j != SIZE_MAX) {
             s->pub[i] = prev->pub[j];
+            if (s->pub[i].native > s->nat_len[0])
+                s->pub[i].native = 0; /* no memory for the copy: no native histogram */
             for (uint32_t k = 0; prev->fd && k < prev->fd_d; k++)
                 if (prev->fd_loc[k] == pl)
                     from[i] = k;

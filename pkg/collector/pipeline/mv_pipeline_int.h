@@ -229,6 +229,13 @@ struct mv_pipe_seg {
     uint64_t pub_steps;
     uint64_t pub_collapses;
     uint64_t pub_reads, pub_gap_max;
+    /* Native histograms of the gauges (cfg.native_schema), under mu: nat[nat_pub] is the
+     * published window's (pub[].native indexes it), the other the closing window's; both
+     * kept across windows. nat_mem: their bytes. */
+    mv_sketch_nbucket *nat[2];
+    size_t nat_len[2], nat_cap[2];
+    int nat_pub;
+    uint64_t nat_mem;
 };
 
 /* End of the hot fields: what a read touches of the struct. */

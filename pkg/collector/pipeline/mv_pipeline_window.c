@@ -75,6 +75,66 @@ mv_sketch *mv_pipe__gauge_sketch(mv_pipe_seg *s, size_t j)
     return s->hg[j].sk;
 }
 
+/* Room for n more native buckets in the closing window's buffer; 0 or -1 (no memory: the
+ * gauge's window has no native histogram). Grows only past the largest window so far. */
+static int native_room(mv_pipe_seg *s, size_t n)
+{
+    int c = !s->nat_pub;
+    size_t need = s->nat_len[c] + n;
+    if (need <= s->nat_cap[c])
+        return 0;
+    if (need > UINT32_MAX - 1)
+        return -1;
+    size_t cap = s->nat_cap[c] ? s->nat_cap[c] : 64;
+    while (cap < need)
+        cap *= 2;
+    mv_sketch_nbucket *p = realloc(s->nat[c], cap * sizeof *p);
+    if (!p)
+        return -1;
+    s->nat_mem += (cap - s->nat_cap[c]) * sizeof *p;
+    s->nat[c] = p;
+    s->nat_cap[c] = cap;
+    return 0;
+}
+
+/* Publishes gauge o's window as native buckets: the sketch's (sk), or `run` reads of one
+ * value `last` (sk NULL). */
+static void native_put(mv_pipe_seg *s, mv_pipe_out *o, const mv_sketch *sk, double last,
+                       uint64_t run)
+{
+    int c = !s->nat_pub;
+    int32_t schema = s->cfg.native_schema;
+    size_t head = s->nat_len[c];
+    mv_sketch_nbucket h = {.index = schema};
+    size_t nb;
+    if (sk) {
+        size_t room = s->nat_cap[c] > head + 1 ? s->nat_cap[c] - head - 1 : 0;
+        nb = mv_sketch_to_native(sk, schema, room ? s->nat[c] + head + 1 : NULL, room, &h.count);
+        if (nb > room) {
+            if (native_room(s, nb + 1) != 0)
+                return;
+            mv_sketch_to_native(sk, schema, s->nat[c] + head + 1, nb, &h.count);
+        }
+    } else {
+        if (native_room(s, 2) != 0)
+            return;
+        nb = 0;
+        if (fabs(last) <= MV_SKETCH_NATIVE_ZERO) {
+            h.count = run;
+        } else {
+            s->nat[c][head + 1] =
+                (mv_sketch_nbucket){mv_sketch_native_index(fabs(last), schema), last < 0, run};
+            nb = 1;
+        }
+    }
+    if (native_room(s, nb + 1) != 0)
+        return;
+    h.negative = (uint32_t)nb;
+    s->nat[c][head] = h;
+    s->nat_len[c] = head + 1 + nb;
+    o->native = (uint32_t)(head + 1);
+}
+
 /* Summary of gauge j: its sketch (if its window held several values), with the runs still
  * waiting for it and the pending run. */
 static void summarise_gauge(mv_pipe_seg *s, size_t j, const wsnap *w, mv_pipe_out *o)
@@ -114,6 +174,8 @@ static void summarise_gauge(mv_pipe_seg *s, size_t j, const wsnap *w, mv_pipe_ou
         o->max = mv_sketch_max(sk);
         o->mean = o->sum / (double)cnt;
         o->collapses = g->collapses + mv_sketch_collapses(sk);
+        if (s->cfg.native_schema != MV_PIPE_NATIVE_OFF)
+            native_put(s, o, sk, last, 0);
         mv_sketch_reset(sk);
     } else {
         if (*skp) {
@@ -132,6 +194,8 @@ static void summarise_gauge(mv_pipe_seg *s, size_t j, const wsnap *w, mv_pipe_ou
             o->min = o->max = o->mean = last;
             for (int q = 0; q < MV_PIPE_QUANTILES; q++)
                 o->q[q] = last;
+            if (s->cfg.native_schema != MV_PIPE_NATIVE_OFF)
+                native_put(s, o, NULL, last, run);
         } else {
             o->min = o->max = o->mean = NAN;
             for (int q = 0; q < MV_PIPE_QUANTILES; q++)
@@ -223,6 +287,7 @@ static void close_publish(mv_pipe_seg *s)
     s->pub_collapses = s->cl_collapses;
     s->pub_reads = s->cl_reads;
     s->pub_gap_max = s->cl_gap_max;
+    s->nat_pub = !s->nat_pub; /* the closing window's native buckets */
     mv_pipe__cl_free(s);
 }
 
@@ -253,6 +318,7 @@ void mv_pipe__close_begin(mv_pipe_seg *s, uint64_t w, uint64_t now_ns)
     s->cl_gap_max = s->win_gap_max;
     s->cl_collapses = 0;
     s->cl_deadline = now_ns + s->cfg.close_spread_ns;
+    s->nat_len[!s->nat_pub] = 0; /* the closing window's native buckets start empty */
     s->win_e = s->e;
     s->fd_wmax = NAN;
     s->win_reads = s->win_gap_max = 0;

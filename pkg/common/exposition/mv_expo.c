@@ -388,6 +388,8 @@ static const char *type_word(mv_expo_format f, mv_expo_type t)
         return "histogram";
     case MV_EXPO_SUMMARY:
         return "summary";
+    case MV_EXPO_GAUGE_HISTOGRAM:
+        return "gaugehistogram";
     case MV_EXPO_UNKNOWN:
         break;
     }
@@ -410,8 +412,11 @@ int mv_expo_family(mv_expo *e, const char *name, mv_expo_type type, const char *
     e->have_family = 0;
     if (e->finished)
         return fail_inval(e, "family %s after finish", name ? name : "(null)");
-    if ((unsigned)type > MV_EXPO_UNKNOWN)
+    if ((unsigned)type > MV_EXPO_GAUGE_HISTOGRAM)
         return fail_inval(e, "family %s: unknown type %d", name ? name : "(null)", (int)type);
+    if (type == MV_EXPO_GAUGE_HISTOGRAM && e->fmt != MV_EXPO_PROTOBUF)
+        return fail_inval(e, "family %s: gauge histograms exist in the protobuf format only",
+                          name ? name : "(null)");
     if (!valid_name(name, 0) || strlen(name) > NAME_MAX_LEN)
         return fail_inval(e, "invalid metric name (want [a-zA-Z_:][a-zA-Z0-9_:]*, max %d bytes)",
                           NAME_MAX_LEN);
@@ -495,6 +500,8 @@ int mv_expo_family(mv_expo *e, const char *name, mv_expo_type type, const char *
 
 static int suffix_allowed(mv_expo_type t, const char *suffix)
 {
+    if (t == MV_EXPO_GAUGE_HISTOGRAM)
+        return 0; /* its series are written by mv_expo_native */
     if (!suffix)
         return t != MV_EXPO_HISTOGRAM;
     int created = strcmp(suffix, "_created") == 0;
@@ -886,6 +893,42 @@ int mv_expo_pb_histogram(mv_expo *e, const double *le, const uint64_t *cum, size
     if (!p)
         return -ENOMEM;
     return mv_expo__pb_hist_part(p, le, cum, n, sum, count, out, len);
+}
+
+int mv_expo_native(mv_expo *e, const mv_expo_label *a, size_t na, const mv_expo_label *b, size_t nb,
+                   const mv_expo_native_in *in, int64_t ts_ms)
+{
+    if (e->fail)
+        return fail_code(e);
+    if (!e->have_family || e->type != MV_EXPO_GAUGE_HISTOGRAM || e->fmt != MV_EXPO_PROTOBUF)
+        return fail_inval(e, "native series without a gauge histogram family");
+    if (!in || in->schema < MV_EXPO_NH_SCHEMA_MIN || in->schema > MV_EXPO_NH_SCHEMA_MAX ||
+        (in->nb && !in->b))
+        return fail_inval(e, "%s: invalid native histogram", e->base);
+    size_t lens[FAST_LABELS];
+    if (!check_labels_fast(a, na, b, nb, NULL, lens)) {
+        int rc = check_labels(e, a, na, b, nb, NULL);
+        if (rc < 0)
+            return rc;
+    }
+    int rc = mv_expo__pb_native_series(e->pb, a, na, b, nb, in, ts_ms);
+    if (rc < 0) {
+        e->pb_open = 0;
+        overflow(e, -rc);
+        return fail_code(e);
+    }
+    return 0;
+}
+
+int mv_expo_pb_native(mv_expo *e, const mv_expo_native_in *in, const uint8_t **out, size_t *len)
+{
+    if (!in || in->schema < MV_EXPO_NH_SCHEMA_MIN || in->schema > MV_EXPO_NH_SCHEMA_MAX ||
+        (in->nb && !in->b))
+        return -EINVAL;
+    mv_expo__pb *p = pb_scratch(e);
+    if (!p)
+        return -ENOMEM;
+    return mv_expo__pb_native_part(p, in, out, len);
 }
 
 int mv_expo_pb_summary(mv_expo *e, const double *q, const double *v, size_t n, double sum,

@@ -62,6 +62,9 @@ typedef enum {
     MV_EXPO_HISTOGRAM,
     MV_EXPO_SUMMARY,
     MV_EXPO_UNKNOWN, /* "untyped" in text 0.0.4, "unknown" in OpenMetrics */
+    /* Protobuf only (GAUGE_HISTOGRAM): native histograms of a distribution that is not
+     * cumulative, written with mv_expo_native (the text formats refuse the family). */
+    MV_EXPO_GAUGE_HISTOGRAM,
 } mv_expo_type;
 
 typedef struct {
@@ -236,6 +239,30 @@ double mv_expo_nh_upper(int32_t idx, int32_t schema);
 /* The coarsest schema whose growth factor 2^(2^-s) is at most gamma (so that its buckets are
  * no wider than a sketch's of that gamma), clamped to -4..8. */
 int32_t mv_expo_nh_schema_for_gamma(double gamma);
+
+/* Adds n observations to bucket idx (neg: of -value) of h's schema. 0 or -ENOMEM. */
+int mv_expo_nh_add_bucket(mv_expo_nh *h, int32_t idx, int neg, uint64_t n);
+
+/* A native histogram given by its buckets (a gauge histogram's series): b[0..nb) of `schema`
+ * (-4..8), in any order, zero_count observations of magnitude at most
+ * MV_EXPO_NH_ZERO_THRESHOLD, count and sum. Reduced to mv_expo_set_native's bucket limit as
+ * any native histogram (its schema is its own, whatever mv_expo_set_native's). */
+typedef struct mv_expo_native_in {
+    int32_t schema;
+    uint64_t zero_count;
+    const mv_expo_nh_bkt *b;
+    size_t nb;
+    uint64_t count;
+    double sum;
+} mv_expo_native_in;
+
+/* Writes one series of the current MV_EXPO_GAUGE_HISTOGRAM family (protobuf): labels a then
+ * b, the native histogram `in` and an optional timestamp. -EINVAL as mv_expo_sample (no such
+ * family, bad labels, a schema out of range), -ENOSPC, -ENOMEM. */
+int mv_expo_native(mv_expo *e, const mv_expo_label *a, size_t na, const mv_expo_label *b, size_t nb,
+                   const mv_expo_native_in *in, int64_t ts_ms);
+/* Its value message (Metric field 7) alone, as mv_expo_pb_histogram gives a histogram's. */
+int mv_expo_pb_native(mv_expo *e, const mv_expo_native_in *in, const uint8_t **out, size_t *len);
 
 /* Native histograms in the protobuf exposition: schema (-4..8), or MV_EXPO_NH_OFF for classic
  * buckets only, and the bucket limit (0: default). Defaults: schema 6, 160 buckets. */

@@ -47,6 +47,12 @@ int mv_expo__pb_end(mv_expo__pb *p, const char **data, size_t *len);
 /* mv_expo_pb_histogram / mv_expo_pb_summary on the builder (no series open). */
 int mv_expo__pb_hist_part(mv_expo__pb *p, const double *le, const uint64_t *cum, size_t n,
                           double sum, uint64_t count, const uint8_t **out, size_t *len);
+/* A gauge histogram's series (mv_expo_native; labels checked), and its value message alone. */
+int mv_expo__pb_native_series(mv_expo__pb *p, const mv_expo_label *a, size_t na,
+                              const mv_expo_label *b, size_t nb, const mv_expo_native_in *in,
+                              int64_t ts);
+int mv_expo__pb_native_part(mv_expo__pb *p, const mv_expo_native_in *in, const uint8_t **out,
+                            size_t *len);
 int mv_expo__pb_summary_part(mv_expo__pb *p, const double *q, const double *v, size_t n, double sum,
                              uint64_t count, const uint8_t **out, size_t *len);
 

@@ -122,6 +122,11 @@ static int add_bucket(mv_expo_nh *h, int32_t idx, uint32_t neg, uint64_t n)
     return 0;
 }
 
+int mv_expo_nh_add_bucket(mv_expo_nh *h, int32_t idx, int neg, uint64_t n)
+{
+    return n ? add_bucket(h, idx, neg != 0, n) : 0;
+}
+
 /* Where a value goes in h (its schema and zero threshold). */
 static mv_expo__nh_slot slot_of(const mv_expo_nh *h, double v)
 {

@@ -287,6 +287,8 @@ static Io__Prometheus__Client__MetricType pb_type(mv_expo_type t)
         return IO__PROMETHEUS__CLIENT__METRIC_TYPE__HISTOGRAM;
     case MV_EXPO_SUMMARY:
         return IO__PROMETHEUS__CLIENT__METRIC_TYPE__SUMMARY;
+    case MV_EXPO_GAUGE_HISTOGRAM:
+        return IO__PROMETHEUS__CLIENT__METRIC_TYPE__GAUGE_HISTOGRAM;
     default:
         return IO__PROMETHEUS__CLIENT__METRIC_TYPE__UNTYPED;
     }
@@ -379,6 +381,8 @@ static int fill_summary(mv_expo__pb *p, Io__Prometheus__Client__Summary *s)
     return 0;
 }
 
+static int native_fields(mv_expo__pb *p, Io__Prometheus__Client__Histogram *h);
+
 /* The Histogram of the series held in p (xs bounds with +Inf among them, cum their cumulative
  * counts, sum, count): classic buckets and, unless off, the native histogram built from them.
  * xs and cum are compacted to the finite bounds (room: nx + 1). */
@@ -427,6 +431,12 @@ static int fill_hist(mv_expo__pb *p, Io__Prometheus__Client__Histogram *h)
     if (p->mrc != 0 || mv_expo__nh_add_mapped(&p->nh, p->map, nfin, p->cum) != 0 ||
         mv_expo_nh_finish(&p->nh, p->max_buckets) != 0)
         return 0;
+    return native_fields(p, h);
+}
+
+/* The native fields of h from p->nh (finished): schema, zero bucket, spans and deltas. */
+static int native_fields(mv_expo__pb *p, Io__Prometheus__Client__Histogram *h)
+{
     h->has_schema = h->has_zero_threshold = h->has_zero_count = 1;
     h->schema = p->nh.schema;
     h->zero_threshold = p->nh.zero_threshold;
@@ -539,6 +549,65 @@ int mv_expo__pb_hist_part(mv_expo__pb *p, const double *le, const uint64_t *cum,
     /* Varints at most 10 bytes, doubles 8, tags 1: a bucket is at most 2 + 11 + 9 bytes, a span
      * 2 + 6 + 6, a delta 10, the rest (counts, sum, schema, zero bucket, lengths) under 96. */
     size_t bound = 96 + 24 * h.n_bucket + 16 * (h.n_positive_span + h.n_negative_span) +
+                   10 * (h.n_positive_delta + h.n_negative_delta);
+    return rc ? rc : pack_out(p, &h.base, bound, out, len);
+}
+
+/* The Histogram of a native histogram given by its buckets (no classic buckets). */
+static int fill_native(mv_expo__pb *p, const mv_expo_native_in *in,
+                       Io__Prometheus__Client__Histogram *h)
+{
+    h->has_sample_sum = h->has_sample_count = 1;
+    h->sample_sum = in->sum;
+    h->sample_count = in->count;
+    mv_expo_nh_begin(&p->nh, in->schema);
+    p->nh.zero_count = in->zero_count;
+    for (size_t i = 0; i < in->nb; i++)
+        if (mv_expo_nh_add_bucket(&p->nh, in->b[i].idx, (int)in->b[i].neg, in->b[i].n) != 0) {
+            p->fail = ENOMEM;
+            return -ENOMEM;
+        }
+    if (mv_expo_nh_finish(&p->nh, p->max_buckets) != 0) {
+        p->fail = ENOMEM;
+        return -ENOMEM;
+    }
+    return native_fields(p, h);
+}
+
+int mv_expo__pb_native_series(mv_expo__pb *p, const mv_expo_label *a, size_t na,
+                              const mv_expo_label *b, size_t nb, const mv_expo_native_in *in,
+                              int64_t ts)
+{
+    if (p->fail)
+        return -p->fail;
+    if (flush_series(p) || labels_copy(p, a, na, b, nb) || labels_ready(p))
+        return -p->fail;
+    Io__Prometheus__Client__Metric m = IO__PROMETHEUS__CLIENT__METRIC__INIT;
+    m.n_label = p->nlbl;
+    m.label = p->ppairs;
+    if (ts != MV_EXPO_NO_TS) {
+        m.has_timestamp_ms = 1;
+        m.timestamp_ms = ts;
+    }
+    Io__Prometheus__Client__Histogram h = IO__PROMETHEUS__CLIENT__HISTOGRAM__INIT;
+    if (fill_native(p, in, &h))
+        return -p->fail;
+    m.histogram = &h;
+    put_msg(p, 4, &m.base);
+    return -p->fail;
+}
+
+int mv_expo__pb_native_part(mv_expo__pb *p, const mv_expo_native_in *in, const uint8_t **out,
+                            size_t *len)
+{
+    if (p->open)
+        return -EINVAL;
+    Io__Prometheus__Client__Histogram h = IO__PROMETHEUS__CLIENT__HISTOGRAM__INIT;
+    int fail = p->fail;
+    p->fail = 0;
+    int rc = fill_native(p, in, &h);
+    p->fail = fail;
+    size_t bound = 96 + 16 * (h.n_positive_span + h.n_negative_span) +
                    10 * (h.n_positive_delta + h.n_negative_delta);
     return rc ? rc : pack_out(p, &h.base, bound, out, len);
 }
