@@ -583,16 +583,6 @@ static int get_varint(const uint8_t *d, size_t n, size_t *i, uint64_t *v)
     return -1;
 }
 
-static size_t varint_len(uint64_t v)
-{
-    size_t n = 1;
-    while (v >= 0x80) {
-        v >>= 7;
-        n++;
-    }
-    return n;
-}
-
 /* Skips the length-delimited field whose tag is at d[*i]. 0 or -1. */
 static int skip_ld(const uint8_t *d, size_t n, size_t *i)
 {
@@ -1136,7 +1126,7 @@ static int pout_put(pout *w, const void *s, size_t n)
 /* The length of a histogram's or summary's Metric with a value message of `len` bytes. */
 static uint64_t var_mlen(const pmet *pm, uint32_t len)
 {
-    return (uint64_t)pm->len + 1 + varint_len(len) + len;
+    return (uint64_t)pm->len + 1 + mv_expo_pb_varint_len(len) + len;
 }
 
 /* Points c at an entry's segment, analytics and metric (its histogram view is left as it
@@ -1236,7 +1226,7 @@ static int plan_run_pb(mv_export_cache *c, const plan *p, const mv_coll_seg_view
             if (rc != 0)
                 return rc;
             uint64_t ml = var_mlen(pm, st->len);
-            body += 1 + varint_len(ml) + ml;
+            body += 1 + mv_expo_pb_varint_len(ml) + ml;
         }
         j = i + fm->nents;
         if (!hdr)

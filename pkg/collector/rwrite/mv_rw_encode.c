@@ -101,21 +101,11 @@ static size_t expand_hist(const mv_rw_series *h, mv_rw_series *out, mv_rw_label 
     return k;
 }
 
-static size_t varint_len(uint64_t v)
-{
-    size_t n = 1;
-    while (v >= 0x80) {
-        v >>= 7;
-        n++;
-    }
-    return n;
-}
-
 /* A Sample's fields as protobuf-c packs them: proto3 scalars are left out when they compare
  * equal to zero (so -0.0 as well: it arrives as 0). */
 static size_t sample_len(double v, int64_t ts)
 {
-    return (v != 0.0 ? 9 : 0) + (ts ? 1 + varint_len((uint64_t)ts) : 0);
+    return (v != 0.0 ? 9 : 0) + (ts ? 1 + mv_expo_pb_varint_len((uint64_t)ts) : 0);
 }
 
 static size_t put_sample(uint8_t *o, double v, int64_t ts)
@@ -235,7 +225,7 @@ static int pack_v1(const mv_rw_series *in, size_t nin, uint8_t **raw, size_t *rl
     for (size_t i = 0, p = 0, k = 0; i < n; i++) {
         if (s[i].pb_labels) {
             size_t sl = sample_len(s[i].value, s[i].ts_ms);
-            tlen[i] = s[i].pb_len + 1 + varint_len(sl) + sl;
+            tlen[i] = s[i].pb_len + 1 + mv_expo_pb_varint_len(sl) + sl;
         } else {
             labels_pb(s[i].labels, s[i].nlabels, &lb[k], &plb[k], &ts[p]);
             k += s[i].nlabels;
@@ -248,7 +238,7 @@ static int pack_v1(const mv_rw_series *in, size_t nin, uint8_t **raw, size_t *rl
             tlen[i] = prometheus__time_series__get_packed_size(&ts[p]);
             p++;
         }
-        total += 1 + varint_len(tlen[i]) + tlen[i];
+        total += 1 + mv_expo_pb_varint_len(tlen[i]) + tlen[i];
     }
     uint8_t *o = *raw = malloc(total ? total : 1);
     if (!o)

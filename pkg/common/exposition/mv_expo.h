@@ -164,6 +164,8 @@ void mv_expo_raw_truncate(mv_expo *e, size_t len);
 
 /* Writes `v` as a protobuf varint at `o` (room for 10 bytes); returns the bytes written. */
 size_t mv_expo_pb_put_varint(uint8_t *o, uint64_t v);
+/* The bytes mv_expo_pb_put_varint writes for `v`. */
+size_t mv_expo_pb_varint_len(uint64_t v);
 
 /* ---- Protobuf parts (the exposition cache's protobuf plan) ----------------------------------
  * The value message of one histogram series (Metric field 7) or summary series (field 4),

@@ -204,6 +204,16 @@ size_t mv_expo_pb_put_varint(uint8_t *o, uint64_t v)
     return n;
 }
 
+size_t mv_expo_pb_varint_len(uint64_t v)
+{
+    size_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
 /* A valid UTF-8, NUL-terminated copy of s in the arena (invalid bytes become U+FFFD);
  * returns its offset or (size_t)-1. */
 static size_t arena_str(mv_expo__pb *p, const char *s)
