@@ -2,7 +2,8 @@
  * a program of families and samples (types, suffixes, label bytes, bucket bounds, counts and
  * values taken from the bytes); the body must stay within the cap and decode with protobuf-c,
  * every native histogram must hold the counts it was given, and a histogram's value message
- * packed alone (mv_expo_pb_histogram, the exposition cache's way) must be the rendered one. */
+ * packed alone (mv_expo_pb_histogram, the exposition cache's way) must be the rendered one; the
+ * same for a gauge histogram series (mv_expo_native, mv_expo_pb_native). */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -160,12 +161,90 @@ static void check_parts(rd *r)
     mv_expo_destroy(e);
 }
 
+/* Reads a delimited MetricFamily at the start of d (NULL if it does not decode). */
+static Io__Prometheus__Client__MetricFamily *first_family(const uint8_t *d, size_t len)
+{
+    size_t o = 0;
+    uint64_t fl = 0;
+    for (int sh = 0; o < len && sh < 64; sh += 7) {
+        fl |= (uint64_t)(d[o] & 0x7f) << sh;
+        if (!(d[o++] & 0x80))
+            break;
+    }
+    return fl == len - o ? io__prometheus__client__metric_family__unpack(NULL, fl, d + o) : NULL;
+}
+
+/* A gauge histogram series from fuzzed native buckets: when written, it decodes as one
+ * GAUGE_HISTOGRAM whose buckets hold the counts given, and its value message packed alone
+ * (mv_expo_pb_native) is the rendered one. */
+static void check_native(rd *r)
+{
+    mv_expo *e = mv_expo_create(MV_EXPO_PROTOBUF, 0);
+    if (!e)
+        return;
+    mv_expo_set_native(e, 6, u8(r));
+    mv_expo_nh_bkt b[32];
+    size_t nb = u8(r) & 31;
+    uint64_t total = 0;
+    for (size_t i = 0; i < nb; i++) {
+        int32_t idx = (int16_t)(u8(r) << 8 | u8(r));
+        b[i] = (mv_expo_nh_bkt){.idx = idx, .neg = u8(r) & 1, .n = u8(r)};
+        total += b[i].n;
+    }
+    mv_expo_native_in in = {.schema = (int8_t)u8(r) % 12,
+                            .zero_count = u8(r),
+                            .b = b,
+                            .nb = nb,
+                            .count = u64(r),
+                            .sum = dbl(r)};
+    total += in.zero_count;
+    mv_expo_label l = {"pod", "p"};
+    int ok = mv_expo_family(e, "g", MV_EXPO_GAUGE_HISTOGRAM, NULL, NULL) == 0 &&
+             mv_expo_native(e, &l, 1, NULL, 0, &in, MV_EXPO_NO_TS) == 0 && mv_expo_finish(e) == 0 &&
+             !mv_expo_truncated(e);
+    if (!ok) {
+        mv_expo_destroy(e);
+        return;
+    }
+    size_t len;
+    const uint8_t *d = (const uint8_t *)mv_expo_data(e, &len);
+    Io__Prometheus__Client__MetricFamily *f = first_family(d, len);
+    if (!f || f->type != IO__PROMETHEUS__CLIENT__METRIC_TYPE__GAUGE_HISTOGRAM || f->n_metric != 1 ||
+        !f->metric[0]->histogram)
+        abort();
+    const Io__Prometheus__Client__Histogram *h = f->metric[0]->histogram;
+    uint64_t got = h->zero_count;
+    int64_t c = 0;
+    for (size_t i = 0; i < h->n_positive_delta; i++)
+        got += (uint64_t)(c += h->positive_delta[i]);
+    c = 0;
+    for (size_t i = 0; i < h->n_negative_delta; i++)
+        got += (uint64_t)(c += h->negative_delta[i]);
+    if (got != total)
+        abort();
+    size_t want_len = io__prometheus__client__histogram__get_packed_size(h);
+    uint8_t *want = malloc(want_len + 1);
+    if (want) {
+        io__prometheus__client__histogram__pack(h, want);
+        const uint8_t *part;
+        size_t part_len;
+        if (mv_expo_pb_native(e, &in, &part, &part_len) != 0 || part_len != want_len ||
+            memcmp(part, want, want_len) != 0)
+            abort();
+        free(want);
+    }
+    io__prometheus__client__metric_family__free_unpacked(f, NULL);
+    mv_expo_destroy(e);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     rd r = {data, data + size};
     check_nh(&r);
     rd r2 = {data, data + size}; /* the same bytes read as a histogram series */
     check_parts(&r2);
+    rd r3 = {data, data + size}; /* and as a gauge histogram series */
+    check_native(&r3);
     size_t cap = 64 + (u8(&r) * 37u);
     mv_expo *e = mv_expo_create(MV_EXPO_PROTOBUF, cap);
     if (!e)
