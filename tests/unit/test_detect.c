@@ -419,6 +419,103 @@ static void test_inline_equals_out_of_line(void)
     CU_ASSERT_EQUAL(mismatches, 0);
 }
 
+/* A run of equal samples (mv_detect_series_update_run) is the same samples one at a time, to
+ * the bit: state, ORed flags and changes, over runs of a constant (which reach fixed points
+ * and stop early), noise, NaN, +-Inf, +-0, through warm-up, cool-down and resets, with and
+ * without a sample's own sigma floor and with a config whose cool-down is 0. Where a run
+ * reports *still, further steps with the same sample change nothing and report nothing but
+ * MV_DETECT_INVALID. */
+static void test_run_equals_steps(void)
+{
+    mv_detect_config cfgs[2];
+    mv_detect_config_default(&cfgs[0]);
+    mv_detect_config_default(&cfgs[1]);
+    cfgs[1].cooldown = 0;
+    cfgs[1].warmup = 2;
+    cfgs[1].lambda = 0.25;
+    uint64_t runs = 0, steps = 0, mismatches = 0, stills = 0, folded = 0, still_bad = 0;
+    for (int c = 0; c < 2; c++) {
+        mv_detect_params p;
+        CU_ASSERT_FATAL(mv_detect_params_init(&p, &cfgs[c]) == 0);
+        for (int t = 0; t < 30; t++) {
+            test_rng r = {777 + (uint64_t)t + 1000 * (uint64_t)c};
+            mv_detect_series a = {0}, b = {0};
+            uint64_t ca = 0, cb = 0;
+            double level = (double)(t % 5) * 10.0;
+            for (int i = 0; i < 1500; i++) {
+                uint64_t u = rng_u64(&r);
+                double x;
+                switch (u % 16) {
+                case 0:
+                    x = NAN;
+                    break;
+                case 1:
+                    x = (u >> 8) & 1 ? INFINITY : -INFINITY;
+                    break;
+                case 2:
+                    x = (u >> 8) & 1 ? 0.0 : -0.0;
+                    break;
+                case 3:
+                    x = rng_gauss(&r) * 3.0 + level;
+                    break;
+                case 4:
+                    level += rng_gauss(&r) * 50.0; /* a step */
+                    x = level;
+                    break;
+                default:
+                    x = level; /* a constant: its runs settle */
+                }
+                uint32_t k = (uint32_t)((u >> 16) % 400);
+                double ms = (u >> 40) % 4 == 0 ? 0.5 : 0.0;
+                if ((u >> 44) % 200 == 0) { /* a reset: learning starts again */
+                    memset(&a, 0, sizeof a);
+                    memset(&b, 0, sizeof b);
+                }
+                int still = -1;
+                unsigned fa = mv_detect_series_update_run(&p, &a, x, ms, k, &ca, &still);
+                unsigned fb = 0;
+                for (uint32_t j = 0; j < k; j++) {
+                    unsigned f = mv_detect_series_update_floor(&p, &b, x, ms);
+                    cb += (f & MV_DETECT_CHANGED) != 0;
+                    fb |= f;
+                }
+                runs++;
+                steps += k;
+                mismatches += fa != fb || ca != cb || memcmp(&a, &b, sizeof a) != 0;
+                if (still == 1) {
+                    stills++;
+                    folded += k;
+                    /* Further steps with x: nothing moves, nothing but INVALID is reported. */
+                    mv_detect_series s0 = a;
+                    for (int j = 0; j < 3; j++) {
+                        unsigned f = mv_detect_series_update_floor(&p, &a, x, ms);
+                        still_bad += (f & ~(unsigned)MV_DETECT_INVALID) != 0 ||
+                                     memcmp(&s0, &a, sizeof a) != 0;
+                    }
+                    b = a;
+                } else {
+                    still_bad += still != 0;
+                }
+            }
+        }
+    }
+    printf("\n  %llu runs, %llu steps, %llu ended still, %llu mismatches ",
+           (unsigned long long)runs, (unsigned long long)steps, (unsigned long long)stills,
+           (unsigned long long)mismatches);
+    CU_ASSERT(stills > runs / 10); /* the fold is exercised */
+    CU_ASSERT(folded > steps / 10);
+    CU_ASSERT_EQUAL(mismatches, 0);
+    CU_ASSERT_EQUAL(still_bad, 0);
+    /* k = 0: no step, not still. */
+    mv_detect_params p;
+    CU_ASSERT_FATAL(mv_detect_params_init(&p, NULL) == 0);
+    mv_detect_series z = {0};
+    uint64_t ch = 0;
+    int st = 1;
+    CU_ASSERT_EQUAL(mv_detect_series_update_run(&p, &z, 1.0, 0.0, 0, &ch, &st), 0);
+    CU_ASSERT(st == 0 && z.n == 0 && ch == 0);
+}
+
 int main(void)
 {
     static const mv_test tests[] = {
@@ -434,6 +531,7 @@ int main(void)
         {"adaptive read interval", test_rate_controller},
         {"embedded record matches the reference", test_matches_reference},
         {"inline update equals the out-of-line one", test_inline_equals_out_of_line},
+        {"a run of equal samples equals its steps", test_run_equals_steps},
     };
     int fails = MV_TEST_RUN("detect", tests);
     return fails;

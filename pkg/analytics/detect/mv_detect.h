@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /*
  * A mv_detect bank holds the state of n series (e.g. the metrics of one
@@ -211,6 +212,52 @@ MV_DETECT_INLINE unsigned mv_detect_series_update(const mv_detect_params *p, mv_
                                                   double x)
 {
     return mv_detect_series_update_floor(p, s, x, 0.0);
+}
+
+/* Feeds the same sample x to one embedded series k times in a row: exactly k calls of
+ * mv_detect_series_update_floor, to the bit, in the state, in the flags (ORed) and in the
+ * changes counted. The update is a function of the state and the sample alone, so a step
+ * that leaves the state as it was (and reports no change) is a fixed point: every later step
+ * with the same sample would do the same and return the same flags, and the run stops there
+ * (a constant gauge, an idle counter's zero rate, once the baseline has settled: one step
+ * instead of k). *changes gets the number of MV_DETECT_CHANGED steps added. *still (may be
+ * NULL) is set to whether the run ended at a fixed point whose step returns no flag but
+ * MV_DETECT_INVALID, found where x equals the mean to the bit (the only fixed points looked
+ * for): as long as nothing else changes the state, any number of further steps with a sample
+ * equal to the mean, to the bit, may then be skipped. k = 0: no step, *still = 0. */
+MV_DETECT_INLINE unsigned mv_detect_series_update_run(const mv_detect_params *p,
+                                                      mv_detect_series *s, double x,
+                                                      double min_sigma, uint32_t k,
+                                                      uint64_t *changes, int *still)
+{
+    unsigned flags = 0, f = 0;
+    int fixed = 0;
+    for (uint32_t i = 0; i < k; i++) {
+        /* Only a sample equal to the mean, to the bit, is looked at as a fixed point (dev 0:
+         * the baseline cannot move); another one may be one too, rarely, and then takes its
+         * k steps. */
+        if (__builtin_expect(memcmp(&x, &s->mean, sizeof x) != 0, 1)) {
+            f = mv_detect_series_update_floor(p, s, x, min_sigma);
+            flags |= f;
+            if (__builtin_expect(f & MV_DETECT_CHANGED, 0))
+                (*changes)++;
+            continue;
+        }
+        mv_detect_series before = *s;
+        f = mv_detect_series_update_floor(p, s, x, min_sigma);
+        flags |= f;
+        if (__builtin_expect(f & MV_DETECT_CHANGED, 0)) {
+            (*changes)++;
+            continue;
+        }
+        if (memcmp(&before, s, sizeof before) == 0) {
+            fixed = 1;
+            break;
+        }
+    }
+    if (still)
+        *still = fixed && (f & ~(unsigned)MV_DETECT_INVALID) == 0;
+    return flags;
 }
 
 /* Feeds one sample per series (x[0..n_series)). Returns how many series

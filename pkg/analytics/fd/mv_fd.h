@@ -32,7 +32,7 @@
  * amortised update cost is O(ell d) per sample. See docs/analytics.md for
  * measured ns/sample.
  *
- * Memory: mv_fd_memory_bytes(cfg) = 8 * (2 ell d + k d + d + 2 ell) plus a
+ * Memory: mv_fd_memory_bytes(cfg) = 8 * (2 ell d + k d + d + 2 ell) + 4 * 2 ell plus a
  * fixed header. Nothing is allocated after create.
  *
  * Ownership: mv_fd_create allocates, mv_fd_destroy frees. Not thread-safe.

@@ -201,6 +201,52 @@ MV_DETECT_INLINE unsigned detect(mv_pipe_seg *s, mv_detect_series *d, uint64_t *
     return detect_floor(s, d, changes, x, 0.0);
 }
 
+/* k detector updates with the same sample (mv_detect_series_update_run: the same as k calls of
+ * detect, stopping at a fixed point); *still: whether further ones would change nothing. */
+MV_DETECT_INLINE unsigned detect_run(mv_pipe_seg *s, mv_detect_series *d, uint64_t *changes,
+                                     double x, uint32_t k, int *still)
+{
+    unsigned f = mv_detect_series_update_run(s->dp, d, x, 0.0, k, changes, still);
+    return (f & MV_DETECT_CHANGED ? MV_PIPE_CHANGED | MV_PIPE_MOVING : 0) |
+           (f & MV_DETECT_MOVING ? MV_PIPE_MOVING : 0) |
+           (f & MV_DETECT_WARMUP ? MV_PIPE_WARMUP : 0);
+}
+
+/* k updates of every gauge's detector with its last value, passing over the gauges whose
+ * detectors are at a fixed point for it: s->gstill's bit set and the value still the mean,
+ * to the bit (see mv_pipe_seg.gstill). */
+MV_DETECT_INLINE unsigned detect_gauges_last(mv_pipe_seg *s, uint32_t k)
+{
+    unsigned flags = 0;
+    hgauge *hg = s->hg;
+    cgauge *cg = s->cg;
+    const mv_detect_params *dp = s->dp;
+    size_t ng = s->ng;
+    for (size_t w = 0; w * 64 < ng; w++) {
+        uint64_t still = s->gstill[w];
+        size_t end = ng - w * 64 < 64 ? ng - w * 64 : 64;
+        for (unsigned b = 0; b < end; b++) {
+            hgauge *h = &hg[w * 64 + b];
+            uint64_t lb, mb;
+            memcpy(&lb, &h->last, 8);
+            memcpy(&mb, &h->det.mean, 8);
+            if (lb == mb && (still >> b & 1))
+                continue;
+            int st;
+            flags |= mv_detect_series_update_run(dp, &h->det, h->last, 0.0, k,
+                                                 &cg[w * 64 + b].changes, &st);
+            if (__builtin_expect(st, 0))
+                still |= 1ull << b;
+            else if (__builtin_expect(still >> b & 1, 0))
+                still &= ~(1ull << b);
+        }
+        s->gstill[w] = still;
+    }
+    return (flags & MV_DETECT_CHANGED ? MV_PIPE_CHANGED | MV_PIPE_MOVING : 0) |
+           (flags & MV_DETECT_MOVING ? MV_PIPE_MOVING : 0) |
+           (flags & MV_DETECT_WARMUP ? MV_PIPE_WARMUP : 0);
+}
+
 /* The detectors run at every read (no detection period). */
 static inline int detect_each_read(const mv_pipe_seg *s)
 {
@@ -301,6 +347,8 @@ MV_DETECT_INLINE unsigned feed_gauges(mv_pipe_seg *s, const char *vals)
     }
     if (nf)
         s->sk_mem += mv_sketch_add_runs(fl, nf);
+    if (det) /* every gauge's detector was fed outside the fold (x, not `last`) */
+        memset(s->gstill, 0, (ng / 64 + 1) * sizeof *s->gstill);
     return flags;
 }
 
@@ -396,9 +444,10 @@ static unsigned feed_hists(mv_pipe_seg *s, const char *vals, int same)
 }
 
 /* Runs what feed_same reads left (same_g and same_c of them; several when cfg.same_batch let
- * them wait): each gauge's repeats of its last value and every detector's updates, in the
- * order the reads would have run them (read by read; within a read, series by series: each
- * series' updates in its own order). */
+ * them wait): each gauge's repeats of its last value and every detector's updates, each
+ * series' updates in the order the reads would have run them (the series are independent:
+ * series by series gives what read by read did), a run of equal samples at once
+ * (detect_run). */
 unsigned mv_pipe__run_same(mv_pipe_seg *s)
 {
     unsigned flags = 0;
@@ -407,12 +456,11 @@ unsigned mv_pipe__run_same(mv_pipe_seg *s)
     s->greads += ng; /* a repeat of every gauge's last value per read (see gauge_run) */
     if (!detect_each_read(s))
         return 0; /* steps take the values as they are then (detect_step) */
-    for (uint32_t k = 0; k < nc; k++)
+    if (nc)
         for (size_t j = 0; j < s->nc; j++)
-            flags |= detect(s, &s->dc[j], &s->cc[j].changes, 0.0);
-    for (uint32_t k = 0; k < ng; k++)
-        for (size_t j = 0; j < s->ng; j++)
-            flags |= detect(s, &s->hg[j].det, &s->cg[j].changes, s->hg[j].last);
+            flags |= detect_run(s, &s->dc[j], &s->cc[j].changes, 0.0, nc, NULL);
+    if (ng)
+        flags |= detect_gauges_last(s, ng);
     return flags;
 }
 
@@ -467,8 +515,7 @@ static unsigned detect_step(mv_pipe_seg *s, uint64_t gap)
             }
         }
     }
-    for (size_t j = 0; j < s->ng; j++)
-        flags |= detect(s, &s->hg[j].det, &s->cg[j].changes, s->hg[j].last);
+    flags |= detect_gauges_last(s, 1);
     for (size_t j = 0; j < s->nh; j++) {
         chist *c = &s->ch[j];
         if (c->det_count)

@@ -65,6 +65,7 @@ static void free_state(mv_pipe_seg *s)
     free(s->dc);
     free(s->hc);
     free(s->hg);
+    free(s->gstill);
     free(s->hh);
     free(s->pv);
     free(s->pn);
@@ -138,7 +139,7 @@ static uint64_t mem_fixed(const mv_pipe_seg *s)
     uint64_t b = sizeof *s + s->nc * mv_pipe__fixed_bytes(MV_SEG_COUNTER) +
                  s->ng * mv_pipe__fixed_bytes(MV_SEG_GAUGE) +
                  s->nh * mv_pipe__fixed_bytes(MV_SEG_HISTOGRAM) +
-                 s->scratch_len * sizeof *s->scratch;
+                 s->scratch_len * sizeof *s->scratch + (s->ng / 64 + 1) * sizeof *s->gstill;
     for (size_t j = 0; j < s->nh; j++)
         b += 16u * s->ch[j].nb;
     if (s->fd) {
@@ -206,6 +207,7 @@ int mv_pipe_seg_create(const mv_pipe_config *cfg, const mv_seg_catalog *cat, mv_
     s->slot_tot = calloc((s->nc + 1) * SHORT_SLOTS, sizeof *s->slot_tot);
     s->hg = calloc_lines(s->ng + 1, sizeof *s->hg);
     s->cg = calloc(s->ng + 1, sizeof *s->cg);
+    s->gstill = calloc(s->ng / 64 + 1, sizeof *s->gstill);
     s->pv = calloc_lines(GPEND * s->ng + 1, sizeof *s->pv);
     s->pn = calloc_lines(GPEND * s->ng + 1, sizeof *s->pn);
     s->pl = calloc_lines(s->ng + 1, sizeof *s->pl);
@@ -213,7 +215,7 @@ int mv_pipe_seg_create(const mv_pipe_config *cfg, const mv_seg_catalog *cat, mv_
     s->ch = calloc(s->nh + 1, sizeof *s->ch);
     from = malloc(n1 * sizeof *from);
     if (!s->loc || !s->pub || !s->dc || !s->hc || !s->cc || !s->cd || !s->coff || !s->slot_tot ||
-        !s->hg || !s->cg || !s->pv || !s->pn || !s->pl || !s->hh || !s->ch || !from)
+        !s->hg || !s->gstill || !s->cg || !s->pv || !s->pn || !s->pl || !s->hh || !s->ch || !from)
         goto fail_state;
     if (prev) {
         /* Updates prev's reads left waiting run, and the summaries prev still owes are

@@ -161,6 +161,12 @@ struct mv_pipe_seg {
     mv_detect_series *dc; /* counters' detectors */
     hctr *hc;
     hgauge *hg;
+    /* Bit j (word j / 64): gauge j's detector reached a fixed point at a sample equal to
+     * its mean, to the bit - a step with it returns no flag and leaves the state as it was
+     * (mv_detect_series_update_run) - so while its `last` equals that mean, to the bit, its
+     * steps are passed over. Cleared when the detectors are fed outside the fold (at every
+     * read, with no detection period); a new pipeline starts with none. */
+    uint64_t *gstill;
     hhist *hh;
     /* Gauges' runs waiting for their sketches (GPEND rows of ng; touched on a change of value). */
     double *pv;
