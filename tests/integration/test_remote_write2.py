@@ -19,6 +19,7 @@ import http.server
 import json
 import math
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -216,7 +217,7 @@ def run(rep, build, tmp, procs, prom3):
             "127.0.0.1:%d" % cport, "--tick-ms", "20", "--window-ms", "2000",
             "--remote-write-url", url, "--remote-write-version", "2",
             "--remote-write-interval-ms", "500", "--remote-write-external-label",
-            "collector=" + name])
+            "collector=" + name, "--native-gauge-histograms"])
         curls[name] = "http://127.0.0.1:%d" % cport
     for name, curl in curls.items():
         if not wait_until(lambda: http_get(curl + "/healthz")[0] == 200, 5):
@@ -245,9 +246,12 @@ def run(rep, build, tmp, procs, prom3):
               (metric(c, "microview_remote_write_written_headers_missing_total") or 0) == 0)
     st, _, body = http_get(p3base + "/api/v1/query?" + urllib.parse.urlencode(
         {"query": '{collector="v2"}[10m]', "time": "%.3f" % (time.time() + 1)}), timeout=20)
-    stored, native = {}, {}
+    stored, native, gauge_hist = {}, {}, {}
     for r in (json.loads(body).get("data", {}).get("result", []) if st == 200 else []):
         key = tuple(sorted(r["metric"].items()))
+        if "histograms" in r and r["metric"].get("__name__", "").endswith("_window_distribution"):
+            gauge_hist[key] = r["histograms"]  # the gauges' window distributions
+            continue
         if "histograms" in r:  # the pods' histograms, sent as native histograms
             native[key] = r["histograms"]
             continue
@@ -266,6 +270,14 @@ def run(rep, build, tmp, procs, prom3):
                              float(h[-1][1]["count"]) > 0 for k, h in native.items())
     rep.check("2.0: the pods' histograms stored as native histograms in Prometheus 3 (%d series)"
               % len(native), bool(hist_ok), str(list(native.items())[:1])[:300])
+    # A gauge histogram is one window's distribution: its count is the reads of that window,
+    # and the window summary's _window_count of the same gauge says how many.
+    gh_ok = gauge_hist and all(float(h[-1][1]["count"]) > 0 and
+                               dict(k).get("__name__") == "gen_queue_depth_window_distribution"
+                               for k, h in gauge_hist.items())
+    rep.check("2.0: the gauges' window distributions (--native-gauge-histograms) stored as native "
+              "gauge histograms in Prometheus 3 (%d series)" % len(gauge_hist), bool(gh_ok),
+              str(list(gauge_hist.items())[:1])[:300])
     rep.check("2.0: every acknowledged sample of %d series (%d samples) queryable in Prometheus 3 "
               "with its exact value and timestamp" % (len(want), total),
               total > 0 and missing == 0 and wrong == 0, "missing %d wrong %d" % (missing, wrong))
@@ -277,6 +289,11 @@ def run(rep, build, tmp, procs, prom3):
               metric(c, "microview_remote_write_version") == 1)
     rep.check("415: the series arrive as 1.0 (%d)" % count_series(p3v1base, "v415"),
               wait_until(lambda: count_series(p3v1base, "v415") > 10, 5, 0.5))
+    _, _, mbody = http_get(c + "/metrics")
+    m = re.search(r'^microview_remote_write_samples_dropped_total\{reason="native_in_1\.0"\} (\S+)$',
+                  mbody.decode() if isinstance(mbody, bytes) else mbody, re.M)
+    rep.check("415: gauge histograms, which 1.0 cannot carry, counted as dropped (%s)"
+              % (m.group(1) if m else None), bool(m) and float(m.group(1)) > 0)
 
     # ---- 2xx without the written headers ----------------------------------------------------------------
     if "nohdr" in curls:

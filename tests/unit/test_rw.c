@@ -224,6 +224,76 @@ static void test_v1_packed_labels(void)
     free(eb);
 }
 
+/* A gauge histogram: one native histogram with reset hint GAUGE in 2.0, left out of 1.0. */
+static void test_gauge_hist(void)
+{
+    static const mv_rw_label gl[] = {{"__name__", "temp_window_distribution"}, {"pod", "a"}};
+    mv_expo_nh_bkt b[] = {
+        {.idx = 3, .n = 2}, {.idx = 4, .n = 5}, {.idx = 7, .n = 1}, {.idx = 2, .neg = 1, .n = 4}};
+    mv_rw_series s[] = {{.labels = L0, .nlabels = 3, .value = 1, .ts_ms = 5},
+                        {.labels = gl,
+                         .nlabels = 2,
+                         .ts_ms = 77,
+                         .is_hist = 2,
+                         .sum = -3.5,
+                         .count = 15,
+                         .native_schema = 5,
+                         .zero_count = 3,
+                         .nbkt = b,
+                         .nnbkt = 4}};
+    uint8_t *enc, *raw;
+    size_t len, rlen;
+    CU_ASSERT_EQUAL_FATAL(mv_rw_encode(2, s, 2, 6, &enc, &len, NULL), 0);
+    CU_ASSERT_EQUAL_FATAL(mv_rw_unsnappy(enc, len, 1 << 20, &raw, &rlen), 0);
+    Io__Prometheus__Write__V2__Request *r =
+        io__prometheus__write__v2__request__unpack(NULL, rlen, raw);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(r);
+    CU_ASSERT_EQUAL_FATAL(r->n_timeseries, 2);
+    const Io__Prometheus__Write__V2__TimeSeries *t = r->timeseries[1];
+    CU_ASSERT_EQUAL_FATAL(t->n_histograms, 1);
+    const Io__Prometheus__Write__V2__Histogram *h = t->histograms[0];
+    CU_ASSERT_EQUAL(h->reset_hint,
+                    IO__PROMETHEUS__WRITE__V2__HISTOGRAM__RESET_HINT__RESET_HINT_GAUGE);
+    CU_ASSERT_EQUAL(h->schema, 5);
+    CU_ASSERT_EQUAL(h->count_int, 15);
+    CU_ASSERT_EQUAL(h->sum, -3.5);
+    CU_ASSERT_EQUAL(h->zero_count_int, 3);
+    CU_ASSERT_EQUAL(h->timestamp, 77);
+    /* Positive buckets 3, 4 (2, 5), a gap of 2, 7 (1); negative bucket 2 (4). */
+    int64_t want[8] = {0}, got[8] = {0}, c = 0;
+    want[3] = 2;
+    want[4] = 5;
+    want[7] = 1;
+    size_t d = 0;
+    int32_t at = 0; /* the first span's offset is an index, the others' the gap before them */
+    for (size_t i = 0; i < h->n_positive_spans; i++) {
+        at += h->positive_spans[i]->offset;
+        for (uint32_t k = 0; k < h->positive_spans[i]->length && d < h->n_positive_deltas;
+             k++, d++) {
+            c += h->positive_deltas[d];
+            if (at >= 0 && at < 8)
+                got[at] = c;
+            at++;
+        }
+    }
+    CU_ASSERT(memcmp(want, got, sizeof want) == 0);
+    CU_ASSERT_EQUAL_FATAL(h->n_negative_deltas, 1);
+    CU_ASSERT_EQUAL(h->negative_deltas[0], 4);
+    CU_ASSERT_EQUAL(h->negative_spans[0]->offset, 2);
+    io__prometheus__write__v2__request__free_unpacked(r, NULL);
+    free(raw);
+    free(enc);
+    /* 1.0 has no form for it: only the float series is sent. */
+    CU_ASSERT_EQUAL_FATAL(mv_rw_encode(1, s, 2, 6, &enc, &len, NULL), 0);
+    CU_ASSERT_EQUAL_FATAL(mv_rw_unsnappy(enc, len, 1 << 20, &raw, &rlen), 0);
+    Prometheus__WriteRequest *w = prometheus__write_request__unpack(NULL, rlen, raw);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(w);
+    CU_ASSERT_EQUAL(w->n_timeseries, 1);
+    prometheus__write_request__free_unpacked(w, NULL);
+    free(raw);
+    free(enc);
+}
+
 int main(void)
 {
     mv_log_init("test_rw", MV_LOG_ERROR);
@@ -233,6 +303,7 @@ int main(void)
         {"remote write 1.0 with labels packed once", test_v1_packed_labels},
         {"remote write 2.0 body", test_v2},
         {"histograms: classic in 1.0, native in 2.0", test_hist},
+        {"gauge histograms: native with reset hint GAUGE in 2.0, not in 1.0", test_gauge_hist},
     };
     return MV_TEST_RUN("rw", tests);
 }

@@ -187,13 +187,8 @@ func (c CounterF) addFrac(v float64) error {
 	if !(v >= 0) {
 		return errRefusedAdd
 	}
-	f := (*uint64)(unsafe.Add(unsafe.Pointer(c.w), 8))
-	for {
-		old := atomic.LoadUint64(f)
-		if atomic.CompareAndSwapUint64(f, old, math.Float64bits(math.Float64frombits(old)+v)) {
-			return nil
-		}
-	}
+	AddFrac(c.FracWord(), v)
+	return nil
 }
 
 var errRefusedAdd = fail(ErrInvalid, "a counter adds only non-negative amounts (not NaN)")
@@ -232,6 +227,21 @@ func (h *Histogram) Merge(buckets []uint64, sum float64) {
 // Word is the counter's integral word (shard 0), for a caller that keeps its own pointer
 // to it on a hot path: only atomic adds may go to it.
 func (c CounterF) Word() *uint64 { return c.w }
+
+// FracWord is the counter's fractional word (shard 0), for a caller that keeps its own
+// pointer to it on a hot path: only AddFrac may change it.
+func (c CounterF) FracWord() *uint64 { return (*uint64)(unsafe.Add(unsafe.Pointer(c.w), 8)) }
+
+// AddFrac adds v to the IEEE-754 value of a fractional word (FracWord) with a compare-and-swap
+// loop. The caller has checked v: non-negative, not NaN.
+func AddFrac(f *uint64, v float64) {
+	for {
+		old := atomic.LoadUint64(f)
+		if atomic.CompareAndSwapUint64(f, old, math.Float64bits(math.Float64frombits(old)+v)) {
+			return
+		}
+	}
+}
 
 // Word is the gauge's value word for a caller that keeps its own pointer to it on a hot
 // path (atomic stores and compare-and-swap of IEEE-754 bits), or nil when the series is

@@ -836,10 +836,10 @@ static const mv_coll_seg_view **snap_views(const mv_coll_snap *snap)
 }
 
 int mv_export__walk_views(const mv_coll_seg_view *const *views, size_t n, const mv_export_sel *sel,
-                          mv_export__sink *k)
+                          int flags, mv_export__sink *k)
 {
     walk w;
-    int rc = mv_export__walk_build(&w, views, n, sel, 0);
+    int rc = mv_export__walk_build(&w, views, n, sel, flags);
     if (rc == 0)
         rc = walk_run(&w, k);
     mv_export__walk_free(&w);
@@ -851,7 +851,7 @@ int mv_export__walk_snap(const mv_coll_snap *snap, const mv_export_sel *sel, mv_
     const mv_coll_seg_view **views = snap_views(snap);
     if (!views)
         return -ENOMEM;
-    int rc = mv_export__walk_views(views, mv_coll_snap_count(snap), sel, k);
+    int rc = mv_export__walk_views(views, mv_coll_snap_count(snap), sel, 0, k);
     free(views);
     return rc;
 }

@@ -197,6 +197,11 @@ typedef struct mv_export_plan_visitor {
                     const char *suffix, const mv_expo_label *a, size_t na, const mv_expo_label *b,
                     size_t nb, const char *xname, double xval);
     int (*value)(void *arg, uint32_t series, double v, uint64_t u, int is_u, int64_t ts_ms);
+    /* Optional: the gauge histograms of --native-gauge-histograms (<name>_window_distribution)
+     * are visited too, described with type MV_EXPO_GAUGE_HISTOGRAM and valued here with their
+     * window's native histogram (its buckets valid during the call) and the window's end.
+     * NULL: they are not visited. One cache serves one visitor: set it always or never. */
+    int (*native)(void *arg, uint32_t series, const mv_expo_native_in *in, int64_t ts_ms);
     void *arg;
 } mv_export_plan_visitor;
 int mv_export_visit_cached(mv_export_cache *c, const mv_coll_snap *snap, const mv_export_sel *sel,

@@ -1418,14 +1418,13 @@ typedef struct vbuilder {
     int err;
 } vbuilder;
 
-static int vrec_sample(mv_export__sink *k, const char *suffix, const mv_expo_label *a, size_t na,
-                       const mv_expo_label *lb, size_t nb, const char *xname, double xval, double v,
-                       uint64_t u, int is_u, unsigned src)
+/* A visit plan line whose value is the gauge histogram of its metric (mv_export__native_in). */
+#define SRC_NATIVE 0xffffu
+
+static int vrec_line(vbuilder *b, const char *suffix, const mv_expo_label *a, size_t na,
+                     const mv_expo_label *lb, size_t nb, const char *xname, double xval,
+                     unsigned src)
 {
-    (void)v;
-    (void)u;
-    (void)is_u;
-    vbuilder *b = (vbuilder *)k;
     plan *p = b->p;
     if (p->nlines >= UINT32_MAX ||
         grow((void **)&p->lines, &p->cap_lines, p->nlines + 1, sizeof *p->lines) != 0) {
@@ -1442,6 +1441,23 @@ static int vrec_sample(mv_export__sink *k, const char *suffix, const mv_expo_lab
     return 0;
 }
 
+static int vrec_sample(mv_export__sink *k, const char *suffix, const mv_expo_label *a, size_t na,
+                       const mv_expo_label *lb, size_t nb, const char *xname, double xval, double v,
+                       uint64_t u, int is_u, unsigned src)
+{
+    (void)v;
+    (void)u;
+    (void)is_u;
+    return vrec_line((vbuilder *)k, suffix, a, na, lb, nb, xname, xval, src);
+}
+
+static int vrec_native(mv_export__sink *k, const mv_export__vctx *c, const mv_expo_label *a,
+                       size_t na, const mv_expo_label *lb, size_t nb)
+{
+    (void)c;
+    return vrec_line((vbuilder *)k, NULL, a, na, lb, nb, NULL, 0, SRC_NATIVE);
+}
+
 /* Builds the visit plan for the sorted views, describing its series. 0, 1 (not cacheable) or
  * <0 (-ENOMEM or the visitor's). */
 static int vplan_build(mv_export_cache *c, size_t n, const mv_export_sel *sel,
@@ -1450,14 +1466,15 @@ static int vplan_build(mv_export_cache *c, size_t n, const mv_export_sel *sel,
     mv_export__walk w;
     plan *p = c->spare[PV] ? c->spare[PV] : calloc(1, sizeof *p);
     c->spare[PV] = NULL;
-    int rc = p ? mv_export__walk_build(&w, c->sorted, n, sel, 1) : -ENOMEM;
+    int flags = MV_EXPORT__WALK_EVERY | (vis->native ? MV_EXPORT__WALK_NATIVE : 0);
+    int rc = p ? mv_export__walk_build(&w, c->sorted, n, sel, flags) : -ENOMEM;
     if (!p)
         memset(&w, 0, sizeof w);
     else if (rc == 0 && w.mixed_derived)
         rc = 1;
     if (rc == 0)
         rc = vis->begin(vis->arg);
-    vbuilder b = {.k = {.sample = vrec_sample}, .p = p, .vis = vis};
+    vbuilder b = {.k = {.sample = vrec_sample, .native = vrec_native}, .p = p, .vis = vis};
     for (size_t e = 0; rc == 0 && e < w.n; e++) {
         const mv_export__entry *en = &w.ents[e];
         if (en->drop)
@@ -1499,7 +1516,7 @@ static int vplan_build(mv_export_cache *c, size_t n, const mv_export_sel *sel,
 }
 
 /* Gives the visitor the values of the plan's series shown in the sorted views. */
-static int vplan_run(const plan *p, const mv_coll_seg_view *const *segs,
+static int vplan_run(mv_export_cache *vc, const plan *p, const mv_coll_seg_view *const *segs,
                      const mv_export_plan_visitor *vis)
 {
     for (size_t i = 0; i < p->nents; i++) {
@@ -1516,6 +1533,15 @@ static int vplan_run(const plan *p, const mv_coll_seg_view *const *segs,
             unsigned src = p->lines[j].src;
             if (src == VS_NONE)
                 continue;
+            if (src == SRC_NATIVE) {
+                mv_expo_native_in in;
+                if (mv_export__native_in(c.p, c.metric, &in, &vc->nb, &vc->nb_cap) != 0)
+                    return -ENOMEM;
+                int rc = vis->native(vis->arg, j, &in, mv_export__sample_ts_ms(&c, VS_GMEAN));
+                if (rc < 0)
+                    return rc;
+                continue;
+            }
             double d = 0;
             uint64_t u = 0;
             int is_u = mv_export__value(&c, src, &d, &u);
@@ -1545,7 +1571,7 @@ int mv_export_visit_views_cached(mv_export_cache *c, const mv_coll_seg_view *con
     }
     int unplanned = rc == 0 || rc == -ENOMEM;
     if (rc == 1)
-        rc = vplan_run(c->plans[PV], c->sorted, vis);
+        rc = vplan_run(c, c->plans[PV], c->sorted, vis);
     else if (unplanned)
         c->st.uncached++;
     pthread_mutex_unlock(&c->mu);

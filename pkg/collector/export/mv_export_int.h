@@ -170,9 +170,9 @@ int mv_export__visit_unplanned(const mv_coll_seg_view *const *views, size_t n,
 /* Walks every family of the snapshot in order (mv_export.h; derived series chosen by `sel`,
  * NULL = all), feeding `k`. Returns 0, -ENOMEM, or k's first negative return. */
 int mv_export__walk_snap(const mv_coll_snap *snap, const mv_export_sel *sel, mv_export__sink *k);
-/* The same for an array of views. */
+/* The same for an array of views, with mv_export__walk_build's flags (MV_EXPORT__WALK_*). */
 int mv_export__walk_views(const mv_coll_seg_view *const *views, size_t n, const mv_export_sel *sel,
-                          mv_export__sink *k);
+                          int flags, mv_export__sink *k);
 
 /* A segment whose values are served: catalog and hot copy published, state OK. */
 static inline int mv_export__seg_valid(const mv_coll_seg_view *v)

@@ -1,6 +1,8 @@
 /* mv_export_visit: the family walk for consumers other than the exposition (remote write): every
  * sample with the time it stands for. See mv_export.h. */
+#include <errno.h>
 #include <math.h>
+#include <stdlib.h>
 
 #include "mv_export_int.h"
 
@@ -66,7 +68,7 @@ int mv_export_visit_views(const mv_coll_seg_view *const *views, size_t n, const 
                           const mv_export_visitor *vis)
 {
     visit_sink s = {.k = {.family = v_family, .sample = v_sample}, .vis = vis};
-    return mv_export__walk_views(views, n, sel, &s.k);
+    return mv_export__walk_views(views, n, sel, 0, &s.k);
 }
 
 /* ---- A visit without a plan --------------------------------------------------------------- */
@@ -77,6 +79,8 @@ typedef struct {
     const char *family;
     mv_expo_type type;
     uint32_t next;
+    mv_expo_nh_bkt *nb; /* a gauge histogram's buckets */
+    size_t nb_cap;
 } unplanned_sink;
 
 static int u_family(mv_export__sink *k, const char *name, mv_expo_type t, const char *help,
@@ -103,12 +107,29 @@ static int u_sample(mv_export__sink *k, const char *suffix, const mv_expo_label 
     return s->vis->value(s->vis->arg, id, v, u, is_u, mv_export__sample_ts_ms(k->ctx, src));
 }
 
+static int u_native(mv_export__sink *k, const mv_export__vctx *c, const mv_expo_label *a, size_t na,
+                    const mv_expo_label *b, size_t nb)
+{
+    unplanned_sink *s = (unplanned_sink *)k;
+    uint32_t id = s->next++;
+    int rc = s->vis->describe(s->vis->arg, id, s->family, s->type, NULL, a, na, b, nb, NULL, 0);
+    if (rc != 0)
+        return rc < 0 ? rc : 0;
+    mv_expo_native_in in;
+    if (mv_export__native_in(c->p, c->metric, &in, &s->nb, &s->nb_cap) != 0)
+        return -ENOMEM;
+    return s->vis->native(s->vis->arg, id, &in, mv_export__sample_ts_ms(c, VS_GMEAN));
+}
+
 int mv_export__visit_unplanned(const mv_coll_seg_view *const *views, size_t n,
                                const mv_export_sel *sel, const mv_export_plan_visitor *vis)
 {
     int rc = vis->begin(vis->arg);
     if (rc < 0)
         return rc;
-    unplanned_sink s = {.k = {.family = u_family, .sample = u_sample}, .vis = vis};
-    return mv_export__walk_views(views, n, sel, &s.k);
+    unplanned_sink s = {.k = {.family = u_family, .sample = u_sample, .native = u_native},
+                        .vis = vis};
+    rc = mv_export__walk_views(views, n, sel, vis->native ? MV_EXPORT__WALK_NATIVE : 0, &s.k);
+    free(s.nb);
+    return rc;
 }

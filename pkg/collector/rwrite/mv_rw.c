@@ -25,7 +25,8 @@
 
 /* One series of the visit plan as it is sent: its labels sorted by name (__name__ and the
  * external labels included), the same packed once as a 1.0 TimeSeries' label fields, and a
- * histogram's bounds. It lives in a `names` block and never changes once described. */
+ * histogram's bounds (is_hist 1: a pod histogram; 2: a gauge histogram, native buckets in
+ * each item). It lives in a `names` block and never changes once described. */
 typedef struct series {
     const mv_rw_label *labels;
     const uint8_t *pb;
@@ -50,7 +51,7 @@ typedef struct names {
 } names;
 
 /* One queued sample: its series (kept alive by a reference to its names block), value and
- * time; a histogram's cumulative counts follow it. */
+ * time; a pod histogram's cumulative counts, or a gauge histogram's native buckets, follow it. */
 typedef struct item {
     uint64_t enq_ns; /* CLOCK_MONOTONIC */
     int64_t ts_ms;
@@ -58,6 +59,9 @@ typedef struct item {
     uint64_t count;
     const series *s;
     names *nm;
+    int32_t nschema; /* gauge histogram: schema, zero bucket's count, buckets in cum */
+    uint32_t nnb;
+    uint64_t nzero;
     uint64_t cum[];
 } item;
 
@@ -309,13 +313,13 @@ static void free_items(item **it, size_t n)
 
 #define HIST_MAX (MV_SEG_BUCKETS_MAX + 1) /* finite bounds of a histogram */
 
-enum { S_SKIP = 0, S_PLAIN, S_HBUCKET, S_HSUM, S_HCOUNT };
+enum { S_SKIP = 0, S_PLAIN, S_HBUCKET, S_HSUM, S_HCOUNT, S_NATIVE };
 
 /* What to do with the value of one series number of the plan. */
 typedef struct slot {
-    const series *s; /* S_PLAIN, S_HCOUNT: what is sent */
-    uint64_t h;      /* S_PLAIN, S_HCOUNT: identity (shard; last time across plans) */
-    int64_t last;    /* S_PLAIN, S_HCOUNT: the time last queued (INT64_MIN: never) */
+    const series *s; /* S_PLAIN, S_HCOUNT, S_NATIVE: what is sent */
+    uint64_t h;      /* the same: identity (shard; last time across plans) */
+    int64_t last;    /* the same: the time last queued (INT64_MIN: never) */
     uint32_t head;   /* histogram parts: the series number of its first bucket */
     uint16_t bucket; /* S_HBUCKET: index of its bound (nbounds: the +Inf bucket) */
     uint8_t kind;
@@ -439,8 +443,7 @@ static int v_begin(void *arg)
     seen_clear(&rw->seen);
     for (size_t i = 0; i < rw->nslots; i++) {
         const slot *sl = &rw->slots[i];
-        if ((sl->kind == S_PLAIN || sl->kind == S_HCOUNT) && sl->last != INT64_MIN &&
-            seen_put(&rw->seen, sl->h, sl->last) != 0)
+        if (sl->s && sl->last != INT64_MIN && seen_put(&rw->seen, sl->h, sl->last) != 0)
             return -ENOMEM;
     }
     rw->nslots = 0;
@@ -474,6 +477,15 @@ static int v_describe(void *arg, uint32_t id, const char *family, mv_expo_type t
     *sl = (slot){.kind = S_SKIP, .last = INT64_MIN, .head = UINT32_MAX};
     if (suffix && strcmp(suffix, "_created") == 0)
         return 1;
+    if (t == MV_EXPO_GAUGE_HISTOGRAM) {
+        series *s = series_make(rw, family, suffix, a, na, b, nb, NULL, 0, 2, &sl->h);
+        if (!s)
+            return -ENOMEM;
+        sl->s = s;
+        sl->kind = S_NATIVE;
+        seen_get(&rw->seen, sl->h, &sl->last);
+        return 0;
+    }
     int part = t == MV_EXPO_HISTOGRAM && suffix;
     if (part && strcmp(suffix, "_bucket") == 0) {
         /* One item per histogram series: its buckets, _sum and _count come in that order. */
@@ -543,6 +555,31 @@ static void stage_flush(visit_ctx *v, shard *s)
     s->nstage = 0;
 }
 
+/* A new item for series slot sl at ts_ms with `words` of counts after it, or NULL: the series'
+ * time did not move since it was last queued (not queued again), or no memory (counted). */
+static item *item_new(visit_ctx *v, slot *sl, int64_t ts_ms, size_t words)
+{
+    if (ts_ms <= sl->last)
+        return NULL;
+    sl->last = ts_ms;
+    item *it = malloc(sizeof *it + words * sizeof(uint64_t));
+    if (!it) {
+        v->dropped++;
+        return NULL;
+    }
+    *it = (item){.enq_ns = v->enq_ns, .ts_ms = ts_ms, .s = sl->s, .nm = v->rw->nm};
+    return it;
+}
+
+/* Stages an item for its series' shard (a request's worth is queued at once). */
+static void item_stage(visit_ctx *v, const slot *sl, item *it)
+{
+    shard *s = &v->rw->sh[(sl->h >> 17) % v->rw->c.shards];
+    s->stage[s->nstage++] = it;
+    if (s->nstage == s->stage_cap)
+        stage_flush(v, s);
+}
+
 static int v_value(void *arg, uint32_t id, double d, uint64_t u, int is_u, int64_t ts_ms)
 {
     visit_ctx *v = arg;
@@ -572,33 +609,39 @@ static int v_value(void *arg, uint32_t id, double d, uint64_t u, int is_u, int64
     default:
         break;
     }
-    /* A series whose time did not move since it was last queued is not queued again. */
-    if (ts_ms <= sl->last)
+    item *it = item_new(v, sl, ts_ms, sl->s->is_hist ? sl->s->nbounds + 1 : 0);
+    if (!it)
         return 0;
-    sl->last = ts_ms;
-    const series *se = sl->s;
-    size_t ncum = se->is_hist ? se->nbounds + 1 : 0;
-    item *it = malloc(sizeof *it + ncum * sizeof(uint64_t));
-    if (!it) {
-        v->dropped++;
-        return 0;
-    }
-    it->enq_ns = v->enq_ns;
-    it->ts_ms = ts_ms;
-    it->s = se;
-    it->nm = rw->nm;
-    if (se->is_hist) {
+    if (sl->s->is_hist) {
         it->value = v->hsum;
-        it->count = v->hc[se->nbounds];
-        memcpy(it->cum, v->hc, ncum * sizeof(uint64_t));
+        it->count = v->hc[sl->s->nbounds];
+        memcpy(it->cum, v->hc, (sl->s->nbounds + 1) * sizeof(uint64_t));
     } else {
         it->value = is_u ? (double)u : d;
-        it->count = 0;
     }
-    shard *s = &rw->sh[(sl->h >> 17) % rw->c.shards];
-    s->stage[s->nstage++] = it;
-    if (s->nstage == s->stage_cap)
-        stage_flush(v, s);
+    item_stage(v, sl, it);
+    return 0;
+}
+
+/* A gauge histogram's window (mv_export_plan_visitor.native): one item with its buckets. */
+static int v_native(void *arg, uint32_t id, const mv_expo_native_in *in, int64_t ts_ms)
+{
+    visit_ctx *v = arg;
+    if (id >= v->rw->nslots || v->rw->slots[id].kind != S_NATIVE)
+        return 0;
+    slot *sl = &v->rw->slots[id];
+    size_t words = in->nb * (sizeof(mv_expo_nh_bkt) / sizeof(uint64_t));
+    item *it = item_new(v, sl, ts_ms, words);
+    if (!it)
+        return 0;
+    it->value = in->sum;
+    it->count = in->count;
+    it->nschema = in->schema;
+    it->nnb = (uint32_t)in->nb;
+    it->nzero = in->zero_count;
+    if (in->nb)
+        memcpy(it->cum, in->b, in->nb * sizeof(mv_expo_nh_bkt));
+    item_stage(v, sl, it);
     return 0;
 }
 
@@ -608,8 +651,13 @@ static void interval_once(mv_rw *rw)
     if (!snap)
         return;
     visit_ctx v = {.rw = rw, .enq_ns = mono_ns(), .vhead = UINT32_MAX};
-    mv_export_plan_visitor vis = {
-        .begin = v_begin, .describe = v_describe, .value = v_value, .arg = &v};
+    /* Gauge histograms (--native-gauge-histograms) go to 2.0 receivers only: 1.0 has no
+     * classic form of them. */
+    mv_export_plan_visitor vis = {.begin = v_begin,
+                                  .describe = v_describe,
+                                  .value = v_value,
+                                  .native = rw->c.version == 2 ? v_native : NULL,
+                                  .arg = &v};
     int rc = mv_export_visit_cached(rw->plan, snap, rw->c.sel, &vis);
     mv_coll_snap_free(snap);
     for (uint32_t i = 0; i < rw->c.shards; i++)
@@ -767,7 +815,10 @@ static uint64_t wire_samples(item **it, size_t n, int version)
 {
     uint64_t k = 0;
     for (size_t i = 0; i < n; i++)
-        k += it[i]->s->is_hist && version == 1 ? it[i]->s->nbounds + 3 : 1;
+        k += version == 2             ? 1
+             : it[i]->s->is_hist == 1 ? it[i]->s->nbounds + 3
+             : it[i]->s->is_hist == 2 ? 0
+                                      : 1;
     return k;
 }
 
@@ -793,7 +844,11 @@ static void send_batch(shard *s, item **it, size_t n)
                                 .sum = it[i]->value,
                                 .count = it[i]->count,
                                 .pb_labels = se->pb,
-                                .pb_len = se->pb_len};
+                                .pb_len = se->pb_len,
+                                .native_schema = it[i]->nschema,
+                                .zero_count = it[i]->nzero,
+                                .nbkt = (const mv_expo_nh_bkt *)it[i]->cum,
+                                .nnbkt = it[i]->nnb};
     }
     long backoff = rw->c.min_backoff_ms;
     int encoded_version = 0;
@@ -813,6 +868,17 @@ static void send_batch(shard *s, item **it, size_t n)
                 break;
             }
             encoded_version = version;
+            /* After a fallback to 1.0, the gauge histograms of the batch are not sent. */
+            uint64_t nat = 0;
+            for (size_t i = 0; version == 1 && i < n; i++)
+                nat += ser[i].is_hist == 2;
+            if (nat) {
+                pthread_mutex_lock(&rw->mu);
+                rw->st.dropped_native_v1 += nat;
+                pthread_mutex_unlock(&rw->mu);
+                if (nat == n)
+                    break;
+            }
         }
         long code = post(s, body, len, version);
         uint64_t ns = wire_samples(it, n, version);
@@ -1137,13 +1203,17 @@ int mv_rw_render(mv_rw *rw, mv_expo *e)
     mv_rw_get_stats(rw, &st);
     fam_u64(e, "microview_remote_write_samples_total", MV_EXPO_COUNTER,
             "Samples acknowledged by the remote write receiver.", NULL, NULL, st.samples_sent);
-    mv_expo_family(e, "microview_remote_write_samples_dropped_total", MV_EXPO_COUNTER,
-                   "Samples not delivered: reason queue_full (the queue was full when they were "
-                   "taken) or http_4xx (refused by the receiver, not retried).",
-                   NULL);
-    mv_expo_label r1 = {"reason", "queue_full"}, r2 = {"reason", "http_4xx"};
+    mv_expo_family(
+        e, "microview_remote_write_samples_dropped_total", MV_EXPO_COUNTER,
+        "Samples not delivered: reason queue_full (the queue was full when they were "
+        "taken), http_4xx (refused by the receiver, not retried) or native_in_1.0 (gauge "
+        "histograms after a fallback to remote write 1.0).",
+        NULL);
+    mv_expo_label r1 = {"reason", "queue_full"}, r2 = {"reason", "http_4xx"},
+                  r3 = {"reason", "native_in_1.0"};
     mv_expo_sample_u64(e, NULL, &r1, 1, NULL, 0, NULL, 0, st.dropped_queue_full, MV_EXPO_NO_TS);
     mv_expo_sample_u64(e, NULL, &r2, 1, NULL, 0, NULL, 0, st.dropped_http_4xx, MV_EXPO_NO_TS);
+    mv_expo_sample_u64(e, NULL, &r3, 1, NULL, 0, NULL, 0, st.dropped_native_v1, MV_EXPO_NO_TS);
     fam_u64(e, "microview_remote_write_samples_retried_total", MV_EXPO_COUNTER,
             "Samples in requests that were tried again (5xx, 429, transport errors).", NULL, NULL,
             st.samples_retried);

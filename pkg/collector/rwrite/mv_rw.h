@@ -89,6 +89,7 @@ typedef struct mv_rw_stats {
     uint64_t samples_sent;       /* acknowledged with 2xx */
     uint64_t dropped_queue_full; /* items refused by a full queue */
     uint64_t dropped_http_4xx;   /* in batches refused with a 4xx (not 429) */
+    uint64_t dropped_native_v1;  /* gauge histograms not sent after a fallback to 1.0 */
     uint64_t samples_retried;    /* samples of retried requests, once per retry */
     uint64_t requests;           /* requests sent (each try) */
     uint64_t requests_failed;    /* tries that did not get a 2xx */
@@ -116,7 +117,7 @@ typedef struct mv_rw_series {
      * and nbounds + 1 cumulative counts (the last: the +Inf bucket), sum and count. 1.0 sends
      * it as the classic series <name>_bucket{le}, _sum and _count; 2.0 as one native
      * histogram of `schema` (mv_expo_nh_add_classic, at most MV_EXPO_NH_MAX_BUCKETS). */
-    int is_hist;
+    int is_hist; /* 1: a histogram as above; 2: a gauge histogram (below) */
     const double *bounds;
     const uint64_t *cum;
     size_t nbounds;
@@ -126,6 +127,13 @@ typedef struct mv_rw_series {
      * fields (mv_rw_labels_pb_pack of `labels`), copied instead of packed again. */
     const uint8_t *pb_labels;
     size_t pb_len;
+    /* is_hist 2, a gauge histogram (2.0 only; 1.0 leaves it out): a native histogram of
+     * native_schema with the zero bucket's count and nnbkt buckets, sum and count, sent with
+     * reset hint GAUGE. */
+    int32_t native_schema;
+    uint64_t zero_count;
+    const mv_expo_nh_bkt *nbkt;
+    size_t nnbkt;
 } mv_rw_series;
 
 /* The label fields (field 1 of io.prometheus.TimeSeries, protobuf-c's encoding) of n labels:

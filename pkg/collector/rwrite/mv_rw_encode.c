@@ -164,12 +164,15 @@ void mv_rw_labels_pb_pack(const mv_rw_label *l, size_t n, uint8_t *out)
 
 /* A WriteRequest is its TimeSeries, each as field 1 (tag, length, message), in order: each
  * series is packed alone (its labels by protobuf-c, or copied from pb_labels when given; its
- * one Sample), which gives protobuf-c's bytes for the whole request. */
+ * one Sample), which gives protobuf-c's bytes for the whole request. Gauge histograms (is_hist
+ * 2) are left out: 1.0 has no classic form of them. */
 static int pack_v1(const mv_rw_series *in, size_t nin, uint8_t **raw, size_t *rlen)
 {
     /* Histograms become their classic series. */
     size_t n = 0, nlab = 0, nstr = 0;
     for (size_t i = 0; i < nin; i++) {
+        if (in[i].is_hist == 2)
+            continue;
         if (!in[i].is_hist) {
             n++;
             continue;
@@ -194,6 +197,8 @@ static int pack_v1(const mv_rw_series *in, size_t nin, uint8_t **raw, size_t *rl
     {
         size_t k = 0, lo = 0, so = 0;
         for (size_t i = 0; i < nin; i++) {
+            if (in[i].is_hist == 2)
+                continue;
             if (!in[i].is_hist) {
                 s[k++] = in[i];
                 continue;
@@ -316,12 +321,23 @@ static int native_v2(const mv_rw_series *s, int32_t schema, mv_expo_nh *nh,
                      Io__Prometheus__Write__V2__BucketSpan ***psp)
 {
     io__prometheus__write__v2__histogram__init(h);
-    mv_expo_nh_begin(nh, schema);
-    int rc = mv_expo_nh_add_classic(nh, s->bounds, s->nbounds, s->cum);
-    if (rc == -EINVAL) /* bounds that are not increasing: the count alone */
+    int rc = 0;
+    if (s->is_hist == 2) { /* a gauge histogram: its own schema and buckets */
+        mv_expo_nh_begin(nh, s->native_schema);
+        nh->zero_count = s->zero_count;
+        for (size_t i = 0; i < s->nnbkt && rc == 0; i++)
+            rc = mv_expo_nh_add_bucket(nh, s->nbkt[i].idx, (int)s->nbkt[i].neg, s->nbkt[i].n);
+        if (rc)
+            return rc;
+        h->reset_hint = IO__PROMETHEUS__WRITE__V2__HISTOGRAM__RESET_HINT__RESET_HINT_GAUGE;
+    } else {
         mv_expo_nh_begin(nh, schema);
-    else if (rc)
-        return rc;
+        rc = mv_expo_nh_add_classic(nh, s->bounds, s->nbounds, s->cum);
+        if (rc == -EINVAL) /* bounds that are not increasing: the count alone */
+            mv_expo_nh_begin(nh, schema);
+        else if (rc)
+            return rc;
+    }
     if ((rc = mv_expo_nh_finish(nh, 0)))
         return rc;
     h->count_case = IO__PROMETHEUS__WRITE__V2__HISTOGRAM__COUNT_COUNT_INT;

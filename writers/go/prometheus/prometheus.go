@@ -346,6 +346,7 @@ func (c *core) release(self segmentMetric) {
 type counter struct {
 	core
 	w atomic.Pointer[uint64] // the integral word: Inc and whole Adds, one load then one add
+	f atomic.Pointer[uint64] // the fractional word: other Adds, one load then a CAS loop
 	h atomic.Pointer[microview.CounterF]
 }
 
@@ -354,6 +355,7 @@ func (o *vecOpts) newCounter(values []string) *counter {
 	m.init(o.desc, o.fq, o.help, o.constLabels, o.names, values)
 	h := microview.NewLocalCounterF()
 	m.h.Store(&h)
+	m.f.Store(h.FracWord())
 	m.w.Store(h.Word())
 	return m
 }
@@ -373,6 +375,7 @@ func (m *counter) bind(b binding) error {
 		}
 		return func() {
 			old := m.h.Swap(&h)
+			m.f.Store(h.FracWord())
 			m.w.Store(h.Word())
 			_ = h.Add(old.Value())
 		}, nil
@@ -394,7 +397,7 @@ func (m *counter) Add(v float64) {
 	if v != v {
 		panic(errors.New("microview: a counter cannot add NaN"))
 	}
-	_ = m.h.Load().Add(v)
+	microview.AddFrac(m.f.Load(), v)
 }
 
 func (m *counter) AddWithExemplar(v float64, e Labels) {
