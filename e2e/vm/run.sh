@@ -95,21 +95,9 @@ exec /bin/bash /mnt/e2e/script-$r.sh
 GUEST
 done
 
-# free_port: a loopback TCP port nobody listens on.
-free_port() {
-  local p
-  for _ in $(seq 50); do
-    p=$((20000 + RANDOM % 40000))
-    if ! ss -Hltn "sport = :$p" 2>/dev/null | grep -q .; then
-      echo "$p"
-      return 0
-    fi
-  done
-  return 1
-}
-
 declare -A pid=()
 tail_pid=
+netdir=
 cleanup() {
   local r
   for r in "${!pid[@]}"; do
@@ -125,13 +113,21 @@ cleanup() {
     kill "$tail_pid" 2>/dev/null || true
     tail_pid=''
   fi
+  if [ -n "$netdir" ]; then
+    rm -rf "$netdir"
+    netdir=''
+  fi
 }
 trap cleanup EXIT
 trap 'echo "e2e-run: interrupted; stopping the VMs" >&2; exit 130' INT
 trap 'echo "e2e-run: terminated; stopping the VMs" >&2; exit 143' TERM
 
-port=
-[ "$vms" = 2 ] && { port=$(free_port) || die "no free loopback port"; }
+# Two VMs share an Ethernet link through a unix stream socket that qemu a listens on: a
+# path of this run's own, so no other process (a concurrent test's port) can take it. Kept
+# short: a socket path has at most 107 bytes.
+if [ "$vms" = 2 ]; then
+  netdir=$(mktemp -d /tmp/e2e-net.XXXXXX) || die "cannot create a directory for the link socket"
+fi
 start_vm() {
   local r=$1 idx=$2 net
   # no_timer_check: under TCG on a loaded host the guest's early check that the timer interrupt
@@ -144,9 +140,9 @@ start_vm() {
   if [ "$vms" = 1 ]; then
     net=user,id=n0,restrict=on
   elif [ "$r" = a ]; then
-    net=socket,id=n0,listen=127.0.0.1:$port
+    net=stream,id=n0,server=on,addr.type=unix,addr.path=$netdir/link
   else
-    net=socket,id=n0,connect=127.0.0.1:$port
+    net=stream,id=n0,server=off,addr.type=unix,addr.path=$netdir/link
   fi
   # shellcheck disable=SC2054  # commas are qemu option syntax
   local args=(-name "e2e-$r" -M pc -accel tcg,thread=multi -cpu max -smp "$smp" -m "$mem"
@@ -180,7 +176,7 @@ echo "e2e-run: $vms VM(s), kernel $KVER, logs in $rundir" >&2
 start_vm a 1
 if [ "$vms" = 2 ]; then
   # b connects to a's listening socket: wait until qemu a listens.
-  until ss -Hltn "sport = :$port" 2>/dev/null | grep -q .; do
+  until [ -S "$netdir/link" ]; do
     running a || break
     [ "$(date +%s)" -lt "$deadline" ] || break
     sleep 0.05
