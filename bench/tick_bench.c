@@ -207,6 +207,47 @@ static int cmp_u64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* The shared-memory bytes the ticks read, summed over the table: the copies (read_bytes) and
+ * the probes that compared every word (a due segment found unchanged, reads_same; a segment
+ * not due found unchanged, probes less probe_reads), each of those a line per distinct 64-byte
+ * line its words sit on (the header's and each value slot's first word, mv_collect_probe.c).
+ * A probe that stopped at a changed word is not counted (it read at most those lines). */
+typedef struct seg_traffic {
+    uint64_t ticks, bytes;
+} seg_traffic;
+
+static size_t probe_lines(const mv_seg_catalog *cat)
+{
+    size_t n = (MV_SEG_HEADER_SIZE + 63) / 64, nm = mv_seg_catalog_count(cat);
+    uint64_t last = UINT64_MAX;
+    uint32_t vo = mv_seg_catalog_values_offset(cat);
+    for (size_t i = 0; i < nm; i++) { /* slots in offset order (record order) */
+        const mv_seg_metric *m = mv_seg_catalog_metric(cat, i);
+        for (uint32_t k = 0; k < m->shards; k++) {
+            uint64_t line = ((uint64_t)vo + m->value_offset + (uint64_t)k * m->shard_stride) / 64;
+            n += line != last;
+            last = line;
+        }
+    }
+    return n;
+}
+
+static seg_traffic seg_traffic_now(mv_coll *c)
+{
+    seg_traffic t = {0, 0};
+    mv_coll_snap *sn = mv_coll_snapshot(c);
+    if (!sn)
+        return t;
+    t.ticks = mv_coll_snap_stats(sn)->ticks;
+    for (size_t i = 0; i < mv_coll_snap_count(sn); i++) {
+        const mv_coll_seg_view *v = mv_coll_snap_seg(sn, i);
+        uint64_t full = v->reads_same + (v->probes - v->probe_reads);
+        t.bytes += v->read_bytes + (v->cat ? full * probe_lines(v->cat) * 64 : 0);
+    }
+    mv_coll_snap_free(sn);
+    return t;
+}
+
 /* A field in kB of /proc/self/status (VmRSS, RssAnon...) or smaps_rollup (AnonHugePages), in
  * bytes, or 0. */
 static uint64_t proc_bytes(const char *file, const char *key)
@@ -339,6 +380,7 @@ static int run(bench *b, unsigned workers, uint32_t tick_us, double seconds, int
     }
     for (int k = 0; k < 200; k++) /* warm-up: catalogs, pipelines, caches */
         mv_coll_tick(c);
+    seg_traffic tr0 = seg_traffic_now(c);
 
     clockid_t wclk;
     pthread_getcpuclockid(b->writer, &wclk);
@@ -392,6 +434,12 @@ static int run(bench *b, unsigned workers, uint32_t tick_us, double seconds, int
     __atomic_store_n(&rec.on, 0, __ATOMIC_RELEASE);
     (void)poll_seconds(c);
     uint64_t ticks = rec.ticks, missed = rec.missed;
+    /* Over every tick since the warm-up, recorded or not: the average per tick. */
+    seg_traffic tr1 = seg_traffic_now(c);
+    double seg_bytes = tr1.ticks > tr0.ticks && b->nactive
+                           ? (double)(tr1.bytes - tr0.bytes) / (double)(tr1.ticks - tr0.ticks) /
+                                 ((double)b->nactive * b->nmetrics)
+                           : 0.0;
 
     /* 200 warm-up ticks and at least the recorded ones: each read or deferred every segment. */
     rc = check_table(c, b->nactive, ticks + 200);
@@ -435,7 +483,7 @@ static int run(bench *b, unsigned workers, uint32_t tick_us, double seconds, int
            "missed_per_second_median=%llu missed_per_second_max=%llu start_late_max_ms=%.3f "
            "starts_late_half_tick=%llu reads_deferred=%llu reads_deferred_share=%.2e tick_poll=%d "
            "poll_cores=%.2f scrape_ms=%u scrapes=%u scrape_max_ms=%.3f scrape_cpu_ms=%.3f thp=%s "
-           "malloc_hugetlb=%d anon_huge_bytes=%llu\n",
+           "malloc_hugetlb=%d anon_huge_bytes=%llu segment_bytes_per_metric_per_tick=%.1f\n",
            g_floor   ? "tick_floor"
            : g_curve ? "tick_curve"
                      : "tick",
@@ -450,7 +498,7 @@ static int run(bench *b, unsigned workers, uint32_t tick_us, double seconds, int
            (unsigned long long)rec.late_over, (unsigned long long)rec.deferred,
            reads > 0 ? (double)rec.deferred / reads : 0.0, g_poll, polled / wall, g_scrape_ms, sc.n,
            (double)sc.max_ns / 1e6, sc_n ? scpu * 1e3 / (double)sc_n : 0.0, g_thp, g_malloc_huge,
-           (unsigned long long)huge);
+           (unsigned long long)huge, seg_bytes);
     fflush(stdout);
     if (workers <= 2 && (analytics || g_floor))
         g_fig[workers] = (run_fig){.done = 1,
