@@ -110,6 +110,14 @@ if want tick; then
     # 2 workers, 10 s each (--quick: 2 s).
     run tick_curve "${collector_env[@]}" "$build/bin/tick_bench" --curve "${quick[@]}"
   fi
+  # The memory the tick's analytics touch per metric per tick, counted under callgrind's cache
+  # simulation (the same on every run): pipeline_bench --tick-sim at 0, 10 and 100 %.
+  if command -v valgrind >/dev/null &&
+    cmake --build "$build" -j"$(nproc)" --target pipeline_bench >/dev/null; then
+    run tick_bytes "$root/bench/tick_bytes.sh" --build "$build" "${quick[@]}"
+  else
+    note "tick_bytes SKIPPED: valgrind is not installed (Debian package valgrind, scripts/deps.sh test)"
+  fi
   if command -v cyclictest >/dev/null; then
     run host_wake "$root/bench/host_wake.sh" "${quick[@]}"
   else
@@ -418,6 +426,13 @@ END {
 }' "$results"
 echo "   missed ticks beyond the floor of this run (the 2-worker run's less the floor run's, raw counts kept):"
 grep -E '^goal=tick\.missed_beyond' "$results" | sed 's/^/  /'
+echo "   bytes touched per metric per tick: the shared memory the ticks read (probes and copies,"
+echo "   segment_bytes_per_metric_per_tick of the runs above) and the analytics' state and copies,"
+echo "   as 64-byte lines a 32 KiB first-level cache fetched (bench/tick_bytes.sh, callgrind, 100 segments):"
+grep -E '^bench=tick ' "$results" | awk '{ w = ""; p = ""; b = ""
+  for (i = 1; i <= NF; i++) { split($i, a, "="); if (a[1] == "workers") w = a[2]; if (a[1] == "change_pct") p = a[2]; if (a[1] == "segment_bytes_per_metric_per_tick") b = a[2] }
+  printf "   segment side: workers=%s change_pct=%s segment_bytes_per_metric_per_tick=%s\n", w, p, b }'
+grep -E '^bench=tick_bytes ' "$results" | sed 's/^/  /'
 echo
 echo "== Collector tick, scale curve: CPU per tick (us, tick workers' thread CPU time), 2 workers, 1 ms"
 echo "   rows: segments x 64 metrics; columns: metrics changing each ms; ns/metric in brackets"

@@ -34,6 +34,8 @@ test_pkgs=(
 test_pkgs+=(debootstrap)
 # The live view's browser test (tests/integration/test_ui.py): headless Chromium.
 test_pkgs+=(chromium)
+# bench/tick_bytes.sh counts the tick's memory traffic under callgrind's cache simulation.
+test_pkgs+=(valgrind)
 # Not installed on this machine: package lists for the container images (scripts/base-image.sh)
 # and the arm64 cross build (scripts/cross-arm64.sh). `scripts/deps.sh --list NAME` prints one.
 # Runtime libraries of the binaries and libmicroview (the image's final stage; checked with ldd).
