@@ -115,7 +115,8 @@ static double clock_s(clockid_t clk)
 static int g_per_second; /* --per-second: a line per second of each run */
 static char g_thp[16];   /* the kernel's THP mode and glibc's hugetlb tunable, as run */
 static int g_malloc_huge;
-static int g_poll; /* --poll: idle tick workers poll (mv_coll_opts.tick_poll) */
+static int g_poll;     /* --poll: idle tick workers poll (mv_coll_opts.tick_poll) */
+static int g_no_probe; /* --no-probe: the collector's --no-probe (mv_coll_opts.no_probe) */
 /* --detect-ms N: change detection steps at most every N ms (0: every read); default the
  * collector's (mv_coll_opts_default: 10 ms). */
 static long g_detect_ms = -1;
@@ -358,6 +359,7 @@ static int run(bench *b, unsigned workers, uint32_t tick_us, double seconds, int
     o.on_tick = on_tick;
     o.on_tick_arg = &rec;
     o.tick_poll = g_poll;
+    o.no_probe = g_no_probe;
     if (g_detect_ms >= 0)
         o.pipe.detect_period_ns = (uint64_t)g_detect_ms * 1000000ull;
     g_detect_shown = o.pipe.detect_period_ns / 1000000ull;
@@ -474,31 +476,32 @@ static int run(bench *b, unsigned workers, uint32_t tick_us, double seconds, int
     uint64_t sec_max = whole ? sec_missed[whole - 1] : 0;
     double reads = (double)ticks * b->nactive;
     double pct = b->nactive ? 100.0 * b->per_ms / b->nactive : 0.0;
-    printf("bench=%s workers=%u segments=%u metrics=%u change_pct=%.3g seconds=%.1f ticks=%llu "
-           "missed=%llu p50_ms=%.3f p99_ms=%.3f cpu_cores=%.2f cpu_per_tick_us=%.1f "
-           "cpu_clock=thread_schedstat process_cpu_per_tick_us=%.1f "
-           "cpu_ns_per_sample=%.2f samples_per_s_per_core=%.3g max_ms=%.3f writer_cpu_cores=%.2f "
-           "analytics=%d detect_ms=%llu window_align=%s collector_rss_anon_bytes=%llu "
-           "collector_heap_bytes=%llu analytics_bytes_per_metric=%.0f seconds_without_miss=%zu "
-           "missed_per_second_median=%llu missed_per_second_max=%llu start_late_max_ms=%.3f "
-           "starts_late_half_tick=%llu reads_deferred=%llu reads_deferred_share=%.2e tick_poll=%d "
-           "poll_cores=%.2f scrape_ms=%u scrapes=%u scrape_max_ms=%.3f scrape_cpu_ms=%.3f thp=%s "
-           "malloc_hugetlb=%d anon_huge_bytes=%llu segment_bytes_per_metric_per_tick=%.1f\n",
-           g_floor   ? "tick_floor"
-           : g_curve ? "tick_curve"
-                     : "tick",
-           workers, b->nactive, b->nmetrics, pct, wall, (unsigned long long)ticks,
-           (unsigned long long)missed, n ? (double)dur[n / 2] / 1e6 : 0.0,
-           n ? (double)dur[n * 99 / 100] / 1e6 : 0.0, cpu / wall, cpu_tick * 1e6, pcpu_tick * 1e6,
-           cpu_tick * 1e9 / nsamples, cpu_tick > 0 ? nsamples / cpu_tick : 0.0,
-           n ? (double)dur[n - 1] / 1e6 : 0.0, wcpu / wall, analytics,
-           (unsigned long long)g_detect_shown, aligned ? "wall" : "segment",
-           (unsigned long long)rss, (unsigned long long)heap, (double)amem / nsamples, clean,
-           (unsigned long long)sec_med, (unsigned long long)sec_max, (double)rec.late_max / 1e6,
-           (unsigned long long)rec.late_over, (unsigned long long)rec.deferred,
-           reads > 0 ? (double)rec.deferred / reads : 0.0, g_poll, polled / wall, g_scrape_ms, sc.n,
-           (double)sc.max_ns / 1e6, sc_n ? scpu * 1e3 / (double)sc_n : 0.0, g_thp, g_malloc_huge,
-           (unsigned long long)huge, seg_bytes);
+    printf(
+        "bench=%s workers=%u segments=%u metrics=%u change_pct=%.3g seconds=%.1f ticks=%llu "
+        "missed=%llu p50_ms=%.3f p99_ms=%.3f cpu_cores=%.2f cpu_per_tick_us=%.1f "
+        "cpu_clock=thread_schedstat process_cpu_per_tick_us=%.1f "
+        "cpu_ns_per_sample=%.2f samples_per_s_per_core=%.3g max_ms=%.3f writer_cpu_cores=%.2f "
+        "analytics=%d detect_ms=%llu window_align=%s collector_rss_anon_bytes=%llu "
+        "collector_heap_bytes=%llu analytics_bytes_per_metric=%.0f seconds_without_miss=%zu "
+        "missed_per_second_median=%llu missed_per_second_max=%llu start_late_max_ms=%.3f "
+        "starts_late_half_tick=%llu reads_deferred=%llu reads_deferred_share=%.2e tick_poll=%d "
+        "poll_cores=%.2f scrape_ms=%u scrapes=%u scrape_max_ms=%.3f scrape_cpu_ms=%.3f thp=%s "
+        "malloc_hugetlb=%d anon_huge_bytes=%llu segment_bytes_per_metric_per_tick=%.1f probe=%d\n",
+        g_floor   ? "tick_floor"
+        : g_curve ? "tick_curve"
+                  : "tick",
+        workers, b->nactive, b->nmetrics, pct, wall, (unsigned long long)ticks,
+        (unsigned long long)missed, n ? (double)dur[n / 2] / 1e6 : 0.0,
+        n ? (double)dur[n * 99 / 100] / 1e6 : 0.0, cpu / wall, cpu_tick * 1e6, pcpu_tick * 1e6,
+        cpu_tick * 1e9 / nsamples, cpu_tick > 0 ? nsamples / cpu_tick : 0.0,
+        n ? (double)dur[n - 1] / 1e6 : 0.0, wcpu / wall, analytics,
+        (unsigned long long)g_detect_shown, aligned ? "wall" : "segment", (unsigned long long)rss,
+        (unsigned long long)heap, (double)amem / nsamples, clean, (unsigned long long)sec_med,
+        (unsigned long long)sec_max, (double)rec.late_max / 1e6, (unsigned long long)rec.late_over,
+        (unsigned long long)rec.deferred, reads > 0 ? (double)rec.deferred / reads : 0.0, g_poll,
+        polled / wall, g_scrape_ms, sc.n, (double)sc.max_ns / 1e6,
+        sc_n ? scpu * 1e3 / (double)sc_n : 0.0, g_thp, g_malloc_huge, (unsigned long long)huge,
+        seg_bytes, !g_no_probe);
     fflush(stdout);
     if (workers <= 2 && (analytics || g_floor))
         g_fig[workers] = (run_fig){.done = 1,
@@ -567,6 +570,8 @@ int main(int argc, char **argv)
             g_per_second = 1;
         } else if (!strcmp(a, "--poll")) {
             g_poll = 1;
+        } else if (!strcmp(a, "--no-probe")) {
+            g_no_probe = 1;
         } else if (!strcmp(a, "--floor")) {
             g_floor = 1;
         } else if (!strcmp(a, "--curve")) {
@@ -595,7 +600,7 @@ int main(int argc, char **argv)
                 "usage: tick_bench [--quick] [--seconds S] [--workers 1,2] "
                 "[--segments N] [--metrics M] [--tick-us U] [--no-analytics]\n"
                 "                  [--window-align segment|wall] [--per-second] [--poll] "
-                "[--scrape-ms N] [--detect-ms N] [--floor]\n"
+                "[--scrape-ms N] [--detect-ms N] [--floor] [--no-probe]\n"
                 "                  [--change-pct P] [--curve] [--warm-s S]\n"
                 "  defaults: --seconds 60 (--quick 5) --workers 1,2 --segments 1000 "
                 "--metrics 64 --tick-us 1000 --window-align segment --detect-ms 10 (the "
