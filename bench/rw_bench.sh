@@ -3,6 +3,7 @@
 # (snapshot, walk, labels, queues, protobuf, snappy, HTTP to a loopback sink that discards).
 # Two collectors read the same pods side by side, one with --remote-write-url and one without;
 # the difference of their CPU time over the same seconds is the remote write's share of a core.
+# Also prints the anonymous RSS of each, after the same scrapes.
 # Usage: bench/rw_bench.sh BUILD_DIR [PODS] [GAUGES_PER_POD] [SECONDS]   (default 20 5000 20)
 set -euo pipefail
 build=${1:?usage: rw_bench.sh BUILD_DIR [PODS] [GAUGES_PER_POD] [SECONDS]}
@@ -65,6 +66,8 @@ for _ in $(seq 600); do
   [ "$n" -ge "$want" ] && break
   sleep 1
 done
+# The plain collector is scraped too, so both hold the same exposition cache.
+curl -s "http://127.0.0.1:$pa/metrics" >/dev/null
 sleep 3
 hz=$(getconf CLK_TCK)
 a0=$(cpu_ticks "$plain")
@@ -86,16 +89,21 @@ else
 fi
 a1=$(cpu_ticks "$plain")
 b1=$(cpu_ticks "$rw")
+# Anonymous memory of each (kB), after the same scrapes and the run.
+ma=$(awk '$1 == "RssAnon:" {print $2}' "/proc/$plain/status")
+mb=$(awk '$1 == "RssAnon:" {print $2}' "/proc/$rw/status")
 s1=$(metric "$pb" microview_remote_write_samples_total)
 y1=$(metric "$pb" microview_remote_write_bytes_total)
 dq=$(curl -s "http://127.0.0.1:$pb/metrics" | awk '$1 ~ /^microview_remote_write_samples_dropped_total/ {s += $2} END {print s + 0}')
 awk -v a="$((a1 - a0))" -v b="$((b1 - b0))" -v hz="$hz" -v t="$secs" -v s="$((${s1%.*} - ${s0%.*}))" \
-  -v y="$((${y1%.*} - ${y0%.*}))" -v series="$n" -v dq="$dq" -v ia="${ia:-0}" -v ib="${ib:-0}" 'BEGIN {
+  -v y="$((${y1%.*} - ${y0%.*}))" -v series="$n" -v dq="$dq" -v ia="${ia:-0}" -v ib="${ib:-0}" -v ma="$ma" -v mb="$mb" 'BEGIN {
   ca = a / hz; cb = b / hz; d = cb - ca;
   printf "bench=rw_e2e series=%d seconds=%d samples=%d samples_per_s=%.0f collector_cpu_core=%.3f " \
          "collector_rw_cpu_core=%.3f rw_share_of_core=%.2f%% rw_samples_per_core_second=%.0f " \
-         "bytes_per_sample=%.2f dropped=%d\n",
-         series, t, s, s / t, ca / t, cb / t, 100 * d / t, (d > 0 ? s / d : 0), (s ? y / s : 0), dq
+         "bytes_per_sample=%.2f dropped=%d plain_rss_anon_bytes=%d rw_rss_anon_bytes=%d " \
+         "rw_rss_anon_bytes_per_series=%.0f\n",
+         series, t, s, s / t, ca / t, cb / t, 100 * d / t, (d > 0 ? s / d : 0), (s ? y / s : 0), dq,
+         ma * 1024, mb * 1024, (series ? (mb - ma) * 1024 / series : 0)
   if (ia > 0 && ib > 0 && s > 0)
     printf "bench=rw_e2e_instructions rw_instructions_per_sample=%.0f collector_instructions_per_s=%.0f\n",
            (ib - ia) / s, ia / t }'
