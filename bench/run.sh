@@ -411,7 +411,7 @@ function kv(line, key,   n, i, a, f) {
   for (i = 1; i <= n; i++) { split(f[i], a, "="); if (a[1] == key) return substr(f[i], length(key) + 2) }
   return ""
 }
-/^bench=tick / && kv($0, "workers") == "2" {
+/^bench=tick / && kv($0, "workers") == "2" && kv($0, "change_pct") == "10" {
   m = kv($0, "tick_poll") == "1" ? "polling" : "sleeping"; modes[m] = 1
   missed[m] = kv($0, "missed"); secs[m] = kv($0, "seconds")
   clean[m] = kv($0, "seconds_without_miss"); med[m] = kv($0, "missed_per_second_median")
