@@ -144,8 +144,25 @@ static void *reader(void *arg)
                     total += hv.buckets[b];
                 /* 1.0 falls in the bucket le=1 (index 1); nothing else is observed. */
                 if (hv.sum != (double)hv.count || total != hv.count || hv.buckets[1] != hv.count ||
-                    hv.count < last_hist[i])
+                    hv.count < last_hist[i]) {
                     st->hist_accepted_torn++;
+                    /* The copy's words as the reader took them, to tell which condition broke
+                     * and what mixture of updates passed the checksum. */
+                    const uint64_t *wd =
+                        (const uint64_t *)(const void *)((const char *)buf +
+                                                         mv_seg_catalog_values_offset(g_cat) +
+                                                         m->value_offset);
+                    fprintf(stderr,
+                            "TORN metric=%zu count=%llu sum=%.17g total=%llu b0=%llu b1=%llu "
+                            "b2=%llu b3=%llu last=%llu words:",
+                            i, (unsigned long long)hv.count, hv.sum, (unsigned long long)total,
+                            (unsigned long long)hv.buckets[0], (unsigned long long)hv.buckets[1],
+                            (unsigned long long)hv.buckets[2], (unsigned long long)hv.buckets[3],
+                            (unsigned long long)last_hist[i]);
+                    for (uint32_t q = 0; q < m->value_size / 8; q++)
+                        fprintf(stderr, " %016llx", (unsigned long long)wd[q]);
+                    fprintf(stderr, "\n");
+                }
                 if (hv.count != last_hist[i])
                     st->hist_changes++;
                 last_hist[i] = hv.count;
