@@ -112,11 +112,12 @@ if want tick; then
   fi
   # The memory the tick's analytics touch per metric per tick, counted under callgrind's cache
   # simulation (the same on every run): pipeline_bench --tick-sim at 0, 10 and 100 %.
-  if command -v valgrind >/dev/null &&
-    cmake --build "$build" -j"$(nproc)" --target pipeline_bench >/dev/null; then
+  if ! command -v valgrind >/dev/null; then
+    note "tick_bytes SKIPPED: valgrind is not installed (Debian package valgrind, scripts/deps.sh test)"
+  elif cmake --build "$build" -j"$(nproc)" --target pipeline_bench >/dev/null; then
     run tick_bytes "$root/bench/tick_bytes.sh" --build "$build" "${quick[@]}"
   else
-    note "tick_bytes SKIPPED: valgrind is not installed (Debian package valgrind, scripts/deps.sh test)"
+    note "building pipeline_bench for tick_bytes failed"; failed=1
   fi
   if command -v cyclictest >/dev/null; then
     run host_wake "$root/bench/host_wake.sh" "${quick[@]}"
