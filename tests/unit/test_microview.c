@@ -4,6 +4,7 @@
 #include "mv_test.h"
 
 #include <fcntl.h>
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -707,6 +708,144 @@ static void test_nan_inf(void)
     free(copy);
 }
 
+/* The bucket an observation lands in, by a plain search: the first bound >= v, else the
+ * +Inf bucket (NaN too). */
+static uint32_t ref_bucket(const double *b, uint32_t n, double v)
+{
+    uint32_t i = 0;
+    while (i < n && !(v <= b[i]))
+        i++;
+    return i;
+}
+
+static uint64_t rng_next(uint64_t *x)
+{
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    return *x;
+}
+
+/* A double of any sign, any exponent (denormals included), finite. */
+static double rng_double(uint64_t *x)
+{
+    double d;
+    do {
+        uint64_t b = rng_next(x);
+        memcpy(&d, &b, sizeof d);
+    } while (!isfinite(d));
+    return d;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Observes each of `vals` into a histogram with `bounds` and checks, after each, that
+ * exactly the bucket a plain search picks went up by one. Returns the mismatches. */
+static int check_buckets(const double *bounds, uint32_t n, const double *vals, size_t nvals)
+{
+    const char *path = new_file(65536, 0);
+    mv_segment *s;
+    mv_histogram *h;
+    CU_ASSERT_EQUAL_FATAL(mv_open(path, &s), MV_OK);
+    int rc = mv_histogram_register(s, "h", NULL, NULL, NULL, 0, bounds, n, &h);
+    if (rc != MV_OK)
+        fprintf(stderr, "register %u bounds: %s\n", n, mv_errdetail());
+    CU_ASSERT_EQUAL_FATAL(rc, MV_OK);
+    uint64_t want[MV_SEG_BUCKETS_MAX + 1] = {0}, got[MV_SEG_BUCKETS_MAX + 1], count;
+    double sum;
+    int bad = 0;
+    for (size_t j = 0; j < nvals; j++) {
+        uint32_t r = ref_bucket(bounds, n, vals[j]);
+        want[r]++;
+        mv_histogram_observe(h, vals[j]);
+        mv_histogram_read(h, &count, &sum, got, NULL);
+        if (memcmp(got, want, (n + 1) * sizeof got[0]) != 0) {
+            if (bad++ < 5)
+                fprintf(stderr, "\n  %u bounds [%.17g .. %.17g]: %.17g should land in bucket %u ",
+                        n, bounds[0], bounds[n - 1], vals[j], r);
+            memcpy(want, got, sizeof want); /* go on from what it did */
+        }
+    }
+    mv_close(s);
+    return bad;
+}
+
+/* The bucket of an observation: each bound, its neighbouring doubles, the values between
+ * bounds, signed zeros, infinities, NaN and random doubles land where a plain search of the
+ * bounds puts them, for bounds log-spaced (a Summary's 80), Prometheus' defaults, linear up
+ * to the most bounds a record holds, spanning every exponent, packed into a few ulps, and
+ * random. */
+static void test_histogram_bucket_lookup(void)
+{
+    static double sets[8][MV_SEG_BUCKETS_MAX];
+    uint32_t ns[8] = {0};
+    for (int i = 0; i < 80; i++)
+        sets[0][i] = 1e-4 * pow(1.25, i);
+    ns[0] = 80;
+    const double prom[] = {.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10};
+    memcpy(sets[1], prom, sizeof prom);
+    ns[1] = 11;
+    for (int i = 0; i < MV_SEG_BUCKETS_MAX; i++)
+        sets[2][i] = i + 1;
+    ns[2] = MV_SEG_BUCKETS_MAX;
+    const double wide[] = {-DBL_MAX, -1e300,   -5,     -1, -1e-300, -4.9e-324, 0,
+                           4.9e-324, 2.2e-308, 1e-300, 1,  1e300,   DBL_MAX};
+    memcpy(sets[3], wide, sizeof wide);
+    ns[3] = sizeof wide / sizeof wide[0];
+    sets[4][0] = 0;
+    ns[4] = 1;
+    sets[5][0] = 1;
+    for (int i = 1; i < 40; i++) /* 40 bounds one ulp apart */
+        sets[5][i] = nextafter(sets[5][i - 1], 2);
+    ns[5] = 40;
+    const double nz[] = {-1, -0.0, 1};
+    memcpy(sets[6], nz, sizeof nz);
+    ns[6] = 3;
+    sets[7][0] = -0.0;
+    ns[7] = 1;
+
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    static double vals[8 * MV_SEG_BUCKETS_MAX + 4096];
+    int bad = 0, sets_checked = 0;
+    for (int k = 0; k < 8 + 120; k++) {
+        double rb[MV_SEG_BUCKETS_MAX];
+        const double *b = k < 8 ? sets[k] : rb;
+        uint32_t n = k < 8 ? ns[k] : 0;
+        if (k >= 8) { /* random bounds: any exponent, or a narrow range */
+            uint32_t want = 1 + (uint32_t)(rng_next(&x) % MV_SEG_BUCKETS_MAX);
+            int narrow = k % 2;
+            for (uint32_t i = 0; i < want; i++)
+                rb[i] = narrow ? 1000.0 + (double)(rng_next(&x) % 100000) / 97.0 : rng_double(&x);
+            qsort(rb, want, sizeof rb[0], cmp_double);
+            for (uint32_t i = 0; i < want; i++) /* strictly ascending, one zero */
+                if (n == 0 || rb[i] > rb[n - 1])
+                    rb[n++] = rb[i];
+        }
+        size_t nv = 0;
+        for (uint32_t i = 0; i < n; i++) {
+            vals[nv++] = b[i];
+            vals[nv++] = nextafter(b[i], -INFINITY);
+            vals[nv++] = nextafter(b[i], INFINITY);
+            if (i + 1 < n)
+                vals[nv++] = b[i] / 2 + b[i + 1] / 2;
+        }
+        const double edge[] = {0.0, -0.0, INFINITY, -INFINITY, NAN, DBL_MAX, -DBL_MAX, 4.9e-324};
+        for (size_t i = 0; i < sizeof edge / sizeof edge[0]; i++)
+            vals[nv++] = edge[i];
+        for (int i = 0; i < 2000; i++) /* random: anywhere, and within the bounds' range */
+            vals[nv++] = i % 2 ? rng_double(&x)
+                               : b[0] + (b[n - 1] - b[0]) * ((double)(rng_next(&x) >> 11) / 0x1p53);
+        bad += check_buckets(b, n, vals, nv);
+        sets_checked++;
+    }
+    printf("\n  %d bound sets, %d misplaced observations ", sets_checked, bad);
+    CU_ASSERT_EQUAL(bad, 0);
+}
+
 /* Gauge adds take this thread's last stored value as their first guess: they stay exact
  * when the word changed since (a set, another thread's add, another gauge in between), and
  * when two threads add to one gauge and each to one of its own, interleaved. */
@@ -864,6 +1003,7 @@ int main(void)
         {"concurrent observations are exact", test_histogram_concurrent_exact},
         {"gauge adds exact after a set, another thread, another gauge", test_gauge_add_exact},
         {"exponential buckets", test_exponential_buckets},
+        {"bucket lookup equals a search of the bounds", test_histogram_bucket_lookup},
         {"two processes register concurrently", test_fork_concurrent},
     };
     return MV_TEST_RUN_FIXTURE("microview", suite_init, suite_clean, tests);

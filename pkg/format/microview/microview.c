@@ -21,11 +21,23 @@
 #include <cpuid.h>
 #endif
 
+/* A histogram's bucket lookup: the bounds' order keys (ordered_key) cut into `cells` equal
+ * ranges from the first bound's key to the last's. cell[c] holds the first and the last
+ * bucket an observation whose key falls in range c can land in; the bounds between them
+ * (none or one in most cells) are then compared as a binary search would. An observation
+ * costs one table load and about one comparison instead of log2(n) hard-to-predict
+ * branches (80 log-spaced bounds: ~7). */
+#define BUCKET_CELLS_MAX 256
+
 struct mv_histogram {
     uint64_t *w;          /* value words: count, sum, buckets..., checksum */
     double *bounds;       /* process-local copy */
     uint64_t *bucket_wt;  /* weight(2+i) + weight(0), per bucket */
     uint64_t sum_wt;      /* weight(1) */
+    uint64_t key_first;   /* ordered_key of bounds[0] */
+    uint64_t key_last;    /* ordered_key of bounds[n - 1] */
+    uint8_t (*cell)[2];   /* per key range: first and last candidate bucket */
+    uint8_t cell_shift;   /* key range of a cell: (key - key_first) >> cell_shift */
     uint16_t n;           /* finite bounds */
     uint16_t check_index; /* n + 3 */
     uint8_t pair;         /* count and sum updated by one 16-byte CAS (see observe) */
@@ -348,6 +360,7 @@ void mv_close(mv_segment *s)
         next = h->next;
         free(h->bounds);
         free(h->bucket_wt);
+        free(h->cell);
         free(h);
     }
     munmap(s->base, s->size);
@@ -652,6 +665,79 @@ int mv_gauge_register(mv_segment *s, const char *name, const char *help, const c
     return register_scalar(s, MV_SEG_GAUGE, name, help, unit, labels, nlabels, &out->slot);
 }
 
+/* A key whose unsigned order is the order of the doubles, -0.0 and 0.0 equal (NaN excluded):
+ * a negative's bits inverted, a positive's with the sign bit set. */
+static inline uint64_t ordered_key(double v)
+{
+    uint64_t b;
+    v += 0.0; /* -0.0 becomes 0.0 */
+    memcpy(&b, &v, sizeof b);
+    return b >> 63 ? ~b : b | (1ull << 63);
+}
+
+/* The first bucket index from `i` on whose bound's key is >= k (bounds ascending). */
+static uint32_t first_at_or_above(const mv_histogram *h, uint32_t i, uint64_t k)
+{
+    while (i < h->n && ordered_key(h->bounds[i]) < k)
+        i++;
+    return i;
+}
+
+/* Builds hg->cell for hg->bounds (ascending, as registration checks); 0 or -1 (ENOMEM). An
+ * observation v with key_first < key(v) <= key_last lands in the first bucket whose bound is
+ * >= v, which is at or after the first bound whose key reaches the start of v's cell and at or
+ * before the first whose key reaches the cell's end. */
+static int bucket_table(mv_histogram *hg)
+{
+    uint32_t cells = 16;
+    while (cells < 4u * hg->n && cells < BUCKET_CELLS_MAX)
+        cells *= 2;
+    hg->key_first = ordered_key(hg->bounds[0]);
+    hg->key_last = ordered_key(hg->bounds[hg->n - 1]);
+    uint64_t span = hg->key_last - hg->key_first;
+    hg->cell_shift = 0;
+    while ((span >> hg->cell_shift) >= cells)
+        hg->cell_shift++;
+    if (!(hg->cell = malloc(cells * sizeof *hg->cell)))
+        return -1;
+    uint32_t i = 0;
+    for (uint64_t c = 0; c < cells; c++) {
+        uint64_t start = hg->key_first + (c << hg->cell_shift);
+        uint64_t end =
+            c < (span >> hg->cell_shift) ? start + ((1ull << hg->cell_shift) - 1) : hg->key_last;
+        if (c > (span >> hg->cell_shift)) /* past the last bound: never looked up */
+            start = end = hg->key_last;
+        /* Both move forward with c: the bounds are walked once. */
+        i = first_at_or_above(hg, i, start);
+        hg->cell[c][0] = (uint8_t)i;
+        i = first_at_or_above(hg, i, end);
+        hg->cell[c][1] = (uint8_t)i;
+    }
+    return 0;
+}
+
+/* The bucket of v: the first bound >= v, n when none (NaN: n, no comparison holds). */
+static inline uint32_t bucket_of(const mv_histogram *h, double v)
+{
+    if (v != v)
+        return h->n;
+    uint64_t k = ordered_key(v);
+    if (k <= h->key_first)
+        return 0;
+    if (k > h->key_last)
+        return h->n;
+    const uint8_t *c = h->cell[(k - h->key_first) >> h->cell_shift];
+    uint32_t lo = c[0], hi = c[1];
+    while (lo < hi) {
+        uint32_t mid = (lo + hi) / 2;
+        if (v <= h->bounds[mid])
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
+
 int mv_histogram_register(mv_segment *s, const char *name, const char *help, const char *unit,
                           const mv_label *labels, size_t nlabels, const double *bounds,
                           size_t nbounds, mv_histogram **out)
@@ -670,6 +756,12 @@ int mv_histogram_register(mv_segment *s, const char *name, const char *help, con
     }
     memcpy(hg->bounds, bounds, nbounds * sizeof(double));
     hg->n = (uint16_t)nbounds;
+    if (bucket_table(hg) != 0) {
+        free(hg->bounds);
+        free(hg->bucket_wt);
+        free(hg);
+        return fail(MV_ERR_NOMEM, "out of memory");
+    }
     hg->check_index = (uint16_t)(nbounds + 3);
     hg->sum_wt = mv_seg_hist_weight(1);
     for (size_t i = 0; i <= nbounds; i++)
@@ -689,6 +781,7 @@ int mv_histogram_register(mv_segment *s, const char *name, const char *help, con
     if (rc != MV_OK) {
         free(hg->bounds);
         free(hg->bucket_wt);
+        free(hg->cell);
         free(hg);
         return rc;
     }
@@ -887,15 +980,7 @@ void mv_histogram_observe(mv_histogram *h, double v)
 {
     if (h == NULL || h->w == NULL)
         return;
-    const double *b = h->bounds;
-    uint32_t lo = 0, hi = h->n;
-    while (lo < hi) {
-        uint32_t mid = (lo + hi) / 2;
-        if (v <= b[mid])
-            hi = mid;
-        else
-            lo = mid + 1;
-    }
+    uint32_t lo = bucket_of(h, v);
     /* NaN counts: no comparison holds, so it lands in the +Inf bucket, where it is made the
      * one quiet NaN (spec section 9.5) before it goes into the sum. */
     if (lo == h->n && v != v)
